@@ -1,0 +1,116 @@
+/* Tile-level codelets of the foundation: copies, box copies, fills, elementwise ops,
+ * placement marks and the exact sum. A codelet sees one tile (a StarPU vector handle over
+ * the tile's bytes) and a small argument struct; it knows nothing of ranks or graphs. */
+#ifndef TESSEL_CODELETS_TILE_OPS_H
+#define TESSEL_CODELETS_TILE_OPS_H
+
+#include <starpu.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessel/tensor.h"
+
+/* ---- box copy: an N-D sub-box between two C-order arrays ---- */
+
+typedef struct tsl_box_copy_args {
+    int32_t ndim;
+    int32_t elem_size;
+    int64_t src_extent[TSL_MAX_DIMS]; /* shape of the source array */
+    int64_t src_offset[TSL_MAX_DIMS]; /* first element of the box in the source */
+    int64_t dst_extent[TSL_MAX_DIMS];
+    int64_t dst_offset[TSL_MAX_DIMS];
+    int64_t box[TSL_MAX_DIMS]; /* box size */
+} tsl_box_copy_args;
+
+/* Copy the box; the innermost dimension moves with memcpy. Pure. */
+void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src);
+
+/* R src, W|RW dst: box copy between two tiles. */
+extern struct starpu_codelet tsl_cl_box_copy;
+/* R src, W dst: whole-buffer copy of two handles of equal size (args: none). */
+extern struct starpu_codelet tsl_cl_copy;
+
+/* ---- fill ---- */
+
+typedef enum tsl_fill_mode {
+    TSL_FILL_CONSTANT = 0,
+    TSL_FILL_UNIFORM = 1,
+    TSL_FILL_NORMAL = 2,
+} tsl_fill_mode;
+
+typedef struct tsl_fill_args {
+    int32_t dtype;
+    int32_t mode;
+    int32_t ndim;
+    uint64_t seed;
+    double a; /* constant value, uniform low, normal mean */
+    double b; /* uniform high, normal stddev */
+    int64_t global_strides[TSL_MAX_DIMS]; /* C-order strides of the whole tensor */
+    int64_t start[TSL_MAX_DIMS];          /* tile start in the whole tensor */
+    int64_t extent[TSL_MAX_DIMS];         /* tile size */
+} tsl_fill_args;
+
+/* Value of element `index` of a seeded fill: depends on (seed, index) only. Pure. */
+double tsl_fill_value(const tsl_fill_args *args, uint64_t index);
+
+/* Fill a tile buffer. Pure. */
+void tsl_fill_tile(const tsl_fill_args *args, void *tile);
+
+/* W tile. */
+extern struct starpu_codelet tsl_cl_fill;
+
+/* ---- elementwise: scale, axpy, add ---- */
+
+typedef struct tsl_elementwise_args {
+    int32_t dtype; /* TSL_F32 or TSL_F64 */
+    int64_t count;
+    double alpha;
+} tsl_elementwise_args;
+
+extern struct starpu_codelet tsl_cl_scale; /* RW x:      x = alpha x */
+extern struct starpu_codelet tsl_cl_axpy;  /* R x, RW y: y += alpha x */
+extern struct starpu_codelet tsl_cl_add;   /* R a, R b, W dst: dst = a + b */
+
+/* ---- placement marks ---- */
+
+typedef struct tsl_mark_args {
+    int32_t rank; /* rank the task was placed on */
+    int64_t count;
+} tsl_mark_args;
+
+/* W tile (i32): every element = rank * 1000 + worker id. */
+extern struct starpu_codelet tsl_cl_mark;
+
+/* ---- exact sum ----
+ * A fixed-point accumulator wide enough for every finite double: bit 0 of limb 0 is
+ * 2^-1074. Each limb carries 32 bits of the value and spare high bits, so additions
+ * deposit without carrying and only an occasional normalisation propagates carries.
+ * The sum is exact; tsl_acc_round() rounds it once to double (to nearest, ties to even),
+ * so any order of additions and merges gives the same bits. */
+
+#define TSL_ACC_LIMBS 72
+
+typedef struct tsl_acc {
+    int64_t limb[TSL_ACC_LIMBS];
+    int64_t deposits; /* additions since the last normalisation */
+    int64_t nan_count;
+    int64_t pos_inf;
+    int64_t neg_inf;
+} tsl_acc;
+
+void tsl_acc_init(tsl_acc *acc);
+void tsl_acc_add(tsl_acc *acc, double value);
+void tsl_acc_normalize(tsl_acc *acc);
+/* dst += src (both normalised or not). */
+void tsl_acc_merge(tsl_acc *dst, const tsl_acc *src);
+double tsl_acc_round(const tsl_acc *acc);
+
+typedef struct tsl_sum_args {
+    int32_t dtype;
+    int64_t count;
+} tsl_sum_args;
+
+extern struct starpu_codelet tsl_cl_sum_partial; /* R tile, W acc */
+extern struct starpu_codelet tsl_cl_sum_merge;   /* R src acc, RW dst acc */
+
+#endif /* TESSEL_CODELETS_TILE_OPS_H */

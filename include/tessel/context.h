@@ -1,0 +1,124 @@
+/**
+ * @file context.h
+ * @brief The tessel context: StarPU and StarPU-MPI, owned or attached.
+ *
+ * A context either owns the runtime (tsl_context_create() initialises MPI when needed,
+ * StarPU and StarPU-MPI, and tsl_context_destroy() shuts them down) or attaches to a
+ * runtime that a host application already started (tsl_context_attach() in
+ * tessel/starpu.h). Every tensor and every operation belongs to one context.
+ *
+ * All calls that take a context are collective unless said otherwise: every rank of
+ * the context's communicator makes them in the same order with the same arguments.
+ */
+#ifndef TESSEL_CONTEXT_H
+#define TESSEL_CONTEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessel/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Opaque context handle. */
+typedef struct tsl_context *tsl_context_t;
+
+/** Kinds of StarPU workers. */
+typedef enum tsl_worker_kind {
+    TSL_WORKER_CPU = 0,
+    TSL_WORKER_CUDA = 1,
+    TSL_WORKER_ANY = 2, /**< all workers, whatever their kind */
+} tsl_worker_kind;
+
+/** Configuration of a context; initialise with tsl_context_config_init(). */
+typedef struct tsl_context_config {
+    /** CPU workers per rank; -1 lets StarPU decide (STARPU_NCPU, or the core count). */
+    int32_t ncpu;
+    /** CUDA workers per rank; -1 lets StarPU decide, 0 disables CUDA. */
+    int32_t ncuda;
+    /** StarPU scheduler name ("lws", "prio", "dmdas", ...); NULL keeps StarPU's choice
+     *  (STARPU_SCHED, or StarPU's default). Copied by the context. */
+    const char *scheduler;
+    /** First StarPU-MPI data tag the context may use. */
+    int64_t tag_base;
+    /** Number of StarPU-MPI data tags the context may use, from tag_base on. */
+    int64_t tag_count;
+    /** Messages at or above this severity are logged (default ::TSL_LOG_WARN). */
+    tsl_log_level log_level;
+    /** Log callback; NULL writes "tessel[rank] level: message" lines to stderr. */
+    tsl_log_fn log_fn;
+    /** Pointer handed back to log_fn. */
+    void *log_user;
+} tsl_context_config;
+
+/** @brief Fill @p config with defaults: StarPU decides workers and scheduler,
+ *  tags [2^40, 2^40 + 2^40), warnings and errors logged to stderr. */
+tsl_status tsl_context_config_init(tsl_context_config *config);
+
+/**
+ * @brief Create a context that owns StarPU and StarPU-MPI on MPI_COMM_WORLD.
+ *
+ * Initialises MPI (with MPI_THREAD_MULTIPLE) if it is not initialised yet, then StarPU
+ * and StarPU-MPI. Fails with ::TSL_ERR_STATE if StarPU is already running in this
+ * process (attach to it instead) or if MPI was already finalised.
+ *
+ * @param[out] ctx    the new context, owned by the caller (tsl_context_destroy())
+ * @param[in]  config configuration, or NULL for the defaults
+ */
+tsl_status tsl_context_create(tsl_context_t *ctx, const tsl_context_config *config);
+
+/**
+ * @brief Destroy a context. Waits for the context's outstanding work; for an owning
+ * context, shuts StarPU-MPI and StarPU down, and finalises MPI if the context
+ * initialised it. Tensors still alive are destroyed first (with a warning).
+ * An attached context leaves StarPU and MPI running. Passing NULL is a no-op.
+ */
+tsl_status tsl_context_destroy(tsl_context_t ctx);
+
+/** @brief This process's rank in the context's communicator. Not collective. */
+tsl_status tsl_context_rank(tsl_context_t ctx, int32_t *rank);
+
+/** @brief Number of ranks in the context's communicator. Not collective. */
+tsl_status tsl_context_size(tsl_context_t ctx, int32_t *size);
+
+/** @brief Number of StarPU workers of one kind on this rank. Not collective. */
+tsl_status tsl_context_worker_count(tsl_context_t ctx, tsl_worker_kind kind, int32_t *count);
+
+/** @brief Whether the context owns StarPU (1) or is attached to a host's StarPU (0). */
+tsl_status tsl_context_owns_runtime(tsl_context_t ctx, int32_t *owns);
+
+/** @brief Name of the StarPU scheduler in use ("lws", "dmdas", ...). Not collective.
+ *  @param[out] name static string owned by StarPU */
+tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name);
+
+/**
+ * @brief Bytes of tile memory this rank allocated for the tiles it owns, over all live
+ * tensors of the context (not counting StarPU-MPI's cached copies of remote tiles).
+ * Not collective.
+ */
+tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
+
+/** @brief Number of StarPU-MPI tags the context has handed out so far. Not collective. */
+tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);
+
+/** @brief Change the log level. Not collective. */
+tsl_status tsl_context_set_log_level(tsl_context_t ctx, tsl_log_level level);
+
+/** @brief Message of the last error raised on this context, or "" if none.
+ *  Valid until the next failing call on the context. Not collective. */
+const char *tsl_context_last_error(tsl_context_t ctx);
+
+/**
+ * @brief Wait until every task tessel submitted on this context has completed on all
+ * ranks, then synchronise the ranks. On an attached context this waits only for
+ * tessel's own tasks, never for the host's.
+ */
+tsl_status tsl_context_wait(tsl_context_t ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_CONTEXT_H */

@@ -1,0 +1,81 @@
+/**
+ * @file io.h
+ * @brief `.npy` files: header parsing, whole-array read and write, and tensors read from
+ *        and written to files through scatter and gather.
+ *
+ * Supported: format versions 1.0, 2.0 and 3.0; little-endian (or byte-sized) f32, f64,
+ * i32, i64 and u8; C order; 1 to TSL_MAX_DIMS dimensions, none of them zero. Anything else
+ * (Fortran order, big-endian, other dtypes, a truncated or oversized file, a malformed
+ * header) is refused with ::TSL_ERR_FORMAT or ::TSL_ERR_UNSUPPORTED and a message.
+ */
+#ifndef TESSEL_IO_H
+#define TESSEL_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessel/status.h"
+#include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** What a `.npy` header says. */
+typedef struct tsl_npy_header {
+    int32_t version_major; /**< 1, 2 or 3 */
+    int32_t version_minor; /**< 0 */
+    tsl_dtype dtype;
+    tsl_shape shape;
+    int64_t data_offset; /**< byte offset of the first element */
+    int64_t data_bytes;  /**< bytes of the array data */
+} tsl_npy_header;
+
+/**
+ * @brief Parse a `.npy` header from the first bytes of a file. Pure; no I/O.
+ * @param[in]  bytes     the file's first @p size bytes
+ * @param[in]  size      how many bytes are available (the header must fit in them)
+ * @param[out] header    what the header says
+ */
+tsl_status tsl_npy_parse_header(const void *bytes, size_t size, tsl_npy_header *header);
+
+/**
+ * @brief Read a whole `.npy` file.
+ * @param[in]  path   file name
+ * @param[out] header what its header says
+ * @param[out] data   header->data_bytes bytes, C order; free with tsl_free()
+ */
+tsl_status tsl_npy_read(const char *path, tsl_npy_header *header, void **data);
+
+/**
+ * @brief Write a whole array as a `.npy` file, format version 1.0 (a header of at most
+ * TSL_MAX_DIMS sizes always fits it), data aligned to 64 bytes. The file is written under
+ * a temporary name, synced and renamed, so a failure never leaves a partial file under
+ * @p path.
+ */
+tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *shape,
+                         const void *data);
+
+/** @brief Free memory returned by tessel (tsl_npy_read()). NULL is a no-op. */
+void tsl_free(void *ptr);
+
+/**
+ * @brief Read a `.npy` file on @p root and scatter it into a new tensor. Collective; an
+ * error on root (missing or malformed file) is returned on every rank with its message.
+ * @param[out] tensor the new tensor, with the file's dtype and shape
+ * @param[in]  grid   tile grid, or NULL for one tile; must fit the file's shape
+ * @param[in]  owners owner map, or NULL for tsl_owner_block(NULL)
+ */
+tsl_status tsl_tensor_read_npy(tsl_tensor_t *tensor, tsl_context_t ctx, const char *path,
+                               int32_t root, const tsl_tile_grid *grid,
+                               const tsl_owner_map *owners);
+
+/** @brief Gather @p tensor on @p root and write it there as a `.npy` file. Collective;
+ *  an error on root is returned on every rank. */
+tsl_status tsl_tensor_write_npy(tsl_tensor_t tensor, const char *path, int32_t root);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_IO_H */

@@ -1,0 +1,410 @@
+/* The context: owns or attaches to StarPU + StarPU-MPI, hands out StarPU-MPI tags,
+ * counts outstanding tasks, keeps the last error. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "tessel/starpu.h"
+
+#define TSL_DEFAULT_TAG_BASE ((int64_t)1 << 40)
+#define TSL_DEFAULT_TAG_COUNT ((int64_t)1 << 40)
+
+/* Rank of this process for codelet abort messages (codelets/check.h). */
+int tsl_codelet_rank = -1;
+
+tsl_status tsl_context_config_init(tsl_context_config *config)
+{
+    if (!config)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_config_init: config is NULL");
+    memset(config, 0, sizeof *config);
+    config->ncpu = -1;
+    config->ncuda = -1;
+    config->scheduler = NULL;
+    config->tag_base = TSL_DEFAULT_TAG_BASE;
+    config->tag_count = TSL_DEFAULT_TAG_COUNT;
+    config->log_level = TSL_LOG_WARN;
+    config->log_fn = NULL;
+    config->log_user = NULL;
+    return TSL_OK;
+}
+
+static tsl_status check_config(const tsl_context_config *config, const char *fn)
+{
+    if (config->ncpu < -1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: ncpu %d (want -1 or >= 0)", fn,
+                         (int)config->ncpu);
+    if (config->ncuda < -1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: ncuda %d (want -1 or >= 0)", fn,
+                         (int)config->ncuda);
+    if (config->tag_base < 0 || config->tag_count <= 0 ||
+        config->tag_base > INT64_MAX - config->tag_count)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: tag range base %lld count %lld (want base >= 0, count > 0, no "
+                         "overflow)",
+                         fn, (long long)config->tag_base, (long long)config->tag_count);
+    if (config->log_level < TSL_LOG_ERROR || config->log_level > TSL_LOG_DEBUG)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: log level %d out of range", fn,
+                         (int)config->log_level);
+    if (config->scheduler && (config->scheduler[0] == '\0' || strlen(config->scheduler) > 64))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scheduler name empty or too long",
+                         fn);
+    return TSL_OK;
+}
+
+static tsl_status context_alloc(const tsl_context_config *config, struct tsl_context **out)
+{
+    struct tsl_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "context: out of memory");
+    ctx->tag_base = config->tag_base;
+    ctx->tag_count = config->tag_count;
+    ctx->log_level = config->log_level;
+    ctx->log_fn = config->log_fn;
+    ctx->log_user = config->log_user;
+    ctx->comm = MPI_COMM_NULL;
+    ctx->ctl_comm = MPI_COMM_NULL;
+    pthread_mutex_init(&ctx->pending_lock, NULL);
+    pthread_cond_init(&ctx->pending_done, NULL);
+    *out = ctx;
+    return TSL_OK;
+}
+
+static void context_free(struct tsl_context *ctx)
+{
+    pthread_mutex_destroy(&ctx->pending_lock);
+    pthread_cond_destroy(&ctx->pending_done);
+    free(ctx->scheduler);
+    free(ctx->tensors);
+    free(ctx);
+}
+
+/* Common tail of create and attach: communicators, rank, size. */
+static tsl_status context_bind_comm(struct tsl_context *ctx, MPI_Comm comm)
+{
+    ctx->comm = comm;
+    if (MPI_Comm_dup(comm, &ctx->ctl_comm) != MPI_SUCCESS)
+        return tsl_error(NULL, TSL_ERR_RUNTIME, "context: MPI_Comm_dup failed");
+    MPI_Comm_rank(comm, &ctx->rank);
+    MPI_Comm_size(comm, &ctx->size);
+    tsl_codelet_rank = ctx->rank;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *config)
+{
+    if (!out)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_create: ctx is NULL");
+    *out = NULL;
+    tsl_context_config defaults;
+    if (!config) {
+        tsl_context_config_init(&defaults);
+        config = &defaults;
+    }
+    tsl_status st = check_config(config, "tsl_context_create");
+    if (st)
+        return st;
+    if (starpu_is_initialized())
+        return tsl_error(NULL, TSL_ERR_STATE,
+                         "tsl_context_create: StarPU is already running in this process; "
+                         "use tsl_context_attach() to embed tessel");
+
+    int mpi_initialized = 0, mpi_finalized = 0;
+    MPI_Initialized(&mpi_initialized);
+    MPI_Finalized(&mpi_finalized);
+    if (mpi_finalized)
+        return tsl_error(NULL, TSL_ERR_STATE,
+                         "tsl_context_create: MPI was already finalised in this process");
+
+    struct tsl_context *ctx;
+    st = context_alloc(config, &ctx);
+    if (st)
+        return st;
+    ctx->owns_runtime = 1;
+
+    if (!mpi_initialized) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+            context_free(ctx);
+            return tsl_error(NULL, TSL_ERR_RUNTIME, "tsl_context_create: MPI_Init_thread failed");
+        }
+        ctx->finalize_mpi = 1;
+    }
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    int world_size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (world_size > 1 && provided < MPI_THREAD_MULTIPLE) {
+        if (ctx->finalize_mpi)
+            MPI_Finalize();
+        context_free(ctx);
+        return tsl_error(NULL, TSL_ERR_RUNTIME,
+                         "tsl_context_create: MPI provides thread level %d, tessel needs "
+                         "MPI_THREAD_MULTIPLE with more than one rank",
+                         provided);
+    }
+
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    if (config->ncpu >= 0)
+        conf.ncpus = config->ncpu;
+    if (config->ncuda >= 0)
+        conf.ncuda = config->ncuda;
+    conf.nopencl = 0;
+    if (config->scheduler) {
+        ctx->scheduler = strdup(config->scheduler);
+        conf.sched_policy_name = ctx->scheduler;
+    }
+    int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf);
+    if (ret != 0) {
+        if (ctx->finalize_mpi)
+            MPI_Finalize();
+        context_free(ctx);
+        return tsl_error(NULL, TSL_ERR_RUNTIME,
+                         "tsl_context_create: starpu_mpi_init_conf failed (%d%s)", ret,
+                         ret == -ENODEV ? ": no worker available" : "");
+    }
+    st = context_bind_comm(ctx, MPI_COMM_WORLD);
+    if (st) {
+        starpu_mpi_shutdown();
+        if (ctx->finalize_mpi)
+            MPI_Finalize();
+        context_free(ctx);
+        return st;
+    }
+    const char *sched_name = "unknown";
+    tsl_context_scheduler(ctx, &sched_name);
+    tsl_log(ctx, TSL_LOG_INFO, "context created: %d ranks, %u workers, scheduler %s", ctx->size,
+            starpu_worker_get_count(), sched_name);
+    *out = ctx;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_attach(tsl_context_t *out, MPI_Comm comm, const tsl_context_config *config)
+{
+    if (!out)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_attach: ctx is NULL");
+    *out = NULL;
+    tsl_context_config defaults;
+    if (!config) {
+        tsl_context_config_init(&defaults);
+        config = &defaults;
+    }
+    tsl_status st = check_config(config, "tsl_context_attach");
+    if (st)
+        return st;
+    if (config->ncpu != -1 || config->ncuda != -1 || config->scheduler)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_context_attach: workers and scheduler belong to the host's "
+                         "StarPU; leave ncpu, ncuda and scheduler at their defaults");
+    int mpi_initialized = 0, mpi_finalized = 0;
+    MPI_Initialized(&mpi_initialized);
+    MPI_Finalized(&mpi_finalized);
+    if (!mpi_initialized || mpi_finalized)
+        return tsl_error(NULL, TSL_ERR_STATE, "tsl_context_attach: MPI is not running");
+    if (comm == MPI_COMM_NULL)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_attach: comm is MPI_COMM_NULL");
+    if (!starpu_is_initialized())
+        return tsl_error(NULL, TSL_ERR_STATE,
+                         "tsl_context_attach: StarPU is not running; start StarPU and "
+                         "StarPU-MPI first, or use tsl_context_create()");
+    int comm_size = 1, provided = 0;
+    MPI_Comm_size(comm, &comm_size);
+    MPI_Query_thread(&provided);
+    if (comm_size > 1 && provided < MPI_THREAD_MULTIPLE)
+        return tsl_error(NULL, TSL_ERR_STATE,
+                         "tsl_context_attach: MPI thread level %d; tessel needs "
+                         "MPI_THREAD_MULTIPLE on a communicator of more than one rank",
+                         provided);
+    struct tsl_context *ctx;
+    st = context_alloc(config, &ctx);
+    if (st)
+        return st;
+    st = context_bind_comm(ctx, comm);
+    if (st) {
+        context_free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_wait(tsl_context_t ctx)
+{
+    if (!ctx)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_wait: ctx is NULL");
+    pthread_mutex_lock(&ctx->pending_lock);
+    while (ctx->pending_tasks > 0)
+        pthread_cond_wait(&ctx->pending_done, &ctx->pending_lock);
+    pthread_mutex_unlock(&ctx->pending_lock);
+    if (MPI_Barrier(ctx->ctl_comm) != MPI_SUCCESS)
+        return tsl_error(ctx, TSL_ERR_RUNTIME, "tsl_context_wait: MPI_Barrier failed");
+    return TSL_OK;
+}
+
+tsl_status tsl_context_destroy(tsl_context_t ctx)
+{
+    if (!ctx)
+        return TSL_OK;
+    if (ctx->ntensors > 0)
+        tsl_log(ctx, TSL_LOG_WARN, "tsl_context_destroy: %lld tensors still alive, destroying them",
+                (long long)ctx->ntensors);
+    while (ctx->ntensors > 0)
+        tsl_tensor_destroy(ctx->tensors[ctx->ntensors - 1]);
+    tsl_status st = tsl_context_wait(ctx);
+    if (ctx->ctl_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&ctx->ctl_comm);
+    if (ctx->owns_runtime) {
+        starpu_mpi_shutdown();
+        if (ctx->finalize_mpi)
+            MPI_Finalize();
+    }
+    tsl_codelet_rank = -1;
+    context_free(ctx);
+    return st;
+}
+
+#define CHECK_CTX(ctx, out, fn)                                                                  \
+    do {                                                                                         \
+        if (!(ctx))                                                                              \
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, fn ": ctx is NULL");                     \
+        if (!(out))                                                                              \
+            return tsl_error((ctx), TSL_ERR_INVALID_ARG, fn ": output pointer is NULL");         \
+    } while (0)
+
+tsl_status tsl_context_rank(tsl_context_t ctx, int32_t *rank)
+{
+    CHECK_CTX(ctx, rank, "tsl_context_rank");
+    *rank = ctx->rank;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_size(tsl_context_t ctx, int32_t *size)
+{
+    CHECK_CTX(ctx, size, "tsl_context_size");
+    *size = ctx->size;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_worker_count(tsl_context_t ctx, tsl_worker_kind kind, int32_t *count)
+{
+    CHECK_CTX(ctx, count, "tsl_context_worker_count");
+    switch (kind) {
+    case TSL_WORKER_CPU:
+        *count = (int32_t)starpu_cpu_worker_get_count();
+        return TSL_OK;
+    case TSL_WORKER_CUDA:
+        *count = (int32_t)starpu_cuda_worker_get_count();
+        return TSL_OK;
+    case TSL_WORKER_ANY:
+        *count = (int32_t)starpu_worker_get_count();
+        return TSL_OK;
+    }
+    return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_worker_count: unknown worker kind %d",
+                     (int)kind);
+}
+
+tsl_status tsl_context_owns_runtime(tsl_context_t ctx, int32_t *owns)
+{
+    CHECK_CTX(ctx, owns, "tsl_context_owns_runtime");
+    *owns = ctx->owns_runtime;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name)
+{
+    CHECK_CTX(ctx, name, "tsl_context_scheduler");
+    struct starpu_sched_policy *policy = starpu_sched_ctx_get_sched_policy(0);
+    *name = policy && policy->policy_name ? policy->policy_name : "unknown";
+    return TSL_OK;
+}
+
+tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes)
+{
+    CHECK_CTX(ctx, bytes, "tsl_context_owned_bytes");
+    *bytes = ctx->owned_bytes;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used)
+{
+    CHECK_CTX(ctx, used, "tsl_context_tags_used");
+    *used = ctx->tags_used;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_set_log_level(tsl_context_t ctx, tsl_log_level level)
+{
+    if (!ctx)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_set_log_level: ctx is NULL");
+    if (level < TSL_LOG_ERROR || level > TSL_LOG_DEBUG)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_set_log_level: level %d",
+                         (int)level);
+    ctx->log_level = level;
+    return TSL_OK;
+}
+
+const char *tsl_context_last_error(tsl_context_t ctx)
+{
+    return ctx ? ctx->last_error : tsl_last_error();
+}
+
+tsl_status tsl_context_comm(tsl_context_t ctx, MPI_Comm *comm)
+{
+    CHECK_CTX(ctx, comm, "tsl_context_comm");
+    *comm = ctx->comm;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_next_tag(struct tsl_context *ctx, int64_t *tag)
+{
+    if (ctx->tags_used >= ctx->tag_count)
+        return tsl_error(ctx, TSL_ERR_RESOURCE,
+                         "StarPU-MPI tag range exhausted: all %lld tags from %lld on are used; "
+                         "give the context a larger tag_count",
+                         (long long)ctx->tag_count, (long long)ctx->tag_base);
+    *tag = ctx->tag_base + ctx->tags_used;
+    ctx->tags_used++;
+    return TSL_OK;
+}
+
+void tsl_context_track_tensor(struct tsl_context *ctx, struct tsl_tensor *tensor)
+{
+    if (ctx->ntensors == ctx->tensors_cap) {
+        int64_t cap = ctx->tensors_cap ? 2 * ctx->tensors_cap : 16;
+        struct tsl_tensor **grown = realloc(ctx->tensors, (size_t)cap * sizeof *grown);
+        if (!grown) /* the tensor still works; it just is not destroyed with the context */
+            return;
+        ctx->tensors = grown;
+        ctx->tensors_cap = cap;
+    }
+    ctx->tensors[ctx->ntensors++] = tensor;
+}
+
+void tsl_context_untrack_tensor(struct tsl_context *ctx, struct tsl_tensor *tensor)
+{
+    for (int64_t i = ctx->ntensors - 1; i >= 0; i--) {
+        if (ctx->tensors[i] == tensor) {
+            ctx->tensors[i] = ctx->tensors[ctx->ntensors - 1];
+            ctx->ntensors--;
+            return;
+        }
+    }
+}
+
+tsl_status tsl_context_agree(struct tsl_context *ctx, int root, tsl_status status)
+{
+    int value = (int)status;
+    if (MPI_Bcast(&value, 1, MPI_INT, root, ctx->ctl_comm) != MPI_SUCCESS)
+        return tsl_error(ctx, TSL_ERR_RUNTIME, "MPI_Bcast of a status failed");
+    if (value == TSL_OK)
+        return TSL_OK;
+    char message[TSL_ERROR_MAX];
+    if (ctx->rank == root)
+        snprintf(message, sizeof message, "%s", ctx->last_error);
+    MPI_Bcast(message, (int)sizeof message, MPI_CHAR, root, ctx->ctl_comm);
+    message[sizeof message - 1] = '\0';
+    if (ctx->rank != root)
+        tsl_error_set_message(ctx, message);
+    return (tsl_status)value;
+}

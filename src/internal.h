@@ -1,0 +1,121 @@
+/* Internal declarations shared by src/: context and tensor structs, errors, logging,
+ * tag allocation and the tile-task helper. Never installed. */
+#ifndef TESSEL_SRC_INTERNAL_H
+#define TESSEL_SRC_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <starpu.h>
+#include <starpu_mpi.h>
+
+#include "error.h"
+#include "tessel/context.h"
+#include "tessel/io.h"
+#include "tessel/tensor.h"
+
+#define TSL_ERROR_MAX 512
+
+struct tsl_tensor;
+
+struct tsl_context {
+    int owns_runtime;  /* initialised StarPU + StarPU-MPI, shuts them down */
+    int finalize_mpi;  /* initialised MPI, finalises it */
+    MPI_Comm comm;     /* StarPU-MPI transfers (WORLD when owning, the host's otherwise) */
+    MPI_Comm ctl_comm; /* duplicate for tessel's own control messages (bcast, barrier) */
+    int rank;
+    int size;
+    char *scheduler;
+    int64_t tag_base;
+    int64_t tag_count;
+    int64_t tags_used;
+    int64_t owned_bytes;
+    tsl_log_level log_level;
+    tsl_log_fn log_fn;
+    void *log_user;
+    char last_error[TSL_ERROR_MAX];
+
+    /* Tasks submitted on this rank and not finished yet: tsl_context_wait() waits on
+     * this counter, never on StarPU's global task list (DESIGN rule 9). */
+    pthread_mutex_t pending_lock;
+    pthread_cond_t pending_done;
+    int64_t pending_tasks;
+
+    /* Live tensors, destroyed with the context if the user forgot them. */
+    struct tsl_tensor **tensors;
+    int64_t ntensors;
+    int64_t tensors_cap;
+};
+
+struct tsl_tensor {
+    struct tsl_context *ctx;
+    tsl_dtype dtype;
+    size_t elem_size;
+    tsl_shape shape;
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    int64_t ntiles;
+    int32_t *tile_owner;            /* [ntiles] */
+    starpu_data_handle_t *handles;  /* [ntiles] */
+    void **tile_memory;             /* [ntiles]: allocated by tessel for owned tiles */
+    int64_t owned_bytes;
+};
+
+/* ---- context (context.c) ---- */
+
+/* Next StarPU-MPI data tag of the context's range; TSL_ERR_RESOURCE when exhausted.
+ * Collective in effect: every rank allocates tags in the same order. */
+tsl_status tsl_context_next_tag(struct tsl_context *ctx, int64_t *tag);
+
+void tsl_context_track_tensor(struct tsl_context *ctx, struct tsl_tensor *tensor);
+void tsl_context_untrack_tensor(struct tsl_context *ctx, struct tsl_tensor *tensor);
+
+/* Agree on a status across ranks: every rank returns the status of `root` and, when it is
+ * an error, root's message. Used after a step only root can do (file I/O). */
+tsl_status tsl_context_agree(struct tsl_context *ctx, int root, tsl_status status);
+
+/* ---- tile tasks (task.c) ---- */
+
+#define TSL_TASK_MAX_HANDLES 8
+
+/* One tile task: the codelet, a small argument struct copied into the task, the handles
+ * with their access modes, the flop count for STARPU_FLOPS, and a priority. */
+typedef struct tsl_task_desc {
+    struct starpu_codelet *codelet;
+    const void *args;
+    size_t args_size;
+    int nhandles;
+    starpu_data_handle_t handles[TSL_TASK_MAX_HANDLES];
+    enum starpu_data_access_mode modes[TSL_TASK_MAX_HANDLES];
+    double flops;
+    int priority;
+    const char *name;
+} tsl_task_desc;
+
+/* Submit a tile task with starpu_mpi_task_insert semantics: the owner of the written
+ * handle runs it, StarPU-MPI moves what it reads. Counts it in ctx->pending_tasks. */
+tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc);
+
+/* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
+ * (StarPU allocates it where a task first needs it). */
+tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,
+                                    int owner, starpu_data_handle_t *handle);
+
+/* Drop a temporary handle once its last task is submitted: flushes StarPU-MPI's cached
+ * copies and unregisters it asynchronously. */
+void tsl_temp_handle_release(struct tsl_context *ctx, starpu_data_handle_t handle);
+
+/* ---- tensors (tensor.c) ---- */
+
+/* Validate a tensor argument: non-NULL. */
+tsl_status tsl_tensor_check(struct tsl_tensor *tensor, const char *what);
+
+/* Global C-order strides of the tensor's shape, in elements. */
+void tsl_shape_strides(const tsl_shape *shape, int64_t strides[TSL_MAX_DIMS]);
+
+/* Start and extent of tile `index` along every dimension (unused dims: 0 and 1). */
+void tsl_tensor_tile_box(const struct tsl_tensor *tensor, int64_t index,
+                         int64_t start[TSL_MAX_DIMS], int64_t extent[TSL_MAX_DIMS]);
+
+int64_t tsl_tensor_tile_numel(const struct tsl_tensor *tensor, int64_t index);
+
+#endif /* TESSEL_SRC_INTERNAL_H */

@@ -1,0 +1,183 @@
+/* Elementwise tensor ops and the exact sum, lowered to tile tasks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codelets/tile_ops.h"
+#include "internal.h"
+
+static tsl_status check_float(tsl_tensor_t t, const char *fn)
+{
+    if (t->dtype != TSL_F32 && t->dtype != TSL_F64)
+        return tsl_error(t->ctx, TSL_ERR_DTYPE, "%s: needs f32 or f64, not %s", fn,
+                         tsl_dtype_name(t->dtype));
+    return TSL_OK;
+}
+
+/* Same context, dtype, shape and tile grid (owners may differ). */
+static tsl_status check_same_layout(tsl_tensor_t a, tsl_tensor_t b, const char *fn)
+{
+    if (a->ctx != b->ctx)
+        return tsl_error(a->ctx, TSL_ERR_INVALID_ARG, "%s: tensors belong to different contexts",
+                         fn);
+    if (a->dtype != b->dtype)
+        return tsl_error(a->ctx, TSL_ERR_DTYPE, "%s: dtypes %s and %s differ", fn,
+                         tsl_dtype_name(a->dtype), tsl_dtype_name(b->dtype));
+    if (a->shape.ndim != b->shape.ndim ||
+        memcmp(a->shape.dims, b->shape.dims, sizeof a->shape.dims) != 0)
+        return tsl_error(a->ctx, TSL_ERR_SHAPE, "%s: shapes differ", fn);
+    if (memcmp(a->grid.splits, b->grid.splits, sizeof a->grid.splits) != 0)
+        return tsl_error(a->ctx, TSL_ERR_SHAPE,
+                         "%s: tile grids differ (use tsl_tensor_redistribute first)", fn);
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_scale(tsl_tensor_t x, double alpha)
+{
+    tsl_status st = tsl_tensor_check(x, "tsl_tensor_scale");
+    if (st || (st = check_float(x, "tsl_tensor_scale")))
+        return st;
+    for (int64_t i = 0; i < x->ntiles; i++) {
+        int64_t count = tsl_tensor_tile_numel(x, i);
+        tsl_elementwise_args args = {.dtype = x->dtype, .count = count, .alpha = alpha};
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_scale,
+            .args = &args,
+            .args_size = sizeof args,
+            .nhandles = 1,
+            .handles = {x->handles[i]},
+            .modes = {STARPU_RW},
+            .flops = (double)count,
+        };
+        if ((st = tsl_task_submit(x->ctx, &desc)))
+            return st;
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
+{
+    tsl_status st = tsl_tensor_check(y, "tsl_tensor_axpy");
+    if (st || (st = tsl_tensor_check(x, "tsl_tensor_axpy")) ||
+        (st = check_same_layout(y, x, "tsl_tensor_axpy")) || (st = check_float(y, "tsl_tensor_axpy")))
+        return st;
+    if (x == y)
+        return tsl_tensor_scale(y, 1.0 + alpha);
+    for (int64_t i = 0; i < y->ntiles; i++) {
+        int64_t count = tsl_tensor_tile_numel(y, i);
+        tsl_elementwise_args args = {.dtype = y->dtype, .count = count, .alpha = alpha};
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_axpy,
+            .args = &args,
+            .args_size = sizeof args,
+            .nhandles = 2,
+            .handles = {x->handles[i], y->handles[i]},
+            .modes = {STARPU_R, STARPU_RW},
+            .flops = 2.0 * (double)count,
+        };
+        if ((st = tsl_task_submit(y->ctx, &desc)))
+            return st;
+        if (x->tile_owner[i] != y->tile_owner[i])
+            starpu_mpi_cache_flush(y->ctx->comm, x->handles[i]);
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
+{
+    tsl_status st = tsl_tensor_check(dst, "tsl_tensor_add");
+    if (st || (st = tsl_tensor_check(a, "tsl_tensor_add")) ||
+        (st = tsl_tensor_check(b, "tsl_tensor_add")) ||
+        (st = check_same_layout(dst, a, "tsl_tensor_add")) ||
+        (st = check_same_layout(dst, b, "tsl_tensor_add")) ||
+        (st = check_float(dst, "tsl_tensor_add")))
+        return st;
+    for (int64_t i = 0; i < dst->ntiles; i++) {
+        int64_t count = tsl_tensor_tile_numel(dst, i);
+        tsl_elementwise_args args = {.dtype = dst->dtype, .count = count, .alpha = 1.0};
+        /* dst may alias a or b: then it is read and written by the same task. */
+        int aliased = dst == a || dst == b;
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_add,
+            .args = &args,
+            .args_size = sizeof args,
+            .nhandles = 3,
+            .handles = {a->handles[i], b->handles[i], dst->handles[i]},
+            .modes = {STARPU_R, STARPU_R, aliased ? STARPU_RW : STARPU_W},
+            .flops = (double)count,
+        };
+        if ((st = tsl_task_submit(dst->ctx, &desc)))
+            return st;
+        if (a != dst && a->tile_owner[i] != dst->tile_owner[i])
+            starpu_mpi_cache_flush(dst->ctx->comm, a->handles[i]);
+        if (b != dst && b != a && b->tile_owner[i] != dst->tile_owner[i])
+            starpu_mpi_cache_flush(dst->ctx->comm, b->handles[i]);
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_sum(tsl_tensor_t t, double *sum)
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_sum");
+    if (st)
+        return st;
+    struct tsl_context *ctx = t->ctx;
+    if (!sum)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_sum: sum is NULL");
+    if (t->dtype == TSL_I64)
+        return tsl_error(ctx, TSL_ERR_DTYPE,
+                         "tsl_tensor_sum: i64 elements may not be exact as doubles; convert first");
+    if (ctx->tag_count - ctx->tags_used < t->ntiles)
+        return tsl_error(ctx, TSL_ERR_RESOURCE, "tsl_tensor_sum: StarPU-MPI tags exhausted");
+    starpu_data_handle_t *acc = calloc((size_t)t->ntiles, sizeof *acc);
+    if (!acc)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_tensor_sum: out of memory");
+    const int64_t acc_words = (int64_t)(sizeof(tsl_acc) / sizeof(int64_t));
+    _Static_assert(sizeof(tsl_acc) % sizeof(int64_t) == 0, "accumulator is whole words");
+
+    /* One accumulator per tile, on the tile's owner. */
+    for (int64_t i = 0; i < t->ntiles && !st; i++) {
+        if ((st = tsl_temp_handle_register(ctx, acc_words, sizeof(int64_t), t->tile_owner[i],
+                                           &acc[i])))
+            break;
+        tsl_sum_args args = {.dtype = t->dtype, .count = tsl_tensor_tile_numel(t, i)};
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_sum_partial,
+            .args = &args,
+            .args_size = sizeof args,
+            .nhandles = 2,
+            .handles = {t->handles[i], acc[i]},
+            .modes = {STARPU_R, STARPU_W},
+            .flops = (double)args.count,
+        };
+        st = tsl_task_submit(ctx, &desc);
+    }
+    /* Pairwise merge tree: level by level, acc[i] absorbs acc[i + step]. */
+    for (int64_t step = 1; step < t->ntiles && !st; step *= 2) {
+        for (int64_t i = 0; i + step < t->ntiles && !st; i += 2 * step) {
+            char unused = 0;
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_sum_merge,
+                .args = &unused,
+                .args_size = sizeof unused,
+                .nhandles = 2,
+                .handles = {acc[i + step], acc[i]},
+                .modes = {STARPU_R, STARPU_RW},
+                .flops = TSL_ACC_LIMBS,
+            };
+            st = tsl_task_submit(ctx, &desc);
+            tsl_temp_handle_release(ctx, acc[i + step]);
+            acc[i + step] = NULL;
+        }
+    }
+    if (!st) {
+        starpu_mpi_get_data_on_all_nodes_detached(ctx->comm, acc[0]);
+        starpu_data_acquire(acc[0], STARPU_R);
+        *sum = tsl_acc_round((const tsl_acc *)starpu_data_get_local_ptr(acc[0]));
+        starpu_data_release(acc[0]);
+    }
+    for (int64_t i = 0; i < t->ntiles; i++)
+        if (acc[i])
+            tsl_temp_handle_release(ctx, acc[i]);
+    free(acc);
+    return st;
+}

@@ -1,0 +1,71 @@
+/* The one place tile tasks are submitted: starpu_mpi_task_build / submit / post_build, so
+ * that every task this rank runs is counted (tsl_context_wait) and every call looks alike. */
+#include <string.h>
+
+#include "internal.h"
+
+static void task_done(void *arg)
+{
+    struct tsl_context *ctx = arg;
+    pthread_mutex_lock(&ctx->pending_lock);
+    if (--ctx->pending_tasks == 0)
+        pthread_cond_broadcast(&ctx->pending_done);
+    pthread_mutex_unlock(&ctx->pending_lock);
+}
+
+/* The same argument list goes to the build and post-build calls. */
+#define TASK_ARGS(desc, descrs)                                                                  \
+    STARPU_VALUE, (desc)->args, (desc)->args_size, STARPU_DATA_MODE_ARRAY, (descrs),             \
+        (desc)->nhandles, STARPU_FLOPS, (desc)->flops, STARPU_PRIORITY, (desc)->priority,        \
+        STARPU_NAME, (desc)->name ? (desc)->name : (desc)->codelet->name,                        \
+        STARPU_CALLBACK_WITH_ARG_NFREE, task_done, ctx, 0
+
+tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
+{
+    if (desc->nhandles < 1 || desc->nhandles > TSL_TASK_MAX_HANDLES || !desc->args ||
+        desc->args_size == 0)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "internal: malformed task description");
+    struct starpu_data_descr descrs[TSL_TASK_MAX_HANDLES];
+    for (int i = 0; i < desc->nhandles; i++) {
+        descrs[i].handle = desc->handles[i];
+        descrs[i].mode = desc->modes[i];
+    }
+    struct starpu_task *task = starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
+    if (task) {
+        pthread_mutex_lock(&ctx->pending_lock);
+        ctx->pending_tasks++;
+        pthread_mutex_unlock(&ctx->pending_lock);
+        int ret = starpu_task_submit(task);
+        if (ret != 0) {
+            task_done(ctx);
+            return tsl_error(ctx, TSL_ERR_RUNTIME, "starpu_task_submit(%s) failed: %d",
+                             desc->codelet->name, ret);
+        }
+    }
+    int ret = starpu_mpi_task_post_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
+    if (ret != 0)
+        return tsl_error(ctx, TSL_ERR_RUNTIME, "starpu_mpi_task_post_build(%s) failed: %d",
+                         desc->codelet->name, ret);
+    return TSL_OK;
+}
+
+tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,
+                                    int owner, starpu_data_handle_t *handle)
+{
+    int64_t tag;
+    tsl_status st = tsl_context_next_tag(ctx, &tag);
+    if (st)
+        return st;
+    if (count < 1 || count > (int64_t)UINT32_MAX)
+        return tsl_error(ctx, TSL_ERR_SHAPE, "internal: temporary buffer of %lld elements",
+                         (long long)count);
+    starpu_vector_data_register(handle, -1, 0, (uint32_t)count, elem_size);
+    starpu_mpi_data_register_comm(*handle, tag, owner, ctx->comm);
+    return TSL_OK;
+}
+
+void tsl_temp_handle_release(struct tsl_context *ctx, starpu_data_handle_t handle)
+{
+    starpu_mpi_cache_flush(ctx->comm, handle);
+    starpu_data_unregister_submit(handle);
+}

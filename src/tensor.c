@@ -1,0 +1,641 @@
+/* Tiled tensors: creation with owner maps, scatter/gather, fills, redistribution. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codelets/tile_ops.h"
+#include "internal.h"
+#include "tessel/starpu.h"
+
+tsl_status tsl_tensor_check(struct tsl_tensor *tensor, const char *what)
+{
+    if (!tensor)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: tensor is NULL", what);
+    return TSL_OK;
+}
+
+void tsl_shape_strides(const tsl_shape *shape, int64_t strides[TSL_MAX_DIMS])
+{
+    int64_t stride = 1;
+    for (int d = TSL_MAX_DIMS - 1; d >= 0; d--) {
+        strides[d] = d < shape->ndim ? stride : 0;
+        if (d < shape->ndim)
+            stride *= shape->dims[d];
+    }
+}
+
+/* Row-major tile number -> tile coordinates. */
+static void tile_coords(const struct tsl_tensor *t, int64_t index, int32_t coords[TSL_MAX_DIMS])
+{
+    for (int d = TSL_MAX_DIMS - 1; d >= 0; d--) {
+        if (d >= t->shape.ndim) {
+            coords[d] = 0;
+            continue;
+        }
+        coords[d] = (int32_t)(index % t->grid.splits[d]);
+        index /= t->grid.splits[d];
+    }
+}
+
+void tsl_tensor_tile_box(const struct tsl_tensor *t, int64_t index, int64_t start[TSL_MAX_DIMS],
+                         int64_t extent[TSL_MAX_DIMS])
+{
+    int32_t coords[TSL_MAX_DIMS];
+    tile_coords(t, index, coords);
+    for (int d = 0; d < TSL_MAX_DIMS; d++) {
+        if (d < t->shape.ndim) {
+            tsl_tile_extent(t->shape.dims[d], t->grid.splits[d], coords[d], &start[d], &extent[d]);
+        } else {
+            start[d] = 0;
+            extent[d] = 1;
+        }
+    }
+}
+
+int64_t tsl_tensor_tile_numel(const struct tsl_tensor *t, int64_t index)
+{
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS], numel = 1;
+    tsl_tensor_tile_box(t, index, start, extent);
+    for (int d = 0; d < t->shape.ndim; d++)
+        numel *= extent[d];
+    return numel;
+}
+
+static void tensor_free(struct tsl_tensor *t)
+{
+    free(t->tile_owner);
+    free(t->handles);
+    free(t->tile_memory);
+    free(t);
+}
+
+tsl_status tsl_tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dtype,
+                             const tsl_shape *shape, const tsl_tile_grid *grid,
+                             const tsl_owner_map *owners)
+{
+    if (!out)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_create: tensor is NULL");
+    *out = NULL;
+    if (!ctx)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_tensor_create: ctx is NULL");
+    if (tsl_dtype_size(dtype) == 0)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "tsl_tensor_create: unknown dtype %d", (int)dtype);
+    tsl_status st = tsl_shape_check(shape);
+    if (st)
+        return tsl_error(ctx, st, "tsl_tensor_create: %s", tsl_last_error());
+    tsl_tile_grid single = tsl_tile_grid_single();
+    if (!grid)
+        grid = &single;
+    st = tsl_tile_grid_check(grid, shape);
+    if (st)
+        return tsl_error(ctx, st, "tsl_tensor_create: %s", tsl_last_error());
+    tsl_owner_map block = tsl_owner_block(NULL);
+    if (!owners)
+        owners = &block;
+
+    struct tsl_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_tensor_create: out of memory");
+    t->ctx = ctx;
+    t->dtype = dtype;
+    t->elem_size = tsl_dtype_size(dtype);
+    t->shape = *shape;
+    for (int d = shape->ndim; d < TSL_MAX_DIMS; d++)
+        t->shape.dims[d] = 1;
+    t->grid = *grid;
+    for (int d = shape->ndim; d < TSL_MAX_DIMS; d++)
+        t->grid.splits[d] = 1;
+    t->owners = *owners;
+    t->ntiles = tsl_tile_grid_count(&t->grid, shape->ndim);
+    t->tile_owner = calloc((size_t)t->ntiles, sizeof *t->tile_owner);
+    t->handles = calloc((size_t)t->ntiles, sizeof *t->handles);
+    t->tile_memory = calloc((size_t)t->ntiles, sizeof *t->tile_memory);
+    if (!t->tile_owner || !t->handles || !t->tile_memory) {
+        tensor_free(t);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_tensor_create: out of memory");
+    }
+    /* Validate everything before registering anything, so a failure leaves no trace. */
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        int32_t coords[TSL_MAX_DIMS];
+        tile_coords(t, i, coords);
+        st = tsl_owner_map_rank(owners, coords, shape->ndim, &t->grid, ctx->size,
+                                &t->tile_owner[i]);
+        if (st) {
+            tensor_free(t);
+            return tsl_error(ctx, st, "tsl_tensor_create: %s", tsl_last_error());
+        }
+        if (tsl_tensor_tile_numel(t, i) > (int64_t)UINT32_MAX) {
+            tensor_free(t);
+            return tsl_error(ctx, TSL_ERR_SHAPE,
+                             "tsl_tensor_create: tile %lld has more than 2^32 elements; use a "
+                             "finer tile grid",
+                             (long long)i);
+        }
+    }
+    if (ctx->tag_count - ctx->tags_used < t->ntiles) {
+        int64_t ntiles = t->ntiles;
+        tensor_free(t);
+        return tsl_error(ctx, TSL_ERR_RESOURCE,
+                         "tsl_tensor_create: %lld tiles need as many StarPU-MPI tags, %lld left "
+                         "in the context's range",
+                         (long long)ntiles, (long long)(ctx->tag_count - ctx->tags_used));
+    }
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        int64_t numel = tsl_tensor_tile_numel(t, i);
+        size_t bytes = (size_t)numel * t->elem_size;
+        if (t->tile_owner[i] == ctx->rank) {
+            void *memory = NULL;
+            if (starpu_malloc(&memory, bytes) != 0 || !memory) {
+                for (int64_t j = 0; j < i; j++) {
+                    starpu_data_unregister(t->handles[j]);
+                    if (t->tile_memory[j])
+                        starpu_free(t->tile_memory[j]);
+                }
+                tensor_free(t);
+                return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY,
+                                 "tsl_tensor_create: cannot allocate a tile of %zu bytes", bytes);
+            }
+            memset(memory, 0, bytes);
+            t->tile_memory[i] = memory;
+            t->owned_bytes += (int64_t)bytes;
+            starpu_vector_data_register(&t->handles[i], STARPU_MAIN_RAM, (uintptr_t)memory,
+                                        (uint32_t)numel, t->elem_size);
+        } else {
+            starpu_vector_data_register(&t->handles[i], -1, 0, (uint32_t)numel, t->elem_size);
+        }
+        int64_t tag;
+        tsl_context_next_tag(ctx, &tag); /* cannot fail: checked above */
+        starpu_mpi_data_register_comm(t->handles[i], tag, t->tile_owner[i], ctx->comm);
+    }
+    ctx->owned_bytes += t->owned_bytes;
+    tsl_context_track_tensor(ctx, t);
+    *out = t;
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_destroy(tsl_tensor_t t)
+{
+    if (!t)
+        return TSL_OK;
+    struct tsl_context *ctx = t->ctx;
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        starpu_mpi_cache_flush(ctx->comm, t->handles[i]);
+        starpu_data_unregister(t->handles[i]);
+        if (t->tile_memory[i])
+            starpu_free(t->tile_memory[i]);
+    }
+    ctx->owned_bytes -= t->owned_bytes;
+    tsl_context_untrack_tensor(ctx, t);
+    tensor_free(t);
+    return TSL_OK;
+}
+
+#define CHECK_OUT(t, out, fn)                                                                    \
+    do {                                                                                         \
+        tsl_status check_st = tsl_tensor_check((t), fn);                                         \
+        if (check_st)                                                                            \
+            return check_st;                                                                     \
+        if (!(out))                                                                              \
+            return tsl_error((t)->ctx, TSL_ERR_INVALID_ARG, fn ": output pointer is NULL");      \
+    } while (0)
+
+tsl_status tsl_tensor_shape(tsl_tensor_t t, tsl_shape *shape)
+{
+    CHECK_OUT(t, shape, "tsl_tensor_shape");
+    *shape = t->shape;
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_dtype(tsl_tensor_t t, tsl_dtype *dtype)
+{
+    CHECK_OUT(t, dtype, "tsl_tensor_dtype");
+    *dtype = t->dtype;
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_grid(tsl_tensor_t t, tsl_tile_grid *grid)
+{
+    CHECK_OUT(t, grid, "tsl_tensor_grid");
+    *grid = t->grid;
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_context(tsl_tensor_t t, tsl_context_t *ctx)
+{
+    CHECK_OUT(t, ctx, "tsl_tensor_context");
+    *ctx = t->ctx;
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_tile_count(tsl_tensor_t t, int64_t *count)
+{
+    CHECK_OUT(t, count, "tsl_tensor_tile_count");
+    *count = t->ntiles;
+    return TSL_OK;
+}
+
+static tsl_status check_tile_index(tsl_tensor_t t, int64_t index, const char *fn)
+{
+    if (index < 0 || index >= t->ntiles)
+        return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "%s: tile %lld out of range [0, %lld)", fn,
+                         (long long)index, (long long)t->ntiles);
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_tile_info(tsl_tensor_t t, int64_t index, int32_t coords[TSL_MAX_DIMS],
+                                int32_t *owner, int64_t start[TSL_MAX_DIMS],
+                                int64_t extent[TSL_MAX_DIMS])
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_tile_info");
+    if (st || (st = check_tile_index(t, index, "tsl_tensor_tile_info")))
+        return st;
+    if (coords)
+        tile_coords(t, index, coords);
+    if (owner)
+        *owner = t->tile_owner[index];
+    int64_t s[TSL_MAX_DIMS], e[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(t, index, s, e);
+    if (start)
+        memcpy(start, s, sizeof s);
+    if (extent)
+        memcpy(extent, e, sizeof e);
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_tile_handle(tsl_tensor_t t, int64_t index, starpu_data_handle_t *handle)
+{
+    CHECK_OUT(t, handle, "tsl_tensor_tile_handle");
+    tsl_status st = check_tile_index(t, index, "tsl_tensor_tile_handle");
+    if (st)
+        return st;
+    *handle = t->handles[index];
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_owned_bytes(tsl_tensor_t t, int64_t *bytes)
+{
+    CHECK_OUT(t, bytes, "tsl_tensor_owned_bytes");
+    *bytes = t->owned_bytes;
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_local_tiles(tsl_tensor_t t, int64_t *owned, int64_t *allocated)
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_local_tiles");
+    if (st)
+        return st;
+    if (!owned && !allocated)
+        return tsl_error(t->ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_tensor_local_tiles: both outputs are NULL");
+    int64_t own = 0, alloc = 0;
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        own += t->tile_owner[i] == t->ctx->rank;
+        alloc += starpu_data_test_if_allocated_on_node(t->handles[i], STARPU_MAIN_RAM) != 0;
+    }
+    if (owned)
+        *owned = own;
+    if (allocated)
+        *allocated = alloc;
+    return TSL_OK;
+}
+
+/* Box-copy description between a whole C-order array and one tile of it. */
+static void whole_tile_box(const struct tsl_tensor *t, int64_t index, tsl_box_copy_args *to_tile,
+                           tsl_box_copy_args *to_whole)
+{
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(t, index, start, extent);
+    memset(to_tile, 0, sizeof *to_tile);
+    to_tile->ndim = t->shape.ndim;
+    to_tile->elem_size = (int32_t)t->elem_size;
+    for (int d = 0; d < t->shape.ndim; d++) {
+        to_tile->src_extent[d] = t->shape.dims[d];
+        to_tile->src_offset[d] = start[d];
+        to_tile->dst_extent[d] = extent[d];
+        to_tile->dst_offset[d] = 0;
+        to_tile->box[d] = extent[d];
+    }
+    *to_whole = *to_tile;
+    memcpy(to_whole->src_extent, to_tile->dst_extent, sizeof to_whole->src_extent);
+    memcpy(to_whole->src_offset, to_tile->dst_offset, sizeof to_whole->src_offset);
+    memcpy(to_whole->dst_extent, to_tile->src_extent, sizeof to_whole->dst_extent);
+    memcpy(to_whole->dst_offset, to_tile->src_offset, sizeof to_whole->dst_offset);
+}
+
+static tsl_status check_root(tsl_tensor_t t, int32_t root, const char *fn)
+{
+    if (root < 0 || root >= t->ctx->size)
+        return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "%s: root %d outside [0, %d)", fn, (int)root,
+                         t->ctx->size);
+    return TSL_OK;
+}
+
+static tsl_status submit_copy(struct tsl_context *ctx, starpu_data_handle_t src,
+                              starpu_data_handle_t dst)
+{
+    char unused = 0;
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_copy,
+        .args = &unused,
+        .args_size = sizeof unused,
+        .nhandles = 2,
+        .handles = {src, dst},
+        .modes = {STARPU_R, STARPU_W},
+    };
+    return tsl_task_submit(ctx, &desc);
+}
+
+tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_scatter");
+    if (st || (st = check_root(t, root, "tsl_tensor_scatter")))
+        return st;
+    struct tsl_context *ctx = t->ctx;
+    /* Every rank must learn whether root has data, or ranks would disagree on the tasks. */
+    st = tsl_context_agree(ctx, root,
+                           ctx->rank == root && !src
+                               ? tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                                           "tsl_tensor_scatter: src is NULL on root")
+                               : TSL_OK);
+    if (st)
+        return st;
+    if (ctx->tag_count - ctx->tags_used < t->ntiles)
+        return tsl_error(ctx, TSL_ERR_RESOURCE, "tsl_tensor_scatter: StarPU-MPI tags exhausted");
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        starpu_data_handle_t staging;
+        st = tsl_temp_handle_register(ctx, tsl_tensor_tile_numel(t, i), t->elem_size, root,
+                                      &staging);
+        if (st)
+            return st;
+        if (ctx->rank == root) {
+            tsl_box_copy_args to_tile, to_whole;
+            whole_tile_box(t, i, &to_tile, &to_whole);
+            starpu_data_acquire(staging, STARPU_W);
+            tsl_box_copy(&to_tile, starpu_data_get_local_ptr(staging), src);
+            starpu_data_release(staging);
+        }
+        st = submit_copy(ctx, staging, t->handles[i]);
+        tsl_temp_handle_release(ctx, staging);
+        if (st)
+            return st;
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_gather(tsl_tensor_t t, int32_t root, void *dst)
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_gather");
+    if (st || (st = check_root(t, root, "tsl_tensor_gather")))
+        return st;
+    struct tsl_context *ctx = t->ctx;
+    st = tsl_context_agree(ctx, root,
+                           ctx->rank == root && !dst
+                               ? tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                                           "tsl_tensor_gather: dst is NULL on root")
+                               : TSL_OK);
+    if (st)
+        return st;
+    if (ctx->tag_count - ctx->tags_used < t->ntiles)
+        return tsl_error(ctx, TSL_ERR_RESOURCE, "tsl_tensor_gather: StarPU-MPI tags exhausted");
+    starpu_data_handle_t *staging = NULL;
+    if (ctx->rank == root) {
+        staging = calloc((size_t)t->ntiles, sizeof *staging);
+        if (!staging)
+            return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_tensor_gather: out of memory");
+    }
+    tsl_status failed = TSL_OK;
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        starpu_data_handle_t h;
+        st = tsl_temp_handle_register(ctx, tsl_tensor_tile_numel(t, i), t->elem_size, root, &h);
+        if (st)
+            return st; /* the range was checked above: only an internal error gets here */
+        st = submit_copy(ctx, t->handles[i], h);
+        if (st && !failed)
+            failed = st;
+        starpu_mpi_cache_flush(ctx->comm, t->handles[i]);
+        if (ctx->rank == root)
+            staging[i] = h;
+        else
+            tsl_temp_handle_release(ctx, h);
+    }
+    if (ctx->rank == root) {
+        for (int64_t i = 0; i < t->ntiles; i++) {
+            if (!failed) {
+                tsl_box_copy_args to_tile, to_whole;
+                whole_tile_box(t, i, &to_tile, &to_whole);
+                starpu_data_acquire(staging[i], STARPU_R);
+                tsl_box_copy(&to_whole, dst, starpu_data_get_local_ptr(staging[i]));
+                starpu_data_release(staging[i]);
+            }
+            tsl_temp_handle_release(ctx, staging[i]);
+        }
+        free(staging);
+    }
+    return failed;
+}
+
+static tsl_status fill(tsl_tensor_t t, tsl_fill_mode mode, uint64_t seed, double a, double b,
+                       const char *fn)
+{
+    tsl_status st = tsl_tensor_check(t, fn);
+    if (st)
+        return st;
+    if (!isfinite(a) || !isfinite(b))
+        return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "%s: parameters must be finite", fn);
+    if (mode == TSL_FILL_UNIFORM && a > b)
+        return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "%s: low %g > high %g", fn, a, b);
+    if (mode != TSL_FILL_NORMAL && t->dtype != TSL_F32 && t->dtype != TSL_F64) {
+        /* Integer fills store floor(value): every value drawn must fit the dtype. The
+         * bounds are powers of two, exact as doubles: [lowest, limit). */
+        double lowest = t->dtype == TSL_U8 ? 0.0 : t->dtype == TSL_I32 ? -0x1p31 : -0x1p63;
+        double limit = t->dtype == TSL_U8 ? 256.0 : t->dtype == TSL_I32 ? 0x1p31 : 0x1p63;
+        int fits = mode == TSL_FILL_CONSTANT ? (a >= lowest && a < limit)
+                                             : (a >= lowest && b <= limit);
+        if (!fits)
+            return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "%s: values outside the range of %s", fn,
+                             tsl_dtype_name(t->dtype));
+    }
+    if (mode == TSL_FILL_NORMAL && t->dtype != TSL_F32 && t->dtype != TSL_F64)
+        return tsl_error(t->ctx, TSL_ERR_DTYPE, "%s: normal fill needs f32 or f64, not %s", fn,
+                         tsl_dtype_name(t->dtype));
+    if (mode == TSL_FILL_NORMAL && b < 0)
+        return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "%s: stddev %g < 0", fn, b);
+    tsl_fill_args args;
+    memset(&args, 0, sizeof args);
+    args.dtype = t->dtype;
+    args.mode = mode;
+    args.ndim = t->shape.ndim;
+    args.seed = seed;
+    args.a = a;
+    args.b = b;
+    tsl_shape_strides(&t->shape, args.global_strides);
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        tsl_tensor_tile_box(t, i, args.start, args.extent);
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_fill,
+            .args = &args,
+            .args_size = sizeof args,
+            .nhandles = 1,
+            .handles = {t->handles[i]},
+            .modes = {STARPU_W},
+            .flops = (double)tsl_tensor_tile_numel(t, i),
+        };
+        st = tsl_task_submit(t->ctx, &desc);
+        if (st)
+            return st;
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_fill_constant(tsl_tensor_t t, double value)
+{
+    return fill(t, TSL_FILL_CONSTANT, 0, value, value, "tsl_tensor_fill_constant");
+}
+
+tsl_status tsl_tensor_fill_uniform(tsl_tensor_t t, uint64_t seed, double low, double high)
+{
+    return fill(t, TSL_FILL_UNIFORM, seed, low, high, "tsl_tensor_fill_uniform");
+}
+
+tsl_status tsl_tensor_fill_normal(tsl_tensor_t t, uint64_t seed, double mean, double stddev)
+{
+    return fill(t, TSL_FILL_NORMAL, seed, mean, stddev, "tsl_tensor_fill_normal");
+}
+
+/* First tile along one dimension whose range contains `position`. */
+static int32_t tile_containing(int64_t size, int32_t splits, int64_t position)
+{
+    int32_t low = 0, high = splits - 1;
+    while (low < high) {
+        int32_t mid = (low + high + 1) / 2;
+        int64_t start, extent;
+        tsl_tile_extent(size, splits, mid, &start, &extent);
+        if (start <= position)
+            low = mid;
+        else
+            high = mid - 1;
+    }
+    return low;
+}
+
+tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
+{
+    tsl_status st = tsl_tensor_check(dst, "tsl_tensor_redistribute");
+    if (st || (st = tsl_tensor_check(src, "tsl_tensor_redistribute")))
+        return st;
+    struct tsl_context *ctx = dst->ctx;
+    if (src->ctx != ctx)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_tensor_redistribute: tensors belong to different contexts");
+    if (src == dst)
+        return TSL_OK;
+    if (src->dtype != dst->dtype)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "tsl_tensor_redistribute: dtypes %s and %s differ",
+                         tsl_dtype_name(dst->dtype), tsl_dtype_name(src->dtype));
+    if (src->shape.ndim != dst->shape.ndim ||
+        memcmp(src->shape.dims, dst->shape.dims, sizeof src->shape.dims) != 0)
+        return tsl_error(ctx, TSL_ERR_SHAPE, "tsl_tensor_redistribute: shapes differ");
+    int ndim = dst->shape.ndim;
+    tsl_box_copy_args args;
+    memset(&args, 0, sizeof args);
+    args.ndim = ndim;
+    args.elem_size = (int32_t)dst->elem_size;
+    for (int64_t j = 0; j < dst->ntiles; j++) {
+        int64_t dstart[TSL_MAX_DIMS], dext[TSL_MAX_DIMS];
+        tsl_tensor_tile_box(dst, j, dstart, dext);
+        /* Range of source tiles overlapping destination tile j, per dimension. */
+        int32_t first[TSL_MAX_DIMS], count[TSL_MAX_DIMS];
+        int64_t pairs = 1;
+        for (int d = 0; d < TSL_MAX_DIMS; d++) {
+            if (d >= ndim) {
+                first[d] = 0;
+                count[d] = 1;
+                continue;
+            }
+            first[d] = tile_containing(src->shape.dims[d], src->grid.splits[d], dstart[d]);
+            int32_t last = tile_containing(src->shape.dims[d], src->grid.splits[d],
+                                           dstart[d] + dext[d] - 1);
+            count[d] = last - first[d] + 1;
+            pairs *= count[d];
+        }
+        for (int64_t p = 0; p < pairs; p++) {
+            int64_t rest = p, src_index = 0;
+            int32_t coords[TSL_MAX_DIMS];
+            for (int d = TSL_MAX_DIMS - 1; d >= 0; d--) {
+                coords[d] = first[d] + (int32_t)(rest % count[d]);
+                rest /= count[d];
+            }
+            for (int d = 0; d < ndim; d++)
+                src_index = src_index * src->grid.splits[d] + coords[d];
+            int64_t sstart[TSL_MAX_DIMS], sext[TSL_MAX_DIMS];
+            tsl_tensor_tile_box(src, src_index, sstart, sext);
+            for (int d = 0; d < ndim; d++) {
+                int64_t lo = sstart[d] > dstart[d] ? sstart[d] : dstart[d];
+                int64_t hi_s = sstart[d] + sext[d], hi_d = dstart[d] + dext[d];
+                int64_t hi = hi_s < hi_d ? hi_s : hi_d;
+                args.src_extent[d] = sext[d];
+                args.src_offset[d] = lo - sstart[d];
+                args.dst_extent[d] = dext[d];
+                args.dst_offset[d] = lo - dstart[d];
+                args.box[d] = hi - lo;
+            }
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_box_copy,
+                .args = &args,
+                .args_size = sizeof args,
+                .nhandles = 2,
+                .handles = {src->handles[src_index], dst->handles[j]},
+                /* One source covering the whole destination tile overwrites it. */
+                .modes = {STARPU_R, pairs == 1 ? STARPU_W : STARPU_RW},
+            };
+            st = tsl_task_submit(ctx, &desc);
+            if (st)
+                return st;
+        }
+    }
+    for (int64_t i = 0; i < src->ntiles; i++)
+        starpu_mpi_cache_flush(ctx->comm, src->handles[i]);
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_wait(tsl_tensor_t t)
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_wait");
+    if (st)
+        return st;
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        if (t->tile_owner[i] != t->ctx->rank)
+            continue;
+        if (starpu_data_acquire(t->handles[i], STARPU_R) != 0)
+            return tsl_error(t->ctx, TSL_ERR_RUNTIME, "tsl_tensor_wait: acquire failed");
+        starpu_data_release(t->handles[i]);
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_mark_placement(tsl_tensor_t where)
+{
+    tsl_status st = tsl_tensor_check(where, "tsl_tensor_mark_placement");
+    if (st)
+        return st;
+    if (where->dtype != TSL_I32)
+        return tsl_error(where->ctx, TSL_ERR_DTYPE, "tsl_tensor_mark_placement: needs an i32 "
+                                                    "tensor, not %s",
+                         tsl_dtype_name(where->dtype));
+    for (int64_t i = 0; i < where->ntiles; i++) {
+        tsl_mark_args args = {.rank = where->tile_owner[i],
+                              .count = tsl_tensor_tile_numel(where, i)};
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_mark,
+            .args = &args,
+            .args_size = sizeof args,
+            .nhandles = 1,
+            .handles = {where->handles[i]},
+            .modes = {STARPU_W},
+        };
+        st = tsl_task_submit(where->ctx, &desc);
+        if (st)
+            return st;
+    }
+    return TSL_OK;
+}
