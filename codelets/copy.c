@@ -61,8 +61,8 @@ static void copy_cpu(void *buffers[], void *cl_arg)
     size_t src_bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     size_t dst_bytes = STARPU_VECTOR_GET_NX(buffers[1]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[1]);
     TSL_CODELET_CHECK(src_bytes == dst_bytes, "copy between buffers of different sizes");
-    memcpy((void *)STARPU_VECTOR_GET_PTR(buffers[1]), (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
-           src_bytes);
+    memcpy((void *)STARPU_VECTOR_GET_PTR(buffers[1]),
+           (const void *)STARPU_VECTOR_GET_PTR(buffers[0]), src_bytes);
 }
 
 static struct starpu_perfmodel box_copy_model = {

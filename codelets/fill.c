@@ -91,7 +91,8 @@ void tsl_fill_tile(const tsl_fill_args *args, void *tile)
                                    (start[2] + i2) * stride[2] + (start[3] + i3) * stride[3] +
                                    start[4] * stride[4];
                     for (int64_t i4 = 0; i4 < ext[4]; i4++, i++)
-                        store(args, tile, i, tsl_fill_value(args, (uint64_t)(base + i4 * stride[4])));
+                        store(args, tile, i,
+                              tsl_fill_value(args, (uint64_t)(base + i4 * stride[4])));
                 }
 }
 

@@ -16,7 +16,7 @@
 #define DEPOSITS_BEFORE_NORMALIZE ((int64_t)1 << 30)
 #define DOUBLE_BIAS 1074 /* exponent of bit 0 is -1074 */
 
-_Static_assert(TSL_ACC_LIMBS * LIMB_BITS >= 2098 + 2 * LIMB_BITS,
+_Static_assert(TSL_ACC_LIMBS *LIMB_BITS >= 2098 + 2 * LIMB_BITS,
                "accumulator must hold every finite double plus carry headroom");
 
 void tsl_acc_init(tsl_acc *acc)

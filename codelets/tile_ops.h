@@ -43,8 +43,8 @@ typedef struct tsl_fill_args {
     int32_t mode;
     int32_t ndim;
     uint64_t seed;
-    double a; /* constant value, uniform low, normal mean */
-    double b; /* uniform high, normal stddev */
+    double a;                             /* constant value, uniform low, normal mean */
+    double b;                             /* uniform high, normal stddev */
     int64_t global_strides[TSL_MAX_DIMS]; /* C-order strides of the whole tensor */
     int64_t start[TSL_MAX_DIMS];          /* tile start in the whole tensor */
     int64_t extent[TSL_MAX_DIMS];         /* tile size */

@@ -47,8 +47,8 @@ tsl_status tsl_shape_check(const tsl_shape *shape)
     int64_t numel = 1;
     for (int d = 0; d < shape->ndim; d++) {
         if (shape->dims[d] <= 0)
-            return tsl_error(NULL, TSL_ERR_SHAPE, "shape dimension %d has size %lld (want > 0)",
-                             d, (long long)shape->dims[d]);
+            return tsl_error(NULL, TSL_ERR_SHAPE, "shape dimension %d has size %lld (want > 0)", d,
+                             (long long)shape->dims[d]);
         if (numel > INT64_MAX / shape->dims[d])
             return tsl_error(NULL, TSL_ERR_SHAPE, "shape has more than 2^63 elements");
         numel *= shape->dims[d];

@@ -15,7 +15,8 @@ packages=(
     zlib1g-dev
     libcjson-dev
     dataset-fashion-mnist
-    python3
+    python3 python3-numpy
+    clang-format
 )
 
 missing=()

@@ -47,8 +47,7 @@ static tsl_status check_config(const tsl_context_config *config, const char *fn)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: log level %d out of range", fn,
                          (int)config->log_level);
     if (config->scheduler && (config->scheduler[0] == '\0' || strlen(config->scheduler) > 64))
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scheduler name empty or too long",
-                         fn);
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scheduler name empty or too long", fn);
     return TSL_OK;
 }
 
@@ -264,12 +263,12 @@ tsl_status tsl_context_destroy(tsl_context_t ctx)
     return st;
 }
 
-#define CHECK_CTX(ctx, out, fn)                                                                  \
-    do {                                                                                         \
-        if (!(ctx))                                                                              \
-            return tsl_error(NULL, TSL_ERR_INVALID_ARG, fn ": ctx is NULL");                     \
-        if (!(out))                                                                              \
-            return tsl_error((ctx), TSL_ERR_INVALID_ARG, fn ": output pointer is NULL");         \
+#define CHECK_CTX(ctx, out, fn)                                                                    \
+    do {                                                                                           \
+        if (!(ctx))                                                                                \
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, fn ": ctx is NULL");                       \
+        if (!(out))                                                                                \
+            return tsl_error((ctx), TSL_ERR_INVALID_ARG, fn ": output pointer is NULL");           \
     } while (0)
 
 tsl_status tsl_context_rank(tsl_context_t ctx, int32_t *rank)

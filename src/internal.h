@@ -54,9 +54,9 @@ struct tsl_tensor {
     tsl_tile_grid grid;
     tsl_owner_map owners;
     int64_t ntiles;
-    int32_t *tile_owner;            /* [ntiles] */
-    starpu_data_handle_t *handles;  /* [ntiles] */
-    void **tile_memory;             /* [ntiles]: allocated by tessel for owned tiles */
+    int32_t *tile_owner;           /* [ntiles] */
+    starpu_data_handle_t *handles; /* [ntiles] */
+    void **tile_memory;            /* [ntiles]: allocated by tessel for owned tiles */
     int64_t owned_bytes;
 };
 

@@ -4,9 +4,8 @@
 
 #include "internal.h"
 
-tsl_status tsl_tensor_read_npy(tsl_tensor_t *out, tsl_context_t ctx, const char *path,
-                               int32_t root, const tsl_tile_grid *grid,
-                               const tsl_owner_map *owners)
+tsl_status tsl_tensor_read_npy(tsl_tensor_t *out, tsl_context_t ctx, const char *path, int32_t root,
+                               const tsl_tile_grid *grid, const tsl_owner_map *owners)
 {
     if (!out)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_read_npy: tensor is NULL");
@@ -52,8 +51,8 @@ tsl_status tsl_tensor_write_npy(tsl_tensor_t t, const char *path, int32_t root)
         return st;
     struct tsl_context *ctx = t->ctx;
     if (root < 0 || root >= ctx->size)
-        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
-                         "tsl_tensor_write_npy: root %d outside [0, %d)", (int)root, ctx->size);
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_write_npy: root %d outside [0, %d)",
+                         (int)root, ctx->size);
     void *whole = NULL;
     if (ctx->rank == root) {
         if (!path)

@@ -153,8 +153,8 @@ static tsl_status parse_dict(const char *text, size_t len, tsl_npy_header *h)
             while (!accept(&p, ')')) {
                 int64_t v;
                 if (ndim > TSL_MAX_DIMS)
-                    return tsl_error(NULL, TSL_ERR_UNSUPPORTED,
-                                     "npy: more than %d dimensions", TSL_MAX_DIMS);
+                    return tsl_error(NULL, TSL_ERR_UNSUPPORTED, "npy: more than %d dimensions",
+                                     TSL_MAX_DIMS);
                 if (!parse_int(&p, &v))
                     return tsl_error(NULL, TSL_ERR_FORMAT,
                                      "npy: 'shape' holds something other than sizes");
@@ -227,8 +227,8 @@ tsl_status tsl_npy_parse_header(const void *bytes, size_t size, tsl_npy_header *
         if (size < 12)
             return tsl_error(NULL, TSL_ERR_FORMAT, "npy: truncated header");
         prefix = 12;
-        header_len = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) |
-                     ((size_t)b[11] << 24);
+        header_len =
+            (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
     } else {
         return tsl_error(NULL, TSL_ERR_UNSUPPORTED, "npy: format version %d.%d not supported",
                          h.version_major, h.version_minor);
@@ -237,8 +237,7 @@ tsl_status tsl_npy_parse_header(const void *bytes, size_t size, tsl_npy_header *
         return tsl_error(NULL, TSL_ERR_UNSUPPORTED, "npy: format version %d.%d not supported",
                          h.version_major, h.version_minor);
     if (header_len > NPY_MAX_HEADER)
-        return tsl_error(NULL, TSL_ERR_FORMAT, "npy: header length %zu is implausible",
-                         header_len);
+        return tsl_error(NULL, TSL_ERR_FORMAT, "npy: header length %zu is implausible", header_len);
     if (size < prefix + header_len)
         return tsl_error(NULL, TSL_ERR_FORMAT, "npy: truncated header (%zu of %zu bytes)",
                          size - prefix, header_len);
@@ -273,11 +272,17 @@ tsl_status tsl_npy_read(const char *path, tsl_npy_header *header, void **data)
         st = tsl_error(NULL, TSL_ERR_FORMAT, "npy: '%s' is not a .npy file (bad magic)", path);
         goto done;
     }
+    if (prefix[6] < 1 || prefix[6] > 3 || prefix[7] != 0) {
+        st = tsl_error(NULL, TSL_ERR_UNSUPPORTED,
+                       "npy: '%s' has format version %d.%d (want 1.0, "
+                       "2.0 or 3.0)",
+                       path, prefix[6], prefix[7]);
+        goto done;
+    }
     size_t header_len = prefix[6] == 1 ? ((size_t)prefix[8] | ((size_t)prefix[9] << 8))
-                                       : got < 12 ? 0
-                                                  : ((size_t)prefix[8] | ((size_t)prefix[9] << 8) |
-                                                     ((size_t)prefix[10] << 16) |
-                                                     ((size_t)prefix[11] << 24));
+                        : got < 12     ? 0
+                                       : ((size_t)prefix[8] | ((size_t)prefix[9] << 8) |
+                                      ((size_t)prefix[10] << 16) | ((size_t)prefix[11] << 24));
     size_t want = (prefix[6] == 1 ? 10 : 12) + header_len;
     if (header_len > NPY_MAX_HEADER || (off_t)want > file_size) {
         st = tsl_error(NULL, TSL_ERR_FORMAT, "npy: '%s' has a truncated or implausible header",
@@ -362,8 +367,8 @@ tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *sha
     if (st)
         return st;
     char dict[512];
-    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                     descr);
+    int n =
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int d = 0; d < shape->ndim; d++)
         n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld,%s", (long long)shape->dims[d],
                       d + 1 < shape->ndim ? " " : "");

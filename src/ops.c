@@ -58,7 +58,8 @@ tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
 {
     tsl_status st = tsl_tensor_check(y, "tsl_tensor_axpy");
     if (st || (st = tsl_tensor_check(x, "tsl_tensor_axpy")) ||
-        (st = check_same_layout(y, x, "tsl_tensor_axpy")) || (st = check_float(y, "tsl_tensor_axpy")))
+        (st = check_same_layout(y, x, "tsl_tensor_axpy")) ||
+        (st = check_float(y, "tsl_tensor_axpy")))
         return st;
     if (x == y)
         return tsl_tensor_scale(y, 1.0 + alpha);

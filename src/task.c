@@ -14,10 +14,10 @@ static void task_done(void *arg)
 }
 
 /* The same argument list goes to the build and post-build calls. */
-#define TASK_ARGS(desc, descrs)                                                                  \
-    STARPU_VALUE, (desc)->args, (desc)->args_size, STARPU_DATA_MODE_ARRAY, (descrs),             \
-        (desc)->nhandles, STARPU_FLOPS, (desc)->flops, STARPU_PRIORITY, (desc)->priority,        \
-        STARPU_NAME, (desc)->name ? (desc)->name : (desc)->codelet->name,                        \
+#define TASK_ARGS(desc, descrs)                                                                    \
+    STARPU_VALUE, (desc)->args, (desc)->args_size, STARPU_DATA_MODE_ARRAY, (descrs),               \
+        (desc)->nhandles, STARPU_FLOPS, (desc)->flops, STARPU_PRIORITY, (desc)->priority,          \
+        STARPU_NAME, (desc)->name ? (desc)->name : (desc)->codelet->name,                          \
         STARPU_CALLBACK_WITH_ARG_NFREE, task_done, ctx, 0
 
 tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
@@ -30,7 +30,8 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
         descrs[i].handle = desc->handles[i];
         descrs[i].mode = desc->modes[i];
     }
-    struct starpu_task *task = starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
+    struct starpu_task *task =
+        starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
     if (task) {
         pthread_mutex_lock(&ctx->pending_lock);
         ctx->pending_tasks++;

@@ -118,8 +118,8 @@ tsl_status tsl_tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dty
     for (int64_t i = 0; i < t->ntiles; i++) {
         int32_t coords[TSL_MAX_DIMS];
         tile_coords(t, i, coords);
-        st = tsl_owner_map_rank(owners, coords, shape->ndim, &t->grid, ctx->size,
-                                &t->tile_owner[i]);
+        st =
+            tsl_owner_map_rank(owners, coords, shape->ndim, &t->grid, ctx->size, &t->tile_owner[i]);
         if (st) {
             tensor_free(t);
             return tsl_error(ctx, st, "tsl_tensor_create: %s", tsl_last_error());
@@ -190,13 +190,13 @@ tsl_status tsl_tensor_destroy(tsl_tensor_t t)
     return TSL_OK;
 }
 
-#define CHECK_OUT(t, out, fn)                                                                    \
-    do {                                                                                         \
-        tsl_status check_st = tsl_tensor_check((t), fn);                                         \
-        if (check_st)                                                                            \
-            return check_st;                                                                     \
-        if (!(out))                                                                              \
-            return tsl_error((t)->ctx, TSL_ERR_INVALID_ARG, fn ": output pointer is NULL");      \
+#define CHECK_OUT(t, out, fn)                                                                      \
+    do {                                                                                           \
+        tsl_status check_st = tsl_tensor_check((t), fn);                                           \
+        if (check_st)                                                                              \
+            return check_st;                                                                       \
+        if (!(out))                                                                                \
+            return tsl_error((t)->ctx, TSL_ERR_INVALID_ARG, fn ": output pointer is NULL");        \
     } while (0)
 
 tsl_status tsl_tensor_shape(tsl_tensor_t t, tsl_shape *shape)
@@ -352,11 +352,11 @@ tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
         return st;
     struct tsl_context *ctx = t->ctx;
     /* Every rank must learn whether root has data, or ranks would disagree on the tasks. */
-    st = tsl_context_agree(ctx, root,
-                           ctx->rank == root && !src
-                               ? tsl_error(ctx, TSL_ERR_INVALID_ARG,
-                                           "tsl_tensor_scatter: src is NULL on root")
-                               : TSL_OK);
+    st = tsl_context_agree(
+        ctx, root,
+        ctx->rank == root && !src
+            ? tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_scatter: src is NULL on root")
+            : TSL_OK);
     if (st)
         return st;
     if (ctx->tag_count - ctx->tags_used < t->ntiles)
@@ -388,11 +388,11 @@ tsl_status tsl_tensor_gather(tsl_tensor_t t, int32_t root, void *dst)
     if (st || (st = check_root(t, root, "tsl_tensor_gather")))
         return st;
     struct tsl_context *ctx = t->ctx;
-    st = tsl_context_agree(ctx, root,
-                           ctx->rank == root && !dst
-                               ? tsl_error(ctx, TSL_ERR_INVALID_ARG,
-                                           "tsl_tensor_gather: dst is NULL on root")
-                               : TSL_OK);
+    st = tsl_context_agree(
+        ctx, root,
+        ctx->rank == root && !dst
+            ? tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_gather: dst is NULL on root")
+            : TSL_OK);
     if (st)
         return st;
     if (ctx->tag_count - ctx->tags_used < t->ntiles)
@@ -449,8 +449,8 @@ static tsl_status fill(tsl_tensor_t t, tsl_fill_mode mode, uint64_t seed, double
          * bounds are powers of two, exact as doubles: [lowest, limit). */
         double lowest = t->dtype == TSL_U8 ? 0.0 : t->dtype == TSL_I32 ? -0x1p31 : -0x1p63;
         double limit = t->dtype == TSL_U8 ? 256.0 : t->dtype == TSL_I32 ? 0x1p31 : 0x1p63;
-        int fits = mode == TSL_FILL_CONSTANT ? (a >= lowest && a < limit)
-                                             : (a >= lowest && b <= limit);
+        int fits =
+            mode == TSL_FILL_CONSTANT ? (a >= lowest && a < limit) : (a >= lowest && b <= limit);
         if (!fits)
             return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "%s: values outside the range of %s", fn,
                              tsl_dtype_name(t->dtype));
@@ -553,8 +553,8 @@ tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
                 continue;
             }
             first[d] = tile_containing(src->shape.dims[d], src->grid.splits[d], dstart[d]);
-            int32_t last = tile_containing(src->shape.dims[d], src->grid.splits[d],
-                                           dstart[d] + dext[d] - 1);
+            int32_t last =
+                tile_containing(src->shape.dims[d], src->grid.splits[d], dstart[d] + dext[d] - 1);
             count[d] = last - first[d] + 1;
             pairs *= count[d];
         }
@@ -619,8 +619,9 @@ tsl_status tsl_tensor_mark_placement(tsl_tensor_t where)
     if (st)
         return st;
     if (where->dtype != TSL_I32)
-        return tsl_error(where->ctx, TSL_ERR_DTYPE, "tsl_tensor_mark_placement: needs an i32 "
-                                                    "tensor, not %s",
+        return tsl_error(where->ctx, TSL_ERR_DTYPE,
+                         "tsl_tensor_mark_placement: needs an i32 "
+                         "tensor, not %s",
                          tsl_dtype_name(where->dtype));
     for (int64_t i = 0; i < where->ntiles; i++) {
         tsl_mark_args args = {.rank = where->tile_owner[i],

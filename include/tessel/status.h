@@ -16,17 +16,17 @@ extern "C" {
 
 /** Result of every public call. */
 typedef enum tsl_status {
-    TSL_OK = 0,                  /**< success */
-    TSL_ERR_INVALID_ARG = -1,    /**< an argument is out of range, NULL or inconsistent */
-    TSL_ERR_OUT_OF_MEMORY = -2,  /**< an allocation failed */
-    TSL_ERR_IO = -3,             /**< a file could not be opened, read or written */
-    TSL_ERR_FORMAT = -4,         /**< a file is malformed, truncated or of an unsupported kind */
-    TSL_ERR_UNSUPPORTED = -5,    /**< a valid request this build or dtype does not support */
-    TSL_ERR_RUNTIME = -6,        /**< StarPU, StarPU-MPI or MPI reported a failure */
-    TSL_ERR_STATE = -7,          /**< the call is not allowed in the current state */
-    TSL_ERR_SHAPE = -8,          /**< tensor shapes, grids or owners do not fit together */
-    TSL_ERR_DTYPE = -9,          /**< element types do not fit the operation */
-    TSL_ERR_RESOURCE = -10,      /**< a finite resource (such as the MPI tag range) ran out */
+    TSL_OK = 0,                 /**< success */
+    TSL_ERR_INVALID_ARG = -1,   /**< an argument is out of range, NULL or inconsistent */
+    TSL_ERR_OUT_OF_MEMORY = -2, /**< an allocation failed */
+    TSL_ERR_IO = -3,            /**< a file could not be opened, read or written */
+    TSL_ERR_FORMAT = -4,        /**< a file is malformed, truncated or of an unsupported kind */
+    TSL_ERR_UNSUPPORTED = -5,   /**< a valid request this build or dtype does not support */
+    TSL_ERR_RUNTIME = -6,       /**< StarPU, StarPU-MPI or MPI reported a failure */
+    TSL_ERR_STATE = -7,         /**< the call is not allowed in the current state */
+    TSL_ERR_SHAPE = -8,         /**< tensor shapes, grids or owners do not fit together */
+    TSL_ERR_DTYPE = -9,         /**< element types do not fit the operation */
+    TSL_ERR_RESOURCE = -10,     /**< a finite resource (such as the MPI tag range) ran out */
 } tsl_status;
 
 /** Log levels, from most to least severe. */

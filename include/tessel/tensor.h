@@ -146,8 +146,7 @@ tsl_tile_grid tsl_tile_grid_single(void);
 int64_t tsl_tile_grid_count(const tsl_tile_grid *grid, int32_t ndim);
 
 /** @brief Start and size of tile @p index along a dimension of @p size cut in @p splits. */
-void tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start,
-                     int64_t *extent);
+void tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start, int64_t *extent);
 
 /** Opaque tiled tensor. */
 typedef struct tsl_tensor *tsl_tensor_t;
@@ -180,9 +179,9 @@ tsl_status tsl_tensor_tile_count(tsl_tensor_t tensor, int64_t *count);
 
 /** @brief Coordinates, owner, start and extent of tile @p index (row-major tile number).
  *  Any output may be NULL. Not collective. */
-tsl_status tsl_tensor_tile_info(tsl_tensor_t tensor, int64_t index,
-                                int32_t coords[TSL_MAX_DIMS], int32_t *owner,
-                                int64_t start[TSL_MAX_DIMS], int64_t extent[TSL_MAX_DIMS]);
+tsl_status tsl_tensor_tile_info(tsl_tensor_t tensor, int64_t index, int32_t coords[TSL_MAX_DIMS],
+                                int32_t *owner, int64_t start[TSL_MAX_DIMS],
+                                int64_t extent[TSL_MAX_DIMS]);
 
 /** @brief Bytes allocated on this rank for the tiles it owns. Not collective. */
 tsl_status tsl_tensor_owned_bytes(tsl_tensor_t tensor, int64_t *bytes);
@@ -217,8 +216,7 @@ tsl_status tsl_tensor_fill_constant(tsl_tensor_t tensor, double value);
 tsl_status tsl_tensor_fill_uniform(tsl_tensor_t tensor, uint64_t seed, double low, double high);
 
 /** @brief Fill with normal values (mean, stddev), counter-based like the uniform fill. */
-tsl_status tsl_tensor_fill_normal(tsl_tensor_t tensor, uint64_t seed, double mean,
-                                  double stddev);
+tsl_status tsl_tensor_fill_normal(tsl_tensor_t tensor, uint64_t seed, double mean, double stddev);
 
 /**
  * @brief Copy @p src into @p dst, two tensors of the same shape and dtype whose tile

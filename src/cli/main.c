@@ -288,10 +288,9 @@ static int command_demo(int argc, char **argv)
     /* y = 2 * uniform + normal, tile by tile, then its exact sum, and the same sum after
      * redistributing y onto one tile on rank 0: the two must agree to the bit. */
     if ((st = tsl_tensor_fill_uniform(x, seed, -1.0, 1.0)) ||
-        (st = tsl_tensor_fill_normal(y, seed + 1, 0.0, 1.0)) ||
-        (st = tsl_tensor_axpy(y, 2.0, x)) || (st = tsl_tensor_mark_placement(where)) ||
-        (st = tsl_tensor_sum(y, &sum_tiled)) || (st = tsl_tensor_redistribute(whole, y)) ||
-        (st = tsl_tensor_sum(whole, &sum_whole))) {
+        (st = tsl_tensor_fill_normal(y, seed + 1, 0.0, 1.0)) || (st = tsl_tensor_axpy(y, 2.0, x)) ||
+        (st = tsl_tensor_mark_placement(where)) || (st = tsl_tensor_sum(y, &sum_tiled)) ||
+        (st = tsl_tensor_redistribute(whole, y)) || (st = tsl_tensor_sum(whole, &sum_whole))) {
         status = fail(st, "running tile tasks");
         goto done;
     }
@@ -331,8 +330,8 @@ static int command_demo(int argc, char **argv)
             for (int d = 0; d < shape_n; d++)
                 first += start[d] * strides[d];
             int32_t mark = marks[first];
-            printf("%-6" PRId64 " %-22s %-22s %-6d rank %d worker %d\n", i, sbuf, ebuf,
-                   (int)owner, (int)(mark / 1000), (int)(mark % 1000));
+            printf("%-6" PRId64 " %-22s %-22s %-6d rank %d worker %d\n", i, sbuf, ebuf, (int)owner,
+                   (int)(mark / 1000), (int)(mark % 1000));
         }
         printf("\nexact sum of y = 2*uniform + normal over %" PRId64 " tiles: %.17g\n", ntiles,
                sum_tiled);

@@ -1,0 +1,40 @@
+# Install the built tessel into a fresh prefix, then configure, build and run a separate
+# project against it twice: once through find_package(tessel), once through tessel.pc.
+# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR.
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+foreach(f include/tessel/tessel.h include/tessel/version.h lib/cmake/tessel/tesselConfig.cmake)
+  if(NOT EXISTS "${prefix}/${f}")
+    message(FATAL_ERROR "install lacks ${f}")
+  endif()
+endforeach()
+
+# 1. CMake package.
+run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/consumer" -B "${WORK_DIR}/cmake-build"
+    -DCMAKE_PREFIX_PATH=${prefix})
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/cmake-build")
+run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib "${WORK_DIR}/cmake-build/consumer")
+
+# 2. pkg-config.
+find_program(PKG_CONFIG pkg-config REQUIRED)
+find_program(CC NAMES cc gcc REQUIRED)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${prefix}/lib/pkgconfig
+                ${PKG_CONFIG} --cflags --libs tessel
+                RESULT_VARIABLE rc OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pkg-config does not find tessel.pc")
+endif()
+separate_arguments(flags UNIX_COMMAND "${flags}")
+run(${CC} "${SOURCE_DIR}/consumer/main.c" -o "${WORK_DIR}/pc-consumer" ${flags})
+run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib "${WORK_DIR}/pc-consumer")

@@ -1,0 +1,80 @@
+// GoogleTest under MPI: every rank runs every test (tensor calls are collective); rank 0
+// prints the usual report, other ranks print only their failures; the exit code is non-zero
+// if any rank failed.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <gtest/gtest.h>
+
+#include "mpi_test_env.h"
+
+namespace tsltest
+{
+tsl_context_t ctx = nullptr;
+int rank = 0;
+int size = 1;
+uint64_t seed = 0;
+
+bool all_ranks(bool ok)
+{
+    int mine = ok ? 1 : 0, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1;
+}
+} // namespace tsltest
+
+namespace
+{
+class RankFailurePrinter : public ::testing::EmptyTestEventListener
+{
+    void OnTestPartResult(const ::testing::TestPartResult &r) override
+    {
+        if (r.failed())
+            std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", tsltest::rank,
+                         r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+    }
+};
+} // namespace
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    tsl_context_config config;
+    tsl_context_config_init(&config);
+    tsl_status st = tsl_context_create(&tsltest::ctx, &config);
+    if (st != TSL_OK) {
+        std::fprintf(stderr, "cannot create the tessel context: %s\n", tsl_last_error());
+        return 1;
+    }
+    tsl_context_rank(tsltest::ctx, &tsltest::rank);
+    tsl_context_size(tsltest::ctx, &tsltest::size);
+
+    unsigned long long seed = 0;
+    if (tsltest::rank == 0) {
+        const char *fixed = std::getenv("TESSEL_TEST_SEED");
+        seed =
+            fixed ? std::strtoull(fixed, nullptr, 10)
+                  : (unsigned long long)std::chrono::steady_clock::now().time_since_epoch().count();
+        std::printf("tessel distributed tests: %d ranks, seed %llu (set TESSEL_TEST_SEED to "
+                    "repeat)\n",
+                    tsltest::size, seed);
+        std::fflush(stdout);
+    }
+    MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    tsltest::seed = seed;
+
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    if (tsltest::rank != 0) {
+        delete listeners.Release(listeners.default_result_printer());
+        listeners.Append(new RankFailurePrinter);
+    }
+    int local = RUN_ALL_TESTS();
+    int global = 0;
+    MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    st = tsl_context_destroy(tsltest::ctx);
+    if (st != TSL_OK)
+        global = 1;
+    if (tsltest::rank == 0 && global)
+        std::fprintf(stderr, "FAILED on at least one rank\n");
+    return global ? 1 : 0;
+}

@@ -1,0 +1,619 @@
+// Tiled tensors under MPI: every layout (tile grid x owner map) must give the one-rank,
+// one-tile result. Run by ctest at 1, 2 and 4 ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "mpi_test_env.h"
+
+using namespace tsltest;
+
+namespace
+{
+
+struct Layout {
+    std::string name;
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+};
+
+int32_t round_robin(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                    void *)
+{
+    int64_t linear = 0;
+    for (int d = 0; d < ndim; d++)
+        linear = linear * grid->splits[d] + tile[d];
+    return (int32_t)(linear % nranks);
+}
+
+// Reverse order: the last tiles on rank 0. Exercises owners unrelated to position.
+int32_t reversed(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                 void *)
+{
+    int64_t linear = 0, count = 1;
+    for (int d = 0; d < ndim; d++) {
+        linear = linear * grid->splits[d] + tile[d];
+        count *= grid->splits[d];
+    }
+    return (int32_t)((count - 1 - linear) * nranks / count);
+}
+
+tsl_tile_grid grid_of(std::vector<int32_t> splits)
+{
+    tsl_tile_grid g = tsl_tile_grid_single();
+    for (size_t d = 0; d < splits.size(); d++)
+        g.splits[d] = splits[d];
+    return g;
+}
+
+// Layouts for a shape: one tile, even and uneven grids, every kind of owner map.
+std::vector<Layout> layouts_for(const tsl_shape &s)
+{
+    int n = s.ndim;
+    std::vector<Layout> out;
+    out.push_back({"one tile on rank 0", tsl_tile_grid_single(), tsl_owner_single(0)});
+    out.push_back(
+        {"one tile on the last rank", tsl_tile_grid_single(), tsl_owner_single(size - 1)});
+    // Split the last dimension in 2 (or 1) and every other dimension as far as 3.
+    std::vector<int32_t> even(n), uneven(n), fine(n);
+    for (int d = 0; d < n; d++) {
+        even[d] = d == n - 1 ? (int32_t)std::min<int64_t>(2, s.dims[d]) : 1;
+        uneven[d] = (int32_t)std::min<int64_t>(3, s.dims[d]);
+        fine[d] = d == n - 1 ? (int32_t)s.dims[d] : (int32_t)std::min<int64_t>(2, s.dims[d]);
+    }
+    out.push_back({"split last dim, linear blocks", grid_of(even), tsl_owner_block(nullptr)});
+    int32_t pgrid[TSL_MAX_DIMS] = {0, 0, 0, 0, 0}, block[TSL_MAX_DIMS] = {1, 1, 1, 1, 1};
+    for (int d = 0; d < n; d++)
+        pgrid[d] = 1;
+    pgrid[0] = size; // all ranks along the first dimension
+    out.push_back(
+        {"uneven 3-splits, process-grid blocks", grid_of(uneven), tsl_owner_block(pgrid)});
+    int32_t cyc[TSL_MAX_DIMS] = {0, 0, 0, 0, 0};
+    for (int d = 0; d < n; d++)
+        cyc[d] = 1;
+    cyc[n - 1] = size;
+    out.push_back(
+        {"uneven 3-splits, block-cyclic", grid_of(uneven), tsl_owner_block_cyclic(cyc, block)});
+    out.push_back(
+        {"finest last dim, round robin", grid_of(fine), tsl_owner_callback(round_robin, nullptr)});
+    out.push_back(
+        {"uneven 3-splits, reversed", grid_of(uneven), tsl_owner_callback(reversed, nullptr)});
+    return out;
+}
+
+tsl_shape shape_of(std::vector<int64_t> dims)
+{
+    tsl_shape s;
+    EXPECT_EQ(tsl_shape_make(&s, (int32_t)dims.size(), dims.data()), TSL_OK);
+    return s;
+}
+
+// Random bytes of a valid array of `dtype` (floats finite), the same on every rank.
+std::vector<unsigned char> random_array(tsl_dtype dtype, int64_t numel, uint64_t salt)
+{
+    std::mt19937_64 rng(seed ^ (salt * 0x9e3779b97f4a7c15ULL));
+    std::vector<unsigned char> bytes((size_t)numel * tsl_dtype_size(dtype));
+    std::uniform_real_distribution<double> mant(-1.0, 1.0);
+    std::uniform_int_distribution<int> ex(-20, 20);
+    for (int64_t i = 0; i < numel; i++) {
+        switch (dtype) {
+        case TSL_F32:
+            ((float *)bytes.data())[i] = (float)std::ldexp(mant(rng), ex(rng));
+            break;
+        case TSL_F64:
+            ((double *)bytes.data())[i] = std::ldexp(mant(rng), ex(rng));
+            break;
+        case TSL_I32:
+            ((int32_t *)bytes.data())[i] = (int32_t)rng();
+            break;
+        case TSL_I64:
+            ((int64_t *)bytes.data())[i] = (int64_t)rng();
+            break;
+        case TSL_U8:
+            ((uint8_t *)bytes.data())[i] = (uint8_t)rng();
+            break;
+        }
+    }
+    return bytes;
+}
+
+struct Tensor {
+    tsl_tensor_t t = nullptr;
+    Tensor() = default;
+    Tensor(tsl_dtype dtype, const tsl_shape &s, const Layout &l)
+    {
+        tsl_status st = tsl_tensor_create(&t, ctx, dtype, &s, &l.grid, &l.owners);
+        EXPECT_EQ(st, TSL_OK) << l.name << ": " << tsl_context_last_error(ctx);
+    }
+    ~Tensor()
+    {
+        EXPECT_EQ(tsl_tensor_destroy(t), TSL_OK);
+    }
+    Tensor(const Tensor &) = delete;
+    Tensor &operator=(const Tensor &) = delete;
+    operator tsl_tensor_t() const
+    {
+        return t;
+    }
+};
+
+// Gather to `root` into a buffer poisoned with 0xA5 so unwritten elements show.
+std::vector<unsigned char> gather(tsl_tensor_t t, int root)
+{
+    tsl_shape s;
+    tsl_dtype dt;
+    tsl_tensor_shape(t, &s);
+    tsl_tensor_dtype(t, &dt);
+    std::vector<unsigned char> out((size_t)tsl_shape_numel(&s) * tsl_dtype_size(dt), 0xA5);
+    EXPECT_EQ(tsl_tensor_gather(t, root, rank == root ? out.data() : nullptr), TSL_OK)
+        << tsl_context_last_error(ctx);
+    return out;
+}
+
+double quad_sum(const std::vector<unsigned char> &bytes, tsl_dtype dt)
+{
+    __float128 s = 0;
+    size_t n = bytes.size() / tsl_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        switch (dt) {
+        case TSL_F32:
+            s += ((const float *)bytes.data())[i];
+            break;
+        case TSL_F64:
+            s += ((const double *)bytes.data())[i];
+            break;
+        case TSL_I32:
+            s += ((const int32_t *)bytes.data())[i];
+            break;
+        case TSL_U8:
+            s += ((const uint8_t *)bytes.data())[i];
+            break;
+        default:
+            break;
+        }
+    }
+    return (double)s;
+}
+
+} // namespace
+
+TEST(Context, Queries)
+{
+    int32_t r, s, ncpu, nany, owns;
+    const char *sched = nullptr;
+    ASSERT_EQ(tsl_context_rank(ctx, &r), TSL_OK);
+    ASSERT_EQ(tsl_context_size(ctx, &s), TSL_OK);
+    int mpi_rank, mpi_size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+    EXPECT_EQ(r, mpi_rank);
+    EXPECT_EQ(s, mpi_size);
+    ASSERT_EQ(tsl_context_worker_count(ctx, TSL_WORKER_CPU, &ncpu), TSL_OK);
+    ASSERT_EQ(tsl_context_worker_count(ctx, TSL_WORKER_ANY, &nany), TSL_OK);
+    EXPECT_GE(ncpu, 1);
+    EXPECT_GE(nany, ncpu);
+    ASSERT_EQ(tsl_context_owns_runtime(ctx, &owns), TSL_OK);
+    EXPECT_EQ(owns, 1);
+    ASSERT_EQ(tsl_context_scheduler(ctx, &sched), TSL_OK);
+    ASSERT_NE(sched, nullptr);
+    const char *env = std::getenv("STARPU_SCHED");
+    if (env)
+        EXPECT_STREQ(sched, env);
+    EXPECT_EQ(tsl_context_rank(nullptr, &r), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_context_rank(ctx, nullptr), TSL_ERR_INVALID_ARG);
+    EXPECT_STRNE(tsl_context_last_error(ctx), "");
+    EXPECT_EQ(tsl_context_worker_count(ctx, (tsl_worker_kind)7, &ncpu), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_context_set_log_level(ctx, (tsl_log_level)9), TSL_ERR_INVALID_ARG);
+    // A second owning context while StarPU runs is refused, not a crash.
+    tsl_context_t second = nullptr;
+    EXPECT_EQ(tsl_context_create(&second, nullptr), TSL_ERR_STATE);
+    EXPECT_EQ(second, nullptr);
+    EXPECT_NE(std::strstr(tsl_last_error(), "attach"), nullptr);
+}
+
+TEST(ScatterGather, RoundTripEveryLayoutAndDtype)
+{
+    struct Case {
+        std::vector<int64_t> dims;
+        std::vector<tsl_dtype> dtypes;
+    };
+    const Case cases[] = {
+        {{37}, {TSL_F32, TSL_F64, TSL_I32, TSL_I64, TSL_U8}},
+        {{5, 3, 17, 9}, {TSL_F32, TSL_U8}},
+        {{2, 3, 4, 5, 6}, {TSL_F64}},
+        {{4, 2, 16, 16}, {TSL_I32}},
+    };
+    uint64_t salt = 1;
+    for (const Case &c : cases) {
+        tsl_shape s = shape_of(c.dims);
+        for (tsl_dtype dt : c.dtypes) {
+            auto data = random_array(dt, tsl_shape_numel(&s), salt++);
+            for (const Layout &l : layouts_for(s)) {
+                Tensor t(dt, s, l);
+                ASSERT_EQ(tsl_tensor_scatter(t, 0, rank == 0 ? data.data() : nullptr), TSL_OK);
+                int root = size - 1;
+                auto back = gather(t, root);
+                if (rank == root)
+                    EXPECT_EQ(back, data) << l.name << " dtype " << tsl_dtype_name(dt);
+            }
+        }
+    }
+}
+
+TEST(Elementwise, EveryLayoutGivesTheOneTileResult)
+{
+    tsl_shape s = shape_of({3, 2, 13, 11});
+    for (tsl_dtype dt : {TSL_F32, TSL_F64}) {
+        std::vector<std::vector<unsigned char>> results;
+        for (const Layout &l : layouts_for(s)) {
+            // y's owners differ from x's: StarPU-MPI must move x's tiles for axpy.
+            Layout other = l;
+            other.owners = tsl_owner_callback(reversed, nullptr);
+            Tensor x(dt, s, l), y(dt, s, other), z(dt, s, l);
+            ASSERT_EQ(tsl_tensor_fill_uniform(x, seed, -1.0, 1.0), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_normal(y, seed + 1, 0.5, 2.0), TSL_OK);
+            auto x0 = gather(x, 0), y0 = gather(y, 0);
+            ASSERT_EQ(tsl_tensor_scale(x, 1.5), TSL_OK);
+            ASSERT_EQ(tsl_tensor_axpy(y, -0.75, x), TSL_OK);
+            ASSERT_EQ(tsl_tensor_add(z, x, y), TSL_OK);
+            auto zr = gather(z, 0);
+            if (rank == 0) {
+                // Independent serial reference from the gathered inputs.
+                size_t n = (size_t)tsl_shape_numel(&s);
+                double max_rel = 0;
+                for (size_t i = 0; i < n; i++) {
+                    double xv, yv, got;
+                    if (dt == TSL_F32) {
+                        float xf = ((float *)x0.data())[i] * 1.5f;
+                        float yf = ((float *)y0.data())[i] + -0.75f * xf;
+                        xv = xf;
+                        yv = yf;
+                        got = ((float *)zr.data())[i];
+                    } else {
+                        xv = ((double *)x0.data())[i] * 1.5;
+                        yv = ((double *)y0.data())[i] + -0.75 * xv;
+                        got = ((double *)zr.data())[i];
+                    }
+                    double want = xv + yv;
+                    max_rel = std::max(max_rel, std::fabs(got - want) / (std::fabs(want) + 1e-30));
+                }
+                EXPECT_LT(max_rel, dt == TSL_F32 ? 1e-6 : 1e-14) << l.name;
+                results.push_back(zr);
+            }
+        }
+        if (rank == 0)
+            for (size_t i = 1; i < results.size(); i++)
+                EXPECT_EQ(results[i], results[0]) << "layout " << i << " differs from one tile";
+    }
+}
+
+TEST(Fill, IdenticalForEveryLayout)
+{
+    tsl_shape s = shape_of({4, 3, 7, 10});
+    struct F {
+        tsl_dtype dt;
+        int mode; // 0 constant, 1 uniform, 2 normal
+        double a, b;
+    };
+    const F fills[] = {{TSL_F32, 1, -3.0, 5.0}, {TSL_F64, 2, 1.0, 0.5},
+                       {TSL_F32, 2, 0.0, 1.0},  {TSL_I32, 1, -100.0, 100.0},
+                       {TSL_U8, 1, 0.0, 256.0}, {TSL_I64, 0, -7.0, -7.0},
+                       {TSL_F64, 0, 2.25, 2.25}};
+    for (const F &f : fills) {
+        std::vector<unsigned char> first;
+        for (const Layout &l : layouts_for(s)) {
+            Tensor t(f.dt, s, l);
+            tsl_status st = f.mode == 0   ? tsl_tensor_fill_constant(t, f.a)
+                            : f.mode == 1 ? tsl_tensor_fill_uniform(t, seed, f.a, f.b)
+                                          : tsl_tensor_fill_normal(t, seed, f.a, f.b);
+            ASSERT_EQ(st, TSL_OK) << tsl_context_last_error(ctx);
+            auto got = gather(t, 0);
+            if (rank != 0)
+                continue;
+            if (first.empty())
+                first = got;
+            else
+                EXPECT_EQ(got, first) << l.name << " dtype " << tsl_dtype_name(f.dt);
+        }
+        if (rank == 0 && f.mode == 1) { // values inside [low, high)
+            size_t n = first.size() / tsl_dtype_size(f.dt);
+            for (size_t i = 0; i < n; i++) {
+                double v = f.dt == TSL_F32   ? ((float *)first.data())[i]
+                           : f.dt == TSL_I32 ? ((int32_t *)first.data())[i]
+                                             : ((uint8_t *)first.data())[i];
+                ASSERT_GE(v, f.a);
+                ASSERT_LT(v, f.b);
+            }
+        }
+    }
+}
+
+TEST(Sum, BitIdenticalForEveryLayoutAndRankCount)
+{
+    tsl_shape s = shape_of({6, 5, 9, 7});
+    uint64_t salt = 100;
+    for (tsl_dtype dt : {TSL_F32, TSL_F64, TSL_I32, TSL_U8}) {
+        auto data = random_array(dt, tsl_shape_numel(&s), salt++);
+        // The exact sum rounded once: the same whatever the rank count, since every rank
+        // count's run compares with this same reference.
+        double want = quad_sum(data, dt);
+        for (const Layout &l : layouts_for(s)) {
+            Tensor t(dt, s, l);
+            ASSERT_EQ(tsl_tensor_scatter(t, 0, rank == 0 ? data.data() : nullptr), TSL_OK);
+            double got = NAN;
+            ASSERT_EQ(tsl_tensor_sum(t, &got), TSL_OK) << tsl_context_last_error(ctx);
+            EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+                << l.name << " " << tsl_dtype_name(dt) << ": " << got << " vs " << want;
+            double lo = got, hi = got; // every rank holds the same value
+            MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+            MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            EXPECT_EQ(lo, hi);
+        }
+    }
+    Tensor big(TSL_I64, s, layouts_for(s)[2]);
+    double unused;
+    EXPECT_EQ(tsl_tensor_sum(big, &unused), TSL_ERR_DTYPE);
+}
+
+TEST(Redistribute, PreservesEveryElementBetweenAnyTwoLayouts)
+{
+    tsl_shape s = shape_of({5, 3, 11, 8});
+    auto data = random_array(TSL_F64, tsl_shape_numel(&s), 777);
+    auto layouts = layouts_for(s);
+    for (const Layout &from : layouts) {
+        Tensor src(TSL_F64, s, from);
+        ASSERT_EQ(tsl_tensor_scatter(src, 0, rank == 0 ? data.data() : nullptr), TSL_OK);
+        for (const Layout &to : layouts) {
+            Tensor dst(TSL_F64, s, to);
+            ASSERT_EQ(tsl_tensor_fill_constant(dst, -12345.0), TSL_OK); // poison
+            ASSERT_EQ(tsl_tensor_redistribute(dst, src), TSL_OK) << tsl_context_last_error(ctx);
+            auto got = gather(dst, size - 1);
+            if (rank == size - 1)
+                EXPECT_EQ(got, data) << from.name << " -> " << to.name;
+        }
+        // The source is untouched.
+        auto again = gather(src, 0);
+        if (rank == 0)
+            EXPECT_EQ(again, data) << from.name;
+    }
+}
+
+TEST(Memory, RankHoldsOnlyItsOwnTiles)
+{
+    tsl_shape s = shape_of({8, 4, 20, 12});
+    int64_t total_bytes = tsl_shape_numel(&s) * 4;
+    for (const Layout &l : layouts_for(s)) {
+        int64_t before = 0, after = 0;
+        tsl_context_owned_bytes(ctx, &before);
+        {
+            Tensor t(TSL_F32, s, l);
+            int64_t ntiles = 0, expect_owned = 0, expect_count = 0;
+            tsl_tensor_tile_count(t, &ntiles);
+            for (int64_t i = 0; i < ntiles; i++) {
+                int32_t owner;
+                int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+                ASSERT_EQ(tsl_tensor_tile_info(t, i, nullptr, &owner, start, extent), TSL_OK);
+                if (owner != rank)
+                    continue;
+                int64_t n = 1;
+                for (int d = 0; d < s.ndim; d++)
+                    n *= extent[d];
+                expect_owned += n * 4;
+                expect_count++;
+            }
+            int64_t owned_bytes = -1, owned = -1, allocated = -1;
+            ASSERT_EQ(tsl_tensor_owned_bytes(t, &owned_bytes), TSL_OK);
+            ASSERT_EQ(tsl_tensor_local_tiles(t, &owned, &allocated), TSL_OK);
+            EXPECT_EQ(owned_bytes, expect_owned) << l.name;
+            EXPECT_EQ(owned, expect_count) << l.name;
+            EXPECT_EQ(allocated, owned) << l.name << ": memory for tiles of other ranks";
+            int64_t sum = 0;
+            MPI_Allreduce(&owned_bytes, &sum, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+            EXPECT_EQ(sum, total_bytes) << l.name;
+            int64_t ctx_bytes = 0;
+            tsl_context_owned_bytes(ctx, &ctx_bytes);
+            EXPECT_EQ(ctx_bytes - before, owned_bytes);
+            // Work that stays on owners keeps it that way.
+            ASSERT_EQ(tsl_tensor_fill_uniform(t, seed, 0, 1), TSL_OK);
+            ASSERT_EQ(tsl_tensor_scale(t, 2.0), TSL_OK);
+            ASSERT_EQ(tsl_tensor_wait(t), TSL_OK);
+            ASSERT_EQ(tsl_tensor_local_tiles(t, &owned, &allocated), TSL_OK);
+            EXPECT_EQ(allocated, owned) << l.name;
+        }
+        tsl_context_owned_bytes(ctx, &after);
+        EXPECT_EQ(after, before);
+    }
+}
+
+TEST(Placement, TasksRunOnTileOwners)
+{
+    tsl_shape s = shape_of({4, 2, 9, 9});
+    for (const Layout &l : layouts_for(s)) {
+        Tensor where(TSL_I32, s, l);
+        ASSERT_EQ(tsl_tensor_mark_placement(where), TSL_OK);
+        auto marks = gather(where, 0);
+        if (rank != 0)
+            continue;
+        int64_t ntiles;
+        tsl_tensor_tile_count(where, &ntiles);
+        int64_t strides[TSL_MAX_DIMS], st = 1;
+        for (int d = s.ndim - 1; d >= 0; d--) {
+            strides[d] = st;
+            st *= s.dims[d];
+        }
+        for (int64_t i = 0; i < ntiles; i++) {
+            int32_t owner;
+            int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+            tsl_tensor_tile_info(where, i, nullptr, &owner, start, extent);
+            int64_t first = 0;
+            for (int d = 0; d < s.ndim; d++)
+                first += start[d] * strides[d];
+            EXPECT_EQ(((int32_t *)marks.data())[first] / 1000, owner) << l.name << " tile " << i;
+        }
+    }
+}
+
+TEST(Npy, ThroughTensorsOnEveryLayout)
+{
+    char dir[256] = "";
+    if (rank == 0) {
+        std::strcpy(dir, "/tmp/tessel-mpi-npy-XXXXXX");
+        ASSERT_NE(mkdtemp(dir), nullptr);
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    std::string in = std::string(dir) + "/in.npy", out = std::string(dir) + "/out.npy";
+    tsl_shape s = shape_of({3, 4, 10, 7});
+    auto data = random_array(TSL_F32, tsl_shape_numel(&s), 4242);
+    if (rank == 0)
+        ASSERT_EQ(tsl_npy_write(in.c_str(), TSL_F32, &s, data.data()), TSL_OK);
+    for (const Layout &l : layouts_for(s)) {
+        tsl_tensor_t t = nullptr;
+        ASSERT_EQ(tsl_tensor_read_npy(&t, ctx, in.c_str(), 0, &l.grid, &l.owners), TSL_OK)
+            << tsl_context_last_error(ctx);
+        auto got = gather(t, 0);
+        if (rank == 0)
+            EXPECT_EQ(got, data) << l.name;
+        int root = size - 1;
+        ASSERT_EQ(tsl_tensor_write_npy(t, out.c_str(), root), TSL_OK)
+            << tsl_context_last_error(ctx);
+        if (rank == root) {
+            tsl_npy_header h;
+            void *back = nullptr;
+            ASSERT_EQ(tsl_npy_read(out.c_str(), &h, &back), TSL_OK);
+            EXPECT_EQ(std::memcmp(back, data.data(), data.size()), 0) << l.name;
+            tsl_free(back);
+        }
+        tsl_tensor_destroy(t);
+    }
+    // Errors found on root reach every rank with root's message, and leave no tensor.
+    tsl_tensor_t t = nullptr;
+    std::string missing = std::string(dir) + "/missing.npy";
+    EXPECT_EQ(tsl_tensor_read_npy(&t, ctx, missing.c_str(), 0, nullptr, nullptr), TSL_ERR_IO);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "missing.npy"), nullptr);
+    EXPECT_EQ(t, nullptr);
+    std::string bad = std::string(dir) + "/bad.npy";
+    if (rank == 0) {
+        FILE *f = std::fopen(bad.c_str(), "wb");
+        std::fputs("\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'}  \n", f);
+        std::fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ(tsl_tensor_read_npy(&t, ctx, bad.c_str(), 0, nullptr, nullptr), TSL_ERR_FORMAT);
+    EXPECT_STRNE(tsl_context_last_error(ctx), "");
+    tsl_tile_grid too_fine = grid_of({4, 1, 1, 1}); // 4 tiles along a dimension of 3
+    EXPECT_EQ(tsl_tensor_read_npy(&t, ctx, in.c_str(), 0, &too_fine, nullptr), TSL_ERR_SHAPE);
+    EXPECT_EQ(t, nullptr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        std::string cmd = std::string("rm -rf '") + dir + "'";
+        EXPECT_EQ(std::system(cmd.c_str()), 0);
+    }
+}
+
+TEST(Errors, BadInputGetsAStatusAndAMessage)
+{
+    tsl_shape s = shape_of({4, 3, 8});
+    tsl_tile_grid g = grid_of({2, 1, 2});
+    tsl_tensor_t t = nullptr;
+    auto expect_error = [](tsl_status got, tsl_status want, const char *what) {
+        EXPECT_EQ(got, want) << what;
+        EXPECT_STRNE(tsl_last_error(), "") << what;
+    };
+    tsl_shape bad_shape = s;
+    bad_shape.dims[1] = 0;
+    expect_error(tsl_tensor_create(&t, ctx, TSL_F32, &bad_shape, &g, nullptr), TSL_ERR_SHAPE,
+                 "zero dimension");
+    expect_error(tsl_tensor_create(&t, ctx, (tsl_dtype)9, &s, &g, nullptr), TSL_ERR_DTYPE,
+                 "bad dtype");
+    tsl_tile_grid too_fine = grid_of({5, 1, 1});
+    expect_error(tsl_tensor_create(&t, ctx, TSL_F32, &s, &too_fine, nullptr), TSL_ERR_SHAPE,
+                 "more tiles than elements");
+    tsl_owner_map beyond = tsl_owner_single(size);
+    expect_error(tsl_tensor_create(&t, ctx, TSL_F32, &s, &g, &beyond), TSL_ERR_SHAPE,
+                 "owner outside the ranks");
+    int32_t big_grid[TSL_MAX_DIMS] = {size + 1, 1, 1, 0, 0};
+    tsl_owner_map too_many = tsl_owner_block(big_grid);
+    expect_error(tsl_tensor_create(&t, ctx, TSL_F32, &s, &g, &too_many), TSL_ERR_SHAPE,
+                 "process grid larger than the world");
+    expect_error(tsl_tensor_create(&t, nullptr, TSL_F32, &s, &g, nullptr), TSL_ERR_INVALID_ARG,
+                 "no context");
+    expect_error(tsl_tensor_create(nullptr, ctx, TSL_F32, &s, &g, nullptr), TSL_ERR_INVALID_ARG,
+                 "no output");
+    EXPECT_EQ(t, nullptr);
+
+    Tensor a(TSL_F32, s, {"g", g, tsl_owner_block(nullptr)});
+    Tensor other_grid(TSL_F32, s, {"single", tsl_tile_grid_single(), tsl_owner_single(0)});
+    Tensor doubles(TSL_F64, s, {"g", g, tsl_owner_block(nullptr)});
+    Tensor labels(TSL_I32, s, {"g", g, tsl_owner_block(nullptr)});
+    tsl_shape s2 = shape_of({4, 3, 9});
+    Tensor other_shape(TSL_F32, s2, {"single", tsl_tile_grid_single(), tsl_owner_single(0)});
+    expect_error(tsl_tensor_axpy(a, 1.0, other_grid), TSL_ERR_SHAPE, "axpy across grids");
+    expect_error(tsl_tensor_axpy(a, 1.0, doubles), TSL_ERR_DTYPE, "axpy across dtypes");
+    expect_error(tsl_tensor_add(a, a, other_shape), TSL_ERR_SHAPE, "add across shapes");
+    expect_error(tsl_tensor_scale(labels, 2.0), TSL_ERR_DTYPE, "scale of integers");
+    expect_error(tsl_tensor_redistribute(a, other_shape), TSL_ERR_SHAPE, "redistribute shapes");
+    expect_error(tsl_tensor_redistribute(a, doubles), TSL_ERR_DTYPE, "redistribute dtypes");
+    expect_error(tsl_tensor_scatter(a, size, nullptr), TSL_ERR_INVALID_ARG, "scatter root");
+    expect_error(tsl_tensor_scatter(a, 0, nullptr), TSL_ERR_INVALID_ARG, "scatter without data");
+    expect_error(tsl_tensor_gather(a, -1, nullptr), TSL_ERR_INVALID_ARG, "gather root");
+    expect_error(tsl_tensor_fill_uniform(a, 1, 2.0, 1.0), TSL_ERR_INVALID_ARG, "low > high");
+    expect_error(tsl_tensor_fill_normal(a, 1, 0.0, -1.0), TSL_ERR_INVALID_ARG, "negative stddev");
+    expect_error(tsl_tensor_fill_constant(a, NAN), TSL_ERR_INVALID_ARG, "NaN fill");
+    expect_error(tsl_tensor_fill_constant(labels, 1e12), TSL_ERR_INVALID_ARG, "out of i32 range");
+    expect_error(tsl_tensor_fill_normal(labels, 1, 0, 1), TSL_ERR_DTYPE, "normal integers");
+    expect_error(tsl_tensor_mark_placement(a), TSL_ERR_DTYPE, "placement into f32");
+    expect_error(tsl_tensor_sum(a, nullptr), TSL_ERR_INVALID_ARG, "sum without output");
+    expect_error(tsl_tensor_tile_info(a, 99, nullptr, nullptr, nullptr, nullptr),
+                 TSL_ERR_INVALID_ARG, "tile out of range");
+    expect_error(tsl_tensor_scale(nullptr, 1.0), TSL_ERR_INVALID_ARG, "NULL tensor");
+    expect_error(tsl_tensor_write_npy(a, nullptr, 0), TSL_ERR_INVALID_ARG, "NULL path");
+    // Nothing above changed the tensor: it still holds zeros and works.
+    double sum = -1;
+    EXPECT_EQ(tsl_tensor_sum(a, &sum), TSL_OK);
+    EXPECT_EQ(sum, 0.0);
+    EXPECT_EQ(tsl_tensor_destroy(nullptr), TSL_OK);
+}
+
+TEST(Attach, SecondContextOnTheSameRuntimeWithItsOwnTags)
+{
+    tsl_context_config cfg;
+    tsl_context_config_init(&cfg);
+    cfg.ncpu = 1;
+    tsl_context_t attached = nullptr;
+    EXPECT_EQ(tsl_context_attach(&attached, MPI_COMM_WORLD, &cfg), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "host"), nullptr);
+    tsl_context_config_init(&cfg);
+    cfg.tag_base = 1000;
+    cfg.tag_count = 3;
+    ASSERT_EQ(tsl_context_attach(&attached, MPI_COMM_WORLD, &cfg), TSL_OK);
+    int32_t owns = 1;
+    tsl_context_owns_runtime(attached, &owns);
+    EXPECT_EQ(owns, 0);
+    tsl_shape s = shape_of({4, 8});
+    tsl_tile_grid four = grid_of({2, 2}), two = grid_of({2, 1});
+    tsl_tensor_t t = nullptr;
+    EXPECT_EQ(tsl_tensor_create(&t, attached, TSL_F32, &s, &four, nullptr), TSL_ERR_RESOURCE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(attached), "tags"), nullptr);
+    ASSERT_EQ(tsl_tensor_create(&t, attached, TSL_F32, &s, &two, nullptr), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(t, 0.5), TSL_OK);
+    double sum = 0;
+    EXPECT_EQ(tsl_tensor_sum(t, &sum), TSL_ERR_RESOURCE); // needs 2 more tags, 1 is left
+    std::vector<float> host(32, 1.0f);
+    EXPECT_EQ(tsl_tensor_scatter(t, 0, host.data()), TSL_ERR_RESOURCE);
+    int64_t used = 0;
+    tsl_context_tags_used(attached, &used);
+    EXPECT_EQ(used, 2);
+    EXPECT_EQ(tsl_context_wait(attached), TSL_OK);
+    EXPECT_EQ(tsl_context_destroy(attached), TSL_OK); // destroys t too; StarPU keeps running
+    // The owning context still works.
+    Tensor u(TSL_F32, s, {"two", two, tsl_owner_block(nullptr)});
+    ASSERT_EQ(tsl_tensor_fill_constant(u, 0.25), TSL_OK);
+    ASSERT_EQ(tsl_tensor_sum(u, &sum), TSL_OK);
+    EXPECT_EQ(sum, 8.0);
+}
