@@ -77,6 +77,8 @@ tsl_status tsl_shape_make(tsl_shape *shape, int32_t ndim, const int64_t *dims)
 
 int64_t tsl_shape_numel(const tsl_shape *shape)
 {
+    if (!shape || shape->ndim < 1 || shape->ndim > TSL_MAX_DIMS)
+        return 0;
     int64_t numel = 1;
     for (int d = 0; d < shape->ndim; d++)
         numel *= shape->dims[d];
@@ -117,18 +119,29 @@ tsl_status tsl_tile_grid_check(const tsl_tile_grid *grid, const tsl_shape *shape
 
 int64_t tsl_tile_grid_count(const tsl_tile_grid *grid, int32_t ndim)
 {
+    if (!grid || ndim < 1 || ndim > TSL_MAX_DIMS)
+        return 0;
     int64_t count = 1;
-    for (int d = 0; d < ndim; d++)
+    for (int d = 0; d < ndim; d++) {
+        if (grid->splits[d] < 1)
+            return 0;
         count *= grid->splits[d];
+    }
     return count;
 }
 
-void tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start, int64_t *extent)
+tsl_status tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start,
+                           int64_t *extent)
 {
+    if (!start || !extent || splits < 1 || splits > size || index < 0 || index >= splits)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_tile_extent: tile %d of %d over a size of %lld", (int)index,
+                         (int)splits, (long long)size);
     int64_t base = size / splits;
     int64_t rem = size % splits;
     *start = index * base + (index < rem ? index : rem);
     *extent = base + (index < rem ? 1 : 0);
+    return TSL_OK;
 }
 
 tsl_owner_map tsl_owner_block(const int32_t *process_grid)

@@ -133,7 +133,7 @@ tsl_status tsl_shape_make(tsl_shape *shape, int32_t ndim, const int64_t *dims);
 /** @brief Check a shape: ndim in range, sizes positive, element count fits in int64. */
 tsl_status tsl_shape_check(const tsl_shape *shape);
 
-/** @brief Number of elements of a valid shape. */
+/** @brief Number of elements of a valid shape; 0 for NULL or an invalid shape. */
 int64_t tsl_shape_numel(const tsl_shape *shape);
 
 /** @brief Check that @p grid fits @p shape (1 <= splits[d] <= dims[d]). */
@@ -142,11 +142,18 @@ tsl_status tsl_tile_grid_check(const tsl_tile_grid *grid, const tsl_shape *shape
 /** @brief A grid with one tile (every split 1). */
 tsl_tile_grid tsl_tile_grid_single(void);
 
-/** @brief Number of tiles of a valid grid over @p ndim dimensions. */
+/** @brief Number of tiles of a valid grid over @p ndim dimensions; 0 for NULL, ndim out of
+ *  range or a split below 1. */
 int64_t tsl_tile_grid_count(const tsl_tile_grid *grid, int32_t ndim);
 
-/** @brief Start and size of tile @p index along a dimension of @p size cut in @p splits. */
-void tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start, int64_t *extent);
+/**
+ * @brief Start and size of tile @p index along a dimension of @p size cut in @p splits
+ * (balanced: the first size % splits tiles are one element larger).
+ * @return ::TSL_ERR_INVALID_ARG unless 1 <= splits <= size, 0 <= index < splits and both
+ *         outputs are non-NULL
+ */
+tsl_status tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start,
+                           int64_t *extent);
 
 /** Opaque tiled tensor. */
 typedef struct tsl_tensor *tsl_tensor_t;

@@ -45,6 +45,9 @@ TEST(Shape, MakeAndCount)
     EXPECT_EQ(tsl_shape_numel(&s), 2 * 3 * 5 * 7 * 11);
     tsl_shape one = make_shape({9});
     EXPECT_EQ(tsl_shape_numel(&one), 9);
+    EXPECT_EQ(tsl_shape_numel(nullptr), 0);
+    one.ndim = 0;
+    EXPECT_EQ(tsl_shape_numel(&one), 0);
 }
 
 TEST(Shape, RejectsBadShapes)
@@ -85,7 +88,7 @@ TEST(TileExtent, BalancedAndCovering)
         int64_t expect_start = 0, min_ext = size, max_ext = 0;
         for (int32_t i = 0; i < splits; i++) {
             int64_t start, extent;
-            tsl_tile_extent(size, splits, i, &start, &extent);
+            ASSERT_EQ(tsl_tile_extent(size, splits, i, &start, &extent), TSL_OK);
             ASSERT_EQ(start, expect_start);
             ASSERT_GE(extent, 1);
             expect_start += extent;
@@ -101,6 +104,12 @@ TEST(TileExtent, BalancedAndCovering)
     tsl_tile_extent(10, 3, 2, &start, &extent);
     EXPECT_EQ(start, 7);
     EXPECT_EQ(extent, 3);
+    EXPECT_EQ(tsl_tile_extent(10, 0, 0, &start, &extent), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tile_extent(10, 11, 0, &start, &extent), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tile_extent(10, 3, 3, &start, &extent), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tile_extent(10, 3, -1, &start, &extent), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tile_extent(10, 3, 0, nullptr, &extent), TSL_ERR_INVALID_ARG);
+    EXPECT_STRNE(tsl_last_error(), "");
 }
 
 TEST(TileGrid, CheckAndCount)
@@ -114,6 +123,9 @@ TEST(TileGrid, CheckAndCount)
     tsl_tile_grid zero = make_grid({0, 1, 1});
     EXPECT_EQ(tsl_tile_grid_check(&zero, &s), TSL_ERR_SHAPE);
     EXPECT_EQ(tsl_tile_grid_check(nullptr, &s), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tile_grid_count(nullptr, 3), 0);
+    EXPECT_EQ(tsl_tile_grid_count(&g, 0), 0);
+    EXPECT_EQ(tsl_tile_grid_count(&zero, 3), 0);
 }
 
 TEST(OwnerMap, LinearBlockIsContiguousAndBalanced)
