@@ -51,6 +51,7 @@ static void add_cpu(void *buffers[], void *cl_arg)
 {
     tsl_elementwise_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(starpu_task_get_current()->nbuffers == 3, "add: three buffers");
     TSL_CODELET_CHECK((int64_t)STARPU_VECTOR_GET_NX(buffers[2]) == a.count, "add: tile size");
     if (a.dtype == TSL_F32) {
         const float *x = VEC_PTR(0), *y = VEC_PTR(1);
@@ -99,11 +100,11 @@ struct starpu_codelet tsl_cl_axpy = {
     .name = "tsl_axpy",
 };
 
+/* Modes come with each task: dst is W, or RW when it aliases an input. */
 struct starpu_codelet tsl_cl_add = {
     .cpu_funcs = {add_cpu},
     .cpu_funcs_name = {"add_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &add_model,
     .name = "tsl_add",
 };

@@ -31,27 +31,49 @@ static tsl_status check_same_layout(tsl_tensor_t a, tsl_tensor_t b, const char *
     return TSL_OK;
 }
 
+/* One task per tile of `out`, reading the same tile of each input (same grid) and writing
+ * `out` with `out_mode`. Cached copies of inputs owned elsewhere are dropped once read. */
+static tsl_status submit_elementwise(struct starpu_codelet *codelet, tsl_tensor_t out,
+                                     enum starpu_data_access_mode out_mode,
+                                     const tsl_tensor_t *inputs, int ninputs, double alpha,
+                                     double flops_per_element)
+{
+    for (int64_t i = 0; i < out->ntiles; i++) {
+        int64_t count = tsl_tensor_tile_numel(out, i);
+        tsl_elementwise_args args = {.dtype = out->dtype, .count = count, .alpha = alpha};
+        tsl_task_desc desc = {
+            .codelet = codelet,
+            .args = &args,
+            .args_size = sizeof args,
+            .nhandles = ninputs + 1,
+            .flops = flops_per_element * (double)count,
+        };
+        for (int k = 0; k < ninputs; k++) {
+            desc.handles[k] = inputs[k]->handles[i];
+            desc.modes[k] = STARPU_R;
+        }
+        desc.handles[ninputs] = out->handles[i];
+        desc.modes[ninputs] = out_mode;
+        tsl_status st = tsl_task_submit(out->ctx, &desc);
+        if (st)
+            return st;
+        for (int k = 0; k < ninputs; k++) {
+            int seen = inputs[k] == out;
+            for (int j = 0; j < k; j++)
+                seen |= inputs[j] == inputs[k];
+            if (!seen && inputs[k]->tile_owner[i] != out->tile_owner[i])
+                starpu_mpi_cache_flush(out->ctx->comm, inputs[k]->handles[i]);
+        }
+    }
+    return TSL_OK;
+}
+
 tsl_status tsl_tensor_scale(tsl_tensor_t x, double alpha)
 {
     tsl_status st = tsl_tensor_check(x, "tsl_tensor_scale");
     if (st || (st = check_float(x, "tsl_tensor_scale")))
         return st;
-    for (int64_t i = 0; i < x->ntiles; i++) {
-        int64_t count = tsl_tensor_tile_numel(x, i);
-        tsl_elementwise_args args = {.dtype = x->dtype, .count = count, .alpha = alpha};
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_scale,
-            .args = &args,
-            .args_size = sizeof args,
-            .nhandles = 1,
-            .handles = {x->handles[i]},
-            .modes = {STARPU_RW},
-            .flops = (double)count,
-        };
-        if ((st = tsl_task_submit(x->ctx, &desc)))
-            return st;
-    }
-    return TSL_OK;
+    return submit_elementwise(&tsl_cl_scale, x, STARPU_RW, NULL, 0, alpha, 1.0);
 }
 
 tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
@@ -63,24 +85,7 @@ tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
         return st;
     if (x == y)
         return tsl_tensor_scale(y, 1.0 + alpha);
-    for (int64_t i = 0; i < y->ntiles; i++) {
-        int64_t count = tsl_tensor_tile_numel(y, i);
-        tsl_elementwise_args args = {.dtype = y->dtype, .count = count, .alpha = alpha};
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_axpy,
-            .args = &args,
-            .args_size = sizeof args,
-            .nhandles = 2,
-            .handles = {x->handles[i], y->handles[i]},
-            .modes = {STARPU_R, STARPU_RW},
-            .flops = 2.0 * (double)count,
-        };
-        if ((st = tsl_task_submit(y->ctx, &desc)))
-            return st;
-        if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(y->ctx->comm, x->handles[i]);
-    }
-    return TSL_OK;
+    return submit_elementwise(&tsl_cl_axpy, y, STARPU_RW, &x, 1, alpha, 2.0);
 }
 
 tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
@@ -92,28 +97,10 @@ tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
         (st = check_same_layout(dst, b, "tsl_tensor_add")) ||
         (st = check_float(dst, "tsl_tensor_add")))
         return st;
-    for (int64_t i = 0; i < dst->ntiles; i++) {
-        int64_t count = tsl_tensor_tile_numel(dst, i);
-        tsl_elementwise_args args = {.dtype = dst->dtype, .count = count, .alpha = 1.0};
-        /* dst may alias a or b: then it is read and written by the same task. */
-        int aliased = dst == a || dst == b;
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_add,
-            .args = &args,
-            .args_size = sizeof args,
-            .nhandles = 3,
-            .handles = {a->handles[i], b->handles[i], dst->handles[i]},
-            .modes = {STARPU_R, STARPU_R, aliased ? STARPU_RW : STARPU_W},
-            .flops = (double)count,
-        };
-        if ((st = tsl_task_submit(dst->ctx, &desc)))
-            return st;
-        if (a != dst && a->tile_owner[i] != dst->tile_owner[i])
-            starpu_mpi_cache_flush(dst->ctx->comm, a->handles[i]);
-        if (b != dst && b != a && b->tile_owner[i] != dst->tile_owner[i])
-            starpu_mpi_cache_flush(dst->ctx->comm, b->handles[i]);
-    }
-    return TSL_OK;
+    /* dst may alias a or b: then the task reads and writes it. */
+    const tsl_tensor_t inputs[2] = {a, b};
+    return submit_elementwise(&tsl_cl_add, dst, dst == a || dst == b ? STARPU_RW : STARPU_W, inputs,
+                              2, 1.0, 1.0);
 }
 
 tsl_status tsl_tensor_sum(tsl_tensor_t t, double *sum)

@@ -617,3 +617,26 @@ TEST(Attach, SecondContextOnTheSameRuntimeWithItsOwnTags)
     ASSERT_EQ(tsl_tensor_sum(u, &sum), TSL_OK);
     EXPECT_EQ(sum, 8.0);
 }
+
+TEST(Elementwise, AliasedOperands)
+{
+    tsl_shape s = shape_of({3, 4, 7});
+    for (const Layout &l : layouts_for(s)) {
+        Tensor x(TSL_F64, s, l), y(TSL_F64, s, l);
+        ASSERT_EQ(tsl_tensor_fill_uniform(x, seed, -1.0, 1.0), TSL_OK);
+        ASSERT_EQ(tsl_tensor_fill_uniform(y, seed + 9, -1.0, 1.0), TSL_OK);
+        auto x0 = gather(x, 0), y0 = gather(y, 0);
+        ASSERT_EQ(tsl_tensor_add(y, y, x), TSL_OK);    // y = y + x
+        ASSERT_EQ(tsl_tensor_axpy(x, 1.0, x), TSL_OK); // x = 2 x
+        ASSERT_EQ(tsl_tensor_add(x, x, x), TSL_OK);    // x = 4 x
+        auto x1 = gather(x, 0), y1 = gather(y, 0);
+        if (rank != 0)
+            continue;
+        const double *xa = (const double *)x0.data(), *ya = (const double *)y0.data();
+        const double *xb = (const double *)x1.data(), *yb = (const double *)y1.data();
+        for (size_t i = 0; i < x0.size() / 8; i++) {
+            ASSERT_EQ(yb[i], ya[i] + xa[i]) << l.name << " " << i;
+            ASSERT_EQ(xb[i], 4 * xa[i]) << l.name << " " << i;
+        }
+    }
+}
