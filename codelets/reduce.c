@@ -3,7 +3,8 @@
  * A finite double is m * 2^(p - 1074) with an integer m < 2^53 and p >= 0. Limb k holds
  * bits [32k, 32k + 32) of the fixed-point value; a deposit adds m << (p % 32) split into
  * three 32-bit pieces to limbs p/32 .. p/32 + 2. Limbs are int64, so up to 2^30 deposits
- * fit before carries must be propagated (normalisation). */
+ * fit before carries must be propagated (normalisation). Large float arrays are first
+ * summed exactly into one integer bin per exponent, so each bin makes one deposit. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -34,6 +35,31 @@ void tsl_acc_normalize(tsl_acc *acc)
     acc->deposits = 0;
 }
 
+/* Deposit magnitude * 2^exp2 (exp2 >= -1074, magnitude < 2^64) with a sign. */
+static void acc_deposit(tsl_acc *acc, uint64_t magnitude, int exp2, int negative)
+{
+    if (!magnitude)
+        return;
+    int position = exp2 + DOUBLE_BIAS;
+    int k = position / LIMB_BITS;
+    TSL_CODELET_CHECK(position >= 0 && k + 2 < TSL_ACC_LIMBS, "deposit outside the accumulator");
+    unsigned __int128 shifted = (unsigned __int128)magnitude << (position % LIMB_BITS);
+    int64_t piece0 = (int64_t)(uint64_t)(shifted & 0xffffffffu);
+    int64_t piece1 = (int64_t)(uint64_t)((shifted >> 32) & 0xffffffffu);
+    int64_t piece2 = (int64_t)(uint64_t)(shifted >> 64);
+    if (negative) {
+        acc->limb[k] -= piece0;
+        acc->limb[k + 1] -= piece1;
+        acc->limb[k + 2] -= piece2;
+    } else {
+        acc->limb[k] += piece0;
+        acc->limb[k + 1] += piece1;
+        acc->limb[k + 2] += piece2;
+    }
+    if (++acc->deposits >= DEPOSITS_BEFORE_NORMALIZE)
+        tsl_acc_normalize(acc);
+}
+
 void tsl_acc_add(tsl_acc *acc, double value)
 {
     uint64_t bits;
@@ -51,25 +77,8 @@ void tsl_acc_add(tsl_acc *acc, double value)
         return;
     }
     uint64_t mantissa = exponent ? (fraction | ((uint64_t)1 << 52)) : fraction;
-    if (!mantissa)
-        return;
-    int position = exponent ? exponent - 1 : 0;
-    int k = position / LIMB_BITS;
-    unsigned __int128 shifted = (unsigned __int128)mantissa << (position % LIMB_BITS);
-    int64_t piece0 = (int64_t)(uint64_t)(shifted & 0xffffffffu);
-    int64_t piece1 = (int64_t)(uint64_t)((shifted >> 32) & 0xffffffffu);
-    int64_t piece2 = (int64_t)(uint64_t)(shifted >> 64);
-    if (negative) {
-        acc->limb[k] -= piece0;
-        acc->limb[k + 1] -= piece1;
-        acc->limb[k + 2] -= piece2;
-    } else {
-        acc->limb[k] += piece0;
-        acc->limb[k + 1] += piece1;
-        acc->limb[k + 2] += piece2;
-    }
-    if (++acc->deposits >= DEPOSITS_BEFORE_NORMALIZE)
-        tsl_acc_normalize(acc);
+    /* value = mantissa * 2^(max(exponent, 1) - 1075) */
+    acc_deposit(acc, mantissa, (exponent ? exponent : 1) - 1075, negative);
 }
 
 void tsl_acc_merge(tsl_acc *dst, const tsl_acc *src)
@@ -148,6 +157,107 @@ double tsl_acc_round(const tsl_acc *in)
     return sign * ldexp((double)mantissa, low - DOUBLE_BIAS);
 }
 
+/* Deposit a signed 128-bit value times 2^exp2 as two 64-bit halves. */
+static void acc_deposit_wide(tsl_acc *acc, __int128 value, int exp2)
+{
+    int negative = value < 0;
+    unsigned __int128 magnitude = negative ? -(unsigned __int128)value : (unsigned __int128)value;
+    acc_deposit(acc, (uint64_t)magnitude, exp2, negative);
+    acc_deposit(acc, (uint64_t)(magnitude >> 64), exp2 + 64, negative);
+}
+
+/* Below this many elements, binning costs more than it saves. */
+#define BINNED_MIN_COUNT 2048
+
+/* float32: one signed integer bin per exponent field. A bin gains at most 2^24 per element
+ * and a tile has fewer than 2^32 elements, so int64 bins cannot overflow. */
+static void add_f32_binned(tsl_acc *acc, const float *x, int64_t count)
+{
+    int64_t bins[256] = {0};
+    for (int64_t i = 0; i < count; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        uint32_t exponent = (bits >> 23) & 0xffu;
+        int64_t mantissa = (int64_t)((bits & 0x7fffffu) | (exponent ? 0x800000u : 0u));
+        bins[exponent] += (bits >> 31) ? -mantissa : mantissa;
+    }
+    for (int e = 0; e < 255; e++) /* value = mantissa * 2^(max(e, 1) - 150) */
+        if (bins[e])
+            acc_deposit_wide(acc, bins[e], (e ? e : 1) - 150);
+    if (bins[255]) /* non-finite values are rare: count them one by one */
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(x[i]))
+                tsl_acc_add(acc, x[i]);
+}
+
+/* float64: 2048 bins of 128-bit integers (each element adds at most 2^53). */
+static void add_f64_binned(tsl_acc *acc, const double *x, int64_t count)
+{
+    static _Thread_local __int128 bins[2048];
+    memset(bins, 0, sizeof bins);
+    int nonfinite = 0;
+    for (int64_t i = 0; i < count; i++) {
+        uint64_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        uint32_t exponent = (uint32_t)(bits >> 52) & 0x7ffu;
+        int64_t mantissa =
+            (int64_t)((bits & 0xfffffffffffffULL) | (exponent ? 0x10000000000000ULL : 0));
+        bins[exponent] += (bits >> 63) ? -mantissa : mantissa;
+        nonfinite |= exponent == 0x7ff;
+    }
+    for (int e = 0; e < 2047; e++) /* value = mantissa * 2^(max(e, 1) - 1075) */
+        if (bins[e])
+            acc_deposit_wide(acc, bins[e], (e ? e : 1) - 1075);
+    if (nonfinite)
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(x[i]))
+                tsl_acc_add(acc, x[i]);
+}
+
+void tsl_acc_add_array(tsl_acc *acc, tsl_dtype dtype, const void *data, int64_t count)
+{
+    switch (dtype) {
+    case TSL_F32:
+        if (count >= BINNED_MIN_COUNT) {
+            add_f32_binned(acc, data, count);
+        } else {
+            for (int64_t i = 0; i < count; i++)
+                tsl_acc_add(acc, ((const float *)data)[i]);
+        }
+        return;
+    case TSL_F64:
+        if (count >= BINNED_MIN_COUNT) {
+            add_f64_binned(acc, data, count);
+        } else {
+            for (int64_t i = 0; i < count; i++)
+                tsl_acc_add(acc, ((const double *)data)[i]);
+        }
+        return;
+    case TSL_I32: { /* 2^31 elements of at most 2^31 fit an int64; deposit before that */
+        int64_t partial = 0;
+        for (int64_t i = 0; i < count; i++) {
+            partial += ((const int32_t *)data)[i];
+            if ((i & 0x3fffffff) == 0x3fffffff) {
+                acc_deposit_wide(acc, partial, 0);
+                partial = 0;
+            }
+        }
+        acc_deposit_wide(acc, partial, 0);
+        return;
+    }
+    case TSL_U8: {
+        int64_t partial = 0;
+        for (int64_t i = 0; i < count; i++)
+            partial += ((const uint8_t *)data)[i];
+        acc_deposit_wide(acc, partial, 0);
+        return;
+    }
+    case TSL_I64:
+        break;
+    }
+    TSL_CODELET_CHECK(0, "sum: dtype");
+}
+
 static void sum_partial_cpu(void *buffers[], void *cl_arg)
 {
     tsl_sum_args a;
@@ -158,26 +268,7 @@ static void sum_partial_cpu(void *buffers[], void *cl_arg)
                           sizeof(tsl_acc),
                       "sum: accumulator size");
     tsl_acc_init(acc);
-    switch ((tsl_dtype)a.dtype) {
-    case TSL_F32:
-        for (int64_t i = 0; i < a.count; i++)
-            tsl_acc_add(acc, ((const float *)tile)[i]);
-        break;
-    case TSL_F64:
-        for (int64_t i = 0; i < a.count; i++)
-            tsl_acc_add(acc, ((const double *)tile)[i]);
-        break;
-    case TSL_I32:
-        for (int64_t i = 0; i < a.count; i++)
-            tsl_acc_add(acc, ((const int32_t *)tile)[i]);
-        break;
-    case TSL_U8:
-        for (int64_t i = 0; i < a.count; i++)
-            tsl_acc_add(acc, ((const uint8_t *)tile)[i]);
-        break;
-    default:
-        TSL_CODELET_CHECK(0, "sum: dtype");
-    }
+    tsl_acc_add_array(acc, (tsl_dtype)a.dtype, tile, a.count);
     tsl_acc_normalize(acc);
 }
 

@@ -104,6 +104,9 @@ void tsl_acc_normalize(tsl_acc *acc);
 /* dst += src (both normalised or not). */
 void tsl_acc_merge(tsl_acc *dst, const tsl_acc *src);
 double tsl_acc_round(const tsl_acc *acc);
+/* Add `count` elements of `dtype` (f32, f64, i32, u8) exactly. Large float arrays are
+ * binned by exponent into integer counters first, then each bin is deposited once. */
+void tsl_acc_add_array(tsl_acc *acc, tsl_dtype dtype, const void *data, int64_t count);
 
 typedef struct tsl_sum_args {
     int32_t dtype;

@@ -165,3 +165,78 @@ TEST(Fill, CounterBasedValues)
     EXPECT_NEAR(m, 1.0, 0.03);
     EXPECT_NEAR(sd, 2.0, 0.03);
 }
+
+namespace
+{
+
+// Bits drawn over the whole range of the type: subnormals, huge values, signed zeros, and
+// a few infinities and NaNs when `nonfinite`.
+template <typename T, typename U>
+std::vector<T> wild_values(std::mt19937_64 &rng, size_t n, bool nonfinite)
+{
+    std::vector<T> v(n);
+    for (auto &x : v) {
+        U bits = (U)rng();
+        std::memcpy(&x, &bits, sizeof x);
+        if (!std::isfinite(x) && !nonfinite)
+            x = (T)0.5;
+    }
+    return v;
+}
+
+template <typename T> double per_element(const std::vector<T> &v)
+{
+    tsl_acc acc;
+    tsl_acc_init(&acc);
+    for (T x : v)
+        tsl_acc_add(&acc, (double)x);
+    return tsl_acc_round(&acc);
+}
+
+template <typename T> double binned(const std::vector<T> &v, tsl_dtype dt)
+{
+    tsl_acc acc;
+    tsl_acc_init(&acc);
+    tsl_acc_add_array(&acc, dt, v.data(), (int64_t)v.size());
+    return tsl_acc_round(&acc);
+}
+
+bool same_or_both_nan(double a, double b)
+{
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+} // namespace
+
+TEST(ExactSum, ArrayPathsEqualPerElementPath)
+{
+    std::mt19937_64 rng(314159);
+    for (size_t n : {1, 7, 2047, 2048, 5000, 100000}) {
+        for (bool nonfinite : {false, true}) {
+            auto f = wild_values<float, uint32_t>(rng, n, nonfinite);
+            EXPECT_TRUE(same_or_both_nan(binned(f, TSL_F32), per_element(f))) << "f32 n=" << n;
+            auto d = wild_values<double, uint64_t>(rng, n, nonfinite);
+            EXPECT_TRUE(same_or_both_nan(binned(d, TSL_F64), per_element(d))) << "f64 n=" << n;
+        }
+        // Moderate ranges too, where the sum is not dominated by one huge element.
+        auto g = random_values(rng, n, -60, 60);
+        std::vector<float> gf(g.begin(), g.end());
+        EXPECT_TRUE(same_or_both_nan(binned(g, TSL_F64), quad_sum(g))) << n;
+        EXPECT_TRUE(same_or_both_nan(binned(gf, TSL_F32), per_element(gf))) << n;
+        std::vector<int32_t> ints(n);
+        std::vector<uint8_t> bytes(n);
+        for (size_t i = 0; i < n; i++) {
+            ints[i] = (int32_t)rng();
+            bytes[i] = (uint8_t)rng();
+        }
+        EXPECT_EQ(binned(ints, TSL_I32), per_element(ints)) << n;
+        EXPECT_EQ(binned(bytes, TSL_U8), per_element(bytes)) << n;
+    }
+    // Subnormal floats only, and cancellation to exactly zero.
+    std::vector<float> tiny(4096, 1e-45f);
+    EXPECT_EQ(binned(tiny, TSL_F32), 4096 * (double)1e-45f);
+    std::vector<double> cancel(4096);
+    for (size_t i = 0; i < cancel.size(); i++)
+        cancel[i] = (i % 2 ? -1.0 : 1.0) * std::ldexp(1.0, (int)(i / 2 % 2000) - 1000);
+    EXPECT_EQ(binned(cancel, TSL_F64), 0.0);
+}
