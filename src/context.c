@@ -51,6 +51,21 @@ static tsl_status check_config(const tsl_context_config *config, const char *fn)
     return TSL_OK;
 }
 
+/* StarPU falls back to its default policy when a name is unknown; refuse instead. */
+static tsl_status check_scheduler(const char *name, const char *fn)
+{
+    struct starpu_sched_policy **policies = starpu_sched_get_predefined_policies();
+    char known[1024] = "";
+    for (int i = 0; policies && policies[i]; i++) {
+        if (strcmp(policies[i]->policy_name, name) == 0)
+            return TSL_OK;
+        size_t len = strlen(known);
+        snprintf(known + len, sizeof known - len, "%s%s", len ? " " : "", policies[i]->policy_name);
+    }
+    return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: unknown StarPU scheduler '%s' (known: %s)", fn,
+                     name, known);
+}
+
 static tsl_status context_alloc(const tsl_context_config *config, struct tsl_context **out)
 {
     struct tsl_context *ctx = calloc(1, sizeof *ctx);
@@ -102,6 +117,8 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     }
     tsl_status st = check_config(config, "tsl_context_create");
     if (st)
+        return st;
+    if (config->scheduler && (st = check_scheduler(config->scheduler, "tsl_context_create")))
         return st;
     if (starpu_is_initialized())
         return tsl_error(NULL, TSL_ERR_STATE,

@@ -112,11 +112,12 @@ static int parse_common(int argc, char **argv, int *i, common_options *opts)
     return 0;
 }
 
+/* Report a failed call; a rejected argument is a usage error (exit 2), anything else 1. */
 static int fail(tsl_status st, const char *what)
 {
     fprintf(stderr, "tessel[%d]: %s failed: %s (%s)\n", rank_of_process, what, tsl_last_error(),
             tsl_status_string(st));
-    return 1;
+    return st == TSL_ERR_INVALID_ARG ? EXIT_USAGE : 1;
 }
 
 static int command_info(int argc, char **argv)
