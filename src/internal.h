@@ -95,6 +95,16 @@ typedef struct tsl_task_desc {
  * handle runs it, StarPU-MPI moves what it reads. Counts it in ctx->pending_tasks. */
 tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc);
 
+/* One task per tile index over tensors that share a tile grid: tensors[k] is accessed with
+ * modes[k] (each tensor once: pass an in-place operand once, RW). `args` is copied into
+ * every task after writing the tile's element count at `count_offset` (an int64_t field).
+ * The owner of the written tile runs the task; cached copies of read-only tiles owned
+ * elsewhere are flushed once read. */
+tsl_status tsl_submit_tiles(struct starpu_codelet *codelet, int ntensors,
+                            struct tsl_tensor *const *tensors,
+                            const enum starpu_data_access_mode *modes, void *args, size_t args_size,
+                            size_t count_offset, double flops_per_element);
+
 /* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
  * (StarPU allocates it where a task first needs it). */
 tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,
@@ -108,6 +118,12 @@ void tsl_temp_handle_release(struct tsl_context *ctx, starpu_data_handle_t handl
 
 /* Validate a tensor argument: non-NULL. */
 tsl_status tsl_tensor_check(struct tsl_tensor *tensor, const char *what);
+
+/* dtype is f32 or f64 (TSL_ERR_DTYPE otherwise). */
+tsl_status tsl_tensor_check_float(struct tsl_tensor *t, const char *fn);
+
+/* Same context, dtype, shape and tile grid; owners may differ. */
+tsl_status tsl_tensor_check_same_layout(struct tsl_tensor *a, struct tsl_tensor *b, const char *fn);
 
 /* Global C-order strides of the tensor's shape, in elements. */
 void tsl_shape_strides(const tsl_shape *shape, int64_t strides[TSL_MAX_DIMS]);

@@ -1,77 +1,35 @@
 /* Elementwise tensor ops and the exact sum, lowered to tile tasks. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../codelets/tile_ops.h"
 #include "internal.h"
 
-static tsl_status check_float(tsl_tensor_t t, const char *fn)
-{
-    if (t->dtype != TSL_F32 && t->dtype != TSL_F64)
-        return tsl_error(t->ctx, TSL_ERR_DTYPE, "%s: needs f32 or f64, not %s", fn,
-                         tsl_dtype_name(t->dtype));
-    return TSL_OK;
-}
-
-/* Same context, dtype, shape and tile grid (owners may differ). */
-static tsl_status check_same_layout(tsl_tensor_t a, tsl_tensor_t b, const char *fn)
-{
-    if (a->ctx != b->ctx)
-        return tsl_error(a->ctx, TSL_ERR_INVALID_ARG, "%s: tensors belong to different contexts",
-                         fn);
-    if (a->dtype != b->dtype)
-        return tsl_error(a->ctx, TSL_ERR_DTYPE, "%s: dtypes %s and %s differ", fn,
-                         tsl_dtype_name(a->dtype), tsl_dtype_name(b->dtype));
-    if (a->shape.ndim != b->shape.ndim ||
-        memcmp(a->shape.dims, b->shape.dims, sizeof a->shape.dims) != 0)
-        return tsl_error(a->ctx, TSL_ERR_SHAPE, "%s: shapes differ", fn);
-    if (memcmp(a->grid.splits, b->grid.splits, sizeof a->grid.splits) != 0)
-        return tsl_error(a->ctx, TSL_ERR_SHAPE,
-                         "%s: tile grids differ (use tsl_tensor_redistribute first)", fn);
-    return TSL_OK;
-}
-
-/* One task per tile of `out`, reading the same tile of each input (same grid) and writing
- * `out` with `out_mode`. Cached copies of inputs owned elsewhere are dropped once read. */
+/* One task per tile of `out`, reading the same tile of each distinct input and writing
+ * `out` with `out_mode`. */
 static tsl_status submit_elementwise(struct starpu_codelet *codelet, tsl_tensor_t out,
                                      enum starpu_data_access_mode out_mode,
                                      const tsl_tensor_t *inputs, int ninputs, double alpha,
                                      double flops_per_element)
 {
-    for (int64_t i = 0; i < out->ntiles; i++) {
-        int64_t count = tsl_tensor_tile_numel(out, i);
-        tsl_elementwise_args args = {.dtype = out->dtype, .count = count, .alpha = alpha};
-        tsl_task_desc desc = {
-            .codelet = codelet,
-            .args = &args,
-            .args_size = sizeof args,
-            .nhandles = ninputs + 1,
-            .flops = flops_per_element * (double)count,
-        };
-        for (int k = 0; k < ninputs; k++) {
-            desc.handles[k] = inputs[k]->handles[i];
-            desc.modes[k] = STARPU_R;
-        }
-        desc.handles[ninputs] = out->handles[i];
-        desc.modes[ninputs] = out_mode;
-        tsl_status st = tsl_task_submit(out->ctx, &desc);
-        if (st)
-            return st;
-        for (int k = 0; k < ninputs; k++) {
-            int seen = inputs[k] == out;
-            for (int j = 0; j < k; j++)
-                seen |= inputs[j] == inputs[k];
-            if (!seen && inputs[k]->tile_owner[i] != out->tile_owner[i])
-                starpu_mpi_cache_flush(out->ctx->comm, inputs[k]->handles[i]);
-        }
+    tsl_tensor_t tensors[TSL_TASK_MAX_HANDLES];
+    enum starpu_data_access_mode modes[TSL_TASK_MAX_HANDLES];
+    for (int k = 0; k < ninputs; k++) {
+        tensors[k] = inputs[k];
+        modes[k] = STARPU_R;
     }
-    return TSL_OK;
+    tensors[ninputs] = out;
+    modes[ninputs] = out_mode;
+    tsl_elementwise_args args = {.dtype = out->dtype, .alpha = alpha};
+    return tsl_submit_tiles(codelet, ninputs + 1, tensors, modes, &args, sizeof args,
+                            offsetof(tsl_elementwise_args, count), flops_per_element);
 }
 
 tsl_status tsl_tensor_scale(tsl_tensor_t x, double alpha)
 {
     tsl_status st = tsl_tensor_check(x, "tsl_tensor_scale");
-    if (st || (st = check_float(x, "tsl_tensor_scale")))
+    if (st || (st = tsl_tensor_check_float(x, "tsl_tensor_scale")))
         return st;
     return submit_elementwise(&tsl_cl_scale, x, STARPU_RW, NULL, 0, alpha, 1.0);
 }
@@ -80,8 +38,8 @@ tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
 {
     tsl_status st = tsl_tensor_check(y, "tsl_tensor_axpy");
     if (st || (st = tsl_tensor_check(x, "tsl_tensor_axpy")) ||
-        (st = check_same_layout(y, x, "tsl_tensor_axpy")) ||
-        (st = check_float(y, "tsl_tensor_axpy")))
+        (st = tsl_tensor_check_same_layout(y, x, "tsl_tensor_axpy")) ||
+        (st = tsl_tensor_check_float(y, "tsl_tensor_axpy")))
         return st;
     if (x == y)
         return tsl_tensor_scale(y, 1.0 + alpha);
@@ -93,9 +51,9 @@ tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
     tsl_status st = tsl_tensor_check(dst, "tsl_tensor_add");
     if (st || (st = tsl_tensor_check(a, "tsl_tensor_add")) ||
         (st = tsl_tensor_check(b, "tsl_tensor_add")) ||
-        (st = check_same_layout(dst, a, "tsl_tensor_add")) ||
-        (st = check_same_layout(dst, b, "tsl_tensor_add")) ||
-        (st = check_float(dst, "tsl_tensor_add")))
+        (st = tsl_tensor_check_same_layout(dst, a, "tsl_tensor_add")) ||
+        (st = tsl_tensor_check_same_layout(dst, b, "tsl_tensor_add")) ||
+        (st = tsl_tensor_check_float(dst, "tsl_tensor_add")))
         return st;
     /* dst may alias a or b: then the task reads and writes it. */
     const tsl_tensor_t inputs[2] = {a, b};

@@ -70,3 +70,40 @@ void tsl_temp_handle_release(struct tsl_context *ctx, starpu_data_handle_t handl
     starpu_mpi_cache_flush(ctx->comm, handle);
     starpu_data_unregister_submit(handle);
 }
+
+tsl_status tsl_submit_tiles(struct starpu_codelet *codelet, int ntensors,
+                            struct tsl_tensor *const *tensors,
+                            const enum starpu_data_access_mode *modes, void *args, size_t args_size,
+                            size_t count_offset, double flops_per_element)
+{
+    struct tsl_context *ctx = tensors[0]->ctx;
+    int writer = -1;
+    for (int k = 0; k < ntensors; k++)
+        if (modes[k] & STARPU_W)
+            writer = k;
+    if (ntensors < 1 || ntensors > TSL_TASK_MAX_HANDLES || writer < 0)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "internal: malformed tile task list");
+    for (int64_t i = 0; i < tensors[0]->ntiles; i++) {
+        int64_t count = tsl_tensor_tile_numel(tensors[0], i);
+        memcpy((char *)args + count_offset, &count, sizeof count);
+        tsl_task_desc desc = {
+            .codelet = codelet,
+            .args = args,
+            .args_size = args_size,
+            .nhandles = ntensors,
+            .flops = flops_per_element * (double)count,
+        };
+        for (int k = 0; k < ntensors; k++) {
+            desc.handles[k] = tensors[k]->handles[i];
+            desc.modes[k] = modes[k];
+        }
+        tsl_status st = tsl_task_submit(ctx, &desc);
+        if (st)
+            return st;
+        int32_t runs_on = tensors[writer]->tile_owner[i];
+        for (int k = 0; k < ntensors; k++)
+            if (modes[k] == STARPU_R && tensors[k]->tile_owner[i] != runs_on)
+                starpu_mpi_cache_flush(ctx->comm, tensors[k]->handles[i]);
+    }
+    return TSL_OK;
+}

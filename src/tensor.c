@@ -14,6 +14,32 @@ tsl_status tsl_tensor_check(struct tsl_tensor *tensor, const char *what)
     return TSL_OK;
 }
 
+tsl_status tsl_tensor_check_float(tsl_tensor_t t, const char *fn)
+{
+    if (t->dtype != TSL_F32 && t->dtype != TSL_F64)
+        return tsl_error(t->ctx, TSL_ERR_DTYPE, "%s: needs f32 or f64, not %s", fn,
+                         tsl_dtype_name(t->dtype));
+    return TSL_OK;
+}
+
+/* Same context, dtype, shape and tile grid (owners may differ). */
+tsl_status tsl_tensor_check_same_layout(tsl_tensor_t a, tsl_tensor_t b, const char *fn)
+{
+    if (a->ctx != b->ctx)
+        return tsl_error(a->ctx, TSL_ERR_INVALID_ARG, "%s: tensors belong to different contexts",
+                         fn);
+    if (a->dtype != b->dtype)
+        return tsl_error(a->ctx, TSL_ERR_DTYPE, "%s: dtypes %s and %s differ", fn,
+                         tsl_dtype_name(a->dtype), tsl_dtype_name(b->dtype));
+    if (a->shape.ndim != b->shape.ndim ||
+        memcmp(a->shape.dims, b->shape.dims, sizeof a->shape.dims) != 0)
+        return tsl_error(a->ctx, TSL_ERR_SHAPE, "%s: shapes differ", fn);
+    if (memcmp(a->grid.splits, b->grid.splits, sizeof a->grid.splits) != 0)
+        return tsl_error(a->ctx, TSL_ERR_SHAPE,
+                         "%s: tile grids differ (use tsl_tensor_redistribute first)", fn);
+    return TSL_OK;
+}
+
 void tsl_shape_strides(const tsl_shape *shape, int64_t strides[TSL_MAX_DIMS])
 {
     int64_t stride = 1;

@@ -1,0 +1,107 @@
+/**
+ * @file ops.h
+ * @brief Network operators on tiled tensors, lowered to tile tasks: activations and
+ *        optimizer updates (the rest of the operator library follows).
+ *
+ * Every call is collective over the tensors' context, submits one task per tile on the
+ * owner of the tile it writes, and returns without waiting. Tensors passed together must
+ * share the context, dtype (f32 or f64), shape and tile grid; their owner maps may differ
+ * (StarPU-MPI moves the tiles a task reads).
+ */
+#ifndef TESSEL_OPS_H
+#define TESSEL_OPS_H
+
+#include <stdint.h>
+
+#include "tessel/status.h"
+#include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Elementwise activations. */
+typedef enum tsl_activation {
+    TSL_ACT_RELU = 0,       /**< max(x, 0) */
+    TSL_ACT_LEAKY_RELU = 1, /**< x if x > 0, slope * x otherwise */
+    TSL_ACT_SIGMOID = 2,    /**< 1 / (1 + exp(-x)) */
+    TSL_ACT_TANH = 3,       /**< tanh(x) */
+} tsl_activation;
+
+/** Number of activation kinds. */
+#define TSL_ACTIVATION_COUNT 4
+
+/**
+ * @brief y = act(x). @p y may be @p x (in place).
+ * @param[in] slope negative slope of ::TSL_ACT_LEAKY_RELU (finite); ignored otherwise
+ */
+tsl_status tsl_activation_forward(tsl_activation kind, double slope, tsl_tensor_t x,
+                                  tsl_tensor_t y);
+
+/**
+ * @brief dx = act'(.) * dy. ReLU and LeakyReLU read the forward input @p x; sigmoid and
+ * tanh read the forward output @p y (the other may be NULL). At x = 0, ReLU's derivative is
+ * taken as 0 and LeakyReLU's as slope, as PyTorch does. @p dx may be @p dy (in place).
+ */
+tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t dx);
+
+/** SGD settings, as PyTorch's torch.optim.SGD. */
+typedef struct tsl_sgd_config {
+    double lr;           /**< learning rate, > 0 */
+    double momentum;     /**< >= 0; 0 disables the momentum buffer */
+    double dampening;    /**< in [0, 1] */
+    double weight_decay; /**< L2 penalty added to the gradient, >= 0 */
+    int32_t nesterov;    /**< Nesterov momentum (needs momentum > 0 and dampening 0) */
+} tsl_sgd_config;
+
+/** Adam settings, as torch.optim.Adam (decoupled = 0) and torch.optim.AdamW (1). */
+typedef struct tsl_adam_config {
+    double lr;           /**< > 0 */
+    double beta1;        /**< in [0, 1) */
+    double beta2;        /**< in [0, 1) */
+    double eps;          /**< > 0 */
+    double weight_decay; /**< >= 0: added to the gradient (Adam) or decoupled (AdamW) */
+    int32_t decoupled;   /**< 1: AdamW's decoupled weight decay */
+} tsl_adam_config;
+
+/** @brief PyTorch's defaults: lr 0.01 (SGD has none; tessel picks 0.01), no momentum. */
+tsl_status tsl_sgd_config_init(tsl_sgd_config *config);
+
+/** @brief PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay. */
+tsl_status tsl_adam_config_init(tsl_adam_config *config);
+
+/** Opaque optimizer: settings plus per-parameter state tensors (momentum buffer, or Adam's
+ *  first and second moments), each with its parameter's tile grid and owners. */
+typedef struct tsl_optimizer *tsl_optimizer_t;
+
+/** @brief An SGD optimizer on @p ctx. */
+tsl_status tsl_optimizer_create_sgd(tsl_optimizer_t *opt, tsl_context_t ctx,
+                                    const tsl_sgd_config *config);
+
+/** @brief An Adam or AdamW optimizer on @p ctx. */
+tsl_status tsl_optimizer_create_adam(tsl_optimizer_t *opt, tsl_context_t ctx,
+                                     const tsl_adam_config *config);
+
+/** @brief Destroy the optimizer and its state tensors. NULL is a no-op. */
+tsl_status tsl_optimizer_destroy(tsl_optimizer_t opt);
+
+/**
+ * @brief One update of every parameter from its gradient: one task per parameter tile, on
+ * the tile's owner, reading the gradient tile and updating the state tiles. A parameter's
+ * state is created (zero) on its first step; each parameter counts its own steps (Adam's
+ * bias correction). Parameters must stay alive as long as the optimizer.
+ * @param[in] params parameter tensors (f32 or f64), each at most once
+ * @param[in] grads  gradients, same layout as their parameters
+ */
+tsl_status tsl_optimizer_step(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                              const tsl_tensor_t *grads);
+
+/** @brief Steps taken so far for @p param (0 before its first). Not collective. */
+tsl_status tsl_optimizer_param_steps(tsl_optimizer_t opt, tsl_tensor_t param, int64_t *steps);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_OPS_H */

@@ -1,0 +1,223 @@
+/* Optimizers: settings, per-parameter state tensors, and the update as one task per
+ * parameter tile on the tile's owner. */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../codelets/nn_ops.h"
+#include "../internal.h"
+
+typedef struct param_state {
+    tsl_tensor_t param;
+    tsl_tensor_t state[2]; /* SGD: momentum buffer (or none); Adam: first, second moments */
+    int64_t steps;
+} param_state;
+
+struct tsl_optimizer {
+    struct tsl_context *ctx;
+    tsl_optimizer_kind kind;
+    tsl_sgd_config sgd;
+    tsl_adam_config adam;
+    param_state *params;
+    int64_t nparams;
+    int64_t cap;
+};
+
+tsl_status tsl_sgd_config_init(tsl_sgd_config *c)
+{
+    if (!c)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_sgd_config_init: config is NULL");
+    memset(c, 0, sizeof *c);
+    c->lr = 0.01;
+    return TSL_OK;
+}
+
+tsl_status tsl_adam_config_init(tsl_adam_config *c)
+{
+    if (!c)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_adam_config_init: config is NULL");
+    memset(c, 0, sizeof *c);
+    c->lr = 1e-3;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    return TSL_OK;
+}
+
+static tsl_status optimizer_alloc(struct tsl_optimizer **out, tsl_context_t ctx,
+                                  tsl_optimizer_kind kind)
+{
+    struct tsl_optimizer *opt = calloc(1, sizeof *opt);
+    if (!opt)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "optimizer: out of memory");
+    opt->ctx = ctx;
+    opt->kind = kind;
+    *out = opt;
+    return TSL_OK;
+}
+
+static int finite_at_least(double v, double low)
+{
+    return isfinite(v) && v >= low;
+}
+
+tsl_status tsl_optimizer_create_sgd(tsl_optimizer_t *out, tsl_context_t ctx,
+                                    const tsl_sgd_config *c)
+{
+    const char *fn = "tsl_optimizer_create_sgd";
+    if (!out || !ctx || !c)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    *out = NULL;
+    if (!finite_at_least(c->lr, 0) || c->lr == 0)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: learning rate %g (want > 0)", fn, c->lr);
+    if (!finite_at_least(c->momentum, 0) || !finite_at_least(c->weight_decay, 0))
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "%s: momentum %g and weight decay %g must be "
+                         ">= 0",
+                         fn, c->momentum, c->weight_decay);
+    if (!finite_at_least(c->dampening, 0) || c->dampening > 1)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: dampening %g outside [0, 1]", fn,
+                         c->dampening);
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "%s: Nesterov momentum needs momentum > 0 and dampening 0", fn);
+    tsl_status st = optimizer_alloc(out, ctx, TSL_OPT_SGD);
+    if (!st)
+        (*out)->sgd = *c;
+    return st;
+}
+
+tsl_status tsl_optimizer_create_adam(tsl_optimizer_t *out, tsl_context_t ctx,
+                                     const tsl_adam_config *c)
+{
+    const char *fn = "tsl_optimizer_create_adam";
+    if (!out || !ctx || !c)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    *out = NULL;
+    if (!finite_at_least(c->lr, 0) || c->lr == 0)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: learning rate %g (want > 0)", fn, c->lr);
+    if (!finite_at_least(c->beta1, 0) || c->beta1 >= 1 || !finite_at_least(c->beta2, 0) ||
+        c->beta2 >= 1)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: betas (%g, %g) outside [0, 1)", fn,
+                         c->beta1, c->beta2);
+    if (!finite_at_least(c->eps, 0) || c->eps == 0)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: eps %g (want > 0)", fn, c->eps);
+    if (!finite_at_least(c->weight_decay, 0))
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: weight decay %g (want >= 0)", fn,
+                         c->weight_decay);
+    tsl_status st = optimizer_alloc(out, ctx, TSL_OPT_ADAM);
+    if (!st)
+        (*out)->adam = *c;
+    return st;
+}
+
+tsl_status tsl_optimizer_destroy(tsl_optimizer_t opt)
+{
+    if (!opt)
+        return TSL_OK;
+    for (int64_t i = 0; i < opt->nparams; i++)
+        for (int k = 0; k < 2; k++)
+            tsl_tensor_destroy(opt->params[i].state[k]);
+    free(opt->params);
+    free(opt);
+    return TSL_OK;
+}
+
+static param_state *find_state(tsl_optimizer_t opt, tsl_tensor_t param)
+{
+    for (int64_t i = 0; i < opt->nparams; i++)
+        if (opt->params[i].param == param)
+            return &opt->params[i];
+    return NULL;
+}
+
+/* The state tensors a parameter needs, zeroed, with the parameter's grid and owners. */
+static tsl_status create_state(tsl_optimizer_t opt, tsl_tensor_t param, param_state **out)
+{
+    if (opt->nparams == opt->cap) {
+        int64_t cap = opt->cap ? 2 * opt->cap : 16;
+        param_state *grown = realloc(opt->params, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return tsl_error(opt->ctx, TSL_ERR_OUT_OF_MEMORY, "optimizer: out of memory");
+        opt->params = grown;
+        opt->cap = cap;
+    }
+    param_state *ps = &opt->params[opt->nparams];
+    memset(ps, 0, sizeof *ps);
+    ps->param = param;
+    int nstate = opt->kind == TSL_OPT_ADAM ? 2 : opt->sgd.momentum > 0 ? 1 : 0;
+    for (int k = 0; k < nstate; k++) {
+        tsl_status st = tsl_tensor_create(&ps->state[k], opt->ctx, param->dtype, &param->shape,
+                                          &param->grid, &param->owners);
+        if (st) {
+            for (int j = 0; j < k; j++)
+                tsl_tensor_destroy(ps->state[j]);
+            return st;
+        }
+    }
+    opt->nparams++;
+    *out = ps;
+    return TSL_OK;
+}
+
+tsl_status tsl_optimizer_step(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                              const tsl_tensor_t *grads)
+{
+    const char *fn = "tsl_optimizer_step";
+    if (!opt)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+    if (count < 0 || (count > 0 && (!params || !grads)))
+        return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG, "%s: %d parameters without arrays", fn,
+                         (int)count);
+    /* Validate everything before submitting anything. */
+    for (int32_t i = 0; i < count; i++) {
+        tsl_status st = tsl_tensor_check(params[i], fn);
+        if (st || (st = tsl_tensor_check(grads[i], fn)))
+            return st;
+        if (params[i]->ctx != opt->ctx)
+            return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG,
+                             "%s: parameter %d belongs to another context", fn, (int)i);
+        if ((st = tsl_tensor_check_float(params[i], fn)) ||
+            (st = tsl_tensor_check_same_layout(params[i], grads[i], fn)))
+            return st;
+        if (params[i] == grads[i])
+            return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG, "%s: parameter %d is its own gradient",
+                             fn, (int)i);
+        for (int32_t j = 0; j < i; j++)
+            if (params[j] == params[i])
+                return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG, "%s: parameter %d appears twice",
+                                 fn, (int)i);
+    }
+    for (int32_t i = 0; i < count; i++) {
+        param_state *ps = find_state(opt, params[i]);
+        tsl_status st = ps ? TSL_OK : create_state(opt, params[i], &ps);
+        if (st)
+            return st;
+        ps->steps++;
+        tsl_update_args args = {.kind = opt->kind,
+                                .dtype = params[i]->dtype,
+                                .step = ps->steps,
+                                .sgd = opt->sgd,
+                                .adam = opt->adam};
+        tsl_tensor_t tensors[4] = {params[i], grads[i], ps->state[0], ps->state[1]};
+        enum starpu_data_access_mode modes[4] = {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW};
+        int ntensors = 2 + (ps->state[0] != NULL) + (ps->state[1] != NULL);
+        st = tsl_submit_tiles(&tsl_cl_update, ntensors, tensors, modes, &args, sizeof args,
+                              offsetof(tsl_update_args, count),
+                              opt->kind == TSL_OPT_ADAM ? 12.0 : 5.0);
+        if (st)
+            return st;
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_optimizer_param_steps(tsl_optimizer_t opt, tsl_tensor_t param, int64_t *steps)
+{
+    if (!opt || !param || !steps)
+        return tsl_error(opt ? opt->ctx : NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_optimizer_param_steps: NULL argument");
+    param_state *ps = find_state(opt, param);
+    *steps = ps ? ps->steps : 0;
+    return TSL_OK;
+}

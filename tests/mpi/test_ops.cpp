@@ -1,0 +1,242 @@
+// Activations and optimizer updates on tiled tensors: every tile grid and owner map gives
+// the one-tile result, bit for bit (the ops are elementwise), and the one-tile result
+// matches the kernels applied to the whole array.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mpi_test_env.h"
+
+extern "C" {
+#include "../../codelets/nn_ops.h"
+}
+
+using namespace tsltest;
+
+namespace
+{
+
+struct Layout {
+    std::string name;
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+};
+
+int32_t reversed(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                 void *)
+{
+    int64_t linear = 0, count = 1;
+    for (int d = 0; d < ndim; d++) {
+        linear = linear * grid->splits[d] + tile[d];
+        count *= grid->splits[d];
+    }
+    return (int32_t)((count - 1 - linear) * nranks / count);
+}
+
+std::vector<Layout> layouts()
+{
+    tsl_tile_grid one = tsl_tile_grid_single(), split = tsl_tile_grid_single(),
+                  uneven = tsl_tile_grid_single();
+    split.splits[0] = 2;
+    split.splits[2] = 2;
+    uneven.splits[1] = 3;
+    uneven.splits[2] = 4;
+    int32_t pgrid[TSL_MAX_DIMS] = {1, 1, size, 0, 0}, block[TSL_MAX_DIMS] = {1, 1, 1, 1, 1};
+    return {{"one tile", one, tsl_owner_single(0)},
+            {"2x1x2 blocks", split, tsl_owner_block(nullptr)},
+            {"uneven, block-cyclic", uneven, tsl_owner_block_cyclic(pgrid, block)},
+            {"uneven, reversed", uneven, tsl_owner_callback(reversed, nullptr)}};
+}
+
+tsl_shape test_shape()
+{
+    int64_t dims[3] = {4, 7, 13};
+    tsl_shape s;
+    tsl_shape_make(&s, 3, dims);
+    return s;
+}
+
+std::vector<double> gather(tsl_tensor_t t)
+{
+    tsl_shape s;
+    tsl_tensor_shape(t, &s);
+    std::vector<double> out((size_t)tsl_shape_numel(&s), NAN);
+    EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? out.data() : nullptr), TSL_OK);
+    return out;
+}
+
+tsl_tensor_t make(const Layout &l, uint64_t fill_seed)
+{
+    tsl_shape s = test_shape();
+    tsl_tensor_t t = nullptr;
+    EXPECT_EQ(tsl_tensor_create(&t, ctx, TSL_F64, &s, &l.grid, &l.owners), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_tensor_fill_normal(t, fill_seed, 0.0, 2.0), TSL_OK);
+    return t;
+}
+
+} // namespace
+
+TEST(Activations, EveryLayoutMatchesTheKernelOnTheWholeArray)
+{
+    const tsl_activation kinds[] = {TSL_ACT_RELU, TSL_ACT_LEAKY_RELU, TSL_ACT_SIGMOID,
+                                    TSL_ACT_TANH};
+    for (tsl_activation kind : kinds) {
+        for (const Layout &l : layouts()) {
+            // dy lives on other ranks than x: StarPU-MPI moves its tiles.
+            Layout moved = l;
+            moved.owners = tsl_owner_callback(reversed, nullptr);
+            tsl_tensor_t x = make(l, seed), y = make(l, seed + 1), dy = make(moved, seed + 2),
+                         dx = make(l, seed + 3);
+            auto x0 = gather(x), dy0 = gather(dy);
+            ASSERT_EQ(tsl_activation_forward(kind, 0.1, x, y), TSL_OK);
+            ASSERT_EQ(tsl_activation_backward(kind, 0.1, x, y, dy, dx), TSL_OK)
+                << tsl_context_last_error(ctx);
+            auto y1 = gather(y), dx1 = gather(dx);
+            // In place: x = act(x), then dy = act'(.) dy.
+            bool uses_input = kind == TSL_ACT_RELU || kind == TSL_ACT_LEAKY_RELU;
+            if (uses_input) {
+                ASSERT_EQ(tsl_activation_backward(kind, 0.1, x, nullptr, dy, dy), TSL_OK);
+                ASSERT_EQ(tsl_activation_forward(kind, 0.1, x, x), TSL_OK);
+            } else {
+                ASSERT_EQ(tsl_activation_forward(kind, 0.1, x, x), TSL_OK);
+                ASSERT_EQ(tsl_activation_backward(kind, 0.1, nullptr, x, dy, dy), TSL_OK);
+            }
+            auto x2 = gather(x), dy2 = gather(dy);
+            if (rank == 0) {
+                tsl_act_args a{};
+                a.kind = kind;
+                a.dtype = TSL_F64;
+                a.count = (int64_t)x0.size();
+                a.slope = 0.1;
+                std::vector<double> want_y(x0.size()), want_dx(x0.size());
+                tsl_act_forward(&a, x0.data(), want_y.data());
+                tsl_act_backward(&a, uses_input ? x0.data() : want_y.data(), dy0.data(),
+                                 want_dx.data());
+                EXPECT_EQ(y1, want_y) << l.name << " kind " << kind;
+                EXPECT_EQ(dx1, want_dx) << l.name << " kind " << kind;
+                EXPECT_EQ(x2, want_y) << l.name << " in place, kind " << kind;
+                EXPECT_EQ(dy2, want_dx) << l.name << " in place, kind " << kind;
+            }
+            for (tsl_tensor_t t : {x, y, dy, dx})
+                tsl_tensor_destroy(t);
+        }
+    }
+}
+
+TEST(Optimizers, ThreeStepsOnEveryLayoutMatchTheWholeArrayUpdate)
+{
+    tsl_sgd_config sgd;
+    tsl_sgd_config_init(&sgd);
+    sgd.lr = 0.05;
+    sgd.momentum = 0.9;
+    sgd.weight_decay = 1e-2;
+    sgd.nesterov = 1;
+    tsl_adam_config adam, adamw;
+    tsl_adam_config_init(&adam);
+    adam.lr = 1e-2;
+    adam.weight_decay = 1e-3;
+    adamw = adam;
+    adamw.decoupled = 1;
+    tsl_sgd_config plain;
+    tsl_sgd_config_init(&plain);
+    for (int which = 0; which < 4; which++) {
+        for (const Layout &l : layouts()) {
+            tsl_optimizer_t opt = nullptr;
+            ASSERT_EQ(which == 0   ? tsl_optimizer_create_sgd(&opt, ctx, &sgd)
+                      : which == 1 ? tsl_optimizer_create_adam(&opt, ctx, &adam)
+                      : which == 2 ? tsl_optimizer_create_adam(&opt, ctx, &adamw)
+                                   : tsl_optimizer_create_sgd(&opt, ctx, &plain),
+                      TSL_OK);
+            Layout moved = l;
+            moved.owners = tsl_owner_callback(reversed, nullptr);
+            tsl_tensor_t p = make(l, seed + 10), g = make(moved, seed + 11);
+            auto p0 = gather(p);
+            std::vector<std::vector<double>> grads;
+            for (int step = 0; step < 3; step++) {
+                ASSERT_EQ(tsl_tensor_fill_normal(g, seed + 20 + step, 0.0, 1.0), TSL_OK);
+                grads.push_back(gather(g));
+                ASSERT_EQ(tsl_optimizer_step(opt, 1, &p, &g), TSL_OK)
+                    << tsl_context_last_error(ctx);
+            }
+            int64_t steps = 0;
+            tsl_optimizer_param_steps(opt, p, &steps);
+            EXPECT_EQ(steps, 3);
+            auto p3 = gather(p);
+            if (rank == 0) {
+                tsl_update_args a{};
+                a.kind = which == 1 || which == 2 ? TSL_OPT_ADAM : TSL_OPT_SGD;
+                a.dtype = TSL_F64;
+                a.count = (int64_t)p0.size();
+                a.sgd = which == 0 ? sgd : plain;
+                a.adam = which == 1 ? adam : adamw;
+                std::vector<double> want = p0, s0(p0.size(), 0), s1(p0.size(), 0);
+                for (int step = 0; step < 3; step++) {
+                    a.step = step + 1;
+                    bool has_state0 = a.kind == TSL_OPT_ADAM || a.sgd.momentum > 0;
+                    tsl_update(&a, want.data(), grads[step].data(),
+                               has_state0 ? s0.data() : nullptr,
+                               a.kind == TSL_OPT_ADAM ? s1.data() : nullptr);
+                }
+                EXPECT_EQ(p3, want) << l.name << " optimizer " << which;
+                EXPECT_NE(p3, p0);
+            }
+            EXPECT_EQ(tsl_optimizer_destroy(opt), TSL_OK);
+            tsl_tensor_destroy(p);
+            tsl_tensor_destroy(g);
+        }
+    }
+}
+
+TEST(Optimizers, BadSettingsAndArgumentsAreErrors)
+{
+    tsl_optimizer_t opt = nullptr;
+    tsl_sgd_config sgd;
+    tsl_sgd_config_init(&sgd);
+    sgd.lr = 0;
+    EXPECT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &sgd), TSL_ERR_INVALID_ARG);
+    sgd.lr = 0.1;
+    sgd.nesterov = 1; // without momentum
+    EXPECT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &sgd), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "Nesterov"), nullptr);
+    sgd.nesterov = 0;
+    sgd.dampening = 1.5;
+    EXPECT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &sgd), TSL_ERR_INVALID_ARG);
+    tsl_adam_config adam;
+    tsl_adam_config_init(&adam);
+    adam.beta2 = 1.0;
+    EXPECT_EQ(tsl_optimizer_create_adam(&opt, ctx, &adam), TSL_ERR_INVALID_ARG);
+    adam.beta2 = 0.999;
+    adam.eps = 0;
+    EXPECT_EQ(tsl_optimizer_create_adam(&opt, ctx, &adam), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(opt, nullptr);
+
+    adam.eps = 1e-8;
+    ASSERT_EQ(tsl_optimizer_create_adam(&opt, ctx, &adam), TSL_OK);
+    auto ls = layouts();
+    tsl_tensor_t p = make(ls[1], 1), g = make(ls[1], 2), other = make(ls[2], 3);
+    tsl_tensor_t params[2] = {p, p}, grads[2] = {g, g};
+    EXPECT_EQ(tsl_optimizer_step(opt, 2, params, grads), TSL_ERR_INVALID_ARG); // twice
+    EXPECT_EQ(tsl_optimizer_step(opt, 1, &p, &other), TSL_ERR_SHAPE);          // grid differs
+    EXPECT_EQ(tsl_optimizer_step(opt, 1, &p, &p), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_optimizer_step(opt, 1, nullptr, nullptr), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_optimizer_step(nullptr, 0, nullptr, nullptr), TSL_ERR_INVALID_ARG);
+    int64_t steps = -1;
+    EXPECT_EQ(tsl_optimizer_param_steps(opt, p, &steps), TSL_OK);
+    EXPECT_EQ(steps, 0); // nothing ran
+    EXPECT_EQ(tsl_activation_forward((tsl_activation)9, 0, p, g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_activation_forward(TSL_ACT_LEAKY_RELU, NAN, p, g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_activation_forward(TSL_ACT_RELU, 0, p, other), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_activation_backward(TSL_ACT_SIGMOID, 0, p, nullptr, g, g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_activation_backward(TSL_ACT_TANH, 0, nullptr, p, g, p), TSL_ERR_INVALID_ARG);
+    tsl_tensor_t labels = nullptr;
+    tsl_shape s = test_shape();
+    ASSERT_EQ(tsl_tensor_create(&labels, ctx, TSL_I32, &s, &ls[1].grid, &ls[1].owners), TSL_OK);
+    EXPECT_EQ(tsl_activation_forward(TSL_ACT_RELU, 0, labels, labels), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_optimizer_destroy(opt), TSL_OK);
+    for (tsl_tensor_t t : {p, g, other, labels})
+        tsl_tensor_destroy(t);
+}
