@@ -105,6 +105,19 @@ tsl_status tsl_submit_tiles(struct starpu_codelet *codelet, int ntensors,
                             const enum starpu_data_access_mode *modes, void *args, size_t args_size,
                             size_t count_offset, double flops_per_element);
 
+/* ---- exact reductions (reduce.c) ---- */
+
+struct tsl_acc;
+
+/* Submits the task of tile `tile` that writes accumulator handle `acc` (a tsl_acc). */
+typedef tsl_status (*tsl_acc_fill_fn)(int64_t tile, starpu_data_handle_t acc, void *user);
+
+/* Exact reduction over `ntiles` accumulators, accumulator i owned by owner_of[i] and
+ * written by fill(i); merged by a task tree; the result is copied to `out` on every rank.
+ * Collective; waits for the result. */
+tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
+                            tsl_acc_fill_fn fill, void *user, struct tsl_acc *out);
+
 /* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
  * (StarPU allocates it where a task first needs it). */
 tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,

@@ -61,69 +61,36 @@ tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
                               2, 1.0, 1.0);
 }
 
+/* The partial task of tile `tile`: sum the tile into its accumulator. */
+static tsl_status sum_tile(int64_t tile, starpu_data_handle_t acc, void *user)
+{
+    tsl_tensor_t t = user;
+    tsl_sum_args args = {.dtype = t->dtype, .count = tsl_tensor_tile_numel(t, tile)};
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_sum_partial,
+        .args = &args,
+        .args_size = sizeof args,
+        .nhandles = 2,
+        .handles = {t->handles[tile], acc},
+        .modes = {STARPU_R, STARPU_W},
+        .flops = (double)args.count,
+    };
+    return tsl_task_submit(t->ctx, &desc);
+}
+
 tsl_status tsl_tensor_sum(tsl_tensor_t t, double *sum)
 {
     tsl_status st = tsl_tensor_check(t, "tsl_tensor_sum");
     if (st)
         return st;
-    struct tsl_context *ctx = t->ctx;
     if (!sum)
-        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_sum: sum is NULL");
+        return tsl_error(t->ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_sum: sum is NULL");
     if (t->dtype == TSL_I64)
-        return tsl_error(ctx, TSL_ERR_DTYPE,
+        return tsl_error(t->ctx, TSL_ERR_DTYPE,
                          "tsl_tensor_sum: i64 elements may not be exact as doubles; convert first");
-    if (ctx->tag_count - ctx->tags_used < t->ntiles)
-        return tsl_error(ctx, TSL_ERR_RESOURCE, "tsl_tensor_sum: StarPU-MPI tags exhausted");
-    starpu_data_handle_t *acc = calloc((size_t)t->ntiles, sizeof *acc);
-    if (!acc)
-        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_tensor_sum: out of memory");
-    const int64_t acc_words = (int64_t)(sizeof(tsl_acc) / sizeof(int64_t));
-    _Static_assert(sizeof(tsl_acc) % sizeof(int64_t) == 0, "accumulator is whole words");
-
-    /* One accumulator per tile, on the tile's owner. */
-    for (int64_t i = 0; i < t->ntiles && !st; i++) {
-        if ((st = tsl_temp_handle_register(ctx, acc_words, sizeof(int64_t), t->tile_owner[i],
-                                           &acc[i])))
-            break;
-        tsl_sum_args args = {.dtype = t->dtype, .count = tsl_tensor_tile_numel(t, i)};
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_sum_partial,
-            .args = &args,
-            .args_size = sizeof args,
-            .nhandles = 2,
-            .handles = {t->handles[i], acc[i]},
-            .modes = {STARPU_R, STARPU_W},
-            .flops = (double)args.count,
-        };
-        st = tsl_task_submit(ctx, &desc);
-    }
-    /* Pairwise merge tree: level by level, acc[i] absorbs acc[i + step]. */
-    for (int64_t step = 1; step < t->ntiles && !st; step *= 2) {
-        for (int64_t i = 0; i + step < t->ntiles && !st; i += 2 * step) {
-            char unused = 0;
-            tsl_task_desc desc = {
-                .codelet = &tsl_cl_sum_merge,
-                .args = &unused,
-                .args_size = sizeof unused,
-                .nhandles = 2,
-                .handles = {acc[i + step], acc[i]},
-                .modes = {STARPU_R, STARPU_RW},
-                .flops = TSL_ACC_LIMBS,
-            };
-            st = tsl_task_submit(ctx, &desc);
-            tsl_temp_handle_release(ctx, acc[i + step]);
-            acc[i + step] = NULL;
-        }
-    }
-    if (!st) {
-        starpu_mpi_get_data_on_all_nodes_detached(ctx->comm, acc[0]);
-        starpu_data_acquire(acc[0], STARPU_R);
-        *sum = tsl_acc_round((const tsl_acc *)starpu_data_get_local_ptr(acc[0]));
-        starpu_data_release(acc[0]);
-    }
-    for (int64_t i = 0; i < t->ntiles; i++)
-        if (acc[i])
-            tsl_temp_handle_release(ctx, acc[i]);
-    free(acc);
-    return st;
+    tsl_acc total;
+    if ((st = tsl_exact_reduce(t->ctx, t->ntiles, t->tile_owner, sum_tile, t, &total)))
+        return st;
+    *sum = tsl_acc_round(&total);
+    return TSL_OK;
 }

@@ -1,0 +1,56 @@
+/* Exact reductions over tiles: one accumulator per tile on a chosen rank, a tree of merge
+ * tasks, and the merged accumulator read on every rank. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codelets/tile_ops.h"
+#include "internal.h"
+
+tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
+                            tsl_acc_fill_fn fill, void *user, tsl_acc *out)
+{
+    if (ctx->tag_count - ctx->tags_used < ntiles)
+        return tsl_error(ctx, TSL_ERR_RESOURCE,
+                         "exact reduction over %lld tiles: StarPU-MPI tags exhausted",
+                         (long long)ntiles);
+    starpu_data_handle_t *acc = calloc((size_t)ntiles, sizeof *acc);
+    if (!acc)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "exact reduction: out of memory");
+    _Static_assert(sizeof(tsl_acc) % sizeof(int64_t) == 0, "accumulator is whole words");
+    const int64_t acc_words = (int64_t)(sizeof(tsl_acc) / sizeof(int64_t));
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < ntiles && !st; i++) {
+        if ((st = tsl_temp_handle_register(ctx, acc_words, sizeof(int64_t), owner_of[i], &acc[i])))
+            break;
+        st = fill(i, acc[i], user);
+    }
+    /* Pairwise merge tree: level by level, acc[i] absorbs acc[i + step]. */
+    for (int64_t step = 1; step < ntiles && !st; step *= 2) {
+        for (int64_t i = 0; i + step < ntiles && !st; i += 2 * step) {
+            char unused = 0;
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_sum_merge,
+                .args = &unused,
+                .args_size = sizeof unused,
+                .nhandles = 2,
+                .handles = {acc[i + step], acc[i]},
+                .modes = {STARPU_R, STARPU_RW},
+                .flops = TSL_ACC_LIMBS,
+            };
+            st = tsl_task_submit(ctx, &desc);
+            tsl_temp_handle_release(ctx, acc[i + step]);
+            acc[i + step] = NULL;
+        }
+    }
+    if (!st) {
+        starpu_mpi_get_data_on_all_nodes_detached(ctx->comm, acc[0]);
+        starpu_data_acquire(acc[0], STARPU_R);
+        memcpy(out, starpu_data_get_local_ptr(acc[0]), sizeof *out);
+        starpu_data_release(acc[0]);
+    }
+    for (int64_t i = 0; i < ntiles; i++)
+        if (acc[i])
+            tsl_temp_handle_release(ctx, acc[i]);
+    free(acc);
+    return st;
+}
