@@ -92,6 +92,7 @@ void tsl_acc_merge(tsl_acc *dst, const tsl_acc *src)
     dst->nan_count += copy.nan_count;
     dst->pos_inf += copy.pos_inf;
     dst->neg_inf += copy.neg_inf;
+    dst->flagged += copy.flagged;
 }
 
 /* Bits [low, low + count) of a normalised non-negative accumulator, count <= 64. */

@@ -96,6 +96,7 @@ typedef struct tsl_acc {
     int64_t nan_count;
     int64_t pos_inf;
     int64_t neg_inf;
+    int64_t flagged; /* inputs a kernel rejected (such as labels out of range) */
 } tsl_acc;
 
 void tsl_acc_init(tsl_acc *acc);

@@ -1,12 +1,12 @@
 /**
  * @file ops.h
- * @brief Network operators on tiled tensors, lowered to tile tasks: activations and
+ * @brief Network operators on tiled tensors, lowered to tile tasks: activations, losses and
  *        optimizer updates (the rest of the operator library follows).
  *
  * Every call is collective over the tensors' context, submits one task per tile on the
- * owner of the tile it writes, and returns without waiting. Tensors passed together must
- * share the context, dtype (f32 or f64), shape and tile grid; their owner maps may differ
- * (StarPU-MPI moves the tiles a task reads).
+ * owner of the tile it writes, and returns without waiting (losses wait for their value). Tensors
+ * passed together must share the context, dtype (f32 or f64), shape and tile grid; their owner maps
+ * may differ (StarPU-MPI moves the tiles a task reads).
  */
 #ifndef TESSEL_OPS_H
 #define TESSEL_OPS_H
@@ -45,6 +45,28 @@ tsl_status tsl_activation_forward(tsl_activation kind, double slope, tsl_tensor_
  */
 tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor_t x,
                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t dx);
+
+/**
+ * @brief Mean softmax cross-entropy over classes, with its gradient.
+ *
+ * @p logits is (N, C) for classification or (N, C, spatial...) for per-voxel segmentation;
+ * @p labels (i32, i64 or u8) has the same shape without C and the same tiling without C
+ * (the class dimension must not be split). The loss is the mean over all N x spatial
+ * positions of logsumexp(x) - x[label], summed exactly, so it is the same, bit for bit, for
+ * every tiling and rank count; it is returned on every rank (the call waits for it). If
+ * @p dlogits is not NULL (same layout as the logits) it receives the gradient of the mean
+ * loss, (softmax - onehot) / positions. A label outside [0, C) makes the call fail with
+ * ::TSL_ERR_INVALID_ARG after the tasks ran (its position gets a zero gradient).
+ */
+tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                                  double *loss);
+
+/**
+ * @brief Mean squared error between @p x and @p target (same layout; owners may differ),
+ * summed exactly like the cross-entropy, and its gradient 2 (x - target) / numel into
+ * @p dx when not NULL. Waits for the loss.
+ */
+tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss);
 
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {

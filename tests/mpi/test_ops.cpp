@@ -240,3 +240,122 @@ TEST(Optimizers, BadSettingsAndArgumentsAreErrors)
     for (tsl_tensor_t t : {p, g, other, labels})
         tsl_tensor_destroy(t);
 }
+
+namespace
+{
+
+// Logits (N, C, spatial...) and labels tiled alike without C.
+struct LossCase {
+    std::string name;
+    std::vector<int64_t> dims;   // logits
+    std::vector<int32_t> splits; // logits grid (C never split)
+};
+
+tsl_tensor_t make_tensor(tsl_dtype dt, const std::vector<int64_t> &dims,
+                         const std::vector<int32_t> &splits, const tsl_owner_map &owners)
+{
+    tsl_shape s;
+    EXPECT_EQ(tsl_shape_make(&s, (int32_t)dims.size(), dims.data()), TSL_OK);
+    tsl_tile_grid g = tsl_tile_grid_single();
+    for (size_t d = 0; d < splits.size(); d++)
+        g.splits[d] = splits[d];
+    tsl_tensor_t t = nullptr;
+    EXPECT_EQ(tsl_tensor_create(&t, ctx, dt, &s, &g, &owners), TSL_OK)
+        << tsl_context_last_error(ctx);
+    return t;
+}
+
+} // namespace
+
+TEST(Losses, CrossEntropyAndMseAreBitIdenticalOnEveryLayout)
+{
+    const LossCase cases[] = {
+        {"classification", {12, 10}, {1, 1}},
+        {"classification, samples split", {12, 10}, {4, 1}},
+        {"segmentation 2-D", {3, 4, 9, 11}, {1, 1, 1, 1}},
+        {"segmentation 2-D, space split", {3, 4, 9, 11}, {1, 1, 3, 2}},
+        {"segmentation 3-D", {2, 3, 5, 6, 7}, {1, 1, 1, 1, 1}},
+        {"segmentation 3-D, all split", {2, 3, 5, 6, 7}, {2, 1, 2, 3, 2}},
+    };
+    // Each shape starts with its one-tile case, which gives the reference values.
+    double ref_ce = NAN, ref_mse = NAN;
+    std::vector<double> ref_grad, ref_mse_grad;
+    for (const LossCase &c : cases) {
+        if (c.splits == std::vector<int32_t>(c.dims.size(), 1)) {
+            ref_ce = NAN;
+            ref_grad.clear();
+        }
+        for (int owners_kind = 0; owners_kind < 2; owners_kind++) {
+            tsl_owner_map own =
+                owners_kind ? tsl_owner_callback(reversed, nullptr) : tsl_owner_block(nullptr);
+            tsl_owner_map other = tsl_owner_block(nullptr);
+            std::vector<int64_t> label_dims = c.dims;
+            label_dims.erase(label_dims.begin() + 1);
+            std::vector<int32_t> label_splits = c.splits;
+            label_splits.erase(label_splits.begin() + 1);
+            tsl_tensor_t x = make_tensor(TSL_F32, c.dims, c.splits, own);
+            tsl_tensor_t y = make_tensor(TSL_I32, label_dims, label_splits, other);
+            tsl_tensor_t g = make_tensor(TSL_F32, c.dims, c.splits, other);
+            tsl_tensor_t t = make_tensor(TSL_F32, c.dims, c.splits, other);
+            ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 30, 0.0, 2.0), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_uniform(y, seed + 31, 0.0, (double)c.dims[1]), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_normal(t, seed + 32, 0.0, 1.0), TSL_OK);
+            double ce = NAN, ms = NAN;
+            ASSERT_EQ(tsl_loss_cross_entropy(x, y, g, &ce), TSL_OK) << tsl_context_last_error(ctx);
+            tsl_shape xs;
+            tsl_tensor_shape(x, &xs);
+            std::vector<float> grad(tsl_shape_numel(&xs), NAN);
+            ASSERT_EQ(tsl_tensor_gather(g, 0, rank == 0 ? grad.data() : nullptr), TSL_OK);
+            ASSERT_EQ(tsl_loss_mse(x, t, g, &ms), TSL_OK);
+            std::vector<float> mgrad(grad.size(), NAN);
+            ASSERT_EQ(tsl_tensor_gather(g, 0, rank == 0 ? mgrad.data() : nullptr), TSL_OK);
+            EXPECT_TRUE(std::isfinite(ce) && ce > 0) << c.name;
+            double lo = ce, hi = ce;
+            MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+            MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            EXPECT_EQ(lo, hi) << "ranks disagree on the loss";
+            if (std::isnan(ref_ce)) {
+                ref_ce = ce;
+                ref_mse = ms;
+                ref_grad.assign(grad.begin(), grad.end());
+                ref_mse_grad.assign(mgrad.begin(), mgrad.end());
+            } else {
+                EXPECT_EQ(ce, ref_ce) << c.name << " owners " << owners_kind;
+                EXPECT_EQ(ms, ref_mse) << c.name << " owners " << owners_kind;
+                if (rank == 0) {
+                    EXPECT_EQ(std::vector<double>(grad.begin(), grad.end()), ref_grad) << c.name;
+                    EXPECT_EQ(std::vector<double>(mgrad.begin(), mgrad.end()), ref_mse_grad)
+                        << c.name;
+                }
+            }
+            for (tsl_tensor_t z : {x, y, g, t})
+                tsl_tensor_destroy(z);
+        }
+    }
+}
+
+TEST(Losses, BadLabelsAndLayoutsAreErrorsOnEveryRank)
+{
+    tsl_owner_map own = tsl_owner_block(nullptr);
+    tsl_tensor_t x = make_tensor(TSL_F64, {8, 5}, {2, 1}, own);
+    tsl_tensor_t y = make_tensor(TSL_I64, {8}, {2}, own);
+    tsl_tensor_t y_other_grid = make_tensor(TSL_I64, {8}, {4}, own);
+    tsl_tensor_t x_split_c = make_tensor(TSL_F64, {8, 5}, {2, 5}, own);
+    tsl_tensor_t y_float = make_tensor(TSL_F64, {8}, {2}, own);
+    ASSERT_EQ(tsl_tensor_fill_normal(x, 1, 0, 1), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(y, 5), TSL_OK); // class 5 of 5: out of range
+    double loss = 0;
+    EXPECT_EQ(tsl_loss_cross_entropy(x, y, nullptr, &loss), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "8 labels outside [0, 5)"), nullptr)
+        << tsl_context_last_error(ctx);
+    ASSERT_EQ(tsl_tensor_fill_constant(y, 4), TSL_OK);
+    EXPECT_EQ(tsl_loss_cross_entropy(x, y, nullptr, &loss), TSL_OK);
+    EXPECT_EQ(tsl_loss_cross_entropy(x, y_other_grid, nullptr, &loss), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_loss_cross_entropy(x_split_c, y, nullptr, &loss), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_loss_cross_entropy(x, y_float, nullptr, &loss), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_loss_cross_entropy(x, y, x, &loss), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_loss_cross_entropy(x, y, nullptr, nullptr), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_loss_mse(x, x_split_c, nullptr, &loss), TSL_ERR_SHAPE);
+    for (tsl_tensor_t t : {x, y, y_other_grid, x_split_c, y_float})
+        tsl_tensor_destroy(t);
+}

@@ -1,0 +1,148 @@
+/* Losses on tiled tensors: one task per tile computes the tile's losses into an exact
+ * accumulator and its part of the gradient; a merge tree gives the mean on every rank. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../codelets/loss_ops.h"
+#include "../internal.h"
+
+typedef struct loss_plan {
+    tsl_loss_args args;
+    tsl_tensor_t x, target, grad;
+    int32_t *acc_owner; /* [tiles] */
+} loss_plan;
+
+static tsl_status loss_tile(int64_t tile, starpu_data_handle_t acc, void *user)
+{
+    loss_plan *p = user;
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(p->x, tile, start, extent);
+    tsl_loss_args args = p->args;
+    int64_t inner = 1;
+    for (int d = 2; d < p->x->shape.ndim; d++)
+        inner *= extent[d];
+    if (args.kind == TSL_LOSS_CROSS_ENTROPY) {
+        args.samples = extent[0];
+        args.inner = inner;
+    } else {
+        args.samples = 1;
+        args.classes = 1;
+        args.inner = tsl_tensor_tile_numel(p->x, tile);
+    }
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_loss,
+        .args = &args,
+        .args_size = sizeof args,
+        .nhandles = p->grad ? 4 : 3,
+        .handles = {p->x->handles[tile], p->target->handles[tile], acc,
+                    p->grad ? p->grad->handles[tile] : NULL},
+        .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
+        .flops = 6.0 * (double)tsl_tensor_tile_numel(p->x, tile),
+    };
+    tsl_status st = tsl_task_submit(p->x->ctx, &desc);
+    if (st)
+        return st;
+    for (int k = 0; k < 2; k++) {
+        tsl_tensor_t read = k ? p->target : p->x;
+        if (read->tile_owner[tile] != p->acc_owner[tile])
+            starpu_mpi_cache_flush(read->ctx->comm, read->handles[tile]);
+    }
+    return TSL_OK;
+}
+
+/* Run the plan: tasks, exact mean, label check. */
+static tsl_status run(loss_plan *p, int64_t positions, double *loss, const char *fn)
+{
+    struct tsl_context *ctx = p->x->ctx;
+    tsl_tensor_t placed = p->grad ? p->grad : p->x; /* the task runs where it writes */
+    p->acc_owner = placed->tile_owner;
+    p->args.scale = 1.0 / (double)positions;
+    tsl_acc total;
+    tsl_status st = tsl_exact_reduce(ctx, p->x->ntiles, p->acc_owner, loss_tile, p, &total);
+    if (st)
+        return st;
+    if (total.flagged)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: %lld labels outside [0, %lld)", fn,
+                         (long long)total.flagged, (long long)p->args.classes);
+    *loss = tsl_acc_round(&total) / (double)positions;
+    return TSL_OK;
+}
+
+static tsl_status check_common(tsl_tensor_t x, tsl_tensor_t grad, double *loss, const char *fn)
+{
+    tsl_status st = tsl_tensor_check(x, fn);
+    if (st || (st = tsl_tensor_check_float(x, fn)))
+        return st;
+    if (!loss)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: loss is NULL", fn);
+    if (grad && ((st = tsl_tensor_check_same_layout(grad, x, fn))))
+        return st;
+    if (grad == x)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: the gradient may not overwrite x", fn);
+    return TSL_OK;
+}
+
+tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                                  double *loss)
+{
+    const char *fn = "tsl_loss_cross_entropy";
+    tsl_status st = check_common(logits, dlogits, loss, fn);
+    if (st || (st = tsl_tensor_check(labels, fn)))
+        return st;
+    struct tsl_context *ctx = logits->ctx;
+    if (labels->ctx != ctx)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: labels belong to another context", fn);
+    if (labels->dtype != TSL_I32 && labels->dtype != TSL_I64 && labels->dtype != TSL_U8)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: labels must be i32, i64 or u8, not %s", fn,
+                         tsl_dtype_name(labels->dtype));
+    const tsl_shape *ls = &logits->shape, *ys = &labels->shape;
+    if (ls->ndim < 2)
+        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: logits need N and C dimensions", fn);
+    int ok = ys->ndim == ls->ndim - 1 && ys->dims[0] == ls->dims[0];
+    for (int d = 2; ok && d < ls->ndim; d++)
+        ok = ys->dims[d - 1] == ls->dims[d];
+    if (!ok)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: labels must have the logits' shape without C (N, spatial...)", fn);
+    if (logits->grid.splits[1] != 1)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: the class dimension of the logits must not be split", fn);
+    ok = labels->grid.splits[0] == logits->grid.splits[0];
+    for (int d = 2; ok && d < ls->ndim; d++)
+        ok = labels->grid.splits[d - 1] == logits->grid.splits[d];
+    if (!ok)
+        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: labels must be tiled like the logits (without C)",
+                         fn);
+    loss_plan p;
+    memset(&p, 0, sizeof p);
+    p.args.kind = TSL_LOSS_CROSS_ENTROPY;
+    p.args.dtype = logits->dtype;
+    p.args.label_dtype = labels->dtype;
+    p.args.classes = ls->dims[1];
+    p.x = logits;
+    p.target = labels;
+    p.grad = dlogits;
+    return run(&p, tsl_shape_numel(ls) / ls->dims[1], loss, fn);
+}
+
+tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss)
+{
+    const char *fn = "tsl_loss_mse";
+    tsl_status st = check_common(x, dx, loss, fn);
+    if (st || (st = tsl_tensor_check(target, fn)) ||
+        (st = tsl_tensor_check_same_layout(target, x, fn)))
+        return st;
+    if (dx == target)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: the gradient may not overwrite the "
+                         "target",
+                         fn);
+    loss_plan p;
+    memset(&p, 0, sizeof p);
+    p.args.kind = TSL_LOSS_MSE;
+    p.args.dtype = x->dtype;
+    p.x = x;
+    p.target = target;
+    p.grad = dx;
+    return run(&p, tsl_shape_numel(&x->shape), loss, fn);
+}
