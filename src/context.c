@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "internal.h"
 #include "tessel/starpu.h"
 
@@ -93,9 +95,11 @@ static void context_free(struct tsl_context *ctx)
     free(ctx);
 }
 
-/* Common tail of create and attach: communicators, rank, size. */
+/* Common tail of create and attach: communicators, rank, size, and single-threaded
+ * OpenBLAS (DESIGN rule 7: one task, one core; parallelism comes from tiles). */
 static tsl_status context_bind_comm(struct tsl_context *ctx, MPI_Comm comm)
 {
+    openblas_set_num_threads(1);
     ctx->comm = comm;
     if (MPI_Comm_dup(comm, &ctx->ctl_comm) != MPI_SUCCESS)
         return tsl_error(NULL, TSL_ERR_RUNTIME, "context: MPI_Comm_dup failed");

@@ -118,6 +118,11 @@ typedef tsl_status (*tsl_acc_fill_fn)(int64_t tile, starpu_data_handle_t acc, vo
 tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
                             tsl_acc_fill_fn fill, void *user, struct tsl_acc *out);
 
+/* Sum `count` temporary partial handles of `elements` values of `dtype` by a tree of
+ * axpy tasks and copy the total into `target` (on target's owner). Releases the partials. */
+tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *partials, int64_t count,
+                             tsl_dtype dtype, int64_t elements, starpu_data_handle_t target);
+
 /* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
  * (StarPU allocates it where a task first needs it). */
 tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,

@@ -54,3 +54,39 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
     free(acc);
     return st;
 }
+
+tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *partials, int64_t count,
+                             tsl_dtype dtype, int64_t elements, starpu_data_handle_t target)
+{
+    tsl_status st = TSL_OK;
+    tsl_elementwise_args args = {.dtype = dtype, .count = elements, .alpha = 1.0};
+    for (int64_t step = 1; step < count && !st; step *= 2) {
+        for (int64_t i = 0; i + step < count && !st; i += 2 * step) {
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_axpy,
+                .args = &args,
+                .args_size = sizeof args,
+                .nhandles = 2,
+                .handles = {partials[i + step], partials[i]},
+                .modes = {STARPU_R, STARPU_RW},
+                .flops = (double)elements,
+            };
+            st = tsl_task_submit(ctx, &desc);
+        }
+    }
+    if (!st) {
+        char unused = 0;
+        tsl_task_desc copy = {
+            .codelet = &tsl_cl_copy,
+            .args = &unused,
+            .args_size = sizeof unused,
+            .nhandles = 2,
+            .handles = {partials[0], target},
+            .modes = {STARPU_R, STARPU_W},
+        };
+        st = tsl_task_submit(ctx, &copy);
+    }
+    for (int64_t i = 0; i < count; i++)
+        tsl_temp_handle_release(ctx, partials[i]);
+    return st;
+}

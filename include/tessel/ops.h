@@ -1,7 +1,8 @@
 /**
  * @file ops.h
- * @brief Network operators on tiled tensors, lowered to tile tasks: activations, losses and
- *        optimizer updates (the rest of the operator library follows).
+ * @brief Network operators on tiled tensors, lowered to tile tasks: activations, fully
+ *        connected layers, losses and optimizer updates (convolutions, batch norm and pooling
+ *        follow).
  *
  * Every call is collective over the tensors' context, submits one task per tile on the
  * owner of the tile it writes, and returns without waiting (losses wait for their value). Tensors
@@ -67,6 +68,24 @@ tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_
  * @p dx when not NULL. Waits for the loss.
  */
 tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss);
+
+/**
+ * @brief Fully connected layer: y = x w^T + b.
+ *
+ * @p x is (N, K) and @p y (N, O), both cut along N only, with the same N splits; @p w is
+ * (O, K) and @p b (O) or NULL, one tile each (PyTorch's nn.Linear layout). One task per
+ * sample tile runs on the owner of its y tile. f32 or f64.
+ */
+tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y);
+
+/**
+ * @brief Backward of tsl_linear_forward(): dx = dy w (when @p dx is not NULL); dw = dy^T x
+ * and db = sum of dy over samples (when not NULL; db needs dw). dw and db are overwritten:
+ * each sample tile contributes a partial product, added by a tree of tasks, so they equal
+ * the one-tile result up to float rounding (summation order).
+ */
+tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
+                               tsl_tensor_t dw, tsl_tensor_t db);
 
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {
