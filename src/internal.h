@@ -152,4 +152,10 @@ void tsl_tensor_tile_box(const struct tsl_tensor *tensor, int64_t index,
 
 int64_t tsl_tensor_tile_numel(const struct tsl_tensor *tensor, int64_t index);
 
+/* Copy the box [src_lo, src_lo + extent) of `src` to [dst_lo, dst_lo + extent) of `dst`
+ * (same ndim and dtype, any tile grids and owners): one box-copy task per overlapping
+ * (source tile, destination tile) pair, on the destination's owner. Validated by callers. */
+tsl_status tsl_copy_region(struct tsl_tensor *dst, struct tsl_tensor *src, const int64_t *src_lo,
+                           const int64_t *dst_lo, const int64_t *extent);
+
 #endif /* TESSEL_SRC_INTERNAL_H */

@@ -544,6 +544,83 @@ static int32_t tile_containing(int64_t size, int32_t splits, int64_t position)
     return low;
 }
 
+tsl_status tsl_copy_region(tsl_tensor_t dst, tsl_tensor_t src, const int64_t *src_lo,
+                           const int64_t *dst_lo, const int64_t *extent)
+{
+    struct tsl_context *ctx = dst->ctx;
+    int ndim = dst->shape.ndim;
+    tsl_box_copy_args args;
+    memset(&args, 0, sizeof args);
+    args.ndim = ndim;
+    args.elem_size = (int32_t)dst->elem_size;
+    for (int64_t j = 0; j < dst->ntiles; j++) {
+        int64_t dstart[TSL_MAX_DIMS], dext[TSL_MAX_DIMS];
+        tsl_tensor_tile_box(dst, j, dstart, dext);
+        /* The part of destination tile j inside the region, in source coordinates, and the
+         * range of source tiles overlapping it, per dimension. */
+        int64_t lo[TSL_MAX_DIMS], hi[TSL_MAX_DIMS];
+        int32_t first[TSL_MAX_DIMS], count[TSL_MAX_DIMS];
+        int64_t pairs = 1;
+        int whole_tile = 1;
+        for (int d = 0; d < TSL_MAX_DIMS; d++) {
+            first[d] = 0;
+            count[d] = 1;
+            if (d >= ndim)
+                continue;
+            int64_t a = dstart[d] > dst_lo[d] ? dstart[d] : dst_lo[d];
+            int64_t b = dstart[d] + dext[d] < dst_lo[d] + extent[d] ? dstart[d] + dext[d]
+                                                                    : dst_lo[d] + extent[d];
+            if (a >= b) {
+                pairs = 0;
+                break;
+            }
+            whole_tile &= a == dstart[d] && b == dstart[d] + dext[d];
+            lo[d] = a - dst_lo[d] + src_lo[d];
+            hi[d] = b - dst_lo[d] + src_lo[d];
+            first[d] = tile_containing(src->shape.dims[d], src->grid.splits[d], lo[d]);
+            int32_t last = tile_containing(src->shape.dims[d], src->grid.splits[d], hi[d] - 1);
+            count[d] = last - first[d] + 1;
+            pairs *= count[d];
+        }
+        for (int64_t p = 0; p < pairs; p++) {
+            int64_t rest = p, src_index = 0;
+            int32_t coords[TSL_MAX_DIMS];
+            for (int d = TSL_MAX_DIMS - 1; d >= 0; d--) {
+                coords[d] = first[d] + (int32_t)(rest % count[d]);
+                rest /= count[d];
+            }
+            for (int d = 0; d < ndim; d++)
+                src_index = src_index * src->grid.splits[d] + coords[d];
+            int64_t sstart[TSL_MAX_DIMS], sext[TSL_MAX_DIMS];
+            tsl_tensor_tile_box(src, src_index, sstart, sext);
+            for (int d = 0; d < ndim; d++) {
+                int64_t a = sstart[d] > lo[d] ? sstart[d] : lo[d];
+                int64_t b = sstart[d] + sext[d] < hi[d] ? sstart[d] + sext[d] : hi[d];
+                args.src_extent[d] = sext[d];
+                args.src_offset[d] = a - sstart[d];
+                args.dst_extent[d] = dext[d];
+                args.dst_offset[d] = a - src_lo[d] + dst_lo[d] - dstart[d];
+                args.box[d] = b - a;
+            }
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_box_copy,
+                .args = &args,
+                .args_size = sizeof args,
+                .nhandles = 2,
+                .handles = {src->handles[src_index], dst->handles[j]},
+                /* One source box covering the whole destination tile overwrites it. */
+                .modes = {STARPU_R, pairs == 1 && whole_tile ? STARPU_W : STARPU_RW},
+            };
+            tsl_status st = tsl_task_submit(ctx, &desc);
+            if (st)
+                return st;
+        }
+    }
+    for (int64_t i = 0; i < src->ntiles; i++)
+        starpu_mpi_cache_flush(ctx->comm, src->handles[i]);
+    return TSL_OK;
+}
+
 tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
 {
     tsl_status st = tsl_tensor_check(dst, "tsl_tensor_redistribute");
@@ -561,67 +638,8 @@ tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
     if (src->shape.ndim != dst->shape.ndim ||
         memcmp(src->shape.dims, dst->shape.dims, sizeof src->shape.dims) != 0)
         return tsl_error(ctx, TSL_ERR_SHAPE, "tsl_tensor_redistribute: shapes differ");
-    int ndim = dst->shape.ndim;
-    tsl_box_copy_args args;
-    memset(&args, 0, sizeof args);
-    args.ndim = ndim;
-    args.elem_size = (int32_t)dst->elem_size;
-    for (int64_t j = 0; j < dst->ntiles; j++) {
-        int64_t dstart[TSL_MAX_DIMS], dext[TSL_MAX_DIMS];
-        tsl_tensor_tile_box(dst, j, dstart, dext);
-        /* Range of source tiles overlapping destination tile j, per dimension. */
-        int32_t first[TSL_MAX_DIMS], count[TSL_MAX_DIMS];
-        int64_t pairs = 1;
-        for (int d = 0; d < TSL_MAX_DIMS; d++) {
-            if (d >= ndim) {
-                first[d] = 0;
-                count[d] = 1;
-                continue;
-            }
-            first[d] = tile_containing(src->shape.dims[d], src->grid.splits[d], dstart[d]);
-            int32_t last =
-                tile_containing(src->shape.dims[d], src->grid.splits[d], dstart[d] + dext[d] - 1);
-            count[d] = last - first[d] + 1;
-            pairs *= count[d];
-        }
-        for (int64_t p = 0; p < pairs; p++) {
-            int64_t rest = p, src_index = 0;
-            int32_t coords[TSL_MAX_DIMS];
-            for (int d = TSL_MAX_DIMS - 1; d >= 0; d--) {
-                coords[d] = first[d] + (int32_t)(rest % count[d]);
-                rest /= count[d];
-            }
-            for (int d = 0; d < ndim; d++)
-                src_index = src_index * src->grid.splits[d] + coords[d];
-            int64_t sstart[TSL_MAX_DIMS], sext[TSL_MAX_DIMS];
-            tsl_tensor_tile_box(src, src_index, sstart, sext);
-            for (int d = 0; d < ndim; d++) {
-                int64_t lo = sstart[d] > dstart[d] ? sstart[d] : dstart[d];
-                int64_t hi_s = sstart[d] + sext[d], hi_d = dstart[d] + dext[d];
-                int64_t hi = hi_s < hi_d ? hi_s : hi_d;
-                args.src_extent[d] = sext[d];
-                args.src_offset[d] = lo - sstart[d];
-                args.dst_extent[d] = dext[d];
-                args.dst_offset[d] = lo - dstart[d];
-                args.box[d] = hi - lo;
-            }
-            tsl_task_desc desc = {
-                .codelet = &tsl_cl_box_copy,
-                .args = &args,
-                .args_size = sizeof args,
-                .nhandles = 2,
-                .handles = {src->handles[src_index], dst->handles[j]},
-                /* One source covering the whole destination tile overwrites it. */
-                .modes = {STARPU_R, pairs == 1 ? STARPU_W : STARPU_RW},
-            };
-            st = tsl_task_submit(ctx, &desc);
-            if (st)
-                return st;
-        }
-    }
-    for (int64_t i = 0; i < src->ntiles; i++)
-        starpu_mpi_cache_flush(ctx->comm, src->handles[i]);
-    return TSL_OK;
+    const int64_t zero[TSL_MAX_DIMS] = {0, 0, 0, 0, 0};
+    return tsl_copy_region(dst, src, zero, zero, src->shape.dims);
 }
 
 tsl_status tsl_tensor_wait(tsl_tensor_t t)

@@ -87,6 +87,24 @@ tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, ts
 tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
                                tsl_tensor_t dw, tsl_tensor_t db);
 
+/**
+ * @brief dst = the channels of @p srcs side by side (dimension 1), as torch.cat(dim=1): the
+ * U-Net skip connection. All tensors agree in every other dimension; their tile grids and
+ * owners are free (box copies between overlapping tiles).
+ */
+tsl_status tsl_concat_channels(int32_t count, const tsl_tensor_t *srcs, tsl_tensor_t dst);
+
+/** @brief The inverse of tsl_concat_channels() (and its backward): dsts[k] receives its
+ *  run of channels of @p src. */
+tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl_tensor_t *dsts);
+
+/**
+ * @brief Copy @p src into @p dst of another shape with the same samples and elements per
+ * sample, in C order (flatten (N, C, H, W) to (N, C*H*W), and back for its gradient). Both
+ * tensors must be cut along N only, into the same tiles.
+ */
+tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst);
+
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {
     double lr;           /**< learning rate, > 0 */

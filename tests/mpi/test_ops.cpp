@@ -59,10 +59,14 @@ tsl_shape test_shape()
     return s;
 }
 
+// Collective gather of an f64 tensor to rank 0.
 std::vector<double> gather(tsl_tensor_t t)
 {
     tsl_shape s;
     tsl_tensor_shape(t, &s);
+    tsl_dtype dt;
+    tsl_tensor_dtype(t, &dt);
+    EXPECT_EQ(dt, TSL_F64) << "this helper gathers f64 tensors";
     std::vector<double> out((size_t)tsl_shape_numel(&s), NAN);
     EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? out.data() : nullptr), TSL_OK);
     return out;
@@ -451,5 +455,80 @@ TEST(Linear, EveryTilingMatchesOneTileWithinRounding)
     EXPECT_EQ(tsl_linear_backward(x, w, y2, nullptr, w, w), TSL_ERR_SHAPE); // db not a vector
     EXPECT_EQ(tsl_linear_backward(x, w, y2, x, nullptr, nullptr), TSL_ERR_INVALID_ARG);
     for (tsl_tensor_t t : {x, xk, w, w2, y, y2, wrong, bias})
+        tsl_tensor_destroy(t);
+}
+
+TEST(Plumbing, ConcatSplitAndReshapeAreExactOnEveryLayout)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
+    const int64_t channels[3] = {2, 3, 1};
+    const std::vector<std::vector<int32_t>> part_grids = {{1, 1, 1, 1}, {2, 1, 3, 1}, {4, 2, 1, 5}};
+    const std::vector<std::vector<int32_t>> whole_grids = {
+        {1, 1, 1, 1}, {2, 3, 2, 2}, {1, 6, 1, 1}};
+    for (size_t pg = 0; pg < part_grids.size(); pg++) {
+        for (size_t wg = 0; wg < whole_grids.size(); wg++) {
+            tsl_tensor_t parts[3], back[3];
+            std::vector<std::vector<double>> host(3);
+            for (int k = 0; k < 3; k++) {
+                std::vector<int32_t> g = part_grids[pg];
+                g[1] = (int32_t)std::min<int64_t>(g[1], channels[k]);
+                parts[k] = make_tensor(TSL_F64, {4, channels[k], 6, 5}, g, k % 2 ? rev : block);
+                back[k] = make_tensor(TSL_F64, {4, channels[k], 6, 5}, g, k % 2 ? block : rev);
+                ASSERT_EQ(tsl_tensor_fill_normal(parts[k], seed + 50 + k, 0, 1), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_constant(back[k], -99.0), TSL_OK);
+                host[k] = gather(parts[k]);
+            }
+            tsl_tensor_t whole = make_tensor(TSL_F64, {4, 6, 6, 5}, whole_grids[wg], rev);
+            ASSERT_EQ(tsl_tensor_fill_constant(whole, 77.0), TSL_OK); // poison
+            ASSERT_EQ(tsl_concat_channels(3, parts, whole), TSL_OK) << tsl_context_last_error(ctx);
+            ASSERT_EQ(tsl_split_channels(whole, 3, back), TSL_OK);
+            auto got = gather(whole);
+            if (rank == 0) {
+                for (int64_t n = 0; n < 4; n++)
+                    for (int64_t c = 0, k = 0, base = 0; c < 6; c++) {
+                        if (c - base == channels[k])
+                            base += channels[k++];
+                        for (int64_t i = 0; i < 30; i++)
+                            ASSERT_EQ(got[(n * 6 + c) * 30 + i],
+                                      host[k][(n * channels[k] + c - base) * 30 + i])
+                                << "grids " << pg << "/" << wg;
+                    }
+            }
+            for (int k = 0; k < 3; k++) {
+                auto again = gather(back[k]);
+                if (rank == 0)
+                    EXPECT_EQ(again, host[k]) << "split " << k;
+                tsl_tensor_destroy(parts[k]);
+                tsl_tensor_destroy(back[k]);
+            }
+            tsl_tensor_destroy(whole);
+        }
+    }
+    for (int32_t splits : {1, 2, 3}) {
+        tsl_tensor_t image = make_tensor(TSL_F64, {6, 2, 3, 4}, {splits, 1, 1, 1}, block);
+        tsl_tensor_t flat = make_tensor(TSL_F64, {6, 24}, {splits, 1}, rev);
+        tsl_tensor_t again = make_tensor(TSL_F64, {6, 2, 3, 4}, {splits, 1, 1, 1}, block);
+        ASSERT_EQ(tsl_tensor_fill_uniform(image, seed + 60, -1, 1), TSL_OK);
+        ASSERT_EQ(tsl_reshape_samples(image, flat), TSL_OK) << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_reshape_samples(flat, again), TSL_OK);
+        auto a = gather(image), b = gather(flat), c = gather(again);
+        if (rank == 0) {
+            EXPECT_EQ(a, b);
+            EXPECT_EQ(a, c);
+        }
+        for (tsl_tensor_t t : {image, flat, again})
+            tsl_tensor_destroy(t);
+    }
+    tsl_tensor_t a = make_tensor(TSL_F64, {4, 2, 6}, {1, 1, 1}, block);
+    tsl_tensor_t b = make_tensor(TSL_F64, {4, 2, 5}, {1, 1, 1}, block);
+    tsl_tensor_t ab = make_tensor(TSL_F64, {4, 4, 6}, {1, 1, 1}, block);
+    tsl_tensor_t flat = make_tensor(TSL_F64, {4, 12}, {1, 2}, block);
+    tsl_tensor_t pair[2] = {a, b}, twice[2] = {a, a}, self[2] = {a, ab};
+    EXPECT_EQ(tsl_concat_channels(2, pair, ab), TSL_ERR_SHAPE);       // spatial sizes differ
+    EXPECT_EQ(tsl_concat_channels(2, twice, ab), TSL_OK);             // a twice is fine
+    EXPECT_EQ(tsl_concat_channels(2, self, ab), TSL_ERR_INVALID_ARG); // dst among sources
+    EXPECT_EQ(tsl_concat_channels(1, twice, ab), TSL_ERR_SHAPE);      // channels do not add up
+    EXPECT_EQ(tsl_reshape_samples(a, flat), TSL_ERR_SHAPE);           // flat cut along features
+    for (tsl_tensor_t t : {a, b, ab, flat})
         tsl_tensor_destroy(t);
 }

@@ -1,0 +1,110 @@
+/* Tensor plumbing for networks: channel concatenation (U-Net skips) and its backward, the
+ * channel split, and sample-preserving reshapes (flatten). Pure data movement: box copies
+ * between tiles, so any tile grids and owners work and results are exact. */
+#include <string.h>
+
+#include "../../codelets/tile_ops.h"
+#include "../internal.h"
+
+/* `part` matches `whole` in every dimension but C (dimension 1). */
+static tsl_status check_part(tsl_tensor_t whole, tsl_tensor_t part, const char *fn)
+{
+    tsl_status st = tsl_tensor_check(part, fn);
+    if (st)
+        return st;
+    struct tsl_context *ctx = whole->ctx;
+    if (part->ctx != ctx)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: tensors of different contexts", fn);
+    if (part->dtype != whole->dtype)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: dtypes differ", fn);
+    if (part == whole)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a part may not be the whole tensor", fn);
+    int ok = part->shape.ndim == whole->shape.ndim;
+    for (int d = 0; ok && d < whole->shape.ndim; d++)
+        ok = d == 1 || part->shape.dims[d] == whole->shape.dims[d];
+    if (!ok)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: tensors must agree in every dimension but channels", fn);
+    return TSL_OK;
+}
+
+/* Concatenate (dir 0) or split (dir 1) along channels. */
+static tsl_status channels(tsl_tensor_t whole, int32_t count, const tsl_tensor_t *parts, int dir,
+                           const char *fn)
+{
+    tsl_status st = tsl_tensor_check(whole, fn);
+    if (st)
+        return st;
+    if (whole->shape.ndim < 2)
+        return tsl_error(whole->ctx, TSL_ERR_SHAPE, "%s: tensors need N and C dimensions", fn);
+    if (count < 1 || !parts)
+        return tsl_error(whole->ctx, TSL_ERR_INVALID_ARG, "%s: no parts", fn);
+    int64_t channels = 0;
+    for (int32_t k = 0; k < count; k++) {
+        if ((st = check_part(whole, parts[k], fn)))
+            return st;
+        channels += parts[k]->shape.dims[1];
+    }
+    if (channels != whole->shape.dims[1])
+        return tsl_error(whole->ctx, TSL_ERR_SHAPE,
+                         "%s: the parts have %lld channels, the whole tensor %lld", fn,
+                         (long long)channels, (long long)whole->shape.dims[1]);
+    int64_t offset = 0;
+    for (int32_t k = 0; k < count; k++) {
+        int64_t zero[TSL_MAX_DIMS] = {0, 0, 0, 0, 0}, at[TSL_MAX_DIMS] = {0, 0, 0, 0, 0};
+        at[1] = offset;
+        st = dir == 0 ? tsl_copy_region(whole, parts[k], zero, at, parts[k]->shape.dims)
+                      : tsl_copy_region(parts[k], whole, at, zero, parts[k]->shape.dims);
+        if (st)
+            return st;
+        offset += parts[k]->shape.dims[1];
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_concat_channels(int32_t count, const tsl_tensor_t *srcs, tsl_tensor_t dst)
+{
+    return channels(dst, count, srcs, 0, "tsl_concat_channels");
+}
+
+tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl_tensor_t *dsts)
+{
+    return channels(src, count, dsts, 1, "tsl_split_channels");
+}
+
+/* Cut along N only. */
+static int samples_only(tsl_tensor_t t)
+{
+    for (int d = 1; d < t->shape.ndim; d++)
+        if (t->grid.splits[d] != 1)
+            return 0;
+    return 1;
+}
+
+tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst)
+{
+    const char *fn = "tsl_reshape_samples";
+    tsl_status st = tsl_tensor_check(src, fn);
+    if (st || (st = tsl_tensor_check(dst, fn)))
+        return st;
+    struct tsl_context *ctx = src->ctx;
+    if (dst->ctx != ctx)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: tensors of different contexts", fn);
+    if (dst->dtype != src->dtype)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: dtypes differ", fn);
+    if (dst == src)
+        return TSL_OK;
+    if (dst->shape.dims[0] != src->shape.dims[0] ||
+        tsl_shape_numel(&dst->shape) != tsl_shape_numel(&src->shape))
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: both tensors need the same samples and elements per sample", fn);
+    if (!samples_only(src) || !samples_only(dst) || src->grid.splits[0] != dst->grid.splits[0])
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: both tensors must be cut along N only, into the same tiles", fn);
+    tsl_tensor_t tensors[2] = {src, dst};
+    enum starpu_data_access_mode modes[2] = {STARPU_R, STARPU_W};
+    struct {
+        int64_t count;
+    } args = {0};
+    return tsl_submit_tiles(&tsl_cl_copy, 2, tensors, modes, &args, sizeof args, 0, 0.0);
+}
