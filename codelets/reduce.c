@@ -273,12 +273,19 @@ static void sum_partial_cpu(void *buffers[], void *cl_arg)
     tsl_acc_normalize(acc);
 }
 
+/* Merge arrays of accumulators element by element (one or several per handle). */
 static void sum_merge_cpu(void *buffers[], void *cl_arg)
 {
     (void)cl_arg;
+    size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    TSL_CODELET_CHECK(bytes % sizeof(tsl_acc) == 0 &&
+                          bytes == STARPU_VECTOR_GET_NX(buffers[1]) *
+                                       STARPU_VECTOR_GET_ELEMSIZE(buffers[1]),
+                      "merge: accumulator arrays differ");
     const tsl_acc *src = (const tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[0]);
     tsl_acc *dst = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    tsl_acc_merge(dst, src);
+    for (size_t k = 0; k < bytes / sizeof(tsl_acc); k++)
+        tsl_acc_merge(&dst[k], &src[k]);
 }
 
 static struct starpu_perfmodel sum_partial_model = {

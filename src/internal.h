@@ -112,6 +112,14 @@ struct tsl_acc;
 /* Submits the task of tile `tile` that writes accumulator handle `acc` (a tsl_acc). */
 typedef tsl_status (*tsl_acc_fill_fn)(int64_t tile, starpu_data_handle_t acc, void *user);
 
+/* Submit an exact reduction without waiting: per tile i a temporary handle of `accs`
+ * accumulators owned by owner_of[i], written by fill(i); a tree of merge tasks; *result is
+ * the merged handle (owned by owner_of[0]), for later tasks to read. The caller releases
+ * it (tsl_temp_handle_release) after its last reader is submitted. */
+tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
+                               int64_t accs, tsl_acc_fill_fn fill, void *user,
+                               starpu_data_handle_t *result);
+
 /* Exact reduction over `ntiles` accumulators, accumulator i owned by owner_of[i] and
  * written by fill(i); merged by a task tree; the result is copied to `out` on every rank.
  * Collective; waits for the result. */

@@ -6,8 +6,9 @@
 #include "../codelets/tile_ops.h"
 #include "internal.h"
 
-tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
-                            tsl_acc_fill_fn fill, void *user, tsl_acc *out)
+tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
+                               int64_t accs, tsl_acc_fill_fn fill, void *user,
+                               starpu_data_handle_t *result)
 {
     if (ctx->tag_count - ctx->tags_used < ntiles)
         return tsl_error(ctx, TSL_ERR_RESOURCE,
@@ -17,10 +18,10 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
     if (!acc)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "exact reduction: out of memory");
     _Static_assert(sizeof(tsl_acc) % sizeof(int64_t) == 0, "accumulator is whole words");
-    const int64_t acc_words = (int64_t)(sizeof(tsl_acc) / sizeof(int64_t));
+    const int64_t words = accs * (int64_t)(sizeof(tsl_acc) / sizeof(int64_t));
     tsl_status st = TSL_OK;
     for (int64_t i = 0; i < ntiles && !st; i++) {
-        if ((st = tsl_temp_handle_register(ctx, acc_words, sizeof(int64_t), owner_of[i], &acc[i])))
+        if ((st = tsl_temp_handle_register(ctx, words, sizeof(int64_t), owner_of[i], &acc[i])))
             break;
         st = fill(i, acc[i], user);
     }
@@ -35,7 +36,7 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
                 .nhandles = 2,
                 .handles = {acc[i + step], acc[i]},
                 .modes = {STARPU_R, STARPU_RW},
-                .flops = TSL_ACC_LIMBS,
+                .flops = (double)(accs * TSL_ACC_LIMBS),
             };
             st = tsl_task_submit(ctx, &desc);
             tsl_temp_handle_release(ctx, acc[i + step]);
@@ -43,16 +44,29 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
         }
     }
     if (!st) {
-        starpu_mpi_get_data_on_all_nodes_detached(ctx->comm, acc[0]);
-        starpu_data_acquire(acc[0], STARPU_R);
-        memcpy(out, starpu_data_get_local_ptr(acc[0]), sizeof *out);
-        starpu_data_release(acc[0]);
+        *result = acc[0];
+        acc[0] = NULL;
     }
     for (int64_t i = 0; i < ntiles; i++)
         if (acc[i])
             tsl_temp_handle_release(ctx, acc[i]);
     free(acc);
     return st;
+}
+
+tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
+                            tsl_acc_fill_fn fill, void *user, tsl_acc *out)
+{
+    starpu_data_handle_t total;
+    tsl_status st = tsl_acc_tree_submit(ctx, ntiles, owner_of, 1, fill, user, &total);
+    if (st)
+        return st;
+    starpu_mpi_get_data_on_all_nodes_detached(ctx->comm, total);
+    starpu_data_acquire(total, STARPU_R);
+    memcpy(out, starpu_data_get_local_ptr(total), sizeof *out);
+    starpu_data_release(total);
+    tsl_temp_handle_release(ctx, total);
+    return TSL_OK;
 }
 
 tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *partials, int64_t count,
