@@ -1,8 +1,8 @@
 /**
  * @file ops.h
- * @brief Network operators on tiled tensors, lowered to tile tasks: activations, fully
- *        connected layers, losses and optimizer updates (convolutions, batch norm and pooling
- *        follow).
+ * @brief Network operators on tiled tensors, lowered to tile tasks: activations, batch
+ *        normalization, fully connected layers, channel concatenation, losses and optimizer
+ *        updates (convolutions and pooling follow).
  *
  * Every call is collective over the tensors' context, submits one task per tile on the
  * owner of the tile it writes, and returns without waiting (losses wait for their value). Tensors
@@ -104,6 +104,39 @@ tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl_tensor_
  * tensors must be cut along N only, into the same tiles.
  */
 tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst);
+
+/**
+ * @brief Batch normalization, training mode: statistics over every sample and spatial
+ * position of each channel, across all tiles and ranks.
+ *
+ * @p x is (N, C, spatial...) in any tiling; @p gamma, @p beta, @p running_mean and
+ * @p running_var are C values of x's dtype, one tile each; @p saved is a (2, C) f64 tensor
+ * of one tile that receives the batch mean and 1 / sqrt(var + eps) for the backward; @p y
+ * has x's layout (not x itself). The per-channel sums are exact (fixed-point accumulators
+ * merged by a task tree), so the statistics, y and the running statistics are identical for
+ * every tiling and rank count. Running statistics move by @p momentum, the variance taking
+ * the unbiased batch variance (PyTorch's convention). Does not wait.
+ */
+tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
+                                       tsl_tensor_t saved, tsl_tensor_t y, double eps,
+                                       double momentum);
+
+/** @brief Batch normalization, inference mode: y = (x - running_mean) /
+ *  sqrt(running_var + eps) * gamma + beta, one task per tile. */
+tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
+                                       tsl_tensor_t y, double eps);
+
+/**
+ * @brief Backward of tsl_batchnorm_forward_train(), from its input @p x and @p saved:
+ * dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat)) (when @p dx is not NULL),
+ * dgamma = sum(dy * xhat) and dbeta = sum(dy) per channel (each may be NULL; overwritten).
+ * The sums are exact, so the results are identical for every tiling and rank count.
+ */
+tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                  tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
+                                  tsl_tensor_t dbeta);
 
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {

@@ -532,3 +532,115 @@ TEST(Plumbing, ConcatSplitAndReshapeAreExactOnEveryLayout)
     for (tsl_tensor_t t : {a, b, ab, flat})
         tsl_tensor_destroy(t);
 }
+
+TEST(BatchNorm, TrainingForwardAndBackwardAreBitIdenticalOnEveryLayout)
+{
+    const std::vector<int64_t> dims = {4, 6, 7, 5};
+    const std::vector<std::vector<int32_t>> grids = {
+        {1, 1, 1, 1}, {2, 1, 1, 1}, {1, 1, 3, 2}, {2, 3, 2, 1}, {4, 2, 3, 2}};
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  last = tsl_owner_single(size - 1);
+    std::vector<std::vector<double>> ref;
+    for (size_t gi = 0; gi < grids.size(); gi++) {
+        for (int owners = 0; owners < 2; owners++) {
+            const tsl_owner_map &xo = owners ? rev : block;
+            tsl_tensor_t x = make_tensor(TSL_F64, dims, grids[gi], xo);
+            tsl_tensor_t y = make_tensor(TSL_F64, dims, grids[gi], block);
+            tsl_tensor_t dy = make_tensor(TSL_F64, dims, grids[gi], rev);
+            tsl_tensor_t dx = make_tensor(TSL_F64, dims, grids[gi], xo);
+            tsl_tensor_t gamma = make_tensor(TSL_F64, {6}, {1}, last);
+            tsl_tensor_t beta = make_tensor(TSL_F64, {6}, {1}, block);
+            tsl_tensor_t rm = make_tensor(TSL_F64, {6}, {1}, owners ? last : block);
+            tsl_tensor_t rv = make_tensor(TSL_F64, {6}, {1}, block);
+            tsl_tensor_t saved = make_tensor(TSL_F64, {2, 6}, {1, 1}, last);
+            tsl_tensor_t dg = make_tensor(TSL_F64, {6}, {1}, block);
+            tsl_tensor_t db = make_tensor(TSL_F64, {6}, {1}, last);
+            tsl_tensor_t yi = make_tensor(TSL_F64, dims, grids[gi], rev);
+            ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 70, 3.0, 2.0), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_normal(dy, seed + 71, 0.0, 1.0), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_uniform(gamma, seed + 72, 0.5, 1.5), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_uniform(beta, seed + 73, -1, 1), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_constant(rv, 1.0), TSL_OK);
+            for (int step = 0; step < 2; step++) // running statistics move twice
+                ASSERT_EQ(tsl_batchnorm_forward_train(x, gamma, beta, rm, rv, saved, y, 1e-5, 0.1),
+                          TSL_OK)
+                    << tsl_context_last_error(ctx);
+            ASSERT_EQ(tsl_batchnorm_backward(x, dy, gamma, saved, dx, dg, db), TSL_OK)
+                << tsl_context_last_error(ctx);
+            ASSERT_EQ(tsl_batchnorm_forward_infer(x, gamma, beta, rm, rv, yi, 1e-5), TSL_OK);
+            std::vector<std::vector<double>> got = {gather(y),  gather(saved), gather(rm),
+                                                    gather(rv), gather(dx),    gather(dg),
+                                                    gather(db), gather(yi)};
+            auto gx = gather(x), gdy = gather(dy), gg = gather(gamma), gbeta = gather(beta);
+            if (rank == 0) {
+                if (ref.empty()) {
+                    // The one-tile run against statistics computed here from x and dy.
+                    for (int64_t c = 0; c < 6; c++) {
+                        long double mean = 0, var = 0, sdy = 0, sdyx = 0;
+                        auto at = [&](int64_t n, int64_t i) { return (n * 6 + c) * 35 + i; };
+                        for (int64_t n = 0; n < 4; n++)
+                            for (int64_t i = 0; i < 35; i++)
+                                mean += gx[at(n, i)];
+                        mean /= 140;
+                        for (int64_t n = 0; n < 4; n++)
+                            for (int64_t i = 0; i < 35; i++)
+                                var += (gx[at(n, i)] - mean) * (gx[at(n, i)] - mean);
+                        var /= 140;
+                        long double invstd = 1 / std::sqrt(var + 1e-5L);
+                        for (int64_t n = 0; n < 4; n++)
+                            for (int64_t i = 0; i < 35; i++) {
+                                sdy += gdy[at(n, i)];
+                                sdyx += gdy[at(n, i)] * (gx[at(n, i)] - mean) * invstd;
+                                EXPECT_NEAR(
+                                    got[0][at(n, i)],
+                                    (double)((gx[at(n, i)] - mean) * invstd * gg[c] + gbeta[c]),
+                                    1e-12);
+                            }
+                        EXPECT_NEAR(got[1][c], (double)mean, 1e-13);
+                        EXPECT_NEAR(got[1][6 + c], (double)invstd, 1e-12);
+                        // Two steps from (0, 1) with momentum 0.1, unbiased variance.
+                        EXPECT_NEAR(got[2][c], (double)(0.19L * mean), 1e-13);
+                        EXPECT_NEAR(got[3][c], (double)(0.81L + 0.19L * var * 140 / 139), 1e-12);
+                        EXPECT_NEAR(got[5][c], (double)sdyx, 1e-11);
+                        EXPECT_NEAR(got[6][c], (double)sdy, 1e-11);
+                    }
+                    ref = got;
+                } else {
+                    const char *names[8] = {"y",  "saved",  "running mean", "running var",
+                                            "dx", "dgamma", "dbeta",        "inference y"};
+                    for (int k = 0; k < 8; k++)
+                        EXPECT_EQ(got[k], ref[k])
+                            << names[k] << ", grid " << gi << ", owners " << owners;
+                }
+            }
+            for (tsl_tensor_t t : {x, y, dy, dx, gamma, beta, rm, rv, saved, dg, db, yi})
+                tsl_tensor_destroy(t);
+        }
+    }
+}
+
+TEST(BatchNorm, BadArgumentsAreErrors)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_tensor_t x = make_tensor(TSL_F64, {4, 3, 5}, {2, 1, 1}, block);
+    tsl_tensor_t y = make_tensor(TSL_F64, {4, 3, 5}, {2, 1, 1}, block);
+    tsl_tensor_t v3 = make_tensor(TSL_F64, {3}, {1}, block);
+    tsl_tensor_t v4 = make_tensor(TSL_F64, {4}, {1}, block);
+    tsl_tensor_t v3split = make_tensor(TSL_F64, {3}, {3}, block);
+    tsl_tensor_t saved = make_tensor(TSL_F64, {2, 3}, {1, 1}, block);
+    tsl_tensor_t saved_bad = make_tensor(TSL_F64, {3, 3}, {1, 1}, block);
+    EXPECT_EQ(tsl_batchnorm_forward_train(x, v4, v3, v3, v3, saved, y, 1e-5, 0.1), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_batchnorm_forward_train(x, v3split, v3, v3, v3, saved, y, 1e-5, 0.1),
+              TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_batchnorm_forward_train(x, v3, v3, v3, v3, saved_bad, y, 1e-5, 0.1),
+              TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_batchnorm_forward_train(x, v3, v3, v3, v3, saved, y, 0.0, 0.1),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_batchnorm_forward_train(x, v3, v3, v3, v3, saved, y, 1e-5, 1.5),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_batchnorm_forward_train(x, v3, v3, v3, v3, saved, x, 1e-5, 0.1),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_batchnorm_backward(x, y, v3, saved, x, nullptr, nullptr), TSL_ERR_INVALID_ARG);
+    for (tsl_tensor_t t : {x, y, v3, v4, v3split, saved, saved_bad})
+        tsl_tensor_destroy(t);
+}

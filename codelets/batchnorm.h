@@ -1,0 +1,65 @@
+/* Batch normalization with exact statistics over all tiles (codelets/batchnorm.c).
+ *
+ * Per tile, per channel sums go into exact accumulators (an array of 2C tsl_acc: [2c] the
+ * sum of x or dy, [2c + 1] the sum of x^2 or dy * xhat); a merge tree combines the tiles;
+ * a finalize task turns the totals into per-channel values that the elementwise tasks read.
+ * Every tile computes the same per-element terms whatever the tiling, and the sums are
+ * exact, so statistics and results are identical for every tiling and rank count. */
+#ifndef TESSEL_CODELETS_BATCHNORM_H
+#define TESSEL_CODELETS_BATCHNORM_H
+
+#include <starpu.h>
+#include <stdint.h>
+
+#include "tile_ops.h"
+
+typedef struct tsl_bn_args {
+    int32_t dtype;       /* of x, y, dy, dx, gamma, beta, running stats: f32 or f64 */
+    int64_t channels;    /* C of the whole tensor */
+    int64_t samples;     /* tile extent along N */
+    int64_t c0;          /* first channel of the tile */
+    int64_t cext;        /* channels in the tile */
+    int64_t inner;       /* spatial positions in the tile */
+    int64_t per_channel; /* N x spatial positions of the whole tensor: the statistics' count */
+    double eps;
+    double momentum;
+    int32_t which; /* running statistic (0 mean, 1 variance) or parameter gradient (0 beta,
+                      1 gamma) a task updates */
+} tsl_bn_args;
+
+/* Per tile: accumulate sum x and sum x^2 per channel into acc[2C] (zeroed first). */
+void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc);
+/* Totals -> saved (2C doubles: mean, then 1 / sqrt(var + eps)). */
+void tsl_bn_finalize(const tsl_bn_args *a, const tsl_acc *acc, double *saved);
+/* Totals -> running mean (which 0) or variance (which 1) updated with momentum; the
+ * running variance takes the unbiased batch variance, as PyTorch. */
+void tsl_bn_running(const tsl_bn_args *a, const tsl_acc *acc, void *running);
+/* y = (x - mean) * invstd * gamma + beta on one tile. */
+void tsl_bn_normalize_tile(const tsl_bn_args *a, const void *x, const double *saved,
+                           const void *gamma, const void *beta, void *y);
+/* Inference: y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta. */
+void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_mean,
+                       const void *running_var, const void *gamma, const void *beta, void *y);
+/* Backward partials: acc[2c] = sum dy, acc[2c + 1] = sum dy * xhat. */
+void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void *dy,
+                                const double *saved, tsl_acc *acc);
+/* Totals -> coef (2C doubles: the means of dy and of dy * xhat). */
+void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, double *coef);
+/* Totals -> dbeta (which 0: sum dy) or dgamma (which 1: sum dy * xhat), C values. */
+void tsl_bn_param_grad(const tsl_bn_args *a, const tsl_acc *acc, void *grad);
+/* dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)) on one tile. */
+void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *dy,
+                               const double *saved, const void *gamma, const double *coef,
+                               void *dx);
+
+extern struct starpu_codelet tsl_cl_bn_stats;      /* R x, W acc */
+extern struct starpu_codelet tsl_cl_bn_finalize;   /* R acc, W saved */
+extern struct starpu_codelet tsl_cl_bn_running;    /* R acc, RW running statistic */
+extern struct starpu_codelet tsl_cl_bn_normalize;  /* R x, R saved, R gamma, R beta, W y */
+extern struct starpu_codelet tsl_cl_bn_infer;      /* R x, R rmean, R rvar, R g, R b, W y */
+extern struct starpu_codelet tsl_cl_bn_bwd_stats;  /* R x, R dy, R saved, W acc */
+extern struct starpu_codelet tsl_cl_bn_bwd_coef;   /* R acc, W coef */
+extern struct starpu_codelet tsl_cl_bn_param_grad; /* R acc, W dgamma or dbeta */
+extern struct starpu_codelet tsl_cl_bn_bwd_data;   /* R x, R dy, R saved, R g, R coef, W dx */
+
+#endif /* TESSEL_CODELETS_BATCHNORM_H */

@@ -1,0 +1,244 @@
+/* Batch normalization on tiled tensors with exact statistics over every sample and spatial
+ * tile (DESIGN rule 6): per-tile exact accumulators, a merge tree, finalize tasks, then one
+ * elementwise task per tile. Nothing waits: the tasks run as their inputs arrive. */
+#include <math.h>
+#include <string.h>
+
+#include "../../codelets/batchnorm.h"
+#include "../internal.h"
+
+/* A (C) vector, one tile, of x's dtype; or (2, C) f64 for the saved statistics. */
+static tsl_status check_vector(tsl_tensor_t v, tsl_tensor_t x, int saved, const char *what,
+                               const char *fn)
+{
+    tsl_status st = tsl_tensor_check(v, fn);
+    if (st)
+        return st;
+    int64_t c = x->shape.dims[1];
+    int ok = v->ctx == x->ctx && v->ntiles == 1 &&
+             (saved ? v->dtype == TSL_F64 && v->shape.ndim == 2 && v->shape.dims[0] == 2 &&
+                          v->shape.dims[1] == c
+                    : v->dtype == x->dtype && v->shape.ndim == 1 && v->shape.dims[0] == c);
+    if (!ok)
+        return tsl_error(x->ctx, TSL_ERR_SHAPE, "%s: %s must be one tile of %s", fn, what,
+                         saved ? "(2, C) f64" : "C values of x's dtype");
+    return TSL_OK;
+}
+
+static tsl_status check_x(tsl_tensor_t x, const char *fn)
+{
+    tsl_status st = tsl_tensor_check(x, fn);
+    if (st || (st = tsl_tensor_check_float(x, fn)))
+        return st;
+    if (x->shape.ndim < 2)
+        return tsl_error(x->ctx, TSL_ERR_SHAPE, "%s: x needs N and C dimensions", fn);
+    return TSL_OK;
+}
+
+static tsl_bn_args args_for(tsl_tensor_t x, int64_t tile, double eps, double momentum)
+{
+    tsl_bn_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = x->dtype;
+    a.channels = x->shape.dims[1];
+    a.per_channel = tsl_shape_numel(&x->shape) / x->shape.dims[1];
+    a.eps = eps;
+    a.momentum = momentum;
+    if (tile >= 0) {
+        int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+        tsl_tensor_tile_box(x, tile, start, extent);
+        a.samples = extent[0];
+        a.c0 = start[1];
+        a.cext = extent[1];
+        a.inner = 1;
+        for (int d = 2; d < x->shape.ndim; d++)
+            a.inner *= extent[d];
+    }
+    return a;
+}
+
+static tsl_status submit(struct tsl_context *ctx, struct starpu_codelet *cl, const tsl_bn_args *a,
+                         int n, const starpu_data_handle_t *handles,
+                         const enum starpu_data_access_mode *modes, double flops)
+{
+    tsl_task_desc desc = {
+        .codelet = cl, .args = a, .args_size = sizeof *a, .nhandles = n, .flops = flops};
+    for (int k = 0; k < n; k++) {
+        desc.handles[k] = handles[k];
+        desc.modes[k] = modes[k];
+    }
+    return tsl_task_submit(ctx, &desc);
+}
+
+/* ---- forward, training ---- */
+
+typedef struct stats_job {
+    tsl_tensor_t x, dy;
+    starpu_data_handle_t saved;
+    double eps;
+} stats_job;
+
+static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
+{
+    stats_job *job = user;
+    tsl_bn_args a = args_for(job->x, tile, job->eps, 0);
+    double flops = 3.0 * (double)tsl_tensor_tile_numel(job->x, tile);
+    if (!job->dy) {
+        starpu_data_handle_t h[2] = {job->x->handles[tile], acc};
+        enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
+        return submit(job->x->ctx, &tsl_cl_bn_stats, &a, 2, h, m, flops);
+    }
+    starpu_data_handle_t h[4] = {job->x->handles[tile], job->dy->handles[tile], job->saved, acc};
+    enum starpu_data_access_mode m[4] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W};
+    return submit(job->x->ctx, &tsl_cl_bn_bwd_stats, &a, 4, h, m, flops);
+}
+
+tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
+                                       tsl_tensor_t saved, tsl_tensor_t y, double eps,
+                                       double momentum)
+{
+    const char *fn = "tsl_batchnorm_forward_train";
+    tsl_status st = check_x(x, fn);
+    if (st || (st = check_vector(gamma, x, 0, "gamma", fn)) ||
+        (st = check_vector(beta, x, 0, "beta", fn)) ||
+        (st = check_vector(running_mean, x, 0, "the running mean", fn)) ||
+        (st = check_vector(running_var, x, 0, "the running variance", fn)) ||
+        (st = check_vector(saved, x, 1, "saved", fn)) || (st = tsl_tensor_check(y, fn)) ||
+        (st = tsl_tensor_check_same_layout(y, x, fn)))
+        return st;
+    if (!(eps > 0) || !isfinite(eps) || !(momentum >= 0 && momentum <= 1))
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: eps %g must be > 0 and momentum %g in [0, 1]", fn, eps, momentum);
+    if (y == x)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    struct tsl_context *ctx = x->ctx;
+    stats_job job = {.x = x, .eps = eps};
+    starpu_data_handle_t total;
+    if ((st = tsl_acc_tree_submit(ctx, x->ntiles, x->tile_owner, 2 * x->shape.dims[1], stats_tile,
+                                  &job, &total)))
+        return st;
+    tsl_bn_args a = args_for(x, -1, eps, momentum);
+    enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
+    starpu_data_handle_t fin[2] = {total, saved->handles[0]};
+    st = submit(ctx, &tsl_cl_bn_finalize, &a, 2, fin, rw, 0);
+    enum starpu_data_access_mode rrw[2] = {STARPU_R, STARPU_RW};
+    for (int which = 0; which < 2 && !st; which++) {
+        a.which = which;
+        starpu_data_handle_t h[2] = {total, (which ? running_var : running_mean)->handles[0]};
+        st = submit(ctx, &tsl_cl_bn_running, &a, 2, h, rrw, 0);
+    }
+    tsl_temp_handle_release(ctx, total);
+    for (int64_t i = 0; i < x->ntiles && !st; i++) {
+        tsl_bn_args t = args_for(x, i, eps, momentum);
+        starpu_data_handle_t h[5] = {x->handles[i], saved->handles[0], gamma->handles[0],
+                                     beta->handles[0], y->handles[i]};
+        enum starpu_data_access_mode m[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W};
+        st = submit(ctx, &tsl_cl_bn_normalize, &t, 5, h, m,
+                    4.0 * (double)tsl_tensor_tile_numel(x, i));
+        if (x->tile_owner[i] != y->tile_owner[i])
+            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+    }
+    /* Keep x's cached copies: backward reads them on the same ranks. Drop the small ones. */
+    starpu_mpi_cache_flush(ctx->comm, gamma->handles[0]);
+    starpu_mpi_cache_flush(ctx->comm, beta->handles[0]);
+    return st;
+}
+
+tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
+                                       tsl_tensor_t y, double eps)
+{
+    const char *fn = "tsl_batchnorm_forward_infer";
+    tsl_status st = check_x(x, fn);
+    if (st || (st = check_vector(gamma, x, 0, "gamma", fn)) ||
+        (st = check_vector(beta, x, 0, "beta", fn)) ||
+        (st = check_vector(running_mean, x, 0, "the running mean", fn)) ||
+        (st = check_vector(running_var, x, 0, "the running variance", fn)) ||
+        (st = tsl_tensor_check(y, fn)) || (st = tsl_tensor_check_same_layout(y, x, fn)))
+        return st;
+    if (!(eps > 0) || !isfinite(eps))
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: eps %g must be > 0", fn, eps);
+    if (y == x)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    for (int64_t i = 0; i < x->ntiles && !st; i++) {
+        tsl_bn_args t = args_for(x, i, eps, 0);
+        starpu_data_handle_t h[6] = {x->handles[i],           running_mean->handles[0],
+                                     running_var->handles[0], gamma->handles[0],
+                                     beta->handles[0],        y->handles[i]};
+        enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
+                                             STARPU_R, STARPU_R, STARPU_W};
+        st = submit(x->ctx, &tsl_cl_bn_infer, &t, 6, h, m,
+                    4.0 * (double)tsl_tensor_tile_numel(x, i));
+        if (x->tile_owner[i] != y->tile_owner[i])
+            starpu_mpi_cache_flush(x->ctx->comm, x->handles[i]);
+    }
+    tsl_tensor_t small[4] = {running_mean, running_var, gamma, beta};
+    for (int k = 0; k < 4; k++)
+        starpu_mpi_cache_flush(x->ctx->comm, small[k]->handles[0]);
+    return st;
+}
+
+tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                  tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
+                                  tsl_tensor_t dbeta)
+{
+    const char *fn = "tsl_batchnorm_backward";
+    tsl_status st = check_x(x, fn);
+    if (st || (st = tsl_tensor_check(dy, fn)) || (st = tsl_tensor_check_same_layout(dy, x, fn)) ||
+        (st = check_vector(gamma, x, 0, "gamma", fn)) ||
+        (st = check_vector(saved, x, 1, "saved", fn)))
+        return st;
+    if (dx && (st = tsl_tensor_check_same_layout(dx, x, fn)))
+        return st;
+    if ((dgamma && (st = check_vector(dgamma, x, 0, "dgamma", fn))) ||
+        (dbeta && (st = check_vector(dbeta, x, 0, "dbeta", fn))))
+        return st;
+    if (dx == x || dx == dy || dgamma == gamma)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input",
+                         fn);
+    struct tsl_context *ctx = x->ctx;
+    stats_job job = {.x = x, .dy = dy, .saved = saved->handles[0]};
+    starpu_data_handle_t total, coef = NULL;
+    if ((st = tsl_acc_tree_submit(ctx, x->ntiles, dy->tile_owner, 2 * x->shape.dims[1], stats_tile,
+                                  &job, &total)))
+        return st;
+    tsl_bn_args a = args_for(x, -1, 0, 0);
+    enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
+    for (int which = 0; which < 2 && !st; which++) {
+        tsl_tensor_t grad = which ? dgamma : dbeta;
+        if (!grad)
+            continue;
+        a.which = which;
+        starpu_data_handle_t h[2] = {total, grad->handles[0]};
+        st = submit(ctx, &tsl_cl_bn_param_grad, &a, 2, h, rw, 0);
+    }
+    if (!st && dx) {
+        st = tsl_temp_handle_register(ctx, 2 * x->shape.dims[1], sizeof(double),
+                                      saved->tile_owner[0], &coef);
+        if (!st) {
+            starpu_data_handle_t h[2] = {total, coef};
+            st = submit(ctx, &tsl_cl_bn_bwd_coef, &a, 2, h, rw, 0);
+        }
+    }
+    tsl_temp_handle_release(ctx, total);
+    for (int64_t i = 0; dx && i < x->ntiles && !st; i++) {
+        tsl_bn_args t = args_for(x, i, 0, 0);
+        starpu_data_handle_t h[6] = {x->handles[i],     dy->handles[i], saved->handles[0],
+                                     gamma->handles[0], coef,           dx->handles[i]};
+        enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
+                                             STARPU_R, STARPU_R, STARPU_W};
+        st = submit(ctx, &tsl_cl_bn_bwd_data, &t, 6, h, m,
+                    6.0 * (double)tsl_tensor_tile_numel(x, i));
+        for (int k = 0; k < 2; k++) {
+            tsl_tensor_t read = k ? dy : x;
+            if (read->tile_owner[i] != dx->tile_owner[i])
+                starpu_mpi_cache_flush(ctx->comm, read->handles[i]);
+        }
+    }
+    if (coef)
+        tsl_temp_handle_release(ctx, coef);
+    starpu_mpi_cache_flush(ctx->comm, saved->handles[0]);
+    starpu_mpi_cache_flush(ctx->comm, gamma->handles[0]);
+    return st;
+}
