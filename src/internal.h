@@ -127,7 +127,8 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
                             tsl_acc_fill_fn fill, void *user, struct tsl_acc *out);
 
 /* Sum `count` temporary partial handles of `elements` values of `dtype` by a tree of
- * axpy tasks and copy the total into `target` (on target's owner). Releases the partials. */
+ * axpy tasks and copy the total into `target` (on target's owner). partials[0] may be
+ * `target` itself (then the tree ends there, with no copy). Releases the temporaries. */
 tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *partials, int64_t count,
                              tsl_dtype dtype, int64_t elements, starpu_data_handle_t target);
 

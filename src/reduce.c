@@ -88,7 +88,7 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
             st = tsl_task_submit(ctx, &desc);
         }
     }
-    if (!st) {
+    if (!st && partials[0] != target) {
         char unused = 0;
         tsl_task_desc copy = {
             .codelet = &tsl_cl_copy,
@@ -101,6 +101,7 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
         st = tsl_task_submit(ctx, &copy);
     }
     for (int64_t i = 0; i < count; i++)
-        tsl_temp_handle_release(ctx, partials[i]);
+        if (partials[i] != target)
+            tsl_temp_handle_release(ctx, partials[i]);
     return st;
 }

@@ -108,6 +108,63 @@ tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, ts
     return TSL_OK;
 }
 
+/* dw = dy^T x and db = column sums of dy: one partial per sample tile, reduced by a tree. */
+static tsl_status weight_gradients(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dw,
+                                   tsl_tensor_t db)
+{
+    struct tsl_context *ctx = x->ctx;
+    const char *fn = "tsl_linear_backward";
+    tsl_status st = TSL_OK;
+    starpu_data_handle_t *pw = calloc((size_t)x->ntiles, sizeof *pw);
+    starpu_data_handle_t *pb = calloc((size_t)x->ntiles, sizeof *pb);
+    if (!pw || !pb) {
+        free(pw);
+        free(pb);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    int64_t wcount = w->shape.dims[0] * w->shape.dims[1], bcount = w->shape.dims[0];
+    for (int64_t i = 0; i < x->ntiles && !st; i++) {
+        /* The first tile's partials are written into dw and db themselves (its task runs on
+         * their owner); the others into temporaries on their dy tile's owner. */
+        int32_t owner = i ? dy->tile_owner[i] : dw->tile_owner[0];
+        if (i == 0 && db && db->tile_owner[0] != owner)
+            st = tsl_temp_handle_register(ctx, bcount, x->elem_size, owner, &pb[0]);
+        else if (i == 0 && db)
+            pb[0] = db->handles[0];
+        if (i == 0)
+            pw[0] = dw->handles[0];
+        else
+            st = tsl_temp_handle_register(ctx, wcount, x->elem_size, owner, &pw[i]);
+        if (!st && db && i > 0)
+            st = tsl_temp_handle_register(ctx, bcount, x->elem_size, owner, &pb[i]);
+        if (st)
+            break;
+        tsl_linear_args a = args_for(x, w, i, db != NULL);
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_linear_backward_weights,
+            .args = &a,
+            .args_size = sizeof a,
+            .nhandles = db ? 4 : 3,
+            .handles = {x->handles[i], dy->handles[i], pw[i], db ? pb[i] : NULL},
+            .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
+            .flops = 2.0 * (double)(a.rows * a.in * a.out),
+        };
+        st = tsl_task_submit(ctx, &desc);
+        for (int k = 0; k < 2; k++) {
+            tsl_tensor_t read = k ? dy : x;
+            if (read->tile_owner[i] != owner)
+                starpu_mpi_cache_flush(ctx->comm, read->handles[i]);
+        }
+    }
+    if (!st)
+        st = tsl_tree_sum_into(ctx, pw, x->ntiles, x->dtype, wcount, dw->handles[0]);
+    if (!st && db)
+        st = tsl_tree_sum_into(ctx, pb, x->ntiles, x->dtype, bcount, db->handles[0]);
+    free(pw);
+    free(pb);
+    return st;
+}
+
 tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
                                tsl_tensor_t dw, tsl_tensor_t db)
 {
@@ -128,6 +185,9 @@ tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, 
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
     if (dw && ctx->tag_count - ctx->tags_used < 2 * x->ntiles)
         return tsl_error(ctx, TSL_ERR_RESOURCE, "%s: StarPU-MPI tags exhausted", fn);
+    /* Weight gradients first: their reduction tree then overlaps the data gradients. */
+    if (dw && (st = weight_gradients(x, w, dy, dw, db)))
+        return st;
     for (int64_t i = 0; dx && i < x->ntiles; i++) {
         tsl_linear_args a = args_for(x, w, i, 0);
         tsl_task_desc desc = {
@@ -143,42 +203,5 @@ tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, 
             return st;
     }
     starpu_mpi_cache_flush(ctx->comm, w->handles[0]);
-    if (!dw)
-        return TSL_OK;
-    starpu_data_handle_t *pw = calloc((size_t)x->ntiles, sizeof *pw);
-    starpu_data_handle_t *pb = calloc((size_t)x->ntiles, sizeof *pb);
-    if (!pw || !pb) {
-        free(pw);
-        free(pb);
-        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    int64_t wcount = w->shape.dims[0] * w->shape.dims[1], bcount = w->shape.dims[0];
-    for (int64_t i = 0; i < x->ntiles && !st; i++) {
-        int32_t owner = dy->tile_owner[i];
-        st = tsl_temp_handle_register(ctx, wcount, x->elem_size, owner, &pw[i]);
-        if (!st && db)
-            st = tsl_temp_handle_register(ctx, bcount, x->elem_size, owner, &pb[i]);
-        if (st)
-            break;
-        tsl_linear_args a = args_for(x, w, i, db != NULL);
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_linear_backward_weights,
-            .args = &a,
-            .args_size = sizeof a,
-            .nhandles = db ? 4 : 3,
-            .handles = {x->handles[i], dy->handles[i], pw[i], db ? pb[i] : NULL},
-            .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
-            .flops = 2.0 * (double)(a.rows * a.in * a.out),
-        };
-        st = tsl_task_submit(ctx, &desc);
-        if (x->tile_owner[i] != owner)
-            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
-    }
-    if (!st)
-        st = tsl_tree_sum_into(ctx, pw, x->ntiles, x->dtype, wcount, dw->handles[0]);
-    if (!st && db)
-        st = tsl_tree_sum_into(ctx, pb, x->ntiles, x->dtype, bcount, db->handles[0]);
-    free(pw);
-    free(pb);
-    return st;
+    return TSL_OK;
 }
