@@ -1,11 +1,14 @@
 /* Operator codelet path against direct library calls on the same shape and thread count.
- * Rows so far: linear (OpenBLAS). Forward, and backward (data + weights), in GFLOP/s.
+ * Rows so far: linear (OpenBLAS), forward and backward (data + weights) in GFLOP/s; batch
+ * norm + ReLU on the conv2d output shape (oneDNN, plain NCHW, fused ReLU), training forward
+ * and backward in milliseconds.
  *
- *   STARPU_NCPU=1 ./bench_ops 1     one worker, one tile, against OpenBLAS on one thread
- *   STARPU_NCPU=2 ./bench_ops 2     two workers, two sample tiles, against two threads
+ *   STARPU_NCPU=1 OMP_NUM_THREADS=1 ./bench_ops 1   one worker, one tile, one library thread
+ *   STARPU_NCPU=2 OMP_NUM_THREADS=2 ./bench_ops 2   two workers, two sample tiles, two threads
  *
  * Median of 7 runs after a warm-up. */
 #include <cblas.h>
+#include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -20,6 +23,15 @@ static double now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
+
+#define DNNL_CHECK(call)                                                                           \
+    do {                                                                                           \
+        dnnl_status_t s_ = (call);                                                                 \
+        if (s_ != dnnl_success) {                                                                  \
+            fprintf(stderr, "%s failed: status %d\n", #call, (int)s_);                             \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
 
 static int compare(const void *a, const void *b)
 {
@@ -67,6 +79,74 @@ int main(int argc, char **argv)
         }
     }
 
+    /* Direct oneDNN batch norm + fused ReLU, training forward and backward, plain NCHW. */
+    const int bn_n = 8, bn_c = 16, bn_h = 128, bn_w = 128;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    DNNL_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    DNNL_CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
+    dnnl_dims_t bn_dims = {bn_n, bn_c, bn_h, bn_w}, c_dims = {bn_c};
+    dnnl_memory_desc_t data_md, c_md;
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&data_md, 4, bn_dims, dnnl_f32, dnnl_nchw));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&c_md, 1, c_dims, dnnl_f32, dnnl_a));
+    unsigned flags = dnnl_use_scale | dnnl_use_shift | dnnl_fuse_norm_relu;
+    dnnl_batch_normalization_desc_t fd, bd;
+    DNNL_CHECK(dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &data_md,
+                                                          1e-5f, flags));
+    DNNL_CHECK(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &data_md, &data_md,
+                                                           1e-5f, flags));
+    dnnl_primitive_desc_t fpd, bpd;
+    DNNL_CHECK(dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL));
+    DNNL_CHECK(dnnl_primitive_desc_create(&bpd, &bd, NULL, engine, fpd));
+    const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0);
+    dnnl_memory_t m_src, m_dst, m_dsrc, m_ddst, m_scale, m_shift, m_mean, m_var, m_ws, m_dscale,
+        m_dshift;
+    dnnl_memory_t *data_mems[4] = {&m_src, &m_dst, &m_dsrc, &m_ddst};
+    for (int i = 0; i < 4; i++)
+        DNNL_CHECK(dnnl_memory_create(data_mems[i], &data_md, engine, DNNL_MEMORY_ALLOCATE));
+    dnnl_memory_t *c_mems[6] = {&m_scale, &m_shift, &m_mean, &m_var, &m_dscale, &m_dshift};
+    for (int i = 0; i < 6; i++)
+        DNNL_CHECK(dnnl_memory_create(c_mems[i], &c_md, engine, DNNL_MEMORY_ALLOCATE));
+    DNNL_CHECK(dnnl_memory_create(&m_ws, ws_md, engine, DNNL_MEMORY_ALLOCATE));
+    for (int i = 0; i < 4; i++) {
+        float *p;
+        DNNL_CHECK(dnnl_memory_get_data_handle(*data_mems[i], (void **)&p));
+        for (long j = 0; j < (long)bn_n * bn_c * bn_h * bn_w; j++)
+            p[j] = (float)((j * 7919 + i) % 1000) * 1e-3f - 0.3f;
+    }
+    for (int i = 0; i < 2; i++) {
+        float *p;
+        DNNL_CHECK(dnnl_memory_get_data_handle(*c_mems[i], (void **)&p));
+        for (int j = 0; j < bn_c; j++)
+            p[j] = 1.0f - 0.01f * j;
+    }
+    dnnl_primitive_t bn_fwd, bn_bwd;
+    DNNL_CHECK(dnnl_primitive_create(&bn_fwd, fpd));
+    DNNL_CHECK(dnnl_primitive_create(&bn_bwd, bpd));
+    dnnl_exec_arg_t fargs[7] = {{DNNL_ARG_SRC, m_src},     {DNNL_ARG_DST, m_dst},
+                                {DNNL_ARG_SCALE, m_scale}, {DNNL_ARG_SHIFT, m_shift},
+                                {DNNL_ARG_MEAN, m_mean},   {DNNL_ARG_VARIANCE, m_var},
+                                {DNNL_ARG_WORKSPACE, m_ws}};
+    dnnl_exec_arg_t bargs[10] = {{DNNL_ARG_SRC, m_src},           {DNNL_ARG_DIFF_DST, m_ddst},
+                                 {DNNL_ARG_MEAN, m_mean},         {DNNL_ARG_VARIANCE, m_var},
+                                 {DNNL_ARG_SCALE, m_scale},       {DNNL_ARG_SHIFT, m_shift},
+                                 {DNNL_ARG_WORKSPACE, m_ws},      {DNNL_ARG_DIFF_SRC, m_dsrc},
+                                 {DNNL_ARG_DIFF_SCALE, m_dscale}, {DNNL_ARG_DIFF_SHIFT, m_dshift}};
+    double bn_dfwd[RUNS], bn_dbwd[RUNS], bn_tfwd[RUNS], bn_tbwd[RUNS];
+    for (int r = -1; r < RUNS; r++) {
+        double t0 = now();
+        DNNL_CHECK(dnnl_primitive_execute(bn_fwd, stream, 7, fargs));
+        DNNL_CHECK(dnnl_stream_wait(stream));
+        double t1 = now();
+        DNNL_CHECK(dnnl_primitive_execute(bn_bwd, stream, 10, bargs));
+        DNNL_CHECK(dnnl_stream_wait(stream));
+        double t2 = now();
+        if (r >= 0) {
+            bn_dfwd[r] = t1 - t0;
+            bn_dbwd[r] = t2 - t1;
+        }
+    }
+
     tsl_context_t ctx;
     CHECK(tsl_context_create(&ctx, NULL));
     int32_t ncpu;
@@ -102,6 +182,47 @@ int main(int argc, char **argv)
             t_bwd[r] = t2 - t1;
         }
     }
+    /* tessel: batch norm (exact statistics) then ReLU; backward ReLU then batch norm. */
+    int64_t bd4[4] = {bn_n, bn_c, bn_h, bn_w}, cd1[1] = {bn_c}, sd2[2] = {2, bn_c};
+    tsl_shape bs, cs, ss;
+    tsl_shape_make(&bs, 4, bd4);
+    tsl_shape_make(&cs, 1, cd1);
+    tsl_shape_make(&ss, 2, sd2);
+    tsl_tile_grid samples = tsl_tile_grid_single();
+    samples.splits[0] = threads;
+    tsl_tensor_t bx, bz, by, bdy, bdz, bdx, gm, bt, rm, rv, sv, dg, dbt;
+    tsl_tensor_t *big[6] = {&bx, &bz, &by, &bdy, &bdz, &bdx};
+    for (int i = 0; i < 6; i++)
+        CHECK(tsl_tensor_create(big[i], ctx, TSL_F32, &bs, &samples, NULL));
+    tsl_tensor_t *small[6] = {&gm, &bt, &rm, &rv, &dg, &dbt};
+    for (int i = 0; i < 6; i++)
+        CHECK(tsl_tensor_create(small[i], ctx, TSL_F32, &cs, NULL, NULL));
+    CHECK(tsl_tensor_create(&sv, ctx, TSL_F64, &ss, NULL, NULL));
+    CHECK(tsl_tensor_fill_normal(bx, 4, 0.2, 1.0));
+    CHECK(tsl_tensor_fill_normal(bdy, 5, 0.0, 1.0));
+    CHECK(tsl_tensor_fill_constant(gm, 1.0));
+    CHECK(tsl_tensor_fill_constant(rv, 1.0));
+    CHECK(tsl_context_wait(ctx));
+    for (int r = -1; r < RUNS; r++) {
+        double t0 = now();
+        CHECK(tsl_batchnorm_forward_train(bx, gm, bt, rm, rv, sv, bz, 1e-5, 0.1));
+        CHECK(tsl_activation_forward(TSL_ACT_RELU, 0, bz, by));
+        CHECK(tsl_context_wait(ctx));
+        double t1 = now();
+        CHECK(tsl_activation_backward(TSL_ACT_RELU, 0, bz, NULL, bdy, bdz));
+        CHECK(tsl_batchnorm_backward(bx, bdz, gm, sv, bdx, dg, dbt));
+        CHECK(tsl_context_wait(ctx));
+        double t2 = now();
+        if (r >= 0) {
+            bn_tfwd[r] = t1 - t0;
+            bn_tbwd[r] = t2 - t1;
+        }
+    }
+    qsort(bn_dfwd, RUNS, sizeof(double), compare);
+    qsort(bn_dbwd, RUNS, sizeof(double), compare);
+    qsort(bn_tfwd, RUNS, sizeof(double), compare);
+    qsort(bn_tbwd, RUNS, sizeof(double), compare);
+
     qsort(t_fwd, RUNS, sizeof(double), compare);
     qsort(t_bwd, RUNS, sizeof(double), compare);
     qsort(d_fwd, RUNS, sizeof(double), compare);
@@ -114,6 +235,18 @@ int main(int argc, char **argv)
     printf("%-10s %12s %12s %8s\n", "pass", "tessel GF/s", "direct GF/s", "ratio");
     printf("%-10s %12.1f %12.1f %8.3f\n", "forward", tf, df, tf / df);
     printf("%-10s %12.1f %12.1f %8.3f\n", "backward", tb, db, tb / db);
+    double bf = 1e3 * bn_tfwd[RUNS / 2], bdf = 1e3 * bn_dfwd[RUNS / 2];
+    double bb = 1e3 * bn_tbwd[RUNS / 2], bdb = 1e3 * bn_dbwd[RUNS / 2];
+    printf("batch norm + ReLU, f32 %dx%dx%dx%d, oneDNN plain NCHW with fused ReLU\n", bn_n, bn_c,
+           bn_h, bn_w);
+    printf("%-10s %12s %12s %8s\n", "pass", "tessel ms", "direct ms", "ratio");
+    printf("%-10s %12.2f %12.2f %8.3f\n", "forward", bf, bdf, bdf / bf);
+    printf("%-10s %12.2f %12.2f %8.3f\n", "backward", bb, bdb, bdb / bb);
+    for (int i = 0; i < 6; i++) {
+        tsl_tensor_destroy(*big[i]);
+        tsl_tensor_destroy(*small[i]);
+    }
+    tsl_tensor_destroy(sv);
     tsl_tensor_t all[6] = {tx, tw, ty, tdy, tdx, tdw};
     for (int i = 0; i < 6; i++)
         tsl_tensor_destroy(all[i]);
