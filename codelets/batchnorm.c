@@ -19,14 +19,25 @@ static inline void store(int dtype, void *p, int64_t i, double v)
         ((double *)p)[i] = v;
 }
 
-/* Add v^2 exactly: for a float, the square is exact in double; for a double, as the
- * rounded square plus its rounding error (fma). */
-static inline void add_square(tsl_acc *acc, int dtype, double v)
+/* Per-element terms are staged in chunks and summed by the binned exact path. */
+#define CHUNK 8192
+static _Thread_local double stage_hi[CHUNK], stage_lo[CHUNK];
+
+/* acc += sum of v^2 over a run, exactly: for floats the square is exact in double; for
+ * doubles it is the rounded square plus its rounding error (fma). */
+static void add_squares(tsl_acc *acc, int dtype, const void *x, int64_t base, int64_t count)
 {
-    double hi = v * v;
-    tsl_acc_add(acc, hi);
-    if (dtype == TSL_F64)
-        tsl_acc_add(acc, fma(v, v, -hi));
+    for (int64_t done = 0; done < count; done += CHUNK) {
+        int64_t len = count - done < CHUNK ? count - done : CHUNK;
+        for (int64_t i = 0; i < len; i++) {
+            double v = load(dtype, x, base + done + i);
+            stage_hi[i] = v * v;
+            stage_lo[i] = fma(v, v, -stage_hi[i]);
+        }
+        tsl_acc_add_array(acc, TSL_F64, stage_hi, len);
+        if (dtype == TSL_F64)
+            tsl_acc_add_array(acc, TSL_F64, stage_lo, len);
+    }
 }
 
 void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
@@ -40,8 +51,7 @@ void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
             tsl_acc *sum = &acc[2 * (a->c0 + c)];
             tsl_acc_add_array(sum, (tsl_dtype)a->dtype, (const char *)x + (size_t)base * esize,
                               a->inner);
-            for (int64_t i = 0; i < a->inner; i++)
-                add_square(sum + 1, a->dtype, load(a->dtype, x, base + i));
+            add_squares(sum + 1, a->dtype, x, base, a->inner);
         }
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_normalize(&acc[k]);
@@ -112,15 +122,21 @@ void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void 
 {
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_init(&acc[k]);
+    size_t esize = a->dtype == TSL_F32 ? 4 : 8;
     for (int64_t s = 0; s < a->samples; s++)
         for (int64_t c = 0; c < a->cext; c++) {
             int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
             double mean = saved[ch], invstd = saved[a->channels + ch];
-            for (int64_t i = 0; i < a->inner; i++) {
-                double g = load(a->dtype, dy, base + i);
-                double xhat = (load(a->dtype, x, base + i) - mean) * invstd;
-                tsl_acc_add(&acc[2 * ch], g);
-                tsl_acc_add(&acc[2 * ch + 1], g * xhat);
+            tsl_acc_add_array(&acc[2 * ch], (tsl_dtype)a->dtype,
+                              (const char *)dy + (size_t)base * esize, a->inner);
+            for (int64_t done = 0; done < a->inner; done += CHUNK) {
+                int64_t len = a->inner - done < CHUNK ? a->inner - done : CHUNK;
+                for (int64_t i = 0; i < len; i++) {
+                    int64_t at = base + done + i;
+                    stage_hi[i] =
+                        load(a->dtype, dy, at) * ((load(a->dtype, x, at) - mean) * invstd);
+                }
+                tsl_acc_add_array(&acc[2 * ch + 1], TSL_F64, stage_hi, len);
             }
         }
     for (int64_t k = 0; k < 2 * a->channels; k++)
