@@ -27,6 +27,10 @@ static _Thread_local double stage_hi[CHUNK], stage_lo[CHUNK];
  * doubles it is the rounded square plus its rounding error (fma). */
 static void add_squares(tsl_acc *acc, int dtype, const void *x, int64_t base, int64_t count)
 {
+    if (dtype == TSL_F32) {
+        tsl_acc_add_squares_f32(acc, (const float *)x + base, count);
+        return;
+    }
     for (int64_t done = 0; done < count; done += CHUNK) {
         int64_t len = count - done < CHUNK ? count - done : CHUNK;
         for (int64_t i = 0; i < len; i++) {
@@ -35,8 +39,7 @@ static void add_squares(tsl_acc *acc, int dtype, const void *x, int64_t base, in
             stage_lo[i] = fma(v, v, -stage_hi[i]);
         }
         tsl_acc_add_array(acc, TSL_F64, stage_hi, len);
-        if (dtype == TSL_F64)
-            tsl_acc_add_array(acc, TSL_F64, stage_lo, len);
+        tsl_acc_add_array(acc, TSL_F64, stage_lo, len);
     }
 }
 

@@ -215,6 +215,29 @@ static void add_f64_binned(tsl_acc *acc, const double *x, int64_t count)
                 tsl_acc_add(acc, x[i]);
 }
 
+void tsl_acc_add_squares_f32(tsl_acc *acc, const float *x, int64_t count)
+{
+    /* x = m * 2^(max(e, 1) - 150) with m < 2^24, so x^2 = m^2 * 2^(2 (max(e, 1) - 150)):
+     * one 128-bit bin per exponent field holds the exact sum of m^2 (< 2^48 each). */
+    unsigned __int128 bins[256] = {0};
+    int nonfinite = 0;
+    for (int64_t i = 0; i < count; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        uint32_t exponent = (bits >> 23) & 0xffu;
+        uint64_t mantissa = (bits & 0x7fffffu) | (exponent ? 0x800000u : 0u);
+        bins[exponent] += mantissa * mantissa;
+        nonfinite |= exponent == 0xff;
+    }
+    for (int e = 0; e < 255; e++)
+        if (bins[e])
+            acc_deposit_wide(acc, (__int128)bins[e], 2 * ((e ? e : 1) - 150));
+    if (nonfinite)
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(x[i]))
+                tsl_acc_add(acc, (double)x[i] * x[i]);
+}
+
 void tsl_acc_add_array(tsl_acc *acc, tsl_dtype dtype, const void *data, int64_t count)
 {
     switch (dtype) {

@@ -108,6 +108,8 @@ double tsl_acc_round(const tsl_acc *acc);
 /* Add `count` elements of `dtype` (f32, f64, i32, u8) exactly. Large float arrays are
  * binned by exponent into integer counters first, then each bin is deposited once. */
 void tsl_acc_add_array(tsl_acc *acc, tsl_dtype dtype, const void *data, int64_t count);
+/* Add the squares of `count` floats exactly (binned by exponent). */
+void tsl_acc_add_squares_f32(tsl_acc *acc, const float *x, int64_t count);
 
 typedef struct tsl_sum_args {
     int32_t dtype;

@@ -240,3 +240,26 @@ TEST(ExactSum, ArrayPathsEqualPerElementPath)
         cancel[i] = (i % 2 ? -1.0 : 1.0) * std::ldexp(1.0, (int)(i / 2 % 2000) - 1000);
     EXPECT_EQ(binned(cancel, TSL_F64), 0.0);
 }
+
+TEST(ExactSum, SquaresOfFloatsEqualPerElementSquares)
+{
+    std::mt19937_64 rng(2718);
+    for (size_t n : {1, 100, 5000, 70000}) {
+        for (bool nonfinite : {false, true}) {
+            auto f = wild_values<float, uint32_t>(rng, n, nonfinite);
+            tsl_acc binned_acc, element_acc;
+            tsl_acc_init(&binned_acc);
+            tsl_acc_init(&element_acc);
+            tsl_acc_add_squares_f32(&binned_acc, f.data(), (int64_t)f.size());
+            for (float v : f)
+                tsl_acc_add(&element_acc, (double)v * (double)v); // exact in double
+            EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&binned_acc), tsl_acc_round(&element_acc)))
+                << n << " " << nonfinite;
+        }
+    }
+    std::vector<float> tiny(3000, 1e-45f); // subnormal squares underflow nothing here
+    tsl_acc acc;
+    tsl_acc_init(&acc);
+    tsl_acc_add_squares_f32(&acc, tiny.data(), (int64_t)tiny.size());
+    EXPECT_EQ(tsl_acc_round(&acc), 3000 * ((double)1e-45f * (double)1e-45f));
+}
