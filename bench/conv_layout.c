@@ -20,6 +20,8 @@
 
 #include <dnnl.h>
 
+#include "bench_util.h"
+
 #define RUNS 5
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -32,19 +34,6 @@
 
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-static int compare(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct shape {
     const char *name;
@@ -120,7 +109,7 @@ static double time_step(step *s)
 {
     double t[RUNS];
     for (int run = -1; run < RUNS; run++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < s->npre; i++)
             run_reorder(&s->pre[i]);
         CHECK(dnnl_primitive_execute(s->fwd, stream, 4, s->fwd_args));
@@ -130,9 +119,9 @@ static double time_step(step *s)
             run_reorder(&s->post[i]);
         CHECK(dnnl_stream_wait(stream));
         if (run >= 0)
-            t[run] = now() - t0;
+            t[run] = bench_now() - t0;
     }
-    qsort(t, RUNS, sizeof t[0], compare);
+    qsort(t, RUNS, sizeof t[0], bench_compare);
     return t[RUNS / 2];
 }
 

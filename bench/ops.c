@@ -13,16 +13,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "tessel/tessel.h"
 
 #define RUNS 7
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 #define DNNL_CHECK(call)                                                                           \
     do {                                                                                           \
@@ -32,12 +26,6 @@ static double now(void)
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static int compare(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -67,12 +55,12 @@ int main(int argc, char **argv)
     openblas_set_num_threads(threads);
     double t_fwd[RUNS], t_bwd[RUNS], d_fwd[RUNS], d_bwd[RUNS];
     for (int r = -1; r < RUNS; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o, k, 1, x, k, w, k, 0, y, o);
-        double t1 = now();
+        double t1 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, o, 1, y, o, w, k, 0, dx, k);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, k, n, 1, y, o, x, k, 0, dw, k);
-        double t2 = now();
+        double t2 = bench_now();
         if (r >= 0) {
             d_fwd[r] = t1 - t0;
             d_bwd[r] = t2 - t1;
@@ -134,13 +122,13 @@ int main(int argc, char **argv)
                                  {DNNL_ARG_DIFF_SCALE, m_dscale}, {DNNL_ARG_DIFF_SHIFT, m_dshift}};
     double bn_dfwd[RUNS], bn_dbwd[RUNS], bn_tfwd[RUNS], bn_tbwd[RUNS];
     for (int r = -1; r < RUNS; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         DNNL_CHECK(dnnl_primitive_execute(bn_fwd, stream, 7, fargs));
         DNNL_CHECK(dnnl_stream_wait(stream));
-        double t1 = now();
+        double t1 = bench_now();
         DNNL_CHECK(dnnl_primitive_execute(bn_bwd, stream, 10, bargs));
         DNNL_CHECK(dnnl_stream_wait(stream));
-        double t2 = now();
+        double t2 = bench_now();
         if (r >= 0) {
             bn_dfwd[r] = t1 - t0;
             bn_dbwd[r] = t2 - t1;
@@ -170,13 +158,13 @@ int main(int argc, char **argv)
     CHECK(tsl_tensor_fill_uniform(tdy, 3, -1, 1));
     CHECK(tsl_context_wait(ctx));
     for (int r = -1; r < RUNS; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         CHECK(tsl_linear_forward(tx, tw, NULL, ty));
         CHECK(tsl_context_wait(ctx));
-        double t1 = now();
+        double t1 = bench_now();
         CHECK(tsl_linear_backward(tx, tw, tdy, tdx, tdw, NULL));
         CHECK(tsl_context_wait(ctx));
-        double t2 = now();
+        double t2 = bench_now();
         if (r >= 0) {
             t_fwd[r] = t1 - t0;
             t_bwd[r] = t2 - t1;
@@ -204,29 +192,29 @@ int main(int argc, char **argv)
     CHECK(tsl_tensor_fill_constant(rv, 1.0));
     CHECK(tsl_context_wait(ctx));
     for (int r = -1; r < RUNS; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         CHECK(tsl_batchnorm_forward_train(bx, gm, bt, rm, rv, sv, bz, 1e-5, 0.1));
         CHECK(tsl_activation_forward(TSL_ACT_RELU, 0, bz, by));
         CHECK(tsl_context_wait(ctx));
-        double t1 = now();
+        double t1 = bench_now();
         CHECK(tsl_activation_backward(TSL_ACT_RELU, 0, bz, NULL, bdy, bdz));
         CHECK(tsl_batchnorm_backward(bx, bdz, gm, sv, bdx, dg, dbt));
         CHECK(tsl_context_wait(ctx));
-        double t2 = now();
+        double t2 = bench_now();
         if (r >= 0) {
             bn_tfwd[r] = t1 - t0;
             bn_tbwd[r] = t2 - t1;
         }
     }
-    qsort(bn_dfwd, RUNS, sizeof(double), compare);
-    qsort(bn_dbwd, RUNS, sizeof(double), compare);
-    qsort(bn_tfwd, RUNS, sizeof(double), compare);
-    qsort(bn_tbwd, RUNS, sizeof(double), compare);
+    qsort(bn_dfwd, RUNS, sizeof(double), bench_compare);
+    qsort(bn_dbwd, RUNS, sizeof(double), bench_compare);
+    qsort(bn_tfwd, RUNS, sizeof(double), bench_compare);
+    qsort(bn_tbwd, RUNS, sizeof(double), bench_compare);
 
-    qsort(t_fwd, RUNS, sizeof(double), compare);
-    qsort(t_bwd, RUNS, sizeof(double), compare);
-    qsort(d_fwd, RUNS, sizeof(double), compare);
-    qsort(d_bwd, RUNS, sizeof(double), compare);
+    qsort(t_fwd, RUNS, sizeof(double), bench_compare);
+    qsort(t_bwd, RUNS, sizeof(double), bench_compare);
+    qsort(d_fwd, RUNS, sizeof(double), bench_compare);
+    qsort(d_bwd, RUNS, sizeof(double), bench_compare);
     double tf = flops / t_fwd[RUNS / 2] / 1e9, tb = 2 * flops / t_bwd[RUNS / 2] / 1e9;
     double df = flops / d_fwd[RUNS / 2] / 1e9, db = 2 * flops / d_bwd[RUNS / 2] / 1e9;
     printf("linear N=%d K=%d O=%d f32: %d CPU workers, %d sample tiles; OpenBLAS on %d "

@@ -12,29 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "tessel/starpu.h"
 #include "tessel/tessel.h"
 
 #define RUNS 7
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-static int compare(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v)
-{
-    qsort(v, RUNS, sizeof *v, compare);
-    return v[RUNS / 2];
-}
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -93,10 +75,10 @@ int main(int argc, char **argv)
 #define TIMED(slot, body)                                                                          \
     do {                                                                                           \
         MPI_Barrier(MPI_COMM_WORLD);                                                               \
-        t0 = now();                                                                                \
+        t0 = bench_now();                                                                          \
         body;                                                                                      \
         CHECK(tsl_context_wait(ctx));                                                              \
-        slot[r] = now() - t0;                                                                      \
+        slot[r] = bench_now() - t0;                                                                \
     } while (0)
         TIMED(t_scatter, CHECK(tsl_tensor_scatter(a, 0, whole)));
         TIMED(t_gather, CHECK(tsl_tensor_gather(a, 0, whole)));
@@ -105,7 +87,7 @@ int main(int argc, char **argv)
         TIMED(t_sum, CHECK(tsl_tensor_sum(a, &sum)));
         /* The same sum as a plain double loop over the local tiles, one thread per rank. */
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = now();
+        t0 = bench_now();
         double local = 0;
         int64_t ntiles;
         tsl_tensor_tile_count(a, &ntiles);
@@ -125,7 +107,7 @@ int main(int argc, char **argv)
         }
         double total = 0;
         MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        t_plain[r] = now() - t0;
+        t_plain[r] = bench_now() - t0;
     }
 
     /* Task overhead: 4096 one-element-per-row tiles, one scale task each. */
@@ -148,20 +130,20 @@ int main(int argc, char **argv)
                "(%.0f MiB)\n",
                (int)size, (int)ncpu, (long long)side, (long long)side, bytes / 1048576.0);
         printf("%-44s %10s %12s\n", "operation", "median s", "rate");
-        printf("%-44s %10.4f %9.2f GiB/s\n", "scatter from rank 0 (16 tiles)", median(t_scatter),
-               gib / median(t_scatter));
-        printf("%-44s %10.4f %9.2f GiB/s\n", "gather to rank 0 (16 tiles)", median(t_gather),
-               gib / median(t_gather));
+        printf("%-44s %10.4f %9.2f GiB/s\n", "scatter from rank 0 (16 tiles)",
+               bench_median(t_scatter, RUNS), gib / bench_median(t_scatter, RUNS));
+        printf("%-44s %10.4f %9.2f GiB/s\n", "gather to rank 0 (16 tiles)",
+               bench_median(t_gather, RUNS), gib / bench_median(t_gather, RUNS));
         printf("%-44s %10.4f %9.2f GiB/s\n", "redistribute 4x4 boxes -> 16 dealt row bands",
-               median(t_redist), gib / median(t_redist));
-        printf("%-44s %10.4f %9.1f Melem/s\n", "fill normal (counter-based)", median(t_fill),
-               numel / median(t_fill) / 1e6);
+               bench_median(t_redist, RUNS), gib / bench_median(t_redist, RUNS));
+        printf("%-44s %10.4f %9.1f Melem/s\n", "fill normal (counter-based)",
+               bench_median(t_fill, RUNS), numel / bench_median(t_fill, RUNS) / 1e6);
         printf("%-44s %10.4f %9.1f Melem/s\n", "exact sum (accumulators + merge tree)",
-               median(t_sum), numel / median(t_sum) / 1e6);
-        printf("%-44s %10.4f %9.1f Melem/s\n", "plain double loop + MPI_Allreduce", median(t_plain),
-               numel / median(t_plain) / 1e6);
-        printf("%-44s %10.4f %9.2f us/task\n", "4096 tiny scale tasks", median(t_tiny),
-               median(t_tiny) / 4096 * 1e6);
+               bench_median(t_sum, RUNS), numel / bench_median(t_sum, RUNS) / 1e6);
+        printf("%-44s %10.4f %9.1f Melem/s\n", "plain double loop + MPI_Allreduce",
+               bench_median(t_plain, RUNS), numel / bench_median(t_plain, RUNS) / 1e6);
+        printf("%-44s %10.4f %9.2f us/task\n", "4096 tiny scale tasks", bench_median(t_tiny, RUNS),
+               bench_median(t_tiny, RUNS) / 4096 * 1e6);
     }
     free(whole);
     tsl_tensor_destroy(tiny);

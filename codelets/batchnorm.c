@@ -5,19 +5,7 @@
 
 #include "batchnorm.h"
 #include "check.h"
-
-static inline double load(int dtype, const void *p, int64_t i)
-{
-    return dtype == TSL_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static inline void store(int dtype, void *p, int64_t i, double v)
-{
-    if (dtype == TSL_F32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
+#include "scalar.h"
 
 /* Per-element terms are staged in chunks and summed by the binned exact path. */
 #define CHUNK 8192
@@ -34,7 +22,7 @@ static void add_squares(tsl_acc *acc, int dtype, const void *x, int64_t base, in
     for (int64_t done = 0; done < count; done += CHUNK) {
         int64_t len = count - done < CHUNK ? count - done : CHUNK;
         for (int64_t i = 0; i < len; i++) {
-            double v = load(dtype, x, base + done + i);
+            double v = tsl_load(dtype, x, base + done + i);
             stage_hi[i] = v * v;
             stage_lo[i] = fma(v, v, -stage_hi[i]);
         }
@@ -88,8 +76,8 @@ void tsl_bn_running(const tsl_bn_args *a, const tsl_acc *acc, void *running)
         double mean, var;
         channel_moments(a, acc, c, &mean, &var);
         double batch = a->which == 0 ? mean : m > 1 ? var * m / (m - 1) : var;
-        store(a->dtype, running, c,
-              (1 - a->momentum) * load(a->dtype, running, c) + a->momentum * batch);
+        tsl_store(a->dtype, running, c,
+                  (1 - a->momentum) * tsl_load(a->dtype, running, c) + a->momentum * batch);
     }
 }
 
@@ -100,9 +88,10 @@ void tsl_bn_normalize_tile(const tsl_bn_args *a, const void *x, const double *sa
         for (int64_t c = 0; c < a->cext; c++) {
             int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
             double mean = saved[ch], invstd = saved[a->channels + ch];
-            double g = load(a->dtype, gamma, ch), b = load(a->dtype, beta, ch);
+            double g = tsl_load(a->dtype, gamma, ch), b = tsl_load(a->dtype, beta, ch);
             for (int64_t i = 0; i < a->inner; i++)
-                store(a->dtype, y, base + i, (load(a->dtype, x, base + i) - mean) * invstd * g + b);
+                tsl_store(a->dtype, y, base + i,
+                          (tsl_load(a->dtype, x, base + i) - mean) * invstd * g + b);
         }
 }
 
@@ -112,11 +101,12 @@ void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_
     for (int64_t s = 0; s < a->samples; s++)
         for (int64_t c = 0; c < a->cext; c++) {
             int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
-            double mean = load(a->dtype, running_mean, ch);
-            double invstd = 1.0 / sqrt(load(a->dtype, running_var, ch) + a->eps);
-            double g = load(a->dtype, gamma, ch), b = load(a->dtype, beta, ch);
+            double mean = tsl_load(a->dtype, running_mean, ch);
+            double invstd = 1.0 / sqrt(tsl_load(a->dtype, running_var, ch) + a->eps);
+            double g = tsl_load(a->dtype, gamma, ch), b = tsl_load(a->dtype, beta, ch);
             for (int64_t i = 0; i < a->inner; i++)
-                store(a->dtype, y, base + i, (load(a->dtype, x, base + i) - mean) * invstd * g + b);
+                tsl_store(a->dtype, y, base + i,
+                          (tsl_load(a->dtype, x, base + i) - mean) * invstd * g + b);
         }
 }
 
@@ -137,7 +127,7 @@ void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void 
                 for (int64_t i = 0; i < len; i++) {
                     int64_t at = base + done + i;
                     stage_hi[i] =
-                        load(a->dtype, dy, at) * ((load(a->dtype, x, at) - mean) * invstd);
+                        tsl_load(a->dtype, dy, at) * ((tsl_load(a->dtype, x, at) - mean) * invstd);
                 }
                 tsl_acc_add_array(&acc[2 * ch + 1], TSL_F64, stage_hi, len);
             }
@@ -158,7 +148,7 @@ void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, double *coef
 void tsl_bn_param_grad(const tsl_bn_args *a, const tsl_acc *acc, void *grad)
 {
     for (int64_t c = 0; c < a->channels; c++)
-        store(a->dtype, grad, c, tsl_acc_round(&acc[2 * c + (a->which == 1)]));
+        tsl_store(a->dtype, grad, c, tsl_acc_round(&acc[2 * c + (a->which == 1)]));
 }
 
 void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *dy,
@@ -168,12 +158,12 @@ void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *
         for (int64_t c = 0; c < a->cext; c++) {
             int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
             double mean = saved[ch], invstd = saved[a->channels + ch];
-            double scale = load(a->dtype, gamma, ch) * invstd;
+            double scale = tsl_load(a->dtype, gamma, ch) * invstd;
             double mean_dy = coef[ch], mean_dy_xhat = coef[a->channels + ch];
             for (int64_t i = 0; i < a->inner; i++) {
-                double xhat = (load(a->dtype, x, base + i) - mean) * invstd;
-                double g = load(a->dtype, dy, base + i);
-                store(a->dtype, dx, base + i, scale * (g - mean_dy - xhat * mean_dy_xhat));
+                double xhat = (tsl_load(a->dtype, x, base + i) - mean) * invstd;
+                double g = tsl_load(a->dtype, dy, base + i);
+                tsl_store(a->dtype, dx, base + i, scale * (g - mean_dy - xhat * mean_dy_xhat));
             }
         }
 }

@@ -9,20 +9,8 @@
 #include <math.h>
 
 #include "check.h"
+#include "scalar.h"
 #include "loss_ops.h"
-
-static inline double load(int dtype, const void *p, int64_t i)
-{
-    return dtype == TSL_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static inline void store(int dtype, void *p, int64_t i, double v)
-{
-    if (dtype == TSL_F32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
 
 static inline int64_t load_label(int dtype, const void *p, int64_t i)
 {
@@ -48,23 +36,23 @@ static void cross_entropy(const tsl_loss_args *a, const void *x, const void *lab
             int64_t label = load_label(a->label_dtype, labels, s * inner + v);
             double top = -INFINITY;
             for (int64_t c = 0; c < C; c++)
-                top = fmax(top, load(a->dtype, x, base + c * inner));
+                top = fmax(top, tsl_load(a->dtype, x, base + c * inner));
             double total = 0;
             for (int64_t c = 0; c < C; c++)
-                total += exp(load(a->dtype, x, base + c * inner) - top);
+                total += exp(tsl_load(a->dtype, x, base + c * inner) - top);
             if (label < 0 || label >= C) {
                 acc->flagged++;
                 if (grad)
                     for (int64_t c = 0; c < C; c++)
-                        store(a->dtype, grad, base + c * inner, 0.0);
+                        tsl_store(a->dtype, grad, base + c * inner, 0.0);
                 continue;
             }
             double lse = top + log(total);
-            tsl_acc_add(acc, lse - load(a->dtype, x, base + label * inner));
+            tsl_acc_add(acc, lse - tsl_load(a->dtype, x, base + label * inner));
             if (grad)
                 for (int64_t c = 0; c < C; c++) {
-                    double p = exp(load(a->dtype, x, base + c * inner) - lse);
-                    store(a->dtype, grad, base + c * inner, (p - (c == label)) * a->scale);
+                    double p = exp(tsl_load(a->dtype, x, base + c * inner) - lse);
+                    tsl_store(a->dtype, grad, base + c * inner, (p - (c == label)) * a->scale);
                 }
         }
     }
@@ -74,10 +62,10 @@ static void mse(const tsl_loss_args *a, const void *x, const void *target, void 
 {
     int64_t n = a->samples * a->classes * a->inner;
     for (int64_t i = 0; i < n; i++) {
-        double d = load(a->dtype, x, i) - load(a->dtype, target, i);
+        double d = tsl_load(a->dtype, x, i) - tsl_load(a->dtype, target, i);
         tsl_acc_add(acc, d * d);
         if (grad)
-            store(a->dtype, grad, i, 2.0 * d * a->scale);
+            tsl_store(a->dtype, grad, i, 2.0 * d * a->scale);
     }
 }
 

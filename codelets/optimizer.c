@@ -4,34 +4,23 @@
 #include <math.h>
 
 #include "check.h"
+#include "scalar.h"
 #include "nn_ops.h"
-
-static inline double load(int dtype, const void *p, int64_t i)
-{
-    return dtype == TSL_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static inline void store(int dtype, void *p, int64_t i, double v)
-{
-    if (dtype == TSL_F32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
 
 static void sgd(const tsl_update_args *a, void *param, const void *grad, void *buf)
 {
     const tsl_sgd_config *c = &a->sgd;
     for (int64_t i = 0; i < a->count; i++) {
-        double p = load(a->dtype, param, i);
-        double g = load(a->dtype, grad, i) + c->weight_decay * p;
+        double p = tsl_load(a->dtype, param, i);
+        double g = tsl_load(a->dtype, grad, i) + c->weight_decay * p;
         if (buf) {
-            double b =
-                a->step == 1 ? g : c->momentum * load(a->dtype, buf, i) + (1.0 - c->dampening) * g;
-            store(a->dtype, buf, i, b);
+            double b = a->step == 1
+                           ? g
+                           : c->momentum * tsl_load(a->dtype, buf, i) + (1.0 - c->dampening) * g;
+            tsl_store(a->dtype, buf, i, b);
             g = c->nesterov ? g + c->momentum * b : b;
         }
-        store(a->dtype, param, i, p - c->lr * g);
+        tsl_store(a->dtype, param, i, p - c->lr * g);
     }
 }
 
@@ -42,18 +31,18 @@ static void adam(const tsl_update_args *a, void *param, const void *grad, void *
     double bias2_sqrt = sqrt(1.0 - pow(c->beta2, (double)a->step));
     double step_size = c->lr / bias1;
     for (int64_t i = 0; i < a->count; i++) {
-        double p = load(a->dtype, param, i);
-        double g = load(a->dtype, grad, i);
+        double p = tsl_load(a->dtype, param, i);
+        double g = tsl_load(a->dtype, grad, i);
         if (c->decoupled)
             p *= 1.0 - c->lr * c->weight_decay;
         else
             g += c->weight_decay * p;
-        double mi = c->beta1 * load(a->dtype, m, i) + (1.0 - c->beta1) * g;
-        double vi = c->beta2 * load(a->dtype, v, i) + (1.0 - c->beta2) * g * g;
-        store(a->dtype, m, i, mi);
-        store(a->dtype, v, i, vi);
+        double mi = c->beta1 * tsl_load(a->dtype, m, i) + (1.0 - c->beta1) * g;
+        double vi = c->beta2 * tsl_load(a->dtype, v, i) + (1.0 - c->beta2) * g * g;
+        tsl_store(a->dtype, m, i, mi);
+        tsl_store(a->dtype, v, i, vi);
         double denom = sqrt(vi) / bias2_sqrt + c->eps;
-        store(a->dtype, param, i, p - step_size * mi / denom);
+        tsl_store(a->dtype, param, i, p - step_size * mi / denom);
     }
 }
 

@@ -17,6 +17,13 @@ extern uint64_t seed; // the run's seed, the same on every rank, printed by rank
 
 // True on every rank iff `ok` holds on every rank (collective).
 bool all_ranks(bool ok);
+
+// Owner maps for tests: tiles dealt round the ranks in row-major order, and contiguous runs
+// in reverse order (the last tiles on rank 0), so owners are unrelated to position.
+int32_t round_robin(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                    void *user);
+int32_t reversed(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                 void *user);
 } // namespace tsltest
 
 #endif

@@ -21,6 +21,26 @@ bool all_ranks(bool ok)
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return all == 1;
 }
+
+int32_t round_robin(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                    void *)
+{
+    int64_t linear = 0;
+    for (int d = 0; d < ndim; d++)
+        linear = linear * grid->splits[d] + tile[d];
+    return (int32_t)(linear % nranks);
+}
+
+int32_t reversed(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                 void *)
+{
+    int64_t linear = 0, count = 1;
+    for (int d = 0; d < ndim; d++) {
+        linear = linear * grid->splits[d] + tile[d];
+        count *= grid->splits[d];
+    }
+    return (int32_t)((count - 1 - linear) * nranks / count);
+}
 } // namespace tsltest
 
 namespace

@@ -25,17 +25,6 @@ struct Layout {
     tsl_owner_map owners;
 };
 
-int32_t reversed(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
-                 void *)
-{
-    int64_t linear = 0, count = 1;
-    for (int d = 0; d < ndim; d++) {
-        linear = linear * grid->splits[d] + tile[d];
-        count *= grid->splits[d];
-    }
-    return (int32_t)((count - 1 - linear) * nranks / count);
-}
-
 std::vector<Layout> layouts()
 {
     tsl_tile_grid one = tsl_tile_grid_single(), split = tsl_tile_grid_single(),

@@ -23,27 +23,6 @@ struct Layout {
     tsl_owner_map owners;
 };
 
-int32_t round_robin(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
-                    void *)
-{
-    int64_t linear = 0;
-    for (int d = 0; d < ndim; d++)
-        linear = linear * grid->splits[d] + tile[d];
-    return (int32_t)(linear % nranks);
-}
-
-// Reverse order: the last tiles on rank 0. Exercises owners unrelated to position.
-int32_t reversed(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
-                 void *)
-{
-    int64_t linear = 0, count = 1;
-    for (int d = 0; d < ndim; d++) {
-        linear = linear * grid->splits[d] + tile[d];
-        count *= grid->splits[d];
-    }
-    return (int32_t)((count - 1 - linear) * nranks / count);
-}
-
 tsl_tile_grid grid_of(std::vector<int32_t> splits)
 {
     tsl_tile_grid g = tsl_tile_grid_single();

@@ -1,0 +1,29 @@
+/* Timing helpers shared by the benchmarks. */
+#ifndef TESSEL_BENCH_UTIL_H
+#define TESSEL_BENCH_UTIL_H
+
+#include <stdlib.h>
+#include <time.h>
+
+/* Seconds on the monotonic clock. */
+static inline double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static inline int bench_compare(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of n timings (sorts them). */
+static inline double bench_median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, bench_compare);
+    return t[n / 2];
+}
+
+#endif /* TESSEL_BENCH_UTIL_H */
