@@ -61,8 +61,9 @@ tsl_status tsl_context_config_init(tsl_context_config *config);
  * @brief Create a context that owns StarPU and StarPU-MPI on MPI_COMM_WORLD.
  *
  * Initialises MPI (with MPI_THREAD_MULTIPLE) if it is not initialised yet, then StarPU
- * and StarPU-MPI. Fails with ::TSL_ERR_STATE if StarPU is already running in this
- * process (attach to it instead) or if MPI was already finalised.
+ * and StarPU-MPI, and sets OpenBLAS to one thread (tasks run one per core). Fails with
+ * ::TSL_ERR_STATE if StarPU is already running in this process (attach to it instead) or if MPI was
+ * already finalised.
  *
  * @param[out] ctx    the new context, owned by the caller (tsl_context_destroy())
  * @param[in]  config configuration, or NULL for the defaults

@@ -26,7 +26,8 @@ extern "C" {
  * StarPU-MPI; it keeps them running until after tsl_context_destroy().
  *
  * tessel uses only the StarPU-MPI data tags in [config->tag_base, tag_base + tag_count),
- * and waits only on its own tasks.
+ * and waits only on its own tasks. Like tsl_context_create(), it sets OpenBLAS to one thread
+ * for the whole process (one task, one core: parallelism comes from tiles).
  *
  * @param[out] ctx    the new context
  * @param[in]  comm   communicator tessel's tensors live on (duplicated for tessel's own
