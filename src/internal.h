@@ -132,6 +132,17 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
 tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *partials, int64_t count,
                              tsl_dtype dtype, int64_t elements, starpu_data_handle_t target);
 
+/* Submits the task of sample tile `tile` that writes the partial weight gradient `dw_part`
+ * and, when not NULL, the partial bias gradient `db_part`. */
+typedef tsl_status (*tsl_partial_grad_fn)(int64_t tile, starpu_data_handle_t dw_part,
+                                          starpu_data_handle_t db_part, void *user);
+
+/* Parameter gradients of an op tiled along samples: one partial per tile of x / dy, summed
+ * into dw (and db, when not NULL) by task trees (src/lower/param_grads.c). */
+tsl_status tsl_param_gradients(struct tsl_tensor *x, struct tsl_tensor *dy, struct tsl_tensor *dw,
+                               struct tsl_tensor *db, tsl_partial_grad_fn submit_partial,
+                               void *user);
+
 /* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
  * (StarPU allocates it where a task first needs it). */
 tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,

@@ -3,7 +3,6 @@
  * sample tile; the weight and bias gradients are partial sums per sample tile, added by a
  * tree of tasks and copied into dw and db. */
 #include <limits.h>
-#include <stdlib.h>
 
 #include "../../codelets/linear.h"
 #include "../internal.h"
@@ -109,60 +108,25 @@ tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, ts
 }
 
 /* dw = dy^T x and db = column sums of dy: one partial per sample tile, reduced by a tree. */
-static tsl_status weight_gradients(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dw,
-                                   tsl_tensor_t db)
+typedef struct linear_grads {
+    tsl_tensor_t x, w, dy;
+} linear_grads;
+
+static tsl_status linear_partial(int64_t tile, starpu_data_handle_t dw_part,
+                                 starpu_data_handle_t db_part, void *user)
 {
-    struct tsl_context *ctx = x->ctx;
-    const char *fn = "tsl_linear_backward";
-    tsl_status st = TSL_OK;
-    starpu_data_handle_t *pw = calloc((size_t)x->ntiles, sizeof *pw);
-    starpu_data_handle_t *pb = calloc((size_t)x->ntiles, sizeof *pb);
-    if (!pw || !pb) {
-        free(pw);
-        free(pb);
-        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    int64_t wcount = w->shape.dims[0] * w->shape.dims[1], bcount = w->shape.dims[0];
-    for (int64_t i = 0; i < x->ntiles && !st; i++) {
-        /* The first tile's partials are written into dw and db themselves (its task runs on
-         * their owner); the others into temporaries on their dy tile's owner. */
-        int32_t owner = i ? dy->tile_owner[i] : dw->tile_owner[0];
-        if (i == 0 && db && db->tile_owner[0] != owner)
-            st = tsl_temp_handle_register(ctx, bcount, x->elem_size, owner, &pb[0]);
-        else if (i == 0 && db)
-            pb[0] = db->handles[0];
-        if (i == 0)
-            pw[0] = dw->handles[0];
-        else
-            st = tsl_temp_handle_register(ctx, wcount, x->elem_size, owner, &pw[i]);
-        if (!st && db && i > 0)
-            st = tsl_temp_handle_register(ctx, bcount, x->elem_size, owner, &pb[i]);
-        if (st)
-            break;
-        tsl_linear_args a = args_for(x, w, i, db != NULL);
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_linear_backward_weights,
-            .args = &a,
-            .args_size = sizeof a,
-            .nhandles = db ? 4 : 3,
-            .handles = {x->handles[i], dy->handles[i], pw[i], db ? pb[i] : NULL},
-            .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
-            .flops = 2.0 * (double)(a.rows * a.in * a.out),
-        };
-        st = tsl_task_submit(ctx, &desc);
-        for (int k = 0; k < 2; k++) {
-            tsl_tensor_t read = k ? dy : x;
-            if (read->tile_owner[i] != owner)
-                starpu_mpi_cache_flush(ctx->comm, read->handles[i]);
-        }
-    }
-    if (!st)
-        st = tsl_tree_sum_into(ctx, pw, x->ntiles, x->dtype, wcount, dw->handles[0]);
-    if (!st && db)
-        st = tsl_tree_sum_into(ctx, pb, x->ntiles, x->dtype, bcount, db->handles[0]);
-    free(pw);
-    free(pb);
-    return st;
+    linear_grads *g = user;
+    tsl_linear_args a = args_for(g->x, g->w, tile, db_part != NULL);
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_linear_backward_weights,
+        .args = &a,
+        .args_size = sizeof a,
+        .nhandles = db_part ? 4 : 3,
+        .handles = {g->x->handles[tile], g->dy->handles[tile], dw_part, db_part},
+        .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
+        .flops = 2.0 * (double)(a.rows * a.in * a.out),
+    };
+    return tsl_task_submit(g->x->ctx, &desc);
 }
 
 tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
@@ -183,10 +147,9 @@ tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, 
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: db needs dw (computed together)", fn);
     if (dx == x || dx == dy || dw == w)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
-    if (dw && ctx->tag_count - ctx->tags_used < 2 * x->ntiles)
-        return tsl_error(ctx, TSL_ERR_RESOURCE, "%s: StarPU-MPI tags exhausted", fn);
     /* Weight gradients first: their reduction tree then overlaps the data gradients. */
-    if (dw && (st = weight_gradients(x, w, dy, dw, db)))
+    linear_grads grads = {x, w, dy};
+    if (dw && (st = tsl_param_gradients(x, dy, dw, db, linear_partial, &grads)))
         return st;
     for (int64_t i = 0; dx && i < x->ntiles; i++) {
         tsl_linear_args a = args_for(x, w, i, 0);
