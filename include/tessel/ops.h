@@ -1,8 +1,8 @@
 /**
  * @file ops.h
- * @brief Network operators on tiled tensors, lowered to tile tasks: activations, batch
- *        normalization, fully connected layers, channel concatenation, losses and optimizer
- *        updates (convolutions and pooling follow).
+ * @brief Network operators on tiled tensors, lowered to tile tasks: convolutions,
+ *        activations, batch normalization, fully connected layers, channel concatenation,
+ *        losses and optimizer updates (pooling and upsampling follow).
  *
  * Every call is collective over the tensors' context, submits one task per tile on the
  * owner of the tile it writes, and returns without waiting (losses wait for their value). Tensors
@@ -137,6 +137,43 @@ tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
 tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
                                   tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
                                   tsl_tensor_t dbeta);
+
+/** Convolution settings, as PyTorch's nn.Conv1d/2d/3d. */
+typedef struct tsl_conv_params {
+    int32_t spatial;     /**< 1, 2 or 3 spatial dimensions */
+    int64_t stride[3];   /**< >= 1 per spatial dimension */
+    int64_t padding[3];  /**< zeros added on both sides, >= 0 */
+    int64_t dilation[3]; /**< >= 1 (1 = dense) */
+    int64_t groups;      /**< >= 1, dividing the input and output channels */
+} tsl_conv_params;
+
+/** @brief Stride 1, padding 0, dilation 1, one group, for @p spatial dimensions. */
+tsl_status tsl_conv_params_init(tsl_conv_params *params, int32_t spatial);
+
+/**
+ * @brief Output shape of a convolution of input @p x (N, C_in, spatial...) with weights
+ * @p w (C_out, C_in / groups, kernel...): each spatial size is
+ * floor((L + 2 padding - dilation (k - 1) - 1) / stride) + 1. Pure; checks every setting
+ * (negative padding, a kernel larger than the padded input, channels that do not match)
+ * and returns an error before anything runs.
+ */
+tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w,
+                                 const tsl_conv_params *params, tsl_shape *y);
+
+/**
+ * @brief y = conv(x, w) + b, f32. @p x and @p y (shape from tsl_conv_output_shape()) are cut
+ * along N only, with the same N splits; @p w and @p b (C_out values, or NULL) are one tile
+ * each. One task per sample tile runs oneDNN on the owner of its y tile.
+ */
+tsl_status tsl_conv_forward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
+                            tsl_tensor_t b, tsl_tensor_t y);
+
+/**
+ * @brief Backward of tsl_conv_forward(): dx (when not NULL), dw and db (when not NULL; db
+ * needs dw; overwritten), the weight gradients summed over sample tiles by task trees.
+ */
+tsl_status tsl_conv_backward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
+                             tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db);
 
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {

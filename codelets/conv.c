@@ -1,0 +1,265 @@
+/* Convolution on one tile of whole samples with oneDNN, plain layouts (oneDNN reorders
+ * nothing: the primitives are created for plain memory). Primitives are cached per thread
+ * (so per StarPU worker) and per problem, and every oneDNN status is checked. oneDNN runs
+ * one thread inside a task (DESIGN rule 7). */
+#include <dnnl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "conv.h"
+
+#define DNNL_OK(call) TSL_CODELET_CHECK((call) == dnnl_success, #call)
+
+enum { FWD = 0, BWD_DATA = 1, BWD_WEIGHTS = 2 };
+
+typedef struct cache_entry {
+    tsl_conv_args key; /* has_bias included: it changes the primitives' arguments */
+    int kind;
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem[4]; /* plain memories whose data handles are set per call */
+    int nmem;
+    int args[4];
+    struct cache_entry *next;
+} cache_entry;
+
+typedef struct thread_cache {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    cache_entry *entries;
+} thread_cache;
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void cache_free(void *p)
+{
+    thread_cache *c = p;
+    for (cache_entry *e = c->entries, *next; e; e = next) {
+        next = e->next;
+        for (int i = 0; i < e->nmem; i++)
+            dnnl_memory_destroy(e->mem[i]);
+        dnnl_primitive_destroy(e->prim);
+        free(e);
+    }
+    dnnl_stream_destroy(c->stream);
+    dnnl_engine_destroy(c->engine);
+    free(c);
+}
+
+static void cache_key_create(void)
+{
+    TSL_CODELET_CHECK(pthread_key_create(&cache_key, cache_free) == 0, "conv: thread key");
+}
+
+static thread_cache *local_cache(void)
+{
+    pthread_once(&cache_once, cache_key_create);
+    thread_cache *c = pthread_getspecific(cache_key);
+    if (c)
+        return c;
+    omp_set_num_threads(1); /* this thread's oneDNN calls stay on this core */
+    c = calloc(1, sizeof *c);
+    TSL_CODELET_CHECK(c, "conv: out of memory");
+    DNNL_OK(dnnl_engine_create(&c->engine, dnnl_cpu, 0));
+    DNNL_OK(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags));
+    TSL_CODELET_CHECK(pthread_setspecific(cache_key, c) == 0, "conv: thread cache");
+    return c;
+}
+
+static dnnl_format_tag_t plain(int ndims)
+{
+    static const dnnl_format_tag_t tags[] = {dnnl_a,    dnnl_ab,    dnnl_abc,
+                                             dnnl_abcd, dnnl_abcde, dnnl_abcdef};
+    return tags[ndims - 1];
+}
+
+/* Plain memory descriptors of the problem. */
+static void descs(const tsl_conv_args *a, dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei,
+                  dnnl_memory_desc_t *bias, dnnl_memory_desc_t *dst)
+{
+    int nd = a->spatial + 2;
+    dnnl_dims_t sd = {a->samples, a->in_channels}, dd = {a->samples, a->out_channels};
+    dnnl_dims_t wd, bd = {a->out_channels};
+    int wn = 0;
+    if (a->groups > 1)
+        wd[wn++] = a->groups;
+    wd[wn++] = a->out_channels / a->groups;
+    wd[wn++] = a->in_channels / a->groups;
+    for (int d = 0; d < a->spatial; d++) {
+        sd[2 + d] = a->in_size[d];
+        dd[2 + d] = a->out_size[d];
+        wd[wn++] = a->kernel[d];
+    }
+    DNNL_OK(dnnl_memory_desc_init_by_tag(src, nd, sd, dnnl_f32, plain(nd)));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dnnl_f32, plain(nd)));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(wei, wn, wd, dnnl_f32, plain(wn)));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(bias, 1, bd, dnnl_f32, dnnl_a));
+}
+
+static void geometry(const tsl_conv_args *a, dnnl_dims_t strides, dnnl_dims_t dil,
+                     dnnl_dims_t pad_l, dnnl_dims_t pad_r)
+{
+    for (int d = 0; d < a->spatial; d++) {
+        strides[d] = a->stride[d];
+        dil[d] = a->dilation[d] - 1; /* oneDNN counts the gaps */
+        pad_l[d] = a->padding[d];
+        /* Right padding that makes oneDNN's output size the PyTorch one. */
+        int64_t span = a->dilation[d] * (a->kernel[d] - 1) + 1;
+        pad_r[d] = (a->out_size[d] - 1) * a->stride[d] + span - a->in_size[d] - a->padding[d];
+    }
+}
+
+static cache_entry *lookup(const tsl_conv_args *a, int kind)
+{
+    thread_cache *c = local_cache();
+    for (cache_entry *e = c->entries; e; e = e->next)
+        if (e->kind == kind && memcmp(&e->key, a, sizeof *a) == 0)
+            return e;
+    cache_entry *e = calloc(1, sizeof *e);
+    TSL_CODELET_CHECK(e, "conv: out of memory");
+    e->key = *a;
+    e->kind = kind;
+    dnnl_memory_desc_t src, wei, bias, dst;
+    descs(a, &src, &wei, &bias, &dst);
+    dnnl_dims_t strides, dil, pad_l, pad_r;
+    geometry(a, strides, dil, pad_l, pad_r);
+    dnnl_convolution_desc_t fd, cd;
+    DNNL_OK(dnnl_dilated_convolution_forward_desc_init(
+        &fd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei, a->has_bias ? &bias : NULL,
+        &dst, strides, dil, pad_l, pad_r));
+    dnnl_primitive_desc_t fpd, pd;
+    DNNL_OK(dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL));
+    const dnnl_memory_desc_t *md[4];
+    if (kind == FWD) {
+        pd = fpd;
+        int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+        const dnnl_memory_desc_t *m[4] = {&src, &wei, &dst, &bias};
+        e->nmem = a->has_bias ? 4 : 3;
+        memcpy(e->args, args, sizeof args);
+        memcpy(md, m, sizeof m);
+    } else if (kind == BWD_DATA) {
+        DNNL_OK(dnnl_dilated_convolution_backward_data_desc_init(
+            &cd, dnnl_convolution_direct, &src, &wei, &dst, strides, dil, pad_l, pad_r));
+        DNNL_OK(dnnl_primitive_desc_create(&pd, &cd, NULL, c->engine, fpd));
+        int args[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
+        const dnnl_memory_desc_t *m[3] = {&dst, &wei, &src};
+        e->nmem = 3;
+        memcpy(e->args, args, sizeof args);
+        memcpy(md, m, sizeof m);
+    } else {
+        DNNL_OK(dnnl_dilated_convolution_backward_weights_desc_init(
+            &cd, dnnl_convolution_direct, &src, &wei, a->has_bias ? &bias : NULL, &dst, strides,
+            dil, pad_l, pad_r));
+        DNNL_OK(dnnl_primitive_desc_create(&pd, &cd, NULL, c->engine, fpd));
+        int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};
+        const dnnl_memory_desc_t *m[4] = {&src, &dst, &wei, &bias};
+        e->nmem = a->has_bias ? 4 : 3;
+        memcpy(e->args, args, sizeof args);
+        memcpy(md, m, sizeof m);
+    }
+    DNNL_OK(dnnl_primitive_create(&e->prim, pd));
+    for (int i = 0; i < e->nmem; i++)
+        DNNL_OK(dnnl_memory_create(&e->mem[i], md[i], c->engine, DNNL_MEMORY_NONE));
+    if (pd != fpd)
+        dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_desc_destroy(fpd);
+    e->next = c->entries;
+    c->entries = e;
+    return e;
+}
+
+static void run(const tsl_conv_args *a, int kind, void *const *buffers)
+{
+    cache_entry *e = lookup(a, kind);
+    dnnl_exec_arg_t args[4];
+    for (int i = 0; i < e->nmem; i++) {
+        DNNL_OK(dnnl_memory_set_data_handle(e->mem[i], buffers[i]));
+        args[i].arg = e->args[i];
+        args[i].memory = e->mem[i];
+    }
+    thread_cache *c = local_cache();
+    DNNL_OK(dnnl_primitive_execute(e->prim, c->stream, e->nmem, args));
+    DNNL_OK(dnnl_stream_wait(c->stream));
+}
+
+void tsl_conv_forward_kernel(const tsl_conv_args *a, const float *x, const float *w, const float *b,
+                             float *y)
+{
+    void *buffers[4] = {(void *)x, (void *)w, y, (void *)b};
+    run(a, FWD, buffers);
+}
+
+void tsl_conv_backward_data_kernel(const tsl_conv_args *a, const float *dy, const float *w,
+                                   float *dx)
+{
+    tsl_conv_args key = *a;
+    key.has_bias = 0;
+    void *buffers[3] = {(void *)dy, (void *)w, dx};
+    run(&key, BWD_DATA, buffers);
+}
+
+void tsl_conv_backward_weights_kernel(const tsl_conv_args *a, const float *x, const float *dy,
+                                      float *dw, float *db)
+{
+    void *buffers[4] = {(void *)x, (void *)dy, dw, db};
+    run(a, BWD_WEIGHTS, buffers);
+}
+
+#define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+static void forward_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_conv_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_conv_forward_kernel(&a, BUF(0), BUF(1), a.has_bias ? BUF(2) : NULL,
+                            BUF(a.has_bias ? 3 : 2));
+}
+
+static void backward_data_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_conv_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_conv_backward_data_kernel(&a, BUF(0), BUF(1), BUF(2));
+}
+
+static void backward_weights_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_conv_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_conv_backward_weights_kernel(&a, BUF(0), BUF(1), BUF(2), a.has_bias ? BUF(3) : NULL);
+}
+
+static struct starpu_perfmodel forward_model = {.type = STARPU_HISTORY_BASED,
+                                                .symbol = "tsl_conv_fwd"};
+static struct starpu_perfmodel backward_data_model = {.type = STARPU_HISTORY_BASED,
+                                                      .symbol = "tsl_conv_bwd_data"};
+static struct starpu_perfmodel backward_weights_model = {.type = STARPU_HISTORY_BASED,
+                                                         .symbol = "tsl_conv_bwd_weights"};
+
+struct starpu_codelet tsl_cl_conv_forward = {
+    .cpu_funcs = {forward_cpu},
+    .cpu_funcs_name = {"conv_forward_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &forward_model,
+    .name = "tsl_conv_fwd",
+};
+
+struct starpu_codelet tsl_cl_conv_backward_data = {
+    .cpu_funcs = {backward_data_cpu},
+    .cpu_funcs_name = {"conv_backward_data_cpu"},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .model = &backward_data_model,
+    .name = "tsl_conv_bwd_data",
+};
+
+struct starpu_codelet tsl_cl_conv_backward_weights = {
+    .cpu_funcs = {backward_weights_cpu},
+    .cpu_funcs_name = {"conv_backward_weights_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &backward_weights_model,
+    .name = "tsl_conv_bwd_weights",
+};
