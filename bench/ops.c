@@ -11,9 +11,11 @@
 #include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "bench_util.h"
+#include "codelets/conv.h"
 #include "tessel/tessel.h"
 
 #define RUNS 7
@@ -135,6 +137,37 @@ int main(int argc, char **argv)
         }
     }
 
+    /* Direct convolution: the oneDNN kernel tessel's codelets call (plain layout), on the
+     * whole batch, timed before StarPU starts. The kernel keeps its thread to one OpenMP
+     * thread, so this is the one-thread reference in both configurations. */
+    tsl_conv_args ca;
+    memset(&ca, 0, sizeof ca);
+    ca.spatial = 2;
+    ca.samples = 8;
+    ca.in_channels = ca.out_channels = 16;
+    ca.groups = 1;
+    for (int d = 0; d < 2; d++) {
+        ca.in_size[d] = ca.out_size[d] = 128;
+        ca.kernel[d] = 3;
+        ca.stride[d] = ca.dilation[d] = ca.padding[d] = 1;
+    }
+    size_t act = 8 * 16 * 128 * 128, wts = 16 * 16 * 9;
+    float *cx = malloc(act * 4), *cy = malloc(act * 4), *cdx = malloc(act * 4);
+    float *cw = malloc(wts * 4), *cdw = malloc(wts * 4);
+    for (size_t i = 0; i < act; i++)
+        cx[i] = (float)(i % 97) * 0.01f;
+    for (size_t i = 0; i < wts; i++)
+        cw[i] = (float)(i % 13) * 0.01f;
+    double cv_d[RUNS], cv_t[RUNS];
+    for (int r = -1; r < RUNS; r++) {
+        double t0 = bench_now();
+        tsl_conv_forward_kernel(&ca, cx, cw, NULL, cy);
+        tsl_conv_backward_data_kernel(&ca, cy, cw, cdx);
+        tsl_conv_backward_weights_kernel(&ca, cx, cy, cdw, NULL);
+        if (r >= 0)
+            cv_d[r] = bench_now() - t0;
+    }
+
     tsl_context_t ctx;
     CHECK(tsl_context_create(&ctx, NULL));
     int32_t ncpu;
@@ -206,6 +239,36 @@ int main(int argc, char **argv)
             bn_tbwd[r] = t2 - t1;
         }
     }
+    /* tessel convolution: forward + backward through tasks, sample tiles. */
+    {
+        tsl_conv_params cp;
+        tsl_conv_params_init(&cp, 2);
+        cp.padding[0] = cp.padding[1] = 1;
+        int64_t xd4[4] = {8, 16, 128, 128}, wd4[4] = {16, 16, 3, 3};
+        tsl_shape cxs, cws;
+        tsl_shape_make(&cxs, 4, xd4);
+        tsl_shape_make(&cws, 4, wd4);
+        tsl_tensor_t tcx, tcy, tcdx, tcw, tcdw;
+        CHECK(tsl_tensor_create(&tcx, ctx, TSL_F32, &cxs, &samples, NULL));
+        CHECK(tsl_tensor_create(&tcy, ctx, TSL_F32, &cxs, &samples, NULL));
+        CHECK(tsl_tensor_create(&tcdx, ctx, TSL_F32, &cxs, &samples, NULL));
+        CHECK(tsl_tensor_create(&tcw, ctx, TSL_F32, &cws, NULL, NULL));
+        CHECK(tsl_tensor_create(&tcdw, ctx, TSL_F32, &cws, NULL, NULL));
+        CHECK(tsl_tensor_fill_uniform(tcx, 7, -1, 1));
+        CHECK(tsl_tensor_fill_uniform(tcw, 8, -1, 1));
+        CHECK(tsl_context_wait(ctx));
+        for (int r = -1; r < RUNS; r++) {
+            double t0 = bench_now();
+            CHECK(tsl_conv_forward(&cp, tcx, tcw, NULL, tcy));
+            CHECK(tsl_conv_backward(&cp, tcx, tcw, tcy, tcdx, tcdw, NULL));
+            CHECK(tsl_context_wait(ctx));
+            if (r >= 0)
+                cv_t[r] = bench_now() - t0;
+        }
+        tsl_tensor_t all[5] = {tcx, tcy, tcdx, tcw, tcdw};
+        for (int i = 0; i < 5; i++)
+            tsl_tensor_destroy(all[i]);
+    }
     qsort(bn_dfwd, RUNS, sizeof(double), bench_compare);
     qsort(bn_dbwd, RUNS, sizeof(double), bench_compare);
     qsort(bn_tfwd, RUNS, sizeof(double), bench_compare);
@@ -230,6 +293,10 @@ int main(int argc, char **argv)
     printf("%-10s %12s %12s %8s\n", "pass", "tessel ms", "direct ms", "ratio");
     printf("%-10s %12.2f %12.2f %8.3f\n", "forward", bf, bdf, bdf / bf);
     printf("%-10s %12.2f %12.2f %8.3f\n", "backward", bb, bdb, bdb / bb);
+    double cvt = 1e3 * bench_median(cv_t, RUNS), cvd = 1e3 * bench_median(cv_d, RUNS);
+    printf("conv2d N=8 C=16->16 128x128 k3 p1, forward + backward (plain layout)\n");
+    printf("%-10s %12s %20s %8s\n", "pass", "tessel ms", "kernel, 1 thread ms", "ratio");
+    printf("%-10s %12.2f %20.2f %8.3f\n", "fwd+bwd", cvt, cvd, cvd / cvt);
     for (int i = 0; i < 6; i++) {
         tsl_tensor_destroy(*big[i]);
         tsl_tensor_destroy(*small[i]);
