@@ -95,7 +95,16 @@ static void descs(const tsl_conv_args *a, dnnl_memory_desc_t *src, dnnl_memory_d
     }
     DNNL_OK(dnnl_memory_desc_init_by_tag(src, nd, sd, dnnl_f32, plain(nd)));
     DNNL_OK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dnnl_f32, plain(nd)));
-    DNNL_OK(dnnl_memory_desc_init_by_tag(wei, wn, wd, dnnl_f32, plain(wn)));
+    if (a->transposed) {
+        /* oneDNN orders the dims (G,) O, I, k...; PyTorch stores (G,) I, O, k... */
+        static const dnnl_format_tag_t plain_io[] = {dnnl_bac, dnnl_bacd, dnnl_bacde};
+        static const dnnl_format_tag_t grouped_io[] = {dnnl_acbd, dnnl_acbde, dnnl_acbdef};
+        dnnl_format_tag_t tag =
+            a->groups > 1 ? grouped_io[a->spatial - 1] : plain_io[a->spatial - 1];
+        DNNL_OK(dnnl_memory_desc_init_by_tag(wei, wn, wd, dnnl_f32, tag));
+    } else {
+        DNNL_OK(dnnl_memory_desc_init_by_tag(wei, wn, wd, dnnl_f32, plain(wn)));
+    }
     DNNL_OK(dnnl_memory_desc_init_by_tag(bias, 1, bd, dnnl_f32, dnnl_a));
 }
 
@@ -106,9 +115,12 @@ static void geometry(const tsl_conv_args *a, dnnl_dims_t strides, dnnl_dims_t di
         strides[d] = a->stride[d];
         dil[d] = a->dilation[d] - 1; /* oneDNN counts the gaps */
         pad_l[d] = a->padding[d];
-        /* Right padding that makes oneDNN's output size the PyTorch one. */
+        /* Right padding that makes oneDNN's output size the PyTorch one (for a transposed
+         * convolution, output padding shows up here as less right padding). */
         int64_t span = a->dilation[d] * (a->kernel[d] - 1) + 1;
-        pad_r[d] = (a->out_size[d] - 1) * a->stride[d] + span - a->in_size[d] - a->padding[d];
+        int64_t small = a->transposed ? a->out_size[d] : a->in_size[d];
+        int64_t large = a->transposed ? a->in_size[d] : a->out_size[d];
+        pad_r[d] = (large - 1) * a->stride[d] + span - small - a->padding[d];
     }
 }
 
@@ -126,12 +138,40 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
     descs(a, &src, &wei, &bias, &dst);
     dnnl_dims_t strides, dil, pad_l, pad_r;
     geometry(a, strides, dil, pad_l, pad_r);
+    /* Convolution and deconvolution descriptors are distinct types; each branch makes the
+     * forward primitive descriptor (the hint for the backward ones) and the backward
+     * descriptor asked for. */
     dnnl_convolution_desc_t fd, cd;
-    DNNL_OK(dnnl_dilated_convolution_forward_desc_init(
-        &fd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei, a->has_bias ? &bias : NULL,
-        &dst, strides, dil, pad_l, pad_r));
+    dnnl_deconvolution_desc_t tfd, tcd;
+    const dnnl_memory_desc_t *b_md = a->has_bias ? &bias : NULL;
+    const void *back = NULL;
     dnnl_primitive_desc_t fpd, pd;
-    DNNL_OK(dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL));
+    if (!a->transposed) {
+        DNNL_OK(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                           dnnl_convolution_direct, &src, &wei,
+                                                           b_md, &dst, strides, dil, pad_l, pad_r));
+        DNNL_OK(dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL));
+        if (kind == BWD_DATA)
+            DNNL_OK(dnnl_dilated_convolution_backward_data_desc_init(
+                &cd, dnnl_convolution_direct, &src, &wei, &dst, strides, dil, pad_l, pad_r));
+        else if (kind == BWD_WEIGHTS)
+            DNNL_OK(dnnl_dilated_convolution_backward_weights_desc_init(
+                &cd, dnnl_convolution_direct, &src, &wei, b_md, &dst, strides, dil, pad_l, pad_r));
+        back = &cd;
+    } else {
+        DNNL_OK(dnnl_dilated_deconvolution_forward_desc_init(
+            &tfd, dnnl_forward_training, dnnl_deconvolution_direct, &src, &wei, b_md, &dst, strides,
+            dil, pad_l, pad_r));
+        DNNL_OK(dnnl_primitive_desc_create(&fpd, &tfd, NULL, c->engine, NULL));
+        if (kind == BWD_DATA)
+            DNNL_OK(dnnl_dilated_deconvolution_backward_data_desc_init(
+                &tcd, dnnl_deconvolution_direct, &src, &wei, &dst, strides, dil, pad_l, pad_r));
+        else if (kind == BWD_WEIGHTS)
+            DNNL_OK(dnnl_dilated_deconvolution_backward_weights_desc_init(
+                &tcd, dnnl_deconvolution_direct, &src, &wei, b_md, &dst, strides, dil, pad_l,
+                pad_r));
+        back = &tcd;
+    }
     const dnnl_memory_desc_t *md[4];
     if (kind == FWD) {
         pd = fpd;
@@ -141,19 +181,14 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
         memcpy(e->args, args, sizeof args);
         memcpy(md, m, sizeof m);
     } else if (kind == BWD_DATA) {
-        DNNL_OK(dnnl_dilated_convolution_backward_data_desc_init(
-            &cd, dnnl_convolution_direct, &src, &wei, &dst, strides, dil, pad_l, pad_r));
-        DNNL_OK(dnnl_primitive_desc_create(&pd, &cd, NULL, c->engine, fpd));
+        DNNL_OK(dnnl_primitive_desc_create(&pd, back, NULL, c->engine, fpd));
         int args[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
         const dnnl_memory_desc_t *m[3] = {&dst, &wei, &src};
         e->nmem = 3;
         memcpy(e->args, args, sizeof args);
         memcpy(md, m, sizeof m);
     } else {
-        DNNL_OK(dnnl_dilated_convolution_backward_weights_desc_init(
-            &cd, dnnl_convolution_direct, &src, &wei, a->has_bias ? &bias : NULL, &dst, strides,
-            dil, pad_l, pad_r));
-        DNNL_OK(dnnl_primitive_desc_create(&pd, &cd, NULL, c->engine, fpd));
+        DNNL_OK(dnnl_primitive_desc_create(&pd, back, NULL, c->engine, fpd));
         int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};
         const dnnl_memory_desc_t *m[4] = {&src, &dst, &wei, &bias};
         e->nmem = a->has_bias ? 4 : 3;

@@ -145,6 +145,9 @@ typedef struct tsl_conv_params {
     int64_t padding[3];  /**< zeros added on both sides, >= 0 */
     int64_t dilation[3]; /**< >= 1 (1 = dense) */
     int64_t groups;      /**< >= 1, dividing the input and output channels */
+    /** transposed convolutions only: extra output size on one side, below the stride or the
+     *  dilation (as PyTorch's output_padding); 0 for convolutions */
+    int64_t output_padding[3];
 } tsl_conv_params;
 
 /** @brief Stride 1, padding 0, dilation 1, one group, for @p spatial dimensions. */
@@ -174,6 +177,24 @@ tsl_status tsl_conv_forward(const tsl_conv_params *params, tsl_tensor_t x, tsl_t
  */
 tsl_status tsl_conv_backward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
                              tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db);
+
+/**
+ * @brief Output shape of a transposed convolution (PyTorch's nn.ConvTranspose1d/2d/3d) of
+ * @p x (N, C_in, spatial...) with weights @p w (C_in, C_out / groups, kernel...): each
+ * spatial size is (L - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1.
+ */
+tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *w,
+                                           const tsl_conv_params *params, tsl_shape *y);
+
+/** @brief y = conv_transpose(x, w) + b (the U-Net up-path); tiling rules of
+ *  tsl_conv_forward(). */
+tsl_status tsl_conv_transpose_forward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
+                                      tsl_tensor_t b, tsl_tensor_t y);
+
+/** @brief Backward of tsl_conv_transpose_forward(), as tsl_conv_backward(). */
+tsl_status tsl_conv_transpose_backward(const tsl_conv_params *params, tsl_tensor_t x,
+                                       tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
+                                       tsl_tensor_t dw, tsl_tensor_t db);
 
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {

@@ -71,9 +71,53 @@ tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w, const t
     return TSL_OK;
 }
 
+tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *w,
+                                           const tsl_conv_params *p, tsl_shape *y)
+{
+    const char *fn = "transposed convolution";
+    if (!x || !w || !p || !y)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    tsl_status st = tsl_shape_check(x);
+    if (st || (st = tsl_shape_check(w)))
+        return st;
+    int sp = p->spatial;
+    if (sp < 1 || sp > 3)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d spatial dimensions (want 1 to 3)", fn,
+                         sp);
+    if (x->ndim != sp + 2 || w->ndim != sp + 2)
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: x and w need %d dimensions for a %d-D convolution (have %d, %d)", fn,
+                         sp + 2, sp, (int)x->ndim, (int)w->ndim);
+    if (p->groups < 1 || x->dims[1] % p->groups || w->dims[0] != x->dims[1])
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: weights (%lld, ...) must take the %lld input channels, in %lld "
+                         "groups that divide them",
+                         fn, (long long)w->dims[0], (long long)x->dims[1], (long long)p->groups);
+    tsl_shape out = *x;
+    out.dims[1] = w->dims[1] * p->groups;
+    for (int d = 0; d < sp; d++) {
+        if (p->stride[d] < 1 || p->dilation[d] < 1 || p->padding[d] < 0 ||
+            p->output_padding[d] < 0 ||
+            (p->output_padding[d] >= p->stride[d] && p->output_padding[d] >= p->dilation[d]))
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: dimension %d needs stride >= 1, dilation >= 1, padding >= 0 "
+                             "and 0 <= output padding < max(stride, dilation)",
+                             fn, d);
+        int64_t size = (x->dims[2 + d] - 1) * p->stride[d] - 2 * p->padding[d] +
+                       p->dilation[d] * (w->dims[2 + d] - 1) + p->output_padding[d] + 1;
+        if (size < 1)
+            return tsl_error(NULL, TSL_ERR_SHAPE, "%s: padding leaves no output along dimension %d",
+                             fn, d);
+        out.dims[2 + d] = size;
+    }
+    *y = out;
+    return TSL_OK;
+}
+
 /* Check the tensors against the settings; fill the per-tile arguments' shared part. */
-static tsl_status check(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b,
-                        tsl_tensor_t y, const char *what, const char *fn, tsl_conv_args *args)
+static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
+                        tsl_tensor_t b, tsl_tensor_t y, const char *what, const char *fn,
+                        tsl_conv_args *args)
 {
     tsl_status st = tsl_tensor_check(x, fn);
     if (st || (st = tsl_tensor_check(w, fn)) || (st = tsl_tensor_check(y, fn)))
@@ -87,7 +131,9 @@ static tsl_status check(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w
         (b && b->dtype != TSL_F32))
         return tsl_error(ctx, TSL_ERR_DTYPE, "%s: convolutions take f32 tensors", fn);
     tsl_shape want;
-    if ((st = tsl_conv_output_shape(&x->shape, &w->shape, p, &want)))
+    st = transposed ? tsl_conv_transpose_output_shape(&x->shape, &w->shape, p, &want)
+                    : tsl_conv_output_shape(&x->shape, &w->shape, p, &want);
+    if (st)
         return tsl_error(ctx, st, "%s", tsl_last_error());
     if (memcmp(want.dims, y->shape.dims, sizeof want.dims) != 0 || want.ndim != y->shape.ndim)
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: %s has the wrong shape for these settings", fn,
@@ -102,14 +148,15 @@ static tsl_status check(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: x and %s need the same sample tiles, and w must be one tile", fn,
                          what);
-    if (b && (b->shape.ndim != 1 || b->shape.dims[0] != w->shape.dims[0] || b->ntiles != 1))
+    if (b && (b->shape.ndim != 1 || b->shape.dims[0] != want.dims[1] || b->ntiles != 1))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: the bias must be one tile of %lld values", fn,
-                         (long long)w->shape.dims[0]);
+                         (long long)want.dims[1]);
     memset(args, 0, sizeof *args);
     args->spatial = p->spatial;
     args->has_bias = b != NULL;
+    args->transposed = transposed;
     args->in_channels = x->shape.dims[1];
-    args->out_channels = w->shape.dims[0];
+    args->out_channels = want.dims[1];
     args->groups = p->groups;
     for (int d = 0; d < p->spatial; d++) {
         args->in_size[d] = x->shape.dims[2 + d];
@@ -126,8 +173,8 @@ static double conv_flops(const tsl_conv_args *a)
 {
     double f =
         2.0 * (double)a->samples * (double)a->out_channels * (double)(a->in_channels / a->groups);
-    for (int d = 0; d < a->spatial; d++)
-        f *= (double)(a->out_size[d] * a->kernel[d]);
+    for (int d = 0; d < a->spatial; d++) /* each small-side position meets each tap */
+        f *= (double)((a->transposed ? a->in_size[d] : a->out_size[d]) * a->kernel[d]);
     return f;
 }
 
@@ -138,12 +185,11 @@ static int64_t tile_samples(tsl_tensor_t x, int64_t tile)
     return extent[0];
 }
 
-tsl_status tsl_conv_forward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
-                            tsl_tensor_t b, tsl_tensor_t y)
+static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
+                          tsl_tensor_t b, tsl_tensor_t y, const char *fn)
 {
-    const char *fn = "tsl_conv_forward";
     tsl_conv_args a;
-    tsl_status st = check(p, x, w, b, y, "y", fn, &a);
+    tsl_status st = check(p, transposed, x, w, b, y, "y", fn, &a);
     if (st)
         return st;
     if (y == x)
@@ -194,12 +240,12 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
     return tsl_task_submit(g->x->ctx, &desc);
 }
 
-tsl_status tsl_conv_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
-                             tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db)
+static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
+                           tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db,
+                           const char *fn)
 {
-    const char *fn = "tsl_conv_backward";
     conv_grads g;
-    tsl_status st = check(p, x, w, NULL, dy, "dy", fn, &g.args);
+    tsl_status st = check(p, transposed, x, w, NULL, dy, "dy", fn, &g.args);
     if (st)
         return st;
     struct tsl_context *ctx = x->ctx;
@@ -207,9 +253,9 @@ tsl_status tsl_conv_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tenso
         (dw && (st = tsl_tensor_check_same_layout(dw, w, fn))))
         return st;
     if (db && (db->ctx != ctx || db->dtype != TSL_F32 || db->shape.ndim != 1 ||
-               db->shape.dims[0] != w->shape.dims[0] || db->ntiles != 1))
+               db->shape.dims[0] != g.args.out_channels || db->ntiles != 1))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: db must be one tile of %lld f32 values", fn,
-                         (long long)w->shape.dims[0]);
+                         (long long)g.args.out_channels);
     if (db && !dw)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: db needs dw (computed together)", fn);
     if (dx == x || dx == dy || dw == w)
@@ -234,4 +280,29 @@ tsl_status tsl_conv_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tenso
     }
     starpu_mpi_cache_flush(ctx->comm, w->handles[0]);
     return st;
+}
+
+tsl_status tsl_conv_forward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
+                            tsl_tensor_t b, tsl_tensor_t y)
+{
+    return forward(p, 0, x, w, b, y, "tsl_conv_forward");
+}
+
+tsl_status tsl_conv_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
+                             tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db)
+{
+    return backward(p, 0, x, w, dy, dx, dw, db, "tsl_conv_backward");
+}
+
+tsl_status tsl_conv_transpose_forward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
+                                      tsl_tensor_t b, tsl_tensor_t y)
+{
+    return forward(p, 1, x, w, b, y, "tsl_conv_transpose_forward");
+}
+
+tsl_status tsl_conv_transpose_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
+                                       tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw,
+                                       tsl_tensor_t db)
+{
+    return backward(p, 1, x, w, dy, dx, dw, db, "tsl_conv_transpose_backward");
 }

@@ -708,3 +708,50 @@ TEST(Convolution, EverySampleTilingMatchesOneTile)
     for (tsl_tensor_t t : {xs, w, y})
         tsl_tensor_destroy(t);
 }
+
+TEST(Convolution, TransposedSampleTilingsMatchOneTile)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
+    tsl_conv_params p;
+    ASSERT_EQ(tsl_conv_params_init(&p, 2), TSL_OK);
+    p.stride[0] = p.stride[1] = 2;
+    p.padding[1] = 1;
+    p.output_padding[1] = 1;
+    std::vector<std::vector<float>> ref;
+    for (int32_t splits : {1, 2, 5}) {
+        tsl_tensor_t x = make_tensor(TSL_F32, {5, 4, 6, 7}, {splits, 1, 1, 1}, rev);
+        tsl_tensor_t w = make_tensor(TSL_F32, {4, 3, 2, 3}, {1, 1, 1, 1}, block);
+        tsl_shape xs, ws, ys;
+        tsl_tensor_shape(x, &xs);
+        tsl_tensor_shape(w, &ws);
+        ASSERT_EQ(tsl_conv_transpose_output_shape(&xs, &ws, &p, &ys), TSL_OK);
+        std::vector<int64_t> yd(ys.dims, ys.dims + 4);
+        tsl_tensor_t y = make_tensor(TSL_F32, yd, {splits, 1, 1, 1}, block);
+        tsl_tensor_t dx = make_tensor(TSL_F32, {5, 4, 6, 7}, {splits, 1, 1, 1}, block);
+        tsl_tensor_t dw = make_tensor(TSL_F32, {4, 3, 2, 3}, {1, 1, 1, 1}, rev);
+        ASSERT_EQ(tsl_tensor_fill_uniform(x, seed + 90, -1, 1), TSL_OK);
+        ASSERT_EQ(tsl_tensor_fill_uniform(w, seed + 91, -1, 1), TSL_OK);
+        ASSERT_EQ(tsl_conv_transpose_forward(&p, x, w, nullptr, y), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_conv_transpose_backward(&p, x, w, y, dx, dw, nullptr), TSL_OK)
+            << tsl_context_last_error(ctx);
+        std::vector<std::vector<float>> got;
+        for (tsl_tensor_t t : {y, dx, dw}) {
+            tsl_shape s;
+            tsl_tensor_shape(t, &s);
+            std::vector<float> v((size_t)tsl_shape_numel(&s), NAN);
+            EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
+            got.push_back(v);
+        }
+        if (rank == 0) {
+            if (ref.empty())
+                ref = got;
+            for (int k = 0; k < 3; k++)
+                for (size_t i = 0; i < ref[k].size(); i++)
+                    ASSERT_NEAR(got[k][i], ref[k][i], 1e-4 * (1 + std::fabs(ref[k][i])))
+                        << "tensor " << k << ", " << splits << " tiles";
+        }
+        for (tsl_tensor_t t : {x, w, y, dx, dw})
+            tsl_tensor_destroy(t);
+    }
+}

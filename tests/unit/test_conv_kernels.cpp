@@ -218,3 +218,137 @@ TEST(ConvShape, BadSettingsAreRefusedBeforeAnythingRuns)
     ASSERT_EQ(tsl_conv_params_init(&p, 2), TSL_OK);
     EXPECT_EQ(tsl_conv_output_shape(&x1, &w, &p, &y), TSL_ERR_SHAPE); // 1-D input, 2-D conv
 }
+
+namespace
+{
+
+// Naive transposed convolution: every input position scatters into the output.
+std::vector<double> transposed_reference(const tsl_conv_args &a, const std::vector<float> &x,
+                                         const std::vector<float> &w, const std::vector<float> &b)
+{
+    int64_t is[3] = {1, 1, 1}, os[3] = {1, 1, 1}, ks[3] = {1, 1, 1};
+    for (int d = 0; d < a.spatial; d++) {
+        is[d] = a.in_size[d];
+        os[d] = a.out_size[d];
+        ks[d] = a.kernel[d];
+    }
+    int64_t in_g = a.in_channels / a.groups, out_g = a.out_channels / a.groups;
+    int64_t opos = os[0] * os[1] * os[2], ipos = is[0] * is[1] * is[2],
+            kpos = ks[0] * ks[1] * ks[2];
+    std::vector<double> y((size_t)(a.samples * a.out_channels * opos), 0);
+    for (int64_t n = 0; n < a.samples; n++)
+        for (int64_t o = 0; o < a.out_channels; o++)
+            for (int64_t q = 0; q < opos; q++)
+                y[(n * a.out_channels + o) * opos + q] = b.empty() ? 0 : b[o];
+    for (int64_t n = 0; n < a.samples; n++)
+        for (int64_t i = 0; i < a.in_channels; i++)
+            for (int64_t p = 0; p < ipos; p++)
+                for (int64_t oc = 0; oc < out_g; oc++)
+                    for (int64_t k = 0; k < kpos; k++) {
+                        int64_t pp[3] = {p / (is[1] * is[2]), p / is[2] % is[1], p % is[2]};
+                        int64_t kk[3] = {k / (ks[1] * ks[2]), k / ks[2] % ks[1], k % ks[2]};
+                        int64_t qq[3] = {0, 0, 0};
+                        bool inside = true;
+                        for (int d = 0; d < a.spatial; d++) {
+                            qq[d] = pp[d] * a.stride[d] - a.padding[d] + kk[d] * a.dilation[d];
+                            inside &= qq[d] >= 0 && qq[d] < os[d];
+                        }
+                        if (!inside)
+                            continue;
+                        int64_t o = (i / in_g) * out_g + oc;
+                        int64_t q = (qq[0] * os[1] + qq[1]) * os[2] + qq[2];
+                        y[(n * a.out_channels + o) * opos + q] +=
+                            (double)x[(n * a.in_channels + i) * ipos + p] *
+                            w[(i * out_g + oc) * kpos + k];
+                    }
+    return y;
+}
+
+} // namespace
+
+TEST(ConvKernel, TransposedAgainstNaiveReferenceAndFiniteDifferences)
+{
+    std::mt19937_64 rng(99);
+    struct Case {
+        int spatial;
+        int64_t n, cin, cout, groups;
+        std::vector<int64_t> size;
+        int64_t k, stride, pad, dil, out_pad;
+    };
+    const Case cases[] = {
+        {1, 2, 3, 4, 1, {7}, 3, 2, 1, 1, 1},       {2, 1, 4, 2, 1, {5, 6}, 2, 2, 0, 1, 0},
+        {2, 2, 4, 6, 2, {4, 5}, 3, 2, 1, 1, 1},    {2, 1, 2, 2, 2, {5, 5}, 3, 1, 2, 2, 0},
+        {3, 1, 2, 3, 1, {3, 4, 3}, 3, 2, 1, 1, 1},
+    };
+    for (const Case &c : cases) {
+        tsl_conv_args a{};
+        a.spatial = c.spatial;
+        a.transposed = 1;
+        a.samples = c.n;
+        a.in_channels = c.cin;
+        a.out_channels = c.cout;
+        a.groups = c.groups;
+        size_t xs = (size_t)(c.n * c.cin), ws = (size_t)(c.cin * (c.cout / c.groups));
+        size_t ys = (size_t)(c.n * c.cout);
+        for (int d = 0; d < c.spatial; d++) {
+            a.in_size[d] = c.size[d];
+            a.kernel[d] = c.k;
+            a.stride[d] = c.stride;
+            a.padding[d] = c.pad;
+            a.dilation[d] = c.dil;
+            a.out_size[d] =
+                (c.size[d] - 1) * c.stride - 2 * c.pad + c.dil * (c.k - 1) + c.out_pad + 1;
+            xs *= (size_t)c.size[d];
+            ws *= (size_t)c.k;
+            ys *= (size_t)a.out_size[d];
+        }
+        for (int bias = 0; bias < 2; bias++) {
+            a.has_bias = bias;
+            auto x = randf(rng, xs), w = randf(rng, ws), r = randf(rng, ys);
+            std::vector<float> b = bias ? randf(rng, (size_t)c.cout) : std::vector<float>();
+            std::vector<float> y(ys, NAN), dx(xs, NAN), dw(ws, NAN), db((size_t)c.cout, NAN);
+            tsl_conv_forward_kernel(&a, x.data(), w.data(), bias ? b.data() : nullptr, y.data());
+            auto want = transposed_reference(a, x, w, b);
+            for (size_t i = 0; i < ys; i++)
+                ASSERT_NEAR(y[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+                    << c.spatial << "-D transposed, element " << i;
+            tsl_conv_backward_data_kernel(&a, r.data(), w.data(), dx.data());
+            tsl_conv_backward_weights_kernel(&a, x.data(), r.data(), dw.data(),
+                                             bias ? db.data() : nullptr);
+            const float h = 1e-2f;
+            auto check = [&](std::vector<float> &v, const std::vector<float> &grad, bool weights) {
+                for (size_t i = 0; i < v.size(); i += 1 + v.size() / 30) {
+                    float keep = v[i];
+                    v[i] = keep + h;
+                    double up = dot(weights ? transposed_reference(a, x, v, b)
+                                            : transposed_reference(a, v, w, b),
+                                    r);
+                    v[i] = keep - h;
+                    double down = dot(weights ? transposed_reference(a, x, v, b)
+                                              : transposed_reference(a, v, w, b),
+                                      r);
+                    v[i] = keep;
+                    double fd = (up - down) / (2 * h);
+                    ASSERT_NEAR(grad[i], fd, 1e-3 * (1 + std::fabs(fd)))
+                        << (weights ? "dw " : "dx ") << c.spatial << "-D element " << i;
+                }
+            };
+            auto xc = x, wc = w;
+            check(xc, dx, false);
+            check(wc, dw, true);
+        }
+    }
+    // Shapes: a 2x up-sampling layer of a U-Net, and refused settings.
+    tsl_conv_params p;
+    tsl_conv_params_init(&p, 2);
+    p.stride[0] = p.stride[1] = 2;
+    int64_t xd[4] = {1, 8, 16, 16}, wd[4] = {8, 4, 2, 2};
+    tsl_shape xsh, wsh, ysh;
+    tsl_shape_make(&xsh, 4, xd);
+    tsl_shape_make(&wsh, 4, wd);
+    ASSERT_EQ(tsl_conv_transpose_output_shape(&xsh, &wsh, &p, &ysh), TSL_OK);
+    EXPECT_EQ(ysh.dims[1], 4);
+    EXPECT_EQ(ysh.dims[2], 32);
+    p.output_padding[0] = 2; // not below the stride
+    EXPECT_EQ(tsl_conv_transpose_output_shape(&xsh, &wsh, &p, &ysh), TSL_ERR_INVALID_ARG);
+}
