@@ -196,6 +196,50 @@ tsl_status tsl_conv_transpose_backward(const tsl_conv_params *params, tsl_tensor
                                        tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
                                        tsl_tensor_t dw, tsl_tensor_t db);
 
+/** Pooling kinds. */
+typedef enum tsl_pool_kind {
+    TSL_POOL_MAX = 0,
+    TSL_POOL_AVG = 1,
+} tsl_pool_kind;
+
+/** Pooling settings, as PyTorch's MaxPool/AvgPool 1d/2d/3d (floor mode, no dilation). */
+typedef struct tsl_pool_params {
+    int32_t spatial;           /**< 1, 2 or 3 */
+    tsl_pool_kind kind;        /**< max or average */
+    int64_t kernel[3];         /**< >= 1 */
+    int64_t stride[3];         /**< >= 1 */
+    int64_t padding[3];        /**< 0 <= padding <= kernel / 2 */
+    int32_t count_include_pad; /**< average: padded zeros count in the divisor (default 1) */
+} tsl_pool_params;
+
+/** @brief @p kind pooling with a cubic @p kernel, stride = kernel, no padding, as PyTorch's
+ *  defaults. */
+tsl_status tsl_pool_params_init(tsl_pool_params *params, tsl_pool_kind kind, int32_t spatial,
+                                int64_t kernel);
+
+/** @brief Output shape of pooling @p x (N, C, spatial...): floor((L + 2 padding - kernel) /
+ *  stride) + 1 per spatial dimension. Checks every setting. */
+tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *params, tsl_shape *y);
+
+/**
+ * @brief y = pool(x). @p x and @p y may be cut along N and C (with the same splits), not
+ * along spatial dimensions (that needs halo exchange). A global average pool is an average
+ * pool whose kernel is the whole spatial extent.
+ */
+tsl_status tsl_pool_forward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t y);
+
+/** @brief dx from dy; max pooling also reads x (the first maximum of each window gets the
+ *  gradient, as PyTorch). dx is overwritten. */
+tsl_status tsl_pool_backward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t dy,
+                             tsl_tensor_t dx);
+
+/** @brief Nearest upsampling by integer factors @p scale[spatial] (>= 1): y has each
+ *  spatial size times its factor. Tiling as for pooling. */
+tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y);
+
+/** @brief Backward of tsl_upsample_nearest_forward(): each dx element sums its block of dy. */
+tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx);
+
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {
     double lr;           /**< learning rate, > 0 */

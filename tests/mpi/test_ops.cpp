@@ -755,3 +755,50 @@ TEST(Convolution, TransposedSampleTilingsMatchOneTile)
             tsl_tensor_destroy(t);
     }
 }
+
+TEST(Pooling, SampleAndChannelTilingsAreExact)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
+    tsl_pool_params mp, ap;
+    ASSERT_EQ(tsl_pool_params_init(&mp, TSL_POOL_MAX, 2, 3), TSL_OK);
+    mp.stride[0] = 2;
+    mp.padding[0] = mp.padding[1] = 1;
+    ASSERT_EQ(tsl_pool_params_init(&ap, TSL_POOL_AVG, 2, 2), TSL_OK);
+    const int64_t scale[3] = {2, 3, 1};
+    std::vector<std::vector<double>> ref;
+    for (std::vector<int32_t> g : {std::vector<int32_t>{1, 1, 1, 1}, {2, 1, 1, 1}, {3, 4, 1, 1}}) {
+        tsl_tensor_t x = make_tensor(TSL_F64, {3, 4, 9, 8}, g, rev);
+        tsl_shape xs, ms, as;
+        tsl_tensor_shape(x, &xs);
+        ASSERT_EQ(tsl_pool_output_shape(&xs, &mp, &ms), TSL_OK);
+        ASSERT_EQ(tsl_pool_output_shape(&xs, &ap, &as), TSL_OK);
+        tsl_tensor_t m = make_tensor(TSL_F64, std::vector<int64_t>(ms.dims, ms.dims + 4), g, block);
+        tsl_tensor_t a = make_tensor(TSL_F64, std::vector<int64_t>(as.dims, as.dims + 4), g, rev);
+        tsl_tensor_t u = make_tensor(TSL_F64, {3, 4, 18, 24}, g, block);
+        tsl_tensor_t dxm = make_tensor(TSL_F64, {3, 4, 9, 8}, g, block);
+        tsl_tensor_t dxa = make_tensor(TSL_F64, {3, 4, 9, 8}, g, rev);
+        tsl_tensor_t dxu = make_tensor(TSL_F64, {3, 4, 9, 8}, g, rev);
+        ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 100, 0, 1), TSL_OK);
+        ASSERT_EQ(tsl_pool_forward(&mp, x, m), TSL_OK) << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_pool_forward(&ap, x, a), TSL_OK);
+        ASSERT_EQ(tsl_upsample_nearest_forward(scale, x, u), TSL_OK);
+        ASSERT_EQ(tsl_pool_backward(&mp, x, m, dxm), TSL_OK) << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_pool_backward(&ap, x, a, dxa), TSL_OK);
+        ASSERT_EQ(tsl_upsample_nearest_backward(scale, u, dxu), TSL_OK);
+        std::vector<std::vector<double>> got = {gather(m),   gather(a),   gather(u),
+                                                gather(dxm), gather(dxa), gather(dxu)};
+        if (rank == 0) {
+            if (ref.empty())
+                ref = got;
+            for (int k = 0; k < 6; k++)
+                EXPECT_EQ(got[k], ref[k]) << "result " << k << ", grid " << g[0] << "x" << g[1];
+        }
+        for (tsl_tensor_t t : {x, m, a, u, dxm, dxa, dxu})
+            tsl_tensor_destroy(t);
+    }
+    tsl_tensor_t xs = make_tensor(TSL_F64, {3, 4, 9, 8}, {1, 1, 3, 1}, block);
+    tsl_tensor_t ys = make_tensor(TSL_F64, {3, 4, 5, 4}, {1, 1, 3, 1}, block);
+    EXPECT_EQ(tsl_pool_forward(&mp, xs, ys), TSL_ERR_SHAPE);
+    tsl_tensor_destroy(xs);
+    tsl_tensor_destroy(ys);
+}

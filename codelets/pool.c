@@ -1,0 +1,239 @@
+/* Max and average pooling (PyTorch's semantics: padding counts as -inf for max, as zeros
+ * counted in the divisor for average unless count_include_pad is 0; the first maximum of a
+ * window takes its gradient) and nearest upsampling by integer factors. Plain loops over
+ * (sample, channel) planes; positions are handled as 3-D with unit trailing sizes. */
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "pool.h"
+#include "scalar.h"
+#include "tessel/ops.h"
+
+/* Sizes padded to three dimensions (unused ones 1, kernel 1, stride 1, padding 0). */
+typedef struct geom {
+    int64_t in[3], out[3], k[3], s[3], p[3], in_plane, out_plane;
+} geom;
+
+static geom geometry(const tsl_pool_args *a)
+{
+    geom g;
+    for (int d = 0; d < 3; d++) {
+        int used = d < a->spatial;
+        g.in[d] = used ? a->in_size[d] : 1;
+        g.out[d] = used ? a->out_size[d] : 1;
+        g.k[d] = used ? a->kernel[d] : 1;
+        g.s[d] = used ? a->stride[d] : 1;
+        g.p[d] = used ? a->padding[d] : 0;
+    }
+    g.in_plane = g.in[0] * g.in[1] * g.in[2];
+    g.out_plane = g.out[0] * g.out[1] * g.out[2];
+    return g;
+}
+
+/* Visit the in-bounds input positions of output window o; returns how many. */
+#define FOR_WINDOW(g, o0, o1, o2, idx, body)                                                       \
+    for (int64_t k0 = 0; k0 < (g).k[0]; k0++) {                                                    \
+        int64_t q0 = (o0) * (g).s[0] - (g).p[0] + k0;                                              \
+        if (q0 < 0 || q0 >= (g).in[0])                                                             \
+            continue;                                                                              \
+        for (int64_t k1 = 0; k1 < (g).k[1]; k1++) {                                                \
+            int64_t q1 = (o1) * (g).s[1] - (g).p[1] + k1;                                          \
+            if (q1 < 0 || q1 >= (g).in[1])                                                         \
+                continue;                                                                          \
+            for (int64_t k2 = 0; k2 < (g).k[2]; k2++) {                                            \
+                int64_t q2 = (o2) * (g).s[2] - (g).p[2] + k2;                                      \
+                if (q2 < 0 || q2 >= (g).in[2])                                                     \
+                    continue;                                                                      \
+                int64_t idx = (q0 * (g).in[1] + q1) * (g).in[2] + q2;                              \
+                body;                                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+static double avg_divisor(const tsl_pool_args *a, const geom *g, int64_t o0, int64_t o1, int64_t o2)
+{
+    if (a->count_include_pad) {
+        /* The window clipped to the padded input, as PyTorch. */
+        double n = 1;
+        int64_t o[3] = {o0, o1, o2};
+        for (int d = 0; d < 3; d++) {
+            int64_t lo = o[d] * g->s[d] - g->p[d];
+            int64_t hi = lo + g->k[d];
+            if (hi > g->in[d] + g->p[d])
+                hi = g->in[d] + g->p[d];
+            n *= (double)(hi - lo);
+        }
+        return n;
+    }
+    double n = 0;
+    FOR_WINDOW(*g, o0, o1, o2, idx, (void)idx; n += 1);
+    return n;
+}
+
+void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
+{
+    geom g = geometry(a);
+    for (int64_t pl = 0; pl < a->planes; pl++) {
+        int64_t xb = pl * g.in_plane, yb = pl * g.out_plane;
+        for (int64_t o0 = 0; o0 < g.out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g.out[1]; o1++)
+                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
+                    int64_t out = (o0 * g.out[1] + o1) * g.out[2] + o2;
+                    double v;
+                    if (a->kind == TSL_POOL_MAX) {
+                        v = -INFINITY;
+                        FOR_WINDOW(g, o0, o1, o2, idx, {
+                            double t = tsl_load(a->dtype, x, xb + idx);
+                            if (t > v || isnan(t))
+                                v = t;
+                        });
+                    } else {
+                        v = 0;
+                        FOR_WINDOW(g, o0, o1, o2, idx, v += tsl_load(a->dtype, x, xb + idx));
+                        v /= avg_divisor(a, &g, o0, o1, o2);
+                    }
+                    tsl_store(a->dtype, y, yb + out, v);
+                }
+    }
+}
+
+void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void *dy, void *dx)
+{
+    geom g = geometry(a);
+    for (int64_t i = 0; i < a->planes * g.in_plane; i++)
+        tsl_store(a->dtype, dx, i, 0.0);
+    for (int64_t pl = 0; pl < a->planes; pl++) {
+        int64_t xb = pl * g.in_plane, yb = pl * g.out_plane;
+        for (int64_t o0 = 0; o0 < g.out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g.out[1]; o1++)
+                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
+                    double grad = tsl_load(a->dtype, dy, yb + (o0 * g.out[1] + o1) * g.out[2] + o2);
+                    if (a->kind == TSL_POOL_MAX) {
+                        double v = -INFINITY;
+                        int64_t best = -1;
+                        FOR_WINDOW(g, o0, o1, o2, idx, {
+                            double t = tsl_load(a->dtype, x, xb + idx);
+                            if (best < 0 || t > v || (isnan(t) && !isnan(v))) {
+                                v = t;
+                                best = idx;
+                            }
+                        });
+                        if (best >= 0)
+                            tsl_store(a->dtype, dx, xb + best,
+                                      tsl_load(a->dtype, dx, xb + best) + grad);
+                    } else {
+                        double share = grad / avg_divisor(a, &g, o0, o1, o2);
+                        FOR_WINDOW(g, o0, o1, o2, idx,
+                                   tsl_store(a->dtype, dx, xb + idx,
+                                             tsl_load(a->dtype, dx, xb + idx) + share));
+                    }
+                }
+    }
+}
+
+void tsl_upsample_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
+{
+    geom g = geometry(a);
+    for (int64_t pl = 0; pl < a->planes; pl++)
+        for (int64_t o0 = 0; o0 < g.out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g.out[1]; o1++)
+                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
+                    int64_t src = ((o0 / g.k[0]) * g.in[1] + o1 / g.k[1]) * g.in[2] + o2 / g.k[2];
+                    int64_t dst = (o0 * g.out[1] + o1) * g.out[2] + o2;
+                    tsl_store(a->dtype, y, pl * g.out_plane + dst,
+                              tsl_load(a->dtype, x, pl * g.in_plane + src));
+                }
+}
+
+void tsl_upsample_backward_kernel(const tsl_pool_args *a, const void *dy, void *dx)
+{
+    geom g = geometry(a);
+    for (int64_t i = 0; i < a->planes * g.in_plane; i++)
+        tsl_store(a->dtype, dx, i, 0.0);
+    for (int64_t pl = 0; pl < a->planes; pl++)
+        for (int64_t o0 = 0; o0 < g.out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g.out[1]; o1++)
+                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
+                    int64_t src = pl * g.in_plane +
+                                  ((o0 / g.k[0]) * g.in[1] + o1 / g.k[1]) * g.in[2] + o2 / g.k[2];
+                    int64_t dst = pl * g.out_plane + (o0 * g.out[1] + o1) * g.out[2] + o2;
+                    tsl_store(a->dtype, dx, src,
+                              tsl_load(a->dtype, dx, src) + tsl_load(a->dtype, dy, dst));
+                }
+}
+
+#define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+static void pool_forward_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_pool_forward_kernel(&a, BUF(0), BUF(1));
+}
+
+static void pool_backward_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_pool_backward_kernel(&a, BUF(0), BUF(1), BUF(2));
+}
+
+static void upsample_forward_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_upsample_forward_kernel(&a, BUF(0), BUF(1));
+}
+
+static void upsample_backward_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_upsample_backward_kernel(&a, BUF(0), BUF(1));
+}
+
+static struct starpu_perfmodel pool_fwd_model = {.type = STARPU_HISTORY_BASED,
+                                                 .symbol = "tsl_pool_fwd"};
+static struct starpu_perfmodel pool_bwd_model = {.type = STARPU_HISTORY_BASED,
+                                                 .symbol = "tsl_pool_bwd"};
+static struct starpu_perfmodel up_fwd_model = {.type = STARPU_HISTORY_BASED,
+                                               .symbol = "tsl_upsample_fwd"};
+static struct starpu_perfmodel up_bwd_model = {.type = STARPU_HISTORY_BASED,
+                                               .symbol = "tsl_upsample_bwd"};
+
+struct starpu_codelet tsl_cl_pool_forward = {
+    .cpu_funcs = {pool_forward_cpu},
+    .cpu_funcs_name = {"pool_forward_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &pool_fwd_model,
+    .name = "tsl_pool_fwd",
+};
+
+struct starpu_codelet tsl_cl_pool_backward = {
+    .cpu_funcs = {pool_backward_cpu},
+    .cpu_funcs_name = {"pool_backward_cpu"},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .model = &pool_bwd_model,
+    .name = "tsl_pool_bwd",
+};
+
+struct starpu_codelet tsl_cl_upsample_forward = {
+    .cpu_funcs = {upsample_forward_cpu},
+    .cpu_funcs_name = {"upsample_forward_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &up_fwd_model,
+    .name = "tsl_upsample_fwd",
+};
+
+struct starpu_codelet tsl_cl_upsample_backward = {
+    .cpu_funcs = {upsample_backward_cpu},
+    .cpu_funcs_name = {"upsample_backward_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &up_bwd_model,
+    .name = "tsl_upsample_bwd",
+};

@@ -1,0 +1,220 @@
+/* Pooling and nearest upsampling on tiled tensors: one task per tile of whole (sample,
+ * channel) planes. */
+#include <string.h>
+
+#include "../../codelets/pool.h"
+#include "../internal.h"
+#include "tessel/ops.h"
+
+tsl_status tsl_pool_params_init(tsl_pool_params *p, tsl_pool_kind kind, int32_t spatial,
+                                int64_t kernel)
+{
+    if (!p || spatial < 1 || spatial > 3 || kernel < 1 ||
+        (kind != TSL_POOL_MAX && kind != TSL_POOL_AVG))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_pool_params_init: NULL, unknown kind, %d spatial dimensions or "
+                         "kernel %lld",
+                         (int)spatial, (long long)kernel);
+    memset(p, 0, sizeof *p);
+    p->spatial = spatial;
+    p->kind = kind;
+    p->count_include_pad = 1;
+    for (int d = 0; d < spatial; d++)
+        p->kernel[d] = p->stride[d] = kernel;
+    return TSL_OK;
+}
+
+tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *p, tsl_shape *y)
+{
+    const char *fn = "pooling";
+    if (!x || !p || !y)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    tsl_status st = tsl_shape_check(x);
+    if (st)
+        return st;
+    if (p->spatial < 1 || p->spatial > 3 || (p->kind != TSL_POOL_MAX && p->kind != TSL_POOL_AVG))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad kind or spatial dimensions", fn);
+    if (x->ndim != p->spatial + 2)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: x needs %d dimensions, has %d", fn,
+                         p->spatial + 2, (int)x->ndim);
+    tsl_shape out = *x;
+    for (int d = 0; d < p->spatial; d++) {
+        if (p->kernel[d] < 1 || p->stride[d] < 1 || p->padding[d] < 0 ||
+            2 * p->padding[d] > p->kernel[d])
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: dimension %d needs kernel >= 1, stride >= 1 and 0 <= padding "
+                             "<= kernel / 2",
+                             fn, d);
+        int64_t room = x->dims[2 + d] + 2 * p->padding[d];
+        if (p->kernel[d] > room)
+            return tsl_error(NULL, TSL_ERR_SHAPE,
+                             "%s: kernel %lld larger than the padded input (%lld) along "
+                             "dimension %d",
+                             fn, (long long)p->kernel[d], (long long)room, d);
+        out.dims[2 + d] = (room - p->kernel[d]) / p->stride[d] + 1;
+    }
+    *y = out;
+    return TSL_OK;
+}
+
+/* x and y: same context and dtype (float), y of shape `want`, both cut along N and C only,
+ * with the same splits. */
+static tsl_status check_planes(tsl_tensor_t x, tsl_tensor_t y, const tsl_shape *want,
+                               const char *fn)
+{
+    tsl_status st = tsl_tensor_check(x, fn);
+    if (st || (st = tsl_tensor_check(y, fn)) || (st = tsl_tensor_check_float(x, fn)))
+        return st;
+    struct tsl_context *ctx = x->ctx;
+    if (y->ctx != ctx || y->dtype != x->dtype)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: x and y differ in context or dtype", fn);
+    if (y == x)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: the output may not overwrite the input",
+                         fn);
+    if (y->shape.ndim != want->ndim || memcmp(y->shape.dims, want->dims, sizeof want->dims))
+        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: the output has the wrong shape", fn);
+    for (int d = 2; d < x->shape.ndim; d++)
+        if (x->grid.splits[d] != 1 || y->grid.splits[d] != 1)
+            return tsl_error(ctx, TSL_ERR_SHAPE,
+                             "%s: spatial dimensions may not be split yet (halo exchange)", fn);
+    if (x->grid.splits[0] != y->grid.splits[0] || x->grid.splits[1] != y->grid.splits[1])
+        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: x and y need the same N and C tiles", fn);
+    return TSL_OK;
+}
+
+static tsl_pool_args args_of(tsl_tensor_t x, tsl_tensor_t y, int spatial)
+{
+    tsl_pool_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = x->dtype;
+    a.spatial = spatial;
+    for (int d = 0; d < spatial; d++) {
+        a.in_size[d] = x->shape.dims[2 + d];
+        a.out_size[d] = y->shape.dims[2 + d];
+    }
+    return a;
+}
+
+/* One task per tile over (in, out[, extra]) with per-tile plane counts. */
+static tsl_status per_tile(struct starpu_codelet *cl, tsl_pool_args a, tsl_tensor_t planes_of,
+                           int n, tsl_tensor_t *tensors, const enum starpu_data_access_mode *modes)
+{
+    for (int64_t i = 0; i < planes_of->ntiles; i++) {
+        int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+        tsl_tensor_tile_box(planes_of, i, start, extent);
+        a.planes = extent[0] * extent[1];
+        tsl_task_desc desc = {.codelet = cl,
+                              .args = &a,
+                              .args_size = sizeof a,
+                              .nhandles = n,
+                              .flops = (double)tsl_tensor_tile_numel(tensors[n - 1], i)};
+        for (int k = 0; k < n; k++) {
+            desc.handles[k] = tensors[k]->handles[i];
+            desc.modes[k] = modes[k];
+        }
+        tsl_status st = tsl_task_submit(planes_of->ctx, &desc);
+        if (st)
+            return st;
+        for (int k = 0; k < n - 1; k++)
+            if (tensors[k]->tile_owner[i] != tensors[n - 1]->tile_owner[i])
+                starpu_mpi_cache_flush(planes_of->ctx->comm, tensors[k]->handles[i]);
+    }
+    return TSL_OK;
+}
+
+static void fill_pool(tsl_pool_args *a, const tsl_pool_params *p)
+{
+    a->kind = p->kind;
+    a->count_include_pad = p->count_include_pad;
+    for (int d = 0; d < p->spatial; d++) {
+        a->kernel[d] = p->kernel[d];
+        a->stride[d] = p->stride[d];
+        a->padding[d] = p->padding[d];
+    }
+}
+
+tsl_status tsl_pool_forward(const tsl_pool_params *p, tsl_tensor_t x, tsl_tensor_t y)
+{
+    const char *fn = "tsl_pool_forward";
+    tsl_status st = tsl_tensor_check(x, fn);
+    if (st)
+        return st;
+    tsl_shape want;
+    if ((st = tsl_pool_output_shape(&x->shape, p, &want)))
+        return tsl_error(x->ctx, st, "%s", tsl_last_error());
+    if ((st = check_planes(x, y, &want, fn)))
+        return st;
+    tsl_pool_args a = args_of(x, y, p->spatial);
+    fill_pool(&a, p);
+    tsl_tensor_t t[2] = {x, y};
+    enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
+    return per_tile(&tsl_cl_pool_forward, a, x, 2, t, m);
+}
+
+tsl_status tsl_pool_backward(const tsl_pool_params *p, tsl_tensor_t x, tsl_tensor_t dy,
+                             tsl_tensor_t dx)
+{
+    const char *fn = "tsl_pool_backward";
+    tsl_status st = tsl_tensor_check(x, fn);
+    if (st || (st = tsl_tensor_check(dx, fn)))
+        return st;
+    tsl_shape want;
+    if ((st = tsl_pool_output_shape(&x->shape, p, &want)))
+        return tsl_error(x->ctx, st, "%s", tsl_last_error());
+    if ((st = check_planes(x, dy, &want, fn)) || (st = tsl_tensor_check_same_layout(dx, x, fn)))
+        return st;
+    if (dx == x || dx == dy)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: dx may not overwrite an input", fn);
+    tsl_pool_args a = args_of(x, dy, p->spatial);
+    fill_pool(&a, p);
+    tsl_tensor_t t[3] = {x, dy, dx};
+    enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
+    return per_tile(&tsl_cl_pool_backward, a, x, 3, t, m);
+}
+
+/* The shape x upsampled by `scale`. */
+static tsl_status upsampled(tsl_tensor_t x, const int64_t *scale, tsl_shape *out, const char *fn)
+{
+    if (!scale)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: scale is NULL", fn);
+    if (x->shape.ndim < 3 || x->shape.ndim > 5)
+        return tsl_error(x->ctx, TSL_ERR_SHAPE, "%s: x needs 1 to 3 spatial dimensions", fn);
+    *out = x->shape;
+    for (int d = 2; d < x->shape.ndim; d++) {
+        if (scale[d - 2] < 1 || scale[d - 2] > (int64_t)1 << 20)
+            return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: scale %lld out of range", fn,
+                             (long long)scale[d - 2]);
+        out->dims[d] *= scale[d - 2];
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y)
+{
+    const char *fn = "tsl_upsample_nearest_forward";
+    tsl_status st = tsl_tensor_check(x, fn);
+    tsl_shape want;
+    if (st || (st = upsampled(x, scale, &want, fn)) || (st = check_planes(x, y, &want, fn)))
+        return st;
+    tsl_pool_args a = args_of(x, y, x->shape.ndim - 2);
+    for (int d = 0; d < a.spatial; d++)
+        a.kernel[d] = scale[d];
+    tsl_tensor_t t[2] = {x, y};
+    enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
+    return per_tile(&tsl_cl_upsample_forward, a, x, 2, t, m);
+}
+
+tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx)
+{
+    const char *fn = "tsl_upsample_nearest_backward";
+    tsl_status st = tsl_tensor_check(dx, fn);
+    tsl_shape want;
+    if (st || (st = upsampled(dx, scale, &want, fn)) || (st = check_planes(dx, dy, &want, fn)))
+        return st;
+    tsl_pool_args a = args_of(dx, dy, dx->shape.ndim - 2);
+    for (int d = 0; d < a.spatial; d++)
+        a.kernel[d] = scale[d];
+    tsl_tensor_t t[2] = {dy, dx};
+    enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
+    return per_tile(&tsl_cl_upsample_backward, a, dx, 2, t, m);
+}
