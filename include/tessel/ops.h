@@ -1,8 +1,8 @@
 /**
  * @file ops.h
- * @brief Network operators on tiled tensors, lowered to tile tasks: convolutions,
- *        activations, batch normalization, fully connected layers, channel concatenation,
- *        losses and optimizer updates (pooling and upsampling follow).
+ * @brief Network operators on tiled tensors, lowered to tile tasks: convolutions and
+ *        transposed convolutions, pooling, upsampling, activations, batch normalization,
+ *        fully connected layers, channel concatenation, losses and optimizer updates.
  *
  * Every call is collective over the tensors' context, submits one task per tile on the
  * owner of the tile it writes, and returns without waiting (losses wait for their value). Tensors
