@@ -79,6 +79,156 @@ void tsl_loss_tile(const tsl_loss_args *a, const void *x, const void *target, vo
         mse(a, x, target, grad, acc);
 }
 
+/* Softmax over classes at one position into p[C]; returns 0 for a bad label. */
+static int softmax_at(const tsl_loss_args *a, const void *x, const void *labels, int64_t s,
+                      int64_t v, double *p, int64_t *label)
+{
+    const int64_t C = a->classes, inner = a->inner, base = s * C * inner + v;
+    *label = load_label(a->label_dtype, labels, s * inner + v);
+    double top = -INFINITY, total = 0;
+    for (int64_t c = 0; c < C; c++)
+        top = fmax(top, tsl_load(a->dtype, x, base + c * inner));
+    for (int64_t c = 0; c < C; c++) {
+        p[c] = exp(tsl_load(a->dtype, x, base + c * inner) - top);
+        total += p[c];
+    }
+    for (int64_t c = 0; c < C; c++)
+        p[c] /= total;
+    return *label >= 0 && *label < C;
+}
+
+#define DICE_MAX_CLASSES 1024
+
+void tsl_dice_stats_tile(const tsl_loss_args *a, const void *x, const void *labels, tsl_acc *acc)
+{
+    double p[DICE_MAX_CLASSES];
+    TSL_CODELET_CHECK(a->classes <= DICE_MAX_CLASSES, "dice: too many classes");
+    for (int64_t k = 0; k < 3 * a->classes; k++)
+        tsl_acc_init(&acc[k]);
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t v = 0; v < a->inner; v++) {
+            int64_t label;
+            if (!softmax_at(a, x, labels, s, v, p, &label)) {
+                acc[0].flagged++;
+                continue;
+            }
+            for (int64_t c = 0; c < a->classes; c++)
+                tsl_acc_add(&acc[3 * c + 1], p[c]);
+            tsl_acc_add(&acc[3 * label], p[label]);
+            tsl_acc_add(&acc[3 * label + 2], 1.0);
+        }
+    for (int64_t k = 0; k < 3 * a->classes; k++)
+        tsl_acc_normalize(&acc[k]);
+}
+
+void tsl_dice_coef(const tsl_loss_args *a, const tsl_acc *acc, double *coef)
+{
+    const double C = (double)a->classes;
+    for (int64_t c = 0; c < a->classes; c++) {
+        double inter = tsl_acc_round(&acc[3 * c]);
+        double S = tsl_acc_round(&acc[3 * c + 1]) + tsl_acc_round(&acc[3 * c + 2]) + a->smooth;
+        coef[c] = -2.0 / (C * S);
+        coef[a->classes + c] = (2.0 * inter + a->smooth) / (C * S * S);
+    }
+}
+
+double tsl_dice_loss(const tsl_loss_args *a, const tsl_acc *acc)
+{
+    double mean = 0;
+    for (int64_t c = 0; c < a->classes; c++) {
+        double inter = tsl_acc_round(&acc[3 * c]);
+        double S = tsl_acc_round(&acc[3 * c + 1]) + tsl_acc_round(&acc[3 * c + 2]) + a->smooth;
+        mean += (2.0 * inter + a->smooth) / S;
+    }
+    return 1.0 - mean / (double)a->classes;
+}
+
+void tsl_dice_grad_tile(const tsl_loss_args *a, const void *x, const void *labels,
+                        const double *coef, void *grad)
+{
+    double p[DICE_MAX_CLASSES];
+    TSL_CODELET_CHECK(a->classes <= DICE_MAX_CLASSES, "dice: too many classes");
+    const int64_t C = a->classes, inner = a->inner;
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t v = 0; v < inner; v++) {
+            int64_t label, base = s * C * inner + v;
+            if (!softmax_at(a, x, labels, s, v, p, &label)) {
+                for (int64_t c = 0; c < C; c++)
+                    tsl_store(a->dtype, grad, base + c * inner, 0.0);
+                continue;
+            }
+            /* dloss/dp_c, then through the softmax: dz_c = p_c (dp_c - sum_k p_k dp_k). */
+            double dot = 0;
+            for (int64_t c = 0; c < C; c++)
+                dot += p[c] * (coef[c] * (c == label) + coef[C + c]);
+            for (int64_t c = 0; c < C; c++) {
+                double dp = coef[c] * (c == label) + coef[C + c];
+                tsl_store(a->dtype, grad, base + c * inner, p[c] * (dp - dot));
+            }
+        }
+}
+
+static void dice_stats_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_loss_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_dice_stats_tile(&a, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                        (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
+                        (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[2]));
+}
+
+static void dice_coef_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_loss_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_dice_coef(&a, (const tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                  (double *)STARPU_VECTOR_GET_PTR(buffers[1]));
+}
+
+static void dice_grad_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_loss_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_dice_grad_tile(&a, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                       (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
+                       (const double *)STARPU_VECTOR_GET_PTR(buffers[2]),
+                       (void *)STARPU_VECTOR_GET_PTR(buffers[3]));
+}
+
+static struct starpu_perfmodel dice_stats_model = {.type = STARPU_HISTORY_BASED,
+                                                   .symbol = "tsl_dice_stats"};
+static struct starpu_perfmodel dice_coef_model = {.type = STARPU_HISTORY_BASED,
+                                                  .symbol = "tsl_dice_coef"};
+static struct starpu_perfmodel dice_grad_model = {.type = STARPU_HISTORY_BASED,
+                                                  .symbol = "tsl_dice_grad"};
+
+struct starpu_codelet tsl_cl_dice_stats = {
+    .cpu_funcs = {dice_stats_cpu},
+    .cpu_funcs_name = {"dice_stats_cpu"},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .model = &dice_stats_model,
+    .name = "tsl_dice_stats",
+};
+
+struct starpu_codelet tsl_cl_dice_coef = {
+    .cpu_funcs = {dice_coef_cpu},
+    .cpu_funcs_name = {"dice_coef_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &dice_coef_model,
+    .name = "tsl_dice_coef",
+};
+
+struct starpu_codelet tsl_cl_dice_grad = {
+    .cpu_funcs = {dice_grad_cpu},
+    .cpu_funcs_name = {"dice_grad_cpu"},
+    .nbuffers = 4,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .model = &dice_grad_model,
+    .name = "tsl_dice_grad",
+};
+
 static void loss_cpu(void *buffers[], void *cl_arg)
 {
     tsl_loss_args a;

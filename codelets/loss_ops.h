@@ -20,6 +20,7 @@ typedef struct tsl_loss_args {
     int64_t classes;     /* C (cross-entropy); MSE: elements per sample / inner */
     int64_t inner;       /* positions per sample and class (product of spatial extents) */
     double scale;        /* gradient factor: 1 / positions of the whole tensor */
+    double smooth;       /* soft Dice: added to numerator and denominator */
 } tsl_loss_args;
 
 /* Add the tile's per-position losses to `acc` exactly; write the gradient if grad != NULL.
@@ -28,5 +29,23 @@ void tsl_loss_tile(const tsl_loss_args *args, const void *x, const void *target,
                    tsl_acc *acc);
 
 extern struct starpu_codelet tsl_cl_loss;
+
+/* Soft Dice, per class c over every sample and position: I_c = sum p g, P_c = sum p,
+ * G_c = sum g, with p = softmax over classes and g = onehot(label). acc holds 3C
+ * accumulators (I, P, G for each class in turn); bad labels count in acc[0].flagged. */
+void tsl_dice_stats_tile(const tsl_loss_args *args, const void *x, const void *labels,
+                         tsl_acc *acc);
+/* From the totals: coef[c] = -2 / (C S_c), coef[C + c] = (2 I_c + smooth) / (C S_c^2) with
+ * S_c = P_c + G_c + smooth, so that dloss/dp = coef[c] g + coef[C + c]. */
+void tsl_dice_coef(const tsl_loss_args *args, const tsl_acc *acc, double *coef);
+/* loss = 1 - mean over classes of (2 I_c + smooth) / S_c. */
+double tsl_dice_loss(const tsl_loss_args *args, const tsl_acc *acc);
+/* Gradient of the loss with respect to the logits, through the softmax. */
+void tsl_dice_grad_tile(const tsl_loss_args *args, const void *x, const void *labels,
+                        const double *coef, void *grad);
+
+extern struct starpu_codelet tsl_cl_dice_stats; /* R x, R labels, W acc */
+extern struct starpu_codelet tsl_cl_dice_coef;  /* R acc, W coef */
+extern struct starpu_codelet tsl_cl_dice_grad;  /* R x, R labels, R coef, W grad */
 
 #endif /* TESSEL_CODELETS_LOSS_OPS_H */

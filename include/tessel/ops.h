@@ -63,6 +63,16 @@ tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_
                                   double *loss);
 
 /**
+ * @brief Soft Dice loss for segmentation, over the whole batch: with p = softmax of the
+ * logits over classes and g = onehot(labels), per class I = sum p g and S = sum p + sum g +
+ * smooth over every sample and position; loss = 1 - mean over classes of (2 I + smooth) / S.
+ * Layouts as tsl_loss_cross_entropy(); the sums are exact, so the loss and @p dlogits (when
+ * not NULL) are the same for every tiling and rank count. At most 1024 classes.
+ */
+tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                         double smooth, double *loss);
+
+/**
  * @brief Mean squared error between @p x and @p target (same layout; owners may differ),
  * summed exactly like the cross-entropy, and its gradient 2 (x - target) / numel into
  * @p dx when not NULL. Waits for the loss.

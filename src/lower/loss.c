@@ -1,5 +1,6 @@
 /* Losses on tiled tensors: one task per tile computes the tile's losses into an exact
  * accumulator and its part of the gradient; a merge tree gives the mean on every rank. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,10 +83,11 @@ static tsl_status check_common(tsl_tensor_t x, tsl_tensor_t grad, double *loss, 
     return TSL_OK;
 }
 
-tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
-                                  double *loss)
+/* Logits (N, C, spatial...) with C unsplit; labels (N, spatial...) of an integer dtype,
+ * tiled like the logits without C. */
+static tsl_status check_labels(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                               double *loss, const char *fn)
 {
-    const char *fn = "tsl_loss_cross_entropy";
     tsl_status st = check_common(logits, dlogits, loss, fn);
     if (st || (st = tsl_tensor_check(labels, fn)))
         return st;
@@ -113,6 +115,17 @@ tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_
     if (!ok)
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: labels must be tiled like the logits (without C)",
                          fn);
+    return TSL_OK;
+}
+
+tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                                  double *loss)
+{
+    const char *fn = "tsl_loss_cross_entropy";
+    tsl_status st = check_labels(logits, labels, dlogits, loss, fn);
+    if (st)
+        return st;
+    const tsl_shape *ls = &logits->shape;
     loss_plan p;
     memset(&p, 0, sizeof p);
     p.args.kind = TSL_LOSS_CROSS_ENTROPY;
@@ -145,4 +158,109 @@ tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, do
     p.target = target;
     p.grad = dx;
     return run(&p, tsl_shape_numel(&x->shape), loss, fn);
+}
+
+typedef struct dice_job {
+    tsl_loss_args args;
+    tsl_tensor_t x, labels;
+} dice_job;
+
+static tsl_loss_args dice_tile_args(const dice_job *job, int64_t tile)
+{
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(job->x, tile, start, extent);
+    tsl_loss_args a = job->args;
+    a.samples = extent[0];
+    a.inner = 1;
+    for (int d = 2; d < job->x->shape.ndim; d++)
+        a.inner *= extent[d];
+    return a;
+}
+
+static tsl_status dice_stats(int64_t tile, starpu_data_handle_t acc, void *user)
+{
+    dice_job *job = user;
+    tsl_loss_args a = dice_tile_args(job, tile);
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_dice_stats,
+        .args = &a,
+        .args_size = sizeof a,
+        .nhandles = 3,
+        .handles = {job->x->handles[tile], job->labels->handles[tile], acc},
+        .modes = {STARPU_R, STARPU_R, STARPU_W},
+        .flops = 8.0 * (double)tsl_tensor_tile_numel(job->x, tile),
+    };
+    return tsl_task_submit(job->x->ctx, &desc);
+}
+
+tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                         double smooth, double *loss)
+{
+    const char *fn = "tsl_loss_dice";
+    tsl_status st = check_labels(logits, labels, dlogits, loss, fn);
+    if (st)
+        return st;
+    struct tsl_context *ctx = logits->ctx;
+    if (!(smooth >= 0) || !isfinite(smooth))
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: smooth %g must be finite and >= 0", fn,
+                         smooth);
+    const int64_t C = logits->shape.dims[1];
+    if (C > 1024)
+        return tsl_error(ctx, TSL_ERR_UNSUPPORTED, "%s: more than 1024 classes", fn);
+    dice_job job;
+    memset(&job, 0, sizeof job);
+    job.args.kind = TSL_LOSS_CROSS_ENTROPY; /* same tile geometry */
+    job.args.dtype = logits->dtype;
+    job.args.label_dtype = labels->dtype;
+    job.args.classes = C;
+    job.args.smooth = smooth;
+    job.x = logits;
+    job.labels = labels;
+    starpu_data_handle_t total, coef = NULL;
+    if ((st = tsl_acc_tree_submit(ctx, logits->ntiles, logits->tile_owner, 3 * C, dice_stats, &job,
+                                  &total)))
+        return st;
+    if (dlogits) {
+        st = tsl_temp_handle_register(ctx, 2 * C, sizeof(double), dlogits->tile_owner[0], &coef);
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_dice_coef,
+            .args = &job.args,
+            .args_size = sizeof job.args,
+            .nhandles = 2,
+            .handles = {total, coef},
+            .modes = {STARPU_R, STARPU_W},
+        };
+        if (!st)
+            st = tsl_task_submit(ctx, &desc);
+        for (int64_t i = 0; i < logits->ntiles && !st; i++) {
+            tsl_loss_args a = dice_tile_args(&job, i);
+            tsl_task_desc g = {
+                .codelet = &tsl_cl_dice_grad,
+                .args = &a,
+                .args_size = sizeof a,
+                .nhandles = 4,
+                .handles = {logits->handles[i], labels->handles[i], coef, dlogits->handles[i]},
+                .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+                .flops = 10.0 * (double)tsl_tensor_tile_numel(logits, i),
+            };
+            st = tsl_task_submit(ctx, &g);
+        }
+        if (coef)
+            tsl_temp_handle_release(ctx, coef);
+    }
+    if (!st) {
+        starpu_mpi_get_data_on_all_nodes_detached(ctx->comm, total);
+        starpu_data_acquire(total, STARPU_R);
+        const tsl_acc *acc = starpu_data_get_local_ptr(total);
+        int64_t flagged = acc[0].flagged;
+        double value = tsl_dice_loss(&job.args, acc);
+        starpu_data_release(total);
+        if (flagged)
+            st = tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: %lld labels outside [0, %lld)", fn,
+                           (long long)flagged, (long long)C);
+        else
+            *loss = value;
+    }
+    tsl_temp_handle_release(ctx, total);
+    return st;
 }

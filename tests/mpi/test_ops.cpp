@@ -802,3 +802,38 @@ TEST(Pooling, SampleAndChannelTilingsAreExact)
     tsl_tensor_destroy(xs);
     tsl_tensor_destroy(ys);
 }
+
+TEST(Losses, SoftDiceIsBitIdenticalOnEveryLayout)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
+    double ref = NAN;
+    std::vector<float> ref_grad;
+    for (std::vector<int32_t> g :
+         {std::vector<int32_t>{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 1, 3, 2}, {2, 1, 2, 3}}) {
+        std::vector<int32_t> lg = {g[0], g[2], g[3]};
+        tsl_tensor_t x = make_tensor(TSL_F32, {2, 4, 9, 7}, g, rev);
+        tsl_tensor_t y = make_tensor(TSL_U8, {2, 9, 7}, lg, block);
+        tsl_tensor_t dx = make_tensor(TSL_F32, {2, 4, 9, 7}, g, block);
+        ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 110, 0, 2), TSL_OK);
+        ASSERT_EQ(tsl_tensor_fill_uniform(y, seed + 111, 0, 4), TSL_OK);
+        double loss = NAN;
+        ASSERT_EQ(tsl_loss_dice(x, y, dx, 1e-5, &loss), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_GT(loss, 0.0);
+        EXPECT_LT(loss, 1.0);
+        std::vector<float> grad(2 * 4 * 9 * 7, NAN);
+        ASSERT_EQ(tsl_tensor_gather(dx, 0, rank == 0 ? grad.data() : nullptr), TSL_OK);
+        if (std::isnan(ref)) {
+            ref = loss;
+            ref_grad = grad;
+        } else {
+            EXPECT_EQ(loss, ref) << g[0] << "x" << g[2] << "x" << g[3];
+            if (rank == 0)
+                EXPECT_EQ(grad, ref_grad) << g[0] << "x" << g[2] << "x" << g[3];
+        }
+        ASSERT_EQ(tsl_tensor_fill_constant(y, 4), TSL_OK); // class 4 of 4: out of range
+        EXPECT_EQ(tsl_loss_dice(x, y, nullptr, 1e-5, &loss), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_loss_dice(x, y, nullptr, -1.0, &loss), TSL_ERR_INVALID_ARG);
+        for (tsl_tensor_t t : {x, y, dx})
+            tsl_tensor_destroy(t);
+    }
+}

@@ -123,3 +123,69 @@ TEST(LossKernel, MseValueAndGradient)
     for (size_t i = 0; i < x.size(); i++)
         EXPECT_NEAR(grad[i], 2 * (x[i] - t[i]) / 37, 1e-16);
 }
+
+namespace
+{
+
+double dice_value(tsl_loss_args a, const std::vector<double> &x, const std::vector<int32_t> &y)
+{
+    std::vector<tsl_acc> acc((size_t)(3 * a.classes));
+    tsl_dice_stats_tile(&a, x.data(), y.data(), acc.data());
+    EXPECT_EQ(acc[0].flagged, 0);
+    return tsl_dice_loss(&a, acc.data());
+}
+
+} // namespace
+
+TEST(LossKernel, SoftDiceValueAndGradient)
+{
+    std::mt19937_64 rng(79);
+    std::normal_distribution<double> n01(0, 1.5);
+    const int64_t n = 2, C = 3, inner = 6;
+    std::vector<double> x(n * C * inner);
+    std::vector<int32_t> y(n * inner);
+    for (auto &v : x)
+        v = n01(rng);
+    for (auto &v : y)
+        v = (int32_t)(rng() % C);
+    tsl_loss_args a{};
+    a.dtype = TSL_F64;
+    a.label_dtype = TSL_I32;
+    a.samples = n;
+    a.classes = C;
+    a.inner = inner;
+    a.smooth = 1e-5;
+    // Reference in long double.
+    long double I[3] = {0, 0, 0}, P[3] = {0, 0, 0}, G[3] = {0, 0, 0};
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t v = 0; v < inner; v++) {
+            long double z = 0, e[3];
+            for (int64_t c = 0; c < C; c++)
+                z += e[c] = std::exp((long double)x[(s * C + c) * inner + v]);
+            for (int64_t c = 0; c < C; c++) {
+                long double p = e[c] / z, g = y[s * inner + v] == c;
+                I[c] += p * g;
+                P[c] += p;
+                G[c] += g;
+            }
+        }
+    long double mean = 0;
+    for (int c = 0; c < 3; c++)
+        mean += (2 * I[c] + 1e-5L) / (P[c] + G[c] + 1e-5L);
+    double loss = dice_value(a, x, y);
+    EXPECT_NEAR(loss, (double)(1 - mean / 3), 1e-14);
+    // Gradient.
+    std::vector<tsl_acc> acc(3 * C);
+    tsl_dice_stats_tile(&a, x.data(), y.data(), acc.data());
+    std::vector<double> coef(2 * C), grad(x.size(), NAN);
+    tsl_dice_coef(&a, acc.data(), coef.data());
+    tsl_dice_grad_tile(&a, x.data(), y.data(), coef.data(), grad.data());
+    const double h = 1e-6;
+    for (size_t i = 0; i < x.size(); i++) {
+        auto xp = x, xm = x;
+        xp[i] += h;
+        xm[i] -= h;
+        double fd = (dice_value(a, xp, y) - dice_value(a, xm, y)) / (2 * h);
+        ASSERT_NEAR(grad[i], fd, 1e-8) << "element " << i;
+    }
+}
