@@ -23,10 +23,10 @@ tsl_status tsl_conv_params_init(tsl_conv_params *p, int32_t spatial)
     return TSL_OK;
 }
 
-tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w, const tsl_conv_params *p,
-                                 tsl_shape *y)
+/* Arguments present, shapes valid, ranks that fit the number of spatial dimensions. */
+static tsl_status check_shapes(const tsl_shape *x, const tsl_shape *w, const tsl_conv_params *p,
+                               const tsl_shape *y, const char *fn)
 {
-    const char *fn = "convolution";
     if (!x || !w || !p || !y)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_status st = tsl_shape_check(x);
@@ -40,6 +40,17 @@ tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w, const t
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "%s: x and w need %d dimensions for a %d-D convolution (have %d, %d)", fn,
                          sp + 2, sp, (int)x->ndim, (int)w->ndim);
+    return TSL_OK;
+}
+
+tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w, const tsl_conv_params *p,
+                                 tsl_shape *y)
+{
+    const char *fn = "convolution";
+    tsl_status st = check_shapes(x, w, p, y, fn);
+    if (st)
+        return st;
+    int sp = p->spatial;
     if (p->groups < 1 || x->dims[1] % p->groups || w->dims[0] % p->groups)
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "%s: %lld groups must divide the %lld input and %lld output channels", fn,
@@ -75,19 +86,10 @@ tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *
                                            const tsl_conv_params *p, tsl_shape *y)
 {
     const char *fn = "transposed convolution";
-    if (!x || !w || !p || !y)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
-    tsl_status st = tsl_shape_check(x);
-    if (st || (st = tsl_shape_check(w)))
+    tsl_status st = check_shapes(x, w, p, y, fn);
+    if (st)
         return st;
     int sp = p->spatial;
-    if (sp < 1 || sp > 3)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d spatial dimensions (want 1 to 3)", fn,
-                         sp);
-    if (x->ndim != sp + 2 || w->ndim != sp + 2)
-        return tsl_error(NULL, TSL_ERR_SHAPE,
-                         "%s: x and w need %d dimensions for a %d-D convolution (have %d, %d)", fn,
-                         sp + 2, sp, (int)x->ndim, (int)w->ndim);
     if (p->groups < 1 || x->dims[1] % p->groups || w->dims[0] != x->dims[1])
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "%s: weights (%lld, ...) must take the %lld input channels, in %lld "
