@@ -143,6 +143,16 @@ tsl_status tsl_param_gradients(struct tsl_tensor *x, struct tsl_tensor *dy, stru
                                struct tsl_tensor *db, tsl_partial_grad_fn submit_partial,
                                void *user);
 
+/* Writes the arguments of sample tile `tile` into `args`; returns the tile's flop count. */
+typedef double (*tsl_tile_args_fn)(int64_t tile, void *args, void *user);
+
+/* Forward of a sample-tiled op with parameters: per tile of x (and y, tiled alike), one task
+ * reading x, w (one tile) and b (one tile, or NULL) and writing y, with the arguments `fill`
+ * writes into `args` (src/lower/param_grads.c). */
+tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, struct tsl_tensor *x,
+                                struct tsl_tensor *w, struct tsl_tensor *b, struct tsl_tensor *y,
+                                void *args, size_t args_size, tsl_tile_args_fn fill, void *user);
+
 /* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
  * (StarPU allocates it where a task first needs it). */
 tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,

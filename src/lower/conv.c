@@ -187,6 +187,14 @@ static int64_t tile_samples(tsl_tensor_t x, int64_t tile)
     return extent[0];
 }
 
+/* Forward arguments of sample tile `tile`: the shared ones with this tile's sample count. */
+static double conv_tile_args(int64_t tile, void *args, void *user)
+{
+    tsl_conv_args *a = args;
+    a->samples = tile_samples(user, tile);
+    return conv_flops(a);
+}
+
 static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
                           tsl_tensor_t b, tsl_tensor_t y, const char *fn)
 {
@@ -196,26 +204,7 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t
         return st;
     if (y == x)
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
-    for (int64_t i = 0; i < x->ntiles && !st; i++) {
-        a.samples = tile_samples(x, i);
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_conv_forward,
-            .args = &a,
-            .args_size = sizeof a,
-            .nhandles = b ? 4 : 3,
-            .handles = {x->handles[i], w->handles[0], b ? b->handles[0] : y->handles[i],
-                        y->handles[i]},
-            .modes = {STARPU_R, STARPU_R, b ? STARPU_R : STARPU_W, STARPU_W},
-            .flops = conv_flops(&a),
-        };
-        st = tsl_task_submit(x->ctx, &desc);
-        if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(x->ctx->comm, x->handles[i]);
-    }
-    starpu_mpi_cache_flush(x->ctx->comm, w->handles[0]);
-    if (b)
-        starpu_mpi_cache_flush(x->ctx->comm, b->handles[0]);
-    return st;
+    return tsl_weighted_forward(&tsl_cl_conv_forward, x, w, b, y, &a, sizeof a, conv_tile_args, x);
 }
 
 typedef struct conv_grads {

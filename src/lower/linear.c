@@ -76,6 +76,19 @@ static tsl_linear_args args_for(tsl_tensor_t x, tsl_tensor_t w, int64_t tile, in
     return a;
 }
 
+typedef struct linear_forward_job {
+    tsl_tensor_t x, w;
+    int has_bias;
+} linear_forward_job;
+
+static double linear_tile_args(int64_t tile, void *args, void *user)
+{
+    linear_forward_job *job = user;
+    tsl_linear_args *a = args;
+    *a = args_for(job->x, job->w, tile, job->has_bias);
+    return 2.0 * (double)(a->rows * a->in * a->out);
+}
+
 tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y)
 {
     const char *fn = "tsl_linear_forward";
@@ -84,27 +97,10 @@ tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, ts
         return st;
     if (y == x)
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
-    for (int64_t i = 0; i < x->ntiles; i++) {
-        tsl_linear_args a = args_for(x, w, i, b != NULL);
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_linear_forward,
-            .args = &a,
-            .args_size = sizeof a,
-            .nhandles = b ? 4 : 3,
-            .handles = {x->handles[i], w->handles[0], b ? b->handles[0] : y->handles[i],
-                        y->handles[i]},
-            .modes = {STARPU_R, STARPU_R, b ? STARPU_R : STARPU_W, STARPU_W},
-            .flops = 2.0 * (double)(a.rows * a.in * a.out),
-        };
-        if ((st = tsl_task_submit(x->ctx, &desc)))
-            return st;
-        if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(x->ctx->comm, x->handles[i]);
-    }
-    starpu_mpi_cache_flush(x->ctx->comm, w->handles[0]);
-    if (b)
-        starpu_mpi_cache_flush(x->ctx->comm, b->handles[0]);
-    return TSL_OK;
+    linear_forward_job job = {x, w, b != NULL};
+    tsl_linear_args a;
+    return tsl_weighted_forward(&tsl_cl_linear_forward, x, w, b, y, &a, sizeof a, linear_tile_args,
+                                &job);
 }
 
 /* dw = dy^T x and db = column sums of dy: one partial per sample tile, reduced by a tree. */

@@ -1,4 +1,7 @@
-/* Parameter gradients of sample-tiled ops (linear, convolution): each sample tile's task
+/* Sample-tiled ops with parameters (linear, convolution).
+ *
+ * Forward: one task per sample tile reading x, the weights and the optional bias, writing y.
+ * Parameter gradients: each sample tile's task
  * writes a partial dw (and db); the first tile's partial lands in dw and db themselves (the
  * task runs on their owner), the others in temporaries on their dy tile's owner; trees of
  * axpy tasks add them up. */
@@ -49,5 +52,31 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
         st = tsl_tree_sum_into(ctx, pb, x->ntiles, db->dtype, bcount, db->handles[0]);
     free(pw);
     free(pb);
+    return st;
+}
+
+tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, tsl_tensor_t x, tsl_tensor_t w,
+                                tsl_tensor_t b, tsl_tensor_t y, void *args, size_t args_size,
+                                tsl_tile_args_fn fill, void *user)
+{
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < x->ntiles && !st; i++) {
+        tsl_task_desc desc = {
+            .codelet = codelet,
+            .args = args,
+            .args_size = args_size,
+            .nhandles = b ? 4 : 3,
+            .handles = {x->handles[i], w->handles[0], b ? b->handles[0] : y->handles[i],
+                        y->handles[i]},
+            .modes = {STARPU_R, STARPU_R, b ? STARPU_R : STARPU_W, STARPU_W},
+            .flops = fill(i, args, user),
+        };
+        st = tsl_task_submit(x->ctx, &desc);
+        if (x->tile_owner[i] != y->tile_owner[i])
+            starpu_mpi_cache_flush(x->ctx->comm, x->handles[i]);
+    }
+    starpu_mpi_cache_flush(x->ctx->comm, w->handles[0]);
+    if (b)
+        starpu_mpi_cache_flush(x->ctx->comm, b->handles[0]);
     return st;
 }
