@@ -1,7 +1,9 @@
-/* Convolution on one tile of whole samples with oneDNN, plain layouts (oneDNN reorders
- * nothing: the primitives are created for plain memory). Primitives are cached per thread
- * (so per StarPU worker) and per problem, and every oneDNN status is checked. oneDNN runs
- * one thread inside a task (DESIGN rule 7). */
+/* Convolution on one tile of whole samples with oneDNN. Plain tiles: primitives created for
+ * plain memory, nothing is reordered. Channels-last tiles: the primitives pick their weights
+ * layout (the fast jit/brgemm kernels want blocked weights) and each call reorders the small
+ * plain weights into it, or the weight gradient out of it; activations are never reordered.
+ * Primitives are cached per thread (so per StarPU worker) and per problem, and every oneDNN
+ * status is checked. oneDNN runs one thread inside a task (DESIGN rule 7). */
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>
@@ -19,9 +21,12 @@ typedef struct cache_entry {
     tsl_conv_args key; /* has_bias included: it changes the primitives' arguments */
     int kind;
     dnnl_primitive_t prim;
-    dnnl_memory_t mem[4]; /* plain memories whose data handles are set per call */
+    dnnl_memory_t mem[4]; /* memories over the tiles, whose data handles are set per call */
     int nmem;
     int args[4];
+    int widx;                 /* index of the weights (or weight gradient) in mem */
+    dnnl_primitive_t reorder; /* NULL, or plain weights <-> wprim */
+    dnnl_memory_t wprim;      /* weights in the primitive's layout (owns its buffer) */
     struct cache_entry *next;
 } cache_entry;
 
@@ -42,6 +47,10 @@ static void cache_free(void *p)
         for (int i = 0; i < e->nmem; i++)
             dnnl_memory_destroy(e->mem[i]);
         dnnl_primitive_destroy(e->prim);
+        if (e->reorder) {
+            dnnl_primitive_destroy(e->reorder);
+            dnnl_memory_destroy(e->wprim);
+        }
         free(e);
     }
     dnnl_stream_destroy(c->stream);
@@ -76,7 +85,14 @@ static dnnl_format_tag_t plain(int ndims)
     return tags[ndims - 1];
 }
 
-/* Plain memory descriptors of the problem. */
+/* N, spatial..., C for 3 to 5 dimensions. */
+static dnnl_format_tag_t channels_last(int ndims)
+{
+    static const dnnl_format_tag_t tags[] = {dnnl_acb, dnnl_acdb, dnnl_acdeb};
+    return tags[ndims - 3];
+}
+
+/* Memory descriptors of the tiles (activations in the tile layout, weights plain). */
 static void descs(const tsl_conv_args *a, dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei,
                   dnnl_memory_desc_t *bias, dnnl_memory_desc_t *dst)
 {
@@ -93,8 +109,9 @@ static void descs(const tsl_conv_args *a, dnnl_memory_desc_t *src, dnnl_memory_d
         dd[2 + d] = a->out_size[d];
         wd[wn++] = a->kernel[d];
     }
-    DNNL_OK(dnnl_memory_desc_init_by_tag(src, nd, sd, dnnl_f32, plain(nd)));
-    DNNL_OK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dnnl_f32, plain(nd)));
+    dnnl_format_tag_t act = a->channels_last ? channels_last(nd) : plain(nd);
+    DNNL_OK(dnnl_memory_desc_init_by_tag(src, nd, sd, dnnl_f32, act));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dnnl_f32, act));
     if (a->transposed) {
         /* oneDNN orders the dims (G,) O, I, k...; PyTorch stores (G,) I, O, k... */
         static const dnnl_format_tag_t plain_io[] = {dnnl_bac, dnnl_bacd, dnnl_bacde};
@@ -134,8 +151,12 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
     TSL_CODELET_CHECK(e, "conv: out of memory");
     e->key = *a;
     e->kind = kind;
-    dnnl_memory_desc_t src, wei, bias, dst;
-    descs(a, &src, &wei, &bias, &dst);
+    dnnl_memory_desc_t src, user_wei, wei, bias, dst;
+    descs(a, &src, &user_wei, &bias, &dst);
+    wei = user_wei;
+    if (a->channels_last) /* let the primitive choose its weights layout */
+        DNNL_OK(dnnl_memory_desc_init_by_tag(&wei, user_wei.ndims, user_wei.dims, dnnl_f32,
+                                             dnnl_format_tag_any));
     dnnl_dims_t strides, dil, pad_l, pad_r;
     geometry(a, strides, dil, pad_l, pad_r);
     /* Convolution and deconvolution descriptors are distinct types; each branch makes the
@@ -176,28 +197,47 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
     if (kind == FWD) {
         pd = fpd;
         int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
-        const dnnl_memory_desc_t *m[4] = {&src, &wei, &dst, &bias};
+        const dnnl_memory_desc_t *m[4] = {&src, &user_wei, &dst, &bias};
         e->nmem = a->has_bias ? 4 : 3;
+        e->widx = 1;
         memcpy(e->args, args, sizeof args);
         memcpy(md, m, sizeof m);
     } else if (kind == BWD_DATA) {
         DNNL_OK(dnnl_primitive_desc_create(&pd, back, NULL, c->engine, fpd));
         int args[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-        const dnnl_memory_desc_t *m[3] = {&dst, &wei, &src};
+        const dnnl_memory_desc_t *m[3] = {&dst, &user_wei, &src};
         e->nmem = 3;
+        e->widx = 1;
         memcpy(e->args, args, sizeof args);
         memcpy(md, m, sizeof m);
     } else {
         DNNL_OK(dnnl_primitive_desc_create(&pd, back, NULL, c->engine, fpd));
         int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};
-        const dnnl_memory_desc_t *m[4] = {&src, &dst, &wei, &bias};
+        const dnnl_memory_desc_t *m[4] = {&src, &dst, &user_wei, &bias};
         e->nmem = a->has_bias ? 4 : 3;
+        e->widx = 2;
         memcpy(e->args, args, sizeof args);
         memcpy(md, m, sizeof m);
     }
     DNNL_OK(dnnl_primitive_create(&e->prim, pd));
     for (int i = 0; i < e->nmem; i++)
         DNNL_OK(dnnl_memory_create(&e->mem[i], md[i], c->engine, DNNL_MEMORY_NONE));
+    const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(
+        pd, kind == BWD_WEIGHTS ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+    TSL_CODELET_CHECK(want, "conv: no weights descriptor");
+    if (!dnnl_memory_desc_equal(want, &user_wei)) {
+        /* Weights in: plain -> primitive layout; weight gradient out: the other way. */
+        DNNL_OK(dnnl_memory_create(&e->wprim, want, c->engine, DNNL_MEMORY_ALLOCATE));
+        dnnl_primitive_desc_t rpd;
+        if (kind == BWD_WEIGHTS)
+            DNNL_OK(dnnl_reorder_primitive_desc_create(&rpd, want, c->engine, &user_wei, c->engine,
+                                                       NULL));
+        else
+            DNNL_OK(dnnl_reorder_primitive_desc_create(&rpd, &user_wei, c->engine, want, c->engine,
+                                                       NULL));
+        DNNL_OK(dnnl_primitive_create(&e->reorder, rpd));
+        dnnl_primitive_desc_destroy(rpd);
+    }
     if (pd != fpd)
         dnnl_primitive_desc_destroy(pd);
     dnnl_primitive_desc_destroy(fpd);
@@ -213,10 +253,19 @@ static void run(const tsl_conv_args *a, int kind, void *const *buffers)
     for (int i = 0; i < e->nmem; i++) {
         DNNL_OK(dnnl_memory_set_data_handle(e->mem[i], buffers[i]));
         args[i].arg = e->args[i];
-        args[i].memory = e->mem[i];
+        args[i].memory = i == e->widx && e->reorder ? e->wprim : e->mem[i];
     }
     thread_cache *c = local_cache();
+    dnnl_memory_t user = e->mem[e->widx];
+    if (e->reorder && kind != BWD_WEIGHTS) {
+        dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, e->wprim}};
+        DNNL_OK(dnnl_primitive_execute(e->reorder, c->stream, 2, r));
+    }
     DNNL_OK(dnnl_primitive_execute(e->prim, c->stream, e->nmem, args));
+    if (e->reorder && kind == BWD_WEIGHTS) {
+        dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, e->wprim}, {DNNL_ARG_TO, user}};
+        DNNL_OK(dnnl_primitive_execute(e->reorder, c->stream, 2, r));
+    }
     DNNL_OK(dnnl_stream_wait(c->stream));
 }
 

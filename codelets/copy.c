@@ -1,47 +1,97 @@
 /* Whole-buffer copies (scatter, gather) and N-D box copies (redistribution). */
+#include <stdint.h>
 #include <string.h>
 
 #include "check.h"
 #include "tile_ops.h"
+
+void tsl_layout_order(int32_t layout, int32_t ndim, int32_t *order)
+{
+    for (int32_t k = 0; k < ndim; k++)
+        order[k] = k;
+    if (layout == TSL_LAYOUT_CHANNELS_LAST && ndim >= 3) {
+        for (int32_t k = 1; k < ndim - 1; k++)
+            order[k] = k + 1;
+        order[ndim - 1] = 1;
+    }
+}
+
+void tsl_layout_strides(int32_t layout, int32_t ndim, const int64_t *extent, int64_t *stride)
+{
+    int32_t order[TSL_MAX_DIMS];
+    tsl_layout_order(layout, ndim, order);
+    int64_t s = 1;
+    for (int32_t k = ndim - 1; k >= 0; k--) {
+        stride[order[k]] = s;
+        s *= extent[order[k]];
+    }
+}
+
+/* Copy `count` elements of `elem` bytes at source stride `ss` (elements) to consecutive
+ * destination elements. */
+static void strided_row(char *dst, const char *src, int64_t count, int64_t ss, size_t elem)
+{
+    switch (elem) {
+    case 1:
+        for (int64_t i = 0; i < count; i++)
+            ((uint8_t *)dst)[i] = ((const uint8_t *)src)[i * ss];
+        return;
+    case 4:
+        for (int64_t i = 0; i < count; i++)
+            ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i * ss];
+        return;
+    case 8:
+        for (int64_t i = 0; i < count; i++)
+            ((uint64_t *)dst)[i] = ((const uint64_t *)src)[i * ss];
+        return;
+    default:
+        for (int64_t i = 0; i < count; i++)
+            memcpy(dst + (size_t)i * elem, src + (size_t)(i * ss) * elem, elem);
+    }
+}
 
 void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
 {
     int ndim = args->ndim;
     size_t elem = (size_t)args->elem_size;
     int64_t src_stride[TSL_MAX_DIMS], dst_stride[TSL_MAX_DIMS];
-    int64_t box[TSL_MAX_DIMS], src_off[TSL_MAX_DIMS], dst_off[TSL_MAX_DIMS];
-    /* Right-align into five dimensions so the loops below are fixed. */
+    tsl_layout_strides(args->src_layout, ndim, args->src_extent, src_stride);
+    tsl_layout_strides(args->dst_layout, ndim, args->dst_extent, dst_stride);
+    /* Loop over the logical dimensions in the destination's memory order (writes stream),
+     * right-aligned into five loops; unused outer loops run once. */
+    int64_t box[TSL_MAX_DIMS], ss[TSL_MAX_DIMS], ds[TSL_MAX_DIMS];
+    int64_t sbase = 0, dbase = 0;
+    for (int d = 0; d < ndim; d++) {
+        sbase += args->src_offset[d] * src_stride[d];
+        dbase += args->dst_offset[d] * dst_stride[d];
+    }
     int pad = TSL_MAX_DIMS - ndim;
-    for (int d = 0; d < TSL_MAX_DIMS; d++) {
-        int s = d - pad;
-        box[d] = s >= 0 ? args->box[s] : 1;
-        src_off[d] = s >= 0 ? args->src_offset[s] : 0;
-        dst_off[d] = s >= 0 ? args->dst_offset[s] : 0;
+    for (int k = 0; k < pad; k++) {
+        box[k] = 1;
+        ss[k] = ds[k] = 0;
     }
-    int64_t ss = 1, ds = 1;
-    for (int d = TSL_MAX_DIMS - 1; d >= 0; d--) {
-        int s = d - pad;
-        src_stride[d] = ss;
-        dst_stride[d] = ds;
-        ss *= s >= 0 ? args->src_extent[s] : 1;
-        ds *= s >= 0 ? args->dst_extent[s] : 1;
+    int32_t order[TSL_MAX_DIMS];
+    tsl_layout_order(args->dst_layout, ndim, order);
+    for (int k = 0; k < ndim; k++) {
+        box[pad + k] = args->box[order[k]];
+        ss[pad + k] = src_stride[order[k]];
+        ds[pad + k] = dst_stride[order[k]];
     }
-    const char *sbase = src;
-    char *dbase = dst;
+    const char *sp = (const char *)src + (size_t)sbase * elem;
+    char *dp = (char *)dst + (size_t)dbase * elem;
+    int contiguous = ss[4] == 1;
     size_t row_bytes = (size_t)box[4] * elem;
     for (int64_t i0 = 0; i0 < box[0]; i0++)
         for (int64_t i1 = 0; i1 < box[1]; i1++)
             for (int64_t i2 = 0; i2 < box[2]; i2++)
                 for (int64_t i3 = 0; i3 < box[3]; i3++) {
-                    int64_t so = (src_off[0] + i0) * src_stride[0] +
-                                 (src_off[1] + i1) * src_stride[1] +
-                                 (src_off[2] + i2) * src_stride[2] +
-                                 (src_off[3] + i3) * src_stride[3] + src_off[4];
-                    int64_t doff = (dst_off[0] + i0) * dst_stride[0] +
-                                   (dst_off[1] + i1) * dst_stride[1] +
-                                   (dst_off[2] + i2) * dst_stride[2] +
-                                   (dst_off[3] + i3) * dst_stride[3] + dst_off[4];
-                    memcpy(dbase + (size_t)doff * elem, sbase + (size_t)so * elem, row_bytes);
+                    int64_t so = i0 * ss[0] + i1 * ss[1] + i2 * ss[2] + i3 * ss[3];
+                    int64_t doff = i0 * ds[0] + i1 * ds[1] + i2 * ds[2] + i3 * ds[3];
+                    if (contiguous)
+                        memcpy(dp + (size_t)doff * elem, sp + (size_t)so * elem, row_bytes);
+                    else
+                        strided_row(dp + (size_t)doff * elem, sp + (size_t)so * elem, box[4], ss[4],
+                                    elem);
                 }
 }
 

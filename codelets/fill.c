@@ -74,25 +74,30 @@ static inline void store(const tsl_fill_args *args, void *tile, int64_t i, doubl
 
 void tsl_fill_tile(const tsl_fill_args *args, void *tile)
 {
-    int64_t ext[TSL_MAX_DIMS], start[TSL_MAX_DIMS], stride[TSL_MAX_DIMS];
-    int pad = TSL_MAX_DIMS - args->ndim;
-    for (int d = 0; d < TSL_MAX_DIMS; d++) {
-        int s = d - pad;
-        ext[d] = s >= 0 ? args->extent[s] : 1;
-        start[d] = s >= 0 ? args->start[s] : 0;
-        stride[d] = s >= 0 ? args->global_strides[s] : 0;
+    /* Walk the tile in memory order; each element's value depends on its global C-order
+     * index, whatever the tile's storage layout. */
+    int ndim = args->ndim;
+    int32_t order[TSL_MAX_DIMS];
+    tsl_layout_order(args->layout, ndim, order);
+    int64_t ext[TSL_MAX_DIMS], stride[TSL_MAX_DIMS], base = 0;
+    int pad = TSL_MAX_DIMS - ndim;
+    for (int k = 0; k < TSL_MAX_DIMS; k++) {
+        int d = k >= pad ? order[k - pad] : -1;
+        ext[k] = d >= 0 ? args->extent[d] : 1;
+        stride[k] = d >= 0 ? args->global_strides[d] : 0;
     }
+    for (int d = 0; d < ndim; d++)
+        base += args->start[d] * args->global_strides[d];
     int64_t i = 0;
     for (int64_t i0 = 0; i0 < ext[0]; i0++)
         for (int64_t i1 = 0; i1 < ext[1]; i1++)
             for (int64_t i2 = 0; i2 < ext[2]; i2++)
                 for (int64_t i3 = 0; i3 < ext[3]; i3++) {
-                    int64_t base = (start[0] + i0) * stride[0] + (start[1] + i1) * stride[1] +
-                                   (start[2] + i2) * stride[2] + (start[3] + i3) * stride[3] +
-                                   start[4] * stride[4];
+                    int64_t row =
+                        base + i0 * stride[0] + i1 * stride[1] + i2 * stride[2] + i3 * stride[3];
                     for (int64_t i4 = 0; i4 < ext[4]; i4++, i++)
                         store(args, tile, i,
-                              tsl_fill_value(args, (uint64_t)(base + i4 * stride[4])));
+                              tsl_fill_value(args, (uint64_t)(row + i4 * stride[4])));
                 }
 }
 

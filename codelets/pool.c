@@ -1,7 +1,8 @@
 /* Max and average pooling (PyTorch's semantics: padding counts as -inf for max, as zeros
  * counted in the divisor for average unless count_include_pad is 0; the first maximum of a
- * window takes its gradient) and nearest upsampling by integer factors. Plain loops over
- * (sample, channel) planes; positions are handled as 3-D with unit trailing sizes. */
+ * window takes its gradient) and nearest and (bi/tri)linear upsampling by integer factors
+ * (PyTorch's nn.Upsample, align_corners=False). Plain loops over (sample, channel) planes;
+ * positions are handled as 3-D with unit trailing sizes. */
 #include <math.h>
 #include <string.h>
 
@@ -132,35 +133,76 @@ void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void 
     }
 }
 
+/* The input positions (plane offsets) and weights that output position `out` of a plane reads;
+ * returns how many (up to 8). Nearest reads one; linear reads two per used dimension, floor and
+ * floor + 1 clamped to the last element (both may then be the same element). */
+static int upsample_sources(const tsl_pool_args *a, const geom *g, int64_t out, int64_t *at,
+                            double *weight)
+{
+    int64_t o[3] = {out / (g->out[1] * g->out[2]), out / g->out[2] % g->out[1], out % g->out[2]};
+    int64_t lo[3], hi[3];
+    double w_hi[3];
+    int taps[3];
+    for (int d = 0; d < 3; d++) {
+        taps[d] = 1;
+        w_hi[d] = 0;
+        if (a->kind != TSL_UPSAMPLE_LINEAR || d >= a->spatial) {
+            lo[d] = hi[d] = o[d] / g->k[d];
+            continue;
+        }
+        double src = ((double)o[d] + 0.5) / (double)g->k[d] - 0.5;
+        if (src < 0)
+            src = 0;
+        lo[d] = (int64_t)src;
+        hi[d] = lo[d] < g->in[d] - 1 ? lo[d] + 1 : lo[d];
+        w_hi[d] = src - (double)lo[d];
+        taps[d] = 2;
+    }
+    int n = 0;
+    for (int t0 = 0; t0 < taps[0]; t0++)
+        for (int t1 = 0; t1 < taps[1]; t1++)
+            for (int t2 = 0; t2 < taps[2]; t2++) {
+                int64_t q0 = t0 ? hi[0] : lo[0], q1 = t1 ? hi[1] : lo[1], q2 = t2 ? hi[2] : lo[2];
+                at[n] = (q0 * g->in[1] + q1) * g->in[2] + q2;
+                weight[n] = (t0 ? w_hi[0] : 1 - w_hi[0]) * (t1 ? w_hi[1] : 1 - w_hi[1]) *
+                            (t2 ? w_hi[2] : 1 - w_hi[2]);
+                n++;
+            }
+    return n;
+}
+
 void tsl_upsample_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
 {
     geom g = geometry(a);
+    int64_t at[8];
+    double weight[8];
     for (int64_t pl = 0; pl < a->planes; pl++)
-        for (int64_t o0 = 0; o0 < g.out[0]; o0++)
-            for (int64_t o1 = 0; o1 < g.out[1]; o1++)
-                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
-                    int64_t src = ((o0 / g.k[0]) * g.in[1] + o1 / g.k[1]) * g.in[2] + o2 / g.k[2];
-                    int64_t dst = (o0 * g.out[1] + o1) * g.out[2] + o2;
-                    tsl_store(a->dtype, y, pl * g.out_plane + dst,
-                              tsl_load(a->dtype, x, pl * g.in_plane + src));
-                }
+        for (int64_t out = 0; out < g.out_plane; out++) {
+            int n = upsample_sources(a, &g, out, at, weight);
+            double v = weight[0] * tsl_load(a->dtype, x, pl * g.in_plane + at[0]);
+            for (int t = 1; t < n; t++)
+                v += weight[t] * tsl_load(a->dtype, x, pl * g.in_plane + at[t]);
+            tsl_store(a->dtype, y, pl * g.out_plane + out, v);
+        }
 }
 
+/* The transpose of the forward, scattered plane by plane in output order: deterministic. */
 void tsl_upsample_backward_kernel(const tsl_pool_args *a, const void *dy, void *dx)
 {
     geom g = geometry(a);
+    int64_t at[8];
+    double weight[8];
     for (int64_t i = 0; i < a->planes * g.in_plane; i++)
         tsl_store(a->dtype, dx, i, 0.0);
     for (int64_t pl = 0; pl < a->planes; pl++)
-        for (int64_t o0 = 0; o0 < g.out[0]; o0++)
-            for (int64_t o1 = 0; o1 < g.out[1]; o1++)
-                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
-                    int64_t src = pl * g.in_plane +
-                                  ((o0 / g.k[0]) * g.in[1] + o1 / g.k[1]) * g.in[2] + o2 / g.k[2];
-                    int64_t dst = pl * g.out_plane + (o0 * g.out[1] + o1) * g.out[2] + o2;
-                    tsl_store(a->dtype, dx, src,
-                              tsl_load(a->dtype, dx, src) + tsl_load(a->dtype, dy, dst));
-                }
+        for (int64_t out = 0; out < g.out_plane; out++) {
+            double grad = tsl_load(a->dtype, dy, pl * g.out_plane + out);
+            int n = upsample_sources(a, &g, out, at, weight);
+            for (int t = 0; t < n; t++) {
+                int64_t i = pl * g.in_plane + at[t];
+                tsl_store(a->dtype, dx, i, tsl_load(a->dtype, dx, i) + weight[t] * grad);
+            }
+        }
 }
 
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -201,6 +243,10 @@ static struct starpu_perfmodel up_fwd_model = {.type = STARPU_HISTORY_BASED,
                                                .symbol = "tsl_upsample_fwd"};
 static struct starpu_perfmodel up_bwd_model = {.type = STARPU_HISTORY_BASED,
                                                .symbol = "tsl_upsample_bwd"};
+static struct starpu_perfmodel up_linear_fwd_model = {.type = STARPU_HISTORY_BASED,
+                                                      .symbol = "tsl_upsample_linear_fwd"};
+static struct starpu_perfmodel up_linear_bwd_model = {.type = STARPU_HISTORY_BASED,
+                                                      .symbol = "tsl_upsample_linear_bwd"};
 
 struct starpu_codelet tsl_cl_pool_forward = {
     .cpu_funcs = {pool_forward_cpu},
@@ -236,4 +282,24 @@ struct starpu_codelet tsl_cl_upsample_backward = {
     .modes = {STARPU_R, STARPU_W},
     .model = &up_bwd_model,
     .name = "tsl_upsample_bwd",
+};
+
+/* Linear upsampling runs the same CPU functions (the mode travels in the arguments) under perf
+ * models of its own: its tasks cost more than nearest ones of the same shape. */
+struct starpu_codelet tsl_cl_upsample_linear_forward = {
+    .cpu_funcs = {upsample_forward_cpu},
+    .cpu_funcs_name = {"upsample_forward_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &up_linear_fwd_model,
+    .name = "tsl_upsample_linear_fwd",
+};
+
+struct starpu_codelet tsl_cl_upsample_linear_backward = {
+    .cpu_funcs = {upsample_backward_cpu},
+    .cpu_funcs_name = {"upsample_backward_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &up_linear_bwd_model,
+    .name = "tsl_upsample_linear_bwd",
 };

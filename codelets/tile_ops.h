@@ -10,11 +10,22 @@
 
 #include "tessel/tensor.h"
 
-/* ---- box copy: an N-D sub-box between two C-order arrays ---- */
+/* ---- box copy: an N-D sub-box between two arrays ---- */
+
+/* Logical dimensions of an array of `ndim` dimensions stored in `layout` (tsl_layout), from
+ * outermost to innermost in memory. */
+void tsl_layout_order(int32_t layout, int32_t ndim, int32_t *order);
+
+/* Position in memory of each logical dimension of an array of `ndim` dimensions stored in
+ * `layout` (tsl_layout): stride[d] for logical dimension d, from the array's logical extents.
+ * Plain arrays are C order; channels-last ones store N, then the spatial dimensions, then C. */
+void tsl_layout_strides(int32_t layout, int32_t ndim, const int64_t *extent, int64_t *stride);
 
 typedef struct tsl_box_copy_args {
     int32_t ndim;
     int32_t elem_size;
+    int32_t src_layout; /* tsl_layout of the source array */
+    int32_t dst_layout;
     int64_t src_extent[TSL_MAX_DIMS]; /* shape of the source array */
     int64_t src_offset[TSL_MAX_DIMS]; /* first element of the box in the source */
     int64_t dst_extent[TSL_MAX_DIMS];
@@ -22,7 +33,8 @@ typedef struct tsl_box_copy_args {
     int64_t box[TSL_MAX_DIMS]; /* box size */
 } tsl_box_copy_args;
 
-/* Copy the box; the innermost dimension moves with memcpy. Pure. */
+/* Copy the box (extents and offsets are logical, in N C D H W order); rows move with memcpy
+ * where both arrays store the destination's innermost dimension contiguously. Pure. */
 void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src);
 
 /* R src, W|RW dst: box copy between two tiles. */
@@ -45,6 +57,7 @@ typedef struct tsl_fill_args {
     uint64_t seed;
     double a;                             /* constant value, uniform low, normal mean */
     double b;                             /* uniform high, normal stddev */
+    int32_t layout;                       /* tsl_layout of the tile's storage */
     int64_t global_strides[TSL_MAX_DIMS]; /* C-order strides of the whole tensor */
     int64_t start[TSL_MAX_DIMS];          /* tile start in the whole tensor */
     int64_t extent[TSL_MAX_DIMS];         /* tile size */

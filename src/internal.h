@@ -49,6 +49,7 @@ struct tsl_context {
 struct tsl_tensor {
     struct tsl_context *ctx;
     tsl_dtype dtype;
+    tsl_layout layout; /* storage order inside each tile */
     size_t elem_size;
     tsl_shape shape;
     tsl_tile_grid grid;
@@ -170,8 +171,12 @@ tsl_status tsl_tensor_check(struct tsl_tensor *tensor, const char *what);
 /* dtype is f32 or f64 (TSL_ERR_DTYPE otherwise). */
 tsl_status tsl_tensor_check_float(struct tsl_tensor *t, const char *fn);
 
-/* Same context, dtype, shape and tile grid; owners may differ. */
+/* Same context, dtype, shape, tile grid and storage layout; owners may differ. */
 tsl_status tsl_tensor_check_same_layout(struct tsl_tensor *a, struct tsl_tensor *b, const char *fn);
+
+/* Tiles stored plain (TSL_ERR_UNSUPPORTED otherwise): for ops whose kernels index tiles in
+ * N C D H W order. NULL passes (optional tensors are checked where they are used). */
+tsl_status tsl_tensor_check_plain(struct tsl_tensor *t, const char *fn);
 
 /* Global C-order strides of the tensor's shape, in elements. */
 void tsl_shape_strides(const tsl_shape *shape, int64_t strides[TSL_MAX_DIMS]);

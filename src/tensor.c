@@ -37,6 +37,19 @@ tsl_status tsl_tensor_check_same_layout(tsl_tensor_t a, tsl_tensor_t b, const ch
     if (memcmp(a->grid.splits, b->grid.splits, sizeof a->grid.splits) != 0)
         return tsl_error(a->ctx, TSL_ERR_SHAPE,
                          "%s: tile grids differ (use tsl_tensor_redistribute first)", fn);
+    if (a->layout != b->layout)
+        return tsl_error(a->ctx, TSL_ERR_SHAPE,
+                         "%s: layouts %s and %s differ (use tsl_tensor_redistribute first)", fn,
+                         tsl_layout_name(a->layout), tsl_layout_name(b->layout));
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_check_plain(tsl_tensor_t t, const char *fn)
+{
+    if (t && t->layout != TSL_LAYOUT_PLAIN)
+        return tsl_error(t->ctx, TSL_ERR_UNSUPPORTED,
+                         "%s: needs plain tiles, not %s (convert with tsl_tensor_redistribute)", fn,
+                         tsl_layout_name(t->layout));
     return TSL_OK;
 }
 
@@ -95,9 +108,27 @@ static void tensor_free(struct tsl_tensor *t)
     free(t);
 }
 
+const char *tsl_layout_name(tsl_layout layout)
+{
+    switch (layout) {
+    case TSL_LAYOUT_PLAIN:
+        return "plain";
+    case TSL_LAYOUT_CHANNELS_LAST:
+        return "channels_last";
+    }
+    return "invalid";
+}
+
 tsl_status tsl_tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dtype,
                              const tsl_shape *shape, const tsl_tile_grid *grid,
                              const tsl_owner_map *owners)
+{
+    return tsl_tensor_create_layout(out, ctx, dtype, shape, grid, owners, TSL_LAYOUT_PLAIN);
+}
+
+tsl_status tsl_tensor_create_layout(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dtype,
+                                    const tsl_shape *shape, const tsl_tile_grid *grid,
+                                    const tsl_owner_map *owners, tsl_layout layout)
 {
     if (!out)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_create: tensor is NULL");
@@ -109,6 +140,14 @@ tsl_status tsl_tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dty
     tsl_status st = tsl_shape_check(shape);
     if (st)
         return tsl_error(ctx, st, "tsl_tensor_create: %s", tsl_last_error());
+    if (layout != TSL_LAYOUT_PLAIN && layout != TSL_LAYOUT_CHANNELS_LAST)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_create: unknown layout %d",
+                         (int)layout);
+    if (layout == TSL_LAYOUT_CHANNELS_LAST && shape->ndim < 3)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "tsl_tensor_create: a channels-last tensor needs N, C and at least one "
+                         "spatial dimension, not %d dimensions",
+                         (int)shape->ndim);
     tsl_tile_grid single = tsl_tile_grid_single();
     if (!grid)
         grid = &single;
@@ -124,6 +163,7 @@ tsl_status tsl_tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dty
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_tensor_create: out of memory");
     t->ctx = ctx;
     t->dtype = dtype;
+    t->layout = layout;
     t->elem_size = tsl_dtype_size(dtype);
     t->shape = *shape;
     for (int d = shape->ndim; d < TSL_MAX_DIMS; d++)
@@ -253,6 +293,14 @@ tsl_status tsl_tensor_context(tsl_tensor_t t, tsl_context_t *ctx)
     return TSL_OK;
 }
 
+tsl_status tsl_tensor_layout(tsl_tensor_t t, tsl_layout *layout)
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_layout");
+    if (!st && layout)
+        *layout = t->layout;
+    return st;
+}
+
 tsl_status tsl_tensor_tile_count(tsl_tensor_t t, int64_t *count)
 {
     CHECK_OUT(t, count, "tsl_tensor_tile_count");
@@ -334,6 +382,8 @@ static void whole_tile_box(const struct tsl_tensor *t, int64_t index, tsl_box_co
     memset(to_tile, 0, sizeof *to_tile);
     to_tile->ndim = t->shape.ndim;
     to_tile->elem_size = (int32_t)t->elem_size;
+    to_tile->src_layout = TSL_LAYOUT_PLAIN;
+    to_tile->dst_layout = t->layout;
     for (int d = 0; d < t->shape.ndim; d++) {
         to_tile->src_extent[d] = t->shape.dims[d];
         to_tile->src_offset[d] = start[d];
@@ -346,6 +396,8 @@ static void whole_tile_box(const struct tsl_tensor *t, int64_t index, tsl_box_co
     memcpy(to_whole->src_offset, to_tile->dst_offset, sizeof to_whole->src_offset);
     memcpy(to_whole->dst_extent, to_tile->src_extent, sizeof to_whole->dst_extent);
     memcpy(to_whole->dst_offset, to_tile->src_offset, sizeof to_whole->dst_offset);
+    to_whole->src_layout = t->layout;
+    to_whole->dst_layout = TSL_LAYOUT_PLAIN;
 }
 
 static tsl_status check_root(tsl_tensor_t t, int32_t root, const char *fn)
@@ -491,6 +543,7 @@ static tsl_status fill(tsl_tensor_t t, tsl_fill_mode mode, uint64_t seed, double
     args.dtype = t->dtype;
     args.mode = mode;
     args.ndim = t->shape.ndim;
+    args.layout = t->layout;
     args.seed = seed;
     args.a = a;
     args.b = b;
@@ -553,6 +606,8 @@ tsl_status tsl_copy_region(tsl_tensor_t dst, tsl_tensor_t src, const int64_t *sr
     memset(&args, 0, sizeof args);
     args.ndim = ndim;
     args.elem_size = (int32_t)dst->elem_size;
+    args.src_layout = src->layout;
+    args.dst_layout = dst->layout;
     for (int64_t j = 0; j < dst->ntiles; j++) {
         int64_t dstart[TSL_MAX_DIMS], dext[TSL_MAX_DIMS];
         tsl_tensor_tile_box(dst, j, dstart, dext);

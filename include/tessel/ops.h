@@ -250,6 +250,33 @@ tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x, ts
 /** @brief Backward of tsl_upsample_nearest_forward(): each dx element sums its block of dy. */
 tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx);
 
+/** @brief Linear, bilinear or trilinear upsampling (by the number of spatial dimensions) by
+ *  integer factors, as PyTorch's nn.Upsample(mode='linear'/'bilinear'/'trilinear',
+ *  align_corners=False).
+ *
+ *  Along each spatial dimension of input size L and factor s, output position o reads the
+ *  source coordinate c = max((o + 0.5) / s - 0.5, 0) and interpolates between x[i0] and x[i1]
+ *  with weights 1 - (c - i0) and c - i0, where i0 = floor(c) and i1 = min(i0 + 1, L - 1);
+ *  dimensions combine as a product of these weights. Shapes, arguments and tiling as for
+ *  tsl_upsample_nearest_forward().
+ *  @param[in] scale  factors, one per spatial dimension, each >= 1
+ *  @param[in] x      input (N, C, spatial...), f32 or f64, tiled along N and C only
+ *  @param[out] y     output (N, C, spatial x scale...), same dtype and N/C tiles as @p x;
+ *                    overwritten
+ *  @return TSL_OK, TSL_ERR_INVALID_ARG (NULL or out-of-range scale, y == x),
+ *          TSL_ERR_SHAPE (wrong output shape, spatial tiles, different N/C tiles),
+ *          TSL_ERR_DTYPE */
+tsl_status tsl_upsample_linear_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y);
+
+/** @brief Backward of tsl_upsample_linear_forward(): dx = the transpose of the interpolation
+ *  applied to dy. Overwrites @p dx; each tile sums its planes in a fixed order, so the result is
+ *  the same on every layout and rank count.
+ *  @param[in] scale  the forward's factors
+ *  @param[in] dy     gradient of the output, shaped as the forward's y
+ *  @param[out] dx    gradient of the input, shaped as the forward's x, same N/C tiles as @p dy
+ *  @return as tsl_upsample_linear_forward() */
+tsl_status tsl_upsample_linear_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx);
+
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {
     double lr;           /**< learning rate, > 0 */

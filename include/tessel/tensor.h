@@ -159,6 +159,19 @@ tsl_status tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t 
 typedef struct tsl_tensor *tsl_tensor_t;
 
 /**
+ * Storage order of the elements inside each tile. The logical order (shapes, tile boxes,
+ * scatter/gather buffers, fills, `.npy` files) is always N C D H W; the layout only decides
+ * how a tile keeps its box in memory, so the same tensor has the same values in every layout.
+ */
+typedef enum tsl_layout {
+    TSL_LAYOUT_PLAIN = 0,         /**< N C D H W: C (row-major) order of the tile's box */
+    TSL_LAYOUT_CHANNELS_LAST = 1, /**< N D H W C: channels innermost (3 to 5 dimensions) */
+} tsl_layout;
+
+/** @brief Name of @p layout ("plain", "channels_last"), or "invalid". */
+const char *tsl_layout_name(tsl_layout layout);
+
+/**
  * @brief Create a tiled tensor; owned tiles are allocated and set to zero.
  * @param[out] tensor the new tensor (tsl_tensor_destroy())
  * @param[in]  ctx    context
@@ -171,6 +184,15 @@ tsl_status tsl_tensor_create(tsl_tensor_t *tensor, tsl_context_t ctx, tsl_dtype 
                              const tsl_shape *shape, const tsl_tile_grid *grid,
                              const tsl_owner_map *owners);
 
+/**
+ * @brief tsl_tensor_create() with tiles stored in @p layout. Channels-last tiles are what
+ * the CPU convolution kernels run fastest on (`bench/RESULTS.md`); they need 3 to 5
+ * dimensions. Convert between layouts with tsl_tensor_redistribute().
+ */
+tsl_status tsl_tensor_create_layout(tsl_tensor_t *tensor, tsl_context_t ctx, tsl_dtype dtype,
+                                    const tsl_shape *shape, const tsl_tile_grid *grid,
+                                    const tsl_owner_map *owners, tsl_layout layout);
+
 /** @brief Wait for the tensor's pending tasks, release its tiles and free it.
  *  NULL is a no-op. */
 tsl_status tsl_tensor_destroy(tsl_tensor_t tensor);
@@ -180,6 +202,8 @@ tsl_status tsl_tensor_shape(tsl_tensor_t tensor, tsl_shape *shape);
 tsl_status tsl_tensor_dtype(tsl_tensor_t tensor, tsl_dtype *dtype);
 tsl_status tsl_tensor_grid(tsl_tensor_t tensor, tsl_tile_grid *grid);
 tsl_status tsl_tensor_context(tsl_tensor_t tensor, tsl_context_t *ctx);
+/** @brief Storage layout of the tiles. Not collective. */
+tsl_status tsl_tensor_layout(tsl_tensor_t tensor, tsl_layout *layout);
 
 /** @brief Number of tiles. Not collective. */
 tsl_status tsl_tensor_tile_count(tsl_tensor_t tensor, int64_t *count);
@@ -227,8 +251,9 @@ tsl_status tsl_tensor_fill_normal(tsl_tensor_t tensor, uint64_t seed, double mea
 
 /**
  * @brief Copy @p src into @p dst, two tensors of the same shape and dtype whose tile
- * grids and owner maps may differ. Each (source tile, destination tile) overlap becomes
- * one task on the destination's owner; StarPU-MPI moves only the source tiles.
+ * grids, owner maps and layouts may differ (so this also converts between layouts). Each (source
+ * tile, destination tile) overlap becomes one task on the destination's owner; StarPU-MPI moves
+ * only the source tiles.
  */
 tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src);
 

@@ -28,7 +28,7 @@ static tsl_status check_vector(tsl_tensor_t v, tsl_tensor_t x, int saved, const 
 static tsl_status check_x(tsl_tensor_t x, const char *fn)
 {
     tsl_status st = tsl_tensor_check(x, fn);
-    if (st || (st = tsl_tensor_check_float(x, fn)))
+    if (st || (st = tsl_tensor_check_float(x, fn)) || (st = tsl_tensor_check_plain(x, fn)))
         return st;
     if (x->shape.ndim < 2)
         return tsl_error(x->ctx, TSL_ERR_SHAPE, "%s: x needs N and C dimensions", fn);

@@ -146,6 +146,11 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                              "%s: x and %s must be cut along N only (spatial tiles need halo "
                              "exchange, which convolutions do not do yet)",
                              fn, what);
+    if (y->layout != x->layout || w->layout != TSL_LAYOUT_PLAIN)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: x and %s need the same layout (plain or channels-last) and w must "
+                         "be plain",
+                         fn, what);
     if (x->grid.splits[0] != y->grid.splits[0] || w->ntiles != 1)
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: x and %s need the same sample tiles, and w must be one tile", fn,
@@ -157,6 +162,7 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
     args->spatial = p->spatial;
     args->has_bias = b != NULL;
     args->transposed = transposed;
+    args->channels_last = x->layout == TSL_LAYOUT_CHANNELS_LAST;
     args->in_channels = x->shape.dims[1];
     args->out_channels = want.dims[1];
     args->groups = p->groups;

@@ -89,7 +89,8 @@ static tsl_status check_labels(tsl_tensor_t logits, tsl_tensor_t labels, tsl_ten
                                double *loss, const char *fn)
 {
     tsl_status st = check_common(logits, dlogits, loss, fn);
-    if (st || (st = tsl_tensor_check(labels, fn)))
+    if (st || (st = tsl_tensor_check(labels, fn)) || (st = tsl_tensor_check_plain(logits, fn)) ||
+        (st = tsl_tensor_check_plain(labels, fn)))
         return st;
     struct tsl_context *ctx = logits->ctx;
     if (labels->ctx != ctx)

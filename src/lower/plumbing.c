@@ -85,7 +85,8 @@ tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst)
 {
     const char *fn = "tsl_reshape_samples";
     tsl_status st = tsl_tensor_check(src, fn);
-    if (st || (st = tsl_tensor_check(dst, fn)))
+    if (st || (st = tsl_tensor_check(dst, fn)) || (st = tsl_tensor_check_plain(src, fn)) ||
+        (st = tsl_tensor_check_plain(dst, fn)))
         return st;
     struct tsl_context *ctx = src->ctx;
     if (dst->ctx != ctx)

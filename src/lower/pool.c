@@ -1,5 +1,5 @@
-/* Pooling and nearest upsampling on tiled tensors: one task per tile of whole (sample,
- * channel) planes. */
+/* Pooling and upsampling (nearest, linear) on tiled tensors: one task per tile of whole
+ * (sample, channel) planes. */
 #include <string.h>
 
 #include "../../codelets/pool.h"
@@ -63,7 +63,8 @@ static tsl_status check_planes(tsl_tensor_t x, tsl_tensor_t y, const tsl_shape *
                                const char *fn)
 {
     tsl_status st = tsl_tensor_check(x, fn);
-    if (st || (st = tsl_tensor_check(y, fn)) || (st = tsl_tensor_check_float(x, fn)))
+    if (st || (st = tsl_tensor_check(y, fn)) || (st = tsl_tensor_check_float(x, fn)) ||
+        (st = tsl_tensor_check_plain(x, fn)) || (st = tsl_tensor_check_plain(y, fn)))
         return st;
     struct tsl_context *ctx = x->ctx;
     if (y->ctx != ctx || y->dtype != x->dtype)
@@ -189,32 +190,44 @@ static tsl_status upsampled(tsl_tensor_t x, const int64_t *scale, tsl_shape *out
     return TSL_OK;
 }
 
-tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y)
+/* Upsampling in `mode` between `small` (x, or dx) and `big` (y, or dy): the forward reads small
+ * and writes big, the backward reads big and writes small. One task per tile of small. */
+static tsl_status upsample(const char *fn, tsl_upsample_mode mode, int backward,
+                           const int64_t *scale, tsl_tensor_t small, tsl_tensor_t big)
 {
-    const char *fn = "tsl_upsample_nearest_forward";
-    tsl_status st = tsl_tensor_check(x, fn);
+    tsl_status st = tsl_tensor_check(small, fn);
     tsl_shape want;
-    if (st || (st = upsampled(x, scale, &want, fn)) || (st = check_planes(x, y, &want, fn)))
+    if (st || (st = upsampled(small, scale, &want, fn)) ||
+        (st = check_planes(small, big, &want, fn)))
         return st;
-    tsl_pool_args a = args_of(x, y, x->shape.ndim - 2);
+    tsl_pool_args a = args_of(small, big, small->shape.ndim - 2);
+    a.kind = mode;
     for (int d = 0; d < a.spatial; d++)
         a.kernel[d] = scale[d];
-    tsl_tensor_t t[2] = {x, y};
+    struct starpu_codelet *codelets[2][2] = {
+        {&tsl_cl_upsample_forward, &tsl_cl_upsample_backward},
+        {&tsl_cl_upsample_linear_forward, &tsl_cl_upsample_linear_backward}};
+    tsl_tensor_t t[2] = {backward ? big : small, backward ? small : big};
     enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
-    return per_tile(&tsl_cl_upsample_forward, a, x, 2, t, m);
+    return per_tile(codelets[mode == TSL_UPSAMPLE_LINEAR][backward], a, small, 2, t, m);
+}
+
+tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y)
+{
+    return upsample("tsl_upsample_nearest_forward", TSL_UPSAMPLE_NEAREST, 0, scale, x, y);
 }
 
 tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx)
 {
-    const char *fn = "tsl_upsample_nearest_backward";
-    tsl_status st = tsl_tensor_check(dx, fn);
-    tsl_shape want;
-    if (st || (st = upsampled(dx, scale, &want, fn)) || (st = check_planes(dx, dy, &want, fn)))
-        return st;
-    tsl_pool_args a = args_of(dx, dy, dx->shape.ndim - 2);
-    for (int d = 0; d < a.spatial; d++)
-        a.kernel[d] = scale[d];
-    tsl_tensor_t t[2] = {dy, dx};
-    enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
-    return per_tile(&tsl_cl_upsample_backward, a, dx, 2, t, m);
+    return upsample("tsl_upsample_nearest_backward", TSL_UPSAMPLE_NEAREST, 1, scale, dx, dy);
+}
+
+tsl_status tsl_upsample_linear_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y)
+{
+    return upsample("tsl_upsample_linear_forward", TSL_UPSAMPLE_LINEAR, 0, scale, x, y);
+}
+
+tsl_status tsl_upsample_linear_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx)
+{
+    return upsample("tsl_upsample_linear_backward", TSL_UPSAMPLE_LINEAR, 1, scale, dx, dy);
 }

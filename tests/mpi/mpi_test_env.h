@@ -3,6 +3,7 @@
 #define TESSEL_TESTS_MPI_TEST_ENV_H
 
 #include <cstdint>
+#include <vector>
 #include <mpi.h>
 
 #include "tessel/starpu.h"
@@ -17,6 +18,14 @@ extern uint64_t seed; // the run's seed, the same on every rank, printed by rank
 
 // True on every rank iff `ok` holds on every rank (collective).
 bool all_ranks(bool ok);
+
+// A tensor of `dims` cut by `splits` (missing entries 1), zero-filled (fails the test on error).
+tsl_tensor_t make_tensor(tsl_dtype dt, const std::vector<int64_t> &dims,
+                         const std::vector<int32_t> &splits, const tsl_owner_map &owners,
+                         tsl_layout layout = TSL_LAYOUT_PLAIN);
+
+// Largest |got - ref| / (1 + |ref|) over two arrays of the same size.
+double max_rel_diff(const std::vector<float> &got, const std::vector<float> &ref);
 
 // Owner maps for tests: tiles dealt round the ranks in row-major order, and contiguous runs
 // in reverse order (the last tiles on rank 0), so owners are unrelated to position.

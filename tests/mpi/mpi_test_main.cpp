@@ -1,7 +1,9 @@
 // GoogleTest under MPI: every rank runs every test (tensor calls are collective); rank 0
 // prints the usual report, other ranks print only their failures; the exit code is non-zero
 // if any rank failed.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <gtest/gtest.h>
@@ -20,6 +22,29 @@ bool all_ranks(bool ok)
     int mine = ok ? 1 : 0, all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return all == 1;
+}
+
+tsl_tensor_t make_tensor(tsl_dtype dt, const std::vector<int64_t> &dims,
+                         const std::vector<int32_t> &splits, const tsl_owner_map &owners,
+                         tsl_layout layout)
+{
+    tsl_shape s;
+    EXPECT_EQ(tsl_shape_make(&s, (int32_t)dims.size(), dims.data()), TSL_OK);
+    tsl_tile_grid g = tsl_tile_grid_single();
+    for (size_t d = 0; d < splits.size(); d++)
+        g.splits[d] = splits[d];
+    tsl_tensor_t t = nullptr;
+    EXPECT_EQ(tsl_tensor_create_layout(&t, ctx, dt, &s, &g, &owners, layout), TSL_OK)
+        << tsl_context_last_error(ctx);
+    return t;
+}
+
+double max_rel_diff(const std::vector<float> &got, const std::vector<float> &ref)
+{
+    double worst = 0;
+    for (size_t i = 0; i < ref.size() && i < got.size(); i++)
+        worst = std::max(worst, (double)std::fabs(got[i] - ref[i]) / (1 + std::fabs(ref[i])));
+    return got.size() == ref.size() ? worst : INFINITY;
 }
 
 int32_t round_robin(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,

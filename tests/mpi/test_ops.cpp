@@ -12,6 +12,7 @@
 
 extern "C" {
 #include "../../codelets/nn_ops.h"
+#include "../../codelets/pool.h"
 }
 
 using namespace tsltest;
@@ -243,20 +244,6 @@ struct LossCase {
     std::vector<int64_t> dims;   // logits
     std::vector<int32_t> splits; // logits grid (C never split)
 };
-
-tsl_tensor_t make_tensor(tsl_dtype dt, const std::vector<int64_t> &dims,
-                         const std::vector<int32_t> &splits, const tsl_owner_map &owners)
-{
-    tsl_shape s;
-    EXPECT_EQ(tsl_shape_make(&s, (int32_t)dims.size(), dims.data()), TSL_OK);
-    tsl_tile_grid g = tsl_tile_grid_single();
-    for (size_t d = 0; d < splits.size(); d++)
-        g.splits[d] = splits[d];
-    tsl_tensor_t t = nullptr;
-    EXPECT_EQ(tsl_tensor_create(&t, ctx, dt, &s, &g, &owners), TSL_OK)
-        << tsl_context_last_error(ctx);
-    return t;
-}
 
 } // namespace
 
@@ -686,13 +673,9 @@ TEST(Convolution, EverySampleTilingMatchesOneTile)
                     // y and dx are per sample: the same oneDNN calls on fewer samples, so
                     // within rounding; dw and db add per-tile partials in another order.
                     const char *names[4] = {"y", "dx", "dw", "db"};
-                    for (int k = 0; k < 4; k++) {
-                        double worst = 0;
-                        for (size_t i = 0; i < ref[k].size(); i++)
-                            worst = std::max(worst, (double)std::fabs(got[k][i] - ref[k][i]) /
-                                                        (1 + std::fabs(ref[k][i])));
-                        EXPECT_LT(worst, 1e-5) << names[k] << ", " << splits << " tiles";
-                    }
+                    for (int k = 0; k < 4; k++)
+                        EXPECT_LT(max_rel_diff(got[k], ref[k]), 1e-5)
+                            << names[k] << ", " << splits << " tiles";
                 }
             }
             for (tsl_tensor_t t : {x, w, b, y, dy, dx, dw, db})
@@ -801,6 +784,154 @@ TEST(Pooling, SampleAndChannelTilingsAreExact)
     EXPECT_EQ(tsl_pool_forward(&mp, xs, ys), TSL_ERR_SHAPE);
     tsl_tensor_destroy(xs);
     tsl_tensor_destroy(ys);
+}
+
+namespace
+{
+
+// Collective gather of an f32 or f64 tensor to rank 0, as stored.
+template <typename T> std::vector<T> gather_as(tsl_tensor_t t)
+{
+    tsl_shape s;
+    tsl_tensor_shape(t, &s);
+    std::vector<T> out((size_t)tsl_shape_numel(&s), (T)NAN);
+    EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? out.data() : nullptr), TSL_OK);
+    return out;
+}
+
+// Linear upsampling of x (N, C, spatial...) on one grid and owner maps, x and dy drawn from the
+// run's seed, outputs poisoned first. Gathered on rank 0: y, dx, and x, dy for the kernel check.
+template <typename T>
+std::vector<std::vector<T>> upsample_linear_on(tsl_dtype dt, const std::vector<int64_t> &xd,
+                                               const int64_t *scale, const std::vector<int32_t> &g,
+                                               const tsl_owner_map &in_owners,
+                                               const tsl_owner_map &out_owners)
+{
+    std::vector<int64_t> yd = xd;
+    for (size_t d = 2; d < xd.size(); d++)
+        yd[d] *= scale[d - 2];
+    tsl_tensor_t x = make_tensor(dt, xd, g, in_owners), y = make_tensor(dt, yd, g, out_owners);
+    tsl_tensor_t dy = make_tensor(dt, yd, g, in_owners), dx = make_tensor(dt, xd, g, out_owners);
+    EXPECT_EQ(tsl_tensor_fill_normal(x, seed + 120, 0, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_normal(dy, seed + 121, 0, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_constant(y, 1e30), TSL_OK); // poison: overwritten (NaN is refused)
+    EXPECT_EQ(tsl_tensor_fill_constant(dx, 1e30), TSL_OK);
+    EXPECT_EQ(tsl_upsample_linear_forward(scale, x, y), TSL_OK) << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_upsample_linear_backward(scale, dy, dx), TSL_OK) << tsl_context_last_error(ctx);
+    std::vector<std::vector<T>> got = {gather_as<T>(y), gather_as<T>(dx), gather_as<T>(x),
+                                       gather_as<T>(dy)};
+    for (tsl_tensor_t t : {x, y, dy, dx})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
+template <typename T>
+void check_upsample_linear_layouts(tsl_dtype dt, const std::vector<int64_t> &xd,
+                                   const int64_t *scale)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  cyclic = tsl_owner_callback(round_robin, nullptr);
+    const size_t nd = xd.size();
+    auto grid = [nd](int32_t n, int32_t c) {
+        std::vector<int32_t> g(nd, 1);
+        g[0] = n;
+        g[1] = c;
+        return g;
+    };
+    std::vector<std::vector<T>> ref;
+    struct Case {
+        std::vector<int32_t> grid;
+        tsl_owner_map in, out;
+    };
+    const Case cases[] = {{grid(1, 1), tsl_owner_single(0), tsl_owner_single(0)},
+                          {grid(1, 1), rev, block},
+                          {grid(2, 1), rev, block},
+                          {grid(3, 2), cyclic, rev},
+                          {grid(1, 4), block, cyclic},
+                          {grid(3, 4), rev, cyclic}};
+    for (const Case &c : cases) {
+        auto got = upsample_linear_on<T>(dt, xd, scale, c.grid, c.in, c.out);
+        if (rank != 0)
+            continue;
+        if (ref.empty()) {
+            // The one-tile result is the kernel applied to the whole array.
+            ref = got;
+            tsl_pool_args a{};
+            a.dtype = dt;
+            a.kind = TSL_UPSAMPLE_LINEAR;
+            a.spatial = (int32_t)nd - 2;
+            a.planes = xd[0] * xd[1];
+            for (int d = 0; d < a.spatial; d++) {
+                a.in_size[d] = xd[(size_t)d + 2];
+                a.kernel[d] = scale[d];
+                a.out_size[d] = xd[(size_t)d + 2] * scale[d];
+            }
+            std::vector<T> y(ref[0].size(), (T)NAN), dx(ref[1].size(), (T)NAN);
+            tsl_upsample_forward_kernel(&a, ref[2].data(), y.data());
+            tsl_upsample_backward_kernel(&a, ref[3].data(), dx.data());
+            EXPECT_EQ(ref[0], y) << "y, one tile vs kernel";
+            EXPECT_EQ(ref[1], dx) << "dx, one tile vs kernel";
+            for (int k = 0; k < 2; k++)
+                for (T v : ref[(size_t)k])
+                    ASSERT_LT(std::fabs(v), (T)1e3) << (k ? "dx" : "y") << " kept the poison";
+        }
+        // Tiles hold whole planes: every layout gives the one-tile bits.
+        EXPECT_EQ(got[0], ref[0]) << "y, grid " << c.grid[0] << "x" << c.grid[1];
+        EXPECT_EQ(got[1], ref[1]) << "dx, grid " << c.grid[0] << "x" << c.grid[1];
+    }
+}
+
+} // namespace
+
+TEST(Upsampling, LinearEveryLayoutMatchesOneTileAndTheKernel)
+{
+    const int64_t s1[1] = {3}, s2[2] = {2, 3}, s3[3] = {2, 1, 3};
+    check_upsample_linear_layouts<double>(TSL_F64, {3, 4, 7}, s1);
+    check_upsample_linear_layouts<double>(TSL_F64, {3, 4, 5, 7}, s2);
+    check_upsample_linear_layouts<double>(TSL_F64, {3, 4, 3, 5, 1}, s3);
+    check_upsample_linear_layouts<float>(TSL_F32, {3, 4, 5, 3}, s2);
+}
+
+TEST(Upsampling, LinearBadArgumentsAreErrors)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    const int64_t scale[2] = {2, 3}, zero[2] = {2, 0}, huge[2] = {(int64_t)1 << 21, 1};
+    tsl_tensor_t x = make_tensor(TSL_F64, {2, 3, 5, 4}, {2, 1, 1, 1}, block);
+    tsl_tensor_t y = make_tensor(TSL_F64, {2, 3, 10, 12}, {2, 1, 1, 1}, block);
+    tsl_tensor_t wrong = make_tensor(TSL_F64, {2, 3, 10, 11}, {2, 1, 1, 1}, block);
+    tsl_tensor_t other_tiles = make_tensor(TSL_F64, {2, 3, 10, 12}, {1, 1, 1, 1}, block);
+    tsl_tensor_t spatial_tiles = make_tensor(TSL_F64, {2, 3, 10, 12}, {2, 1, 2, 1}, block);
+    tsl_tensor_t yf = make_tensor(TSL_F32, {2, 3, 10, 12}, {2, 1, 1, 1}, block);
+    ASSERT_EQ(tsl_tensor_fill_constant(x, 1.5), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(y, -7.0), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(wrong, -7.0), TSL_OK);
+
+    EXPECT_EQ(tsl_upsample_linear_forward(zero, x, y), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "tsl_upsample_linear_forward"), nullptr);
+    EXPECT_EQ(tsl_upsample_linear_backward(zero, y, x), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "tsl_upsample_linear_backward"), nullptr);
+    EXPECT_EQ(tsl_upsample_linear_forward(huge, x, y), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_upsample_linear_forward(nullptr, x, y), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_upsample_linear_forward(scale, x, wrong), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_upsample_linear_backward(scale, wrong, x), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_upsample_linear_forward(scale, y, x), TSL_ERR_SHAPE); // downsampling
+    EXPECT_EQ(tsl_upsample_linear_forward(scale, x, other_tiles), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_upsample_linear_forward(scale, x, spatial_tiles), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_upsample_linear_forward(scale, x, yf), TSL_ERR_DTYPE);
+    EXPECT_NE(tsl_upsample_linear_forward(scale, x, nullptr), TSL_OK);
+    // Failed calls leave the output alone.
+    for (tsl_tensor_t t : {y, wrong}) {
+        std::vector<double> v = gather(t);
+        if (rank == 0)
+            for (double e : v)
+                ASSERT_EQ(e, -7.0);
+    }
+    std::vector<double> xv = gather(x);
+    if (rank == 0)
+        for (double e : xv)
+            ASSERT_EQ(e, 1.5);
+    for (tsl_tensor_t t : {x, y, wrong, other_tiles, spatial_tiles, yf})
+        tsl_tensor_destroy(t);
 }
 
 TEST(Losses, SoftDiceIsBitIdenticalOnEveryLayout)

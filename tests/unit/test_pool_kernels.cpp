@@ -1,11 +1,18 @@
-// Pooling and nearest upsampling kernels (codelets/pool.c) against references written here:
+// Pooling and upsampling kernels (codelets/pool.c) against references written here:
 // max and average pooling (both divisor conventions) with padding and stride, 1-D to 3-D;
 // average pooling's backward against finite differences; max pooling's backward routes
-// each gradient to the window's first maximum.
+// each gradient to the window's first maximum. Linear upsampling against PyTorch's published
+// values and a per-element reference on random odd shapes, its backward against finite
+// differences and the adjoint identity.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -196,4 +203,205 @@ TEST(PoolShape, BadSettings)
     p.kernel[1] = 10;
     EXPECT_EQ(tsl_pool_output_shape(&x, &p, &y), TSL_ERR_SHAPE);
     EXPECT_EQ(tsl_pool_params_init(&p, (tsl_pool_kind)5, 2, 2), TSL_ERR_INVALID_ARG);
+}
+
+namespace
+{
+
+// Linear upsampling arguments as the lowering builds them.
+tsl_pool_args linear_args(int dtype, int64_t planes, const std::vector<int64_t> &in,
+                          const std::vector<int64_t> &scale)
+{
+    tsl_pool_args a{};
+    a.dtype = dtype;
+    a.kind = TSL_UPSAMPLE_LINEAR;
+    a.spatial = (int32_t)in.size();
+    a.planes = planes;
+    for (size_t d = 0; d < in.size(); d++) {
+        a.in_size[d] = in[d];
+        a.kernel[d] = scale[d];
+        a.out_size[d] = in[d] * scale[d];
+    }
+    return a;
+}
+
+int64_t plane_size(const int64_t *sizes, int spatial)
+{
+    int64_t n = 1;
+    for (int d = 0; d < spatial; d++)
+        n *= sizes[d];
+    return n;
+}
+
+// PyTorch's align_corners=False rule written out per output element: along each dimension
+// the source coordinate, its two neighbours and their weights; the value is the sum over the
+// 2^spatial corners of the product of the weights times the corner's input.
+std::vector<double> linear_reference(const tsl_pool_args &a, const std::vector<double> &x)
+{
+    const int sp = a.spatial;
+    const int64_t in_plane = plane_size(a.in_size, sp), out_plane = plane_size(a.out_size, sp);
+    std::vector<double> y((size_t)(a.planes * out_plane));
+    for (int64_t pl = 0; pl < a.planes; pl++)
+        for (int64_t o = 0; o < out_plane; o++) {
+            int64_t i0[3], i1[3];
+            double lambda[3];
+            int64_t rest = o;
+            for (int d = sp - 1; d >= 0; d--) {
+                int64_t dst = rest % a.out_size[d];
+                rest /= a.out_size[d];
+                double src = std::max(0.0, (dst + 0.5) / (double)a.kernel[d] - 0.5);
+                i0[d] = (int64_t)std::floor(src);
+                i1[d] = std::min(i0[d] + 1, a.in_size[d] - 1);
+                lambda[d] = src - (double)i0[d];
+            }
+            double v = 0;
+            for (int corner = 0; corner < (1 << sp); corner++) {
+                double w = 1;
+                int64_t at = 0;
+                for (int d = 0; d < sp; d++) {
+                    bool upper = (corner >> d) & 1;
+                    w *= upper ? lambda[d] : 1 - lambda[d];
+                    at = at * a.in_size[d] + (upper ? i1[d] : i0[d]);
+                }
+                v += w * x[(size_t)(pl * in_plane + at)];
+            }
+            y[(size_t)(pl * out_plane + o)] = v;
+        }
+    return y;
+}
+
+std::vector<double> up(const tsl_pool_args &a, const std::vector<double> &x)
+{
+    std::vector<double> y((size_t)(a.planes * plane_size(a.out_size, a.spatial)), NAN);
+    tsl_upsample_forward_kernel(&a, x.data(), y.data());
+    return y;
+}
+
+std::vector<double> up_transpose(const tsl_pool_args &a, const std::vector<double> &dy)
+{
+    std::vector<double> dx((size_t)(a.planes * plane_size(a.in_size, a.spatial)), NAN);
+    tsl_upsample_backward_kernel(&a, dy.data(), dx.data());
+    return dx;
+}
+
+double dot(const std::vector<double> &u, const std::vector<double> &v)
+{
+    return std::inner_product(u.begin(), u.end(), v.begin(), 0.0);
+}
+
+uint64_t test_seed()
+{
+    static const uint64_t seed = [] {
+        const char *fixed = std::getenv("TESSEL_TEST_SEED");
+        uint64_t s = fixed ? std::strtoull(fixed, nullptr, 10)
+                           : (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count();
+        std::printf("linear upsampling tests: seed %llu (set TESSEL_TEST_SEED to repeat)\n",
+                    (unsigned long long)s);
+        return s;
+    }();
+    return seed;
+}
+
+} // namespace
+
+TEST(PoolKernel, LinearUpsamplingMatchesPyTorchValues)
+{
+    // torch.nn.Upsample(scale_factor=s, mode='linear' / 'bilinear'), align_corners=False.
+    struct Known {
+        std::vector<int64_t> in, scale;
+        std::vector<double> x, y;
+    };
+    const Known known[] = {
+        {{3}, {2}, {1, 2, 3}, {1, 1.25, 1.75, 2.25, 2.75, 3}},
+        {{2}, {3}, {1, 2}, {1, 1, 4.0 / 3, 5.0 / 3, 2, 2}},
+        {{2, 2},
+         {2, 2},
+         {1, 2, 3, 4},
+         {1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4}},
+        {{1, 1, 1}, {2, 1, 3}, {-0.5}, std::vector<double>(6, -0.5)},
+    };
+    for (const Known &k : known) {
+        tsl_pool_args a = linear_args(TSL_F64, 1, k.in, k.scale);
+        std::vector<double> y = up(a, k.x);
+        ASSERT_EQ(y.size(), k.y.size());
+        for (size_t i = 0; i < y.size(); i++)
+            EXPECT_NEAR(y[i], k.y[i], 1e-15) << k.in.size() << "-D, element " << i;
+        EXPECT_EQ(linear_reference(a, k.x), y); // the reference agrees to the bit here
+        a.dtype = TSL_F32;
+        std::vector<float> xf(k.x.begin(), k.x.end()), yf(y.size(), NAN);
+        tsl_upsample_forward_kernel(&a, xf.data(), yf.data());
+        for (size_t i = 0; i < y.size(); i++)
+            EXPECT_EQ(yf[i], (float)k.y[i]) << "f32, element " << i;
+    }
+}
+
+TEST(PoolKernel, LinearUpsamplingOnRandomOddShapes)
+{
+    std::mt19937_64 rng(test_seed());
+    std::normal_distribution<double> normal(0, 1);
+    std::uniform_int_distribution<int> any_scale(1, 3);
+    int cases = 0;
+    for (int spatial = 1; spatial <= 3; spatial++)
+        for (int64_t planes : {1, 3})
+            for (int scale_kind = 0; scale_kind < 4; scale_kind++) { // all 1, 2 or 3; mixed
+                std::vector<int64_t> in((size_t)spatial), scale((size_t)spatial);
+                std::uniform_int_distribution<int> half(0, spatial == 3 ? 2 : 3);
+                for (int d = 0; d < spatial; d++) {
+                    in[(size_t)d] = 2 * half(rng) + 1; // 1, 3, 5 (, 7)
+                    scale[(size_t)d] = scale_kind < 3 ? scale_kind + 1 : any_scale(rng);
+                }
+                std::string what =
+                    std::to_string(spatial) + "-D, " + std::to_string(planes) + " planes, in";
+                for (int d = 0; d < spatial; d++)
+                    what += " " + std::to_string(in[(size_t)d]) + "x" +
+                            std::to_string(scale[(size_t)d]);
+                SCOPED_TRACE(what);
+                cases++;
+
+                tsl_pool_args a = linear_args(TSL_F64, planes, in, scale);
+                std::vector<double> x((size_t)(planes * plane_size(a.in_size, spatial)));
+                std::vector<double> g((size_t)(planes * plane_size(a.out_size, spatial)));
+                for (auto &v : x)
+                    v = normal(rng);
+                for (auto &v : g)
+                    v = normal(rng);
+
+                // Forward: the per-element reference.
+                std::vector<double> y = up(a, x), want = linear_reference(a, x);
+                for (size_t i = 0; i < y.size(); i++)
+                    ASSERT_NEAR(y[i], want[i], 1e-13) << "y[" << i << "]";
+
+                // Backward: adjoint identity <up(x), g> = <x, up^T(g)>.
+                std::vector<double> dx = up_transpose(a, g);
+                double lhs = dot(y, g), rhs = dot(x, dx);
+                ASSERT_NEAR(lhs, rhs, 1e-12 * (1 + std::fabs(lhs)));
+
+                // Backward: central differences of <up(x), g> in float64, every element.
+                const double h = 1e-3; // up is linear: no truncation error, only rounding
+                for (size_t i = 0; i < x.size(); i++) {
+                    auto xp = x, xm = x;
+                    xp[i] += h;
+                    xm[i] -= h;
+                    double fd = (dot(up(a, xp), g) - dot(up(a, xm), g)) / (2 * h);
+                    ASSERT_NEAR(dx[i], fd, 1e-8 * (1 + std::fabs(fd))) << "dx[" << i << "]";
+                }
+
+                // Backward overwrites dx whatever it held: the same bits from another start.
+                std::vector<double> again(dx.size(), 1e300);
+                tsl_upsample_backward_kernel(&a, g.data(), again.data());
+                ASSERT_EQ(again, dx);
+
+                // f32: the same results within float rounding.
+                a.dtype = TSL_F32;
+                std::vector<float> xf(x.begin(), x.end()), gf(g.begin(), g.end());
+                std::vector<float> yf(y.size(), NAN), dxf(dx.size(), NAN);
+                tsl_upsample_forward_kernel(&a, xf.data(), yf.data());
+                tsl_upsample_backward_kernel(&a, gf.data(), dxf.data());
+                for (size_t i = 0; i < y.size(); i++)
+                    ASSERT_NEAR(yf[i], y[i], 1e-6 * (1 + std::fabs(y[i]))) << "f32 y[" << i << "]";
+                for (size_t i = 0; i < dx.size(); i++)
+                    ASSERT_NEAR(dxf[i], dx[i], 1e-5 * (1 + std::fabs(dx[i])))
+                        << "f32 dx[" << i << "]";
+            }
+    EXPECT_EQ(cases, 24);
 }
