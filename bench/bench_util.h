@@ -2,6 +2,7 @@
 #ifndef TESSEL_BENCH_UTIL_H
 #define TESSEL_BENCH_UTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -25,5 +26,15 @@ static inline double bench_median(double *t, int n)
     qsort(t, (size_t)n, sizeof *t, bench_compare);
     return t[n / 2];
 }
+
+/* Exit with tessel's message when a tessel call fails. */
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        tsl_status st_ = (call);                                                                   \
+        if (st_) {                                                                                 \
+            fprintf(stderr, "%s: %s\n", #call, tsl_last_error());                                  \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
 
 #endif /* TESSEL_BENCH_UTIL_H */

@@ -20,17 +20,10 @@
 
 #include <dnnl.h>
 
+#include "bench_dnnl.h"
 #include "bench_util.h"
 
 #define RUNS 5
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        dnnl_status_t s_ = (call);                                                                 \
-        if (s_ != dnnl_success) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call, (int)s_);        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
@@ -48,16 +41,7 @@ static dnnl_format_tag_t plain_tag(int ndims)
 
 static dnnl_memory_t make_memory(const dnnl_memory_desc_t *md, int fill)
 {
-    dnnl_memory_t m;
-    CHECK(dnnl_memory_create(&m, md, engine, DNNL_MEMORY_ALLOCATE));
-    if (fill) {
-        void *p;
-        CHECK(dnnl_memory_get_data_handle(m, &p));
-        size_t n = dnnl_memory_desc_get_size(md) / sizeof(float);
-        for (size_t i = 0; i < n; i++)
-            ((float *)p)[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    }
-    return m;
+    return bench_memory(engine, md, fill);
 }
 
 /* A reorder from `from` to a new memory of layout `to_md` (or to an existing memory). */
@@ -69,12 +53,12 @@ typedef struct reorder {
 static reorder make_reorder(dnnl_memory_t from, dnnl_memory_t to)
 {
     const dnnl_memory_desc_t *fmd, *tmd;
-    CHECK(dnnl_memory_get_memory_desc(from, &fmd));
-    CHECK(dnnl_memory_get_memory_desc(to, &tmd));
+    DNNL_CHECK(dnnl_memory_get_memory_desc(from, &fmd));
+    DNNL_CHECK(dnnl_memory_get_memory_desc(to, &tmd));
     dnnl_primitive_desc_t pd;
-    CHECK(dnnl_reorder_primitive_desc_create(&pd, fmd, engine, tmd, engine, NULL));
+    DNNL_CHECK(dnnl_reorder_primitive_desc_create(&pd, fmd, engine, tmd, engine, NULL));
     reorder r = {NULL, from, to};
-    CHECK(dnnl_primitive_create(&r.prim, pd));
+    DNNL_CHECK(dnnl_primitive_create(&r.prim, pd));
     dnnl_primitive_desc_destroy(pd);
     return r;
 }
@@ -82,7 +66,7 @@ static reorder make_reorder(dnnl_memory_t from, dnnl_memory_t to)
 static void run_reorder(const reorder *r)
 {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, r->from}, {DNNL_ARG_TO, r->to}};
-    CHECK(dnnl_primitive_execute(r->prim, stream, 2, args));
+    DNNL_CHECK(dnnl_primitive_execute(r->prim, stream, 2, args));
 }
 
 /* Memory in `md`, fed from / drained to plain memory `plain` when the layouts differ. */
@@ -90,7 +74,7 @@ static dnnl_memory_t in_layout(dnnl_memory_t plain, const dnnl_memory_desc_t *md
                                int *count, int to_plain)
 {
     const dnnl_memory_desc_t *pmd;
-    CHECK(dnnl_memory_get_memory_desc(plain, &pmd));
+    DNNL_CHECK(dnnl_memory_get_memory_desc(plain, &pmd));
     if (dnnl_memory_desc_equal(pmd, md))
         return plain;
     dnnl_memory_t m = make_memory(md, 0);
@@ -112,12 +96,12 @@ static double time_step(step *s)
         double t0 = bench_now();
         for (int i = 0; i < s->npre; i++)
             run_reorder(&s->pre[i]);
-        CHECK(dnnl_primitive_execute(s->fwd, stream, 4, s->fwd_args));
-        CHECK(dnnl_primitive_execute(s->bwd_data, stream, 3, s->bd_args));
-        CHECK(dnnl_primitive_execute(s->bwd_weights, stream, 4, s->bw_args));
+        DNNL_CHECK(dnnl_primitive_execute(s->fwd, stream, 4, s->fwd_args));
+        DNNL_CHECK(dnnl_primitive_execute(s->bwd_data, stream, 3, s->bd_args));
+        DNNL_CHECK(dnnl_primitive_execute(s->bwd_weights, stream, 4, s->bw_args));
         for (int i = 0; i < s->npost; i++)
             run_reorder(&s->post[i]);
-        CHECK(dnnl_stream_wait(stream));
+        DNNL_CHECK(dnnl_stream_wait(stream));
         if (run >= 0)
             t[run] = bench_now() - t0;
     }
@@ -138,13 +122,13 @@ static void bench(const shape *sh)
         pad[d] = sh->k / 2;
     }
     dnnl_memory_desc_t src_p, w_p, b_p, dst_p, src_a, w_a, dst_a;
-    CHECK(dnnl_memory_desc_init_by_tag(&src_p, nd, src_dims, dnnl_f32, plain_tag(nd)));
-    CHECK(dnnl_memory_desc_init_by_tag(&w_p, nd, w_dims, dnnl_f32, plain_tag(nd)));
-    CHECK(dnnl_memory_desc_init_by_tag(&dst_p, nd, dst_dims, dnnl_f32, plain_tag(nd)));
-    CHECK(dnnl_memory_desc_init_by_tag(&b_p, 1, b_dims, dnnl_f32, dnnl_a));
-    CHECK(dnnl_memory_desc_init_by_tag(&src_a, nd, src_dims, dnnl_f32, dnnl_format_tag_any));
-    CHECK(dnnl_memory_desc_init_by_tag(&w_a, nd, w_dims, dnnl_f32, dnnl_format_tag_any));
-    CHECK(dnnl_memory_desc_init_by_tag(&dst_a, nd, dst_dims, dnnl_f32, dnnl_format_tag_any));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&src_p, nd, src_dims, dnnl_f32, plain_tag(nd)));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_p, nd, w_dims, dnnl_f32, plain_tag(nd)));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&dst_p, nd, dst_dims, dnnl_f32, plain_tag(nd)));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&b_p, 1, b_dims, dnnl_f32, dnnl_a));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&src_a, nd, src_dims, dnnl_f32, dnnl_format_tag_any));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_a, nd, w_dims, dnnl_f32, dnnl_format_tag_any));
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&dst_a, nd, dst_dims, dnnl_f32, dnnl_format_tag_any));
 
     /* Plain tensors shared by every variant. */
     dnnl_memory_t src = make_memory(&src_p, 1), w = make_memory(&w_p, 1);
@@ -157,25 +141,25 @@ static void bench(const shape *sh)
         const dnnl_memory_desc_t *s_md = any ? &src_a : &src_p, *w_md = any ? &w_a : &w_p;
         const dnnl_memory_desc_t *d_md = any ? &dst_a : &dst_p;
         dnnl_convolution_desc_t fd, bdd, bwd;
-        CHECK(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
-                                                         dnnl_convolution_direct, s_md, w_md, &b_p,
-                                                         d_md, strides, dil, pad, pad));
-        CHECK(dnnl_dilated_convolution_backward_data_desc_init(&bdd, dnnl_convolution_direct, s_md,
-                                                               w_md, d_md, strides, dil, pad, pad));
-        CHECK(dnnl_dilated_convolution_backward_weights_desc_init(
+        DNNL_CHECK(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                              dnnl_convolution_direct, s_md, w_md,
+                                                              &b_p, d_md, strides, dil, pad, pad));
+        DNNL_CHECK(dnnl_dilated_convolution_backward_data_desc_init(
+            &bdd, dnnl_convolution_direct, s_md, w_md, d_md, strides, dil, pad, pad));
+        DNNL_CHECK(dnnl_dilated_convolution_backward_weights_desc_init(
             &bwd, dnnl_convolution_direct, s_md, w_md, &b_p, d_md, strides, dil, pad, pad));
         dnnl_primitive_desc_t fpd, bdpd, bwpd;
-        CHECK(dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL));
-        CHECK(dnnl_primitive_desc_create(&bdpd, &bdd, NULL, engine, fpd));
-        CHECK(dnnl_primitive_desc_create(&bwpd, &bwd, NULL, engine, fpd));
+        DNNL_CHECK(dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL));
+        DNNL_CHECK(dnnl_primitive_desc_create(&bdpd, &bdd, NULL, engine, fpd));
+        DNNL_CHECK(dnnl_primitive_desc_create(&bwpd, &bwd, NULL, engine, fpd));
         const char *impl = NULL;
-        CHECK(dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &impl));
+        DNNL_CHECK(dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &impl));
 
         step s;
         memset(&s, 0, sizeof s);
-        CHECK(dnnl_primitive_create(&s.fwd, fpd));
-        CHECK(dnnl_primitive_create(&s.bwd_data, bdpd));
-        CHECK(dnnl_primitive_create(&s.bwd_weights, bwpd));
+        DNNL_CHECK(dnnl_primitive_create(&s.fwd, fpd));
+        DNNL_CHECK(dnnl_primitive_create(&s.bwd_data, bdpd));
+        DNNL_CHECK(dnnl_primitive_create(&s.bwd_weights, bwpd));
         const dnnl_memory_desc_t *f_src = dnnl_primitive_desc_query_md(fpd, dnnl_query_src_md, 0);
         const dnnl_memory_desc_t *f_w = dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
         const dnnl_memory_desc_t *f_dst = dnnl_primitive_desc_query_md(fpd, dnnl_query_dst_md, 0);
@@ -215,7 +199,7 @@ static void bench(const shape *sh)
             s.npost = 0;
             for (int i = 0; i < nsetup; i++)
                 run_reorder(&setup[i]);
-            CHECK(dnnl_stream_wait(stream));
+            DNNL_CHECK(dnnl_stream_wait(stream));
             if (!dnnl_memory_desc_equal(f_w, bd_w))
                 s.pre[s.npre++] = make_reorder(m_w, m_w_bd);
             if (!dnnl_memory_desc_equal(bd_ddst, bw_ddst))
@@ -240,7 +224,7 @@ static void bench(const shape *sh)
         ms[variant] = 1e3 * time_step(&s);
         if (variant != 1) {
             void *p;
-            CHECK(dnnl_memory_get_data_handle(dst_plain, &p));
+            DNNL_CHECK(dnnl_memory_get_data_handle(dst_plain, &p));
             dst_out[variant / 2] = malloc(dst_n * sizeof(float));
             memcpy(dst_out[variant / 2], p, dst_n * sizeof(float));
         }
@@ -263,8 +247,8 @@ static void bench(const shape *sh)
 
 int main(void)
 {
-    CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
-    CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
+    DNNL_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    DNNL_CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
     const dnnl_version_t *v = dnnl_version();
     const char *threads = getenv("OMP_NUM_THREADS");
     printf("oneDNN %d.%d.%d, OMP_NUM_THREADS=%s; one training step of a convolution "

@@ -14,29 +14,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_dnnl.h"
 #include "bench_util.h"
 #include "codelets/conv.h"
 #include "tessel/tessel.h"
 
 #define RUNS 7
-
-#define DNNL_CHECK(call)                                                                           \
-    do {                                                                                           \
-        dnnl_status_t s_ = (call);                                                                 \
-        if (s_ != dnnl_success) {                                                                  \
-            fprintf(stderr, "%s failed: status %d\n", #call, (int)s_);                             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        tsl_status st_ = (call);                                                                   \
-        if (st_) {                                                                                 \
-            fprintf(stderr, "%s: %s\n", #call, tsl_last_error());                                  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int main(int argc, char **argv)
 {

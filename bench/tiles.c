@@ -18,7 +18,7 @@
 
 #define RUNS 7
 
-#define CHECK(call)                                                                                \
+#define CHECK_ALL(call) /* every rank stops */                                                     \
     do {                                                                                           \
         tsl_status st_ = (call);                                                                   \
         if (st_) {                                                                                 \
@@ -30,7 +30,7 @@
 int main(int argc, char **argv)
 {
     tsl_context_t ctx;
-    CHECK(tsl_context_create(&ctx, NULL));
+    CHECK_ALL(tsl_context_create(&ctx, NULL));
     int32_t rank, size, ncpu;
     tsl_context_rank(ctx, &rank);
     tsl_context_size(ctx, &size);
@@ -43,7 +43,7 @@ int main(int argc, char **argv)
     int64_t side = (int64_t)sqrt((double)numel / 256.0);
     int64_t dims[4] = {16, 16, side, side};
     tsl_shape shape;
-    CHECK(tsl_shape_make(&shape, 4, dims));
+    CHECK_ALL(tsl_shape_make(&shape, 4, dims));
     numel = tsl_shape_numel(&shape);
     double bytes = (double)numel * 4;
 
@@ -57,8 +57,8 @@ int main(int argc, char **argv)
     int32_t ring[TSL_MAX_DIMS] = {1, 1, size, 1, 1}, one[TSL_MAX_DIMS] = {1, 1, 1, 1, 1};
     tsl_owner_map boxes = tsl_owner_block(pgrid), dealt = tsl_owner_block_cyclic(ring, one);
     tsl_tensor_t a, b;
-    CHECK(tsl_tensor_create(&a, ctx, TSL_F32, &shape, &grid_a, &boxes));
-    CHECK(tsl_tensor_create(&b, ctx, TSL_F32, &shape, &grid_b, &dealt));
+    CHECK_ALL(tsl_tensor_create(&a, ctx, TSL_F32, &shape, &grid_a, &boxes));
+    CHECK_ALL(tsl_tensor_create(&b, ctx, TSL_F32, &shape, &grid_b, &dealt));
     float *whole = NULL;
     if (rank == 0) {
         whole = malloc((size_t)numel * sizeof *whole);
@@ -77,14 +77,14 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);                                                               \
         t0 = bench_now();                                                                          \
         body;                                                                                      \
-        CHECK(tsl_context_wait(ctx));                                                              \
+        CHECK_ALL(tsl_context_wait(ctx));                                                          \
         slot[r] = bench_now() - t0;                                                                \
     } while (0)
-        TIMED(t_scatter, CHECK(tsl_tensor_scatter(a, 0, whole)));
-        TIMED(t_gather, CHECK(tsl_tensor_gather(a, 0, whole)));
-        TIMED(t_redist, CHECK(tsl_tensor_redistribute(b, a)));
-        TIMED(t_fill, CHECK(tsl_tensor_fill_normal(a, (uint64_t)run, 0.0, 1.0)));
-        TIMED(t_sum, CHECK(tsl_tensor_sum(a, &sum)));
+        TIMED(t_scatter, CHECK_ALL(tsl_tensor_scatter(a, 0, whole)));
+        TIMED(t_gather, CHECK_ALL(tsl_tensor_gather(a, 0, whole)));
+        TIMED(t_redist, CHECK_ALL(tsl_tensor_redistribute(b, a)));
+        TIMED(t_fill, CHECK_ALL(tsl_tensor_fill_normal(a, (uint64_t)run, 0.0, 1.0)));
+        TIMED(t_sum, CHECK_ALL(tsl_tensor_sum(a, &sum)));
         /* The same sum as a plain double loop over the local tiles, one thread per rank. */
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = bench_now();
@@ -113,15 +113,15 @@ int main(int argc, char **argv)
     /* Task overhead: 4096 one-element-per-row tiles, one scale task each. */
     int64_t tiny_dims[2] = {4096, 16};
     tsl_shape tiny_shape;
-    CHECK(tsl_shape_make(&tiny_shape, 2, tiny_dims));
+    CHECK_ALL(tsl_shape_make(&tiny_shape, 2, tiny_dims));
     tsl_tile_grid tiny_grid = tsl_tile_grid_single();
     tiny_grid.splits[0] = 4096;
     tsl_tensor_t tiny;
-    CHECK(tsl_tensor_create(&tiny, ctx, TSL_F32, &tiny_shape, &tiny_grid, NULL));
+    CHECK_ALL(tsl_tensor_create(&tiny, ctx, TSL_F32, &tiny_shape, &tiny_grid, NULL));
     for (int run = -1; run < RUNS; run++) {
         int r = run < 0 ? 0 : run;
         double t0;
-        TIMED(t_tiny, CHECK(tsl_tensor_scale(tiny, 1.0001)));
+        TIMED(t_tiny, CHECK_ALL(tsl_tensor_scale(tiny, 1.0001)));
     }
 
     if (rank == 0) {
