@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "conv.h"
+#include "tile_ops.h"
 
 #define DNNL_OK(call) TSL_CODELET_CHECK((call) == dnnl_success, #call)
 
@@ -34,6 +35,8 @@ typedef struct thread_cache {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     cache_entry *entries;
+    float *scratch; /* assembled windows of spatial tiles */
+    size_t scratch_floats;
 } thread_cache;
 
 static pthread_key_t cache_key;
@@ -55,6 +58,7 @@ static void cache_free(void *p)
     }
     dnnl_stream_destroy(c->stream);
     dnnl_engine_destroy(c->engine);
+    free(c->scratch);
     free(c);
 }
 
@@ -292,28 +296,205 @@ void tsl_conv_backward_weights_kernel(const tsl_conv_args *a, const float *x, co
     run(a, BWD_WEIGHTS, buffers);
 }
 
+/* ---- spatial tiles ---- */
+
+static int64_t box_volume(int sp, const tsl_conv_box *b)
+{
+    int64_t v = 1;
+    for (int d = 0; d < sp; d++)
+        v *= b->size[d];
+    return v;
+}
+
+/* The intersection of two boxes; 0 when it is empty. */
+static int intersect(int sp, const tsl_conv_box *a, const tsl_conv_box *b, tsl_conv_box *out)
+{
+    for (int d = 0; d < sp; d++) {
+        int64_t lo = a->lo[d] > b->lo[d] ? a->lo[d] : b->lo[d];
+        int64_t ahi = a->lo[d] + a->size[d], bhi = b->lo[d] + b->size[d];
+        int64_t hi = ahi < bhi ? ahi : bhi;
+        if (hi <= lo)
+            return 0;
+        out->lo[d] = lo;
+        out->size[d] = hi - lo;
+    }
+    return 1;
+}
+
+/* Copy `part` (a box inside both) from an (N, C, from_box) array to an (N, C, to_box) one. */
+static void copy_part(const tsl_conv_args *a, const tsl_conv_box *part,
+                      const tsl_conv_box *from_box, const float *from, const tsl_conv_box *to_box,
+                      float *to)
+{
+    tsl_box_copy_args c;
+    memset(&c, 0, sizeof c);
+    c.ndim = 2 + a->spatial;
+    c.elem_size = sizeof(float);
+    c.src_layout = c.dst_layout = a->channels_last ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
+    int64_t channels = a->in_channels;
+    c.src_extent[0] = c.dst_extent[0] = c.box[0] = a->samples;
+    c.src_extent[1] = c.dst_extent[1] = c.box[1] = channels;
+    for (int d = 0; d < a->spatial; d++) {
+        c.src_extent[2 + d] = from_box->size[d];
+        c.dst_extent[2 + d] = to_box->size[d];
+        c.src_offset[2 + d] = part->lo[d] - from_box->lo[d];
+        c.dst_offset[2 + d] = part->lo[d] - to_box->lo[d];
+        c.box[2 + d] = part->size[d];
+    }
+    tsl_box_copy(&c, to, from);
+}
+
+void tsl_conv_window_check(const tsl_conv_args *a, const tsl_conv_window *w)
+{
+    int sp = a->spatial;
+    TSL_CODELET_CHECK(w->nslabs >= 0 && w->nslabs <= TSL_CONV_MAX_SLABS, "conv window: slabs");
+    tsl_conv_box global = {{0, 0, 0}, {w->global[0], w->global[1], w->global[2]}};
+    for (int d = 0; d < sp; d++)
+        TSL_CODELET_CHECK(w->window.size[d] == a->in_size[d],
+                          "conv window: the arguments' input size must be the window's");
+    const tsl_conv_box *parts[TSL_CONV_MAX_SLABS + 1];
+    parts[0] = &w->tile;
+    for (int k = 0; k < w->nslabs; k++)
+        parts[k + 1] = &w->slab[k];
+    int64_t covered = 0;
+    for (int k = 0; k <= w->nslabs; k++) {
+        tsl_conv_box inside, part, overlap;
+        TSL_CODELET_CHECK(intersect(sp, parts[k], &global, &inside) &&
+                              box_volume(sp, &inside) == box_volume(sp, parts[k]),
+                          "conv window: a tile or slab box leaves the global input");
+        if (intersect(sp, parts[k], &w->window, &part))
+            covered += box_volume(sp, &part);
+        for (int j = 0; j < k; j++)
+            TSL_CODELET_CHECK(!intersect(sp, parts[k], parts[j], &overlap),
+                              "conv window: the tile and the slabs overlap");
+    }
+    tsl_conv_box needed;
+    int64_t need = intersect(sp, &w->window, &global, &needed) ? box_volume(sp, &needed) : 0;
+    TSL_CODELET_CHECK(covered == need,
+                      "conv window: halo slabs are missing for part of the window");
+}
+
+void tsl_conv_window_assemble(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
+                              const float *const *slabs, float *window)
+{
+    int64_t channels = a->in_channels;
+    memset(window, 0,
+           sizeof(float) * (size_t)(a->samples * channels * box_volume(a->spatial, &w->window)));
+    tsl_conv_box part;
+    if (intersect(a->spatial, &w->tile, &w->window, &part))
+        copy_part(a, &part, &w->tile, tile, &w->window, window);
+    for (int k = 0; k < w->nslabs; k++)
+        if (intersect(a->spatial, &w->slab[k], &w->window, &part))
+            copy_part(a, &part, &w->slab[k], slabs[k], &w->window, window);
+}
+
+void tsl_conv_window_scatter(const tsl_conv_args *a, const tsl_conv_window *w, const float *dwindow,
+                             float *dtile, float *const *dslabs)
+{
+    int64_t channels = a->in_channels;
+    tsl_conv_box part;
+    for (int k = -1; k < w->nslabs; k++) {
+        const tsl_conv_box *box = k < 0 ? &w->tile : &w->slab[k];
+        float *out = k < 0 ? dtile : dslabs[k];
+        memset(out, 0,
+               sizeof(float) * (size_t)(a->samples * channels * box_volume(a->spatial, box)));
+        if (intersect(a->spatial, box, &w->window, &part))
+            copy_part(a, &part, &w->window, dwindow, box, out);
+    }
+}
+
+/* This thread's scratch window of the problem's input size. */
+static float *window_scratch(const tsl_conv_args *a, const tsl_conv_window *w)
+{
+    tsl_conv_window_check(a, w);
+    int64_t channels = a->in_channels;
+    size_t floats = (size_t)(a->samples * channels * box_volume(a->spatial, &w->window));
+    thread_cache *c = local_cache();
+    if (c->scratch_floats < floats) {
+        free(c->scratch);
+        c->scratch = malloc(floats * sizeof(float));
+        TSL_CODELET_CHECK(c->scratch, "conv: out of memory for a window");
+        c->scratch_floats = floats;
+    }
+    return c->scratch;
+}
+
+void tsl_conv_window_forward(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
+                             const float *const *slabs, const float *wt, const float *b, float *y)
+{
+    float *window = window_scratch(a, w);
+    tsl_conv_window_assemble(a, w, tile, slabs, window);
+    tsl_conv_forward_kernel(a, window, wt, b, y);
+}
+
+void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window *w,
+                                   const float *dy, const float *wt, float *dtile,
+                                   float *const *dslabs)
+{
+    float *dwindow = window_scratch(a, w);
+    tsl_conv_backward_data_kernel(a, dy, wt, dwindow);
+    tsl_conv_window_scatter(a, w, dwindow, dtile, dslabs);
+}
+
+void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_window *w,
+                                      const float *tile, const float *const *slabs, const float *dy,
+                                      float *dw, float *db)
+{
+    float *window = window_scratch(a, w);
+    tsl_conv_window_assemble(a, w, tile, slabs, window);
+    tsl_conv_backward_weights_kernel(a, window, dy, dw, db);
+}
+
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+/* The task's arguments and its halo buffers, which start at buffer `first`. */
+static int unpack(void *cl_arg, void *buffers[], int first, tsl_conv_task_args *t, void **slabs)
+{
+    starpu_codelet_unpack_args(cl_arg, t);
+    int ns = t->windowed ? t->window.nslabs : 0;
+    TSL_CODELET_CHECK(ns >= 0 && ns <= TSL_CONV_MAX_SLABS, "conv: halo slab count");
+    for (int k = 0; k < ns; k++)
+        slabs[k] = BUF(first + k);
+    return ns;
+}
 
 static void forward_cpu(void *buffers[], void *cl_arg)
 {
-    tsl_conv_args a;
-    starpu_codelet_unpack_args(cl_arg, &a);
-    tsl_conv_forward_kernel(&a, BUF(0), BUF(1), a.has_bias ? BUF(2) : NULL,
-                            BUF(a.has_bias ? 3 : 2));
+    tsl_conv_task_args t;
+    void *slabs[TSL_CONV_MAX_SLABS];
+    int ns = unpack(cl_arg, buffers, 1, &t, slabs), bias = t.conv.has_bias;
+    const float *x = BUF(0), *w = BUF(1 + ns), *b = bias ? BUF(2 + ns) : NULL;
+    float *y = BUF(2 + ns + bias);
+    if (t.windowed)
+        tsl_conv_window_forward(&t.conv, &t.window, x, (const float *const *)slabs, w, b, y);
+    else
+        tsl_conv_forward_kernel(&t.conv, x, w, b, y);
 }
 
 static void backward_data_cpu(void *buffers[], void *cl_arg)
 {
-    tsl_conv_args a;
-    starpu_codelet_unpack_args(cl_arg, &a);
-    tsl_conv_backward_data_kernel(&a, BUF(0), BUF(1), BUF(2));
+    tsl_conv_task_args t;
+    void *dslabs[TSL_CONV_MAX_SLABS];
+    unpack(cl_arg, buffers, 3, &t, dslabs);
+    if (t.windowed)
+        tsl_conv_window_backward_data(&t.conv, &t.window, BUF(0), BUF(1), BUF(2),
+                                      (float *const *)dslabs);
+    else
+        tsl_conv_backward_data_kernel(&t.conv, BUF(0), BUF(1), BUF(2));
 }
 
 static void backward_weights_cpu(void *buffers[], void *cl_arg)
 {
-    tsl_conv_args a;
-    starpu_codelet_unpack_args(cl_arg, &a);
-    tsl_conv_backward_weights_kernel(&a, BUF(0), BUF(1), BUF(2), a.has_bias ? BUF(3) : NULL);
+    tsl_conv_task_args t;
+    void *slabs[TSL_CONV_MAX_SLABS];
+    int ns = unpack(cl_arg, buffers, 1, &t, slabs);
+    const float *x = BUF(0), *dy = BUF(1 + ns);
+    float *dw = BUF(2 + ns), *db = t.conv.has_bias ? BUF(3 + ns) : NULL;
+    if (t.windowed)
+        tsl_conv_window_backward_weights(&t.conv, &t.window, x, (const float *const *)slabs, dy, dw,
+                                         db);
+    else
+        tsl_conv_backward_weights_kernel(&t.conv, x, dy, dw, db);
 }
 
 static struct starpu_perfmodel forward_model = {.type = STARPU_HISTORY_BASED,
@@ -334,8 +515,7 @@ struct starpu_codelet tsl_cl_conv_forward = {
 struct starpu_codelet tsl_cl_conv_backward_data = {
     .cpu_funcs = {backward_data_cpu},
     .cpu_funcs_name = {"conv_backward_data_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &backward_data_model,
     .name = "tsl_conv_bwd_data",
 };

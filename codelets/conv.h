@@ -30,8 +30,67 @@ void tsl_conv_backward_data_kernel(const tsl_conv_args *a, const float *dy, cons
 void tsl_conv_backward_weights_kernel(const tsl_conv_args *a, const float *x, const float *dy,
                                       float *dw, float *db);
 
-extern struct starpu_codelet tsl_cl_conv_forward;          /* R x, R w, [R b], W y */
-extern struct starpu_codelet tsl_cl_conv_backward_data;    /* R dy, R w, W dx */
-extern struct starpu_codelet tsl_cl_conv_backward_weights; /* R x, R dy, W dw, [W db] */
+/* ---- spatial tiles: windows assembled from a tile, halo slabs and zeros ----
+ *
+ * With spatial tiles, the input an output tile needs is a window of the global input that
+ * reaches into neighbouring tiles. The window is assembled from the tile's own box, halo slabs
+ * cut from neighbours (each a dense (N, C, box) array in the tile layout), and zeros only
+ * where the window leaves the global input; the convolution then runs unpadded on it. The
+ * backward data pass is the adjoint: the window's gradient is cut back into the tile's part
+ * and one part per slab (to be sent to and accumulated on the neighbours). Boxes are spatial,
+ * in global input coordinates; the tile and the slabs must not overlap. */
+
+#define TSL_CONV_MAX_SLABS 26 /* 3^3 - 1 neighbours of a 3-D tile */
+
+typedef struct tsl_conv_box {
+    int64_t lo[3], size[3];
+} tsl_conv_box;
+
+typedef struct tsl_conv_window {
+    int32_t nslabs;
+    int32_t unused;      /* no padding bytes */
+    int64_t global[3];   /* spatial size of the whole input */
+    tsl_conv_box window; /* may start below 0 and end past `global`: zeros there */
+    tsl_conv_box tile;
+    tsl_conv_box slab[TSL_CONV_MAX_SLABS];
+} tsl_conv_window;
+
+/* The arguments of a convolution on a window: `a` with in_size = the window's size and
+ * out_size = the output tile's. A convolution's window starts at out_lo * stride - padding and
+ * runs unpadded (padding 0); a transposed convolution's window is the range of inputs that
+ * reach the output tile, with `padding` cropping the front of the window's full output.
+ * Checks the boxes; aborts with a message if the tile and slabs leave part of the window
+ * inside the global input uncovered, leave the global input, or overlap. */
+void tsl_conv_window_check(const tsl_conv_args *a, const tsl_conv_window *w);
+/* Window (N, C, window) in the tile layout from the tile, the slabs and zeros. */
+void tsl_conv_window_assemble(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
+                              const float *const *slabs, float *window);
+/* Adjoint of the assembly: the tile's part and each slab's part of a window gradient
+ * (overwritten; positions outside the window get 0). */
+void tsl_conv_window_scatter(const tsl_conv_args *a, const tsl_conv_window *w, const float *dwindow,
+                             float *dtile, float *const *dslabs);
+/* y = conv(window, w) + b for one output tile; dtile / dslabs from dy; dw (and db) from the
+ * window and dy. `a` as for tsl_conv_window_check(). */
+void tsl_conv_window_forward(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
+                             const float *const *slabs, const float *wt, const float *b, float *y);
+void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window *w,
+                                   const float *dy, const float *wt, float *dtile,
+                                   float *const *dslabs);
+void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_window *w,
+                                      const float *tile, const float *const *slabs, const float *dy,
+                                      float *dw, float *db);
+
+/* Arguments of the codelets: the problem and, for a spatial tile (windowed), its window. A
+ * windowed task has window.nslabs halo buffers right after its x (or dx) buffer. */
+typedef struct tsl_conv_task_args {
+    tsl_conv_args conv;
+    int32_t windowed;
+    int32_t unused; /* no padding bytes */
+    tsl_conv_window window;
+} tsl_conv_task_args;
+
+extern struct starpu_codelet tsl_cl_conv_forward;          /* R x, [R slabs], R w, [R b], W y */
+extern struct starpu_codelet tsl_cl_conv_backward_data;    /* R dy, R w, W dx, [W dslabs] */
+extern struct starpu_codelet tsl_cl_conv_backward_weights; /* R x, [R slabs], R dy, W dw, [W db] */
 
 #endif /* TESSEL_CODELETS_CONV_H */

@@ -193,12 +193,22 @@ static int64_t tile_samples(tsl_tensor_t x, int64_t tile)
     return extent[0];
 }
 
+/* Codelet arguments of a sample tile: whole samples, no window (oneDNN pads). */
+static tsl_conv_task_args task_args(const tsl_conv_args *a, int64_t samples)
+{
+    tsl_conv_task_args t;
+    memset(&t, 0, sizeof t);
+    t.conv = *a;
+    t.conv.samples = samples;
+    return t;
+}
+
 /* Forward arguments of sample tile `tile`: the shared ones with this tile's sample count. */
 static double conv_tile_args(int64_t tile, void *args, void *user)
 {
-    tsl_conv_args *a = args;
-    a->samples = tile_samples(user, tile);
-    return conv_flops(a);
+    tsl_conv_task_args *t = args;
+    t->conv.samples = tile_samples(user, tile);
+    return conv_flops(&t->conv);
 }
 
 static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
@@ -210,7 +220,8 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t
         return st;
     if (y == x)
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
-    return tsl_weighted_forward(&tsl_cl_conv_forward, x, w, b, y, &a, sizeof a, conv_tile_args, x);
+    tsl_conv_task_args t = task_args(&a, 0);
+    return tsl_weighted_forward(&tsl_cl_conv_forward, x, w, b, y, &t, sizeof t, conv_tile_args, x);
 }
 
 typedef struct conv_grads {
@@ -222,9 +233,8 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
                                starpu_data_handle_t db_part, void *user)
 {
     conv_grads *g = user;
-    tsl_conv_args a = g->args;
-    a.samples = tile_samples(g->x, tile);
-    a.has_bias = db_part != NULL;
+    tsl_conv_task_args a = task_args(&g->args, tile_samples(g->x, tile));
+    a.conv.has_bias = db_part != NULL;
     tsl_task_desc desc = {
         .codelet = &tsl_cl_conv_backward_weights,
         .args = &a,
@@ -232,7 +242,7 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
         .nhandles = db_part ? 4 : 3,
         .handles = {g->x->handles[tile], g->dy->handles[tile], dw_part, db_part},
         .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
-        .flops = conv_flops(&a),
+        .flops = conv_flops(&a.conv),
     };
     return tsl_task_submit(g->x->ctx, &desc);
 }
@@ -262,8 +272,7 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_
     if (dw && (st = tsl_param_gradients(x, dy, dw, db, conv_partial, &g)))
         return st;
     for (int64_t i = 0; dx && i < x->ntiles && !st; i++) {
-        tsl_conv_args a = g.args;
-        a.samples = tile_samples(x, i);
+        tsl_conv_task_args a = task_args(&g.args, tile_samples(x, i));
         tsl_task_desc desc = {
             .codelet = &tsl_cl_conv_backward_data,
             .args = &a,
@@ -271,7 +280,7 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_
             .nhandles = 3,
             .handles = {dy->handles[i], w->handles[0], dx->handles[i]},
             .modes = {STARPU_R, STARPU_R, STARPU_W},
-            .flops = conv_flops(&a),
+            .flops = conv_flops(&a.conv),
         };
         st = tsl_task_submit(ctx, &desc);
     }

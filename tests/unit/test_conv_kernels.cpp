@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -351,4 +353,308 @@ TEST(ConvKernel, TransposedAgainstNaiveReferenceAndFiniteDifferences)
     EXPECT_EQ(ysh.dims[2], 32);
     p.output_padding[0] = 2; // not below the stride
     EXPECT_EQ(tsl_conv_transpose_output_shape(&xsh, &wsh, &p, &ysh), TSL_ERR_INVALID_ARG);
+}
+
+namespace
+{
+
+// Index of (n, c, position p[]) in an (N, C, extent...) array, plain or channels-last.
+int64_t at(const tsl_conv_args &a, const int64_t *extent, int64_t n, int64_t c, const int64_t *p,
+           bool cl)
+{
+    int64_t pos = 0, vol = 1;
+    for (int d = 0; d < a.spatial; d++) {
+        pos = pos * extent[d] + p[d];
+        vol *= extent[d];
+    }
+    int64_t ch = a.in_channels; // windows hold inputs
+    return cl ? (n * vol + pos) * ch + c : (n * ch + c) * vol + pos;
+}
+
+// Calls f(n, c, position in box coordinates, position in global coordinates) over a box.
+template <typename F>
+void for_box(const tsl_conv_args &a, int64_t channels, const tsl_conv_box &b, F f)
+{
+    int64_t vol = 1;
+    for (int d = 0; d < a.spatial; d++)
+        vol *= b.size[d];
+    for (int64_t n = 0; n < a.samples; n++)
+        for (int64_t c = 0; c < channels; c++)
+            for (int64_t i = 0; i < vol; i++) {
+                int64_t local[3] = {0, 0, 0}, global[3] = {0, 0, 0}, rest = i;
+                for (int d = a.spatial - 1; d >= 0; d--) {
+                    local[d] = rest % b.size[d];
+                    rest /= b.size[d];
+                    global[d] = b.lo[d] + local[d];
+                }
+                f(n, c, local, global);
+            }
+}
+
+// Even-ish split of [0, size) into `parts` pieces, the first ones one larger.
+std::vector<std::pair<int64_t, int64_t>> split(int64_t size, int64_t parts)
+{
+    std::vector<std::pair<int64_t, int64_t>> out;
+    int64_t lo = 0;
+    for (int64_t k = 0; k < parts; k++) {
+        int64_t len = size / parts + (k < size % parts ? 1 : 0);
+        out.push_back({lo, len});
+        lo += len;
+    }
+    return out;
+}
+
+// All boxes of a grid of `parts[d]` pieces over `size[d]`.
+std::vector<tsl_conv_box> grid_boxes(int sp, const int64_t *size, const int64_t *parts)
+{
+    std::vector<tsl_conv_box> boxes(1);
+    for (int d = 0; d < sp; d++) {
+        std::vector<tsl_conv_box> next;
+        for (const tsl_conv_box &b : boxes)
+            for (auto [lo, len] : split(size[d], parts[d])) {
+                tsl_conv_box nb = b;
+                nb.lo[d] = lo;
+                nb.size[d] = len;
+                next.push_back(nb);
+            }
+        boxes = next;
+    }
+    return boxes;
+}
+
+// Run a codelet's CPU function on plain pointers, as StarPU would (vector interfaces, packed
+// arguments).
+void run_codelet(struct starpu_codelet &cl, const tsl_conv_task_args &args,
+                 const std::vector<const void *> &ptrs)
+{
+    std::vector<starpu_vector_interface> ifs(ptrs.size());
+    std::vector<void *> buffers(ptrs.size());
+    for (size_t i = 0; i < ptrs.size(); i++) {
+        std::memset(&ifs[i], 0, sizeof ifs[i]);
+        ifs[i].ptr = (uintptr_t)ptrs[i];
+        buffers[i] = &ifs[i];
+    }
+    void *packed = nullptr;
+    size_t size = 0;
+    starpu_codelet_pack_args(&packed, &size, STARPU_VALUE, &args, sizeof args, 0);
+    cl.cpu_funcs[0](buffers.data(), packed);
+    free(packed);
+}
+
+bool overlap(int sp, const tsl_conv_box &a, const tsl_conv_box &b, tsl_conv_box *out)
+{
+    for (int d = 0; d < sp; d++) {
+        int64_t lo = std::max(a.lo[d], b.lo[d]);
+        int64_t hi = std::min(a.lo[d] + a.size[d], b.lo[d] + b.size[d]);
+        if (hi <= lo)
+            return false;
+        out->lo[d] = lo;
+        out->size[d] = hi - lo;
+    }
+    return true;
+}
+
+} // namespace
+
+// Spatial tiles: every output tile computed from its own input tile, halo slabs cut from the
+// neighbouring input tiles and zeros at the global boundary gives the whole convolution's
+// output; the window gradients scattered back to tiles and slabs and summed give the whole
+// dx; the per-tile weight gradients sum to the whole dw and db. Input and output grids are
+// chosen independently (uneven, and a tile's window may reach several neighbours deep).
+TEST(ConvKernel, SpatialTilesWithHaloSlabsMatchTheWholeConvolution)
+{
+    std::mt19937_64 rng(20261124);
+    struct Case {
+        int spatial;
+        int64_t n, cin, cout, groups;
+        std::vector<int64_t> size;
+        int64_t k, stride, pad, dil;
+        std::vector<int64_t> in_tiles, out_tiles;
+    };
+    const Case cases[] = {
+        {1, 2, 3, 4, 1, {23}, 3, 1, 1, 1, {3}, {3}},
+        {1, 1, 4, 4, 4, {30}, 5, 2, 2, 1, {4}, {3}},
+        {1, 2, 2, 3, 1, {19}, 3, 2, 0, 2, {5}, {2}},
+        {2, 2, 3, 5, 1, {13, 11}, 3, 1, 1, 1, {2, 3}, {2, 3}},
+        {2, 1, 4, 2, 2, {12, 14}, 5, 2, 2, 1, {3, 2}, {2, 2}},
+        {2, 2, 6, 6, 6, {9, 10}, 3, 1, 2, 2, {2, 2}, {3, 2}},
+        {2, 1, 2, 3, 1, {8, 9}, 1, 1, 0, 1, {2, 2}, {2, 2}},
+        {3, 1, 2, 3, 1, {7, 8, 9}, 3, 2, 1, 1, {2, 2, 2}, {2, 2, 2}},
+        {3, 2, 4, 4, 4, {6, 7, 6}, 3, 1, 2, 2, {2, 3, 2}, {2, 2, 2}},
+    };
+    for (const Case &c : cases)
+        for (int cl = 0; cl < 2; cl++) {
+            SCOPED_TRACE(std::to_string(c.spatial) + "-D case, channels-last " +
+                         std::to_string(cl));
+            Problem p =
+                make(c.spatial, c.n, c.cin, c.cout, c.groups, c.size, c.k, c.stride, c.pad, c.dil);
+            p.a.has_bias = 1;
+            p.a.channels_last = cl;
+            auto x = randf(rng, p.x_size), w = randf(rng, p.w_size), dy = randf(rng, p.y_size);
+            auto b = randf(rng, (size_t)c.cout);
+            std::vector<float> y(p.y_size), dx(p.x_size), dw(p.w_size), db((size_t)c.cout);
+            tsl_conv_forward_kernel(&p.a, x.data(), w.data(), b.data(), y.data());
+            tsl_conv_backward_data_kernel(&p.a, dy.data(), w.data(), dx.data());
+            tsl_conv_backward_weights_kernel(&p.a, x.data(), dy.data(), dw.data(), db.data());
+
+            std::vector<double> dx_sum(p.x_size, 0), dw_sum(p.w_size, 0), db_sum(c.cout, 0);
+            auto in_boxes = grid_boxes(c.spatial, p.a.in_size, c.in_tiles.data());
+            auto out_boxes = grid_boxes(c.spatial, p.a.out_size, c.out_tiles.data());
+            tsl_conv_args out_shape = p.a; // indexes output arrays (C = out channels)
+            out_shape.in_channels = c.cout;
+            for (const tsl_conv_box &ob : out_boxes) {
+                tsl_conv_window win{};
+                tsl_conv_args a = p.a;
+                for (int d = 0; d < c.spatial; d++) {
+                    int64_t span = c.dil * (c.k - 1) + 1;
+                    win.global[d] = p.a.in_size[d];
+                    win.window.lo[d] = ob.lo[d] * c.stride - c.pad;
+                    win.window.size[d] = (ob.size[d] - 1) * c.stride + span;
+                    a.in_size[d] = win.window.size[d];
+                    a.out_size[d] = ob.size[d];
+                    a.padding[d] = 0;
+                }
+                // The own tile: the input tile overlapping the window most; the others that
+                // the window reaches give slabs.
+                size_t own = 0;
+                int64_t best = -1;
+                for (size_t t = 0; t < in_boxes.size(); t++) {
+                    tsl_conv_box o;
+                    int64_t v = 0;
+                    if (overlap(c.spatial, in_boxes[t], win.window, &o)) {
+                        v = 1;
+                        for (int d = 0; d < c.spatial; d++)
+                            v *= o.size[d];
+                    }
+                    if (v > best) {
+                        best = v;
+                        own = t;
+                    }
+                }
+                win.tile = in_boxes[own];
+                for (size_t t = 0; t < in_boxes.size(); t++) {
+                    tsl_conv_box o;
+                    if (t != own && overlap(c.spatial, in_boxes[t], win.window, &o))
+                        win.slab[win.nslabs++] = o;
+                }
+                // Cut the tile and the slabs out of x (in the layout under test).
+                auto cut = [&](const std::vector<float> &whole, const tsl_conv_box &box) {
+                    size_t vol = (size_t)(c.n * c.cin);
+                    for (int d = 0; d < c.spatial; d++)
+                        vol *= (size_t)box.size[d];
+                    std::vector<float> part(vol);
+                    for_box(a, c.cin, box,
+                            [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
+                                part[at(a, box.size, n, ch, l, cl)] =
+                                    whole[at(p.a, p.a.in_size, n, ch, g, cl)];
+                            });
+                    return part;
+                };
+                std::vector<float> tile = cut(x, win.tile);
+                std::vector<std::vector<float>> slabs, dslabs;
+                std::vector<const float *> slab_ptrs;
+                std::vector<float *> dslab_ptrs;
+                for (int k = 0; k < win.nslabs; k++) {
+                    slabs.push_back(cut(x, win.slab[k]));
+                    dslabs.push_back(std::vector<float>(slabs.back().size(), NAN));
+                }
+                for (int k = 0; k < win.nslabs; k++) {
+                    slab_ptrs.push_back(slabs[k].data());
+                    dslab_ptrs.push_back(dslabs[k].data());
+                }
+                // Output tile and its dy.
+                size_t ovol = (size_t)(c.n * c.cout);
+                for (int d = 0; d < c.spatial; d++)
+                    ovol *= (size_t)ob.size[d];
+                std::vector<float> yt(ovol, NAN), dyt(ovol);
+                for_box(out_shape, c.cout, ob,
+                        [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
+                            dyt[at(out_shape, ob.size, n, ch, l, cl)] =
+                                dy[at(out_shape, p.a.out_size, n, ch, g, cl)];
+                        });
+                tsl_conv_window_forward(&a, &win, tile.data(), slab_ptrs.data(), w.data(), b.data(),
+                                        yt.data());
+                for_box(out_shape, c.cout, ob,
+                        [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
+                            float want = y[at(out_shape, p.a.out_size, n, ch, g, cl)];
+                            float got = yt[at(out_shape, ob.size, n, ch, l, cl)];
+                            ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)));
+                        });
+                std::vector<float> dtile(tile.size(), NAN), dwt(p.w_size, NAN), dbt(c.cout, NAN);
+                tsl_conv_window_backward_data(&a, &win, dyt.data(), w.data(), dtile.data(),
+                                              dslab_ptrs.data());
+                tsl_conv_window_backward_weights(&a, &win, tile.data(), slab_ptrs.data(),
+                                                 dyt.data(), dwt.data(), dbt.data());
+                // The codelets route a windowed task to the same kernels, with the halo
+                // buffers after x (or dx): same bits.
+                tsl_conv_task_args targs{};
+                targs.conv = a;
+                targs.windowed = 1;
+                targs.window = win;
+                std::vector<float> yc(ovol, NAN), dtc(tile.size(), NAN), dwc(p.w_size, NAN),
+                    dbc(c.cout, NAN);
+                std::vector<std::vector<float>> dsc;
+                std::vector<const void *> fwd = {tile.data()},
+                                          bd = {dyt.data(), w.data(), dtc.data()},
+                                          bw = {tile.data()};
+                for (int k = 0; k < win.nslabs; k++) {
+                    fwd.push_back(slabs[k].data());
+                    bw.push_back(slabs[k].data());
+                    dsc.push_back(std::vector<float>(slabs[k].size(), NAN));
+                }
+                for (int k = 0; k < win.nslabs; k++)
+                    bd.push_back(dsc[k].data());
+                fwd.insert(fwd.end(), {w.data(), b.data(), yc.data()});
+                bw.insert(bw.end(), {dyt.data(), dwc.data(), dbc.data()});
+                run_codelet(tsl_cl_conv_forward, targs, fwd);
+                run_codelet(tsl_cl_conv_backward_data, targs, bd);
+                run_codelet(tsl_cl_conv_backward_weights, targs, bw);
+                EXPECT_EQ(std::memcmp(yc.data(), yt.data(), ovol * sizeof(float)), 0);
+                EXPECT_EQ(std::memcmp(dtc.data(), dtile.data(), dtile.size() * sizeof(float)), 0);
+                for (int k = 0; k < win.nslabs; k++)
+                    EXPECT_EQ(
+                        std::memcmp(dsc[k].data(), dslabs[k].data(), dsc[k].size() * sizeof(float)),
+                        0);
+                EXPECT_EQ(std::memcmp(dwc.data(), dwt.data(), dwt.size() * sizeof(float)), 0);
+                EXPECT_EQ(std::memcmp(dbc.data(), dbt.data(), dbt.size() * sizeof(float)), 0);
+                auto add_back = [&](const std::vector<float> &part, const tsl_conv_box &box) {
+                    for_box(a, c.cin, box,
+                            [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
+                                dx_sum[at(p.a, p.a.in_size, n, ch, g, cl)] +=
+                                    part[at(a, box.size, n, ch, l, cl)];
+                            });
+                };
+                add_back(dtile, win.tile);
+                for (int k = 0; k < win.nslabs; k++)
+                    add_back(dslabs[k], win.slab[k]);
+                for (size_t i = 0; i < dw_sum.size(); i++)
+                    dw_sum[i] += dwt[i];
+                for (int64_t o = 0; o < c.cout; o++)
+                    db_sum[o] += dbt[o];
+            }
+            for (size_t i = 0; i < dx.size(); i++)
+                ASSERT_NEAR(dx_sum[i], dx[i], 1e-5 * (1 + std::fabs(dx[i]))) << "dx " << i;
+            for (size_t i = 0; i < dw.size(); i++)
+                ASSERT_NEAR(dw_sum[i], dw[i], 1e-4 * (1 + std::fabs(dw[i]))) << "dw " << i;
+            for (int64_t o = 0; o < c.cout; o++)
+                ASSERT_NEAR(db_sum[o], db[o], 1e-4 * (1 + std::fabs(db[o]))) << "db " << o;
+        }
+}
+
+// A window that reaches a neighbour whose slab is missing is a codelet error, not garbage.
+TEST(ConvKernelDeathTest, MissingHaloSlabAborts)
+{
+    Problem p = make(1, 1, 2, 2, 1, {10}, 3, 1, 1, 1);
+    tsl_conv_args a = p.a;
+    tsl_conv_window win{};
+    win.global[0] = 10;
+    win.tile = {{0, 0, 0}, {5, 1, 1}};
+    win.window = {{-1, 0, 0}, {7, 1, 1}}; // output [0, 5) needs inputs [-1, 6): 5 is missing
+    a.in_size[0] = 7;
+    a.out_size[0] = 5;
+    a.padding[0] = 0;
+    std::vector<float> tile(10, 1.0f), w(p.w_size, 1.0f), y(10);
+    EXPECT_DEATH(
+        tsl_conv_window_forward(&a, &win, tile.data(), nullptr, w.data(), nullptr, y.data()),
+        "halo slabs are missing");
 }
