@@ -10,6 +10,7 @@
 #include "tessel/context.h"
 #include "tessel/tensor.h"
 #include "tessel/io.h"
+#include "tessel/data.h"
 #include "tessel/ops.h"
 #include "tessel/version.h"
 

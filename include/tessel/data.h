@@ -1,0 +1,180 @@
+/**
+ * @file data.h
+ * @brief Datasets for training: Fashion-MNIST, a synthetic segmentation set and `.npy`
+ *        directories, opened from a one-line spec; batches read into caller buffers; a
+ *        deterministic epoch order; a loader that prefetches the next batch on a thread.
+ *
+ * Nothing here needs a context, StarPU or MPI: a dataset is read on one process (the rank
+ * that then scatters a batch into tiled tensors).
+ *
+ * Spec syntax: `NAME[:OPTIONS]`, OPTIONS a comma-separated list of `key=value`; the first
+ * option may be a bare value, which means `dir=value`.
+ *
+ * - `fashion-mnist[:dir=DIR]`: Fashion-MNIST from its IDX files (gzip-compressed or plain;
+ *   DIR defaults to ::TSL_FASHION_MNIST_DIR). x f32 1 x 28 x 28, one label 0..9 per sample.
+ *   The test split is the t10k files.
+ * - `synthetic[:dims=D,size=S,samples=N,classes=K,channels=C,objects=O,noise=F,seed=X]`:
+ *   a segmentation set generated on demand (defaults 2, 32, 64, 3, 1, 4, 0.5, 0; seed up to
+ *   10^18): in each sample O spheres or boxes of classes 1..K-1 on background 0, voxel value
+ *   = class id + F * noise (about N(0, 1)). x f32 C x S^D (D = 1, 2 or 3), y one label per
+ *   voxel. A sample depends only on (seed, split, index); the test split draws from another
+ *   stream.
+ * - `npy:DIR[,classes=K]`: DIR/x.npy (f32, N x C x 0 to 3 spatial sizes) and DIR/y.npy
+ *   (i64, N labels, or N x the spatial sizes of x); the test split reads DIR/x_test.npy and
+ *   DIR/y_test.npy. Samples are read from the files when asked (larger than memory is
+ *   fine). K defaults to the largest label + 1.
+ *
+ * Fashion-MNIST pixels p become (p / 255 - 0.2860) / 0.3530 (the training set's mean and
+ * standard deviation). Unknown keys, bad values, missing or malformed files are refused
+ * with a status and a message (tsl_last_error()); nothing aborts.
+ */
+#ifndef TESSEL_DATA_H
+#define TESSEL_DATA_H
+
+#include <stdint.h>
+
+#include "tessel/status.h"
+#include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Fashion-MNIST normalisation: mean of the training pixels scaled to [0, 1]. */
+#define TSL_FASHION_MNIST_MEAN 0.2860
+/** Fashion-MNIST normalisation: standard deviation of the training pixels scaled to [0, 1]. */
+#define TSL_FASHION_MNIST_STD 0.3530
+/** Directory of the Debian package dataset-fashion-mnist. */
+#define TSL_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/** Opaque dataset handle. */
+typedef struct tsl_dataset *tsl_dataset_t;
+
+/** Which part of a dataset to open. */
+typedef enum tsl_split {
+    TSL_SPLIT_TRAIN = 0, /**< training samples */
+    TSL_SPLIT_TEST = 1,  /**< held-out samples */
+} tsl_split;
+
+/** What a dataset holds. */
+typedef struct tsl_dataset_info {
+    /** Number of samples, indices 0 .. samples - 1. */
+    int64_t samples;
+    /** Number of classes: labels are in [0, classes). */
+    int32_t classes;
+    /** Shape of one sample's x: C, then 0 to 3 spatial sizes (ndim 1 to 4). */
+    tsl_shape sample_shape;
+    /** Shape of one sample's labels: ndim 0 for one class id per sample (classification),
+     *  otherwise the spatial sizes of x (one class id per voxel, segmentation). */
+    tsl_shape label_shape;
+    /** Floats per sample (product of sample_shape). */
+    int64_t sample_numel;
+    /** Labels per sample (1 for classification, product of label_shape otherwise). */
+    int64_t label_numel;
+} tsl_dataset_info;
+
+/**
+ * @brief Open a dataset.
+ * @param[out] dataset the dataset (tsl_dataset_destroy()); untouched on failure
+ * @param[in]  spec    dataset spec (see the file comment), e.g. `fashion-mnist`,
+ *                     `synthetic:dims=3,size=64,samples=32,classes=3`, `npy:/data/set`
+ * @param[in]  split   ::TSL_SPLIT_TRAIN or ::TSL_SPLIT_TEST
+ * @return ::TSL_ERR_INVALID_ARG for a bad spec (unknown name or key, bad value),
+ *         ::TSL_ERR_IO for a missing file, ::TSL_ERR_FORMAT for a malformed file,
+ *         ::TSL_ERR_SHAPE / ::TSL_ERR_DTYPE for arrays that do not fit together
+ *
+ * Fashion-MNIST and `.npy` data are read into memory here; synthetic samples are
+ * generated when read.
+ */
+tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec, tsl_split split);
+
+/** @brief Free a dataset. NULL is a no-op. No loader may still use it. */
+tsl_status tsl_dataset_destroy(tsl_dataset_t dataset);
+
+/** @brief Number of samples and classes, sample and label shapes. */
+tsl_status tsl_dataset_get_info(tsl_dataset_t dataset, tsl_dataset_info *info);
+
+/**
+ * @brief Read samples into caller buffers: sample indices[i] goes to
+ * x + i * sample_numel and y + i * label_numel. Reading does not change the dataset, so
+ * several threads may read one dataset at the same time.
+ * @param[in]  indices @p count sample indices in [0, samples), repeats allowed
+ * @param[in]  count   number of samples to read (0 reads nothing)
+ * @param[out] x       count * sample_numel floats, or NULL to skip the samples
+ * @param[out] y       count * label_numel labels, or NULL to skip the labels
+ */
+tsl_status tsl_dataset_read(tsl_dataset_t dataset, const int64_t *indices, int64_t count, float *x,
+                            int64_t *y);
+
+/**
+ * @brief The order in which an epoch visits the samples: order[i] = i without shuffling,
+ * otherwise a permutation of [0, @p count) that depends only on (@p seed, @p epoch).
+ *
+ * Fisher-Yates (for i from count - 1 down to 1, swap i with j uniform in [0, i]) driven by
+ * SplitMix64: initial state mix(mix(seed + G) ^ epoch), where mix is SplitMix64's output
+ * function and G = 0x9e3779b97f4a7c15 its increment; each draw adds G to the state and
+ * returns mix(state); j = r mod (i + 1), draws r below 2^64 mod (i + 1) rejected (no
+ * bias). Integer arithmetic only: the same permutation on every machine.
+ * @param[out] order   @p count indices
+ * @param[in]  shuffle 0: identity order; otherwise shuffled
+ */
+tsl_status tsl_dataset_epoch_order(int64_t *order, int64_t count, uint64_t seed, int64_t epoch,
+                                   int32_t shuffle);
+
+/** Opaque batch loader handle. */
+typedef struct tsl_loader *tsl_loader_t;
+
+/** One batch handed out by tsl_loader_next(). */
+typedef struct tsl_batch {
+    /** count * sample_numel floats, valid until the next tsl_loader_next() or destroy. */
+    const float *x;
+    /** count * label_numel labels, valid as long as @ref x. */
+    const int64_t *y;
+    /** The sample index of every row of the batch, valid as long as @ref x. */
+    const int64_t *indices;
+    /** Samples in the batch: the batch size, except for the last batch of an epoch when
+     *  the loader keeps incomplete batches. */
+    int64_t count;
+    /** Epoch of the batch, from 0. */
+    int64_t epoch;
+    /** Position of the batch in its epoch, from 0. */
+    int64_t index;
+    /** 1 for the last batch of its epoch, 0 otherwise. */
+    int32_t last;
+} tsl_batch;
+
+/**
+ * @brief Create a loader: epoch after epoch, it cuts tsl_dataset_epoch_order(seed, epoch)
+ * into batches, and a background thread reads the next batch while the caller works on the
+ * current one (two buffers). The batches are exactly those tsl_dataset_read() gives for
+ * the same indices.
+ * @param[out] loader     the loader (tsl_loader_destroy())
+ * @param[in]  dataset    read by the loader's thread; must outlive the loader
+ * @param[in]  batch_size samples per batch, >= 1
+ * @param[in]  seed       shuffling seed
+ * @param[in]  shuffle    0: every epoch visits samples in order; otherwise shuffled
+ * @param[in]  drop_last  non-zero: an epoch's final incomplete batch is skipped (a dataset
+ *                        smaller than one batch is then an error)
+ */
+tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_t batch_size,
+                             uint64_t seed, int32_t shuffle, int32_t drop_last);
+
+/**
+ * @brief The next batch; after an epoch's last batch comes the first batch of the next
+ * epoch. Waits if the thread has not finished reading it. An error met by the thread is
+ * returned here with its message, and again by every later call.
+ * @param[out] batch the batch; its pointers stay valid until the next call or destroy
+ */
+tsl_status tsl_loader_next(tsl_loader_t loader, tsl_batch *batch);
+
+/** @brief Batches per epoch. */
+tsl_status tsl_loader_batches_per_epoch(tsl_loader_t loader, int64_t *batches);
+
+/** @brief Stop the thread and free the loader and its buffers. NULL is a no-op. */
+tsl_status tsl_loader_destroy(tsl_loader_t loader);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_DATA_H */

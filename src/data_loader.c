@@ -1,0 +1,215 @@
+/* The batch loader (include/tessel/data.h): epochs cut into batches, the next batch read on
+ * a background thread into the buffer the caller is not using (double buffering). Built on
+ * the public dataset calls only; pure C and pthreads. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "tessel/data.h"
+
+#define LOADER_MESSAGE_MAX 512
+
+/* One of the two buffers, with the batch it holds and how reading it went. */
+typedef struct loader_slot {
+    float *x;
+    int64_t *y;
+    int64_t *indices;
+    int64_t count;
+    int64_t epoch;
+    int64_t index;
+    int32_t last;
+    tsl_status status;
+    char message[LOADER_MESSAGE_MAX];
+} loader_slot;
+
+struct tsl_loader {
+    tsl_dataset_t dataset;
+    tsl_dataset_info info;
+    int64_t batch_size;
+    int64_t batches_per_epoch;
+    uint64_t seed;
+    int32_t shuffle;
+
+    /* Where the reader is: touched by the reading thread only. */
+    int64_t *order; /* the current epoch's order */
+    int64_t epoch;
+    int64_t next_batch;
+
+    loader_slot slots[2];
+
+    /* Shared with the thread, under lock. */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int fill_slot; /* the slot the thread fills next, which the caller does not hold */
+    int filled;    /* slots[fill_slot] is ready */
+    int stop;
+    tsl_status error; /* sticky: once a read failed, every later call reports it */
+    char error_message[LOADER_MESSAGE_MAX];
+    pthread_t thread;
+    int thread_started;
+};
+
+/* Read the next batch of the schedule into `slot`; on failure keep the message. */
+static tsl_status read_next_batch(struct tsl_loader *ld, loader_slot *slot)
+{
+    int64_t samples = ld->info.samples;
+    tsl_status st = TSL_OK;
+    if (ld->next_batch == 0)
+        st = tsl_dataset_epoch_order(ld->order, samples, ld->seed, ld->epoch, ld->shuffle);
+    int64_t start = ld->next_batch * ld->batch_size;
+    int64_t count = samples - start < ld->batch_size ? samples - start : ld->batch_size;
+    memcpy(slot->indices, ld->order + start, (size_t)count * sizeof *slot->indices);
+    slot->count = count;
+    slot->epoch = ld->epoch;
+    slot->index = ld->next_batch;
+    slot->last = ld->next_batch + 1 == ld->batches_per_epoch;
+    if (!st)
+        st = tsl_dataset_read(ld->dataset, slot->indices, count, slot->x, slot->y);
+    slot->status = st;
+    if (st)
+        snprintf(slot->message, sizeof slot->message, "%s", tsl_last_error());
+    if (++ld->next_batch == ld->batches_per_epoch) {
+        ld->next_batch = 0;
+        ld->epoch++;
+    }
+    return st;
+}
+
+static void *loader_thread(void *arg)
+{
+    struct tsl_loader *ld = arg;
+    pthread_mutex_lock(&ld->lock);
+    for (;;) {
+        while (!ld->stop && ld->filled)
+            pthread_cond_wait(&ld->changed, &ld->lock);
+        if (ld->stop)
+            break;
+        loader_slot *slot = &ld->slots[ld->fill_slot];
+        pthread_mutex_unlock(&ld->lock);
+        tsl_status st = read_next_batch(ld, slot);
+        pthread_mutex_lock(&ld->lock);
+        ld->filled = 1;
+        pthread_cond_broadcast(&ld->changed);
+        if (st)
+            break; /* the caller gets the error; nothing more is read */
+    }
+    pthread_mutex_unlock(&ld->lock);
+    return NULL;
+}
+
+tsl_status tsl_loader_destroy(tsl_loader_t ld)
+{
+    if (!ld)
+        return TSL_OK;
+    if (ld->thread_started) {
+        pthread_mutex_lock(&ld->lock);
+        ld->stop = 1;
+        pthread_cond_broadcast(&ld->changed);
+        pthread_mutex_unlock(&ld->lock);
+        pthread_join(ld->thread, NULL);
+    }
+    pthread_cond_destroy(&ld->changed);
+    pthread_mutex_destroy(&ld->lock);
+    for (int s = 0; s < 2; s++) {
+        free(ld->slots[s].x);
+        free(ld->slots[s].y);
+        free(ld->slots[s].indices);
+    }
+    free(ld->order);
+    free(ld);
+    return TSL_OK;
+}
+
+tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_t batch_size,
+                             uint64_t seed, int32_t shuffle, int32_t drop_last)
+{
+    if (!loader || !dataset || batch_size < 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_loader_create: need a loader, a dataset and batch_size >= 1");
+    tsl_dataset_info info;
+    tsl_status st = tsl_dataset_get_info(dataset, &info);
+    if (st)
+        return st;
+    int64_t batches =
+        drop_last ? info.samples / batch_size : (info.samples + batch_size - 1) / batch_size;
+    if (batches == 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_loader_create: %lld samples make no complete batch of %lld (drop "
+                         "incomplete batches off, or use a smaller batch)",
+                         (long long)info.samples, (long long)batch_size);
+    int64_t rows = batch_size < info.samples ? batch_size : info.samples;
+    struct tsl_loader *ld = calloc(1, sizeof *ld);
+    if (!ld)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_loader_create: out of memory");
+    ld->dataset = dataset;
+    ld->info = info;
+    ld->batch_size = batch_size;
+    ld->batches_per_epoch = batches;
+    ld->seed = seed;
+    ld->shuffle = shuffle;
+    pthread_mutex_init(&ld->lock, NULL);
+    pthread_cond_init(&ld->changed, NULL);
+    int ok = (ld->order = malloc((size_t)info.samples * sizeof *ld->order)) != NULL;
+    for (int s = 0; s < 2 && ok; s++) {
+        loader_slot *slot = &ld->slots[s];
+        ok = (slot->x = malloc((size_t)(rows * info.sample_numel) * sizeof *slot->x)) &&
+             (slot->y = malloc((size_t)(rows * info.label_numel) * sizeof *slot->y)) &&
+             (slot->indices = malloc((size_t)rows * sizeof *slot->indices));
+    }
+    if (!ok) {
+        tsl_loader_destroy(ld);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
+                         "tsl_loader_create: cannot allocate two batches of %lld samples",
+                         (long long)rows);
+    }
+    if (pthread_create(&ld->thread, NULL, loader_thread, ld) != 0) {
+        tsl_loader_destroy(ld);
+        return tsl_error(NULL, TSL_ERR_RESOURCE, "tsl_loader_create: cannot start a thread");
+    }
+    ld->thread_started = 1;
+    *loader = ld;
+    return TSL_OK;
+}
+
+tsl_status tsl_loader_next(tsl_loader_t ld, tsl_batch *batch)
+{
+    if (!ld || !batch)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_loader_next: NULL argument");
+    pthread_mutex_lock(&ld->lock);
+    while (!ld->error && !ld->filled)
+        pthread_cond_wait(&ld->changed, &ld->lock);
+    const loader_slot *slot = &ld->slots[ld->fill_slot];
+    if (!ld->error && slot->status) {
+        ld->error = slot->status;
+        memcpy(ld->error_message, slot->message, sizeof ld->error_message);
+    }
+    tsl_status error = ld->error;
+    if (error) {
+        char message[LOADER_MESSAGE_MAX];
+        memcpy(message, ld->error_message, sizeof message);
+        pthread_mutex_unlock(&ld->lock);
+        return tsl_error(NULL, error, "%s", message);
+    }
+    batch->x = slot->x;
+    batch->y = slot->y;
+    batch->indices = slot->indices;
+    batch->count = slot->count;
+    batch->epoch = slot->epoch;
+    batch->index = slot->index;
+    batch->last = slot->last;
+    ld->filled = 0;
+    ld->fill_slot ^= 1;
+    pthread_cond_broadcast(&ld->changed);
+    pthread_mutex_unlock(&ld->lock);
+    return TSL_OK;
+}
+
+tsl_status tsl_loader_batches_per_epoch(tsl_loader_t ld, int64_t *batches)
+{
+    if (!ld || !batches)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_loader_batches_per_epoch: NULL argument");
+    *batches = ld->batches_per_epoch;
+    return TSL_OK;
+}
