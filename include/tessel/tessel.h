@@ -12,6 +12,8 @@
 #include "tessel/io.h"
 #include "tessel/data.h"
 #include "tessel/ops.h"
+#include "tessel/graph.h"
+#include "tessel/model.h"
 #include "tessel/version.h"
 
 #endif /* TESSEL_TESSEL_H */

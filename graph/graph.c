@@ -1,0 +1,605 @@
+/* Model graphs: building with shape inference, queries and estimates. Pure C. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "graph_internal.h"
+
+/* Grow an array of `size`-byte elements to hold `need` of them. */
+static int grow(void **array, int32_t *cap, int32_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    int32_t cap2 = *cap ? 2 * *cap : 16;
+    while (cap2 < need)
+        cap2 *= 2;
+    void *p = realloc(*array, (size_t)cap2 * size);
+    if (!p)
+        return -1;
+    *array = p;
+    *cap = cap2;
+    return 0;
+}
+
+tsl_status tsl_graph_create(tsl_graph_t *out)
+{
+    if (!out)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_create: graph is NULL");
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_graph_create: out of memory");
+    (*out)->input = -1;
+    (*out)->output = -1;
+    return TSL_OK;
+}
+
+void tsl_graph_destroy(tsl_graph_t g)
+{
+    if (!g)
+        return;
+    free(g->values);
+    free(g->ops);
+    free(g->params);
+    free(g);
+}
+
+struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g)
+{
+    struct tsl_graph *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    *c = *g;
+    c->values = malloc(sizeof *c->values * (size_t)(g->nvalues ? g->nvalues : 1));
+    c->ops = malloc(sizeof *c->ops * (size_t)(g->nops ? g->nops : 1));
+    c->params = malloc(sizeof *c->params * (size_t)(g->nparams ? g->nparams : 1));
+    c->cap_values = g->nvalues;
+    c->cap_ops = g->nops;
+    c->cap_params = g->nparams;
+    if (!c->values || !c->ops || !c->params) {
+        tsl_graph_destroy(c);
+        return NULL;
+    }
+    memcpy(c->values, g->values, sizeof *c->values * (size_t)g->nvalues);
+    memcpy(c->ops, g->ops, sizeof *c->ops * (size_t)g->nops);
+    memcpy(c->params, g->params, sizeof *c->params * (size_t)g->nparams);
+    return c;
+}
+
+const char *tsl_op_kind_name(tsl_op_kind kind)
+{
+    static const char *names[TSL_OP_KIND_COUNT] = {"input",   "conv",     "batchnorm", "activation",
+                                                   "pool",    "upsample", "concat",    "add",
+                                                   "flatten", "linear"};
+    return (unsigned)kind < TSL_OP_KIND_COUNT ? names[kind] : "invalid";
+}
+
+static tsl_status check_graph(tsl_graph_t g, const int32_t *value, const char *fn)
+{
+    if (!g || !value)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: graph or value is NULL", fn);
+    return TSL_OK;
+}
+
+static tsl_status check_value(tsl_graph_t g, int32_t v, const char *fn)
+{
+    if (v < 0 || v >= g->nvalues)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: no value %d in the graph", fn, (int)v);
+    return TSL_OK;
+}
+
+static tsl_status check_name(tsl_graph_t g, const char *name, const char *fn);
+
+/* The common checks of an op reading x; a layer (name not NULL) also needs a valid name. */
+static tsl_status check_op(tsl_graph_t g, const int32_t *value, int32_t x, const char *name,
+                           const char *fn)
+{
+    tsl_status st = check_graph(g, value, fn);
+    if (st || (st = check_value(g, x, fn)))
+        return st;
+    return name ? check_name(g, name, fn) : TSL_OK;
+}
+
+/* An op of `kind` reading x, named `name` (or unnamed). */
+static tsl_graph_op unary_op(tsl_op_kind kind, int32_t x, const char *name)
+{
+    tsl_graph_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = kind;
+    if (name)
+        snprintf(op.name, sizeof op.name, "%s", name);
+    op.ninputs = 1;
+    op.inputs[0] = x;
+    return op;
+}
+
+/* Names of layers: non-empty, printable, no '/' (parameter files are named after them), and
+ * not used by an earlier op. */
+static tsl_status check_name(tsl_graph_t g, const char *name, const char *fn)
+{
+    if (!name || !*name)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: a layer needs a name", fn);
+    size_t len = strlen(name);
+    if (len + sizeof ".running_mean" > TSL_GRAPH_NAME_MAX)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: name '%s' is too long", fn, name);
+    for (size_t i = 0; i < len; i++)
+        if (name[i] == '/' || name[i] <= ' ' || name[i] > '~')
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: name '%s' may hold only printable characters, no spaces or '/'",
+                             fn, name);
+    for (int32_t i = 0; i < g->nops; i++)
+        if (strcmp(g->ops[i].name, name) == 0)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: name '%s' is already used", fn, name);
+    return TSL_OK;
+}
+
+/* The per-sample shape with a batch of 1 in front (for the shape functions of ops.h). */
+static tsl_shape batched(const tsl_shape *s)
+{
+    tsl_shape b;
+    b.ndim = s->ndim + 1;
+    b.dims[0] = 1;
+    for (int d = 0; d < s->ndim; d++)
+        b.dims[d + 1] = s->dims[d];
+    for (int d = b.ndim; d < TSL_MAX_DIMS; d++)
+        b.dims[d] = 0;
+    return b;
+}
+
+static tsl_shape unbatched(const tsl_shape *b)
+{
+    tsl_shape s;
+    memset(&s, 0, sizeof s);
+    s.ndim = b->ndim - 1;
+    for (int d = 0; d < s.ndim; d++)
+        s.dims[d] = b->dims[d + 1];
+    return s;
+}
+
+/* Append an op with its output value of shape `shape`; params are added after. Nothing is
+ * changed on failure. */
+static tsl_status add_op(tsl_graph_t g, const tsl_graph_op *op, const tsl_shape *shape,
+                         int32_t *value, const char *fn)
+{
+    if (grow((void **)&g->ops, &g->cap_ops, g->nops + 1, sizeof *g->ops) ||
+        grow((void **)&g->values, &g->cap_values, g->nvalues + 1, sizeof *g->values) ||
+        grow((void **)&g->params, &g->cap_params, g->nparams + TSL_GRAPH_MAX_PARAMS,
+             sizeof *g->params))
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    tsl_graph_op *o = &g->ops[g->nops];
+    *o = *op;
+    o->output = g->nvalues;
+    tsl_graph_value *v = &g->values[g->nvalues++];
+    memset(v, 0, sizeof *v);
+    v->shape = *shape;
+    v->producer = g->nops++;
+    for (int32_t i = 0; i < o->ninputs; i++)
+        g->values[o->inputs[i]].consumers++;
+    *value = o->output;
+    return TSL_OK;
+}
+
+/* Add a parameter `opname.suffix` to the last op. */
+static void add_param(tsl_graph_t g, const char *suffix, const tsl_shape *shape, int32_t trainable,
+                      int32_t init, double bound)
+{
+    tsl_graph_op *o = &g->ops[g->nops - 1];
+    tsl_graph_param *p = &g->params[g->nparams];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s.%s", o->name, suffix);
+    p->shape = *shape;
+    p->trainable = trainable;
+    p->init = init;
+    p->init_bound = bound;
+    o->params[o->nparams++] = g->nparams++;
+}
+
+static tsl_shape shape_of(int32_t ndim, const int64_t *dims)
+{
+    tsl_shape s;
+    memset(&s, 0, sizeof s);
+    s.ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        s.dims[d] = dims[d];
+    return s;
+}
+
+tsl_status tsl_graph_input(tsl_graph_t g, int32_t ndim, const int64_t *dims, int32_t *value)
+{
+    const char *fn = "tsl_graph_input";
+    tsl_status st = check_graph(g, value, fn);
+    if (st)
+        return st;
+    if (g->input >= 0)
+        return tsl_error(NULL, TSL_ERR_STATE, "%s: the graph already has an input", fn);
+    if (ndim < 1 || ndim > TSL_MAX_DIMS - 1 || !dims)
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: a sample has 1 to %d dimensions (C, spatial...), not %d", fn,
+                         TSL_MAX_DIMS - 1, (int)ndim);
+    tsl_shape s = shape_of(ndim, dims);
+    tsl_shape b = batched(&s);
+    if ((st = tsl_shape_check(&b)))
+        return tsl_error(NULL, st, "%s: %s", fn, tsl_last_error());
+    tsl_graph_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TSL_OP_INPUT;
+    snprintf(op.name, sizeof op.name, "input");
+    if ((st = add_op(g, &op, &s, value, fn)))
+        return st;
+    g->input = *value;
+    return TSL_OK;
+}
+
+tsl_status tsl_graph_conv(tsl_graph_t g, const char *name, int32_t x, int64_t out_channels,
+                          const int64_t *kernel, const tsl_conv_params *p, int32_t transposed,
+                          int32_t bias, int32_t *value)
+{
+    const char *fn = "tsl_graph_conv";
+    tsl_status st = check_op(g, value, x, name, fn);
+    if (st)
+        return st;
+    if (!p || !kernel || out_channels < 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: '%s' needs settings, a kernel and at least one output channel", fn,
+                         name);
+    tsl_shape xs = batched(&g->values[x].shape), ys;
+    if (xs.ndim != p->spatial + 2)
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: '%s' is a %d-D convolution but its input has %d spatial dimensions",
+                         fn, name, (int)p->spatial, (int)xs.ndim - 2);
+    if (p->groups < 1 || xs.dims[1] % p->groups || out_channels % p->groups)
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: '%s': %lld groups must divide the %lld input and %lld output "
+                         "channels",
+                         fn, name, (long long)p->groups, (long long)xs.dims[1],
+                         (long long)out_channels);
+    tsl_shape ws;
+    memset(&ws, 0, sizeof ws);
+    ws.ndim = p->spatial + 2;
+    ws.dims[0] = transposed ? xs.dims[1] : out_channels;
+    ws.dims[1] = transposed ? out_channels / p->groups : xs.dims[1] / p->groups;
+    double fan_in = (double)(transposed ? out_channels / p->groups : xs.dims[1] / p->groups);
+    for (int d = 0; d < p->spatial; d++) {
+        if (kernel[d] < 1)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: '%s': kernel sizes must be >= 1", fn,
+                             name);
+        ws.dims[2 + d] = kernel[d];
+        fan_in *= (double)kernel[d];
+    }
+    st = transposed ? tsl_conv_transpose_output_shape(&xs, &ws, p, &ys)
+                    : tsl_conv_output_shape(&xs, &ws, p, &ys);
+    if (st)
+        return tsl_error(NULL, st, "%s: '%s': %s", fn, name, tsl_last_error());
+    tsl_graph_op op = unary_op(TSL_OP_CONV, x, name);
+    op.conv = *p;
+    op.transposed = transposed != 0;
+    op.bias = bias != 0;
+    tsl_shape y = unbatched(&ys);
+    if ((st = add_op(g, &op, &y, value, fn)))
+        return st;
+    /* PyTorch's default initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both. */
+    double bound = 1.0 / sqrt(fan_in);
+    add_param(g, "weight", &ws, 1, TSL_INIT_UNIFORM, bound);
+    if (bias) {
+        tsl_shape bs = shape_of(1, &out_channels);
+        add_param(g, "bias", &bs, 1, TSL_INIT_UNIFORM, bound);
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_graph_batchnorm(tsl_graph_t g, const char *name, int32_t x, double eps,
+                               double momentum, int32_t *value)
+{
+    const char *fn = "tsl_graph_batchnorm";
+    tsl_status st = check_op(g, value, x, name, fn);
+    if (st)
+        return st;
+    if (!(eps > 0) || !(momentum >= 0 && momentum <= 1))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: '%s' needs eps > 0 and momentum in [0, 1]",
+                         fn, name);
+    tsl_graph_op op = unary_op(TSL_OP_BATCHNORM, x, name);
+    op.eps = eps;
+    op.momentum = momentum;
+    tsl_shape s = g->values[x].shape;
+    tsl_shape cs = shape_of(1, &s.dims[0]);
+    if ((st = add_op(g, &op, &s, value, fn)))
+        return st;
+    add_param(g, "weight", &cs, 1, TSL_INIT_ONES, 0);
+    add_param(g, "bias", &cs, 1, TSL_INIT_ZEROS, 0);
+    add_param(g, "running_mean", &cs, 0, TSL_INIT_ZEROS, 0);
+    add_param(g, "running_var", &cs, 0, TSL_INIT_ONES, 0);
+    return TSL_OK;
+}
+
+tsl_status tsl_graph_activation(tsl_graph_t g, int32_t x, tsl_activation kind, double slope,
+                                int32_t *value)
+{
+    const char *fn = "tsl_graph_activation";
+    tsl_status st = check_op(g, value, x, NULL, fn);
+    if (st)
+        return st;
+    if ((unsigned)kind >= TSL_ACTIVATION_COUNT || !isfinite(slope))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: unknown activation %d or bad slope", fn,
+                         (int)kind);
+    tsl_graph_op op = unary_op(TSL_OP_ACTIVATION, x, NULL);
+    op.act = kind;
+    op.slope = slope;
+    tsl_shape s = g->values[x].shape;
+    return add_op(g, &op, &s, value, fn);
+}
+
+tsl_status tsl_graph_pool(tsl_graph_t g, int32_t x, const tsl_pool_params *p, int32_t *value)
+{
+    const char *fn = "tsl_graph_pool";
+    tsl_status st = check_op(g, value, x, NULL, fn);
+    if (st)
+        return st;
+    if (!p)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: params is NULL", fn);
+    tsl_shape xs = batched(&g->values[x].shape), ys;
+    if ((st = tsl_pool_output_shape(&xs, p, &ys)))
+        return tsl_error(NULL, st, "%s: %s", fn, tsl_last_error());
+    tsl_graph_op op = unary_op(TSL_OP_POOL, x, NULL);
+    op.pool = *p;
+    tsl_shape y = unbatched(&ys);
+    return add_op(g, &op, &y, value, fn);
+}
+
+tsl_status tsl_graph_upsample(tsl_graph_t g, int32_t x, const int64_t *scale, int32_t linear,
+                              int32_t *value)
+{
+    const char *fn = "tsl_graph_upsample";
+    tsl_status st = check_op(g, value, x, NULL, fn);
+    if (st)
+        return st;
+    tsl_shape s = g->values[x].shape;
+    int spatial = s.ndim - 1;
+    if (spatial < 1 || spatial > 3 || !scale)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: needs 1 to 3 spatial dimensions and scales", fn);
+    tsl_graph_op op;
+    memset(&op, 0, sizeof op);
+    for (int d = 0; d < spatial; d++) {
+        if (scale[d] < 1 || scale[d] > 1024)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scale %lld outside [1, 1024]", fn,
+                             (long long)scale[d]);
+        op.scale[d] = scale[d];
+        s.dims[1 + d] *= scale[d];
+    }
+    tsl_shape b = batched(&s);
+    if ((st = tsl_shape_check(&b)))
+        return tsl_error(NULL, st, "%s: %s", fn, tsl_last_error());
+    op.kind = TSL_OP_UPSAMPLE;
+    op.ninputs = 1;
+    op.inputs[0] = x;
+    op.linear = linear != 0;
+    return add_op(g, &op, &s, value, fn);
+}
+
+tsl_status tsl_graph_concat(tsl_graph_t g, int32_t count, const int32_t *xs, int32_t *value)
+{
+    const char *fn = "tsl_graph_concat";
+    tsl_status st = check_graph(g, value, fn);
+    if (st)
+        return st;
+    if (count < 1 || count > TSL_GRAPH_MAX_INPUTS || !xs)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: 1 to %d values, not %d", fn,
+                         TSL_GRAPH_MAX_INPUTS, (int)count);
+    tsl_graph_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TSL_OP_CONCAT;
+    op.ninputs = count;
+    tsl_shape s;
+    for (int32_t k = 0; k < count; k++) {
+        if ((st = check_value(g, xs[k], fn)))
+            return st;
+        const tsl_shape *v = &g->values[xs[k]].shape;
+        if (k == 0) {
+            s = *v;
+        } else {
+            int ok = v->ndim == s.ndim && v->ndim >= 1;
+            for (int d = 1; ok && d < s.ndim; d++)
+                ok = v->dims[d] == s.dims[d];
+            if (!ok)
+                return tsl_error(NULL, TSL_ERR_SHAPE,
+                                 "%s: values must agree in every dimension but channels", fn);
+            s.dims[0] += v->dims[0];
+        }
+        op.inputs[k] = xs[k];
+    }
+    return add_op(g, &op, &s, value, fn);
+}
+
+tsl_status tsl_graph_add(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
+{
+    const char *fn = "tsl_graph_add";
+    tsl_status st = check_graph(g, value, fn);
+    if (st || (st = check_value(g, a, fn)) || (st = check_value(g, b, fn)))
+        return st;
+    const tsl_shape *sa = &g->values[a].shape, *sb = &g->values[b].shape;
+    if (sa->ndim != sb->ndim || memcmp(sa->dims, sb->dims, sizeof sa->dims) != 0)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: the two values differ in shape", fn);
+    tsl_graph_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TSL_OP_ADD;
+    op.ninputs = 2;
+    op.inputs[0] = a;
+    op.inputs[1] = b;
+    tsl_shape s = *sa;
+    return add_op(g, &op, &s, value, fn);
+}
+
+tsl_status tsl_graph_flatten(tsl_graph_t g, int32_t x, int32_t *value)
+{
+    const char *fn = "tsl_graph_flatten";
+    tsl_status st = check_op(g, value, x, NULL, fn);
+    if (st)
+        return st;
+    tsl_shape s = g->values[x].shape;
+    int64_t features = tsl_shape_numel(&s);
+    tsl_shape f = shape_of(1, &features);
+    tsl_graph_op op = unary_op(TSL_OP_FLATTEN, x, NULL);
+    return add_op(g, &op, &f, value, fn);
+}
+
+tsl_status tsl_graph_linear(tsl_graph_t g, const char *name, int32_t x, int64_t out_features,
+                            int32_t bias, int32_t *value)
+{
+    const char *fn = "tsl_graph_linear";
+    tsl_status st = check_op(g, value, x, name, fn);
+    if (st)
+        return st;
+    const tsl_shape *xs = &g->values[x].shape;
+    if (xs->ndim != 1)
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: '%s' needs a flat input (features), not %d dimensions; flatten it "
+                         "first",
+                         fn, name, (int)xs->ndim);
+    if (out_features < 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: '%s' needs at least one output", fn, name);
+    tsl_graph_op op = unary_op(TSL_OP_LINEAR, x, name);
+    op.bias = bias != 0;
+    int64_t wd[2] = {out_features, xs->dims[0]};
+    tsl_shape ws = shape_of(2, wd), ys = shape_of(1, &out_features);
+    double bound = 1.0 / sqrt((double)xs->dims[0]);
+    if ((st = add_op(g, &op, &ys, value, fn)))
+        return st;
+    add_param(g, "weight", &ws, 1, TSL_INIT_UNIFORM, bound);
+    if (bias)
+        add_param(g, "bias", &ys, 1, TSL_INIT_UNIFORM, bound);
+    return TSL_OK;
+}
+
+tsl_status tsl_graph_set_output(tsl_graph_t g, int32_t value)
+{
+    const char *fn = "tsl_graph_set_output";
+    if (!g)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: graph is NULL", fn);
+    tsl_status st = check_value(g, value, fn);
+    if (st)
+        return st;
+    g->output = value;
+    return TSL_OK;
+}
+
+int32_t tsl_graph_value_count(tsl_graph_t g)
+{
+    return g->nvalues;
+}
+
+int32_t tsl_graph_op_count(tsl_graph_t g)
+{
+    return g->nops;
+}
+
+int32_t tsl_graph_param_count(tsl_graph_t g)
+{
+    return g->nparams;
+}
+
+int32_t tsl_graph_output(tsl_graph_t g)
+{
+    if (!g || g->output < 0)
+        return tsl_error(NULL, TSL_ERR_STATE, "tsl_graph_output: no output set");
+    return g->output;
+}
+
+tsl_status tsl_graph_value_shape(tsl_graph_t g, int32_t value, tsl_shape *shape)
+{
+    if (!g || !shape)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_value_shape: NULL argument");
+    tsl_status st = check_value(g, value, "tsl_graph_value_shape");
+    if (!st)
+        *shape = g->values[value].shape;
+    return st;
+}
+
+tsl_status tsl_graph_param_info(tsl_graph_t g, int32_t index, const char **name, tsl_shape *shape,
+                                int32_t *trainable)
+{
+    if (!g || index < 0 || index >= g->nparams)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_param_info: no parameter %d",
+                         (int)index);
+    const tsl_graph_param *p = &g->params[index];
+    if (name)
+        *name = p->name;
+    if (shape)
+        *shape = p->shape;
+    if (trainable)
+        *trainable = p->trainable;
+    return TSL_OK;
+}
+
+tsl_status tsl_graph_op_info(tsl_graph_t g, int32_t index, tsl_op_kind *kind, const char **name,
+                             int32_t *output)
+{
+    if (!g || index < 0 || index >= g->nops)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_op_info: no op %d", (int)index);
+    const tsl_graph_op *o = &g->ops[index];
+    if (kind)
+        *kind = o->kind;
+    if (name)
+        *name = o->name;
+    if (output)
+        *output = o->output;
+    return TSL_OK;
+}
+
+/* Forward flops of one op for one sample. */
+static double op_flops(const tsl_graph_t g, const tsl_graph_op *o)
+{
+    const tsl_shape *y = &g->values[o->output].shape;
+    double out = (double)tsl_shape_numel(y);
+    switch (o->kind) {
+    case TSL_OP_CONV: {
+        const tsl_shape *w = &g->params[o->params[0]].shape;
+        double per = 2.0 * (double)(tsl_shape_numel(w) / w->dims[0]); /* taps per output */
+        if (o->transposed) /* each input position meets each tap of its group */
+            return 2.0 * (double)tsl_shape_numel(&g->values[o->inputs[0]].shape) *
+                   (double)(tsl_shape_numel(w) / w->dims[0]);
+        return out * per + (o->bias ? out : 0);
+    }
+    case TSL_OP_LINEAR:
+        return 2.0 * out * (double)g->values[o->inputs[0]].shape.dims[0] + (o->bias ? out : 0);
+    case TSL_OP_BATCHNORM:
+        return 4.0 * out;
+    case TSL_OP_POOL: {
+        double k = 1;
+        for (int d = 0; d < o->pool.spatial; d++)
+            k *= (double)o->pool.kernel[d];
+        return out * k;
+    }
+    case TSL_OP_UPSAMPLE:
+        return o->linear ? 4.0 * out : out;
+    case TSL_OP_ACTIVATION:
+    case TSL_OP_ADD:
+        return out;
+    case TSL_OP_INPUT:
+    case TSL_OP_CONCAT:
+    case TSL_OP_FLATTEN:
+        return 0;
+    }
+    return 0;
+}
+
+tsl_status tsl_graph_estimate(tsl_graph_t g, int64_t batch, double *flops,
+                              int64_t *activation_bytes, int64_t *param_bytes)
+{
+    if (!g || batch < 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_estimate: NULL graph or batch < 1");
+    double f = 0;
+    int64_t act = 0, par = 0;
+    for (int32_t i = 0; i < g->nops; i++)
+        f += op_flops(g, &g->ops[i]);
+    for (int32_t v = 0; v < g->nvalues; v++)
+        act += tsl_shape_numel(&g->values[v].shape) * (int64_t)sizeof(float);
+    for (int32_t p = 0; p < g->nparams; p++)
+        par += tsl_shape_numel(&g->params[p].shape) * (int64_t)sizeof(float);
+    if (flops)
+        *flops = f * (double)batch;
+    if (activation_bytes)
+        *activation_bytes = act * batch;
+    if (param_bytes)
+        *param_bytes = par;
+    return TSL_OK;
+}

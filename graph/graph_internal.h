@@ -1,0 +1,60 @@
+/* The graph's representation, shared by graph/ (building, shape inference) and the model
+ * executor in src/ (lowering to tile tasks). Pure C. */
+#ifndef TESSEL_GRAPH_INTERNAL_H
+#define TESSEL_GRAPH_INTERNAL_H
+
+#include "tessel/graph.h"
+
+#define TSL_GRAPH_MAX_INPUTS 8 /* most inputs of one op (concatenation) */
+#define TSL_GRAPH_MAX_PARAMS 4 /* weight, bias, running mean, running variance */
+
+typedef struct tsl_graph_value {
+    tsl_shape shape;   /* per sample: C, spatial... */
+    int32_t producer;  /* op index */
+    int32_t consumers; /* number of op inputs that read it */
+} tsl_graph_value;
+
+typedef struct tsl_graph_param {
+    char name[TSL_GRAPH_NAME_MAX];
+    tsl_shape shape;
+    int32_t trainable;
+    int32_t init;      /* TSL_INIT_* */
+    double init_bound; /* uniform bound for TSL_INIT_UNIFORM */
+} tsl_graph_param;
+
+enum { TSL_INIT_UNIFORM = 0, TSL_INIT_ZEROS = 1, TSL_INIT_ONES = 2 };
+
+typedef struct tsl_graph_op {
+    tsl_op_kind kind;
+    char name[TSL_GRAPH_NAME_MAX];
+    int32_t ninputs;
+    int32_t inputs[TSL_GRAPH_MAX_INPUTS];
+    int32_t output;
+    int32_t nparams;
+    int32_t params[TSL_GRAPH_MAX_PARAMS]; /* weight, bias (or -1), running mean, running var */
+    /* attributes */
+    tsl_conv_params conv;
+    int32_t transposed;
+    int32_t bias;
+    double eps, momentum; /* batch norm */
+    tsl_activation act;
+    double slope;
+    tsl_pool_params pool;
+    int64_t scale[3];
+    int32_t linear; /* upsampling mode */
+} tsl_graph_op;
+
+struct tsl_graph {
+    tsl_graph_value *values;
+    int32_t nvalues, cap_values;
+    tsl_graph_op *ops;
+    int32_t nops, cap_ops;
+    tsl_graph_param *params;
+    int32_t nparams, cap_params;
+    int32_t input, output;
+};
+
+/* A deep copy of `g` (NULL when out of memory). */
+struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g);
+
+#endif /* TESSEL_GRAPH_INTERNAL_H */

@@ -1,0 +1,156 @@
+/**
+ * @file graph.h
+ * @brief Model graphs: a network described as values (activations), named parameters and
+ *        ops with attributes, with shape inference at every step. Pure description: no
+ *        StarPU, no tensors; tsl_model_create() (tessel/model.h) turns a graph into tiled
+ *        tensors and tile tasks.
+ *
+ * Shapes of values are per sample: (C, spatial...) without the batch dimension, which is
+ * chosen when the graph runs. Parameters are named as PyTorch's `state_dict` names them for
+ * the same network (`conv1.weight`, `conv1.bias`, `bn1.running_mean`, ...) and have PyTorch's
+ * layouts (OIDHW weights), so parameter files can be exchanged with PyTorch.
+ *
+ * Builder calls check their arguments and infer the output shape; a bad call returns an
+ * error (with a message, tsl_last_error()) and leaves the graph unchanged.
+ */
+#ifndef TESSEL_GRAPH_H
+#define TESSEL_GRAPH_H
+
+#include <stdint.h>
+
+#include "tessel/ops.h"
+#include "tessel/status.h"
+#include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A model graph. */
+typedef struct tsl_graph *tsl_graph_t;
+
+/** Kinds of graph ops. */
+typedef enum tsl_op_kind {
+    TSL_OP_INPUT = 0,      /**< the network's input */
+    TSL_OP_CONV = 1,       /**< convolution or transposed convolution, optional bias */
+    TSL_OP_BATCHNORM = 2,  /**< batch normalization (affine, running statistics) */
+    TSL_OP_ACTIVATION = 3, /**< ReLU, LeakyReLU, sigmoid, tanh */
+    TSL_OP_POOL = 4,       /**< max or average pooling */
+    TSL_OP_UPSAMPLE = 5,   /**< nearest or linear upsampling by integer factors */
+    TSL_OP_CONCAT = 6,     /**< concatenation along channels */
+    TSL_OP_ADD = 7,        /**< elementwise sum of two values (residual) */
+    TSL_OP_FLATTEN = 8,    /**< (C, spatial...) to (C x spatial) */
+    TSL_OP_LINEAR = 9,     /**< fully connected layer, optional bias */
+} tsl_op_kind;
+
+/** Number of op kinds. */
+#define TSL_OP_KIND_COUNT 10
+
+/** Longest name of a value, op or parameter, terminating zero included. */
+#define TSL_GRAPH_NAME_MAX 96
+
+/** @brief An empty graph. */
+tsl_status tsl_graph_create(tsl_graph_t *graph);
+
+/** @brief Free a graph (NULL is a no-op). */
+void tsl_graph_destroy(tsl_graph_t graph);
+
+/**
+ * @brief The network's input, per-sample shape (C, spatial...) with 1 to 4 dimensions. A
+ * graph has exactly one input. @p value receives its id.
+ */
+tsl_status tsl_graph_input(tsl_graph_t graph, int32_t ndim, const int64_t *sample_dims,
+                           int32_t *value);
+
+/**
+ * @brief Convolution (or transposed convolution when @p transposed) named @p name: creates
+ * parameters `name.weight` ((C_out, C_in / groups, k...), or (C_in, C_out / groups, k...)
+ * transposed) and, with @p bias, `name.bias`. @p kernel has params->spatial entries.
+ */
+tsl_status tsl_graph_conv(tsl_graph_t graph, const char *name, int32_t x, int64_t out_channels,
+                          const int64_t *kernel, const tsl_conv_params *params, int32_t transposed,
+                          int32_t bias, int32_t *value);
+
+/** @brief Batch normalization over channels: parameters `name.weight` (ones),
+ *  `name.bias` (zeros) and buffers `name.running_mean`, `name.running_var`. */
+tsl_status tsl_graph_batchnorm(tsl_graph_t graph, const char *name, int32_t x, double eps,
+                               double momentum, int32_t *value);
+
+/** @brief Activation (tsl_activation_forward()). */
+tsl_status tsl_graph_activation(tsl_graph_t graph, int32_t x, tsl_activation kind, double slope,
+                                int32_t *value);
+
+/** @brief Pooling (tsl_pool_forward()). */
+tsl_status tsl_graph_pool(tsl_graph_t graph, int32_t x, const tsl_pool_params *params,
+                          int32_t *value);
+
+/** @brief Upsampling by @p scale (one factor per spatial dimension); @p linear selects
+ *  (bi/tri)linear instead of nearest. */
+tsl_status tsl_graph_upsample(tsl_graph_t graph, int32_t x, const int64_t *scale, int32_t linear,
+                              int32_t *value);
+
+/** @brief Concatenation of @p count values along channels (same spatial shape). */
+tsl_status tsl_graph_concat(tsl_graph_t graph, int32_t count, const int32_t *xs, int32_t *value);
+
+/** @brief a + b (same shape). */
+tsl_status tsl_graph_add(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
+
+/** @brief Flatten (C, spatial...) to one feature dimension. */
+tsl_status tsl_graph_flatten(tsl_graph_t graph, int32_t x, int32_t *value);
+
+/** @brief Fully connected layer on a flat value: `name.weight` (out, in), `name.bias`. */
+tsl_status tsl_graph_linear(tsl_graph_t graph, const char *name, int32_t x, int64_t out_features,
+                            int32_t bias, int32_t *value);
+
+/** @brief Mark @p value as the network's output (logits). Exactly one output. */
+tsl_status tsl_graph_set_output(tsl_graph_t graph, int32_t value);
+
+/** @brief Counts. Not NULL-safe for @p graph. */
+int32_t tsl_graph_value_count(tsl_graph_t graph);
+int32_t tsl_graph_op_count(tsl_graph_t graph);
+int32_t tsl_graph_param_count(tsl_graph_t graph);
+
+/** @brief Per-sample shape of a value. */
+tsl_status tsl_graph_value_shape(tsl_graph_t graph, int32_t value, tsl_shape *shape);
+
+/** @brief The output value, or a negative status if none is set. */
+int32_t tsl_graph_output(tsl_graph_t graph);
+
+/** @brief Name and shape of parameter @p index (in creation order); @p trainable is 0 for
+ *  buffers (running statistics). Outputs may be NULL. */
+tsl_status tsl_graph_param_info(tsl_graph_t graph, int32_t index, const char **name,
+                                tsl_shape *shape, int32_t *trainable);
+
+/** @brief Kind, name (may be "") and output value of op @p index (ops are in creation order,
+ *  which is a topological order). */
+tsl_status tsl_graph_op_info(tsl_graph_t graph, int32_t index, tsl_op_kind *kind, const char **name,
+                             int32_t *output);
+
+/**
+ * @brief Estimates for a batch of @p batch samples: forward flops (multiply-adds count 2),
+ * bytes of all activations (one float each), and bytes of the parameters and buffers.
+ * Any output may be NULL.
+ */
+tsl_status tsl_graph_estimate(tsl_graph_t graph, int64_t batch, double *forward_flops,
+                              int64_t *activation_bytes, int64_t *param_bytes);
+
+/**
+ * @brief A network of the model zoo for samples of shape (C, spatial...) (@p ndim entries)
+ * and @p classes output classes, as a new graph (tsl_graph_destroy()). Names: see
+ * tsl_zoo_names(); an unknown name or a sample the network cannot take (too small to pool,
+ * wrong dimensionality) is an error that says so.
+ */
+tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *sample_dims,
+                         int64_t classes, tsl_graph_t *graph);
+
+/** @brief The zoo's network names, and a one-line description of each (same order). */
+const char *const *tsl_zoo_names(int32_t *count, const char *const **descriptions);
+
+/** @brief Name of an op kind ("conv", ...), or "invalid". */
+const char *tsl_op_kind_name(tsl_op_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_GRAPH_H */

@@ -1,0 +1,90 @@
+/**
+ * @file model.h
+ * @brief A model: a graph (tessel/graph.h) bound to a context, with its parameters as tiled
+ *        tensors, run as tile tasks: training steps (forward, softmax cross-entropy loss,
+ *        backward derived from the graph, optimizer update), evaluation, parameter files.
+ *
+ * Activations are cut into sample tiles, one per CPU worker of every rank by default, with
+ * contiguous runs of tiles per rank (data parallelism falls out of the owner map). Parameters
+ * are one tile each on rank 0; their gradients are summed over sample tiles by task trees.
+ * Backward: ops are visited in reverse creation order; each op's backward writes the
+ * gradients of its inputs, and a value read by several ops accumulates their contributions.
+ * Every call is collective; batch data lives on rank 0 (NULL elsewhere).
+ */
+#ifndef TESSEL_MODEL_H
+#define TESSEL_MODEL_H
+
+#include <stdint.h>
+
+#include "tessel/context.h"
+#include "tessel/graph.h"
+#include "tessel/ops.h"
+#include "tessel/status.h"
+#include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A model. */
+typedef struct tsl_model *tsl_model_t;
+
+/**
+ * @brief Bind @p graph (which must have its output set; it is copied, so the caller may free
+ * it) to @p ctx and initialise the parameters from @p seed as PyTorch does: convolution and
+ * linear weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), batch-norm weights 1, biases
+ * 0, running means 0 and variances 1. Same seed, same parameters, whatever the rank count.
+ */
+tsl_status tsl_model_create(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
+                            uint64_t seed);
+
+/** @brief Wait for the model's tasks and free it (NULL is a no-op). */
+tsl_status tsl_model_destroy(tsl_model_t model);
+
+/** @brief Parameter @p index (graph order) and its gradient tensor (NULL for buffers such as
+ *  running statistics). Either output may be NULL. Not collective. */
+tsl_status tsl_model_param(tsl_model_t model, int32_t index, tsl_tensor_t *param,
+                           tsl_tensor_t *grad);
+
+/**
+ * @brief One training step on a batch of @p batch samples: forward in training mode, mean
+ * softmax cross-entropy against @p labels (one per sample for a (classes) output, one per
+ * position for a (classes, spatial...) output), backward, and @p opt's update of every
+ * trainable parameter. @p x is (batch, sample shape) f32 and @p labels i64, both on rank 0
+ * (ignored elsewhere). @p loss (the batch mean) and @p correct (argmax hits) are returned on
+ * every rank; either may be NULL.
+ */
+tsl_status tsl_model_train_step(tsl_model_t model, int64_t batch, const float *x,
+                                const int64_t *labels, tsl_optimizer_t opt, double *loss,
+                                int64_t *correct);
+
+/** @brief Forward in inference mode (running statistics) and the loss and argmax hits of one
+ *  batch, as tsl_model_train_step() without changing anything. */
+tsl_status tsl_model_evaluate(tsl_model_t model, int64_t batch, const float *x,
+                              const int64_t *labels, double *loss, int64_t *correct);
+
+/** @brief Forward only (training mode when @p train, else inference) and the output gathered
+ *  on rank 0 into @p out (batch x output shape floats; ignored elsewhere). */
+tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const float *x, int32_t train,
+                             float *out);
+
+/**
+ * @brief Only the forward, loss and backward of a training step (no update): the gradients
+ * are then in tsl_model_param()'s grad tensors. For tests and gradient checks.
+ */
+tsl_status tsl_model_gradients(tsl_model_t model, int64_t batch, const float *x,
+                               const int64_t *labels, double *loss);
+
+/** @brief Write every parameter and buffer as DIR/NAME.npy (PyTorch state_dict names and
+ *  layouts), creating DIR if needed. Each file is written atomically. */
+tsl_status tsl_model_save_params(tsl_model_t model, const char *dir);
+
+/** @brief Read every parameter and buffer from DIR/NAME.npy; a missing file or a file of the
+ *  wrong dtype or shape is an error naming it, and leaves the parameters unchanged. */
+tsl_status tsl_model_load_params(tsl_model_t model, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_MODEL_H */

@@ -1,0 +1,629 @@
+/* Models: a graph lowered to tile tasks. Forward calls the ops of tessel/ops.h in graph order;
+ * backward visits the ops in reverse and calls their backward functions, accumulating the
+ * gradient of a value read by several ops; the loss is softmax cross-entropy; the update is
+ * the optimizer's tile tasks. Tensors for activations, gradients and labels are made per batch
+ * size (an "instance") and kept for the next step of that size. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../graph/graph_internal.h"
+#include "internal.h"
+#include "tessel/io.h"
+#include "tessel/model.h"
+
+#define MAX_INSTANCES 4
+
+typedef struct instance {
+    int64_t batch;
+    tsl_tensor_t *act;     /* [nvalues] */
+    tsl_tensor_t *grad;    /* [nvalues]; NULL for the input */
+    tsl_tensor_t *scratch; /* [nvalues]; made when a value's gradient needs accumulating */
+    tsl_tensor_t *saved;   /* [nops]: batch-norm statistics */
+    tsl_tensor_t labels;
+    uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
+} instance;
+
+struct tsl_model {
+    struct tsl_context *ctx;
+    struct tsl_graph *g;
+    tsl_tensor_t *params; /* [nparams] */
+    tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
+    instance inst[MAX_INSTANCES];
+    int32_t ninst;
+    int32_t next_evict;
+};
+
+static void instance_free(struct tsl_model *m, instance *in)
+{
+    for (int32_t v = 0; v < m->g->nvalues; v++) {
+        if (in->act)
+            tsl_tensor_destroy(in->act[v]);
+        if (in->grad)
+            tsl_tensor_destroy(in->grad[v]);
+        if (in->scratch)
+            tsl_tensor_destroy(in->scratch[v]);
+    }
+    for (int32_t o = 0; in->saved && o < m->g->nops; o++)
+        tsl_tensor_destroy(in->saved[o]);
+    tsl_tensor_destroy(in->labels);
+    free(in->act);
+    free(in->grad);
+    free(in->scratch);
+    free(in->saved);
+    free(in->written);
+    memset(in, 0, sizeof *in);
+}
+
+/* Sample tiles: one per CPU worker of every rank, at most one per sample. */
+static tsl_tile_grid sample_grid(struct tsl_model *m, int64_t batch)
+{
+    int32_t workers = 1;
+    tsl_context_worker_count(m->ctx, TSL_WORKER_CPU, &workers);
+    int64_t tiles = (int64_t)m->ctx->size * (workers > 0 ? workers : 1);
+    tsl_tile_grid grid = tsl_tile_grid_single();
+    grid.splits[0] = (int32_t)(tiles < batch ? tiles : batch);
+    return grid;
+}
+
+/* A (batch, dims...) tensor with the model's sample tiles. */
+static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_shape *sample,
+                               tsl_dtype dtype, tsl_tensor_t *out)
+{
+    tsl_shape s;
+    memset(&s, 0, sizeof s);
+    s.ndim = sample->ndim + 1;
+    s.dims[0] = batch;
+    for (int d = 0; d < sample->ndim; d++)
+        s.dims[d + 1] = sample->dims[d];
+    tsl_tile_grid grid = sample_grid(m, batch);
+    tsl_owner_map owners = tsl_owner_block(NULL);
+    return tsl_tensor_create(out, m->ctx, dtype, &s, &grid, &owners);
+}
+
+static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in)
+{
+    struct tsl_graph *g = m->g;
+    memset(in, 0, sizeof *in);
+    in->batch = batch;
+    in->act = calloc((size_t)g->nvalues, sizeof *in->act);
+    in->grad = calloc((size_t)g->nvalues, sizeof *in->grad);
+    in->scratch = calloc((size_t)g->nvalues, sizeof *in->scratch);
+    in->saved = calloc((size_t)g->nops, sizeof *in->saved);
+    in->written = calloc((size_t)g->nvalues, 1);
+    if (!in->act || !in->grad || !in->scratch || !in->saved || !in->written) {
+        instance_free(m, in);
+        return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
+    }
+    tsl_status st = TSL_OK;
+    for (int32_t v = 0; v < g->nvalues && !st; v++) {
+        st = batch_tensor(m, batch, &g->values[v].shape, TSL_F32, &in->act[v]);
+        if (!st && v != g->input)
+            st = batch_tensor(m, batch, &g->values[v].shape, TSL_F32, &in->grad[v]);
+    }
+    for (int32_t o = 0; o < g->nops && !st; o++)
+        if (g->ops[o].kind == TSL_OP_BATCHNORM) {
+            int64_t dims[2] = {2, g->values[g->ops[o].output].shape.dims[0]};
+            tsl_shape s;
+            tsl_shape_make(&s, 2, dims);
+            st = tsl_tensor_create(&in->saved[o], m->ctx, TSL_F64, &s, NULL, NULL);
+        }
+    if (!st) {
+        /* Labels: one per sample, or one per position of a (classes, spatial...) output. */
+        tsl_shape out = g->values[g->output].shape, ls;
+        memset(&ls, 0, sizeof ls);
+        ls.ndim = out.ndim - 1;
+        for (int d = 1; d < out.ndim; d++)
+            ls.dims[d - 1] = out.dims[d];
+        st = batch_tensor(m, batch, &ls, TSL_I64, &in->labels);
+    }
+    if (st)
+        instance_free(m, in);
+    return st;
+}
+
+/* The instance for `batch` samples, made (and an old one evicted) when needed. */
+static tsl_status instance_for(struct tsl_model *m, int64_t batch, instance **out)
+{
+    for (int32_t i = 0; i < m->ninst; i++)
+        if (m->inst[i].batch == batch) {
+            *out = &m->inst[i];
+            return TSL_OK;
+        }
+    instance *in;
+    if (m->ninst < MAX_INSTANCES) {
+        in = &m->inst[m->ninst];
+    } else {
+        in = &m->inst[m->next_evict];
+        m->next_evict = (m->next_evict + 1) % MAX_INSTANCES;
+        instance_free(m, in);
+        m->ninst--;
+    }
+    tsl_status st = instance_make(m, batch, in);
+    if (st)
+        return st;
+    m->ninst++;
+    *out = in;
+    return TSL_OK;
+}
+
+/* A seed per parameter, so each tensor's values depend on (seed, its index) only. */
+static uint64_t param_seed(uint64_t seed, int32_t index)
+{
+    return seed * 0x9e3779b97f4a7c15ULL + (uint64_t)index * 0xbf58476d1ce4e5b9ULL + 1;
+}
+
+static tsl_status init_params(struct tsl_model *m, uint64_t seed)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < m->g->nparams && !st; i++) {
+        const tsl_graph_param *p = &m->g->params[i];
+        if (p->init == TSL_INIT_UNIFORM)
+            st = tsl_tensor_fill_uniform(m->params[i], param_seed(seed, i), -p->init_bound,
+                                         p->init_bound);
+        else
+            st = tsl_tensor_fill_constant(m->params[i], p->init == TSL_INIT_ONES ? 1.0 : 0.0);
+    }
+    return st;
+}
+
+tsl_status tsl_model_create(tsl_model_t *out, tsl_context_t ctx, tsl_graph_t graph, uint64_t seed)
+{
+    if (!out || !ctx || !graph)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_model_create: NULL argument");
+    *out = NULL;
+    if (graph->input < 0 || graph->output < 0)
+        return tsl_error(ctx, TSL_ERR_STATE,
+                         "tsl_model_create: the graph needs an input and an "
+                         "output (tsl_graph_set_output)");
+    const tsl_shape *o = &graph->values[graph->output].shape;
+    if (o->dims[0] < 2)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "tsl_model_create: the output needs at least two classes (channels)");
+    struct tsl_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    m->ctx = ctx;
+    m->g = tsl_graph_copy(graph);
+    m->params = calloc((size_t)graph->nparams + 1, sizeof *m->params);
+    m->pgrads = calloc((size_t)graph->nparams + 1, sizeof *m->pgrads);
+    if (!m->g || !m->params || !m->pgrads) {
+        tsl_model_destroy(m);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    }
+    tsl_owner_map root = tsl_owner_single(0);
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < graph->nparams && !st; i++) {
+        const tsl_graph_param *p = &graph->params[i];
+        st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, NULL, &root);
+        if (!st && p->trainable)
+            st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, NULL, &root);
+    }
+    if (!st)
+        st = init_params(m, seed);
+    if (st) {
+        tsl_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return TSL_OK;
+}
+
+tsl_status tsl_model_destroy(tsl_model_t m)
+{
+    if (!m)
+        return TSL_OK;
+    for (int32_t i = 0; i < m->ninst; i++)
+        instance_free(m, &m->inst[i]);
+    for (int32_t i = 0; m->g && i < m->g->nparams; i++) {
+        if (m->params)
+            tsl_tensor_destroy(m->params[i]);
+        if (m->pgrads)
+            tsl_tensor_destroy(m->pgrads[i]);
+    }
+    free(m->params);
+    free(m->pgrads);
+    tsl_graph_destroy(m->g);
+    free(m);
+    return TSL_OK;
+}
+
+tsl_status tsl_model_param(tsl_model_t m, int32_t index, tsl_tensor_t *param, tsl_tensor_t *grad)
+{
+    if (!m || index < 0 || index >= m->g->nparams)
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "tsl_model_param: no parameter %d",
+                         (int)index);
+    if (param)
+        *param = m->params[index];
+    if (grad)
+        *grad = m->pgrads[index];
+    return TSL_OK;
+}
+
+/* The op's parameter slot k (weight 0, bias 1, running mean 2, running var 3), or NULL. */
+static tsl_tensor_t op_param(struct tsl_model *m, const tsl_graph_op *o, int k, int grad)
+{
+    if (k >= o->nparams)
+        return NULL;
+    return grad ? m->pgrads[o->params[k]] : m->params[o->params[k]];
+}
+
+static tsl_status forward(struct tsl_model *m, instance *in, int train)
+{
+    struct tsl_graph *g = m->g;
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < g->nops && !st; i++) {
+        const tsl_graph_op *o = &g->ops[i];
+        tsl_tensor_t y = in->act[o->output], x = o->ninputs ? in->act[o->inputs[0]] : NULL;
+        switch (o->kind) {
+        case TSL_OP_INPUT:
+            break;
+        case TSL_OP_CONV:
+            st = o->transposed
+                     ? tsl_conv_transpose_forward(&o->conv, x, op_param(m, o, 0, 0),
+                                                  op_param(m, o, 1, 0), y)
+                     : tsl_conv_forward(&o->conv, x, op_param(m, o, 0, 0), op_param(m, o, 1, 0), y);
+            break;
+        case TSL_OP_BATCHNORM:
+            st = train ? tsl_batchnorm_forward_train(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
+                                                     op_param(m, o, 2, 0), op_param(m, o, 3, 0),
+                                                     in->saved[i], y, o->eps, o->momentum)
+                       : tsl_batchnorm_forward_infer(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
+                                                     op_param(m, o, 2, 0), op_param(m, o, 3, 0), y,
+                                                     o->eps);
+            break;
+        case TSL_OP_ACTIVATION:
+            st = tsl_activation_forward(o->act, o->slope, x, y);
+            break;
+        case TSL_OP_POOL:
+            st = tsl_pool_forward(&o->pool, x, y);
+            break;
+        case TSL_OP_UPSAMPLE:
+            st = o->linear ? tsl_upsample_linear_forward(o->scale, x, y)
+                           : tsl_upsample_nearest_forward(o->scale, x, y);
+            break;
+        case TSL_OP_CONCAT: {
+            tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+            for (int32_t k = 0; k < o->ninputs; k++)
+                xs[k] = in->act[o->inputs[k]];
+            st = tsl_concat_channels(o->ninputs, xs, y);
+            break;
+        }
+        case TSL_OP_ADD:
+            st = tsl_tensor_add(y, x, in->act[o->inputs[1]]);
+            break;
+        case TSL_OP_FLATTEN:
+            st = tsl_reshape_samples(x, y);
+            break;
+        case TSL_OP_LINEAR:
+            st = tsl_linear_forward(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0), y);
+            break;
+        }
+    }
+    return st;
+}
+
+/* This instance's spare tensor shaped like value v (made on first use). */
+static tsl_status scratch_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
+{
+    tsl_status st = TSL_OK;
+    if (!in->scratch[v])
+        st = batch_tensor(m, in->batch, &m->g->values[v].shape, TSL_F32, &in->scratch[v]);
+    *t = in->scratch[v];
+    return st;
+}
+
+/* Where the gradient contribution of an op to value v goes: straight into grad[v] the first
+ * time in a step, else into scratch[v], to be added (*accumulate set). NULL for the input. */
+static tsl_status grad_target(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t,
+                              int *accumulate)
+{
+    *accumulate = 0;
+    *t = NULL;
+    if (v == m->g->input)
+        return TSL_OK;
+    if (!in->written[v]) {
+        in->written[v] = 1;
+        *t = in->grad[v];
+        return TSL_OK;
+    }
+    *accumulate = 1;
+    return scratch_of(m, in, v, t);
+}
+
+static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (o->kind == TSL_OP_INPUT)
+        return TSL_OK;
+    if (!in->written[o->output]) {
+        /* The loss does not depend on this op: its parameters get zero gradients. */
+        tsl_status st = TSL_OK;
+        for (int k = 0; k < o->nparams && !st; k++)
+            if (op_param(m, o, k, 1))
+                st = tsl_tensor_fill_constant(op_param(m, o, k, 1), 0.0);
+        return st;
+    }
+    tsl_tensor_t dy = in->grad[o->output], y = in->act[o->output];
+    tsl_tensor_t dx[TSL_GRAPH_MAX_INPUTS];
+    int acc[TSL_GRAPH_MAX_INPUTS];
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < o->ninputs && !st; k++)
+        st = grad_target(m, in, o->inputs[k], &dx[k], &acc[k]);
+    if (st)
+        return st;
+    tsl_tensor_t x = in->act[o->inputs[0]];
+    /* Ops whose backward has no optional dx compute into scratch space for the input. */
+    int need_dx0 = dx[0] != NULL;
+    switch (o->kind) {
+    case TSL_OP_INPUT:
+        break;
+    case TSL_OP_CONV:
+        st = o->transposed
+                 ? tsl_conv_transpose_backward(&o->conv, x, op_param(m, o, 0, 0), dy, dx[0],
+                                               op_param(m, o, 0, 1), op_param(m, o, 1, 1))
+                 : tsl_conv_backward(&o->conv, x, op_param(m, o, 0, 0), dy, dx[0],
+                                     op_param(m, o, 0, 1), op_param(m, o, 1, 1));
+        break;
+    case TSL_OP_BATCHNORM:
+        st = tsl_batchnorm_backward(x, dy, op_param(m, o, 0, 0), in->saved[i], dx[0],
+                                    op_param(m, o, 0, 1), op_param(m, o, 1, 1));
+        break;
+    case TSL_OP_LINEAR:
+        st = tsl_linear_backward(x, op_param(m, o, 0, 0), dy, dx[0], op_param(m, o, 0, 1),
+                                 op_param(m, o, 1, 1));
+        break;
+    default:
+        if (!need_dx0 && o->ninputs == 1)
+            return TSL_OK; /* nothing upstream needs it */
+        switch (o->kind) {
+        case TSL_OP_ACTIVATION:
+            st = tsl_activation_backward(o->act, o->slope, x, y, dy, dx[0]);
+            break;
+        case TSL_OP_POOL:
+            st = tsl_pool_backward(&o->pool, x, dy, dx[0]);
+            break;
+        case TSL_OP_UPSAMPLE:
+            st = o->linear ? tsl_upsample_linear_backward(o->scale, dy, dx[0])
+                           : tsl_upsample_nearest_backward(o->scale, dy, dx[0]);
+            break;
+        case TSL_OP_FLATTEN:
+            st = tsl_reshape_samples(dy, dx[0]);
+            break;
+        case TSL_OP_CONCAT:
+            /* The network input's part (no gradient wanted) goes to throw-away space. */
+            for (int32_t k = 0; k < o->ninputs && !st; k++)
+                if (!dx[k])
+                    st = scratch_of(m, in, o->inputs[k], &dx[k]);
+            if (!st)
+                st = tsl_split_channels(dy, o->ninputs, dx);
+            break;
+        case TSL_OP_ADD:
+            for (int32_t k = 0; k < 2 && !st; k++)
+                if (dx[k])
+                    st = tsl_tensor_redistribute(dx[k], dy);
+            break;
+        default:
+            break;
+        }
+    }
+    for (int32_t k = 0; k < o->ninputs && !st; k++)
+        if (acc[k])
+            st = tsl_tensor_axpy(in->grad[o->inputs[k]], 1.0, dx[k]);
+    return st;
+}
+
+/* Scatter a batch from rank 0 into the input (and the labels when given). */
+static tsl_status load_batch(struct tsl_model *m, instance *in, const float *x,
+                             const int64_t *labels, int with_labels)
+{
+    tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, x);
+    if (!st && with_labels)
+        st = tsl_tensor_scatter(in->labels, 0, labels);
+    return st;
+}
+
+/* Argmax hits of the output against the labels, counted on rank 0 and sent to every rank. */
+static tsl_status count_correct(struct tsl_model *m, instance *in, const int64_t *labels,
+                                int64_t *correct)
+{
+    tsl_tensor_t out = in->act[m->g->output];
+    const tsl_shape *s = &m->g->values[m->g->output].shape;
+    int64_t classes = s->dims[0], positions = tsl_shape_numel(s) / classes;
+    float *buf = NULL;
+    int64_t hits = 0;
+    tsl_status st = TSL_OK;
+    if (m->ctx->rank == 0) {
+        buf = malloc(sizeof(float) * (size_t)(in->batch * classes * positions));
+        if (!buf)
+            st = tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
+    }
+    st = tsl_context_agree(m->ctx, 0, st);
+    if (!st)
+        st = tsl_tensor_gather(out, 0, buf);
+    if (!st && m->ctx->rank == 0)
+        for (int64_t n = 0; n < in->batch; n++)
+            for (int64_t p = 0; p < positions; p++) {
+                const float *v = buf + n * classes * positions + p;
+                int64_t best = 0;
+                for (int64_t c = 1; c < classes; c++)
+                    if (v[c * positions] > v[best * positions])
+                        best = c;
+                hits += best == labels[n * positions + p];
+            }
+    free(buf);
+    if (!st && MPI_Bcast(&hits, 1, MPI_INT64_T, 0, m->ctx->ctl_comm) != MPI_SUCCESS)
+        st = tsl_error(m->ctx, TSL_ERR_RUNTIME, "model: broadcast of the accuracy failed");
+    if (!st && correct)
+        *correct = hits;
+    return st;
+}
+
+static tsl_status check_batch(struct tsl_model *m, int64_t batch, const float *x,
+                              const int64_t *labels, int need_labels, const char *fn)
+{
+    if (!m)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    tsl_status st = TSL_OK;
+    if (batch < 1)
+        st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: batch %lld < 1", fn, (long long)batch);
+    else if (m->ctx->rank == 0 && (!x || (need_labels && !labels)))
+        st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: the batch data is NULL on rank 0", fn);
+    return tsl_context_agree(m->ctx, 0, st);
+}
+
+/* Forward, loss and backward: gradients land in the parameters' grad tensors. */
+static tsl_status gradients(struct tsl_model *m, int64_t batch, const float *x,
+                            const int64_t *labels, double *loss, instance **used)
+{
+    instance *in;
+    tsl_status st = instance_for(m, batch, &in);
+    if (st || (st = load_batch(m, in, x, labels, 1)) || (st = forward(m, in, 1)))
+        return st;
+    memset(in->written, 0, (size_t)m->g->nvalues);
+    double l = 0;
+    st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, in->grad[m->g->output], &l);
+    in->written[m->g->output] = 1;
+    for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--)
+        st = op_backward(m, in, i);
+    if (!st && loss)
+        *loss = l;
+    *used = in;
+    return st;
+}
+
+tsl_status tsl_model_gradients(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                               double *loss)
+{
+    tsl_status st = check_batch(m, batch, x, labels, 1, "tsl_model_gradients");
+    instance *in;
+    return st ? st : gradients(m, batch, x, labels, loss, &in);
+}
+
+tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                                tsl_optimizer_t opt, double *loss, int64_t *correct)
+{
+    const char *fn = "tsl_model_train_step";
+    tsl_status st = check_batch(m, batch, x, labels, 1, fn);
+    if (st)
+        return st;
+    if (!opt)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+    instance *in;
+    if ((st = gradients(m, batch, x, labels, loss, &in)))
+        return st;
+    if (correct && (st = count_correct(m, in, labels, correct)))
+        return st;
+    tsl_tensor_t *ps = malloc(sizeof *ps * (size_t)(m->g->nparams + 1));
+    tsl_tensor_t *gs = malloc(sizeof *gs * (size_t)(m->g->nparams + 1));
+    if (!ps || !gs) {
+        free(ps);
+        free(gs);
+        return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < m->g->nparams; i++)
+        if (m->pgrads[i]) {
+            ps[n] = m->params[i];
+            gs[n++] = m->pgrads[i];
+        }
+    st = n ? tsl_optimizer_step(opt, n, ps, gs) : TSL_OK;
+    free(ps);
+    free(gs);
+    return st;
+}
+
+tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                              double *loss, int64_t *correct)
+{
+    tsl_status st = check_batch(m, batch, x, labels, 1, "tsl_model_evaluate");
+    instance *in;
+    if (st || (st = instance_for(m, batch, &in)) || (st = load_batch(m, in, x, labels, 1)) ||
+        (st = forward(m, in, 0)))
+        return st;
+    double l = 0;
+    st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, NULL, &l);
+    if (!st && loss)
+        *loss = l;
+    if (!st && correct)
+        st = count_correct(m, in, labels, correct);
+    return st;
+}
+
+tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32_t train,
+                             float *out)
+{
+    tsl_status st = check_batch(m, batch, x, NULL, 0, "tsl_model_forward");
+    instance *in;
+    if (st || (st = instance_for(m, batch, &in)) || (st = load_batch(m, in, x, NULL, 0)) ||
+        (st = forward(m, in, train)))
+        return st;
+    return tsl_tensor_gather(in->act[m->g->output], 0, out);
+}
+
+/* DIR/NAME.npy */
+static tsl_status param_path(struct tsl_model *m, const char *dir, int32_t i, char *path,
+                             size_t size)
+{
+    int n = snprintf(path, size, "%s/%s.npy", dir, m->g->params[i].name);
+    if (n < 0 || (size_t)n >= size)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "model: path too long in '%s'", dir);
+    return TSL_OK;
+}
+
+tsl_status tsl_model_save_params(tsl_model_t m, const char *dir)
+{
+    if (!m || !dir)
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_model_save_params: NULL argument");
+    tsl_status st = TSL_OK;
+    if (m->ctx->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        st = tsl_error(m->ctx, TSL_ERR_IO, "tsl_model_save_params: cannot create '%s': %s", dir,
+                       strerror(errno));
+    if ((st = tsl_context_agree(m->ctx, 0, st)))
+        return st;
+    char path[4096];
+    for (int32_t i = 0; i < m->g->nparams && !st; i++)
+        if (!(st = param_path(m, dir, i, path, sizeof path)))
+            st = tsl_tensor_write_npy(m->params[i], path, 0);
+    return st;
+}
+
+tsl_status tsl_model_load_params(tsl_model_t m, const char *dir)
+{
+    if (!m || !dir)
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_model_load_params: NULL argument");
+    int32_t np = m->g->nparams;
+    tsl_tensor_t *files = calloc((size_t)np + 1, sizeof *files);
+    if (!files)
+        return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_load_params: out of memory");
+    char path[4096];
+    tsl_status st = TSL_OK;
+    /* Read and check every file first, so a bad one changes nothing. */
+    tsl_owner_map root = tsl_owner_single(0);
+    for (int32_t i = 0; i < np && !st; i++) {
+        if ((st = param_path(m, dir, i, path, sizeof path)) ||
+            (st = tsl_tensor_read_npy(&files[i], m->ctx, path, 0, NULL, &root)))
+            break;
+        const tsl_shape *want = &m->g->params[i].shape;
+        tsl_shape got;
+        tsl_dtype dt;
+        tsl_tensor_shape(files[i], &got);
+        tsl_tensor_dtype(files[i], &dt);
+        if (dt != TSL_F32 || got.ndim != want->ndim ||
+            memcmp(got.dims, want->dims, sizeof(int64_t) * (size_t)want->ndim) != 0)
+            st = tsl_error(m->ctx, TSL_ERR_SHAPE,
+                           "tsl_model_load_params: '%s' is not an f32 array of the parameter's "
+                           "shape",
+                           path);
+    }
+    for (int32_t i = 0; i < np && !st; i++)
+        st = tsl_tensor_redistribute(m->params[i], files[i]);
+    for (int32_t i = 0; i < np; i++)
+        tsl_tensor_destroy(files[i]);
+    free(files);
+    return st;
+}

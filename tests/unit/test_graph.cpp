@@ -1,0 +1,175 @@
+// Model graphs: shape inference, PyTorch parameter names and shapes, estimates, and errors
+// for bad calls (which leave the graph unchanged).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "tessel/graph.h"
+}
+
+namespace
+{
+
+std::vector<int64_t> dims_of(tsl_graph_t g, int32_t v)
+{
+    tsl_shape s;
+    EXPECT_EQ(tsl_graph_value_shape(g, v, &s), TSL_OK);
+    return std::vector<int64_t>(s.dims, s.dims + s.ndim);
+}
+
+} // namespace
+
+TEST(Graph, ZooCnnHasPyTorchNamesShapesAndFlops)
+{
+    int64_t sample[3] = {1, 28, 28};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn", 3, sample, 10, &g), TSL_OK) << tsl_last_error();
+    // The state_dict of the same PyTorch module (conv without bias before batch norm).
+    struct P {
+        const char *name;
+        std::vector<int64_t> shape;
+        int trainable;
+    };
+    const P want[] = {
+        {"conv1.weight", {32, 1, 3, 3}, 1},
+        {"bn1.weight", {32}, 1},
+        {"bn1.bias", {32}, 1},
+        {"bn1.running_mean", {32}, 0},
+        {"bn1.running_var", {32}, 0},
+        {"conv2.weight", {64, 32, 3, 3}, 1},
+        {"bn2.weight", {64}, 1},
+        {"bn2.bias", {64}, 1},
+        {"bn2.running_mean", {64}, 0},
+        {"bn2.running_var", {64}, 0},
+        {"fc1.weight", {128, 3136}, 1},
+        {"fc1.bias", {128}, 1},
+        {"fc2.weight", {10, 128}, 1},
+        {"fc2.bias", {10}, 1},
+    };
+    ASSERT_EQ(tsl_graph_param_count(g), (int32_t)(sizeof want / sizeof want[0]));
+    for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+        const char *name;
+        tsl_shape s;
+        int32_t trainable;
+        ASSERT_EQ(tsl_graph_param_info(g, i, &name, &s, &trainable), TSL_OK);
+        EXPECT_STREQ(name, want[i].name);
+        EXPECT_EQ(std::vector<int64_t>(s.dims, s.dims + s.ndim), want[i].shape) << name;
+        EXPECT_EQ(trainable, want[i].trainable) << name;
+    }
+    int32_t out = tsl_graph_output(g);
+    ASSERT_GE(out, 0);
+    EXPECT_EQ(dims_of(g, out), (std::vector<int64_t>{10}));
+    // Forward flops by hand: conv1 28*28*32*9*2, conv2 14*14*64*32*9*2, fc1 3136*128*2 + 128,
+    // fc2 128*10*2 + 10, batch norms 4 per element, ReLUs 1, 2x2 max pools 4 per output.
+    double conv = 28.0 * 28 * 32 * 9 * 2 + 14.0 * 14 * 64 * 32 * 9 * 2;
+    double fc = 3136.0 * 128 * 2 + 128 + 128.0 * 10 * 2 + 10;
+    double bn = 4.0 * (28 * 28 * 32 + 14 * 14 * 64);
+    double relu = 28 * 28 * 32 + 14 * 14 * 64 + 128;
+    double pool = 4.0 * (14 * 14 * 32 + 7 * 7 * 64);
+    double flops;
+    int64_t act, par;
+    ASSERT_EQ(tsl_graph_estimate(g, 3, &flops, &act, &par), TSL_OK);
+    EXPECT_DOUBLE_EQ(flops, 3 * (conv + fc + bn + relu + pool));
+    int64_t params = 32 * 9 + 4 * 32 + 64 * 32 * 9 + 4 * 64 + 128 * 3136 + 128 + 10 * 128 + 10;
+    EXPECT_EQ(par, 4 * params);
+    EXPECT_GT(act, 0);
+    tsl_graph_destroy(g);
+}
+
+TEST(Graph, ShapesOfConvPoolUpsampleConcatAddTransposed)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int64_t sample[4] = {3, 9, 10, 11};
+    int32_t x, c, p, u, t, cat, sum;
+    ASSERT_EQ(tsl_graph_input(g, 4, sample, &x), TSL_OK);
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 3);
+    cp.stride[0] = 2;
+    cp.padding[1] = 1;
+    cp.dilation[2] = 2;
+    int64_t k[3] = {3, 3, 3};
+    ASSERT_EQ(tsl_graph_conv(g, "enc", x, 8, k, &cp, 0, 1, &c), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(dims_of(g, c), (std::vector<int64_t>{8, 4, 10, 7}));
+    tsl_pool_params pp;
+    tsl_pool_params_init(&pp, TSL_POOL_AVG, 3, 2);
+    ASSERT_EQ(tsl_graph_pool(g, c, &pp, &p), TSL_OK);
+    EXPECT_EQ(dims_of(g, p), (std::vector<int64_t>{8, 2, 5, 3}));
+    int64_t scale[3] = {2, 2, 2};
+    ASSERT_EQ(tsl_graph_upsample(g, p, scale, 1, &u), TSL_OK);
+    EXPECT_EQ(dims_of(g, u), (std::vector<int64_t>{8, 4, 10, 6}));
+    tsl_conv_params tp;
+    tsl_conv_params_init(&tp, 3);
+    tp.stride[0] = tp.stride[1] = tp.stride[2] = 2;
+    int64_t k2[3] = {2, 2, 2};
+    ASSERT_EQ(tsl_graph_conv(g, "up", p, 5, k2, &tp, 1, 0, &t), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(dims_of(g, t), (std::vector<int64_t>{5, 4, 10, 6}));
+    const char *name;
+    tsl_shape ws;
+    ASSERT_EQ(tsl_graph_param_info(g, 2, &name, &ws, nullptr), TSL_OK);
+    EXPECT_STREQ(name, "up.weight");
+    EXPECT_EQ(std::vector<int64_t>(ws.dims, ws.dims + ws.ndim),
+              (std::vector<int64_t>{8, 5, 2, 2, 2})); // (C_in, C_out / groups, k...)
+    int32_t parts[2] = {u, t};
+    ASSERT_EQ(tsl_graph_concat(g, 2, parts, &cat), TSL_OK);
+    EXPECT_EQ(dims_of(g, cat), (std::vector<int64_t>{13, 4, 10, 6}));
+    ASSERT_EQ(tsl_graph_add(g, u, u, &sum), TSL_OK);
+    EXPECT_EQ(dims_of(g, sum), dims_of(g, u));
+    tsl_graph_destroy(g);
+}
+
+TEST(Graph, BadCallsAreErrorsAndChangeNothing)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int64_t sample[3] = {2, 6, 6};
+    int32_t x, y, v;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    EXPECT_EQ(tsl_graph_input(g, 3, sample, &v), TSL_ERR_STATE); // one input only
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    int64_t k[2] = {3, 3}, big[2] = {9, 9};
+    ASSERT_EQ(tsl_graph_conv(g, "c", x, 4, k, &cp, 0, 1, &y), TSL_OK);
+    int32_t values = tsl_graph_value_count(g), ops = tsl_graph_op_count(g),
+            params = tsl_graph_param_count(g);
+    EXPECT_EQ(tsl_graph_conv(g, "c", x, 4, k, &cp, 0, 1, &v), TSL_ERR_INVALID_ARG); // name used
+    EXPECT_NE(std::strstr(tsl_last_error(), "already used"), nullptr);
+    EXPECT_EQ(tsl_graph_conv(g, "d", x, 4, big, &cp, 0, 1, &v), TSL_ERR_SHAPE); // kernel > input
+    EXPECT_EQ(tsl_graph_conv(g, "bad/name", x, 4, k, &cp, 0, 1, &v), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_conv(g, "", x, 4, k, &cp, 0, 1, &v), TSL_ERR_INVALID_ARG);
+    tsl_conv_params c3;
+    tsl_conv_params_init(&c3, 3);
+    int64_t k3[3] = {1, 1, 1};
+    EXPECT_EQ(tsl_graph_conv(g, "e", x, 4, k3, &c3, 0, 1, &v), TSL_ERR_SHAPE); // 3-D on 2-D
+    cp.groups = 3;
+    EXPECT_EQ(tsl_graph_conv(g, "f", x, 4, k, &cp, 0, 1, &v), TSL_ERR_SHAPE); // groups
+    EXPECT_EQ(tsl_graph_linear(g, "fc", y, 10, 1, &v), TSL_ERR_SHAPE);        // not flat
+    EXPECT_NE(std::strstr(tsl_last_error(), "flatten"), nullptr);
+    int32_t parts[2] = {x, y};
+    EXPECT_EQ(tsl_graph_concat(g, 2, parts, &v), TSL_ERR_SHAPE); // 6x6 and 4x4
+    EXPECT_EQ(tsl_graph_add(g, x, y, &v), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_graph_activation(g, 99, TSL_ACT_RELU, 0, &v), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_batchnorm(g, "bn", y, 0.0, 0.1, &v), TSL_ERR_INVALID_ARG);
+    tsl_pool_params pp;
+    tsl_pool_params_init(&pp, TSL_POOL_MAX, 2, 5);
+    EXPECT_EQ(tsl_graph_pool(g, y, &pp, &v), TSL_ERR_SHAPE); // 5x5 window on 4x4
+    int64_t zero[2] = {0, 1};
+    EXPECT_EQ(tsl_graph_upsample(g, y, zero, 0, &v), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_set_output(g, 42), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_value_count(g), values);
+    EXPECT_EQ(tsl_graph_op_count(g), ops);
+    EXPECT_EQ(tsl_graph_param_count(g), params);
+    EXPECT_LT(tsl_graph_output(g), 0);
+    tsl_graph_destroy(g);
+    // The zoo refuses what its networks cannot take.
+    int64_t tiny[3] = {1, 3, 3};
+    tsl_graph_t z = nullptr;
+    EXPECT_EQ(tsl_zoo_graph("cnn", 3, tiny, 10, &z), TSL_ERR_SHAPE);
+    EXPECT_EQ(z, nullptr);
+    EXPECT_EQ(tsl_zoo_graph("no-such-net", 3, sample, 10, &z), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "cnn"), nullptr);
+    EXPECT_EQ(tsl_zoo_graph("cnn", 3, sample, 1, &z), TSL_ERR_INVALID_ARG);
+}
