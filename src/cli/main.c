@@ -7,11 +7,10 @@
 
 #include <starpu.h>
 
+#include "cli.h"
 #include "tessel/tessel.h"
 
-#define EXIT_USAGE 2
-
-static int32_t rank_of_process;
+int32_t rank_of_process;
 
 static void usage_main(FILE *out)
 {
@@ -21,6 +20,8 @@ static void usage_main(FILE *out)
                  "  info    StarPU version, MPI ranks, workers by kind, scheduler\n"
                  "  demo    create a tiled tensor over the ranks, run tile tasks on it and\n"
                  "          print which rank and worker handled each tile\n"
+                 "  train   train a network of the model zoo on a dataset\n"
+                 "  eval    evaluate saved parameters on a dataset's test split\n"
                  "\n"
                  "Run under mpirun for several ranks; rank 0 prints.\n"
                  "'tessel <command> --help' describes each command.\n");
@@ -71,7 +72,7 @@ static int parse_dims(const char *text, int64_t *dims)
     return n > 0 ? n : -1;
 }
 
-static int parse_int_arg(const char *text, long min, long max, long *value)
+int parse_int_arg(const char *text, long min, long max, long *value)
 {
     char *end;
     errno = 0;
@@ -82,13 +83,9 @@ static int parse_int_arg(const char *text, long min, long max, long *value)
     return 0;
 }
 
-typedef struct common_options {
-    tsl_context_config config;
-} common_options;
-
 /* Options shared by every command; returns 1 if consumed (advancing *i), 0 if not, -1 on
  * error. */
-static int parse_common(int argc, char **argv, int *i, common_options *opts)
+int parse_common(int argc, char **argv, int *i, common_options *opts)
 {
     long v;
     if (strcmp(argv[*i], "--ncpu") == 0) {
@@ -113,7 +110,7 @@ static int parse_common(int argc, char **argv, int *i, common_options *opts)
 }
 
 /* Report a failed call; a rejected argument is a usage error (exit 2), anything else 1. */
-static int fail(tsl_status st, const char *what)
+int fail(tsl_status st, const char *what)
 {
     fprintf(stderr, "tessel[%d]: %s failed: %s (%s)\n", rank_of_process, what, tsl_last_error(),
             tsl_status_string(st));
@@ -368,6 +365,10 @@ int main(int argc, char **argv)
         return command_info(argc, argv);
     if (strcmp(command, "demo") == 0)
         return command_demo(argc, argv);
+    if (strcmp(command, "train") == 0)
+        return command_train(argc, argv);
+    if (strcmp(command, "eval") == 0)
+        return command_eval(argc, argv);
     fprintf(stderr, "tessel: unknown command '%s'\n\n", command);
     usage_main(stderr);
     return EXIT_USAGE;

@@ -1,0 +1,517 @@
+/* tessel train and tessel eval: a zoo network on a dataset. Every rank takes part in every
+ * step (the model's tile tasks span the ranks); rank 0 reads the data, prints and writes
+ * files. */
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct train_options {
+    common_options common;
+    const char *model, *data, *optimizer, *load_params, *save_params, *metrics_json;
+    long epochs, batch, max_steps;
+    double lr, momentum;
+    unsigned long long seed;
+    int shuffle;
+} train_options;
+
+static void usage_train(FILE *out)
+{
+    fprintf(out,
+            "usage: tessel train --data SPEC [--model NAME] [--epochs N] [--batch B] [--lr X]\n"
+            "                    [--optimizer sgd|adam] [--momentum M] [--seed S]\n"
+            "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
+            "                    [--save-params DIR] [--metrics-json FILE] [--ncpu N]\n"
+            "                    [--sched NAME]\n"
+            "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
+            "                      or npy:DIR (see the README)\n"
+            "  --model NAME        a network of the zoo (default cnn; 'tessel train --help'\n"
+            "                      lists them)\n"
+            "  --epochs N          passes over the training split (default 1)\n"
+            "  --batch B           samples per step (default 64); an epoch's last incomplete\n"
+            "                      batch is skipped\n"
+            "  --lr X              learning rate (default 0.001 for adam, 0.01 for sgd)\n"
+            "  --optimizer NAME    adam (default) or sgd; --momentum M for sgd (default 0.9)\n"
+            "  --seed S            parameters, shuffling and synthetic data (default 1)\n"
+            "  --max-steps N       stop after N optimizer steps (default: no limit)\n"
+            "  --shuffle on|off    shuffle the training samples every epoch (default on)\n"
+            "  --load-params DIR   start from DIR/NAME.npy parameters (PyTorch state_dict names)\n"
+            "  --save-params DIR   write the trained parameters there\n"
+            "  --metrics-json FILE per-epoch metrics and the final test accuracy\n"
+            "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
+    int32_t n;
+    const char *const *desc;
+    const char *const *names = tsl_zoo_names(&n, &desc);
+    fprintf(out, "models:\n");
+    for (int32_t i = 0; i < n; i++)
+        fprintf(out, "  %-8s %s\n", names[i], desc[i]);
+}
+
+static void usage_eval(FILE *out)
+{
+    fprintf(out, "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
+                 "                   [--ncpu N] [--sched NAME]\n"
+                 "  loss and accuracy of saved parameters on the data's test split\n");
+}
+
+static int parse_double_arg(const char *text, double min, double *value)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno || !isfinite(v) || v < min)
+        return -1;
+    *value = v;
+    return 0;
+}
+
+/* Parse train/eval options; returns -1 to exit 0 (help), an exit code > 0, or 0. */
+static int parse_train(int argc, char **argv, train_options *o, int eval)
+{
+    memset(o, 0, sizeof *o);
+    tsl_context_config_init(&o->common.config);
+    o->model = "cnn";
+    o->optimizer = "adam";
+    o->epochs = 1;
+    o->batch = 64;
+    o->lr = -1;
+    o->momentum = 0.9;
+    o->seed = 1;
+    o->shuffle = 1;
+    const char *cmd = eval ? "tessel eval" : "tessel train";
+    void (*usage)(FILE *) = eval ? usage_eval : usage_train;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        int used = parse_common(argc, argv, &i, &o->common);
+        if (used < 0)
+            return EXIT_USAGE;
+        if (used)
+            continue;
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: '%s' needs a value (or is unknown)\n", cmd, a);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (strcmp(a, "--model") == 0)
+            o->model = v;
+        else if (strcmp(a, "--data") == 0)
+            o->data = v;
+        else if (strcmp(a, "--batch") == 0)
+            bad = parse_int_arg(v, 1, 1L << 24, &o->batch);
+        else if (strcmp(a, "--load-params") == 0)
+            o->load_params = v;
+        else if (eval)
+            bad = 2;
+        else if (strcmp(a, "--epochs") == 0)
+            bad = parse_int_arg(v, 1, 1000000, &o->epochs);
+        else if (strcmp(a, "--max-steps") == 0)
+            bad = parse_int_arg(v, 1, 1L << 40, &o->max_steps);
+        else if (strcmp(a, "--lr") == 0)
+            bad = parse_double_arg(v, 1e-300, &o->lr);
+        else if (strcmp(a, "--momentum") == 0)
+            bad = parse_double_arg(v, 0, &o->momentum);
+        else if (strcmp(a, "--optimizer") == 0) {
+            bad = strcmp(v, "sgd") && strcmp(v, "adam");
+            o->optimizer = v;
+        } else if (strcmp(a, "--seed") == 0) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            bad = end == v || *end || errno || *v == '-';
+        } else if (strcmp(a, "--shuffle") == 0) {
+            bad = strcmp(v, "on") && strcmp(v, "off");
+            o->shuffle = strcmp(v, "on") == 0;
+        } else if (strcmp(a, "--save-params") == 0)
+            o->save_params = v;
+        else if (strcmp(a, "--metrics-json") == 0)
+            o->metrics_json = v;
+        else
+            bad = 2;
+        if (bad == 2) {
+            fprintf(stderr, "%s: unknown option '%s'\n", cmd, a);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "%s: bad value '%s' for %s\n", cmd, v, a);
+            return EXIT_USAGE;
+        }
+    }
+    if (!o->data) {
+        fprintf(stderr, "%s: --data is required\n", cmd);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (eval && !o->load_params) {
+        fprintf(stderr, "%s: --load-params is required\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (o->momentum >= 1) {
+        fprintf(stderr, "%s: --momentum must be below 1\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (o->lr < 0)
+        o->lr = strcmp(o->optimizer, "sgd") == 0 ? 0.01 : 0.001;
+    return 0;
+}
+
+/* Rank 0's status on every rank (a step only rank 0 can do: reading data, writing files). */
+static tsl_status agree(tsl_status st)
+{
+    int v = st;
+    MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return (tsl_status)v;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Peak resident memory of every rank, in MiB, gathered on rank 0 (max and rank 0's). */
+static void peak_memory(double *max_mib, double *rank0_mib)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mine = (double)ru.ru_maxrss / 1024.0, max = 0;
+    MPI_Reduce(&mine, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    *max_mib = max;
+    *rank0_mib = mine;
+}
+
+/* Loss and accuracy over a whole split, in batches of `batch` (the last one may be smaller). */
+static tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info *info,
+                           int64_t batch, double *loss, double *accuracy)
+{
+    int rank = rank_of_process;
+    float *x = NULL;
+    int64_t *y = NULL, *idx = NULL;
+    tsl_status st = TSL_OK;
+    if (rank == 0) {
+        x = malloc(sizeof *x * (size_t)(batch * info->sample_numel));
+        y = malloc(sizeof *y * (size_t)(batch * info->label_numel));
+        idx = malloc(sizeof *idx * (size_t)batch);
+        if (!x || !y || !idx)
+            st = TSL_ERR_OUT_OF_MEMORY;
+    }
+    double loss_sum = 0;
+    int64_t hits = 0;
+    for (int64_t first = 0; first < info->samples && !(st = agree(st)); first += batch) {
+        int64_t count = info->samples - first < batch ? info->samples - first : batch;
+        if (rank == 0) {
+            for (int64_t i = 0; i < count; i++)
+                idx[i] = first + i;
+            st = tsl_dataset_read(ds, idx, count, x, y);
+        }
+        if ((st = agree(st)))
+            break;
+        double l = 0;
+        int64_t c = 0;
+        if ((st = tsl_model_evaluate(model, count, x, y, &l, &c)))
+            break;
+        loss_sum += l * (double)count;
+        hits += c;
+    }
+    free(x);
+    free(y);
+    free(idx);
+    if (!st) {
+        *loss = loss_sum / (double)info->samples;
+        *accuracy = (double)hits / (double)(info->samples * info->label_numel);
+    }
+    return st;
+}
+
+/* One progress line: a bar on a terminal (rewritten in place), plain lines otherwise. */
+static void progress(int tty, int64_t epoch, int64_t epochs, int64_t step, int64_t steps,
+                     double loss, double rate, double eta)
+{
+    if (tty) {
+        char bar[31];
+        int filled = (int)(30 * step / (steps ? steps : 1));
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < filled ? '#' : '.';
+        bar[30] = '\0';
+        printf("\repoch %lld/%lld [%s] step %lld/%lld loss %.4f %.0f samples/s ETA %dm%02ds",
+               (long long)epoch, (long long)epochs, bar, (long long)step, (long long)steps, loss,
+               rate, (int)(eta / 60), (int)fmod(eta, 60));
+    } else {
+        printf("epoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n",
+               (long long)epoch, (long long)epochs, (long long)step, (long long)steps, loss, rate,
+               eta);
+    }
+    fflush(stdout);
+}
+
+typedef struct epoch_metrics {
+    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
+    double peak_mib;
+} epoch_metrics;
+
+/* Write the metrics as JSON under a temporary name, then rename. */
+static int write_metrics(const char *path, const train_options *o, const epoch_metrics *m,
+                         int64_t n, int64_t steps)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return -1;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"optimizer\": \"%s\",\n", o->model,
+            o->data, o->optimizer);
+    fprintf(f, "  \"lr\": %.17g,\n  \"batch\": %ld,\n  \"seed\": %llu,\n  \"steps\": %lld,\n",
+            o->lr, o->batch, o->seed, (long long)steps);
+    fprintf(f, "  \"epochs\": [\n");
+    for (int64_t e = 0; e < n; e++)
+        fprintf(f,
+                "    {\"epoch\": %lld, \"train_loss\": %.9g, \"train_accuracy\": %.9g, "
+                "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
+                "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f}%s\n",
+                (long long)e + 1, m[e].train_loss, m[e].train_accuracy, m[e].test_loss,
+                m[e].test_accuracy, m[e].seconds, m[e].samples_per_second, m[e].peak_mib,
+                e + 1 < n ? "," : "");
+    fprintf(f, "  ],\n  \"final_test_accuracy\": %.9g\n}\n", n ? m[n - 1].test_accuracy : 0.0);
+    int bad = ferror(f);
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Context, datasets (every rank opens them: each needs the shapes; only rank 0 reads
+ * batches) and the model. */
+typedef struct session {
+    tsl_context_t ctx;
+    tsl_dataset_t train, test;
+    tsl_dataset_info train_info, test_info;
+    tsl_model_t model;
+} session;
+
+static void session_end(session *s)
+{
+    tsl_model_destroy(s->model);
+    tsl_dataset_destroy(s->train);
+    tsl_dataset_destroy(s->test);
+    if (s->ctx)
+        tsl_context_destroy(s->ctx);
+}
+
+static int session_start(session *s, const train_options *o, int need_train)
+{
+    memset(s, 0, sizeof *s);
+    tsl_status st = tsl_context_create(&s->ctx, &o->common.config);
+    if (st)
+        return fail(st, "starting StarPU");
+    tsl_context_rank(s->ctx, &rank_of_process);
+    if ((need_train && (st = tsl_dataset_open(&s->train, o->data, TSL_SPLIT_TRAIN))) ||
+        (!st && (st = tsl_dataset_open(&s->test, o->data, TSL_SPLIT_TEST))))
+        return fail(st, "opening the data");
+    if (s->train)
+        tsl_dataset_get_info(s->train, &s->train_info);
+    tsl_dataset_get_info(s->test, &s->test_info);
+    const tsl_dataset_info *info = s->train ? &s->train_info : &s->test_info;
+    tsl_graph_t g;
+    if ((st = tsl_zoo_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims,
+                            info->classes, &g)))
+        return fail(st, "building the model");
+    tsl_shape out;
+    tsl_graph_value_shape(g, tsl_graph_output(g), &out);
+    if (out.ndim - 1 != info->label_shape.ndim) {
+        tsl_graph_destroy(g);
+        fprintf(stderr, "tessel: model '%s' is a %s network but the data has %s labels\n", o->model,
+                out.ndim == 1 ? "classification" : "segmentation",
+                info->label_shape.ndim ? "per-voxel" : "per-sample");
+        return EXIT_USAGE;
+    }
+    st = tsl_model_create(&s->model, s->ctx, g, o->seed);
+    tsl_graph_destroy(g);
+    if (st)
+        return fail(st, "creating the model");
+    if (o->load_params && (st = tsl_model_load_params(s->model, o->load_params)))
+        return fail(st, "loading parameters");
+    return 0;
+}
+
+int command_train(int argc, char **argv)
+{
+    train_options o;
+    int code = parse_train(argc, argv, &o, 0);
+    if (code)
+        return code < 0 ? 0 : code;
+    session s;
+    if ((code = session_start(&s, &o, 1))) {
+        session_end(&s);
+        return code;
+    }
+    int rank = rank_of_process;
+    tsl_status st = TSL_OK;
+    tsl_optimizer_t opt = NULL;
+    tsl_loader_t loader = NULL;
+    epoch_metrics *metrics = calloc((size_t)o.epochs, sizeof *metrics);
+    int64_t steps_per_epoch = s.train_info.samples / o.batch, done_steps = 0, epochs_done = 0;
+    if (!metrics) {
+        code = fail(TSL_ERR_OUT_OF_MEMORY, "allocating metrics");
+        goto end;
+    }
+    if (steps_per_epoch < 1) {
+        fprintf(stderr,
+                "tessel train: the training split has %lld samples, fewer than one "
+                "batch of %ld\n",
+                (long long)s.train_info.samples, o.batch);
+        code = EXIT_USAGE;
+        goto end;
+    }
+    if (strcmp(o.optimizer, "sgd") == 0) {
+        tsl_sgd_config c;
+        tsl_sgd_config_init(&c);
+        c.lr = o.lr;
+        c.momentum = o.momentum;
+        st = tsl_optimizer_create_sgd(&opt, s.ctx, &c);
+    } else {
+        tsl_adam_config c;
+        tsl_adam_config_init(&c);
+        c.lr = o.lr;
+        st = tsl_optimizer_create_adam(&opt, s.ctx, &c);
+    }
+    if (st) {
+        code = fail(st, "creating the optimizer");
+        goto end;
+    }
+    if (rank == 0)
+        st = tsl_loader_create(&loader, s.train, o.batch, o.seed, o.shuffle, 1);
+    if ((st = agree(st))) {
+        code = fail(st, "starting the data loader");
+        goto end;
+    }
+    int tty = rank == 0 && isatty(fileno(stdout));
+    if (rank == 0) {
+        int32_t ranks, ncpu;
+        tsl_context_size(s.ctx, &ranks);
+        tsl_context_worker_count(s.ctx, TSL_WORKER_CPU, &ncpu);
+        printf("tessel train: model %s, data %s (%lld training, %lld test samples), %d ranks x "
+               "%d CPU workers, %s lr %g, batch %ld, seed %llu\n",
+               o.model, o.data, (long long)s.train_info.samples, (long long)s.test_info.samples,
+               (int)ranks, (int)ncpu, o.optimizer, o.lr, o.batch, o.seed);
+        fflush(stdout);
+    }
+    int stop = 0;
+    for (int64_t e = 0; e < o.epochs && !stop; e++) {
+        double t0 = now(), loss_sum = 0, last_print = 0;
+        int64_t hits = 0, seen = 0;
+        for (int64_t k = 0; k < steps_per_epoch; k++) {
+            tsl_batch b;
+            memset(&b, 0, sizeof b);
+            if (rank == 0)
+                st = tsl_loader_next(loader, &b);
+            if ((st = agree(st))) {
+                code = fail(st, "reading a batch");
+                goto end;
+            }
+            double loss = 0;
+            int64_t correct = 0;
+            if ((st = tsl_model_train_step(s.model, o.batch, b.x, b.y, opt, &loss, &correct))) {
+                code = fail(st, "a training step");
+                goto end;
+            }
+            loss_sum += loss;
+            hits += correct;
+            seen += o.batch;
+            done_steps++;
+            stop = o.max_steps && done_steps >= o.max_steps;
+            double t = now() - t0;
+            int last = k + 1 == steps_per_epoch || stop;
+            if (rank == 0 && (last || (tty ? t - last_print > 0.2
+                                           : (k + 1) % (steps_per_epoch / 10 + 1) == 0))) {
+                last_print = t;
+                double rate = (double)seen / t;
+                progress(tty, e + 1, o.epochs, k + 1, steps_per_epoch, loss_sum / (double)(k + 1),
+                         rate, (double)(steps_per_epoch - k - 1) * (double)o.batch / rate);
+            }
+            if (stop)
+                break;
+        }
+        epoch_metrics *m = &metrics[e];
+        m->seconds = now() - t0;
+        m->samples_per_second = (double)seen / m->seconds;
+        int64_t steps = seen / o.batch;
+        m->train_loss = loss_sum / (double)steps;
+        m->train_accuracy = (double)hits / (double)(seen * s.train_info.label_numel);
+        if ((st = evaluate(s.model, s.test, &s.test_info, o.batch, &m->test_loss,
+                           &m->test_accuracy))) {
+            code = fail(st, "evaluating");
+            goto end;
+        }
+        double rank0_mib;
+        peak_memory(&m->peak_mib, &rank0_mib);
+        epochs_done = e + 1;
+        if (rank == 0) {
+            if (tty)
+                printf("\n");
+            printf("epoch %lld/%ld: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
+                   "%.1f s, %.0f samples/s, peak memory %.0f MiB (largest rank)\n",
+                   (long long)e + 1, o.epochs, m->train_loss, 100 * m->train_accuracy, m->test_loss,
+                   100 * m->test_accuracy, m->seconds, m->samples_per_second, m->peak_mib);
+            fflush(stdout);
+        }
+    }
+    if (o.save_params && (st = tsl_model_save_params(s.model, o.save_params))) {
+        code = fail(st, "saving parameters");
+        goto end;
+    }
+    if (o.metrics_json) {
+        int bad = rank == 0 && write_metrics(o.metrics_json, &o, metrics, epochs_done, done_steps);
+        if ((st = agree(bad ? TSL_ERR_IO : TSL_OK))) {
+            fprintf(stderr, "tessel train: cannot write '%s'\n", o.metrics_json);
+            code = 1;
+            goto end;
+        }
+    }
+end:
+    free(metrics);
+    tsl_loader_destroy(loader);
+    tsl_optimizer_destroy(opt);
+    session_end(&s);
+    return code;
+}
+
+int command_eval(int argc, char **argv)
+{
+    train_options o;
+    int code = parse_train(argc, argv, &o, 1);
+    if (code)
+        return code < 0 ? 0 : code;
+    session s;
+    if ((code = session_start(&s, &o, 0))) {
+        session_end(&s);
+        return code;
+    }
+    double loss = 0, accuracy = 0;
+    tsl_status st = evaluate(s.model, s.test, &s.test_info, o.batch, &loss, &accuracy);
+    if (st)
+        code = fail(st, "evaluating");
+    else if (rank_of_process == 0)
+        printf("tessel eval: model %s, data %s: test loss %.4f, accuracy %.2f%% (%lld "
+               "samples)\n",
+               o.model, o.data, loss, 100 * accuracy, (long long)s.test_info.samples);
+    session_end(&s);
+    return code;
+}
