@@ -149,6 +149,64 @@ const char *const *tsl_zoo_names(int32_t *count, const char *const **description
 /** @brief Name of an op kind ("conv", ...), or "invalid". */
 const char *tsl_op_kind_name(tsl_op_kind kind);
 
+/* ---- model files (docs/model-format.md) ---- */
+
+/** Version of the model-file format that tsl_graph_write_json() writes and the newest that
+ *  tsl_graph_read_json() reads. */
+#define TSL_MODEL_FORMAT_VERSION 1
+
+/**
+ * @brief Build a graph from a model file: JSON describing the network's layers, their
+ * attributes and their inputs by name (docs/model-format.md).
+ *
+ * A file adapts to the data as the zoo's networks do: the input layer takes the shape
+ * @p sample_dims, a scalar attribute (`"kernel": 3`) stands for every spatial dimension, and
+ * a conv, conv_transpose or linear layer may say `"out": "classes"` to take @p classes.
+ * Every problem (malformed JSON with its line and column, an unknown op or key, a wrong type,
+ * an unknown layer name, a shape the graph builder rejects) is an error whose message names
+ * the file and the layer; nothing is returned then.
+ * @param[in]  path        the model file
+ * @param[in]  ndim        dimensions of a sample (C, spatial...): 1 to 4
+ * @param[in]  sample_dims the sample's sizes, @p ndim entries
+ * @param[in]  classes     the data's class count; 0 when unknown (a file that asks for it
+ *                         is then an error)
+ * @param[out] graph       the new graph (tsl_graph_destroy())
+ * @return TSL_OK, TSL_ERR_IO (the file cannot be read), TSL_ERR_FORMAT (malformed or not a
+ *         model file), TSL_ERR_UNSUPPORTED (a newer format version), or the graph builder's
+ *         status (TSL_ERR_SHAPE, TSL_ERR_INVALID_ARG) for a layer it rejects
+ */
+tsl_status tsl_graph_read_json(const char *path, int32_t ndim, const int64_t *sample_dims,
+                               int64_t classes, tsl_graph_t *graph);
+
+/** @brief tsl_graph_read_json() from the text of a model file (NUL-terminated). */
+tsl_status tsl_graph_parse_json(const char *text, int32_t ndim, const int64_t *sample_dims,
+                                int64_t classes, tsl_graph_t *graph);
+
+/**
+ * @brief Write @p graph as a model file, atomically (a temporary file in the same folder,
+ * renamed over @p path). Reading it back (tsl_graph_read_json()) with the graph's sample
+ * shape and, as class count, the output's channels gives the same graph: ops, attributes,
+ * names, value shapes and parameters. The input's shape is not written (it comes from the
+ * data), the layer that makes the output is written with `"out": "classes"`, and unnamed
+ * layers that later layers read get names of their own (`relu_3`); attributes left at their
+ * defaults are left out.
+ * @return TSL_OK, TSL_ERR_INVALID_ARG (NULL, or an infinite batch-norm eps: JSON has no
+ *         infinities), TSL_ERR_STATE (no output set), TSL_ERR_IO
+ */
+tsl_status tsl_graph_write_json(tsl_graph_t graph, const char *path);
+
+/** @brief tsl_graph_write_json() into a new NUL-terminated string @p text (free it with
+ *  tsl_free(), tessel/io.h). */
+tsl_status tsl_graph_print_json(tsl_graph_t graph, char **text);
+
+/**
+ * @brief The network @p name_or_path for the data: a model file when the text names one
+ * (it contains '/' or ends in ".json"; tsl_graph_read_json()), a network of the zoo otherwise
+ * (tsl_zoo_graph()). What `tessel train --model` takes.
+ */
+tsl_status tsl_model_graph(const char *name_or_path, int32_t ndim, const int64_t *sample_dims,
+                           int64_t classes, tsl_graph_t *graph);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,28 +24,29 @@ typedef struct train_options {
 
 static void usage_train(FILE *out)
 {
-    fprintf(out,
-            "usage: tessel train --data SPEC [--model NAME] [--epochs N] [--batch B] [--lr X]\n"
-            "                    [--optimizer sgd|adam] [--momentum M] [--seed S]\n"
-            "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
-            "                    [--save-params DIR] [--metrics-json FILE] [--ncpu N]\n"
-            "                    [--sched NAME]\n"
-            "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
-            "                      or npy:DIR (see the README)\n"
-            "  --model NAME        a network of the zoo (default cnn; 'tessel train --help'\n"
-            "                      lists them)\n"
-            "  --epochs N          passes over the training split (default 1)\n"
-            "  --batch B           samples per step (default 64); an epoch's last incomplete\n"
-            "                      batch is skipped\n"
-            "  --lr X              learning rate (default 0.001 for adam, 0.01 for sgd)\n"
-            "  --optimizer NAME    adam (default) or sgd; --momentum M for sgd (default 0.9)\n"
-            "  --seed S            parameters, shuffling and synthetic data (default 1)\n"
-            "  --max-steps N       stop after N optimizer steps (default: no limit)\n"
-            "  --shuffle on|off    shuffle the training samples every epoch (default on)\n"
-            "  --load-params DIR   start from DIR/NAME.npy parameters (PyTorch state_dict names)\n"
-            "  --save-params DIR   write the trained parameters there\n"
-            "  --metrics-json FILE per-epoch metrics and the final test accuracy\n"
-            "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
+    fprintf(
+        out,
+        "usage: tessel train --data SPEC [--model NAME|FILE] [--epochs N] [--batch B] [--lr X]\n"
+        "                    [--optimizer sgd|adam] [--momentum M] [--seed S]\n"
+        "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
+        "                    [--save-params DIR] [--metrics-json FILE] [--ncpu N]\n"
+        "                    [--sched NAME]\n"
+        "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
+        "                      or npy:DIR (see the README)\n"
+        "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
+        "                      file (.json, docs/model-format.md)\n"
+        "  --epochs N          passes over the training split (default 1)\n"
+        "  --batch B           samples per step (default 64); an epoch's last incomplete\n"
+        "                      batch is skipped\n"
+        "  --lr X              learning rate (default 0.001 for adam, 0.01 for sgd)\n"
+        "  --optimizer NAME    adam (default) or sgd; --momentum M for sgd (default 0.9)\n"
+        "  --seed S            parameters, shuffling and synthetic data (default 1)\n"
+        "  --max-steps N       stop after N optimizer steps (default: no limit)\n"
+        "  --shuffle on|off    shuffle the training samples every epoch (default on)\n"
+        "  --load-params DIR   start from DIR/NAME.npy parameters (PyTorch state_dict names)\n"
+        "  --save-params DIR   write the trained parameters there\n"
+        "  --metrics-json FILE per-epoch metrics and the final test accuracy\n"
+        "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
     int32_t n;
     const char *const *desc;
     const char *const *names = tsl_zoo_names(&n, &desc);
@@ -330,8 +331,8 @@ static int session_start(session *s, const train_options *o, int need_train)
     tsl_dataset_get_info(s->test, &s->test_info);
     const tsl_dataset_info *info = s->train ? &s->train_info : &s->test_info;
     tsl_graph_t g;
-    if ((st = tsl_zoo_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims,
-                            info->classes, &g)))
+    if ((st = tsl_model_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims,
+                              info->classes, &g)))
         return fail(st, "building the model");
     tsl_shape out;
     tsl_graph_value_shape(g, tsl_graph_output(g), &out);

@@ -1,0 +1,724 @@
+// Model files (docs/model-format.md): the examples equal the zoo's networks, writing and
+// reading back gives the same graph, and every bad file is an error that names the problem.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+extern "C" {
+#include "../../graph/graph_internal.h" // to compare every attribute of two graphs
+#include "tessel/graph.h"
+#include "tessel/io.h"
+}
+
+namespace
+{
+
+namespace fs = std::filesystem;
+
+// examples/models, found from this file's place in the source tree.
+const fs::path examples_dir =
+    fs::path(__FILE__).parent_path() / ".." / ".." / "examples" / "models";
+
+std::string shape_text(const tsl_shape &s)
+{
+    std::string t;
+    for (int d = 0; d < s.ndim; d++)
+        t += (d ? "x" : "") + std::to_string(s.dims[d]);
+    return t;
+}
+
+bool same_shape(const tsl_shape &a, const tsl_shape &b)
+{
+    if (a.ndim != b.ndim)
+        return false;
+    for (int d = 0; d < a.ndim; d++)
+        if (a.dims[d] != b.dims[d])
+            return false;
+    return true;
+}
+
+bool same_ints(const int64_t *a, const int64_t *b, int n)
+{
+    for (int d = 0; d < n; d++)
+        if (a[d] != b[d])
+            return false;
+    return true;
+}
+
+// The attributes an op of its kind has (those its kind ignores are not compared).
+std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spatial)
+{
+    switch (a.kind) {
+    case TSL_OP_CONV: {
+        const tsl_conv_params &p = a.conv, &q = b.conv;
+        int n = p.spatial;
+        if (p.spatial != q.spatial || !same_ints(p.stride, q.stride, n) ||
+            !same_ints(p.padding, q.padding, n) || !same_ints(p.dilation, q.dilation, n) ||
+            p.groups != q.groups || a.transposed != b.transposed || a.bias != b.bias ||
+            (a.transposed && !same_ints(p.output_padding, q.output_padding, n)))
+            return "convolution settings";
+        return "";
+    }
+    case TSL_OP_BATCHNORM:
+        return a.eps == b.eps && a.momentum == b.momentum ? "" : "eps or momentum";
+    case TSL_OP_ACTIVATION:
+        if (a.act != b.act || (a.act == TSL_ACT_LEAKY_RELU && a.slope != b.slope))
+            return "activation";
+        return "";
+    case TSL_OP_POOL: {
+        const tsl_pool_params &p = a.pool, &q = b.pool;
+        int n = p.spatial;
+        if (p.spatial != q.spatial || p.kind != q.kind || !same_ints(p.kernel, q.kernel, n) ||
+            !same_ints(p.stride, q.stride, n) || !same_ints(p.padding, q.padding, n) ||
+            (p.kind == TSL_POOL_AVG && p.count_include_pad != q.count_include_pad))
+            return "pooling settings";
+        return "";
+    }
+    case TSL_OP_UPSAMPLE:
+        return same_ints(a.scale, b.scale, spatial) && a.linear == b.linear ? "" : "upsampling";
+    case TSL_OP_LINEAR:
+        return a.bias == b.bias ? "" : "bias";
+    default:
+        return "";
+    }
+}
+
+// What differs between two graphs (ops, attributes, names, values, parameters), or "".
+std::string graph_difference(const tsl_graph *a, const tsl_graph *b)
+{
+    std::ostringstream why;
+    if (a->nops != b->nops || a->nvalues != b->nvalues || a->nparams != b->nparams)
+        why << "counts: " << a->nops << "/" << a->nvalues << "/" << a->nparams << " ops/values/"
+            << "params vs " << b->nops << "/" << b->nvalues << "/" << b->nparams;
+    else if (a->input != b->input || a->output != b->output)
+        why << "input or output: " << a->input << "," << a->output << " vs " << b->input << ","
+            << b->output;
+    for (int32_t i = 0; why.str().empty() && i < a->nvalues; i++) {
+        const tsl_graph_value &u = a->values[i], &v = b->values[i];
+        if (!same_shape(u.shape, v.shape) || u.producer != v.producer || u.consumers != v.consumers)
+            why << "value " << i << ": " << shape_text(u.shape) << " vs " << shape_text(v.shape);
+    }
+    for (int32_t i = 0; why.str().empty() && i < a->nparams; i++) {
+        const tsl_graph_param &p = a->params[i], &q = b->params[i];
+        if (std::strcmp(p.name, q.name) != 0 || !same_shape(p.shape, q.shape) ||
+            p.trainable != q.trainable || p.init != q.init || p.init_bound != q.init_bound)
+            why << "parameter " << i << ": " << p.name << " " << shape_text(p.shape) << " vs "
+                << q.name << " " << shape_text(q.shape);
+    }
+    for (int32_t i = 0; why.str().empty() && i < a->nops; i++) {
+        const tsl_graph_op &o = a->ops[i], &p = b->ops[i];
+        std::string what;
+        if (o.kind != p.kind || std::strcmp(o.name, p.name) != 0)
+            what = std::string("kind or name: ") + tsl_op_kind_name(o.kind) + " '" + o.name +
+                   "' vs " + tsl_op_kind_name(p.kind) + " '" + p.name + "'";
+        else if (o.ninputs != p.ninputs || o.output != p.output || o.nparams != p.nparams ||
+                 std::memcmp(o.inputs, p.inputs, sizeof o.inputs[0] * (size_t)o.ninputs) ||
+                 std::memcmp(o.params, p.params, sizeof o.params[0] * (size_t)o.nparams))
+            what = "inputs, output or parameters";
+        else
+            what = op_difference(o, p, a->values[o.output].shape.ndim - 1);
+        if (!what.empty())
+            why << "op " << i << " (" << tsl_op_kind_name(o.kind) << " '" << o.name
+                << "'): " << what;
+    }
+    return why.str();
+}
+
+std::string read_text(const fs::path &path)
+{
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+std::string print_json(tsl_graph_t g)
+{
+    char *text = nullptr;
+    EXPECT_EQ(tsl_graph_print_json(g, &text), TSL_OK) << tsl_last_error();
+    std::string s = text ? text : "";
+    tsl_free(text);
+    return s;
+}
+
+// A model file around these layers.
+std::string model(const std::string &layers, const std::string &more = "")
+{
+    return "{\"format\": \"tessel-model\", \"version\": 1, " + more + "\"layers\": [" + layers +
+           "]}";
+}
+
+// Sample shapes to try each zoo network on: each takes some of them.
+const std::vector<std::vector<int64_t>> sample_shapes = {
+    {1, 28, 28}, {3, 32, 32}, {1, 64}, {2, 48}, {2, 16, 16, 16}, {1, 12, 8, 16}, {3, 20, 24}};
+
+class ModelJson : public ::testing::Test
+{
+  protected:
+    void SetUp() override
+    {
+        char tmpl[] = "/tmp/tessel-model-XXXXXX";
+        ASSERT_NE(mkdtemp(tmpl), nullptr);
+        dir = tmpl;
+    }
+    void TearDown() override
+    {
+        std::error_code ignored;
+        fs::remove_all(dir, ignored);
+    }
+    std::string path(const std::string &name) const
+    {
+        return (dir / name).string();
+    }
+    void write(const std::string &name, const std::string &text) const
+    {
+        std::ofstream f(path(name), std::ios::binary);
+        f << text;
+    }
+    fs::path dir;
+};
+
+// ---- the examples are the zoo ----
+
+// The zoo's `name` and the model file `file` for a sample shape and class count: how they
+// differ ("" when they do not), or "zoo refuses" when the zoo does not take the sample.
+std::string zoo_vs_file(const char *name, const fs::path &file, const std::vector<int64_t> &sample,
+                        int64_t classes)
+{
+    int32_t ndim = (int32_t)sample.size();
+    tsl_graph_t zoo = nullptr, read = nullptr;
+    if (tsl_zoo_graph(name, ndim, sample.data(), classes, &zoo) != TSL_OK)
+        return "zoo refuses";
+    std::string why;
+    if (tsl_graph_read_json(file.c_str(), ndim, sample.data(), classes, &read) != TSL_OK)
+        why = std::string("cannot read: ") + tsl_last_error();
+    else
+        why = graph_difference(zoo, read);
+    tsl_graph_destroy(zoo);
+    tsl_graph_destroy(read);
+    return why;
+}
+
+TEST_F(ModelJson, ExamplesEqualTheZoo)
+{
+    int32_t count = 0;
+    const char *const *names = tsl_zoo_names(&count, nullptr);
+    ASSERT_GT(count, 0);
+    for (int32_t i = 0; i < count; i++) {
+        fs::path file = examples_dir / (std::string(names[i]) + ".json");
+        ASSERT_TRUE(fs::exists(file)) << "no example model file for the zoo's " << names[i];
+        int tried = 0;
+        for (const auto &sample : sample_shapes) {
+            for (int64_t classes : {10, 3}) {
+                std::string why = zoo_vs_file(names[i], file, sample, classes);
+                if (why == "zoo refuses")
+                    continue;
+                tried++;
+                tsl_shape s;
+                tsl_shape_make(&s, (int32_t)sample.size(), sample.data());
+                EXPECT_EQ(why, "")
+                    << names[i] << " for " << shape_text(s) << ", " << classes << " classes";
+            }
+        }
+        EXPECT_GT(tried, 0) << "no sample shape the zoo's " << names[i] << " takes";
+    }
+}
+
+TEST(ModelJsonCnn, FashionMnistCnnFromItsFile)
+{
+    // The brief's case, spelled out: examples/models/cnn.json for 1x28x28 and 10 classes.
+    fs::path file = examples_dir / "cnn.json";
+    EXPECT_EQ(zoo_vs_file("cnn", file, {1, 28, 28}, 10), "");
+    int64_t sample[3] = {1, 28, 28};
+    tsl_graph_t read = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(file.c_str(), 3, sample, 10, &read), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_graph_param_count(read), 14);
+    const char *name;
+    tsl_shape s;
+    ASSERT_EQ(tsl_graph_param_info(read, 10, &name, &s, nullptr), TSL_OK);
+    EXPECT_STREQ(name, "fc1.weight");
+    EXPECT_EQ(shape_text(s), "128x3136");
+    ASSERT_EQ(tsl_graph_value_shape(read, tsl_graph_output(read), &s), TSL_OK);
+    EXPECT_EQ(shape_text(s), "10");
+    tsl_graph_destroy(read);
+    // The file adapts: 3-D volumes, 4 classes; and the comparison can fail.
+    EXPECT_EQ(zoo_vs_file("cnn", file, {2, 8, 12, 16}, 4), "");
+    EXPECT_NE(zoo_vs_file("fcn2d", file, {1, 28, 28}, 10), "");
+}
+
+// ---- round trips ----
+
+TEST_F(ModelJson, ZooNetworksRoundTrip)
+{
+    int32_t count = 0;
+    const char *const *names = tsl_zoo_names(&count, nullptr);
+    for (int32_t i = 0; i < count; i++) {
+        for (const auto &sample : sample_shapes) {
+            int32_t ndim = (int32_t)sample.size();
+            tsl_graph_t zoo = nullptr, read = nullptr, parsed = nullptr;
+            if (tsl_zoo_graph(names[i], ndim, sample.data(), 7, &zoo) != TSL_OK)
+                continue;
+            std::string file = path(std::string(names[i]) + ".json");
+            ASSERT_EQ(tsl_graph_write_json(zoo, file.c_str()), TSL_OK) << tsl_last_error();
+            ASSERT_EQ(tsl_graph_read_json(file.c_str(), ndim, sample.data(), 7, &read), TSL_OK)
+                << names[i] << ": " << tsl_last_error();
+            EXPECT_EQ(graph_difference(zoo, read), "") << names[i];
+            // The string variants say the same, and writing what was read changes nothing.
+            std::string text = print_json(zoo);
+            EXPECT_EQ(text, read_text(file));
+            EXPECT_EQ(print_json(read), text);
+            ASSERT_EQ(tsl_graph_parse_json(text.c_str(), ndim, sample.data(), 7, &parsed), TSL_OK)
+                << tsl_last_error();
+            EXPECT_EQ(graph_difference(zoo, parsed), "") << names[i];
+            tsl_graph_destroy(zoo);
+            tsl_graph_destroy(read);
+            tsl_graph_destroy(parsed);
+        }
+    }
+}
+
+// A graph with every kind of op and layer, attributes off their defaults, per-dimension
+// settings that differ, and unnamed values read by later layers.
+tsl_graph_t every_op_graph()
+{
+    tsl_graph_t g = nullptr;
+    EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
+    int64_t sample[3] = {3, 16, 16};
+    int32_t x, v, skip, cat;
+    tsl_status st = tsl_graph_input(g, 3, sample, &x);
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = 1;
+    cp.padding[1] = 2;
+    int64_t k35[2] = {3, 5}, k3[2] = {3, 3}, k31[2] = {3, 1};
+    st = st ? st : tsl_graph_conv(g, "stem", x, 8, k35, &cp, 0, 1, &v); // 8x16x16
+    // Numbers that need all 17 digits to come back to the same bits.
+    st = st ? st : tsl_graph_batchnorm(g, "bn", v, std::nextafter(1e-3, 1.0), 0.25, &v);
+    st = st ? st : tsl_graph_activation(g, v, TSL_ACT_LEAKY_RELU, 1.0 / 3, &skip);
+    tsl_pool_params pp;
+    tsl_pool_params_init(&pp, TSL_POOL_MAX, 2, 3);
+    pp.stride[0] = pp.stride[1] = 2;
+    pp.padding[0] = pp.padding[1] = 1;
+    st = st ? st : tsl_graph_pool(g, skip, &pp, &v); // 8x8x8
+    tsl_conv_params gp;
+    tsl_conv_params_init(&gp, 2);
+    gp.padding[0] = gp.padding[1] = 2;
+    gp.dilation[0] = gp.dilation[1] = 2;
+    gp.groups = 4;
+    st = st ? st : tsl_graph_conv(g, "grouped", v, 16, k3, &gp, 0, 0, &v); // 16x8x8
+    tsl_pool_params ap;
+    tsl_pool_params_init(&ap, TSL_POOL_AVG, 2, 2);
+    ap.count_include_pad = 0;
+    st = st ? st : tsl_graph_pool(g, v, &ap, &v); // 16x4x4
+    st = st ? st : tsl_graph_activation(g, v, TSL_ACT_SIGMOID, 0, &v);
+    int64_t scale21[2] = {2, 1}, scale2[2] = {2, 2};
+    st = st ? st : tsl_graph_upsample(g, v, scale21, 0, &v); // 16x8x4
+    tsl_conv_params tp;
+    tsl_conv_params_init(&tp, 2);
+    tp.stride[1] = 2;
+    tp.padding[0] = 1;
+    tp.output_padding[1] = 1;
+    st = st ? st : tsl_graph_conv(g, "up", v, 8, k31, &tp, 1, 1, &v); // 8x8x8
+    st = st ? st : tsl_graph_upsample(g, v, scale2, 1, &v);           // 8x16x16
+    int32_t parts[2] = {v, skip};
+    st = st ? st : tsl_graph_concat(g, 2, parts, &cat); // 16x16x16
+    st = st ? st : tsl_graph_activation(g, cat, TSL_ACT_TANH, 0, &v);
+    st = st ? st : tsl_graph_add(g, v, cat, &v);
+    st = st ? st : tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v);
+    tsl_pool_params gap;
+    tsl_pool_params_init(&gap, TSL_POOL_AVG, 2, 16); // over the whole 16x16
+    st = st ? st : tsl_graph_pool(g, v, &gap, &v);
+    st = st ? st : tsl_graph_flatten(g, v, &v);
+    st = st ? st : tsl_graph_linear(g, "hidden", v, 12, 0, &v);
+    st = st ? st : tsl_graph_linear(g, "head", v, 5, 1, &v);
+    st = st ? st : tsl_graph_set_output(g, v);
+    EXPECT_EQ(st, TSL_OK) << tsl_last_error();
+    return g;
+}
+
+TEST_F(ModelJson, EveryOpRoundTrips)
+{
+    tsl_graph_t g = every_op_graph();
+    std::string file = path("every.json");
+    ASSERT_EQ(tsl_graph_write_json(g, file.c_str()), TSL_OK) << tsl_last_error();
+    std::string text = read_text(file);
+    for (const char *op :
+         {"input", "conv", "conv_transpose", "batchnorm", "relu", "leaky_relu", "sigmoid", "tanh",
+          "maxpool", "avgpool", "global_avgpool", "upsample_nearest", "upsample_linear", "concat",
+          "add", "flatten", "linear"})
+        EXPECT_NE(text.find("\"op\": \"" + std::string(op) + "\""), std::string::npos) << op;
+    // Settings that differ per dimension are arrays; equal ones, one number.
+    EXPECT_NE(text.find("\"kernel\": [3, 5], \"padding\": [1, 2]"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"output_padding\": [0, 1]"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"count_include_pad\": false"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"eps\": 0.0010000000000000002, \"momentum\": 0.25"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("\"slope\": 0.3333333333333333"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"out\": \"classes\""), std::string::npos) << text;
+    // The skip (an unnamed leaky ReLU) got a name to be read by.
+    EXPECT_NE(text.find("\"inputs\": [\"upsample_linear_10\", \"leaky_relu_3\"]"),
+              std::string::npos)
+        << text;
+    int64_t sample[3] = {3, 16, 16};
+    tsl_graph_t read = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(file.c_str(), 3, sample, 5, &read), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(graph_difference(g, read), "");
+    EXPECT_EQ(print_json(read), text);
+    // Names given to unnamed layers stay in the file: the graph's ops have none.
+    const char *name;
+    tsl_op_kind kind;
+    ASSERT_EQ(tsl_graph_op_info(read, 3, &kind, &name, nullptr), TSL_OK);
+    EXPECT_EQ(kind, TSL_OP_ACTIVATION);
+    EXPECT_STREQ(name, "");
+    tsl_graph_destroy(read);
+    tsl_graph_destroy(g);
+}
+
+TEST_F(ModelJson, WrittenNamesDoNotCollide)
+{
+    // An unnamed layer whose natural name ("relu_2") is already a layer's name.
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int64_t sample[1] = {6};
+    int32_t x, a, r, s;
+    ASSERT_EQ(tsl_graph_input(g, 1, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "relu_2", x, 6, 1, &a), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, a, TSL_ACT_RELU, 0, &r), TSL_OK);
+    ASSERT_EQ(tsl_graph_add(g, r, a, &s), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, r), TSL_OK); // not the last op
+    std::string text = print_json(g);
+    EXPECT_NE(text.find("\"name\": \"relu_2_1\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"output\": \"relu_2_1\""), std::string::npos) << text;
+    tsl_graph_t read = nullptr;
+    ASSERT_EQ(tsl_graph_parse_json(text.c_str(), 1, sample, 0, &read), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(graph_difference(g, read), "");
+    tsl_graph_destroy(read);
+    tsl_graph_destroy(g);
+}
+
+TEST_F(ModelJson, WriteIsAtomicAndChecksItsArguments)
+{
+    tsl_graph_t g = every_op_graph();
+    std::string file = path("m.json");
+    write("m.json", "old contents");
+    ASSERT_EQ(tsl_graph_write_json(g, file.c_str()), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(read_text(file), print_json(g));
+    int files = 0;
+    for (const auto &entry : fs::directory_iterator(dir))
+        files += entry.is_regular_file();
+    EXPECT_EQ(files, 1); // no temporary file left behind
+    EXPECT_EQ(tsl_graph_write_json(g, path("no/such/dir/m.json").c_str()), TSL_ERR_IO);
+    EXPECT_NE(std::strstr(tsl_last_error(), "no/such/dir/m.json"), nullptr) << tsl_last_error();
+    EXPECT_EQ(tsl_graph_write_json(nullptr, file.c_str()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_write_json(g, nullptr), TSL_ERR_INVALID_ARG);
+    char *text = nullptr;
+    EXPECT_EQ(tsl_graph_print_json(g, nullptr), TSL_ERR_INVALID_ARG);
+    tsl_graph_t empty = nullptr;
+    ASSERT_EQ(tsl_graph_create(&empty), TSL_OK);
+    EXPECT_EQ(tsl_graph_print_json(empty, &text), TSL_ERR_STATE); // no output
+    EXPECT_EQ(text, nullptr);
+    EXPECT_NE(std::strstr(tsl_last_error(), "no output"), nullptr);
+    tsl_graph_destroy(empty);
+    // JSON has no infinities: a graph that holds one is refused, not written as null.
+    g->ops[2].eps = INFINITY;
+    EXPECT_EQ(tsl_graph_write_json(g, file.c_str()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "'bn' has eps inf"), nullptr) << tsl_last_error();
+    tsl_graph_destroy(g);
+}
+
+// ---- what files may say ----
+
+TEST(ModelJsonFormat, DefaultsNamesOutputAndInputShape)
+{
+    int64_t sample[3] = {2, 8, 8};
+    tsl_graph_t g = nullptr;
+    // Inputs default to the previous layer; "output" may name an earlier layer; a named
+    // unnamed-op layer can be read from; "shape" checks the data.
+    std::string text = model(R"({"op": "input", "shape": [2, 8, 8]},
+                 {"name": "c", "op": "conv", "out": 4, "kernel": [3, 1], "bias": false},
+                 {"name": "act", "op": "relu"},
+                 {"op": "maxpool", "kernel": 2, "stride": [2, 1]},
+                 {"op": "upsample_nearest", "scale": [2, 1], "inputs": ["act"]})",
+                             R"("description": "a test", "output": "act", )");
+    ASSERT_EQ(tsl_graph_parse_json(text.c_str(), 3, sample, 0, &g), TSL_OK) << tsl_last_error();
+    tsl_shape s;
+    ASSERT_EQ(tsl_graph_value_shape(g, tsl_graph_output(g), &s), TSL_OK);
+    EXPECT_EQ(shape_text(s), "4x6x8");
+    EXPECT_EQ(tsl_graph_output(g), 2);
+    ASSERT_EQ(tsl_graph_value_shape(g, 3, &s), TSL_OK);
+    EXPECT_EQ(shape_text(s), "4x3x7");
+    ASSERT_EQ(tsl_graph_value_shape(g, 4, &s), TSL_OK);
+    EXPECT_EQ(shape_text(s), "4x12x8"); // read "act", not the pool
+    EXPECT_EQ(g->ops[4].inputs[0], 2);
+    EXPECT_EQ(g->ops[1].bias, 0);
+    EXPECT_EQ(g->ops[3].pool.stride[0], 2);
+    EXPECT_EQ(g->ops[3].pool.stride[1], 1);
+    tsl_graph_destroy(g);
+    // The same file for other data: "shape" refuses it.
+    int64_t other[3] = {2, 9, 8};
+    EXPECT_EQ(tsl_graph_parse_json(text.c_str(), 3, other, 0, &g), TSL_ERR_SHAPE);
+    EXPECT_EQ(g, nullptr);
+    EXPECT_NE(std::strstr(tsl_last_error(), "layers[0] 'input' (input): \"shape\" must be the "
+                                            "samples' shape (C, spatial...), and the data's "
+                                            "samples are 2x9x8"),
+              nullptr)
+        << tsl_last_error();
+    // PyTorch's defaults: bias on, eps 1e-5, momentum 0.1, slope 0.01, pool stride = kernel.
+    std::string defaults = model(R"({"op": "input"},
+        {"name": "c", "op": "conv", "out": 3, "kernel": 3}, {"name": "b", "op": "batchnorm"},
+        {"op": "leaky_relu"}, {"op": "avgpool", "kernel": 2},
+        {"op": "flatten"}, {"name": "l", "op": "linear", "out": "classes"})");
+    ASSERT_EQ(tsl_graph_parse_json(defaults.c_str(), 3, sample, 6, &g), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(g->ops[1].bias, 1);
+    EXPECT_EQ(g->ops[2].eps, 1e-5);
+    EXPECT_EQ(g->ops[2].momentum, 0.1);
+    EXPECT_EQ(g->ops[3].slope, 0.01);
+    EXPECT_EQ(g->ops[4].pool.stride[0], 2);
+    EXPECT_EQ(g->ops[4].pool.count_include_pad, 1);
+    EXPECT_EQ(g->ops[6].bias, 1);
+    ASSERT_EQ(tsl_graph_value_shape(g, tsl_graph_output(g), &s), TSL_OK);
+    EXPECT_EQ(shape_text(s), "6");
+    tsl_graph_destroy(g);
+    // Without a class count, "classes" is an error that says so.
+    EXPECT_EQ(tsl_graph_parse_json(defaults.c_str(), 3, sample, 0, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "layers[6] 'l' (linear): \"out\": \"classes\" needs "
+                                            "the data's class count"),
+              nullptr)
+        << tsl_last_error();
+}
+
+struct BadFile {
+    const char *what;
+    std::string text;
+    tsl_status status;
+    const char *message; // a part of the error message
+};
+
+TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
+{
+    const std::string in = R"({"op": "input"}, )", input_only = R"({"op": "input"})";
+    const std::string deep = std::string(2000, '[') + std::string(2000, ']');
+    std::string concat9 = model(in + R"({"op": "concat", "inputs": ["input", "input", "input",
+        "input", "input", "input", "input", "input", "input"]})");
+    const std::vector<BadFile> bad = {
+        {"malformed JSON", "{\"format\": \"tessel-model\",\n  \"version\": 1\n  \"layers\": []}",
+         TSL_ERR_FORMAT, "malformed JSON at line 3, column 3 (near '\"layers\": []}')"},
+        {"empty text", "", TSL_ERR_FORMAT, "malformed JSON at line 1, column 1 (at the end)"},
+        {"trailing text", model(in + R"({"op": "relu"})") + " x", TSL_ERR_FORMAT,
+         "malformed JSON at line 1"},
+        {"nested too deep", deep, TSL_ERR_FORMAT, "malformed JSON"},
+        {"not an object", "[1, 2]", TSL_ERR_FORMAT, "a model file is a JSON object"},
+        {"another format", R"({"format": "onnx", "version": 1, "layers": []})", TSL_ERR_FORMAT,
+         "not a model file: needs \"format\": \"tessel-model\""},
+        {"no version", R"({"format": "tessel-model", "layers": [{"op": "input"}]})", TSL_ERR_FORMAT,
+         "needs \"version\", an integer >= 1"},
+        {"newer version", R"({"format": "tessel-model", "version": 2, "layers": []})",
+         TSL_ERR_UNSUPPORTED, "format version 2 is newer than this tessel reads (1)"},
+        {"unknown top-level key", model(input_only, R"("outputs": "x", )"), TSL_ERR_FORMAT,
+         "unknown key 'outputs' (a model file takes: format, version, description, layers, "
+         "output)"},
+        {"key given twice", model(R"({"op": "input", "op": "input"})"), TSL_ERR_FORMAT,
+         "layers[0] (input): key 'op' is given twice"},
+        {"no layers", model(""), TSL_ERR_FORMAT, "needs \"layers\", a non-empty array of layers"},
+        {"a layer that is no object", model(in + "3"), TSL_ERR_FORMAT,
+         "layers[1]: a layer must be a JSON object"},
+        {"no op", model(in + R"({"name": "a"})"), TSL_ERR_FORMAT,
+         "layers[1] 'a': needs \"op\", a string"},
+        {"unknown op", model(in + R"({"name": "c", "op": "convolution"})"), TSL_ERR_FORMAT,
+         "layers[1] 'c': unknown op 'convolution' (ops: input, conv,"},
+        {"no input layer first", model(R"({"name": "c", "op": "conv", "out": 2, "kernel": 1})"),
+         TSL_ERR_FORMAT,
+         "layers[0] 'c' (conv): the first layer must be the input ({\"op\": \"input\"})"},
+        {"a second input", model(in + R"({"name": "x", "op": "input"})"), TSL_ERR_FORMAT,
+         "layers[1] 'x' (input): a network has one input, the first layer"},
+        {"misspelt key", model(in + R"({"name": "c", "op": "conv", "out": 2, "kernal": 3})"),
+         TSL_ERR_FORMAT,
+         "layers[1] 'c' (conv): unknown key 'kernal' (a conv layer takes: name, op, inputs, out, "
+         "kernel, stride, padding, dilation, groups, bias)"},
+        {"a key of another op", model(in + R"({"op": "relu", "kernel": 3})"), TSL_ERR_FORMAT,
+         "layers[1] (relu): unknown key 'kernel' (a relu layer takes: name, op, inputs)"},
+        {"kernel of the wrong type", model(in + R"({"name": "c", "op": "conv", "out": 2,
+         "kernel": "3"})"),
+         TSL_ERR_FORMAT,
+         "layers[1] 'c' (conv): 'kernel' must be an integer >= 1 or an array of 2 of them (one "
+         "per spatial dimension of its input)"},
+        {"kernel for three dimensions on 2-D data",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": [3, 3, 3]})"),
+         TSL_ERR_FORMAT, "'kernel' must be an integer >= 1 or an array of 2 of them"},
+        {"fractional stride",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "stride": 1.5})"),
+         TSL_ERR_FORMAT, "'stride' must be an integer >= 1 or an array of 2"},
+        {"negative padding", model(in + R"({"op": "maxpool", "kernel": 2, "padding": -1})"),
+         TSL_ERR_FORMAT, "layers[1] (maxpool): 'padding' must be an integer >= 0"},
+        {"no kernel", model(in + R"({"name": "c", "op": "conv", "out": 2})"), TSL_ERR_FORMAT,
+         "layers[1] 'c' (conv): 'kernel' is required"},
+        {"no out", model(in + R"({"name": "c", "op": "conv", "kernel": 1})"), TSL_ERR_FORMAT,
+         "layers[1] 'c' (conv): 'out' is required"},
+        {"out misspelt classes", model(in + R"({"name": "c", "op": "conv", "out": "clases",
+         "kernel": 1})"),
+         TSL_ERR_FORMAT, "'out' must be an integer >= 1 or \"classes\""},
+        {"out too large", model(in + R"({"name": "c", "op": "conv", "out": 1e12, "kernel": 1})"),
+         TSL_ERR_FORMAT, "'out' must be an integer >= 1 or \"classes\""},
+        {"bias as a number", model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 1,
+         "bias": 0})"),
+         TSL_ERR_FORMAT, "layers[1] 'c' (conv): 'bias' must be true or false"},
+        {"eps as a string", model(in + R"({"name": "b", "op": "batchnorm", "eps": "small"})"),
+         TSL_ERR_FORMAT, "layers[1] 'b' (batchnorm): 'eps' must be a finite number"},
+        {"infinite slope", model(in + R"({"op": "leaky_relu", "slope": 1e999})"), TSL_ERR_FORMAT,
+         "'slope' must be a finite number"},
+        {"eps the builder refuses", model(in + R"({"name": "b", "op": "batchnorm", "eps": -1})"),
+         TSL_ERR_INVALID_ARG,
+         "layers[1] 'b' (batchnorm): 'b' needs eps > 0 and momentum in [0, 1]"},
+        {"a conv without a name", model(in + R"({"op": "conv", "out": 2, "kernel": 1})"),
+         TSL_ERR_FORMAT, "layers[1] (conv): a conv layer needs a \"name\""},
+        {"a name that is no string", model(in + R"({"name": 7, "op": "relu"})"), TSL_ERR_FORMAT,
+         "layers[1] (relu): \"name\" must be a non-empty string"},
+        {"a name used twice", model(in + R"({"name": "a", "op": "relu"}, {"name": "a",
+         "op": "tanh"})"),
+         TSL_ERR_FORMAT, "layers[2] 'a' (tanh): the name 'a' is already used by layers[1]"},
+        {"a name the graph refuses", model(in + R"({"name": "a/b", "op": "batchnorm"})"),
+         TSL_ERR_INVALID_ARG, "layers[1] 'a/b' (batchnorm): name 'a/b' may hold only printable"},
+        {"an unknown input", model(in + R"({"op": "relu", "inputs": ["conv9"]})"), TSL_ERR_FORMAT,
+         "layers[1] (relu): input 'conv9' is no layer's name"},
+        {"a later input", model(in + R"({"op": "relu", "inputs": ["t"]}, {"name": "t",
+         "op": "tanh"})"),
+         TSL_ERR_FORMAT,
+         "layers[1] (relu): input 't' is layers[2], not an earlier layer (layers read earlier "
+         "layers only)"},
+        {"inputs as a string", model(in + R"({"op": "relu", "inputs": "input"})"), TSL_ERR_FORMAT,
+         "\"inputs\" must be an array of 1 layer name, not another type"},
+        {"inputs that are no names", model(in + R"({"op": "concat", "inputs": [0]})"),
+         TSL_ERR_FORMAT, "\"inputs\" must hold layer names (strings)"},
+        {"add without inputs", model(in + R"({"op": "relu"}, {"op": "add"})"), TSL_ERR_FORMAT,
+         "layers[2] (add): needs \"inputs\": the names of its 2 inputs"},
+        {"add with one input", model(in + R"({"op": "add", "inputs": ["input"]})"), TSL_ERR_FORMAT,
+         "\"inputs\" must be an array of 2 layer names, not that"},
+        {"concat of nine", concat9, TSL_ERR_FORMAT,
+         "layers[1] (concat): \"inputs\" must be an array of 1 to 8 layer names"},
+        {"linear before flatten", model(in + R"({"name": "fc", "op": "linear", "out": 3})"),
+         TSL_ERR_SHAPE,
+         "layers[1] 'fc' (linear): 'fc' needs a flat input (features), not 3 "
+         "dimensions; flatten it first"},
+        {"a pool larger than its input", model(in + R"({"op": "maxpool", "kernel": 64})"),
+         TSL_ERR_SHAPE, "layers[1] (maxpool): pooling: kernel 64 larger than the padded input"},
+        {"a conv on flat features", model(in + R"({"op": "flatten"}, {"name": "c", "op": "conv",
+         "out": 2, "kernel": 1})"),
+         TSL_ERR_SHAPE,
+         "layers[2] 'c' (conv): needs an input with channels and 1 to 3 spatial dimensions, not "
+         "of shape 98"},
+        {"an add of two shapes", model(in + R"({"op": "maxpool", "kernel": 2, "name": "p"},
+         {"op": "add", "inputs": ["input", "p"]})"),
+         TSL_ERR_SHAPE, "layers[2] (add): the two values differ in shape"},
+        {"an upsampling by zero", model(in + R"({"op": "upsample_linear", "scale": 0})"),
+         TSL_ERR_FORMAT, "layers[1] (upsample_linear): 'scale' must be an integer >= 1"},
+        {"an upsampling too large", model(in + R"({"op": "upsample_linear", "scale": 4096})"),
+         TSL_ERR_INVALID_ARG, "layers[1] (upsample_linear): scale 4096 outside [1, 1024]"},
+        {"an unknown output", model(in + R"({"op": "relu"})", R"("output": "logits", )"),
+         TSL_ERR_FORMAT, "the output 'logits' is no layer's name"},
+        {"an output that is no name", model(input_only, R"("output": 1, )"), TSL_ERR_FORMAT,
+         "\"output\" must be a layer name (a string)"},
+        {"a description that is no string", model(input_only, R"("description": [], )"),
+         TSL_ERR_FORMAT, "\"description\" must be a string"},
+        {"an input shape of other data", model(R"({"op": "input", "shape": [1, 28]})"),
+         TSL_ERR_SHAPE,
+         "\"shape\" must be the samples' shape (C, spatial...), and the data's "
+         "samples are 2x7x7"},
+    };
+    ASSERT_GE(bad.size(), 15u);
+    int64_t sample[3] = {2, 7, 7};
+    for (const BadFile &b : bad) {
+        tsl_graph_t g = reinterpret_cast<tsl_graph_t>(&g); // must be reset to NULL
+        EXPECT_EQ(tsl_graph_parse_json(b.text.c_str(), 3, sample, 10, &g), b.status) << b.what;
+        EXPECT_EQ(g, nullptr) << b.what;
+        std::string message = tsl_last_error();
+        EXPECT_EQ(message.rfind("model JSON: ", 0), 0u) << b.what << ": " << message;
+        EXPECT_NE(message.find(b.message), std::string::npos)
+            << b.what << ":\n  got  " << message << "\n  want " << b.message;
+        // From a file, the message starts with its path.
+        write("bad.json", b.text);
+        g = nullptr;
+        EXPECT_EQ(tsl_graph_read_json(path("bad.json").c_str(), 3, sample, 10, &g), b.status)
+            << b.what;
+        EXPECT_EQ(g, nullptr);
+        message = tsl_last_error();
+        EXPECT_EQ(message.rfind(path("bad.json") + ": ", 0), 0u) << message;
+        EXPECT_NE(message.find(b.message), std::string::npos) << b.what << ": " << message;
+    }
+}
+
+TEST_F(ModelJson, FilesThatCannotBeReadAndBadArguments)
+{
+    int64_t sample[3] = {1, 28, 28};
+    tsl_graph_t g = nullptr;
+    EXPECT_EQ(tsl_graph_read_json(path("missing.json").c_str(), 3, sample, 10, &g), TSL_ERR_IO);
+    EXPECT_NE(std::strstr(tsl_last_error(), "cannot open the model file"), nullptr);
+    EXPECT_EQ(tsl_graph_read_json(dir.c_str(), 3, sample, 10, &g), TSL_ERR_IO); // a folder
+    write("nul.json", std::string("{\"format\": \"tessel-model\"\0}", 27));
+    EXPECT_EQ(tsl_graph_read_json(path("nul.json").c_str(), 3, sample, 10, &g), TSL_ERR_FORMAT);
+    EXPECT_NE(std::strstr(tsl_last_error(), "NUL byte"), nullptr) << tsl_last_error();
+    EXPECT_EQ(g, nullptr);
+    std::string ok = model(R"({"op": "input"})");
+    EXPECT_EQ(tsl_graph_parse_json(nullptr, 3, sample, 10, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_parse_json(ok.c_str(), 3, nullptr, 10, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_parse_json(ok.c_str(), 0, sample, 10, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_parse_json(ok.c_str(), 5, sample, 10, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_parse_json(ok.c_str(), 3, sample, -1, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_parse_json(ok.c_str(), 3, sample, 10, nullptr), TSL_ERR_INVALID_ARG);
+    ASSERT_EQ(tsl_graph_parse_json(ok.c_str(), 3, sample, 10, &g), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(tsl_graph_output(g), 0); // the input alone is a network
+    tsl_graph_destroy(g);
+}
+
+// ---- a zoo name or a file ----
+
+TEST_F(ModelJson, ModelGraphTakesZooNamesAndFiles)
+{
+    int64_t sample[3] = {1, 28, 28};
+    tsl_graph_t zoo = nullptr, named = nullptr, file = nullptr, local = nullptr, g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn", 3, sample, 10, &zoo), TSL_OK);
+    ASSERT_EQ(tsl_model_graph("cnn", 3, sample, 10, &named), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(graph_difference(zoo, named), "");
+    // A path (with '/') is a file, whatever its name ends in.
+    std::string cnn_json = read_text(examples_dir / "cnn.json");
+    ASSERT_FALSE(cnn_json.empty());
+    write("cnn", cnn_json);
+    ASSERT_EQ(tsl_model_graph(path("cnn").c_str(), 3, sample, 10, &file), TSL_OK)
+        << tsl_last_error();
+    EXPECT_EQ(graph_difference(zoo, file), "");
+    // A name ending in .json is a file in the working directory.
+    write("small.json", model(R"({"op": "input"}, {"op": "flatten"},
+                                 {"name": "fc", "op": "linear", "out": "classes"})"));
+    fs::path cwd = fs::current_path();
+    fs::current_path(dir);
+    tsl_status st = tsl_model_graph("small.json", 3, sample, 10, &local);
+    fs::current_path(cwd);
+    ASSERT_EQ(st, TSL_OK) << tsl_last_error();
+    EXPECT_EQ(tsl_graph_param_count(local), 2);
+    // Neither: the zoo's error, with a word about files.
+    EXPECT_EQ(tsl_model_graph("nosuch", 3, sample, 10, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "no network named 'nosuch'"), nullptr);
+    EXPECT_NE(std::strstr(tsl_last_error(), "ending in .json"), nullptr) << tsl_last_error();
+    EXPECT_EQ(tsl_model_graph("nosuch.json", 3, sample, 10, &g), TSL_ERR_IO);
+    EXPECT_EQ(tsl_model_graph(path("nosuch").c_str(), 3, sample, 10, &g), TSL_ERR_IO);
+    // A zoo network that refuses the data keeps the zoo's message.
+    int64_t tiny[3] = {1, 3, 3};
+    EXPECT_EQ(tsl_model_graph("cnn", 3, tiny, 10, &g), TSL_ERR_SHAPE);
+    EXPECT_EQ(std::strstr(tsl_last_error(), ".json"), nullptr) << tsl_last_error();
+    EXPECT_EQ(tsl_model_graph(nullptr, 3, sample, 10, &g), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(g, nullptr);
+    tsl_graph_destroy(zoo);
+    tsl_graph_destroy(named);
+    tsl_graph_destroy(file);
+    tsl_graph_destroy(local);
+}
+
+} // namespace
