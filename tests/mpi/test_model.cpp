@@ -145,7 +145,7 @@ TEST(Model, GradientsOfEveryZooNetworkMatchCentralFiniteDifferences)
                 // One-sided differences on both sides: where they disagree, a ReLU or
                 // max-pool kink lies within the step and the point is skipped (counted
                 // below); elsewhere the central difference must match the gradient.
-                const float h = 1e-3f;
+                const float h = 2.5e-4f;
                 std::vector<float> v = keep;
                 double up = 0, down = 0;
                 v[j] = keep[j] + h;
