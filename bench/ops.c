@@ -1,7 +1,8 @@
 /* Operator codelet path against direct library calls on the same shape and thread count.
  * Rows so far: linear (OpenBLAS), forward and backward (data + weights) in GFLOP/s; batch
- * norm + ReLU on the conv2d output shape (oneDNN, plain NCHW, fused ReLU), training forward
- * and backward in milliseconds.
+ * norm + ReLU on the conv2d output shape (oneDNN, plain NCHW, fused ReLU, against tessel's
+ * fused tsl_batchnorm_relu_* calls; tessel's unfused batch norm then ReLU for reference),
+ * training forward and backward in milliseconds.
  *
  *   STARPU_NCPU=1 OMP_NUM_THREADS=1 ./bench_ops 1   one worker, one tile, one library thread
  *   STARPU_NCPU=2 OMP_NUM_THREADS=2 ./bench_ops 2   two workers, two sample tiles, two threads
@@ -105,7 +106,7 @@ int main(int argc, char **argv)
                                  {DNNL_ARG_SCALE, m_scale},       {DNNL_ARG_SHIFT, m_shift},
                                  {DNNL_ARG_WORKSPACE, m_ws},      {DNNL_ARG_DIFF_SRC, m_dsrc},
                                  {DNNL_ARG_DIFF_SCALE, m_dscale}, {DNNL_ARG_DIFF_SHIFT, m_dshift}};
-    double bn_dfwd[RUNS], bn_dbwd[RUNS], bn_tfwd[RUNS], bn_tbwd[RUNS];
+    double bn_dfwd[RUNS], bn_dbwd[RUNS], bn_tfwd[RUNS], bn_tbwd[RUNS], bn_ufwd[RUNS], bn_ubwd[RUNS];
     for (int r = -1; r < RUNS; r++) {
         double t0 = bench_now();
         DNNL_CHECK(dnnl_primitive_execute(bn_fwd, stream, 7, fargs));
@@ -186,7 +187,8 @@ int main(int argc, char **argv)
             t_bwd[r] = t2 - t1;
         }
     }
-    /* tessel: batch norm (exact statistics) then ReLU; backward ReLU then batch norm. */
+    /* tessel: batch norm (exact statistics) + ReLU fused, and unfused (batch norm then ReLU;
+     * backward ReLU then batch norm) for reference. */
     int64_t bd4[4] = {bn_n, bn_c, bn_h, bn_w}, cd1[1] = {bn_c}, sd2[2] = {2, bn_c};
     tsl_shape bs, cs, ss;
     tsl_shape_make(&bs, 4, bd4);
@@ -209,17 +211,25 @@ int main(int argc, char **argv)
     CHECK(tsl_context_wait(ctx));
     for (int r = -1; r < RUNS; r++) {
         double t0 = bench_now();
+        CHECK(tsl_batchnorm_relu_forward_train(bx, gm, bt, rm, rv, sv, by, 1e-5, 0.1));
+        CHECK(tsl_context_wait(ctx));
+        double t1 = bench_now();
+        CHECK(tsl_batchnorm_relu_backward(bx, bdy, gm, bt, sv, bdx, dg, dbt));
+        CHECK(tsl_context_wait(ctx));
+        double t2 = bench_now();
         CHECK(tsl_batchnorm_forward_train(bx, gm, bt, rm, rv, sv, bz, 1e-5, 0.1));
         CHECK(tsl_activation_forward(TSL_ACT_RELU, 0, bz, by));
         CHECK(tsl_context_wait(ctx));
-        double t1 = bench_now();
+        double t3 = bench_now();
         CHECK(tsl_activation_backward(TSL_ACT_RELU, 0, bz, NULL, bdy, bdz));
         CHECK(tsl_batchnorm_backward(bx, bdz, gm, sv, bdx, dg, dbt));
         CHECK(tsl_context_wait(ctx));
-        double t2 = bench_now();
+        double t4 = bench_now();
         if (r >= 0) {
             bn_tfwd[r] = t1 - t0;
             bn_tbwd[r] = t2 - t1;
+            bn_ufwd[r] = t3 - t2;
+            bn_ubwd[r] = t4 - t3;
         }
     }
     /* tessel convolution: forward + backward through tasks, sample tiles. */
@@ -252,11 +262,6 @@ int main(int argc, char **argv)
         for (int i = 0; i < 5; i++)
             tsl_tensor_destroy(all[i]);
     }
-    qsort(bn_dfwd, RUNS, sizeof(double), bench_compare);
-    qsort(bn_dbwd, RUNS, sizeof(double), bench_compare);
-    qsort(bn_tfwd, RUNS, sizeof(double), bench_compare);
-    qsort(bn_tbwd, RUNS, sizeof(double), bench_compare);
-
     qsort(t_fwd, RUNS, sizeof(double), bench_compare);
     qsort(t_bwd, RUNS, sizeof(double), bench_compare);
     qsort(d_fwd, RUNS, sizeof(double), bench_compare);
@@ -269,13 +274,16 @@ int main(int argc, char **argv)
     printf("%-10s %12s %12s %8s\n", "pass", "tessel GF/s", "direct GF/s", "ratio");
     printf("%-10s %12.1f %12.1f %8.3f\n", "forward", tf, df, tf / df);
     printf("%-10s %12.1f %12.1f %8.3f\n", "backward", tb, db, tb / db);
-    double bf = 1e3 * bn_tfwd[RUNS / 2], bdf = 1e3 * bn_dfwd[RUNS / 2];
-    double bb = 1e3 * bn_tbwd[RUNS / 2], bdb = 1e3 * bn_dbwd[RUNS / 2];
+    double bf = 1e3 * bench_median(bn_tfwd, RUNS), bdf = 1e3 * bench_median(bn_dfwd, RUNS);
+    double bb = 1e3 * bench_median(bn_tbwd, RUNS), bdb = 1e3 * bench_median(bn_dbwd, RUNS);
+    double uf = 1e3 * bench_median(bn_ufwd, RUNS), ub = 1e3 * bench_median(bn_ubwd, RUNS);
     printf("batch norm + ReLU, f32 %dx%dx%dx%d, oneDNN plain NCHW with fused ReLU\n", bn_n, bn_c,
            bn_h, bn_w);
-    printf("%-10s %12s %12s %8s\n", "pass", "tessel ms", "direct ms", "ratio");
-    printf("%-10s %12.2f %12.2f %8.3f\n", "forward", bf, bdf, bdf / bf);
-    printf("%-10s %12.2f %12.2f %8.3f\n", "backward", bb, bdb, bdb / bb);
+    printf("%-18s %12s %12s %8s\n", "pass", "tessel ms", "direct ms", "ratio");
+    printf("%-18s %12.2f %12.2f %8.3f\n", "forward", bf, bdf, bdf / bf);
+    printf("%-18s %12.2f %12.2f %8.3f\n", "backward", bb, bdb, bdb / bb);
+    printf("%-18s %12.2f %12.2f %8.3f\n", "forward, unfused", uf, bdf, bdf / uf);
+    printf("%-18s %12.2f %12.2f %8.3f\n", "backward, unfused", ub, bdb, bdb / ub);
     double cvt = 1e3 * bench_median(cv_t, RUNS), cvd = 1e3 * bench_median(cv_d, RUNS);
     printf("conv2d N=8 C=16->16 128x128 k3 p1, forward + backward (plain layout)\n");
     printf("%-10s %12s %20s %8s\n", "pass", "tessel ms", "kernel, 1 thread ms", "ratio");

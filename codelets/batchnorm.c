@@ -1,5 +1,9 @@
 /* Batch normalization kernels and codelets: see batchnorm.h. Tiles are (samples, cext,
- * inner) blocks in C order; channel c of the tile is channel c0 + c of the tensor. */
+ * inner) blocks in C order; channel c of the tile is channel c0 + c of the tensor. The
+ * element loops are always-inline functions of a constant dtype (and ReLU flag), so float32
+ * tiles run loops specialised for float, without a per-element dtype switch; the sums go
+ * through the float32 entry points of the exact accumulator (codelets/reduce.c). */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -7,27 +11,51 @@
 #include "check.h"
 #include "scalar.h"
 
-/* Per-element terms are staged in chunks and summed by the binned exact path. */
-#define CHUNK 8192
-static _Thread_local double stage_hi[CHUNK], stage_lo[CHUNK];
+#define ROW_INLINE static inline __attribute__((always_inline))
 
-/* acc += sum of v^2 over a run, exactly: for floats the square is exact in double; for
- * doubles it is the rounded square plus its rounding error (fma). */
-static void add_squares(tsl_acc *acc, int dtype, const void *x, int64_t base, int64_t count)
+/* Per-element terms are staged in chunks, in per-thread buffers. */
+#define CHUNK 1024
+typedef struct stage_buffers {
+    double hi[CHUNK], lo[CHUNK], f64[CHUNK];
+    float f32[CHUNK];
+} stage_buffers;
+
+/* This thread's buffers, through a call: in a shared library a thread-local access may call
+ * __tls_get_addr, and compilers redo it inside loops when they see the variable. */
+static __attribute__((noinline)) stage_buffers *thread_stage(void)
 {
-    if (dtype == TSL_F32) {
-        tsl_acc_add_squares_f32(acc, (const float *)x + base, count);
-        return;
-    }
+    static _Thread_local stage_buffers buffers;
+    return &buffers;
+}
+
+static size_t elem_size(const tsl_bn_args *a)
+{
+    return a->dtype == TSL_F32 ? sizeof(float) : sizeof(double);
+}
+
+/* First element of row (sample s, tile channel c). */
+static int64_t row_base(const tsl_bn_args *a, int64_t s, int64_t c)
+{
+    return (s * a->cext + c) * a->inner;
+}
+
+/* sum += a[i] and products += a[i] * b[i] for doubles, exactly: a product is its rounded
+ * value plus its rounding error (fma), each summed exactly. (Exact unless a product
+ * overflows or falls below 2^-969, where the error term is no longer exact.) */
+static void add_sum_products_f64(tsl_acc *sum, tsl_acc *products, const double *a, const double *b,
+                                 int64_t count)
+{
+    double *hi = thread_stage()->hi, *lo = thread_stage()->lo;
+    if (sum)
+        tsl_acc_add_array(sum, TSL_F64, a, count);
     for (int64_t done = 0; done < count; done += CHUNK) {
         int64_t len = count - done < CHUNK ? count - done : CHUNK;
         for (int64_t i = 0; i < len; i++) {
-            double v = tsl_load(dtype, x, base + done + i);
-            stage_hi[i] = v * v;
-            stage_lo[i] = fma(v, v, -stage_hi[i]);
+            hi[i] = a[done + i] * b[done + i];
+            lo[i] = fma(a[done + i], b[done + i], -hi[i]);
         }
-        tsl_acc_add_array(acc, TSL_F64, stage_hi, len);
-        tsl_acc_add_array(acc, TSL_F64, stage_lo, len);
+        tsl_acc_add_array(products, TSL_F64, hi, len);
+        tsl_acc_add_array(products, TSL_F64, lo, len);
     }
 }
 
@@ -35,14 +63,16 @@ void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
 {
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_init(&acc[k]);
-    size_t esize = a->dtype == TSL_F32 ? 4 : 8;
     for (int64_t s = 0; s < a->samples; s++)
         for (int64_t c = 0; c < a->cext; c++) {
-            int64_t base = (s * a->cext + c) * a->inner;
+            int64_t base = row_base(a, s, c);
             tsl_acc *sum = &acc[2 * (a->c0 + c)];
-            tsl_acc_add_array(sum, (tsl_dtype)a->dtype, (const char *)x + (size_t)base * esize,
-                              a->inner);
-            add_squares(sum + 1, a->dtype, x, base, a->inner);
+            if (a->dtype == TSL_F32) {
+                tsl_acc_add_moments_f32(sum, sum + 1, (const float *)x + base, a->inner);
+            } else {
+                const double *row = (const double *)x + base;
+                add_sum_products_f64(sum, sum + 1, row, row, a->inner);
+            }
         }
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_normalize(&acc[k]);
@@ -81,18 +111,72 @@ void tsl_bn_running(const tsl_bn_args *a, const tsl_acc *acc, void *running)
     }
 }
 
+/* y before the ReLU: (x - mean) * scale + shift, rounded to the dtype. The fused backward
+ * recomputes it with these same functions, so it finds y > 0 exactly where the forward did. */
+ROW_INLINE float affine_f32(float x, double mean, double scale, double shift)
+{
+    return (float)(((double)x - mean) * scale + shift);
+}
+
+ROW_INLINE double affine_f64(double x, double mean, double scale, double shift)
+{
+    return (x - mean) * scale + shift;
+}
+
+/* A channel's normalization: y = (x - mean) * scale + shift. */
+typedef struct channel_affine {
+    double mean, scale, shift;
+} channel_affine;
+
+/* Training mode: scale = invstd * gamma, shift = beta (0 when beta is NULL). */
+static channel_affine train_affine(const tsl_bn_args *a, const double *saved, const void *gamma,
+                                   const void *beta, int64_t ch)
+{
+    channel_affine f = {saved[ch], saved[a->channels + ch] * tsl_load(a->dtype, gamma, ch),
+                        beta ? tsl_load(a->dtype, beta, ch) : 0.0};
+    return f;
+}
+
+/* y = affine(x), then max(y, 0) when RELU (as tsl_act_forward: NaN gives 0), on one row. */
+ROW_INLINE void affine_row(const int DTYPE, const int RELU, const void *x, void *y, int64_t base,
+                           int64_t n, channel_affine f)
+{
+    if (DTYPE == TSL_F32) {
+        const float *in = (const float *)x + base;
+        float *out = (float *)y + base;
+        for (int64_t i = 0; i < n; i++) {
+            float v = affine_f32(in[i], f.mean, f.scale, f.shift);
+            out[i] = RELU && !(v > 0) ? 0.0f : v;
+        }
+    } else {
+        const double *in = (const double *)x + base;
+        double *out = (double *)y + base;
+        for (int64_t i = 0; i < n; i++) {
+            double v = affine_f64(in[i], f.mean, f.scale, f.shift);
+            out[i] = RELU && !(v > 0) ? 0.0 : v;
+        }
+    }
+}
+
+static void affine_rows(const tsl_bn_args *a, const void *x, void *y, int64_t base,
+                        channel_affine f)
+{
+    if (a->dtype == TSL_F32 && a->relu)
+        affine_row(TSL_F32, 1, x, y, base, a->inner, f);
+    else if (a->dtype == TSL_F32)
+        affine_row(TSL_F32, 0, x, y, base, a->inner, f);
+    else if (a->relu)
+        affine_row(TSL_F64, 1, x, y, base, a->inner, f);
+    else
+        affine_row(TSL_F64, 0, x, y, base, a->inner, f);
+}
+
 void tsl_bn_normalize_tile(const tsl_bn_args *a, const void *x, const double *saved,
                            const void *gamma, const void *beta, void *y)
 {
     for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
-            double mean = saved[ch], invstd = saved[a->channels + ch];
-            double g = tsl_load(a->dtype, gamma, ch), b = tsl_load(a->dtype, beta, ch);
-            for (int64_t i = 0; i < a->inner; i++)
-                tsl_store(a->dtype, y, base + i,
-                          (tsl_load(a->dtype, x, base + i) - mean) * invstd * g + b);
-        }
+        for (int64_t c = 0; c < a->cext; c++)
+            affine_rows(a, x, y, row_base(a, s, c), train_affine(a, saved, gamma, beta, a->c0 + c));
 }
 
 void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_mean,
@@ -100,72 +184,254 @@ void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_
 {
     for (int64_t s = 0; s < a->samples; s++)
         for (int64_t c = 0; c < a->cext; c++) {
-            int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
-            double mean = tsl_load(a->dtype, running_mean, ch);
+            int64_t ch = a->c0 + c;
             double invstd = 1.0 / sqrt(tsl_load(a->dtype, running_var, ch) + a->eps);
-            double g = tsl_load(a->dtype, gamma, ch), b = tsl_load(a->dtype, beta, ch);
-            for (int64_t i = 0; i < a->inner; i++)
-                tsl_store(a->dtype, y, base + i,
-                          (tsl_load(a->dtype, x, base + i) - mean) * invstd * g + b);
+            channel_affine f = {tsl_load(a->dtype, running_mean, ch),
+                                invstd * tsl_load(a->dtype, gamma, ch),
+                                tsl_load(a->dtype, beta, ch)};
+            affine_rows(a, x, y, row_base(a, s, c), f);
         }
 }
 
+/* ---- the fused ReLU's mask in the backward ----
+ * The backward needs y > 0 for y = affine(x) as the forward computed it. Each step of affine
+ * (minus mean, times scale, plus shift, each rounded, then rounded to the dtype) is monotone
+ * in x, non-decreasing for scale > 0 and non-increasing for scale < 0, so y > 0 exactly on an
+ * interval of x that reaches +inf or -inf; a bisection over the order of the dtype's values
+ * finds its inner end with affine itself. Non-finite statistics or parameters keep that shape:
+ * NaN results (not > 0, as in the forward's ReLU) come for every x, for none, or only on the
+ * side where y > 0 fails. With scale == 0, y is the same for every finite x (and NaN for the
+ * infinities). The mask is then two comparisons per element and matches the forward bit for
+ * bit (the boundary test in tests/unit/test_batchnorm_kernels.cpp checks it). */
+typedef struct relu_mask {
+    double lo, hi; /* y > 0 exactly where lo <= x <= hi: values of the dtype or +-inf */
+} relu_mask;
+
+/* Unsigned keys that order the dtype's values as numbers (NaNs aside; -0 just below +0). */
+static uint64_t order_key(int dtype, double v)
+{
+    if (dtype == TSL_F32) {
+        float f = (float)v;
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        return bits >> 31 ? (uint32_t)~bits : bits | 0x80000000u;
+    }
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits >> 63 ? ~bits : bits | ((uint64_t)1 << 63);
+}
+
+static double value_of_key(int dtype, uint64_t key)
+{
+    if (dtype == TSL_F32) {
+        uint32_t k = (uint32_t)key, bits = k >> 31 ? k & 0x7fffffffu : ~k;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    uint64_t bits = key >> 63 ? key & ~((uint64_t)1 << 63) : ~key;
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+/* Whether the forward's y = affine(x) is positive. */
+static int relu_passes(int dtype, double x, channel_affine f)
+{
+    return dtype == TSL_F32 ? affine_f32((float)x, f.mean, f.scale, f.shift) > 0
+                            : affine_f64(x, f.mean, f.scale, f.shift) > 0;
+}
+
+static relu_mask relu_mask_for(int dtype, channel_affine f)
+{
+    relu_mask m = {1, 0}; /* empty */
+    const double largest = dtype == TSL_F32 ? FLT_MAX : DBL_MAX;
+    if (f.scale == 0) {
+        if (relu_passes(dtype, 0, f)) {
+            m.lo = -largest;
+            m.hi = largest;
+        }
+        return m;
+    }
+    const int rising = f.scale > 0;
+    if (!relu_passes(dtype, rising ? INFINITY : -INFINITY, f))
+        return m;
+    /* rising: the first key that passes; falling: the last */
+    uint64_t lo = order_key(dtype, -INFINITY), hi = order_key(dtype, INFINITY);
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo + !rising) / 2;
+        int pass = relu_passes(dtype, value_of_key(dtype, mid), f);
+        if (rising && pass)
+            hi = mid;
+        else if (rising)
+            lo = mid + 1;
+        else if (pass)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    m.lo = rising ? value_of_key(dtype, lo) : -INFINITY;
+    m.hi = rising ? INFINITY : value_of_key(dtype, lo);
+    return m;
+}
+
+/* g, or +0 when !keep: a bit mask rather than a branch, so the loops vectorise. */
+static inline float keep_f32(float g, int keep)
+{
+    uint32_t bits;
+    memcpy(&bits, &g, sizeof bits);
+    bits &= -(uint32_t)keep;
+    memcpy(&g, &bits, sizeof g);
+    return g;
+}
+
+/* Elements [at, at + n) of dy (n <= CHUNK); with a fused ReLU, dy where the forward's y > 0
+ * and 0 elsewhere, staged. */
+static const void *gradient_chunk(const tsl_bn_args *a, const void *x, const void *dy, int64_t at,
+                                  int64_t n, relu_mask m)
+{
+    if (!a->relu)
+        return (const char *)dy + (size_t)at * elem_size(a);
+    if (a->dtype == TSL_F32) {
+        const float *in = (const float *)x + at, *g = (const float *)dy + at;
+        float *stage = thread_stage()->f32;
+        const float lo = (float)m.lo, hi = (float)m.hi;
+        for (int64_t i = 0; i < n; i++)
+            stage[i] = keep_f32(g[i], (in[i] >= lo) & (in[i] <= hi));
+        return stage;
+    }
+    const double *in = (const double *)x + at, *g = (const double *)dy + at;
+    double *stage = thread_stage()->f64;
+    for (int64_t i = 0; i < n; i++) {
+        double gi = g[i]; /* loaded unconditionally: the select vectorises */
+        stage[i] = (in[i] >= m.lo) & (in[i] <= m.hi) ? gi : 0.0;
+    }
+    return stage;
+}
+
+/* Calls visit(at, n, g) for the chunks of tile channel c's rows: elements [at, at + n), g
+ * being their dy (masked by the ReLU's mask m when a->relu). */
+typedef void (*chunk_visit)(const tsl_bn_args *a, const void *x, int64_t at, int64_t n,
+                            const void *g, void *user);
+
+static void for_each_chunk(const tsl_bn_args *a, const void *x, const void *dy, int64_t c,
+                           relu_mask m, chunk_visit visit, void *user)
+{
+    for (int64_t s = 0; s < a->samples; s++) {
+        int64_t base = row_base(a, s, c);
+        for (int64_t done = 0; done < a->inner; done += CHUNK) {
+            int64_t len = a->inner - done < CHUNK ? a->inner - done : CHUNK;
+            visit(a, x, base + done, len, gradient_chunk(a, x, dy, base + done, len, m), user);
+        }
+    }
+}
+
+/* Channel ch's mask when a->relu (everything otherwise, unused then). */
+static relu_mask channel_mask(const tsl_bn_args *a, const double *saved, const void *gamma,
+                              const void *beta, int64_t ch)
+{
+    relu_mask all = {-INFINITY, INFINITY};
+    return a->relu ? relu_mask_for(a->dtype, train_affine(a, saved, gamma, beta, ch)) : all;
+}
+
+/* acc[0] += sum g, acc[1] += sum g x over a chunk. */
+static void add_chunk_sums(const tsl_bn_args *a, const void *x, int64_t at, int64_t n,
+                           const void *g, void *user)
+{
+    tsl_acc *sum = user;
+    if (a->dtype == TSL_F32)
+        tsl_acc_add_sum_products_f32(sum, sum + 1, g, (const float *)x + at, n);
+    else
+        add_sum_products_f64(sum, sum + 1, g, (const double *)x + at, n);
+}
+
 void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void *dy,
-                                const double *saved, tsl_acc *acc)
+                                const double *saved, const void *gamma, const void *beta,
+                                tsl_acc *acc)
 {
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_init(&acc[k]);
-    size_t esize = a->dtype == TSL_F32 ? 4 : 8;
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
-            double mean = saved[ch], invstd = saved[a->channels + ch];
-            tsl_acc_add_array(&acc[2 * ch], (tsl_dtype)a->dtype,
-                              (const char *)dy + (size_t)base * esize, a->inner);
-            for (int64_t done = 0; done < a->inner; done += CHUNK) {
-                int64_t len = a->inner - done < CHUNK ? a->inner - done : CHUNK;
-                for (int64_t i = 0; i < len; i++) {
-                    int64_t at = base + done + i;
-                    stage_hi[i] =
-                        tsl_load(a->dtype, dy, at) * ((tsl_load(a->dtype, x, at) - mean) * invstd);
-                }
-                tsl_acc_add_array(&acc[2 * ch + 1], TSL_F64, stage_hi, len);
-            }
-        }
+    for (int64_t c = 0; c < a->cext; c++) {
+        int64_t ch = a->c0 + c;
+        for_each_chunk(a, x, dy, c, channel_mask(a, saved, gamma, beta, ch), add_chunk_sums,
+                       &acc[2 * ch]);
+    }
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_normalize(&acc[k]);
 }
 
-void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, double *coef)
+/* sum(dy * xhat) of channel c = invstd * (sum(dy x) - mean sum(dy)), from the exact sums
+ * rounded once each (and one fused multiply-add). */
+static double sum_dy_xhat(const tsl_bn_args *a, const tsl_acc *acc, const double *saved, int64_t c)
+{
+    double sum_dy = tsl_acc_round(&acc[2 * c]), sum_dy_x = tsl_acc_round(&acc[2 * c + 1]);
+    return saved[a->channels + c] * fma(-saved[c], sum_dy, sum_dy_x);
+}
+
+void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, const double *saved,
+                          double *coef)
 {
     const double m = (double)a->per_channel;
     for (int64_t c = 0; c < a->channels; c++) {
         coef[c] = tsl_acc_round(&acc[2 * c]) / m;
-        coef[a->channels + c] = tsl_acc_round(&acc[2 * c + 1]) / m;
+        coef[a->channels + c] = sum_dy_xhat(a, acc, saved, c) / m;
     }
 }
 
-void tsl_bn_param_grad(const tsl_bn_args *a, const tsl_acc *acc, void *grad)
+void tsl_bn_param_grad(const tsl_bn_args *a, const tsl_acc *acc, const double *saved, void *grad)
 {
     for (int64_t c = 0; c < a->channels; c++)
-        tsl_store(a->dtype, grad, c, tsl_acc_round(&acc[2 * c + (a->which == 1)]));
+        tsl_store(a->dtype, grad, c,
+                  a->which == 1 ? sum_dy_xhat(a, acc, saved, c) : tsl_acc_round(&acc[2 * c]));
+}
+
+/* dx = f.scale * ((g - mean_dy) - (x - f.mean) * slope) on elements [at, at + n), g being
+ * those elements' (masked) dy; f.scale is gamma * invstd. */
+ROW_INLINE void backward_chunk(const int DTYPE, const void *x, const void *g, void *dx, int64_t at,
+                               int64_t n, channel_affine f, double mean_dy, double slope)
+{
+    if (DTYPE == TSL_F32) {
+        const float *in = (const float *)x + at, *gi = g;
+        float *grad = (float *)dx + at;
+        for (int64_t i = 0; i < n; i++)
+            grad[i] =
+                (float)(f.scale * (((double)gi[i] - mean_dy) - ((double)in[i] - f.mean) * slope));
+    } else {
+        const double *in = (const double *)x + at, *gi = g;
+        double *grad = (double *)dx + at;
+        for (int64_t i = 0; i < n; i++)
+            grad[i] = f.scale * ((gi[i] - mean_dy) - (in[i] - f.mean) * slope);
+    }
+}
+
+/* What backward_chunk needs besides the chunk. */
+typedef struct data_chunk_args {
+    void *dx;
+    channel_affine f;
+    double mean_dy, slope;
+} data_chunk_args;
+
+static void data_chunk(const tsl_bn_args *a, const void *x, int64_t at, int64_t n, const void *g,
+                       void *user)
+{
+    const data_chunk_args *d = user;
+    if (a->dtype == TSL_F32)
+        backward_chunk(TSL_F32, x, g, d->dx, at, n, d->f, d->mean_dy, d->slope);
+    else
+        backward_chunk(TSL_F64, x, g, d->dx, at, n, d->f, d->mean_dy, d->slope);
 }
 
 void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *dy,
-                               const double *saved, const void *gamma, const double *coef, void *dx)
+                               const double *saved, const void *gamma, const void *beta,
+                               const double *coef, void *dx)
 {
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            int64_t ch = a->c0 + c, base = (s * a->cext + c) * a->inner;
-            double mean = saved[ch], invstd = saved[a->channels + ch];
-            double scale = tsl_load(a->dtype, gamma, ch) * invstd;
-            double mean_dy = coef[ch], mean_dy_xhat = coef[a->channels + ch];
-            for (int64_t i = 0; i < a->inner; i++) {
-                double xhat = (tsl_load(a->dtype, x, base + i) - mean) * invstd;
-                double g = tsl_load(a->dtype, dy, base + i);
-                tsl_store(a->dtype, dx, base + i, scale * (g - mean_dy - xhat * mean_dy_xhat));
-            }
-        }
+    for (int64_t c = 0; c < a->cext; c++) {
+        int64_t ch = a->c0 + c;
+        /* dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)), xhat = (x - mean) invstd */
+        data_chunk_args d = {dx, train_affine(a, saved, gamma, NULL, ch), coef[ch],
+                             saved[a->channels + ch] * coef[a->channels + ch]};
+        for_each_chunk(a, x, dy, c, channel_mask(a, saved, gamma, beta, ch), data_chunk, &d);
+    }
 }
 
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -213,36 +479,46 @@ static void infer_cpu(void *buffers[], void *cl_arg)
     tsl_bn_infer_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4), BUF(5));
 }
 
+/* Buffers x, dy, the accumulators, then saved, gamma and beta when ReLU is fused. */
 static void bwd_stats_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACC_OK(3, a), "bn backward stats: sizes");
-    tsl_bn_backward_stats_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3));
+    TSL_CODELET_CHECK(
+        ACC_OK(2, a) && NX(0) == a.samples * a.cext * a.inner && NX(1) == NX(0) &&
+            (!a.relu || (NX(3) == 2 * a.channels && NX(4) == a.channels && NX(5) == a.channels)),
+        "bn backward stats: sizes");
+    tsl_bn_backward_stats_tile(&a, BUF(0), BUF(1), a.relu ? BUF(3) : NULL, a.relu ? BUF(4) : NULL,
+                               a.relu ? BUF(5) : NULL, BUF(2));
 }
 
 static void bwd_coef_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == 2 * a.channels, "bn backward coef: sizes");
-    tsl_bn_backward_coef(&a, BUF(0), BUF(1));
+    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == 2 * a.channels && NX(2) == 2 * a.channels,
+                      "bn backward coef: sizes");
+    tsl_bn_backward_coef(&a, BUF(0), BUF(1), BUF(2));
 }
 
 static void param_grad_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == a.channels, "bn parameter gradient: sizes");
-    tsl_bn_param_grad(&a, BUF(0), BUF(1));
+    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == 2 * a.channels && NX(2) == a.channels,
+                      "bn parameter gradient: sizes");
+    tsl_bn_param_grad(&a, BUF(0), BUF(1), BUF(2));
 }
 
+/* Buffers x, dy, saved, gamma, coef, dx, then beta when ReLU is fused. */
 static void bwd_data_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(NX(5) == a.samples * a.cext * a.inner, "bn backward data: sizes");
-    tsl_bn_backward_data_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4), BUF(5));
+    TSL_CODELET_CHECK(NX(5) == a.samples * a.cext * a.inner && (!a.relu || NX(6) == a.channels),
+                      "bn backward data: sizes");
+    tsl_bn_backward_data_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), a.relu ? BUF(6) : NULL, BUF(4),
+                              BUF(5));
 }
 
 #define BN_MODEL(var, sym)                                                                         \
@@ -284,6 +560,7 @@ struct starpu_codelet tsl_cl_bn_running = {
     .name = "tsl_bn_running",
 };
 
+/* Fused ReLU or not, from the arguments. */
 struct starpu_codelet tsl_cl_bn_normalize = {
     .cpu_funcs = {normalize_cpu},
     .cpu_funcs_name = {"bn_normalize_cpu"},
@@ -302,11 +579,11 @@ struct starpu_codelet tsl_cl_bn_infer = {
     .name = "tsl_bn_infer",
 };
 
+/* Buffers (and modes, given with each task) differ with a fused ReLU: see bwd_stats_cpu. */
 struct starpu_codelet tsl_cl_bn_bwd_stats = {
     .cpu_funcs = {bwd_stats_cpu},
     .cpu_funcs_name = {"bn_bwd_stats_cpu"},
-    .nbuffers = 4,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_stats_model,
     .name = "tsl_bn_bwd_stats",
 };
@@ -314,8 +591,8 @@ struct starpu_codelet tsl_cl_bn_bwd_stats = {
 struct starpu_codelet tsl_cl_bn_bwd_coef = {
     .cpu_funcs = {bwd_coef_cpu},
     .cpu_funcs_name = {"bn_bwd_coef_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
     .model = &bwd_coef_model,
     .name = "tsl_bn_bwd_coef",
 };
@@ -323,17 +600,17 @@ struct starpu_codelet tsl_cl_bn_bwd_coef = {
 struct starpu_codelet tsl_cl_bn_param_grad = {
     .cpu_funcs = {param_grad_cpu},
     .cpu_funcs_name = {"bn_param_grad_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
     .model = &param_grad_model,
     .name = "tsl_bn_param_grad",
 };
 
+/* Buffers differ with a fused ReLU: see bwd_data_cpu. */
 struct starpu_codelet tsl_cl_bn_bwd_data = {
     .cpu_funcs = {bwd_data_cpu},
     .cpu_funcs_name = {"bn_bwd_data_cpu"},
-    .nbuffers = 6,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_data_model,
     .name = "tsl_bn_bwd_data",
 };

@@ -1,10 +1,17 @@
 /* Batch normalization with exact statistics over all tiles (codelets/batchnorm.c).
  *
  * Per tile, per channel sums go into exact accumulators (an array of 2C tsl_acc: [2c] the
- * sum of x or dy, [2c + 1] the sum of x^2 or dy * xhat); a merge tree combines the tiles;
- * a finalize task turns the totals into per-channel values that the elementwise tasks read.
+ * sum of x or dy, [2c + 1] the sum of x^2 or dy * x); a merge tree combines the tiles; a
+ * finalize task turns the totals into per-channel values that the elementwise tasks read.
  * Every tile computes the same per-element terms whatever the tiling, and the sums are
- * exact, so statistics and results are identical for every tiling and rank count. */
+ * exact, so statistics and results are identical for every tiling and rank count. The
+ * backward's sum(dy * xhat) is invstd * (sum(dy x) - mean sum(dy)), from the two exact sums
+ * rounded once each.
+ *
+ * With a fused ReLU (args relu = 1) the normalize task writes max(y, 0), and the backward
+ * tasks use dy where y > 0, 0 elsewhere (ReLU's derivative at 0 is 0), without reading y:
+ * from saved, gamma and beta they find the interval of x where the forward's own arithmetic
+ * gives y > 0 (same bits), then compare x with its ends. */
 #ifndef TESSEL_CODELETS_BATCHNORM_H
 #define TESSEL_CODELETS_BATCHNORM_H
 
@@ -25,6 +32,7 @@ typedef struct tsl_bn_args {
     double momentum;
     int32_t which; /* running statistic (0 mean, 1 variance) or parameter gradient (0 beta,
                       1 gamma) a task updates */
+    int32_t relu;  /* 1: ReLU fused after the normalization (normalize, backward tasks) */
 } tsl_bn_args;
 
 /* Per tile: accumulate sum x and sum x^2 per channel into acc[2C] (zeroed first). */
@@ -34,32 +42,38 @@ void tsl_bn_finalize(const tsl_bn_args *a, const tsl_acc *acc, double *saved);
 /* Totals -> running mean (which 0) or variance (which 1) updated with momentum; the
  * running variance takes the unbiased batch variance, as PyTorch. */
 void tsl_bn_running(const tsl_bn_args *a, const tsl_acc *acc, void *running);
-/* y = (x - mean) * invstd * gamma + beta on one tile. */
+/* y = (x - mean) * (invstd * gamma) + beta on one tile; max(y, 0) when a->relu. */
 void tsl_bn_normalize_tile(const tsl_bn_args *a, const void *x, const double *saved,
                            const void *gamma, const void *beta, void *y);
-/* Inference: y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta. */
+/* Inference: y = (x - running_mean) * (gamma / sqrt(running_var + eps)) + beta. */
 void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_mean,
                        const void *running_var, const void *gamma, const void *beta, void *y);
-/* Backward partials: acc[2c] = sum dy, acc[2c + 1] = sum dy * xhat. */
+/* Backward partials: acc[2c] = sum dy, acc[2c + 1] = sum dy * x. When a->relu, dy is masked
+ * by y > 0, y recomputed from x, saved, gamma and beta (NULL otherwise). */
 void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void *dy,
-                                const double *saved, tsl_acc *acc);
-/* Totals -> coef (2C doubles: the means of dy and of dy * xhat). */
-void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, double *coef);
-/* Totals -> dbeta (which 0: sum dy) or dgamma (which 1: sum dy * xhat), C values. */
-void tsl_bn_param_grad(const tsl_bn_args *a, const tsl_acc *acc, void *grad);
-/* dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)) on one tile. */
+                                const double *saved, const void *gamma, const void *beta,
+                                tsl_acc *acc);
+/* Totals and saved -> coef (2C doubles: the means of dy and of dy * xhat). */
+void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, const double *saved,
+                          double *coef);
+/* Totals and saved -> dbeta (which 0: sum dy) or dgamma (which 1: sum dy * xhat), C values. */
+void tsl_bn_param_grad(const tsl_bn_args *a, const tsl_acc *acc, const double *saved, void *grad);
+/* dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)) on one tile, dy masked by
+ * y > 0 when a->relu (y recomputed as in the stats; beta is read only then). */
 void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *dy,
-                               const double *saved, const void *gamma, const double *coef,
-                               void *dx);
+                               const double *saved, const void *gamma, const void *beta,
+                               const double *coef, void *dx);
 
-extern struct starpu_codelet tsl_cl_bn_stats;      /* R x, W acc */
-extern struct starpu_codelet tsl_cl_bn_finalize;   /* R acc, W saved */
-extern struct starpu_codelet tsl_cl_bn_running;    /* R acc, RW running statistic */
-extern struct starpu_codelet tsl_cl_bn_normalize;  /* R x, R saved, R gamma, R beta, W y */
-extern struct starpu_codelet tsl_cl_bn_infer;      /* R x, R rmean, R rvar, R g, R b, W y */
-extern struct starpu_codelet tsl_cl_bn_bwd_stats;  /* R x, R dy, R saved, W acc */
-extern struct starpu_codelet tsl_cl_bn_bwd_coef;   /* R acc, W coef */
-extern struct starpu_codelet tsl_cl_bn_param_grad; /* R acc, W dgamma or dbeta */
-extern struct starpu_codelet tsl_cl_bn_bwd_data;   /* R x, R dy, R saved, R g, R coef, W dx */
+extern struct starpu_codelet tsl_cl_bn_stats;     /* R x, W acc */
+extern struct starpu_codelet tsl_cl_bn_finalize;  /* R acc, W saved */
+extern struct starpu_codelet tsl_cl_bn_running;   /* R acc, RW running statistic */
+extern struct starpu_codelet tsl_cl_bn_normalize; /* R x, R saved, R gamma, R beta, W y */
+extern struct starpu_codelet tsl_cl_bn_infer;     /* R x, R rmean, R rvar, R g, R b, W y */
+/* R x, R dy, W acc, [R saved, R gamma, R beta if relu] */
+extern struct starpu_codelet tsl_cl_bn_bwd_stats;
+extern struct starpu_codelet tsl_cl_bn_bwd_coef;   /* R acc, R saved, W coef */
+extern struct starpu_codelet tsl_cl_bn_param_grad; /* R acc, R saved, W dgamma or dbeta */
+/* R x, R dy, R saved, R gamma, R coef, W dx, [R beta if relu] */
+extern struct starpu_codelet tsl_cl_bn_bwd_data;
 
 #endif /* TESSEL_CODELETS_BATCHNORM_H */

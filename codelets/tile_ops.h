@@ -119,10 +119,22 @@ void tsl_acc_normalize(tsl_acc *acc);
 void tsl_acc_merge(tsl_acc *dst, const tsl_acc *src);
 double tsl_acc_round(const tsl_acc *acc);
 /* Add `count` elements of `dtype` (f32, f64, i32, u8) exactly. Large float arrays are
- * binned by exponent into integer counters first, then each bin is deposited once. */
+ * binned by exponent into integer counters first (float32: or split error-free into double
+ * accumulators on CPUs with AVX2, see reduce.c), then each bin or accumulator is deposited
+ * once. */
 void tsl_acc_add_array(tsl_acc *acc, tsl_dtype dtype, const void *data, int64_t count);
-/* Add the squares of `count` floats exactly (binned by exponent). */
+/* Float32 arrays, exactly, through the same paths, any values (subnormals, zeros, signs;
+ * infinities and NaNs counted as tsl_acc_add() counts them). A product of two floats is exact
+ * in double, so each one adds as tsl_acc_add((double)a[i] * b[i]) would. */
+/* acc += sum of x[i]^2. */
 void tsl_acc_add_squares_f32(tsl_acc *acc, const float *x, int64_t count);
+/* sum += sum of x[i] and squares += sum of x[i]^2, in one pass over x. */
+void tsl_acc_add_moments_f32(tsl_acc *sum, tsl_acc *squares, const float *x, int64_t count);
+/* acc += sum of a[i] * b[i]. */
+void tsl_acc_add_products_f32(tsl_acc *acc, const float *a, const float *b, int64_t count);
+/* sum += sum of a[i] and products += sum of a[i] * b[i], in one pass over a and b. */
+void tsl_acc_add_sum_products_f32(tsl_acc *sum, tsl_acc *products, const float *a, const float *b,
+                                  int64_t count);
 
 typedef struct tsl_sum_args {
     int32_t dtype;

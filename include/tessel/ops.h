@@ -142,11 +142,39 @@ tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
  * @brief Backward of tsl_batchnorm_forward_train(), from its input @p x and @p saved:
  * dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat)) (when @p dx is not NULL),
  * dgamma = sum(dy * xhat) and dbeta = sum(dy) per channel (each may be NULL; overwritten).
- * The sums are exact, so the results are identical for every tiling and rank count.
+ * sum(dy) and sum(dy * x) are exact, and sum(dy * xhat) is taken as
+ * invstd * (sum(dy * x) - mean * sum(dy)) from them, each rounded once, so the results are
+ * identical for every tiling and rank count (accurate unless |mean| is many orders of
+ * magnitude above the standard deviation, as the variance).
  */
 tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
                                   tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
                                   tsl_tensor_t dbeta);
+
+/**
+ * @brief Batch normalization then ReLU, training mode, fused: as
+ * tsl_batchnorm_forward_train() (same arguments and statistics) followed by
+ * tsl_activation_forward(::TSL_ACT_RELU) on @p y, in one pass over each tile, with the same
+ * bits in @p y as those two calls. Does not wait.
+ */
+tsl_status tsl_batchnorm_relu_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                            tsl_tensor_t running_mean, tsl_tensor_t running_var,
+                                            tsl_tensor_t saved, tsl_tensor_t y, double eps,
+                                            double momentum);
+
+/**
+ * @brief Backward of tsl_batchnorm_relu_forward_train(), from its input @p x, @p gamma,
+ * @p beta and @p saved: tsl_batchnorm_backward() with dy replaced by dy where the forward's
+ * output y > 0 and 0 elsewhere (ReLU's derivative at 0 taken as 0, as
+ * tsl_activation_backward()), with the bits of those two unfused calls. y is not read: each
+ * task recomputes it from x with the forward's own arithmetic (a pass over y saved), so
+ * @p x, @p gamma, @p beta and @p saved must be as the forward read or left them. Two passes
+ * over the data; arguments otherwise as tsl_batchnorm_backward(), and @p dbeta may not be
+ * @p beta.
+ */
+tsl_status tsl_batchnorm_relu_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                       tsl_tensor_t beta, tsl_tensor_t saved, tsl_tensor_t dx,
+                                       tsl_tensor_t dgamma, tsl_tensor_t dbeta);
 
 /** Convolution settings, as PyTorch's nn.Conv1d/2d/3d. */
 typedef struct tsl_conv_params {

@@ -73,32 +73,38 @@ static tsl_status submit(struct tsl_context *ctx, struct starpu_codelet *cl, con
 /* ---- forward, training ---- */
 
 typedef struct stats_job {
-    tsl_tensor_t x, dy;
-    starpu_data_handle_t saved;
-    double eps;
+    tsl_tensor_t x, dy;              /* backward: dy */
+    tsl_tensor_t saved, gamma, beta; /* backward with ReLU fused: to recompute its mask */
 } stats_job;
 
 static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
 {
     stats_job *job = user;
-    tsl_bn_args a = args_for(job->x, tile, job->eps, 0);
+    tsl_bn_args a = args_for(job->x, tile, 0, 0);
     double flops = 3.0 * (double)tsl_tensor_tile_numel(job->x, tile);
     if (!job->dy) {
         starpu_data_handle_t h[2] = {job->x->handles[tile], acc};
         enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
         return submit(job->x->ctx, &tsl_cl_bn_stats, &a, 2, h, m, flops);
     }
-    starpu_data_handle_t h[4] = {job->x->handles[tile], job->dy->handles[tile], job->saved, acc};
-    enum starpu_data_access_mode m[4] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W};
-    return submit(job->x->ctx, &tsl_cl_bn_bwd_stats, &a, 4, h, m, flops);
+    a.relu = job->beta != NULL;
+    starpu_data_handle_t h[6] = {job->x->handles[tile], job->dy->handles[tile], acc};
+    enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_W,
+                                         STARPU_R, STARPU_R, STARPU_R};
+    if (a.relu) {
+        h[3] = job->saved->handles[0];
+        h[4] = job->gamma->handles[0];
+        h[5] = job->beta->handles[0];
+    }
+    return submit(job->x->ctx, &tsl_cl_bn_bwd_stats, &a, a.relu ? 6 : 3, h, m, flops);
 }
 
-tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
-                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
-                                       tsl_tensor_t saved, tsl_tensor_t y, double eps,
-                                       double momentum)
+/* Training forward, with ReLU fused into the normalize tasks when `relu`. */
+static tsl_status forward_train(const char *fn, int relu, tsl_tensor_t x, tsl_tensor_t gamma,
+                                tsl_tensor_t beta, tsl_tensor_t running_mean,
+                                tsl_tensor_t running_var, tsl_tensor_t saved, tsl_tensor_t y,
+                                double eps, double momentum)
 {
-    const char *fn = "tsl_batchnorm_forward_train";
     tsl_status st = check_x(x, fn);
     if (st || (st = check_vector(gamma, x, 0, "gamma", fn)) ||
         (st = check_vector(beta, x, 0, "beta", fn)) ||
@@ -113,7 +119,7 @@ tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
     if (y == x)
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
     struct tsl_context *ctx = x->ctx;
-    stats_job job = {.x = x, .eps = eps};
+    stats_job job = {.x = x};
     starpu_data_handle_t total;
     if ((st = tsl_acc_tree_submit(ctx, x->ntiles, x->tile_owner, 2 * x->shape.dims[1], stats_tile,
                                   &job, &total)))
@@ -131,6 +137,7 @@ tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
     tsl_temp_handle_release(ctx, total);
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
         tsl_bn_args t = args_for(x, i, eps, momentum);
+        t.relu = relu;
         starpu_data_handle_t h[5] = {x->handles[i], saved->handles[0], gamma->handles[0],
                                      beta->handles[0], y->handles[i]};
         enum starpu_data_access_mode m[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W};
@@ -143,6 +150,24 @@ tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
     starpu_mpi_cache_flush(ctx->comm, gamma->handles[0]);
     starpu_mpi_cache_flush(ctx->comm, beta->handles[0]);
     return st;
+}
+
+tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
+                                       tsl_tensor_t saved, tsl_tensor_t y, double eps,
+                                       double momentum)
+{
+    return forward_train("tsl_batchnorm_forward_train", 0, x, gamma, beta, running_mean,
+                         running_var, saved, y, eps, momentum);
+}
+
+tsl_status tsl_batchnorm_relu_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                            tsl_tensor_t running_mean, tsl_tensor_t running_var,
+                                            tsl_tensor_t saved, tsl_tensor_t y, double eps,
+                                            double momentum)
+{
+    return forward_train("tsl_batchnorm_relu_forward_train", 1, x, gamma, beta, running_mean,
+                         running_var, saved, y, eps, momentum);
 }
 
 tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
@@ -179,56 +204,69 @@ tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
     return st;
 }
 
-tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
-                                  tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
-                                  tsl_tensor_t dbeta)
+/* Backward; with ReLU fused when beta is given (each task recomputes the ReLU's mask from x). */
+static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                           tsl_tensor_t beta, tsl_tensor_t saved, tsl_tensor_t dx,
+                           tsl_tensor_t dgamma, tsl_tensor_t dbeta)
 {
-    const char *fn = "tsl_batchnorm_backward";
     tsl_status st = check_x(x, fn);
     if (st || (st = tsl_tensor_check(dy, fn)) || (st = tsl_tensor_check_same_layout(dy, x, fn)) ||
         (st = check_vector(gamma, x, 0, "gamma", fn)) ||
         (st = check_vector(saved, x, 1, "saved", fn)))
+        return st;
+    if (beta && (st = check_vector(beta, x, 0, "beta", fn)))
         return st;
     if (dx && (st = tsl_tensor_check_same_layout(dx, x, fn)))
         return st;
     if ((dgamma && (st = check_vector(dgamma, x, 0, "dgamma", fn))) ||
         (dbeta && (st = check_vector(dbeta, x, 0, "dbeta", fn))))
         return st;
-    if (dx == x || dx == dy || dgamma == gamma)
+    if (dx == x || dx == dy || dgamma == gamma || (beta && dbeta == beta))
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input",
                          fn);
     struct tsl_context *ctx = x->ctx;
-    stats_job job = {.x = x, .dy = dy, .saved = saved->handles[0]};
+    stats_job job = {.x = x, .dy = dy};
+    if (beta) {
+        job.saved = saved;
+        job.gamma = gamma;
+        job.beta = beta;
+    }
     starpu_data_handle_t total, coef = NULL;
     if ((st = tsl_acc_tree_submit(ctx, x->ntiles, dy->tile_owner, 2 * x->shape.dims[1], stats_tile,
                                   &job, &total)))
         return st;
     tsl_bn_args a = args_for(x, -1, 0, 0);
-    enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
+    enum starpu_data_access_mode rrw[3] = {STARPU_R, STARPU_R, STARPU_W};
     for (int which = 0; which < 2 && !st; which++) {
         tsl_tensor_t grad = which ? dgamma : dbeta;
         if (!grad)
             continue;
         a.which = which;
-        starpu_data_handle_t h[2] = {total, grad->handles[0]};
-        st = submit(ctx, &tsl_cl_bn_param_grad, &a, 2, h, rw, 0);
+        starpu_data_handle_t h[3] = {total, saved->handles[0], grad->handles[0]};
+        st = submit(ctx, &tsl_cl_bn_param_grad, &a, 3, h, rrw, 0);
     }
     if (!st && dx) {
         st = tsl_temp_handle_register(ctx, 2 * x->shape.dims[1], sizeof(double),
                                       saved->tile_owner[0], &coef);
         if (!st) {
-            starpu_data_handle_t h[2] = {total, coef};
-            st = submit(ctx, &tsl_cl_bn_bwd_coef, &a, 2, h, rw, 0);
+            starpu_data_handle_t h[3] = {total, saved->handles[0], coef};
+            st = submit(ctx, &tsl_cl_bn_bwd_coef, &a, 3, h, rrw, 0);
         }
     }
     tsl_temp_handle_release(ctx, total);
     for (int64_t i = 0; dx && i < x->ntiles && !st; i++) {
         tsl_bn_args t = args_for(x, i, 0, 0);
-        starpu_data_handle_t h[6] = {x->handles[i],     dy->handles[i], saved->handles[0],
-                                     gamma->handles[0], coef,           dx->handles[i]};
-        enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
-                                             STARPU_R, STARPU_R, STARPU_W};
-        st = submit(ctx, &tsl_cl_bn_bwd_data, &t, 6, h, m,
+        t.relu = beta != NULL;
+        starpu_data_handle_t h[7] = {x->handles[i],
+                                     dy->handles[i],
+                                     saved->handles[0],
+                                     gamma->handles[0],
+                                     coef,
+                                     dx->handles[i],
+                                     beta ? beta->handles[0] : NULL};
+        enum starpu_data_access_mode m[7] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R,
+                                             STARPU_R, STARPU_W, STARPU_R};
+        st = submit(ctx, &tsl_cl_bn_bwd_data, &t, beta ? 7 : 6, h, m,
                     6.0 * (double)tsl_tensor_tile_numel(x, i));
         for (int k = 0; k < 2; k++) {
             tsl_tensor_t read = k ? dy : x;
@@ -238,7 +276,25 @@ tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
     }
     if (coef)
         tsl_temp_handle_release(ctx, coef);
-    starpu_mpi_cache_flush(ctx->comm, saved->handles[0]);
-    starpu_mpi_cache_flush(ctx->comm, gamma->handles[0]);
+    tsl_tensor_t small[3] = {saved, gamma, beta};
+    for (int k = 0; k < 3; k++)
+        if (small[k])
+            starpu_mpi_cache_flush(ctx->comm, small[k]->handles[0]);
     return st;
+}
+
+tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                  tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
+                                  tsl_tensor_t dbeta)
+{
+    return backward("tsl_batchnorm_backward", x, dy, gamma, NULL, saved, dx, dgamma, dbeta);
+}
+
+tsl_status tsl_batchnorm_relu_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                       tsl_tensor_t beta, tsl_tensor_t saved, tsl_tensor_t dx,
+                                       tsl_tensor_t dgamma, tsl_tensor_t dbeta)
+{
+    const char *fn = "tsl_batchnorm_relu_backward";
+    tsl_status st = tsl_tensor_check(beta, fn);
+    return st ? st : backward(fn, x, dy, gamma, beta, saved, dx, dgamma, dbeta);
 }

@@ -595,6 +595,119 @@ TEST(BatchNorm, TrainingForwardAndBackwardAreBitIdenticalOnEveryLayout)
     }
 }
 
+namespace
+{
+
+// Collective gather of a tensor of any dtype to rank 0, as bytes (0xff where unwritten).
+std::vector<unsigned char> gather_bytes(tsl_tensor_t t)
+{
+    tsl_shape s;
+    tsl_tensor_shape(t, &s);
+    tsl_dtype dt;
+    tsl_tensor_dtype(t, &dt);
+    std::vector<unsigned char> out((size_t)tsl_shape_numel(&s) * (dt == TSL_F32 ? 4 : 8), 0xff);
+    EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? out.data() : nullptr), TSL_OK);
+    return out;
+}
+
+} // namespace
+
+// Batch norm + ReLU fused, in float32 (vectorised exact sums: rows long enough for them on
+// some tiles, not on others) and float64: every layout gives the one-tile bits, and those are
+// the bits of batch norm, then ReLU, then their backwards, unfused.
+TEST(BatchNorm, FusedReluIsBitIdenticalOnEveryLayoutAndEqualsUnfused)
+{
+    const std::vector<int64_t> dims = {4, 5, 24, 20};
+    const std::vector<std::vector<int32_t>> grids = {{1, 1, 1, 1}, {3, 1, 3, 2}, {2, 5, 2, 1}};
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  last = tsl_owner_single(size - 1);
+    const char *names[7] = {"y", "saved", "running mean", "running var", "dx", "dgamma", "dbeta"};
+    for (tsl_dtype dt : {TSL_F32, TSL_F64}) {
+        std::vector<std::vector<unsigned char>> ref;
+        for (size_t gi = 0; gi < grids.size(); gi++) {
+            for (int owners = 0; owners < 2; owners++) {
+                const tsl_owner_map &xo = owners ? rev : block;
+                auto big = [&](const tsl_owner_map &o) {
+                    return make_tensor(dt, dims, grids[gi], o);
+                };
+                auto vec = [&](const tsl_owner_map &o) { return make_tensor(dt, {5}, {1}, o); };
+                tsl_tensor_t x = big(xo), y = big(block), dy = big(rev), dx = big(xo);
+                tsl_tensor_t z = big(rev), yz = big(block), dz = big(xo), dxz = big(block);
+                tsl_tensor_t gamma = vec(last), beta = vec(block), dg = vec(block), db = vec(last);
+                tsl_tensor_t rm = vec(owners ? last : block), rv = vec(block);
+                tsl_tensor_t rmz = vec(last), rvz = vec(block), dgz = vec(last), dbz = vec(block);
+                tsl_tensor_t saved = make_tensor(TSL_F64, {2, 5}, {1, 1}, last);
+                tsl_tensor_t savedz = make_tensor(TSL_F64, {2, 5}, {1, 1}, block);
+                ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 80, 0.5, 2.0), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_normal(dy, seed + 81, 0.0, 1.0), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_uniform(gamma, seed + 82, 0.5, 1.5), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_uniform(beta, seed + 83, -0.5, 0.5), TSL_OK);
+                for (tsl_tensor_t t : {rv, rvz})
+                    ASSERT_EQ(tsl_tensor_fill_constant(t, 1.0), TSL_OK);
+                // The unfused ops are layout-independent (test above): compare them with the
+                // fused ones on the most scattered layout.
+                const bool with_unfused = gi + 1 == grids.size() && owners == 1;
+                for (int step = 0; step < 2; step++) {
+                    ASSERT_EQ(tsl_batchnorm_relu_forward_train(x, gamma, beta, rm, rv, saved, y,
+                                                               1e-5, 0.1),
+                              TSL_OK)
+                        << tsl_context_last_error(ctx);
+                    if (with_unfused)
+                        ASSERT_EQ(tsl_batchnorm_forward_train(x, gamma, beta, rmz, rvz, savedz, z,
+                                                              1e-5, 0.1),
+                                  TSL_OK);
+                }
+                ASSERT_EQ(tsl_batchnorm_relu_backward(x, dy, gamma, beta, saved, dx, dg, db),
+                          TSL_OK)
+                    << tsl_context_last_error(ctx);
+                std::vector<std::vector<unsigned char>> got = {
+                    gather_bytes(y),  gather_bytes(saved), gather_bytes(rm), gather_bytes(rv),
+                    gather_bytes(dx), gather_bytes(dg),    gather_bytes(db)};
+                if (with_unfused) {
+                    ASSERT_EQ(tsl_activation_forward(TSL_ACT_RELU, 0, z, yz), TSL_OK);
+                    ASSERT_EQ(tsl_activation_backward(TSL_ACT_RELU, 0, z, nullptr, dy, dz), TSL_OK);
+                    ASSERT_EQ(tsl_batchnorm_backward(x, dz, gamma, savedz, dxz, dgz, dbz), TSL_OK);
+                    std::vector<std::vector<unsigned char>> unfused = {
+                        gather_bytes(yz),  gather_bytes(savedz), gather_bytes(rmz),
+                        gather_bytes(rvz), gather_bytes(dxz),    gather_bytes(dgz),
+                        gather_bytes(dbz)};
+                    for (int k = 0; rank == 0 && k < 7; k++)
+                        EXPECT_EQ(got[k], unfused[k])
+                            << names[k] << " fused vs unfused, dtype " << dt;
+                }
+                if (rank == 0) {
+                    if (ref.empty()) {
+                        // The ReLU masks a fair share of y, and outputs were all written.
+                        size_t zeros = 0, n = got[0].size() / (dt == TSL_F32 ? 4 : 8);
+                        for (size_t i = 0; i < n; i++) {
+                            double v;
+                            if (dt == TSL_F32) {
+                                float f;
+                                std::memcpy(&f, &got[0][4 * i], 4);
+                                v = f;
+                            } else {
+                                std::memcpy(&v, &got[0][8 * i], 8);
+                            }
+                            ASSERT_FALSE(std::isnan(v)) << i;
+                            zeros += v == 0;
+                        }
+                        EXPECT_GT(zeros, n / 5);
+                        EXPECT_LT(zeros, n * 4 / 5);
+                        ref = got;
+                    } else {
+                        for (int k = 0; k < 7; k++)
+                            EXPECT_EQ(got[k], ref[k]) << names[k] << ", dtype " << dt << ", grid "
+                                                      << gi << ", owners " << owners;
+                    }
+                }
+                for (tsl_tensor_t t : {x,  y,  dy, dx, z,   yz,  dz,  dxz, gamma, beta,
+                                       dg, db, rm, rv, rmz, rvz, dgz, dbz, saved, savedz})
+                    tsl_tensor_destroy(t);
+            }
+        }
+    }
+}
+
 TEST(BatchNorm, BadArgumentsAreErrors)
 {
     tsl_owner_map block = tsl_owner_block(nullptr);
@@ -617,6 +730,21 @@ TEST(BatchNorm, BadArgumentsAreErrors)
     EXPECT_EQ(tsl_batchnorm_forward_train(x, v3, v3, v3, v3, saved, x, 1e-5, 0.1),
               TSL_ERR_INVALID_ARG);
     EXPECT_EQ(tsl_batchnorm_backward(x, y, v3, saved, x, nullptr, nullptr), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_batchnorm_relu_forward_train(x, v3, v3, v3, v3, saved, x, 1e-5, 0.1),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_batchnorm_relu_forward_train(x, v4, v3, v3, v3, saved, y, 1e-5, 0.1),
+              TSL_ERR_SHAPE);
+    tsl_tensor_t b3 = make_tensor(TSL_F64, {3}, {1}, block);
+    // beta is needed, of C values, and may not receive dbeta.
+    EXPECT_EQ(tsl_batchnorm_relu_backward(x, y, v3, nullptr, saved, nullptr, nullptr, nullptr),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_batchnorm_relu_backward(x, y, v3, v4, saved, nullptr, nullptr, nullptr),
+              TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_batchnorm_relu_backward(x, y, v3, b3, saved, nullptr, nullptr, b3),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_batchnorm_relu_backward(x, y, v3, b3, saved, x, nullptr, nullptr),
+              TSL_ERR_INVALID_ARG);
+    tsl_tensor_destroy(b3);
     for (tsl_tensor_t t : {x, y, v3, v4, v3split, saved, saved_bad})
         tsl_tensor_destroy(t);
 }

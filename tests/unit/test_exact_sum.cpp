@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -262,4 +263,206 @@ TEST(ExactSum, SquaresOfFloatsEqualPerElementSquares)
     tsl_acc_init(&acc);
     tsl_acc_add_squares_f32(&acc, tiny.data(), (int64_t)tiny.size());
     EXPECT_EQ(tsl_acc_round(&acc), 3000 * ((double)1e-45f * (double)1e-45f));
+}
+
+namespace
+{
+
+// The float32 entry points against the per-element path: one exact deposit per term
+// (a product of two floats is exact in double).
+struct F32Sums {
+    double sum, products;
+};
+
+F32Sums per_element_f32(const std::vector<float> &a, const std::vector<float> &b, bool squares)
+{
+    tsl_acc s, p;
+    tsl_acc_init(&s);
+    tsl_acc_init(&p);
+    for (size_t i = 0; i < a.size(); i++) {
+        tsl_acc_add(&s, (double)a[i]);
+        double other = squares ? (double)a[i] : (double)b[i];
+        tsl_acc_add(&p, (double)a[i] * other);
+    }
+    return {tsl_acc_round(&s), tsl_acc_round(&p)};
+}
+
+// Every f32 entry point on (a, b), checked against the per-element path, bit for bit.
+void expect_f32_paths_exact(const std::vector<float> &a, const std::vector<float> &b,
+                            const std::string &what)
+{
+    const int64_t n = (int64_t)a.size();
+    F32Sums want_sq = per_element_f32(a, b, true), want_ab = per_element_f32(a, b, false);
+    tsl_acc s, p, q;
+    tsl_acc_init(&s);
+    tsl_acc_init(&p);
+    tsl_acc_add_moments_f32(&s, &p, a.data(), n);
+    EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&s), want_sq.sum)) << what << ": moments, sum";
+    EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&p), want_sq.products)) << what << ": moments, x^2";
+    tsl_acc_init(&q);
+    tsl_acc_add_squares_f32(&q, a.data(), n);
+    EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&q), want_sq.products)) << what << ": squares";
+    tsl_acc_init(&q);
+    tsl_acc_add_array(&q, TSL_F32, a.data(), n);
+    EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&q), want_sq.sum)) << what << ": sum";
+    tsl_acc_init(&q);
+    tsl_acc_add_products_f32(&q, a.data(), b.data(), n);
+    EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&q), want_ab.products)) << what << ": products";
+    tsl_acc_init(&s);
+    tsl_acc_init(&p);
+    tsl_acc_add_sum_products_f32(&s, &p, a.data(), b.data(), n);
+    EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&s), want_ab.sum)) << what << ": sum of a";
+    EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&p), want_ab.products))
+        << what << ": sum and products";
+}
+
+std::vector<float> normal_floats(std::mt19937_64 &rng, size_t n, double mean, double sd)
+{
+    std::normal_distribution<double> d(mean, sd);
+    std::vector<float> v(n);
+    for (auto &x : v)
+        x = (float)d(rng);
+    return v;
+}
+
+// Lengths around the vector width (8), the extraction chunk (2048) and the bins' threshold.
+const size_t kLengths[] = {1,    7,    8,    9,    63,   64,   65,           100,
+                           2047, 2048, 2049, 4095, 4096, 4097, 3 * 2048 + 5, 70001};
+
+} // namespace
+
+TEST(ExactSum, FloatMomentsAndProductsEqualPerElementPath)
+{
+    std::mt19937_64 rng(1123);
+    for (size_t n : kLengths) {
+        const std::string len = "n=" + std::to_string(n);
+        // Ordinary data: the fast paths take it whole.
+        expect_f32_paths_exact(normal_floats(rng, n, 0.3, 1.0), normal_floats(rng, n, 0.0, 2.0),
+                               len + " normal");
+        // Every bit pattern: subnormals, huge values, signed zeros, infinities and NaNs.
+        for (bool nonfinite : {false, true})
+            expect_f32_paths_exact(wild_values<float, uint32_t>(rng, n, nonfinite),
+                                   wild_values<float, uint32_t>(rng, n, nonfinite),
+                                   len + (nonfinite ? " wild with inf/nan" : " wild finite"));
+    }
+}
+
+TEST(ExactSum, FloatPathsAgainstQuadReference)
+{
+    // Exponents within 2^-10 .. 2^10: sums of floats and of products (lowest bit 2^-68,
+    // totals below 2^40) span fewer than 113 bits, so a __float128 sum is exact and rounds
+    // once, as the accumulator does.
+    std::mt19937_64 rng(99);
+    std::uniform_real_distribution<double> mant(-1.0, 1.0);
+    std::uniform_int_distribution<int> ex(-10, 10);
+    for (size_t n : kLengths) {
+        std::vector<float> a(n), b(n);
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (float)std::ldexp(mant(rng), ex(rng));
+            b[i] = (float)std::ldexp(mant(rng), ex(rng));
+        }
+        __float128 sa = 0, sab = 0, saa = 0;
+        for (size_t i = 0; i < n; i++) {
+            sa += a[i];
+            sab += (__float128)a[i] * b[i];
+            saa += (__float128)a[i] * a[i];
+        }
+        tsl_acc s, p, q;
+        tsl_acc_init(&s);
+        tsl_acc_init(&p);
+        tsl_acc_init(&q);
+        tsl_acc_add_sum_products_f32(&s, &p, a.data(), b.data(), (int64_t)n);
+        tsl_acc_add_squares_f32(&q, a.data(), (int64_t)n);
+        EXPECT_TRUE(same_bits(tsl_acc_round(&s), (double)sa)) << n;
+        EXPECT_TRUE(same_bits(tsl_acc_round(&p), (double)sab)) << n;
+        EXPECT_TRUE(same_bits(tsl_acc_round(&q), (double)saa)) << n;
+    }
+}
+
+TEST(ExactSum, FloatPathsAdversarial)
+{
+    std::mt19937_64 rng(4242);
+    for (size_t n : {(size_t)64, (size_t)2048, (size_t)5000}) {
+        const std::string len = " n=" + std::to_string(n);
+        // Huge cancellation: pairs +v, -v of huge values around small ones; the sum is the
+        // small ones only, and the products cancel to exactly the small ones' products.
+        std::vector<float> a = normal_floats(rng, n, 0.0, 1.0), b(n);
+        for (size_t i = 0; i + 1 < n; i += 2) {
+            a[i] = std::ldexp(a[i], 100);
+            a[i + 1] = -a[i];
+        }
+        for (size_t i = 0; i < n; i++)
+            b[i] = i % 2 ? a[i - 1] : a[i]; // a[i] b[i] = +-v^2 in pairs
+        if (n % 2)
+            a[n - 1] = 3.0f;
+        expect_f32_paths_exact(a, b, "cancellation" + len);
+        {
+            tsl_acc s, p;
+            tsl_acc_init(&s);
+            tsl_acc_init(&p);
+            tsl_acc_add_sum_products_f32(&s, &p, a.data(), b.data(), (int64_t)n);
+            EXPECT_EQ(tsl_acc_round(&s), n % 2 ? 3.0 : 0.0) << len;
+            EXPECT_EQ(tsl_acc_round(&p), n % 2 ? 3.0 * b[n - 1] : 0.0) << len;
+        }
+        // Mixed exponents in one chunk: one value 2^-70 or a product 2^-50 times smaller than
+        // the rest leaves bits below the extraction's levels, so its chunk needs the bins.
+        for (int shift : {-30, -50, -70, -126, -149}) {
+            auto m = normal_floats(rng, n, 1.0, 0.1), o = normal_floats(rng, n, 1.0, 0.1);
+            m[n / 3] = std::ldexp(1.0f + 0x1p-23f, shift); // low bit set
+            o[n / 2] = std::ldexp(-1.0f - 0x1p-20f, shift / 2);
+            expect_f32_paths_exact(m, o, "small among large, 2^" + std::to_string(shift) + len);
+        }
+        // Only subnormals, only zeros (signed), and one infinity in an ordinary chunk.
+        std::vector<float> tiny(n), zeros(n), with_inf = normal_floats(rng, n, 0, 1);
+        for (size_t i = 0; i < n; i++) {
+            tiny[i] = std::ldexp((float)(1 + rng() % 1000), -149) * (i % 3 ? 1.0f : -1.0f);
+            zeros[i] = i % 2 ? -0.0f : 0.0f;
+        }
+        with_inf[n - 1] = -INFINITY;
+        expect_f32_paths_exact(tiny, tiny, "subnormals" + len);
+        expect_f32_paths_exact(zeros, tiny, "zeros" + len);
+        expect_f32_paths_exact(with_inf, tiny, "one -inf" + len);
+        tsl_acc s;
+        tsl_acc_init(&s);
+        tsl_acc_add_products_f32(&s, with_inf.data(), zeros.data(), (int64_t)n); // inf * 0
+        EXPECT_TRUE(std::isnan(tsl_acc_round(&s))) << len;
+        // All positive with random significands in one binade at the top of the range: the
+        // accumulators' partial sums grow as fast as they can.
+        std::uniform_real_distribution<float> top(1.5f, 2.0f);
+        std::vector<float> p(4 * n), r(4 * n);
+        for (size_t i = 0; i < p.size(); i++) {
+            p[i] = top(rng);
+            r[i] = top(rng);
+        }
+        expect_f32_paths_exact(p, r, "same sign, one binade" + len);
+        // The largest floats: squares and products near 2^256 stay exact.
+        std::vector<float> big(n, FLT_MAX), neg(n, -FLT_MAX);
+        expect_f32_paths_exact(big, neg, "FLT_MAX" + len);
+    }
+}
+
+TEST(ExactSum, FloatPathsIndependentOfChunking)
+{
+    // The same array added whole or in random pieces (different chunk boundaries, so
+    // different extraction levels and bin/extraction choices) rounds to the same bits.
+    std::mt19937_64 rng(555);
+    auto a = normal_floats(rng, 30000, 5.0, 3.0), b = normal_floats(rng, 30000, -1.0, 0.5);
+    a[12345] = 1e-30f; // one chunk falls back to the bins
+    tsl_acc whole_s, whole_p;
+    tsl_acc_init(&whole_s);
+    tsl_acc_init(&whole_p);
+    tsl_acc_add_sum_products_f32(&whole_s, &whole_p, a.data(), b.data(), (int64_t)a.size());
+    for (int trial = 0; trial < 10; trial++) {
+        tsl_acc s, p;
+        tsl_acc_init(&s);
+        tsl_acc_init(&p);
+        size_t pos = 0;
+        while (pos < a.size()) {
+            size_t len = std::min(a.size() - pos, (size_t)(1 + rng() % 5000));
+            tsl_acc_add_sum_products_f32(&s, &p, a.data() + pos, b.data() + pos, (int64_t)len);
+            pos += len;
+        }
+        EXPECT_TRUE(same_bits(tsl_acc_round(&s), tsl_acc_round(&whole_s))) << trial;
+        EXPECT_TRUE(same_bits(tsl_acc_round(&p), tsl_acc_round(&whole_p))) << trial;
+    }
 }
