@@ -99,17 +99,23 @@ static void *loader_thread(void *arg)
     return NULL;
 }
 
+static void stop_thread(struct tsl_loader *ld)
+{
+    if (!ld->thread_started)
+        return;
+    pthread_mutex_lock(&ld->lock);
+    ld->stop = 1;
+    pthread_cond_broadcast(&ld->changed);
+    pthread_mutex_unlock(&ld->lock);
+    pthread_join(ld->thread, NULL);
+    ld->thread_started = 0;
+}
+
 tsl_status tsl_loader_destroy(tsl_loader_t ld)
 {
     if (!ld)
         return TSL_OK;
-    if (ld->thread_started) {
-        pthread_mutex_lock(&ld->lock);
-        ld->stop = 1;
-        pthread_cond_broadcast(&ld->changed);
-        pthread_mutex_unlock(&ld->lock);
-        pthread_join(ld->thread, NULL);
-    }
+    stop_thread(ld);
     pthread_cond_destroy(&ld->changed);
     pthread_mutex_destroy(&ld->lock);
     for (int s = 0; s < 2; s++) {
@@ -212,4 +218,32 @@ tsl_status tsl_loader_batches_per_epoch(tsl_loader_t ld, int64_t *batches)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_loader_batches_per_epoch: NULL argument");
     *batches = ld->batches_per_epoch;
     return TSL_OK;
+}
+
+tsl_status tsl_loader_seek(tsl_loader_t ld, int64_t epoch, int64_t batch)
+{
+    if (!ld)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_loader_seek: loader is NULL");
+    if (epoch < 0 || batch < 0 || batch >= ld->batches_per_epoch)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_loader_seek: epoch %lld, batch %lld outside [0, %lld) batches",
+                         (long long)epoch, (long long)batch, (long long)ld->batches_per_epoch);
+    stop_thread(ld);
+    /* The reader computes an epoch's order when it starts the epoch's first batch. */
+    tsl_status st =
+        batch ? tsl_dataset_epoch_order(ld->order, ld->info.samples, ld->seed, epoch, ld->shuffle)
+              : TSL_OK;
+    ld->epoch = epoch;
+    ld->next_batch = batch;
+    ld->fill_slot = 0;
+    ld->filled = 0;
+    ld->stop = 0;
+    ld->error = st;
+    if (st)
+        snprintf(ld->error_message, sizeof ld->error_message, "%s", tsl_last_error());
+    else if (pthread_create(&ld->thread, NULL, loader_thread, ld) != 0)
+        return tsl_error(NULL, TSL_ERR_RESOURCE, "tsl_loader_seek: cannot start a thread");
+    else
+        ld->thread_started = 1;
+    return st;
 }

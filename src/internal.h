@@ -11,6 +11,7 @@
 #include "error.h"
 #include "tessel/context.h"
 #include "tessel/io.h"
+#include "tessel/ops.h"
 #include "tessel/tensor.h"
 
 #define TSL_ERROR_MAX 512
@@ -192,5 +193,20 @@ int64_t tsl_tensor_tile_numel(const struct tsl_tensor *tensor, int64_t index);
  * (source tile, destination tile) pair, on the destination's owner. Validated by callers. */
 tsl_status tsl_copy_region(struct tsl_tensor *dst, struct tsl_tensor *src, const int64_t *src_lo,
                            const int64_t *dst_lo, const int64_t *extent);
+
+/* ---- optimizer state in two phases (lower/optimizer.c), so that a checkpoint load can check
+ * every file before changing anything ---- */
+
+typedef struct tsl_optimizer_pending tsl_optimizer_pending;
+
+/* Read and check the state files of tsl_optimizer_load_state(); changes nothing. Collective. */
+tsl_status tsl_optimizer_read_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                                    const char *const *names, const char *dir,
+                                    tsl_optimizer_pending **pending);
+
+/* Install what tsl_optimizer_read_state() read, and free it. Collective. */
+tsl_status tsl_optimizer_apply_state(tsl_optimizer_t opt, tsl_optimizer_pending *pending);
+
+void tsl_optimizer_pending_free(tsl_optimizer_pending *pending);
 
 #endif /* TESSEL_SRC_INTERNAL_H */

@@ -167,6 +167,13 @@ tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_
  */
 tsl_status tsl_loader_next(tsl_loader_t loader, tsl_batch *batch);
 
+/**
+ * @brief Make batch @p batch of epoch @p epoch (both from 0) the next one tsl_loader_next()
+ * hands out, as if the earlier batches had been taken: resuming a run from a checkpoint.
+ * Invalidates the pointers of the last batch. Clears an earlier read error.
+ */
+tsl_status tsl_loader_seek(tsl_loader_t loader, int64_t epoch, int64_t batch);
+
 /** @brief Batches per epoch. */
 tsl_status tsl_loader_batches_per_epoch(tsl_loader_t loader, int64_t *batches);
 

@@ -83,6 +83,23 @@ tsl_status tsl_model_save_params(tsl_model_t model, const char *dir);
  *  wrong dtype or shape is an error naming it, and leaves the parameters unchanged. */
 tsl_status tsl_model_load_params(tsl_model_t model, const char *dir);
 
+/**
+ * @brief Write a training checkpoint into @p dir (created if needed): every parameter and
+ * buffer as DIR/NAME.npy (as tsl_model_save_params()) and @p opt's state for the trainable
+ * parameters in DIR/optimizer (tsl_optimizer_save_state()). Each file is written atomically;
+ * making the whole directory appear at once is the caller's part (write it under a
+ * temporary name and rename it, as `tessel train --checkpoint` does). Collective.
+ */
+tsl_status tsl_model_save_checkpoint(tsl_model_t model, tsl_optimizer_t opt, const char *dir);
+
+/**
+ * @brief Load what tsl_model_save_checkpoint() wrote: parameters, buffers and optimizer
+ * state, so that the next training step is the one the saving run took next. Every file is
+ * read and checked first; a missing or mismatched file is an error naming it and changes
+ * nothing. Collective.
+ */
+tsl_status tsl_model_load_checkpoint(tsl_model_t model, tsl_optimizer_t opt, const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

@@ -359,6 +359,26 @@ tsl_status tsl_optimizer_step(tsl_optimizer_t opt, int32_t count, const tsl_tens
 /** @brief Steps taken so far for @p param (0 before its first). Not collective. */
 tsl_status tsl_optimizer_param_steps(tsl_optimizer_t opt, tsl_tensor_t param, int64_t *steps);
 
+/**
+ * @brief Write the optimizer's state for @p params into @p dir (which must exist), named as
+ * PyTorch's optimizer state_dict would: DIR/NAME.step.npy (int64, the parameter's step
+ * count), and for a parameter that has state, DIR/NAME.exp_avg.npy and NAME.exp_avg_sq.npy
+ * (Adam) or NAME.momentum_buffer.npy (SGD with momentum), in the parameter's dtype, shape
+ * and plain layout. Each file is written atomically. Collective; rank 0 writes.
+ * @param[in] names one file-name-safe name per parameter (no '/')
+ */
+tsl_status tsl_optimizer_save_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                                    const char *const *names, const char *dir);
+
+/**
+ * @brief Replace the optimizer's state for @p params with what tsl_optimizer_save_state()
+ * wrote into @p dir, so that the next step is the one the saving run would have taken. A
+ * missing file, or one of the wrong dtype or shape, is an error naming it and changes
+ * nothing. Collective; rank 0 reads.
+ */
+tsl_status tsl_optimizer_load_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                                    const char *const *names, const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
 #define TESSEL_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tessel/tessel.h"
 
@@ -25,6 +26,51 @@ int parse_int_arg(const char *text, long min, long max, long *value);
 
 /* Report a failed call; returns the exit code (2 for a rejected argument, 1 otherwise). */
 int fail(tsl_status st, const char *what);
+
+/* Per-epoch metrics of a training run. */
+typedef struct epoch_metrics {
+    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
+    double peak_mib;
+} epoch_metrics;
+
+/* What decides a training run's trajectory; recorded in every checkpoint. */
+typedef struct run_settings {
+    char model[1024], data[1024], optimizer[16];
+    long batch, epochs;
+    double lr, momentum;
+    unsigned long long seed;
+    int shuffle;
+} run_settings;
+
+/* Where a training run stands: the next batch, the partial sums of the current epoch and the
+ * metrics of the finished ones. */
+typedef struct run_progress {
+    int64_t epoch, batch, steps; /* next epoch and batch in it (from 0); steps taken */
+    double loss_sum, seconds;    /* of the current epoch so far */
+    int64_t hits, seen;
+    int64_t nepochs;       /* finished epochs, metrics in epochs[0 .. nepochs) */
+    epoch_metrics *epochs; /* capacity: the run's epoch count */
+} run_progress;
+
+/* Write `s` as a JSON string literal (quoted, escaped). */
+void json_string(FILE *f, const char *s);
+
+/* Write `write(f, arg)` to `path` under a temporary name, sync it and rename it: a crash never
+ * leaves a partial file. 0 on success, -1 otherwise. */
+int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg);
+
+/* Save a checkpoint into DIR (collective): DIR/step-NNNNNNNNNNNN holds the parameters, the
+ * optimizer state and state.json; DIR/latest names it. The snapshot is written under a
+ * temporary name and renamed, then `latest` is replaced atomically, then older snapshots go:
+ * a crash at any point leaves the previous checkpoint usable. Returns an exit code. */
+int checkpoint_save(tsl_model_t model, tsl_optimizer_t opt, const char *dir,
+                    const run_settings *settings, const run_progress *progress);
+
+/* Read DIR's latest checkpoint's settings and progress (collective; progress->epochs is
+ * allocated with room for max(epochs, finished) entries) and its snapshot directory, for
+ * tsl_model_load_checkpoint(). Returns an exit code (message printed). */
+int checkpoint_read(const char *dir, run_settings *settings, run_progress *progress, char *snapshot,
+                    size_t size);
 
 int command_train(int argc, char **argv);
 int command_eval(int argc, char **argv);

@@ -13,13 +13,29 @@
 
 #include "cli.h"
 
+/* Options that decide a run's trajectory: given with --resume, they must match the
+ * checkpoint; left out, they are taken from it. */
+enum {
+    SET_MODEL = 1 << 0,
+    SET_DATA = 1 << 1,
+    SET_BATCH = 1 << 2,
+    SET_OPTIMIZER = 1 << 3,
+    SET_LR = 1 << 4,
+    SET_MOMENTUM = 1 << 5,
+    SET_SEED = 1 << 6,
+    SET_SHUFFLE = 1 << 7,
+    SET_EPOCHS = 1 << 8
+};
+
 typedef struct train_options {
     common_options common;
     const char *model, *data, *optimizer, *load_params, *save_params, *metrics_json;
-    long epochs, batch, max_steps;
+    const char *checkpoint, *resume;
+    long epochs, batch, max_steps, checkpoint_every;
     double lr, momentum;
     unsigned long long seed;
     int shuffle;
+    unsigned given; /* SET_* of the options on the command line */
 } train_options;
 
 static void usage_train(FILE *out)
@@ -29,8 +45,8 @@ static void usage_train(FILE *out)
         "usage: tessel train --data SPEC [--model NAME|FILE] [--epochs N] [--batch B] [--lr X]\n"
         "                    [--optimizer sgd|adam] [--momentum M] [--seed S]\n"
         "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
-        "                    [--save-params DIR] [--metrics-json FILE] [--ncpu N]\n"
-        "                    [--sched NAME]\n"
+        "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
+        "                    [--resume DIR] [--metrics-json FILE] [--ncpu N] [--sched NAME]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
         "                      or npy:DIR (see the README)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
@@ -45,7 +61,14 @@ static void usage_train(FILE *out)
         "  --shuffle on|off    shuffle the training samples every epoch (default on)\n"
         "  --load-params DIR   start from DIR/NAME.npy parameters (PyTorch state_dict names)\n"
         "  --save-params DIR   write the trained parameters there\n"
-        "  --metrics-json FILE per-epoch metrics and the final test accuracy\n"
+        "  --checkpoint DIR    keep a checkpoint there (parameters, optimizer state, position\n"
+        "                      in the data), taken after every epoch and when training\n"
+        "                      stops; --checkpoint-every N also every N steps\n"
+        "  --resume DIR        continue from DIR's checkpoint exactly as the run would have\n"
+        "                      gone on; model, data, batch, optimizer, lr, momentum, seed\n"
+        "                      and shuffle come from it (given ones must match), --epochs\n"
+        "                      and --max-steps count from the start of the first run\n"
+        "  --metrics-json FILE per-epoch metrics, per-step losses and the final test accuracy\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
     int32_t n;
     const char *const *desc;
@@ -106,39 +129,54 @@ static int parse_train(int argc, char **argv, train_options *o, int eval)
         }
         const char *v = argv[++i];
         int bad = 0;
-        if (strcmp(a, "--model") == 0)
+        if (strcmp(a, "--model") == 0) {
             o->model = v;
-        else if (strcmp(a, "--data") == 0)
+            o->given |= SET_MODEL;
+        } else if (strcmp(a, "--data") == 0) {
             o->data = v;
-        else if (strcmp(a, "--batch") == 0)
+            o->given |= SET_DATA;
+        } else if (strcmp(a, "--batch") == 0) {
             bad = parse_int_arg(v, 1, 1L << 24, &o->batch);
-        else if (strcmp(a, "--load-params") == 0)
+            o->given |= SET_BATCH;
+        } else if (strcmp(a, "--load-params") == 0)
             o->load_params = v;
         else if (eval)
             bad = 2;
-        else if (strcmp(a, "--epochs") == 0)
+        else if (strcmp(a, "--epochs") == 0) {
             bad = parse_int_arg(v, 1, 1000000, &o->epochs);
-        else if (strcmp(a, "--max-steps") == 0)
+            o->given |= SET_EPOCHS;
+        } else if (strcmp(a, "--max-steps") == 0)
             bad = parse_int_arg(v, 1, 1L << 40, &o->max_steps);
-        else if (strcmp(a, "--lr") == 0)
+        else if (strcmp(a, "--lr") == 0) {
             bad = parse_double_arg(v, 1e-300, &o->lr);
-        else if (strcmp(a, "--momentum") == 0)
+            o->given |= SET_LR;
+        } else if (strcmp(a, "--momentum") == 0) {
             bad = parse_double_arg(v, 0, &o->momentum);
-        else if (strcmp(a, "--optimizer") == 0) {
+            o->given |= SET_MOMENTUM;
+        } else if (strcmp(a, "--optimizer") == 0) {
             bad = strcmp(v, "sgd") && strcmp(v, "adam");
             o->optimizer = v;
+            o->given |= SET_OPTIMIZER;
         } else if (strcmp(a, "--seed") == 0) {
             char *end;
             errno = 0;
             o->seed = strtoull(v, &end, 10);
             bad = end == v || *end || errno || *v == '-';
+            o->given |= SET_SEED;
         } else if (strcmp(a, "--shuffle") == 0) {
             bad = strcmp(v, "on") && strcmp(v, "off");
             o->shuffle = strcmp(v, "on") == 0;
+            o->given |= SET_SHUFFLE;
         } else if (strcmp(a, "--save-params") == 0)
             o->save_params = v;
         else if (strcmp(a, "--metrics-json") == 0)
             o->metrics_json = v;
+        else if (strcmp(a, "--checkpoint") == 0)
+            o->checkpoint = v;
+        else if (strcmp(a, "--checkpoint-every") == 0)
+            bad = parse_int_arg(v, 1, 1L << 40, &o->checkpoint_every);
+        else if (strcmp(a, "--resume") == 0)
+            o->resume = v;
         else
             bad = 2;
         if (bad == 2) {
@@ -151,7 +189,7 @@ static int parse_train(int argc, char **argv, train_options *o, int eval)
             return EXIT_USAGE;
         }
     }
-    if (!o->data) {
+    if (!o->data && !o->resume) {
         fprintf(stderr, "%s: --data is required\n", cmd);
         usage(stderr);
         return EXIT_USAGE;
@@ -162,6 +200,14 @@ static int parse_train(int argc, char **argv, train_options *o, int eval)
     }
     if (o->momentum >= 1) {
         fprintf(stderr, "%s: --momentum must be below 1\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (o->resume && o->load_params) {
+        fprintf(stderr, "%s: --resume and --load-params both set the parameters; give one\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (o->checkpoint_every && !o->checkpoint) {
+        fprintf(stderr, "%s: --checkpoint-every needs --checkpoint DIR\n", cmd);
         return EXIT_USAGE;
     }
     if (o->lr < 0)
@@ -259,42 +305,40 @@ static void progress(int tty, int64_t epoch, int64_t epochs, int64_t step, int64
     fflush(stdout);
 }
 
-typedef struct epoch_metrics {
-    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
-    double peak_mib;
-} epoch_metrics;
+typedef struct metrics_file {
+    const train_options *o;
+    const epoch_metrics *m;
+    int64_t n, steps, first_step, nlosses;
+    const double *losses;
+} metrics_file;
 
-/* Write the metrics as JSON under a temporary name, then rename. */
-static int write_metrics(const char *path, const train_options *o, const epoch_metrics *m,
-                         int64_t n, int64_t steps)
+static int write_metrics_to(FILE *f, const void *arg)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return -1;
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"optimizer\": \"%s\",\n", o->model,
-            o->data, o->optimizer);
+    const metrics_file *mf = arg;
+    const train_options *o = mf->o;
+    fprintf(f, "{\n  \"model\": ");
+    json_string(f, o->model);
+    fprintf(f, ",\n  \"data\": ");
+    json_string(f, o->data);
+    fprintf(f, ",\n  \"optimizer\": \"%s\",\n", o->optimizer);
     fprintf(f, "  \"lr\": %.17g,\n  \"batch\": %ld,\n  \"seed\": %llu,\n  \"steps\": %lld,\n",
-            o->lr, o->batch, o->seed, (long long)steps);
+            o->lr, o->batch, o->seed, (long long)mf->steps);
     fprintf(f, "  \"epochs\": [\n");
-    for (int64_t e = 0; e < n; e++)
+    for (int64_t e = 0; e < mf->n; e++) {
+        const epoch_metrics *m = &mf->m[e];
         fprintf(f,
                 "    {\"epoch\": %lld, \"train_loss\": %.9g, \"train_accuracy\": %.9g, "
                 "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
                 "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f}%s\n",
-                (long long)e + 1, m[e].train_loss, m[e].train_accuracy, m[e].test_loss,
-                m[e].test_accuracy, m[e].seconds, m[e].samples_per_second, m[e].peak_mib,
-                e + 1 < n ? "," : "");
-    fprintf(f, "  ],\n  \"final_test_accuracy\": %.9g\n}\n", n ? m[n - 1].test_accuracy : 0.0);
-    int bad = ferror(f);
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
+                (long long)e + 1, m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy,
+                m->seconds, m->samples_per_second, m->peak_mib, e + 1 < mf->n ? "," : "");
     }
+    fprintf(f, "  ],\n  \"first_step\": %lld,\n  \"step_losses\": [",
+            (long long)mf->first_step + 1);
+    for (int64_t k = 0; k < mf->nlosses; k++)
+        fprintf(f, "%s%.17g", k ? ", " : "", mf->losses[k]);
+    fprintf(f, "],\n  \"final_test_accuracy\": %.9g\n}\n",
+            mf->n ? mf->m[mf->n - 1].test_accuracy : 0.0);
     return 0;
 }
 
@@ -316,13 +360,19 @@ static void session_end(session *s)
         tsl_context_destroy(s->ctx);
 }
 
-static int session_start(session *s, const train_options *o, int need_train)
+static int session_context(session *s, const train_options *o)
 {
     memset(s, 0, sizeof *s);
     tsl_status st = tsl_context_create(&s->ctx, &o->common.config);
     if (st)
         return fail(st, "starting StarPU");
     tsl_context_rank(s->ctx, &rank_of_process);
+    return 0;
+}
+
+static int session_open(session *s, const train_options *o, int need_train)
+{
+    tsl_status st = TSL_OK;
     if ((need_train && (st = tsl_dataset_open(&s->train, o->data, TSL_SPLIT_TRAIN))) ||
         (!st && (st = tsl_dataset_open(&s->test, o->data, TSL_SPLIT_TEST))))
         return fail(st, "opening the data");
@@ -352,6 +402,77 @@ static int session_start(session *s, const train_options *o, int need_train)
     return 0;
 }
 
+/* Take the trajectory settings the command line left out from the checkpoint; those given
+ * must match it (--epochs may differ: it extends or shortens the run). */
+static int merge_resumed(train_options *o, const run_settings *r)
+{
+    const char *diff = NULL;
+    if ((o->given & SET_MODEL) && strcmp(o->model, r->model))
+        diff = "--model";
+    else if ((o->given & SET_DATA) && strcmp(o->data, r->data))
+        diff = "--data";
+    else if ((o->given & SET_BATCH) && o->batch != r->batch)
+        diff = "--batch";
+    else if ((o->given & SET_OPTIMIZER) && strcmp(o->optimizer, r->optimizer))
+        diff = "--optimizer";
+    else if ((o->given & SET_LR) && o->lr != r->lr)
+        diff = "--lr";
+    else if ((o->given & SET_MOMENTUM) && o->momentum != r->momentum)
+        diff = "--momentum";
+    else if ((o->given & SET_SEED) && o->seed != r->seed)
+        diff = "--seed";
+    else if ((o->given & SET_SHUFFLE) && o->shuffle != r->shuffle)
+        diff = "--shuffle";
+    if (diff) {
+        if (rank_of_process == 0)
+            fprintf(stderr,
+                    "tessel train: %s differs from the checkpoint being resumed; leave it out "
+                    "to use the checkpoint's value\n",
+                    diff);
+        return EXIT_USAGE;
+    }
+    o->model = r->model;
+    o->data = r->data;
+    o->batch = r->batch;
+    o->optimizer = r->optimizer;
+    o->lr = r->lr;
+    o->momentum = r->momentum;
+    o->seed = r->seed;
+    o->shuffle = r->shuffle;
+    if (!(o->given & SET_EPOCHS))
+        o->epochs = r->epochs;
+    return 0;
+}
+
+static void settings_of(const train_options *o, run_settings *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->model, sizeof r->model, "%s", o->model);
+    snprintf(r->data, sizeof r->data, "%s", o->data);
+    snprintf(r->optimizer, sizeof r->optimizer, "%s", o->optimizer);
+    r->batch = o->batch;
+    r->epochs = o->epochs;
+    r->lr = o->lr;
+    r->momentum = o->momentum;
+    r->seed = o->seed;
+    r->shuffle = o->shuffle;
+}
+
+static tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optimizer_t *opt)
+{
+    if (strcmp(o->optimizer, "sgd") == 0) {
+        tsl_sgd_config c;
+        tsl_sgd_config_init(&c);
+        c.lr = o->lr;
+        c.momentum = o->momentum;
+        return tsl_optimizer_create_sgd(opt, ctx, &c);
+    }
+    tsl_adam_config c;
+    tsl_adam_config_init(&c);
+    c.lr = o->lr;
+    return tsl_optimizer_create_adam(opt, ctx, &c);
+}
+
 int command_train(int argc, char **argv)
 {
     train_options o;
@@ -359,20 +480,24 @@ int command_train(int argc, char **argv)
     if (code)
         return code < 0 ? 0 : code;
     session s;
-    if ((code = session_start(&s, &o, 1))) {
-        session_end(&s);
-        return code;
-    }
-    int rank = rank_of_process;
+    run_settings resumed, settings;
+    run_progress p;
+    memset(&p, 0, sizeof p);
+    char snapshot[4096];
+    double *losses = NULL;
+    int64_t nlosses = 0, first_step = 0;
     tsl_status st = TSL_OK;
     tsl_optimizer_t opt = NULL;
     tsl_loader_t loader = NULL;
-    epoch_metrics *metrics = calloc((size_t)o.epochs, sizeof *metrics);
-    int64_t steps_per_epoch = s.train_info.samples / o.batch, done_steps = 0, epochs_done = 0;
-    if (!metrics) {
-        code = fail(TSL_ERR_OUT_OF_MEMORY, "allocating metrics");
+    if ((code = session_context(&s, &o)))
         goto end;
-    }
+    if (o.resume && ((code = checkpoint_read(o.resume, &resumed, &p, snapshot, sizeof snapshot)) ||
+                     (code = merge_resumed(&o, &resumed))))
+        goto end;
+    if ((code = session_open(&s, &o, 1)))
+        goto end;
+    int rank = rank_of_process;
+    int64_t steps_per_epoch = s.train_info.samples / o.batch;
     if (steps_per_epoch < 1) {
         fprintf(stderr,
                 "tessel train: the training split has %lld samples, fewer than one "
@@ -381,24 +506,32 @@ int command_train(int argc, char **argv)
         code = EXIT_USAGE;
         goto end;
     }
-    if (strcmp(o.optimizer, "sgd") == 0) {
-        tsl_sgd_config c;
-        tsl_sgd_config_init(&c);
-        c.lr = o.lr;
-        c.momentum = o.momentum;
-        st = tsl_optimizer_create_sgd(&opt, s.ctx, &c);
-    } else {
-        tsl_adam_config c;
-        tsl_adam_config_init(&c);
-        c.lr = o.lr;
-        st = tsl_optimizer_create_adam(&opt, s.ctx, &c);
+    if (p.batch >= steps_per_epoch) {
+        fprintf(stderr, "tessel train: the checkpoint stands at batch %lld of an epoch of %lld\n",
+                (long long)p.batch, (long long)steps_per_epoch);
+        code = 1;
+        goto end;
     }
-    if (st) {
+    /* Room for every epoch's metrics (a resumed run may go on for more epochs). */
+    int64_t cap = o.epochs > p.nepochs ? o.epochs : p.nepochs;
+    epoch_metrics *grown = realloc(p.epochs, (size_t)(cap + 1) * sizeof *grown);
+    if (!grown) {
+        code = fail(TSL_ERR_OUT_OF_MEMORY, "allocating metrics");
+        goto end;
+    }
+    p.epochs = grown;
+    settings_of(&o, &settings);
+    if ((st = create_optimizer(&o, s.ctx, &opt))) {
         code = fail(st, "creating the optimizer");
         goto end;
     }
-    if (rank == 0)
-        st = tsl_loader_create(&loader, s.train, o.batch, o.seed, o.shuffle, 1);
+    if (o.resume && (st = tsl_model_load_checkpoint(s.model, opt, snapshot))) {
+        code = fail(st, "resuming from the checkpoint");
+        goto end;
+    }
+    if (rank == 0 && !(st = tsl_loader_create(&loader, s.train, o.batch, o.seed, o.shuffle, 1)) &&
+        (p.epoch || p.batch))
+        st = tsl_loader_seek(loader, p.epoch, p.batch);
     if ((st = agree(st))) {
         code = fail(st, "starting the data loader");
         goto end;
@@ -412,13 +545,18 @@ int command_train(int argc, char **argv)
                "%d CPU workers, %s lr %g, batch %ld, seed %llu\n",
                o.model, o.data, (long long)s.train_info.samples, (long long)s.test_info.samples,
                (int)ranks, (int)ncpu, o.optimizer, o.lr, o.batch, o.seed);
+        if (o.resume)
+            printf("resuming from %s: epoch %lld, step %lld of the epoch, %lld steps taken\n",
+                   snapshot, (long long)p.epoch + 1, (long long)p.batch, (long long)p.steps);
         fflush(stdout);
     }
-    int stop = 0;
-    for (int64_t e = 0; e < o.epochs && !stop; e++) {
-        double t0 = now(), loss_sum = 0, last_print = 0;
-        int64_t hits = 0, seen = 0;
-        for (int64_t k = 0; k < steps_per_epoch; k++) {
+    first_step = p.steps;
+    int64_t losses_cap = 0;
+    int stop = o.max_steps && p.steps >= o.max_steps;
+    while (p.epoch < o.epochs && !stop) {
+        double t0 = now() - p.seconds, last_print = 0;
+        int64_t e = p.epoch;
+        while (p.batch < steps_per_epoch) {
             tsl_batch b;
             memset(&b, 0, sizeof b);
             if (rank == 0)
@@ -433,29 +571,47 @@ int command_train(int argc, char **argv)
                 code = fail(st, "a training step");
                 goto end;
             }
-            loss_sum += loss;
-            hits += correct;
-            seen += o.batch;
-            done_steps++;
-            stop = o.max_steps && done_steps >= o.max_steps;
+            if (nlosses == losses_cap) {
+                losses_cap = losses_cap ? 2 * losses_cap : 1024;
+                double *more = realloc(losses, (size_t)losses_cap * sizeof *more);
+                if (!more) {
+                    code = fail(TSL_ERR_OUT_OF_MEMORY, "recording losses");
+                    goto end;
+                }
+                losses = more;
+            }
+            losses[nlosses++] = loss;
+            p.loss_sum += loss;
+            p.hits += correct;
+            p.seen += o.batch;
+            p.steps++;
+            p.batch++;
+            stop = o.max_steps && p.steps >= o.max_steps;
             double t = now() - t0;
-            int last = k + 1 == steps_per_epoch || stop;
+            int last = p.batch == steps_per_epoch || stop;
             if (rank == 0 && (last || (tty ? t - last_print > 0.2
-                                           : (k + 1) % (steps_per_epoch / 10 + 1) == 0))) {
+                                           : p.batch % (steps_per_epoch / 10 + 1) == 0))) {
                 last_print = t;
-                double rate = (double)seen / t;
-                progress(tty, e + 1, o.epochs, k + 1, steps_per_epoch, loss_sum / (double)(k + 1),
-                         rate, (double)(steps_per_epoch - k - 1) * (double)o.batch / rate);
+                double rate = (double)p.seen / t;
+                progress(tty, e + 1, o.epochs, p.batch, steps_per_epoch,
+                         p.loss_sum / (double)(p.seen / o.batch), rate,
+                         (double)(steps_per_epoch - p.batch) * (double)o.batch / rate);
+            }
+            int every = o.checkpoint_every && p.steps % o.checkpoint_every == 0;
+            if (o.checkpoint && p.batch < steps_per_epoch && (every || stop)) {
+                /* Mid-epoch: the epoch's partial sums travel with the checkpoint. */
+                p.seconds = now() - t0;
+                if ((code = checkpoint_save(s.model, opt, o.checkpoint, &settings, &p)))
+                    goto end;
             }
             if (stop)
                 break;
         }
-        epoch_metrics *m = &metrics[e];
+        epoch_metrics *m = &p.epochs[e];
         m->seconds = now() - t0;
-        m->samples_per_second = (double)seen / m->seconds;
-        int64_t steps = seen / o.batch;
-        m->train_loss = loss_sum / (double)steps;
-        m->train_accuracy = (double)hits / (double)(seen * s.train_info.label_numel);
+        m->samples_per_second = (double)p.seen / m->seconds;
+        m->train_loss = p.loss_sum / (double)(p.seen / o.batch);
+        m->train_accuracy = (double)p.hits / (double)(p.seen * s.train_info.label_numel);
         if ((st = evaluate(s.model, s.test, &s.test_info, o.batch, &m->test_loss,
                            &m->test_accuracy))) {
             code = fail(st, "evaluating");
@@ -463,23 +619,33 @@ int command_train(int argc, char **argv)
         }
         double rank0_mib;
         peak_memory(&m->peak_mib, &rank0_mib);
-        epochs_done = e + 1;
         if (rank == 0) {
             if (tty)
                 printf("\n");
-            printf("epoch %lld/%ld: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
+            printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
                    "%.1f s, %.0f samples/s, peak memory %.0f MiB (largest rank)\n",
-                   (long long)e + 1, o.epochs, m->train_loss, 100 * m->train_accuracy, m->test_loss,
-                   100 * m->test_accuracy, m->seconds, m->samples_per_second, m->peak_mib);
+                   (long long)e + 1, o.epochs, p.batch < steps_per_epoch ? " (stopped early)" : "",
+                   m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy,
+                   m->seconds, m->samples_per_second, m->peak_mib);
             fflush(stdout);
         }
+        p.nepochs = e + 1;
+        if (p.batch < steps_per_epoch)
+            break; /* stopped by --max-steps: the checkpoint keeps the epoch open */
+        p.epoch++;
+        p.batch = 0;
+        p.loss_sum = p.seconds = 0;
+        p.hits = p.seen = 0;
+        if (o.checkpoint && (code = checkpoint_save(s.model, opt, o.checkpoint, &settings, &p)))
+            goto end;
     }
     if (o.save_params && (st = tsl_model_save_params(s.model, o.save_params))) {
         code = fail(st, "saving parameters");
         goto end;
     }
     if (o.metrics_json) {
-        int bad = rank == 0 && write_metrics(o.metrics_json, &o, metrics, epochs_done, done_steps);
+        metrics_file mf = {&o, p.epochs, p.nepochs, p.steps, first_step, nlosses, losses};
+        int bad = rank == 0 && write_file_atomic(o.metrics_json, write_metrics_to, &mf);
         if ((st = agree(bad ? TSL_ERR_IO : TSL_OK))) {
             fprintf(stderr, "tessel train: cannot write '%s'\n", o.metrics_json);
             code = 1;
@@ -487,7 +653,8 @@ int command_train(int argc, char **argv)
         }
     }
 end:
-    free(metrics);
+    free(p.epochs);
+    free(losses);
     tsl_loader_destroy(loader);
     tsl_optimizer_destroy(opt);
     session_end(&s);
@@ -501,7 +668,7 @@ int command_eval(int argc, char **argv)
     if (code)
         return code < 0 ? 0 : code;
     session s;
-    if ((code = session_start(&s, &o, 0))) {
+    if ((code = session_context(&s, &o)) || (code = session_open(&s, &o, 0))) {
         session_end(&s);
         return code;
     }

@@ -2,6 +2,7 @@
  * parameter tile on the tile's owner. */
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +133,11 @@ static param_state *find_state(tsl_optimizer_t opt, tsl_tensor_t param)
     return NULL;
 }
 
+static int state_count(const struct tsl_optimizer *opt)
+{
+    return opt->kind == TSL_OPT_ADAM ? 2 : opt->sgd.momentum > 0 ? 1 : 0;
+}
+
 /* The state tensors a parameter needs, zeroed, with the parameter's grid and owners. */
 static tsl_status create_state(tsl_optimizer_t opt, tsl_tensor_t param, param_state **out)
 {
@@ -146,7 +152,7 @@ static tsl_status create_state(tsl_optimizer_t opt, tsl_tensor_t param, param_st
     param_state *ps = &opt->params[opt->nparams];
     memset(ps, 0, sizeof *ps);
     ps->param = param;
-    int nstate = opt->kind == TSL_OPT_ADAM ? 2 : opt->sgd.momentum > 0 ? 1 : 0;
+    int nstate = state_count(opt);
     for (int k = 0; k < nstate; k++) {
         tsl_status st = tsl_tensor_create(&ps->state[k], opt->ctx, param->dtype, &param->shape,
                                           &param->grid, &param->owners);
@@ -220,4 +226,170 @@ tsl_status tsl_optimizer_param_steps(tsl_optimizer_t opt, tsl_tensor_t param, in
     param_state *ps = find_state(opt, param);
     *steps = ps ? ps->steps : 0;
     return TSL_OK;
+}
+
+/* PyTorch's names for the state tensors (optimizer state_dict keys). */
+static const char *state_name(tsl_optimizer_kind kind, int k)
+{
+    return kind == TSL_OPT_ADAM ? (k ? "exp_avg_sq" : "exp_avg") : "momentum_buffer";
+}
+
+/* DIR/NAME.WHAT.npy */
+static tsl_status state_path(tsl_optimizer_t opt, const char *dir, const char *name,
+                             const char *what, char *path, size_t size)
+{
+    int n = snprintf(path, size, "%s/%s.%s.npy", dir, name, what);
+    if (n < 0 || (size_t)n >= size)
+        return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG, "optimizer: path too long in '%s'", dir);
+    return TSL_OK;
+}
+
+static tsl_status check_state_args(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                                   const char *const *names, const char *dir, const char *fn)
+{
+    if (!opt)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+    if (!dir || count < 0 || (count > 0 && (!params || !names)))
+        return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    for (int32_t i = 0; i < count; i++) {
+        tsl_status st = tsl_tensor_check(params[i], fn);
+        if (st)
+            return st;
+        if (!names[i] || !names[i][0] || strchr(names[i], '/'))
+            return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG, "%s: parameter %d has no usable name",
+                             fn, (int)i);
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_optimizer_save_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                                    const char *const *names, const char *dir)
+{
+    const char *fn = "tsl_optimizer_save_state";
+    tsl_status st = check_state_args(opt, count, params, names, dir, fn);
+    if (st)
+        return st;
+    char path[4096];
+    for (int32_t i = 0; i < count && !st; i++) {
+        param_state *ps = find_state(opt, params[i]);
+        int64_t steps = ps ? ps->steps : 0;
+        if ((st = state_path(opt, dir, names[i], "step", path, sizeof path)))
+            break;
+        if (opt->ctx->rank == 0) {
+            tsl_shape one = {.ndim = 1, .dims = {1}};
+            st = tsl_npy_write(path, TSL_I64, &one, &steps);
+        }
+        if ((st = tsl_context_agree(opt->ctx, 0, st)))
+            break;
+        for (int k = 0; ps && k < 2 && ps->state[k] && !st; k++)
+            if (!(st = state_path(opt, dir, names[i], state_name(opt->kind, k), path, sizeof path)))
+                st = tsl_tensor_write_npy(ps->state[k], path, 0);
+    }
+    return st;
+}
+
+struct tsl_optimizer_pending {
+    int32_t count;
+    const tsl_tensor_t *params;
+    int64_t *steps;      /* [count] */
+    tsl_tensor_t *files; /* [2 * count]: the state read from the files, or NULL */
+};
+
+void tsl_optimizer_pending_free(tsl_optimizer_pending *p)
+{
+    if (!p)
+        return;
+    for (int32_t i = 0; p->files && i < 2 * p->count; i++)
+        tsl_tensor_destroy(p->files[i]);
+    free(p->files);
+    free(p->steps);
+    free(p);
+}
+
+tsl_status tsl_optimizer_read_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                                    const char *const *names, const char *dir,
+                                    tsl_optimizer_pending **out)
+{
+    const char *fn = "tsl_optimizer_load_state";
+    *out = NULL;
+    tsl_status st = check_state_args(opt, count, params, names, dir, fn);
+    if (st)
+        return st;
+    struct tsl_context *ctx = opt->ctx;
+    int nstate = state_count(opt);
+    tsl_optimizer_pending *p = calloc(1, sizeof *p);
+    if (!p || !(p->steps = calloc((size_t)count + 1, sizeof *p->steps)) ||
+        !(p->files = calloc(2 * (size_t)count + 1, sizeof *p->files))) {
+        tsl_optimizer_pending_free(p);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    p->count = count;
+    p->params = params;
+    char path[4096];
+    for (int32_t i = 0; i < count && !st; i++) {
+        if ((st = state_path(opt, dir, names[i], "step", path, sizeof path)))
+            break;
+        if (ctx->rank == 0) {
+            tsl_npy_header h;
+            void *data = NULL;
+            if (!(st = tsl_npy_read(path, &h, &data))) {
+                if (h.dtype != TSL_I64 || tsl_shape_numel(&h.shape) != 1 || *(int64_t *)data < 0)
+                    st = tsl_error(ctx, TSL_ERR_FORMAT,
+                                   "%s: '%s' is not one non-negative int64 step count", fn, path);
+                else
+                    p->steps[i] = *(int64_t *)data;
+            }
+            tsl_free(data);
+        }
+        if ((st = tsl_context_agree(ctx, 0, st)))
+            break;
+        if (MPI_Bcast(&p->steps[i], 1, MPI_INT64_T, 0, ctx->ctl_comm) != MPI_SUCCESS) {
+            st = tsl_error(ctx, TSL_ERR_RUNTIME, "%s: MPI_Bcast failed", fn);
+            break;
+        }
+        for (int k = 0; k < nstate && p->steps[i] > 0 && !st; k++) {
+            if ((st =
+                     state_path(opt, dir, names[i], state_name(opt->kind, k), path, sizeof path)) ||
+                (st = tsl_tensor_read_npy(&p->files[2 * i + k], ctx, path, 0, NULL, NULL)))
+                break;
+            tsl_tensor_t f = p->files[2 * i + k], q = params[i];
+            if (f->dtype != q->dtype || f->shape.ndim != q->shape.ndim ||
+                memcmp(f->shape.dims, q->shape.dims, sizeof(int64_t) * (size_t)q->shape.ndim))
+                st = tsl_error(ctx, TSL_ERR_SHAPE,
+                               "%s: '%s' does not have the dtype and shape of parameter '%s'", fn,
+                               path, names[i]);
+        }
+    }
+    if (st)
+        tsl_optimizer_pending_free(p);
+    else
+        *out = p;
+    return st;
+}
+
+tsl_status tsl_optimizer_apply_state(tsl_optimizer_t opt, tsl_optimizer_pending *p)
+{
+    tsl_status st = TSL_OK;
+    int nstate = state_count(opt);
+    for (int32_t i = 0; i < p->count && !st; i++) {
+        param_state *ps = find_state(opt, p->params[i]);
+        if (!ps && p->steps[i] > 0 && (st = create_state(opt, p->params[i], &ps)))
+            break;
+        if (!ps)
+            continue;
+        ps->steps = p->steps[i];
+        for (int k = 0; k < nstate && !st; k++)
+            st = p->steps[i] > 0 ? tsl_tensor_redistribute(ps->state[k], p->files[2 * i + k])
+                                 : tsl_tensor_fill_constant(ps->state[k], 0);
+    }
+    tsl_optimizer_pending_free(p);
+    return st;
+}
+
+tsl_status tsl_optimizer_load_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
+                                    const char *const *names, const char *dir)
+{
+    tsl_optimizer_pending *p;
+    tsl_status st = tsl_optimizer_read_state(opt, count, params, names, dir, &p);
+    return st ? st : tsl_optimizer_apply_state(opt, p);
 }

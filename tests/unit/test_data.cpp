@@ -796,6 +796,48 @@ TEST(DatasetLoader, GivesTheSynchronousBatches)
     tsl_dataset_destroy(ds);
 }
 
+// After a seek, the loader hands out the batches a loader that never stopped would, from
+// that point on (resuming from a checkpoint), also after batches already taken.
+TEST(DatasetLoader, SeekContinuesTheSchedule)
+{
+    tsl_dataset_t ds;
+    ASSERT_EQ(open_dataset(&ds, "synthetic:dims=2,size=6,samples=17,classes=3", TSL_SPLIT_TRAIN),
+              TSL_OK);
+    uint64_t seed = test_seed();
+    const int64_t bs = 4, per_epoch = 4; // drop last: 4 batches per epoch
+    std::vector<std::vector<int64_t>> straight;
+    tsl_loader_t ld;
+    ASSERT_EQ(tsl_loader_create(&ld, ds, bs, seed, 1, 1), TSL_OK);
+    for (int64_t k = 0; k < 3 * per_epoch; k++) {
+        tsl_batch b;
+        ASSERT_EQ(tsl_loader_next(ld, &b), TSL_OK);
+        straight.emplace_back(b.indices, b.indices + b.count);
+    }
+    EXPECT_EQ(tsl_loader_destroy(ld), TSL_OK);
+    for (int64_t start : {0, 1, 3, 4, 6, 11}) {
+        SCOPED_TRACE("seek to batch " + std::to_string(start));
+        ASSERT_EQ(tsl_loader_create(&ld, ds, bs, seed, 1, 1), TSL_OK);
+        tsl_batch b;
+        for (int take = 0; take < (int)(start % 3); take++) // some batches taken first
+            ASSERT_EQ(tsl_loader_next(ld, &b), TSL_OK);
+        ASSERT_EQ(tsl_loader_seek(ld, start / per_epoch, start % per_epoch), TSL_OK);
+        for (int64_t k = start; k < 3 * per_epoch; k++) {
+            ASSERT_EQ(tsl_loader_next(ld, &b), TSL_OK);
+            EXPECT_EQ(b.epoch, k / per_epoch);
+            EXPECT_EQ(b.index, k % per_epoch);
+            std::vector<int64_t> indices(b.indices, b.indices + b.count);
+            ASSERT_EQ(indices, straight[(size_t)k]);
+            Batch expected = read(ds, indices);
+            ASSERT_EQ(std::memcmp(b.x, expected.x.data(), expected.x.size() * sizeof(float)), 0);
+        }
+        EXPECT_EQ(tsl_loader_seek(ld, 0, per_epoch), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_loader_seek(ld, -1, 0), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_loader_destroy(ld), TSL_OK);
+    }
+    EXPECT_EQ(tsl_loader_seek(nullptr, 0, 0), TSL_ERR_INVALID_ARG);
+    tsl_dataset_destroy(ds);
+}
+
 TEST(DatasetLoader, OnTheTestSplit)
 {
     tsl_dataset_t ds;

@@ -1,0 +1,350 @@
+/* Training checkpoints of `tessel train` (--checkpoint, --resume): a directory of snapshots,
+ * each complete before it is named by DIR/latest. */
+#define _XOPEN_SOURCE 700
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define STATE_FORMAT "tessel-checkpoint"
+#define STATE_VERSION 1
+#define SNAPSHOT_PREFIX "step-"
+
+int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return -1;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int bad = write(f, arg) != 0;
+    bad |= ferror(f);
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Make a directory's entries (a rename, a new file) durable. */
+static int sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* rm -r PATH; a missing PATH is fine. */
+static int remove_tree(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return errno == ENOENT ? 0 : -1;
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct state_file {
+    const run_settings *settings;
+    const run_progress *progress;
+} state_file;
+
+/* Doubles are written with 17 digits: they read back bit for bit. */
+static int write_state(FILE *f, const void *arg)
+{
+    const state_file *sf = arg;
+    const run_settings *s = sf->settings;
+    const run_progress *p = sf->progress;
+    fprintf(f, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"settings\": {\n    \"model\": ",
+            STATE_FORMAT, STATE_VERSION);
+    json_string(f, s->model);
+    fprintf(f, ",\n    \"data\": ");
+    json_string(f, s->data);
+    fprintf(f,
+            ",\n    \"optimizer\": \"%s\",\n    \"batch\": %ld,\n    \"epochs\": %ld,\n"
+            "    \"lr\": %.17g,\n    \"momentum\": %.17g,\n    \"seed\": \"%llu\",\n"
+            "    \"shuffle\": %s\n  },\n",
+            s->optimizer, s->batch, s->epochs, s->lr, s->momentum, s->seed,
+            s->shuffle ? "true" : "false");
+    fprintf(f,
+            "  \"progress\": {\n    \"epoch\": %lld,\n    \"batch\": %lld,\n    \"steps\": %lld,\n"
+            "    \"loss_sum\": %.17g,\n    \"hits\": %lld,\n    \"seen\": %lld,\n"
+            "    \"seconds\": %.17g\n  },\n  \"finished_epochs\": [",
+            (long long)p->epoch, (long long)p->batch, (long long)p->steps, p->loss_sum,
+            (long long)p->hits, (long long)p->seen, p->seconds);
+    for (int64_t e = 0; e < p->nepochs; e++) {
+        const epoch_metrics *m = &p->epochs[e];
+        fprintf(f, "%s\n    [%.17g, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g]", e ? "," : "",
+                m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy, m->seconds,
+                m->samples_per_second, m->peak_mib);
+    }
+    fprintf(f, "%s]\n}\n", p->nepochs ? "\n  " : "");
+    return 0;
+}
+
+static int write_latest(FILE *f, const void *arg)
+{
+    return fprintf(f, "%s\n", (const char *)arg) < 0;
+}
+
+/* Rank 0's outcome on every rank. */
+static int agree_code(int code)
+{
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return code;
+}
+
+/* Everything rank 0 does around the model's own files, before (phase 0) and after (1). */
+static int save_on_root(const char *dir, const char *name, const char *partial, int phase,
+                        const state_file *sf)
+{
+    char path[8192];
+    if (phase == 0) {
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "tessel train: cannot create '%s': %s\n", dir, strerror(errno));
+            return 1;
+        }
+        if (remove_tree(partial) != 0 || mkdir(partial, 0777) != 0) {
+            fprintf(stderr, "tessel train: cannot create '%s': %s\n", partial, strerror(errno));
+            return 1;
+        }
+        return 0;
+    }
+    char final[8192];
+    snprintf(path, sizeof path, "%s/state.json", partial);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    if (write_file_atomic(path, write_state, sf) != 0 || sync_dir(partial) != 0 ||
+        remove_tree(final) != 0 || rename(partial, final) != 0 || sync_dir(dir) != 0) {
+        fprintf(stderr, "tessel train: cannot complete the checkpoint '%s': %s\n", final,
+                strerror(errno));
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/latest", dir);
+    if (write_file_atomic(path, write_latest, name) != 0 || sync_dir(dir) != 0) {
+        fprintf(stderr, "tessel train: cannot update '%s': %s\n", path, strerror(errno));
+        return 1;
+    }
+    /* Only now may the previous snapshots (and leftovers of crashed saves) go. */
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strncmp(e->d_name, SNAPSHOT_PREFIX, strlen(SNAPSHOT_PREFIX)) == 0 &&
+            strcmp(e->d_name, name) != 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            remove_tree(path);
+        }
+    if (d)
+        closedir(d);
+    return 0;
+}
+
+int checkpoint_save(tsl_model_t model, tsl_optimizer_t opt, const char *dir,
+                    const run_settings *settings, const run_progress *progress)
+{
+    char name[64], partial[4096];
+    snprintf(name, sizeof name, SNAPSHOT_PREFIX "%012lld", (long long)progress->steps);
+    if (snprintf(partial, sizeof partial, "%s/%s.partial", dir, name) >= (int)sizeof partial) {
+        fprintf(stderr, "tessel train: checkpoint directory name too long\n");
+        return EXIT_USAGE;
+    }
+    state_file sf = {settings, progress};
+    int code = agree_code(rank_of_process == 0 ? save_on_root(dir, name, partial, 0, &sf) : 0);
+    if (code)
+        return code;
+    tsl_status st = tsl_model_save_checkpoint(model, opt, partial);
+    if (st)
+        return fail(st, "writing a checkpoint");
+    return agree_code(rank_of_process == 0 ? save_on_root(dir, name, partial, 1, &sf) : 0);
+}
+
+/* ---- reading ---- */
+
+static char *read_text(const char *path, long max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *text = malloc((size_t)max + 1);
+    size_t n = text ? fread(text, 1, (size_t)max, f) : 0;
+    int bad = !text || ferror(f) || (n == (size_t)max && fgetc(f) != EOF);
+    fclose(f);
+    if (bad) {
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    return text;
+}
+
+/* On rank 0: the snapshot's name and state.json's text (malloc'd). */
+static int read_on_root(const char *dir, char *snapshot, size_t size, char **text)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    char *latest = read_text(path, 256);
+    if (!latest) {
+        fprintf(stderr, "tessel train: '%s' is not a checkpoint directory (cannot read '%s': %s)\n",
+                dir, path, strerror(errno));
+        return 1;
+    }
+    latest[strcspn(latest, "\n")] = '\0';
+    int ok = strncmp(latest, SNAPSHOT_PREFIX, strlen(SNAPSHOT_PREFIX)) == 0 &&
+             strspn(latest + strlen(SNAPSHOT_PREFIX), "0123456789") ==
+                 strlen(latest + strlen(SNAPSHOT_PREFIX)) &&
+             strlen(latest) > strlen(SNAPSHOT_PREFIX);
+    if (!ok || snprintf(snapshot, size, "%s/%s", dir, latest) >= (int)size) {
+        fprintf(stderr, "tessel train: '%s' does not name a snapshot\n", path);
+        free(latest);
+        return 1;
+    }
+    free(latest);
+    snprintf(path, sizeof path, "%s/state.json", snapshot);
+    if (!(*text = read_text(path, 1L << 26))) {
+        fprintf(stderr, "tessel train: cannot read '%s': %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static int get_number(const cJSON *obj, const char *key, double *v)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(item))
+        return -1;
+    *v = item->valuedouble;
+    return 0;
+}
+
+static int get_int(const cJSON *obj, const char *key, int64_t min, int64_t *v)
+{
+    double d;
+    if (get_number(obj, key, &d) != 0 || d != (double)(int64_t)d || d < (double)min)
+        return -1;
+    *v = (int64_t)d;
+    return 0;
+}
+
+static int get_string(const cJSON *obj, const char *key, char *out, size_t size)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsString(item) || strlen(item->valuestring) >= size)
+        return -1;
+    strcpy(out, item->valuestring);
+    return 0;
+}
+
+/* Parse state.json; -1 names nothing (the caller reports the file as malformed). */
+static int parse_state(const char *text, run_settings *s, run_progress *p)
+{
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(root, "settings");
+    const cJSON *pro = cJSON_GetObjectItemCaseSensitive(root, "progress");
+    const cJSON *fin = cJSON_GetObjectItemCaseSensitive(root, "finished_epochs");
+    const cJSON *shuffle = cJSON_GetObjectItemCaseSensitive(set, "shuffle");
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(set, "seed");
+    int64_t version, batch, epochs;
+    char *end = NULL;
+    int bad = !cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 ||
+              get_int(root, "version", 1, &version) || version != STATE_VERSION ||
+              get_string(set, "model", s->model, sizeof s->model) ||
+              get_string(set, "data", s->data, sizeof s->data) ||
+              get_string(set, "optimizer", s->optimizer, sizeof s->optimizer) ||
+              (strcmp(s->optimizer, "sgd") && strcmp(s->optimizer, "adam")) ||
+              get_int(set, "batch", 1, &batch) || get_int(set, "epochs", 1, &epochs) ||
+              get_number(set, "lr", &s->lr) || get_number(set, "momentum", &s->momentum) ||
+              !cJSON_IsBool(shuffle) || !cJSON_IsString(seed) ||
+              get_int(pro, "epoch", 0, &p->epoch) || get_int(pro, "batch", 0, &p->batch) ||
+              get_int(pro, "steps", 0, &p->steps) || get_number(pro, "loss_sum", &p->loss_sum) ||
+              get_int(pro, "hits", 0, &p->hits) || get_int(pro, "seen", 0, &p->seen) ||
+              get_number(pro, "seconds", &p->seconds) || !cJSON_IsArray(fin) ||
+              cJSON_GetArraySize(fin) != p->epoch;
+    if (!bad) {
+        errno = 0;
+        s->seed = strtoull(seed->valuestring, &end, 10);
+        bad = errno || end == seed->valuestring || *end;
+        s->batch = (long)batch;
+        s->epochs = (long)epochs;
+        s->shuffle = cJSON_IsTrue(shuffle);
+        p->nepochs = p->epoch;
+    }
+    int64_t cap = p->nepochs > epochs ? p->nepochs : epochs;
+    if (!bad && !(p->epochs = calloc((size_t)cap + 1, sizeof *p->epochs)))
+        bad = 1;
+    for (int64_t e = 0; !bad && e < p->nepochs; e++) {
+        const cJSON *row = cJSON_GetArrayItem(fin, (int)e);
+        double v[7];
+        for (int k = 0; k < 7 && !bad; k++) {
+            const cJSON *item = cJSON_GetArrayItem(row, k);
+            bad = !cJSON_IsNumber(item);
+            v[k] = bad ? 0 : item->valuedouble;
+        }
+        if (!bad)
+            p->epochs[e] = (epoch_metrics){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    }
+    cJSON_Delete(root);
+    return bad ? -1 : 0;
+}
+
+int checkpoint_read(const char *dir, run_settings *settings, run_progress *progress, char *snapshot,
+                    size_t size)
+{
+    memset(settings, 0, sizeof *settings);
+    memset(progress, 0, sizeof *progress);
+    char *text = NULL;
+    int code = agree_code(rank_of_process == 0 ? read_on_root(dir, snapshot, size, &text) : 0);
+    if (code)
+        return code;
+    long long len = rank_of_process == 0 ? (long long)strlen(text) : 0;
+    MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (rank_of_process != 0 && !(text = malloc((size_t)len + 1)))
+        abort();
+    MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Bcast(snapshot, (int)size, MPI_CHAR, 0, MPI_COMM_WORLD);
+    int bad = parse_state(text, settings, progress);
+    free(text);
+    if (bad) {
+        if (rank_of_process == 0)
+            fprintf(stderr, "tessel train: '%s/state.json' is not a valid checkpoint state\n",
+                    snapshot);
+        free(progress->epochs);
+        progress->epochs = NULL;
+        return 1;
+    }
+    return 0;
+}
