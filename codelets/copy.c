@@ -50,8 +50,21 @@ static void strided_row(char *dst, const char *src, int64_t count, int64_t ss, s
     }
 }
 
+/* dst[i] += src[i * stride] */
+static void add_row(float *restrict dst, const float *restrict src, int64_t n, int64_t stride)
+{
+    if (stride == 1)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] += src[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] += src[i * stride];
+}
+
 void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
 {
+    TSL_CODELET_CHECK(!args->accumulate || args->elem_size == (int32_t)sizeof(float),
+                      "box copy: accumulation is for f32 tiles");
     int ndim = args->ndim;
     size_t elem = (size_t)args->elem_size;
     int64_t src_stride[TSL_MAX_DIMS], dst_stride[TSL_MAX_DIMS];
@@ -87,7 +100,11 @@ void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
                 for (int64_t i3 = 0; i3 < box[3]; i3++) {
                     int64_t so = i0 * ss[0] + i1 * ss[1] + i2 * ss[2] + i3 * ss[3];
                     int64_t doff = i0 * ds[0] + i1 * ds[1] + i2 * ds[2] + i3 * ds[3];
-                    if (contiguous)
+                    if (args->accumulate)
+                        add_row((float *)(void *)(dp + (size_t)doff * elem),
+                                (const float *)(const void *)(sp + (size_t)so * elem), box[4],
+                                ss[4]);
+                    else if (contiguous)
                         memcpy(dp + (size_t)doff * elem, sp + (size_t)so * elem, row_bytes);
                     else
                         strided_row(dp + (size_t)doff * elem, sp + (size_t)so * elem, box[4], ss[4],

@@ -26,6 +26,8 @@ typedef struct tsl_box_copy_args {
     int32_t elem_size;
     int32_t src_layout; /* tsl_layout of the source array */
     int32_t dst_layout;
+    int32_t accumulate;               /* 0: dst = src; 1: dst += src (f32 only) */
+    int32_t unused;                   /* no padding bytes */
     int64_t src_extent[TSL_MAX_DIMS]; /* shape of the source array */
     int64_t src_offset[TSL_MAX_DIMS]; /* first element of the box in the source */
     int64_t dst_extent[TSL_MAX_DIMS];
@@ -33,8 +35,9 @@ typedef struct tsl_box_copy_args {
     int64_t box[TSL_MAX_DIMS]; /* box size */
 } tsl_box_copy_args;
 
-/* Copy the box (extents and offsets are logical, in N C D H W order); rows move with memcpy
- * where both arrays store the destination's innermost dimension contiguously. Pure. */
+/* Copy (or, with `accumulate`, add) the box (extents and offsets are logical, in N C D H W
+ * order); rows move with memcpy where both arrays store the destination's innermost dimension
+ * contiguously. Pure. */
 void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src);
 
 /* R src, W|RW dst: box copy between two tiles. */

@@ -77,7 +77,7 @@ tsl_status tsl_context_agree(struct tsl_context *ctx, int root, tsl_status statu
 
 /* ---- tile tasks (task.c) ---- */
 
-#define TSL_TASK_MAX_HANDLES 8
+#define TSL_TASK_MAX_HANDLES 32 /* a windowed convolution: tile, 26 halo slabs, w, b, y */
 
 /* One tile task: the codelet, a small argument struct copied into the task, the handles
  * with their access modes, the flop count for STARPU_FLOPS, and a priority. */

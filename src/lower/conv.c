@@ -1,10 +1,15 @@
-/* Convolution on tiled tensors: shape checks, one oneDNN task per sample tile, weight
- * gradients reduced over sample tiles. Spatial tiles (halo exchange) come with the spatial
- * parallelism work; until then x and y must be cut along N only. */
+/* Convolution on tiled tensors: shape checks, one oneDNN task per output tile, weight
+ * gradients reduced over tiles by task trees. Sample tiles need nothing from each other;
+ * with spatial tiles, each output tile's task reads a window of the input assembled from its
+ * own input tile and halo slabs that pack tasks cut from the neighbouring tiles on their
+ * owners (src/lower/halo.c), and the backward data pass sends the window gradient's slabs
+ * back to be added into the neighbours' tiles. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../codelets/conv.h"
 #include "../internal.h"
+#include "halo.h"
 #include "tessel/ops.h"
 
 tsl_status tsl_conv_params_init(tsl_conv_params *p, int32_t spatial)
@@ -140,12 +145,21 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
     if (memcmp(want.dims, y->shape.dims, sizeof want.dims) != 0 || want.ndim != y->shape.ndim)
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: %s has the wrong shape for these settings", fn,
                          what);
-    for (int d = 1; d < x->shape.ndim; d++)
-        if (x->grid.splits[d] != 1 || y->grid.splits[d] != 1)
+    if (x->grid.splits[1] != 1 || y->grid.splits[1] != 1)
+        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: x and %s may not be cut along channels", fn,
+                         what);
+    for (int d = 2; d < x->shape.ndim; d++) {
+        if (x->grid.splits[d] != y->grid.splits[d])
             return tsl_error(ctx, TSL_ERR_SHAPE,
-                             "%s: x and %s must be cut along N only (spatial tiles need halo "
-                             "exchange, which convolutions do not do yet)",
+                             "%s: x and %s need the same spatial tile grid (output tile i reads "
+                             "input tile i and halos from its neighbours)",
                              fn, what);
+        if (x->grid.splits[d] != 1 && transposed)
+            return tsl_error(ctx, TSL_ERR_UNSUPPORTED,
+                             "%s: transposed convolutions take sample tiles only; spatial "
+                             "tiles (halo exchange) are supported for convolutions",
+                             fn);
+    }
     if (y->layout != x->layout || w->layout != TSL_LAYOUT_PLAIN)
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: x and %s need the same layout (plain or channels-last) and w must "
@@ -211,6 +225,180 @@ static double conv_tile_args(int64_t tile, void *args, void *user)
     return conv_flops(&t->conv);
 }
 
+/* Whether x is cut along a spatial dimension (then every task runs on a window). */
+static int spatially_tiled(tsl_tensor_t x)
+{
+    for (int d = 2; d < x->shape.ndim; d++)
+        if (x->grid.splits[d] > 1)
+            return 1;
+    return 0;
+}
+
+/* Codelet arguments of output tile `tile` of y on a window of x: the input positions its
+ * outputs reach (from out_lo * stride - padding, zeros outside the input), its own input
+ * tile, and the halo slabs of the other tiles (their indices into `src`). */
+static tsl_status window_args(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t y, int64_t tile,
+                              tsl_conv_task_args *t, int64_t *src)
+{
+    memset(t, 0, sizeof *t);
+    t->conv = *a;
+    t->windowed = 1;
+    int64_t ys[TSL_MAX_DIMS], ye[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(y, tile, ys, ye);
+    t->conv.samples = ye[0];
+    tsl_conv_window *w = &t->window;
+    for (int d = 0; d < 3; d++) {
+        int in = d < a->spatial;
+        w->global[d] = in ? a->in_size[d] : 1;
+        w->window.lo[d] = in ? ys[2 + d] * a->stride[d] - a->padding[d] : 0;
+        w->window.size[d] =
+            in ? (ye[2 + d] - 1) * a->stride[d] + (a->kernel[d] - 1) * a->dilation[d] + 1 : 1;
+        if (in) {
+            t->conv.in_size[d] = w->window.size[d];
+            t->conv.out_size[d] = ye[2 + d];
+            t->conv.padding[d] = 0;
+        }
+    }
+    return tsl_halo_slabs(x, tile, a->spatial, &w->window, &w->tile, &w->nslabs, src, w->slab,
+                          TSL_CONV_MAX_SLABS);
+}
+
+/* Plan every output tile's window before submitting anything: a window that reaches too
+ * many tiles is an error with no task submitted. */
+static tsl_status check_windows(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t y)
+{
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < y->ntiles && !st; i++) {
+        tsl_conv_task_args t;
+        int64_t src[TSL_CONV_MAX_SLABS];
+        st = window_args(a, x, y, i, &t, src);
+    }
+    return st;
+}
+
+/* Pack the halo slabs a window task reads (tsl_halo_pack); handles into `slabs`. */
+static tsl_status pack_slabs(tsl_tensor_t x, const tsl_conv_task_args *t, const int64_t *src,
+                             starpu_data_handle_t *slabs)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < t->window.nslabs && !st; k++)
+        st = tsl_halo_pack(x, src[k], t->conv.spatial, &t->window.slab[k], &slabs[k]);
+    return st;
+}
+
+static void release_slabs(struct tsl_context *ctx, starpu_data_handle_t *slabs, int32_t n)
+{
+    for (int32_t k = 0; k < n; k++)
+        if (slabs[k])
+            tsl_temp_handle_release(ctx, slabs[k]);
+}
+
+/* Forward on spatial tiles: per output tile, pack its halo, then one task reading the input
+ * tile and the slabs. */
+static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
+                                   tsl_tensor_t b, tsl_tensor_t y)
+{
+    struct tsl_context *ctx = x->ctx;
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < y->ntiles && !st; i++) {
+        tsl_conv_task_args t;
+        int64_t src[TSL_CONV_MAX_SLABS];
+        starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
+        if ((st = window_args(a, x, y, i, &t, src)) || (st = pack_slabs(x, &t, src, slabs))) {
+            release_slabs(ctx, slabs, TSL_CONV_MAX_SLABS);
+            break;
+        }
+        int32_t ns = t.window.nslabs, n = 0;
+        tsl_task_desc desc = {.codelet = &tsl_cl_conv_forward,
+                              .args = &t,
+                              .args_size = sizeof t,
+                              .flops = conv_flops(&t.conv)};
+        desc.handles[n] = x->handles[i];
+        desc.modes[n++] = STARPU_R;
+        for (int32_t k = 0; k < ns; k++) {
+            desc.handles[n] = slabs[k];
+            desc.modes[n++] = STARPU_R;
+        }
+        desc.handles[n] = w->handles[0];
+        desc.modes[n++] = STARPU_R;
+        if (b) {
+            desc.handles[n] = b->handles[0];
+            desc.modes[n++] = STARPU_R;
+        }
+        desc.handles[n] = y->handles[i];
+        desc.modes[n++] = STARPU_W;
+        desc.nhandles = n;
+        st = tsl_task_submit(ctx, &desc);
+        release_slabs(ctx, slabs, ns);
+        if (x->tile_owner[i] != y->tile_owner[i])
+            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+    }
+    starpu_mpi_cache_flush(ctx->comm, w->handles[0]);
+    if (b)
+        starpu_mpi_cache_flush(ctx->comm, b->handles[0]);
+    return st;
+}
+
+/* Backward data on spatial tiles: per output tile, one task writes its input tile's part of
+ * the window gradient and one slab per neighbour part; then each input tile adds the slabs
+ * aimed at it, in tile order (deterministic). */
+static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
+                                         tsl_tensor_t dy, tsl_tensor_t dx)
+{
+    struct tsl_context *ctx = x->ctx;
+    int64_t nt = dy->ntiles;
+    tsl_conv_task_args *t = calloc((size_t)nt, sizeof *t);
+    int64_t *src = calloc((size_t)nt * TSL_CONV_MAX_SLABS, sizeof *src);
+    starpu_data_handle_t *slabs = calloc((size_t)nt * TSL_CONV_MAX_SLABS, sizeof *slabs);
+    if (!t || !src || !slabs) {
+        free(t);
+        free(src);
+        free(slabs);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "convolution backward: out of memory");
+    }
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < nt && !st; i++) {
+        int64_t *si = src + i * TSL_CONV_MAX_SLABS;
+        starpu_data_handle_t *hi = slabs + i * TSL_CONV_MAX_SLABS;
+        if ((st = window_args(a, x, dy, i, &t[i], si)))
+            break;
+        int32_t ns = t[i].window.nslabs, n = 0;
+        for (int32_t k = 0; k < ns && !st; k++)
+            st = tsl_temp_handle_register(
+                ctx, tsl_halo_numel(dx, si[k], a->spatial, &t[i].window.slab[k]), dx->elem_size,
+                dx->tile_owner[i], &hi[k]);
+        if (st)
+            break;
+        tsl_task_desc desc = {.codelet = &tsl_cl_conv_backward_data,
+                              .args = &t[i],
+                              .args_size = sizeof t[i],
+                              .flops = conv_flops(&t[i].conv)};
+        desc.handles[n] = dy->handles[i];
+        desc.modes[n++] = STARPU_R;
+        desc.handles[n] = w->handles[0];
+        desc.modes[n++] = STARPU_R;
+        desc.handles[n] = dx->handles[i];
+        desc.modes[n++] = STARPU_W;
+        for (int32_t k = 0; k < ns; k++) {
+            desc.handles[n] = hi[k];
+            desc.modes[n++] = STARPU_W;
+        }
+        desc.nhandles = n;
+        st = tsl_task_submit(ctx, &desc);
+    }
+    for (int64_t j = 0; j < nt && !st; j++)
+        for (int64_t i = 0; i < nt && !st; i++)
+            for (int32_t k = 0; k < t[i].window.nslabs && !st; k++)
+                if (src[i * TSL_CONV_MAX_SLABS + k] == j)
+                    st = tsl_halo_accumulate(dx, j, a->spatial, &t[i].window.slab[k],
+                                             slabs[i * TSL_CONV_MAX_SLABS + k]);
+    release_slabs(ctx, slabs, (int32_t)(nt * TSL_CONV_MAX_SLABS));
+    free(t);
+    free(src);
+    free(slabs);
+    return st;
+}
+
 static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
                           tsl_tensor_t b, tsl_tensor_t y, const char *fn)
 {
@@ -220,6 +408,8 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t
         return st;
     if (y == x)
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    if (spatially_tiled(x))
+        return (st = check_windows(&a, x, y)) ? st : forward_windowed(&a, x, w, b, y);
     tsl_conv_task_args t = task_args(&a, 0);
     return tsl_weighted_forward(&tsl_cl_conv_forward, x, w, b, y, &t, sizeof t, conv_tile_args, x);
 }
@@ -233,18 +423,44 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
                                starpu_data_handle_t db_part, void *user)
 {
     conv_grads *g = user;
-    tsl_conv_task_args a = task_args(&g->args, tile_samples(g->x, tile));
+    struct tsl_context *ctx = g->x->ctx;
+    tsl_conv_task_args a;
+    int64_t src[TSL_CONV_MAX_SLABS];
+    starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
+    tsl_status st = TSL_OK;
+    if (!spatially_tiled(g->x))
+        a = task_args(&g->args, tile_samples(g->x, tile));
+    else if ((st = window_args(&g->args, g->x, g->dy, tile, &a, src)) ||
+             (st = pack_slabs(g->x, &a, src, slabs))) {
+        release_slabs(ctx, slabs, TSL_CONV_MAX_SLABS);
+        return st;
+    }
     a.conv.has_bias = db_part != NULL;
+    int32_t ns = a.windowed ? a.window.nslabs : 0, n = 0;
     tsl_task_desc desc = {
         .codelet = &tsl_cl_conv_backward_weights,
         .args = &a,
         .args_size = sizeof a,
-        .nhandles = db_part ? 4 : 3,
-        .handles = {g->x->handles[tile], g->dy->handles[tile], dw_part, db_part},
-        .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
         .flops = conv_flops(&a.conv),
     };
-    return tsl_task_submit(g->x->ctx, &desc);
+    desc.handles[n] = g->x->handles[tile];
+    desc.modes[n++] = STARPU_R;
+    for (int32_t k = 0; k < ns; k++) {
+        desc.handles[n] = slabs[k];
+        desc.modes[n++] = STARPU_R;
+    }
+    desc.handles[n] = g->dy->handles[tile];
+    desc.modes[n++] = STARPU_R;
+    desc.handles[n] = dw_part;
+    desc.modes[n++] = STARPU_W;
+    if (db_part) {
+        desc.handles[n] = db_part;
+        desc.modes[n++] = STARPU_W;
+    }
+    desc.nhandles = n;
+    st = tsl_task_submit(ctx, &desc);
+    release_slabs(ctx, slabs, ns);
+    return st;
 }
 
 static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
@@ -269,21 +485,26 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
     g.x = x;
     g.dy = dy;
+    if (spatially_tiled(x) && (st = check_windows(&g.args, x, dy)))
+        return st;
     if (dw && (st = tsl_param_gradients(x, dy, dw, db, conv_partial, &g)))
         return st;
-    for (int64_t i = 0; dx && i < x->ntiles && !st; i++) {
-        tsl_conv_task_args a = task_args(&g.args, tile_samples(x, i));
-        tsl_task_desc desc = {
-            .codelet = &tsl_cl_conv_backward_data,
-            .args = &a,
-            .args_size = sizeof a,
-            .nhandles = 3,
-            .handles = {dy->handles[i], w->handles[0], dx->handles[i]},
-            .modes = {STARPU_R, STARPU_R, STARPU_W},
-            .flops = conv_flops(&a.conv),
-        };
-        st = tsl_task_submit(ctx, &desc);
-    }
+    if (dx && !st && spatially_tiled(x))
+        st = backward_data_windowed(&g.args, x, w, dy, dx);
+    else
+        for (int64_t i = 0; dx && i < x->ntiles && !st; i++) {
+            tsl_conv_task_args a = task_args(&g.args, tile_samples(x, i));
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_conv_backward_data,
+                .args = &a,
+                .args_size = sizeof a,
+                .nhandles = 3,
+                .handles = {dy->handles[i], w->handles[0], dx->handles[i]},
+                .modes = {STARPU_R, STARPU_R, STARPU_W},
+                .flops = conv_flops(&a.conv),
+            };
+            st = tsl_task_submit(ctx, &desc);
+        }
     starpu_mpi_cache_flush(ctx->comm, w->handles[0]);
     return st;
 }

@@ -3,6 +3,7 @@
 #define TESSEL_TESTS_MPI_TEST_ENV_H
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 #include <mpi.h>
 
@@ -23,6 +24,9 @@ bool all_ranks(bool ok);
 tsl_tensor_t make_tensor(tsl_dtype dt, const std::vector<int64_t> &dims,
                          const std::vector<int32_t> &splits, const tsl_owner_map &owners,
                          tsl_layout layout = TSL_LAYOUT_PLAIN);
+
+// Each f32 tensor gathered on rank 0 (NaN-filled vectors elsewhere).
+std::vector<std::vector<float>> gather_all(std::initializer_list<tsl_tensor_t> tensors);
 
 // Largest |got - ref| / (1 + |ref|) over two arrays of the same size.
 double max_rel_diff(const std::vector<float> &got, const std::vector<float> &ref);

@@ -39,6 +39,19 @@ tsl_tensor_t make_tensor(tsl_dtype dt, const std::vector<int64_t> &dims,
     return t;
 }
 
+std::vector<std::vector<float>> gather_all(std::initializer_list<tsl_tensor_t> tensors)
+{
+    std::vector<std::vector<float>> got;
+    for (tsl_tensor_t t : tensors) {
+        tsl_shape s;
+        tsl_tensor_shape(t, &s);
+        std::vector<float> v((size_t)tsl_shape_numel(&s), NAN);
+        EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
+        got.push_back(v);
+    }
+    return got;
+}
+
 double max_rel_diff(const std::vector<float> &got, const std::vector<float> &ref)
 {
     double worst = 0;

@@ -786,14 +786,7 @@ TEST(Convolution, EverySampleTilingMatchesOneTile)
             ASSERT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
             ASSERT_EQ(tsl_conv_backward(&p, x, w, dy, dx, dw, db), TSL_OK)
                 << tsl_context_last_error(ctx);
-            std::vector<std::vector<float>> got;
-            for (tsl_tensor_t t : {y, dx, dw, db}) {
-                tsl_shape s;
-                tsl_tensor_shape(t, &s);
-                std::vector<float> v((size_t)tsl_shape_numel(&s), NAN);
-                EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
-                got.push_back(v);
-            }
+            std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
             if (rank == 0) {
                 if (ref.empty()) {
                     ref = got;
@@ -810,13 +803,124 @@ TEST(Convolution, EverySampleTilingMatchesOneTile)
                 tsl_tensor_destroy(t);
         }
     }
-    // Spatial tiles are refused clearly until halo exchange exists.
-    tsl_tensor_t xs = make_tensor(TSL_F32, {n, 4, 11, 9}, {1, 1, 2, 1}, block);
-    tsl_tensor_t w = make_tensor(TSL_F32, {6, 2, 3, 3}, {1, 1, 1, 1}, block);
-    tsl_tensor_t y = make_tensor(TSL_F32, {n, 6, 6, 9}, {1, 1, 2, 1}, block);
-    EXPECT_EQ(tsl_conv_forward(&p, xs, w, nullptr, y), TSL_ERR_SHAPE);
-    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "halo"), nullptr);
-    for (tsl_tensor_t t : {xs, w, y})
+}
+
+// One spatial convolution case: x of `xdims` cut by `splits`, kernel k, stride, padding and
+// dilation per dimension (the same along every spatial dimension).
+struct SpatialCase {
+    std::vector<int64_t> xdims;
+    std::vector<int32_t> splits;
+    int64_t cout, k, stride, padding, dilation, groups;
+    tsl_layout layout;
+};
+
+// y, dx, dw and db of a convolution on tensors cut by `splits`, gathered on rank 0.
+static std::vector<std::vector<float>> conv_results(const SpatialCase &c,
+                                                    const std::vector<int32_t> &splits,
+                                                    const tsl_owner_map &xo,
+                                                    const tsl_owner_map &yo)
+{
+    int sp = (int)c.xdims.size() - 2;
+    tsl_conv_params p;
+    EXPECT_EQ(tsl_conv_params_init(&p, sp), TSL_OK);
+    for (int d = 0; d < sp; d++) {
+        p.stride[d] = c.stride;
+        p.padding[d] = c.padding;
+        p.dilation[d] = c.dilation;
+    }
+    p.groups = c.groups;
+    std::vector<int64_t> wd = {c.cout, c.xdims[1] / c.groups};
+    for (int d = 0; d < sp; d++)
+        wd.push_back(c.k);
+    tsl_owner_map last = tsl_owner_single(size - 1);
+    tsl_tensor_t x = make_tensor(TSL_F32, c.xdims, splits, xo, c.layout);
+    tsl_tensor_t dx = make_tensor(TSL_F32, c.xdims, splits, xo, c.layout);
+    tsl_tensor_t w = make_tensor(TSL_F32, wd, {}, last);
+    tsl_tensor_t dw = make_tensor(TSL_F32, wd, {}, last);
+    tsl_tensor_t b = make_tensor(TSL_F32, {c.cout}, {}, last);
+    tsl_tensor_t db = make_tensor(TSL_F32, {c.cout}, {}, tsl_owner_single(0));
+    tsl_shape xs, ws, ys;
+    tsl_tensor_shape(x, &xs);
+    tsl_tensor_shape(w, &ws);
+    EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_OK);
+    std::vector<int64_t> yd(ys.dims, ys.dims + ys.ndim);
+    tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo, c.layout);
+    tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo, c.layout);
+    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 100, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 101, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 102, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 103, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : {y, dx, dw, db}) // poison: every output must be written
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK);
+    EXPECT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_conv_backward(&p, x, w, dy, dx, dw, db), TSL_OK) << tsl_context_last_error(ctx);
+    std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
+    for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
+// Spatial tiles with halo exchange give the one-tile result: 1-D, 2-D and 3-D rank grids,
+// even and uneven tiles, kernels 1, 3 and 5, stride 1 and 2, padding 0, 1 and 2, dilation,
+// groups, both layouts; tiles dealt to ranks in blocks and, for the output, in reverse (so
+// halos and results cross ranks).
+TEST(Convolution, SpatialTilesMatchOneTile)
+{
+    const tsl_layout P = TSL_LAYOUT_PLAIN, CL = TSL_LAYOUT_CHANNELS_LAST;
+    std::vector<SpatialCase> cases = {
+        {{2, 3, 23}, {1, 1, 3}, 4, 3, 1, 1, 1, 1, P},
+        {{2, 3, 23}, {1, 1, 4}, 4, 5, 2, 2, 1, 1, P},
+        {{2, 3, 24}, {2, 1, 4}, 4, 3, 2, 0, 2, 1, P},
+        {{2, 4, 17}, {1, 1, 3}, 4, 1, 1, 0, 1, 2, CL},
+        {{3, 2, 13, 11}, {1, 1, 2, 3}, 5, 3, 1, 1, 1, 1, P},
+        {{2, 2, 14, 12}, {2, 1, 2, 2}, 3, 5, 1, 2, 1, 1, CL},
+        {{2, 4, 15, 9}, {1, 1, 3, 2}, 4, 3, 2, 1, 1, 4, P},
+        {{2, 3, 12, 13}, {1, 1, 2, 2}, 2, 5, 2, 0, 1, 1, P},
+        {{1, 2, 9, 8, 7}, {1, 1, 2, 2, 2}, 3, 3, 1, 1, 1, 1, P},
+        {{2, 2, 10, 9, 8}, {1, 1, 2, 1, 3}, 2, 3, 2, 2, 2, 1, CL},
+    };
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  root = tsl_owner_single(0);
+    for (size_t n = 0; n < cases.size(); n++) {
+        const SpatialCase &c = cases[n];
+        SCOPED_TRACE("case " + std::to_string(n));
+        std::vector<std::vector<float>> ref = conv_results(c, {}, root, root);
+        std::vector<std::vector<float>> got = conv_results(c, c.splits, block, rev);
+        if (rank == 0) {
+            const char *names[4] = {"y", "dx", "dw", "db"};
+            for (int k = 0; k < 4; k++)
+                EXPECT_LT(max_rel_diff(got[k], ref[k]), 1e-5) << names[k];
+        }
+    }
+}
+
+// What spatial tiling does not cover yet is refused with a clear message.
+TEST(Convolution, SpatialTilingLimitsAreErrors)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_conv_params p;
+    ASSERT_EQ(tsl_conv_params_init(&p, 1), TSL_OK);
+    tsl_tensor_t x = make_tensor(TSL_F32, {1, 2, 12}, {1, 1, 2}, block);
+    tsl_tensor_t w = make_tensor(TSL_F32, {2, 2, 3}, {}, block);
+    tsl_tensor_t y2 = make_tensor(TSL_F32, {1, 2, 10}, {1, 1, 2}, block);
+    tsl_tensor_t y3 = make_tensor(TSL_F32, {1, 2, 10}, {1, 1, 3}, block);
+    EXPECT_EQ(tsl_conv_forward(&p, x, w, nullptr, y3), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "same spatial tile grid"), nullptr);
+    EXPECT_EQ(tsl_conv_forward(&p, x, w, nullptr, y2), TSL_OK) << tsl_context_last_error(ctx);
+    tsl_tensor_t xc = make_tensor(TSL_F32, {1, 2, 12}, {1, 2, 2}, block);
+    EXPECT_EQ(tsl_conv_forward(&p, xc, w, nullptr, y2), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "channels"), nullptr);
+    // A transposed convolution on spatial tiles.
+    tsl_tensor_t yt = make_tensor(TSL_F32, {1, 2, 14}, {1, 1, 2}, block);
+    EXPECT_EQ(tsl_conv_transpose_forward(&p, x, w, nullptr, yt), TSL_ERR_UNSUPPORTED);
+    // Tiles of one position with a kernel of 61 reach too many neighbours.
+    tsl_tensor_t xf = make_tensor(TSL_F32, {1, 2, 40}, {1, 1, 40}, block);
+    tsl_tensor_t wf = make_tensor(TSL_F32, {2, 2, 31}, {}, block);
+    tsl_tensor_t yf = make_tensor(TSL_F32, {1, 2, 40}, {1, 1, 40}, block);
+    p.padding[0] = 15;
+    EXPECT_EQ(tsl_conv_forward(&p, xf, wf, nullptr, yf), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "larger spatial tiles"), nullptr);
+    for (tsl_tensor_t t : {x, w, y2, y3, xc, yt, xf, wf, yf})
         tsl_tensor_destroy(t);
 }
 
@@ -846,14 +950,7 @@ TEST(Convolution, TransposedSampleTilingsMatchOneTile)
             << tsl_context_last_error(ctx);
         ASSERT_EQ(tsl_conv_transpose_backward(&p, x, w, y, dx, dw, nullptr), TSL_OK)
             << tsl_context_last_error(ctx);
-        std::vector<std::vector<float>> got;
-        for (tsl_tensor_t t : {y, dx, dw}) {
-            tsl_shape s;
-            tsl_tensor_shape(t, &s);
-            std::vector<float> v((size_t)tsl_shape_numel(&s), NAN);
-            EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
-            got.push_back(v);
-        }
+        std::vector<std::vector<float>> got = gather_all({y, dx, dw});
         if (rank == 0) {
             if (ref.empty())
                 ref = got;

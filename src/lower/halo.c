@@ -1,0 +1,131 @@
+/* Halo slabs: planning, packing on the neighbour's owner, and accumulation of gradient slabs
+ * (see halo.h). */
+#include <string.h>
+
+#include "../../codelets/tile_ops.h"
+#include "halo.h"
+
+/* Intersection of two spatial boxes; 0 when empty. */
+static int box_meet(int spatial, const tsl_conv_box *a, const tsl_conv_box *b, tsl_conv_box *out)
+{
+    for (int d = 0; d < spatial; d++) {
+        int64_t lo = a->lo[d] > b->lo[d] ? a->lo[d] : b->lo[d];
+        int64_t hi = a->lo[d] + a->size[d] < b->lo[d] + b->size[d] ? a->lo[d] + a->size[d]
+                                                                   : b->lo[d] + b->size[d];
+        if (lo >= hi)
+            return 0;
+        out->lo[d] = lo;
+        out->size[d] = hi - lo;
+    }
+    for (int d = spatial; d < 3; d++) {
+        out->lo[d] = 0;
+        out->size[d] = 1;
+    }
+    return 1;
+}
+
+static void spatial_box(struct tsl_tensor *x, int64_t tile, int spatial, tsl_conv_box *box,
+                        int64_t start[TSL_MAX_DIMS], int64_t extent[TSL_MAX_DIMS])
+{
+    tsl_tensor_tile_box(x, tile, start, extent);
+    for (int d = 0; d < 3; d++) {
+        box->lo[d] = d < spatial ? start[2 + d] : 0;
+        box->size[d] = d < spatial ? extent[2 + d] : 1;
+    }
+}
+
+tsl_status tsl_halo_slabs(struct tsl_tensor *x, int64_t tile, int spatial,
+                          const tsl_conv_box *window, tsl_conv_box *own, int32_t *nslabs,
+                          int64_t *src_tile, tsl_conv_box *boxes, int32_t max)
+{
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+    spatial_box(x, tile, spatial, own, start, extent);
+    tsl_conv_box global = {{0, 0, 0}, {1, 1, 1}}, need;
+    for (int d = 0; d < spatial; d++)
+        global.size[d] = x->shape.dims[2 + d];
+    *nslabs = 0;
+    if (!box_meet(spatial, window, &global, &need))
+        return TSL_OK;
+    for (int64_t j = 0; j < x->ntiles; j++) {
+        if (j == tile)
+            continue;
+        int64_t s[TSL_MAX_DIMS], e[TSL_MAX_DIMS];
+        tsl_conv_box other, part;
+        spatial_box(x, j, spatial, &other, s, e);
+        if (s[0] != start[0] || s[1] != start[1] || !box_meet(spatial, &other, &need, &part))
+            continue; /* other samples or channels, or outside the window */
+        if (*nslabs == max)
+            return tsl_error(x->ctx, TSL_ERR_SHAPE,
+                             "halo exchange: the window of tile %lld reaches more than %d other "
+                             "tiles; use fewer, larger spatial tiles for this kernel",
+                             (long long)tile, (int)max);
+        src_tile[*nslabs] = j;
+        boxes[(*nslabs)++] = part;
+    }
+    return TSL_OK;
+}
+
+int64_t tsl_halo_numel(struct tsl_tensor *x, int64_t tile, int spatial, const tsl_conv_box *box)
+{
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(x, tile, start, extent);
+    int64_t n = extent[0] * extent[1];
+    for (int d = 0; d < spatial; d++)
+        n *= box->size[d];
+    return n;
+}
+
+/* Box-copy arguments between tile `tile` of x and a dense slab of `box`: from the tile into
+ * the slab (pack) or back (accumulate). */
+static void slab_args(struct tsl_tensor *x, int64_t tile, int spatial, const tsl_conv_box *box,
+                      int into_slab, tsl_box_copy_args *a)
+{
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(x, tile, start, extent);
+    memset(a, 0, sizeof *a);
+    a->ndim = x->shape.ndim;
+    a->elem_size = (int32_t)x->elem_size;
+    a->src_layout = a->dst_layout = x->layout;
+    int64_t *tile_extent = into_slab ? a->src_extent : a->dst_extent;
+    int64_t *tile_offset = into_slab ? a->src_offset : a->dst_offset;
+    int64_t *slab_extent = into_slab ? a->dst_extent : a->src_extent;
+    for (int d = 0; d < a->ndim; d++) {
+        tile_extent[d] = extent[d];
+        slab_extent[d] = a->box[d] = d < 2 ? extent[d] : box->size[d - 2];
+        tile_offset[d] = d < 2 ? 0 : box->lo[d - 2] - start[d];
+    }
+    (void)spatial;
+}
+
+/* Pack (into_slab) or accumulate (the reverse, adding) between a tile and a slab. */
+static tsl_status slab_task(struct tsl_tensor *x, int64_t tile, int spatial,
+                            const tsl_conv_box *box, starpu_data_handle_t slab, int into_slab)
+{
+    tsl_box_copy_args a;
+    slab_args(x, tile, spatial, box, into_slab, &a);
+    a.accumulate = !into_slab;
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_box_copy,
+        .name = into_slab ? "tsl_halo_pack" : "tsl_halo_accumulate",
+        .args = &a,
+        .args_size = sizeof a,
+        .nhandles = 2,
+        .handles = {into_slab ? x->handles[tile] : slab, into_slab ? slab : x->handles[tile]},
+        .modes = {STARPU_R, into_slab ? STARPU_W : STARPU_RW},
+    };
+    return tsl_task_submit(x->ctx, &desc);
+}
+
+tsl_status tsl_halo_pack(struct tsl_tensor *x, int64_t src_tile, int spatial,
+                         const tsl_conv_box *box, starpu_data_handle_t *slab)
+{
+    tsl_status st = tsl_temp_handle_register(x->ctx, tsl_halo_numel(x, src_tile, spatial, box),
+                                             x->elem_size, x->tile_owner[src_tile], slab);
+    return st ? st : slab_task(x, src_tile, spatial, box, *slab, 1);
+}
+
+tsl_status tsl_halo_accumulate(struct tsl_tensor *dx, int64_t tile, int spatial,
+                               const tsl_conv_box *box, starpu_data_handle_t slab)
+{
+    return slab_task(dx, tile, spatial, box, slab, 0);
+}
