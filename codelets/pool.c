@@ -4,6 +4,7 @@
  * (PyTorch's nn.Upsample, align_corners=False). Plain loops over (sample, channel) planes;
  * positions are handled as 3-D with unit trailing sizes. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -14,6 +15,7 @@
 /* Sizes padded to three dimensions (unused ones 1, kernel 1, stride 1, padding 0). */
 typedef struct geom {
     int64_t in[3], out[3], k[3], s[3], p[3], in_plane, out_plane;
+    int64_t gin[3], io[3], oo[3]; /* global input size, origins of the input and output */
 } geom;
 
 static geom geometry(const tsl_pool_args *a)
@@ -26,27 +28,32 @@ static geom geometry(const tsl_pool_args *a)
         g.k[d] = used ? a->kernel[d] : 1;
         g.s[d] = used ? a->stride[d] : 1;
         g.p[d] = used ? a->padding[d] : 0;
+        g.gin[d] = used && a->global_in[d] ? a->global_in[d] : g.in[d];
+        g.io[d] = used ? a->in_origin[d] : 0;
+        g.oo[d] = used ? a->out_origin[d] : 0;
     }
     g.in_plane = g.in[0] * g.in[1] * g.in[2];
     g.out_plane = g.out[0] * g.out[1] * g.out[2];
     return g;
 }
 
-/* Visit the in-bounds input positions of output window o; returns how many. */
+/* Visit the in-bounds input positions of the window of (local) output o: positions are
+ * worked out globally, idx is the local offset in the input buffer. */
 #define FOR_WINDOW(g, o0, o1, o2, idx, body)                                                       \
     for (int64_t k0 = 0; k0 < (g).k[0]; k0++) {                                                    \
-        int64_t q0 = (o0) * (g).s[0] - (g).p[0] + k0;                                              \
-        if (q0 < 0 || q0 >= (g).in[0])                                                             \
+        int64_t q0 = ((o0) + (g).oo[0]) * (g).s[0] - (g).p[0] + k0;                                \
+        if (q0 < 0 || q0 >= (g).gin[0])                                                            \
             continue;                                                                              \
         for (int64_t k1 = 0; k1 < (g).k[1]; k1++) {                                                \
-            int64_t q1 = (o1) * (g).s[1] - (g).p[1] + k1;                                          \
-            if (q1 < 0 || q1 >= (g).in[1])                                                         \
+            int64_t q1 = ((o1) + (g).oo[1]) * (g).s[1] - (g).p[1] + k1;                            \
+            if (q1 < 0 || q1 >= (g).gin[1])                                                        \
                 continue;                                                                          \
             for (int64_t k2 = 0; k2 < (g).k[2]; k2++) {                                            \
-                int64_t q2 = (o2) * (g).s[2] - (g).p[2] + k2;                                      \
-                if (q2 < 0 || q2 >= (g).in[2])                                                     \
+                int64_t q2 = ((o2) + (g).oo[2]) * (g).s[2] - (g).p[2] + k2;                        \
+                if (q2 < 0 || q2 >= (g).gin[2])                                                    \
                     continue;                                                                      \
-                int64_t idx = (q0 * (g).in[1] + q1) * (g).in[2] + q2;                              \
+                int64_t idx = ((q0 - (g).io[0]) * (g).in[1] + (q1 - (g).io[1])) * (g).in[2] + q2 - \
+                              (g).io[2];                                                           \
                 body;                                                                              \
             }                                                                                      \
         }                                                                                          \
@@ -57,12 +64,12 @@ static double avg_divisor(const tsl_pool_args *a, const geom *g, int64_t o0, int
     if (a->count_include_pad) {
         /* The window clipped to the padded input, as PyTorch. */
         double n = 1;
-        int64_t o[3] = {o0, o1, o2};
+        int64_t o[3] = {o0 + g->oo[0], o1 + g->oo[1], o2 + g->oo[2]};
         for (int d = 0; d < 3; d++) {
             int64_t lo = o[d] * g->s[d] - g->p[d];
             int64_t hi = lo + g->k[d];
-            if (hi > g->in[d] + g->p[d])
-                hi = g->in[d] + g->p[d];
+            if (hi > g->gin[d] + g->p[d])
+                hi = g->gin[d] + g->p[d];
             n *= (double)(hi - lo);
         }
         return n;
@@ -139,7 +146,8 @@ void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void 
 static int upsample_sources(const tsl_pool_args *a, const geom *g, int64_t out, int64_t *at,
                             double *weight)
 {
-    int64_t o[3] = {out / (g->out[1] * g->out[2]), out / g->out[2] % g->out[1], out % g->out[2]};
+    int64_t o[3] = {out / (g->out[1] * g->out[2]) + g->oo[0],
+                    out / g->out[2] % g->out[1] + g->oo[1], out % g->out[2] + g->oo[2]};
     int64_t lo[3], hi[3];
     double w_hi[3];
     int taps[3];
@@ -154,7 +162,7 @@ static int upsample_sources(const tsl_pool_args *a, const geom *g, int64_t out, 
         if (src < 0)
             src = 0;
         lo[d] = (int64_t)src;
-        hi[d] = lo[d] < g->in[d] - 1 ? lo[d] + 1 : lo[d];
+        hi[d] = lo[d] < g->gin[d] - 1 ? lo[d] + 1 : lo[d];
         w_hi[d] = src - (double)lo[d];
         taps[d] = 2;
     }
@@ -163,7 +171,7 @@ static int upsample_sources(const tsl_pool_args *a, const geom *g, int64_t out, 
         for (int t1 = 0; t1 < taps[1]; t1++)
             for (int t2 = 0; t2 < taps[2]; t2++) {
                 int64_t q0 = t0 ? hi[0] : lo[0], q1 = t1 ? hi[1] : lo[1], q2 = t2 ? hi[2] : lo[2];
-                at[n] = (q0 * g->in[1] + q1) * g->in[2] + q2;
+                at[n] = ((q0 - g->io[0]) * g->in[1] + q1 - g->io[1]) * g->in[2] + q2 - g->io[2];
                 weight[n] = (t0 ? w_hi[0] : 1 - w_hi[0]) * (t1 ? w_hi[1] : 1 - w_hi[1]) *
                             (t2 ? w_hi[2] : 1 - w_hi[2]);
                 n++;
@@ -234,6 +242,143 @@ static void upsample_backward_cpu(void *buffers[], void *cl_arg)
     starpu_codelet_unpack_args(cl_arg, &a);
     tsl_upsample_backward_kernel(&a, BUF(0), BUF(1));
 }
+
+/* ---- spatial tiles: the kernels on a window assembled from the tile and halo slabs ---- */
+
+/* The assembly's view of a pooling window: planes as samples of one channel. */
+static tsl_conv_args window_view(const tsl_pool_task_args *t)
+{
+    tsl_conv_args c;
+    memset(&c, 0, sizeof c);
+    c.spatial = t->pool.spatial;
+    c.samples = t->pool.planes;
+    c.in_channels = 1;
+    for (int d = 0; d < 3; d++)
+        c.in_size[d] = d < c.spatial ? t->pool.in_size[d] : 1;
+    return c;
+}
+
+static float *window_alloc(const tsl_pool_task_args *t)
+{
+    size_t n = (size_t)t->pool.planes;
+    for (int d = 0; d < t->pool.spatial; d++)
+        n *= (size_t)t->pool.in_size[d];
+    float *w = malloc(n * sizeof *w);
+    TSL_CODELET_CHECK(w, "pooling: out of memory for a window");
+    return w;
+}
+
+static int unpack_window(void *cl_arg, void *buffers[], int first, tsl_pool_task_args *t,
+                         void **slabs)
+{
+    starpu_codelet_unpack_args(cl_arg, t);
+    TSL_CODELET_CHECK(t->pool.dtype == TSL_F32, "pooling windows take f32 tiles");
+    int ns = t->window.nslabs;
+    TSL_CODELET_CHECK(ns >= 0 && ns <= TSL_CONV_MAX_SLABS, "pooling: halo slab count");
+    for (int k = 0; k < ns; k++)
+        slabs[k] = BUF(first + k);
+    return ns;
+}
+
+/* x window -> y (pooling or upsampling forward). */
+static void window_forward_cpu(void *buffers[], void *cl_arg, int upsampling)
+{
+    tsl_pool_task_args t;
+    void *slabs[TSL_CONV_MAX_SLABS];
+    int ns = unpack_window(cl_arg, buffers, 1, &t, slabs);
+    tsl_conv_args c = window_view(&t);
+    tsl_conv_window_check(&c, &t.window);
+    float *win = window_alloc(&t);
+    tsl_conv_window_assemble(&c, &t.window, BUF(0), (const float *const *)slabs, win);
+    if (upsampling)
+        tsl_upsample_forward_kernel(&t.pool, win, BUF(1 + ns));
+    else
+        tsl_pool_forward_kernel(&t.pool, win, BUF(1 + ns));
+    free(win);
+}
+
+static void pool_window_forward_cpu(void *buffers[], void *cl_arg)
+{
+    window_forward_cpu(buffers, cl_arg, 0);
+}
+
+static void upsample_window_forward_cpu(void *buffers[], void *cl_arg)
+{
+    window_forward_cpu(buffers, cl_arg, 1);
+}
+
+/* x window, dy -> dx tile and gradient slabs. */
+static void pool_window_backward_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_task_args t;
+    void *slabs[TSL_CONV_MAX_SLABS], *dslabs[TSL_CONV_MAX_SLABS];
+    int ns = unpack_window(cl_arg, buffers, 1, &t, slabs);
+    for (int k = 0; k < ns; k++)
+        dslabs[k] = BUF(3 + ns + k);
+    tsl_conv_args c = window_view(&t);
+    tsl_conv_window_check(&c, &t.window);
+    float *win = window_alloc(&t), *dwin = window_alloc(&t);
+    tsl_conv_window_assemble(&c, &t.window, BUF(0), (const float *const *)slabs, win);
+    tsl_pool_backward_kernel(&t.pool, win, BUF(1 + ns), dwin);
+    tsl_conv_window_scatter(&c, &t.window, dwin, BUF(2 + ns), (float *const *)dslabs);
+    free(win);
+    free(dwin);
+}
+
+/* dy -> dx tile and gradient slabs. */
+static void upsample_window_backward_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_task_args t;
+    void *dslabs[TSL_CONV_MAX_SLABS];
+    unpack_window(cl_arg, buffers, 2, &t, dslabs); /* dx slabs follow dy and dx */
+    tsl_conv_args c = window_view(&t);
+    tsl_conv_window_check(&c, &t.window);
+    float *dwin = window_alloc(&t);
+    tsl_upsample_backward_kernel(&t.pool, BUF(0), dwin);
+    tsl_conv_window_scatter(&c, &t.window, dwin, BUF(1), (float *const *)dslabs);
+    free(dwin);
+}
+
+static struct starpu_perfmodel pool_window_fwd_model = {.type = STARPU_HISTORY_BASED,
+                                                        .symbol = "tsl_pool_window_fwd"};
+static struct starpu_perfmodel pool_window_bwd_model = {.type = STARPU_HISTORY_BASED,
+                                                        .symbol = "tsl_pool_window_bwd"};
+static struct starpu_perfmodel up_window_fwd_model = {.type = STARPU_HISTORY_BASED,
+                                                      .symbol = "tsl_upsample_window_fwd"};
+static struct starpu_perfmodel up_window_bwd_model = {.type = STARPU_HISTORY_BASED,
+                                                      .symbol = "tsl_upsample_window_bwd"};
+
+struct starpu_codelet tsl_cl_pool_window_forward = {
+    .cpu_funcs = {pool_window_forward_cpu},
+    .cpu_funcs_name = {"pool_window_forward_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pool_window_fwd_model,
+    .name = "tsl_pool_window_fwd",
+};
+
+struct starpu_codelet tsl_cl_pool_window_backward = {
+    .cpu_funcs = {pool_window_backward_cpu},
+    .cpu_funcs_name = {"pool_window_backward_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pool_window_bwd_model,
+    .name = "tsl_pool_window_bwd",
+};
+
+struct starpu_codelet tsl_cl_upsample_window_forward = {
+    .cpu_funcs = {upsample_window_forward_cpu},
+    .cpu_funcs_name = {"upsample_window_forward_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &up_window_fwd_model,
+    .name = "tsl_upsample_window_fwd",
+};
+
+struct starpu_codelet tsl_cl_upsample_window_backward = {
+    .cpu_funcs = {upsample_window_backward_cpu},
+    .cpu_funcs_name = {"upsample_window_backward_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &up_window_bwd_model,
+    .name = "tsl_upsample_window_bwd",
+};
 
 static struct starpu_perfmodel pool_fwd_model = {.type = STARPU_HISTORY_BASED,
                                                  .symbol = "tsl_pool_fwd"};

@@ -7,6 +7,8 @@
 #include <starpu.h>
 #include <stdint.h>
 
+#include "conv.h"
+
 typedef struct tsl_pool_args {
     int32_t dtype;
     int32_t spatial;
@@ -15,6 +17,11 @@ typedef struct tsl_pool_args {
     int64_t planes;
     int64_t in_size[3], out_size[3];
     int64_t kernel[3], stride[3], padding[3]; /* upsampling: kernel holds the scale */
+    /* A window of a spatially tiled tensor: the global input size (0: in_size, a whole
+     * tensor), the global position of the input buffer's first element and of the tile's
+     * first output. Windows and padding are worked out in global positions, so a tile
+     * computes exactly what the whole tensor would at its positions. */
+    int64_t global_in[3], in_origin[3], out_origin[3];
 } tsl_pool_args;
 
 /* tsl_pool_args.kind of an upsampling. Linear is PyTorch's align_corners=False: source
@@ -32,6 +39,21 @@ void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void 
  * plane's contributions in a fixed order (deterministic). */
 void tsl_upsample_forward_kernel(const tsl_pool_args *a, const void *x, void *y);
 void tsl_upsample_backward_kernel(const tsl_pool_args *a, const void *dy, void *dx);
+
+/* Spatial tiles (f32): the arguments with the window of the input the tile's task reads,
+ * assembled from the tile and halo slabs (as for convolutions, codelets/conv.h; the window
+ * lies inside the global input). pool.in_size is the window's size, pool.out_size the output
+ * tile's, pool.in_origin the window's start. */
+typedef struct tsl_pool_task_args {
+    tsl_pool_args pool;
+    tsl_conv_window window;
+} tsl_pool_task_args;
+
+extern struct starpu_codelet tsl_cl_pool_window_forward; /* R x, [R slabs], W y */
+extern struct starpu_codelet
+    tsl_cl_pool_window_backward; /* R x, [R slabs], R dy, W dx, [W dslabs] */
+extern struct starpu_codelet tsl_cl_upsample_window_forward;  /* R x, [R slabs], W y */
+extern struct starpu_codelet tsl_cl_upsample_window_backward; /* R dy, W dx, [W dslabs] */
 
 extern struct starpu_codelet tsl_cl_pool_forward;             /* R x, W y */
 extern struct starpu_codelet tsl_cl_pool_backward;            /* R x, R dy, W dx */

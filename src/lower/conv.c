@@ -4,7 +4,6 @@
  * own input tile and halo slabs that pack tasks cut from the neighbouring tiles on their
  * owners (src/lower/halo.c), and the backward data pass sends the window gradient's slabs
  * back to be added into the neighbours' tiles. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "../../codelets/conv.h"
@@ -276,23 +275,6 @@ static tsl_status check_windows(const tsl_conv_args *a, tsl_tensor_t x, tsl_tens
     return st;
 }
 
-/* Pack the halo slabs a window task reads (tsl_halo_pack); handles into `slabs`. */
-static tsl_status pack_slabs(tsl_tensor_t x, const tsl_conv_task_args *t, const int64_t *src,
-                             starpu_data_handle_t *slabs)
-{
-    tsl_status st = TSL_OK;
-    for (int32_t k = 0; k < t->window.nslabs && !st; k++)
-        st = tsl_halo_pack(x, src[k], t->conv.spatial, &t->window.slab[k], &slabs[k]);
-    return st;
-}
-
-static void release_slabs(struct tsl_context *ctx, starpu_data_handle_t *slabs, int32_t n)
-{
-    for (int32_t k = 0; k < n; k++)
-        if (slabs[k])
-            tsl_temp_handle_release(ctx, slabs[k]);
-}
-
 /* Forward on spatial tiles: per output tile, pack its halo, then one task reading the input
  * tile and the slabs. */
 static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
@@ -304,8 +286,9 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
         tsl_conv_task_args t;
         int64_t src[TSL_CONV_MAX_SLABS];
         starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
-        if ((st = window_args(a, x, y, i, &t, src)) || (st = pack_slabs(x, &t, src, slabs))) {
-            release_slabs(ctx, slabs, TSL_CONV_MAX_SLABS);
+        if ((st = window_args(a, x, y, i, &t, src)) ||
+            (st = tsl_halo_pack_window(x, a->spatial, &t.window, src, slabs))) {
+            tsl_halo_release(ctx, slabs, TSL_CONV_MAX_SLABS);
             break;
         }
         int32_t ns = t.window.nslabs, n = 0;
@@ -329,7 +312,7 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
         desc.modes[n++] = STARPU_W;
         desc.nhandles = n;
         st = tsl_task_submit(ctx, &desc);
-        release_slabs(ctx, slabs, ns);
+        tsl_halo_release(ctx, slabs, ns);
         if (x->tile_owner[i] != y->tile_owner[i])
             starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
     }
@@ -346,57 +329,36 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
                                          tsl_tensor_t dy, tsl_tensor_t dx)
 {
     struct tsl_context *ctx = x->ctx;
-    int64_t nt = dy->ntiles;
-    tsl_conv_task_args *t = calloc((size_t)nt, sizeof *t);
-    int64_t *src = calloc((size_t)nt * TSL_CONV_MAX_SLABS, sizeof *src);
-    starpu_data_handle_t *slabs = calloc((size_t)nt * TSL_CONV_MAX_SLABS, sizeof *slabs);
-    if (!t || !src || !slabs) {
-        free(t);
-        free(src);
-        free(slabs);
-        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "convolution backward: out of memory");
-    }
-    tsl_status st = TSL_OK;
-    for (int64_t i = 0; i < nt && !st; i++) {
-        int64_t *si = src + i * TSL_CONV_MAX_SLABS;
-        starpu_data_handle_t *hi = slabs + i * TSL_CONV_MAX_SLABS;
-        if ((st = window_args(a, x, dy, i, &t[i], si)))
+    tsl_halo_returns r;
+    tsl_status st = tsl_halo_returns_init(&r, ctx, dy->ntiles);
+    if (st)
+        return st;
+    for (int64_t i = 0; i < dy->ntiles && !st; i++) {
+        tsl_conv_task_args t;
+        int64_t src[TSL_CONV_MAX_SLABS];
+        if ((st = window_args(a, x, dy, i, &t, src)) ||
+            (st = tsl_halo_returns_add(&r, dx, i, a->spatial, &t.window, src, dx->tile_owner[i])))
             break;
-        int32_t ns = t[i].window.nslabs, n = 0;
-        for (int32_t k = 0; k < ns && !st; k++)
-            st = tsl_temp_handle_register(
-                ctx, tsl_halo_numel(dx, si[k], a->spatial, &t[i].window.slab[k]), dx->elem_size,
-                dx->tile_owner[i], &hi[k]);
-        if (st)
-            break;
+        int32_t n = 0;
         tsl_task_desc desc = {.codelet = &tsl_cl_conv_backward_data,
-                              .args = &t[i],
-                              .args_size = sizeof t[i],
-                              .flops = conv_flops(&t[i].conv)};
+                              .args = &t,
+                              .args_size = sizeof t,
+                              .flops = conv_flops(&t.conv)};
         desc.handles[n] = dy->handles[i];
         desc.modes[n++] = STARPU_R;
         desc.handles[n] = w->handles[0];
         desc.modes[n++] = STARPU_R;
         desc.handles[n] = dx->handles[i];
         desc.modes[n++] = STARPU_W;
-        for (int32_t k = 0; k < ns; k++) {
-            desc.handles[n] = hi[k];
+        for (int32_t k = 0; k < t.window.nslabs; k++) {
+            desc.handles[n] = r.slabs[i * TSL_CONV_MAX_SLABS + k];
             desc.modes[n++] = STARPU_W;
         }
         desc.nhandles = n;
         st = tsl_task_submit(ctx, &desc);
     }
-    for (int64_t j = 0; j < nt && !st; j++)
-        for (int64_t i = 0; i < nt && !st; i++)
-            for (int32_t k = 0; k < t[i].window.nslabs && !st; k++)
-                if (src[i * TSL_CONV_MAX_SLABS + k] == j)
-                    st = tsl_halo_accumulate(dx, j, a->spatial, &t[i].window.slab[k],
-                                             slabs[i * TSL_CONV_MAX_SLABS + k]);
-    release_slabs(ctx, slabs, (int32_t)(nt * TSL_CONV_MAX_SLABS));
-    free(t);
-    free(src);
-    free(slabs);
-    return st;
+    tsl_status fin = tsl_halo_returns_finish(&r, dx, a->spatial, !st);
+    return st ? st : fin;
 }
 
 static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
@@ -431,8 +393,8 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
     if (!spatially_tiled(g->x))
         a = task_args(&g->args, tile_samples(g->x, tile));
     else if ((st = window_args(&g->args, g->x, g->dy, tile, &a, src)) ||
-             (st = pack_slabs(g->x, &a, src, slabs))) {
-        release_slabs(ctx, slabs, TSL_CONV_MAX_SLABS);
+             (st = tsl_halo_pack_window(g->x, g->args.spatial, &a.window, src, slabs))) {
+        tsl_halo_release(ctx, slabs, TSL_CONV_MAX_SLABS);
         return st;
     }
     a.conv.has_bias = db_part != NULL;
@@ -459,7 +421,7 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
     }
     desc.nhandles = n;
     st = tsl_task_submit(ctx, &desc);
-    release_slabs(ctx, slabs, ns);
+    tsl_halo_release(ctx, slabs, ns);
     return st;
 }
 

@@ -1,5 +1,6 @@
 /* Halo slabs: planning, packing on the neighbour's owner, and accumulation of gradient slabs
  * (see halo.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../codelets/tile_ops.h"
@@ -128,4 +129,79 @@ tsl_status tsl_halo_accumulate(struct tsl_tensor *dx, int64_t tile, int spatial,
                                const tsl_conv_box *box, starpu_data_handle_t slab)
 {
     return slab_task(dx, tile, spatial, box, slab, 0);
+}
+
+tsl_status tsl_halo_pack_window(struct tsl_tensor *x, int spatial, const tsl_conv_window *w,
+                                const int64_t *src, starpu_data_handle_t *slabs)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < w->nslabs; k++)
+        slabs[k] = NULL;
+    for (int32_t k = 0; k < w->nslabs && !st; k++)
+        st = tsl_halo_pack(x, src[k], spatial, &w->slab[k], &slabs[k]);
+    if (st)
+        tsl_halo_release(x->ctx, slabs, w->nslabs);
+    return st;
+}
+
+void tsl_halo_release(struct tsl_context *ctx, starpu_data_handle_t *slabs, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (slabs[k]) {
+            tsl_temp_handle_release(ctx, slabs[k]);
+            slabs[k] = NULL;
+        }
+}
+
+tsl_status tsl_halo_returns_init(tsl_halo_returns *r, struct tsl_context *ctx, int64_t ntiles)
+{
+    size_t n = (size_t)ntiles * TSL_CONV_MAX_SLABS;
+    r->ntiles = ntiles;
+    r->nslabs = calloc((size_t)ntiles, sizeof *r->nslabs);
+    r->src = calloc(n, sizeof *r->src);
+    r->box = calloc(n, sizeof *r->box);
+    r->slabs = calloc(n, sizeof *r->slabs);
+    if (!r->nslabs || !r->src || !r->box || !r->slabs) {
+        free(r->nslabs);
+        free(r->src);
+        free(r->box);
+        free(r->slabs);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "halo exchange: out of memory");
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_halo_returns_add(tsl_halo_returns *r, struct tsl_tensor *dx, int64_t tile,
+                                int spatial, const tsl_conv_window *w, const int64_t *src,
+                                int owner)
+{
+    int64_t base = tile * TSL_CONV_MAX_SLABS;
+    r->nslabs[tile] = w->nslabs;
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < w->nslabs && !st; k++) {
+        r->src[base + k] = src[k];
+        r->box[base + k] = w->slab[k];
+        st = tsl_temp_handle_register(dx->ctx, tsl_halo_numel(dx, src[k], spatial, &w->slab[k]),
+                                      dx->elem_size, owner, &r->slabs[base + k]);
+    }
+    return st;
+}
+
+tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, int spatial,
+                                   int accumulate)
+{
+    tsl_status st = TSL_OK;
+    for (int64_t j = 0; j < dx->ntiles && accumulate && !st; j++)
+        for (int64_t i = 0; i < r->ntiles && !st; i++)
+            for (int32_t k = 0; k < r->nslabs[i] && !st; k++) {
+                int64_t at = i * TSL_CONV_MAX_SLABS + k;
+                if (r->src[at] == j)
+                    st = tsl_halo_accumulate(dx, j, spatial, &r->box[at], r->slabs[at]);
+            }
+    tsl_halo_release(dx->ctx, r->slabs, r->ntiles * TSL_CONV_MAX_SLABS);
+    free(r->nslabs);
+    free(r->src);
+    free(r->box);
+    free(r->slabs);
+    return st;
 }

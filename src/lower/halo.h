@@ -30,4 +30,36 @@ tsl_status tsl_halo_pack(struct tsl_tensor *x, int64_t src_tile, int spatial,
 tsl_status tsl_halo_accumulate(struct tsl_tensor *dx, int64_t tile, int spatial,
                                const tsl_conv_box *box, starpu_data_handle_t slab);
 
+/* Pack the `w->nslabs` halo slabs of window `w` (their source tiles in `src`) into
+ * `slabs`; on error the ones made are released. */
+tsl_status tsl_halo_pack_window(struct tsl_tensor *x, int spatial, const tsl_conv_window *w,
+                                const int64_t *src, starpu_data_handle_t *slabs);
+
+/* Release `n` slab handles (NULL entries skipped). */
+void tsl_halo_release(struct tsl_context *ctx, starpu_data_handle_t *slabs, int64_t n);
+
+/* Gradient slabs of a backward pass over windows: tile i's task writes its window gradient's
+ * part for tile i and one slab per neighbour part; tsl_halo_returns_finish() then adds every
+ * slab into the tile it belongs to, per tile in a fixed order (deterministic sums). */
+typedef struct tsl_halo_returns {
+    int64_t ntiles;
+    int32_t *nslabs;             /* [ntiles] */
+    int64_t *src;                /* [ntiles * TSL_CONV_MAX_SLABS] */
+    tsl_conv_box *box;           /* [ntiles * TSL_CONV_MAX_SLABS] */
+    starpu_data_handle_t *slabs; /* [ntiles * TSL_CONV_MAX_SLABS] */
+} tsl_halo_returns;
+
+tsl_status tsl_halo_returns_init(tsl_halo_returns *r, struct tsl_context *ctx, int64_t ntiles);
+
+/* Register the gradient slabs of tile `tile`'s window `w` (sources `src`) for dx, owned by
+ * `owner` (where the task writing them runs); their handles are then r->slabs + tile *
+ * TSL_CONV_MAX_SLABS. */
+tsl_status tsl_halo_returns_add(tsl_halo_returns *r, struct tsl_tensor *dx, int64_t tile,
+                                int spatial, const tsl_conv_window *w, const int64_t *src,
+                                int owner);
+
+/* With `accumulate`, add every slab into its tile; always release and free everything. */
+tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, int spatial,
+                                   int accumulate);
+
 #endif /* TESSEL_SRC_LOWER_HALO_H */

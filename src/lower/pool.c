@@ -1,9 +1,12 @@
 /* Pooling and upsampling (nearest, linear) on tiled tensors: one task per tile of whole
- * (sample, channel) planes. */
+ * (sample, channel) planes; on spatial tiles, one task per output tile on a window assembled
+ * from its input tile and halo slabs packed on the neighbours' owners (src/lower/halo.c),
+ * with gradient slabs added back into the neighbours in the backward pass. */
 #include <string.h>
 
 #include "../../codelets/pool.h"
 #include "../internal.h"
+#include "halo.h"
 #include "tessel/ops.h"
 
 tsl_status tsl_pool_params_init(tsl_pool_params *p, tsl_pool_kind kind, int32_t spatial,
@@ -74,13 +77,148 @@ static tsl_status check_planes(tsl_tensor_t x, tsl_tensor_t y, const tsl_shape *
                          fn);
     if (y->shape.ndim != want->ndim || memcmp(y->shape.dims, want->dims, sizeof want->dims))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: the output has the wrong shape", fn);
-    for (int d = 2; d < x->shape.ndim; d++)
-        if (x->grid.splits[d] != 1 || y->grid.splits[d] != 1)
-            return tsl_error(ctx, TSL_ERR_SHAPE,
-                             "%s: spatial dimensions may not be split yet (halo exchange)", fn);
     if (x->grid.splits[0] != y->grid.splits[0] || x->grid.splits[1] != y->grid.splits[1])
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: x and y need the same N and C tiles", fn);
+    for (int d = 2; d < x->shape.ndim; d++) {
+        if (x->grid.splits[d] != y->grid.splits[d])
+            return tsl_error(ctx, TSL_ERR_SHAPE,
+                             "%s: x and y need the same spatial tile grid (output tile i reads "
+                             "input tile i and halos from its neighbours)",
+                             fn);
+        if (x->grid.splits[d] > 1 && x->dtype != TSL_F32)
+            return tsl_error(ctx, TSL_ERR_DTYPE, "%s: spatial tiles take f32 tensors", fn);
+    }
     return TSL_OK;
+}
+
+static int spatially_tiled(tsl_tensor_t x)
+{
+    for (int d = 2; d < x->shape.ndim; d++)
+        if (x->grid.splits[d] > 1)
+            return 1;
+    return 0;
+}
+
+/* The range of `small` positions [*lo, *hi) that outputs [olo, ohi) along one dimension read:
+ * pooling windows (clipped to the input), or the sources of nearest or linear upsampling. */
+static void input_range(const tsl_pool_args *a, int pooling, int d, int64_t olo, int64_t ohi,
+                        int64_t global, int64_t *lo, int64_t *hi)
+{
+    if (pooling) {
+        *lo = olo * a->stride[d] - a->padding[d];
+        *hi = (ohi - 1) * a->stride[d] - a->padding[d] + a->kernel[d];
+    } else if (a->kind == TSL_UPSAMPLE_NEAREST) {
+        *lo = olo / a->kernel[d];
+        *hi = (ohi - 1) / a->kernel[d] + 1;
+    } else { /* as codelets/pool.c: floor of the source coordinate, and the next one */
+        double s0 = ((double)olo + 0.5) / (double)a->kernel[d] - 0.5;
+        double s1 = ((double)(ohi - 1) + 0.5) / (double)a->kernel[d] - 0.5;
+        *lo = s0 < 0 ? 0 : (int64_t)s0;
+        *hi = (s1 < 0 ? 0 : (int64_t)s1) + 2;
+    }
+    if (*lo < 0)
+        *lo = 0;
+    if (*hi > global)
+        *hi = global;
+}
+
+/* Task arguments of tile `tile` of `big` (the output of a pooling, the upsampled side of an
+ * upsampling) on a window of `small`, and the window's halo slabs' source tiles. */
+static tsl_status window_args(const tsl_pool_args *a, int pooling, tsl_tensor_t small,
+                              tsl_tensor_t big, int64_t tile, tsl_pool_task_args *t, int64_t *src)
+{
+    memset(t, 0, sizeof *t);
+    t->pool = *a;
+    int64_t bs[TSL_MAX_DIMS], be[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(big, tile, bs, be);
+    t->pool.planes = be[0] * be[1];
+    tsl_conv_window *w = &t->window;
+    for (int d = 0; d < 3; d++) {
+        w->global[d] = 1;
+        w->window.lo[d] = 0;
+        w->window.size[d] = 1;
+        if (d >= a->spatial)
+            continue;
+        int64_t lo, hi, global = small->shape.dims[2 + d];
+        input_range(a, pooling, d, bs[2 + d], bs[2 + d] + be[2 + d], global, &lo, &hi);
+        if (hi <= lo)
+            return tsl_error(small->ctx, TSL_ERR_SHAPE,
+                             "pooling: an output tile reads only padding along dimension %d", d);
+        w->global[d] = global;
+        w->window.lo[d] = lo;
+        w->window.size[d] = hi - lo;
+        t->pool.global_in[d] = global;
+        t->pool.in_size[d] = hi - lo;
+        t->pool.in_origin[d] = lo;
+        t->pool.out_size[d] = be[2 + d];
+        t->pool.out_origin[d] = bs[2 + d];
+    }
+    return tsl_halo_slabs(small, tile, a->spatial, &w->window, &w->tile, &w->nslabs, src, w->slab,
+                          TSL_CONV_MAX_SLABS);
+}
+
+/* Spatial tiles. Forward (pooling and upsampling): per output tile, pack the halo of `small`
+ * and run one task on the window. Backward: pooling reads the x window and dy, upsampling dy
+ * only; each writes its dx tile's part and gradient slabs that go back to the neighbours. */
+static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, tsl_tensor_t small,
+                           tsl_tensor_t big, tsl_tensor_t x, tsl_tensor_t dx)
+{
+    struct tsl_context *ctx = small->ctx;
+    tsl_status st = TSL_OK;
+    tsl_pool_task_args t;
+    int64_t src[TSL_CONV_MAX_SLABS];
+    for (int64_t i = 0; i < big->ntiles && !st; i++) /* validate before submitting */
+        st = window_args(a, pooling, small, big, i, &t, src);
+    tsl_halo_returns r;
+    if (st || (backward && (st = tsl_halo_returns_init(&r, ctx, big->ntiles))))
+        return st;
+    struct starpu_codelet *cl =
+        pooling ? (backward ? &tsl_cl_pool_window_backward : &tsl_cl_pool_window_forward)
+                : (backward ? &tsl_cl_upsample_window_backward : &tsl_cl_upsample_window_forward);
+    for (int64_t i = 0; i < big->ntiles && !st; i++) {
+        starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
+        window_args(a, pooling, small, big, i, &t, src);
+        int32_t ns = t.window.nslabs, n = 0;
+        int read_x = !backward || pooling;
+        if (read_x && (st = tsl_halo_pack_window(x, a->spatial, &t.window, src, slabs)))
+            break;
+        if (backward &&
+            (st = tsl_halo_returns_add(&r, dx, i, a->spatial, &t.window, src, dx->tile_owner[i])))
+            break;
+        tsl_task_desc desc = {.codelet = cl,
+                              .args = &t,
+                              .args_size = sizeof t,
+                              .flops = (double)tsl_tensor_tile_numel(big, i)};
+        if (read_x) {
+            desc.handles[n] = x->handles[i];
+            desc.modes[n++] = STARPU_R;
+            for (int32_t k = 0; k < ns; k++) {
+                desc.handles[n] = slabs[k];
+                desc.modes[n++] = STARPU_R;
+            }
+        }
+        if (backward) {
+            desc.handles[n] = big->handles[i];
+            desc.modes[n++] = STARPU_R;
+            desc.handles[n] = dx->handles[i];
+            desc.modes[n++] = STARPU_W;
+            for (int32_t k = 0; k < ns; k++) {
+                desc.handles[n] = r.slabs[i * TSL_CONV_MAX_SLABS + k];
+                desc.modes[n++] = STARPU_W;
+            }
+        } else {
+            desc.handles[n] = big->handles[i];
+            desc.modes[n++] = STARPU_W;
+        }
+        desc.nhandles = n;
+        st = tsl_task_submit(ctx, &desc);
+        tsl_halo_release(ctx, slabs, ns);
+    }
+    if (backward) {
+        tsl_status fin = tsl_halo_returns_finish(&r, dx, a->spatial, !st);
+        st = st ? st : fin;
+    }
+    return st;
 }
 
 static tsl_pool_args args_of(tsl_tensor_t x, tsl_tensor_t y, int spatial)
@@ -147,6 +285,8 @@ tsl_status tsl_pool_forward(const tsl_pool_params *p, tsl_tensor_t x, tsl_tensor
         return st;
     tsl_pool_args a = args_of(x, y, p->spatial);
     fill_pool(&a, p);
+    if (spatially_tiled(x))
+        return windowed(&a, 1, 0, x, y, x, NULL);
     tsl_tensor_t t[2] = {x, y};
     enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
     return per_tile(&tsl_cl_pool_forward, a, x, 2, t, m);
@@ -168,6 +308,8 @@ tsl_status tsl_pool_backward(const tsl_pool_params *p, tsl_tensor_t x, tsl_tenso
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: dx may not overwrite an input", fn);
     tsl_pool_args a = args_of(x, dy, p->spatial);
     fill_pool(&a, p);
+    if (spatially_tiled(x))
+        return windowed(&a, 1, 1, x, dy, x, dx);
     tsl_tensor_t t[3] = {x, dy, dx};
     enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
     return per_tile(&tsl_cl_pool_backward, a, x, 3, t, m);
@@ -204,6 +346,9 @@ static tsl_status upsample(const char *fn, tsl_upsample_mode mode, int backward,
     a.kind = mode;
     for (int d = 0; d < a.spatial; d++)
         a.kernel[d] = scale[d];
+    if (spatially_tiled(small))
+        return windowed(&a, 0, backward, small, big, backward ? NULL : small,
+                        backward ? small : NULL);
     struct starpu_codelet *codelets[2][2] = {
         {&tsl_cl_upsample_forward, &tsl_cl_upsample_backward},
         {&tsl_cl_upsample_linear_forward, &tsl_cl_upsample_linear_backward}};

@@ -964,6 +964,100 @@ TEST(Convolution, TransposedSampleTilingsMatchOneTile)
     }
 }
 
+// Pooling and upsampling on spatial tiles against one tile: 1-D, 2-D and 3-D rank grids, even
+// and uneven tiles, kernels 1, 2, 3 and 5, stride 1 and 2, padding 0, 1 and 2, both average
+// divisors, nearest and linear upsampling by 2 and 3. op: 0 max, 1 avg, 2 avg without padding
+// in the divisor, 3 nearest, 4 linear (k is then the scale).
+struct WindowCase {
+    std::vector<int64_t> xdims;
+    std::vector<int32_t> splits;
+    int op;
+    int64_t k, stride, padding;
+};
+
+static std::vector<std::vector<float>> window_results(const WindowCase &c,
+                                                      const std::vector<int32_t> &splits,
+                                                      const tsl_owner_map &xo,
+                                                      const tsl_owner_map &yo)
+{
+    int sp = (int)c.xdims.size() - 2;
+    tsl_pool_params p;
+    EXPECT_EQ(tsl_pool_params_init(&p, c.op == 0 ? TSL_POOL_MAX : TSL_POOL_AVG, sp, c.k), TSL_OK);
+    int64_t scale[3] = {c.k, c.k, c.k};
+    std::vector<int64_t> yd = c.xdims;
+    if (c.op < 3) {
+        p.count_include_pad = c.op != 2;
+        for (int d = 0; d < sp; d++) {
+            p.stride[d] = c.stride;
+            p.padding[d] = c.padding;
+        }
+        tsl_shape xs, ys;
+        EXPECT_EQ(tsl_shape_make(&xs, (int32_t)c.xdims.size(), c.xdims.data()), TSL_OK);
+        EXPECT_EQ(tsl_pool_output_shape(&xs, &p, &ys), TSL_OK);
+        yd.assign(ys.dims, ys.dims + ys.ndim);
+    } else {
+        for (int d = 0; d < sp; d++)
+            yd[2 + d] *= c.k;
+    }
+    tsl_tensor_t x = make_tensor(TSL_F32, c.xdims, splits, xo);
+    tsl_tensor_t dx = make_tensor(TSL_F32, c.xdims, splits, xo);
+    tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo);
+    tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo);
+    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 110, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 111, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : {y, dx})
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK);
+    if (c.op < 3) {
+        EXPECT_EQ(tsl_pool_forward(&p, x, y), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_pool_backward(&p, x, dy, dx), TSL_OK) << tsl_context_last_error(ctx);
+    } else if (c.op == 3) {
+        EXPECT_EQ(tsl_upsample_nearest_forward(scale, x, y), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_upsample_nearest_backward(scale, dy, dx), TSL_OK)
+            << tsl_context_last_error(ctx);
+    } else {
+        EXPECT_EQ(tsl_upsample_linear_forward(scale, x, y), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_upsample_linear_backward(scale, dy, dx), TSL_OK)
+            << tsl_context_last_error(ctx);
+    }
+    std::vector<std::vector<float>> got = gather_all({y, dx});
+    for (tsl_tensor_t t : {x, dx, y, dy})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
+TEST(Pooling, SpatialTilesMatchOneTile)
+{
+    std::vector<WindowCase> cases = {
+        {{2, 3, 22}, {1, 1, 3}, 0, 3, 1, 1},
+        {{2, 3, 23}, {1, 2, 4}, 1, 5, 2, 2},
+        {{2, 2, 21}, {2, 1, 3}, 2, 3, 2, 1},
+        {{1, 2, 16}, {1, 1, 4}, 0, 2, 2, 0},
+        {{1, 2, 15}, {1, 1, 3}, 1, 1, 1, 0},
+        {{2, 2, 13, 11}, {1, 1, 2, 3}, 0, 3, 1, 1},
+        {{1, 3, 14, 15}, {1, 1, 3, 2}, 2, 5, 1, 2},
+        {{1, 2, 16, 12}, {1, 1, 2, 2}, 0, 2, 2, 0},
+        {{1, 2, 15, 13}, {1, 1, 2, 2}, 1, 3, 2, 1},
+        {{1, 2, 9, 8, 10}, {1, 1, 2, 2, 2}, 0, 3, 1, 1},
+        {{1, 1, 10, 9, 8}, {1, 1, 2, 1, 3}, 2, 3, 2, 1},
+        {{2, 2, 11}, {1, 1, 3}, 3, 2, 0, 0},
+        {{2, 2, 10}, {1, 1, 4}, 4, 3, 0, 0},
+        {{1, 2, 7, 9}, {1, 1, 2, 3}, 3, 3, 0, 0},
+        {{1, 2, 9, 7}, {1, 1, 3, 2}, 4, 2, 0, 0},
+        {{1, 1, 5, 6, 7}, {1, 1, 2, 2, 2}, 4, 2, 0, 0},
+    };
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  root = tsl_owner_single(0);
+    for (size_t n = 0; n < cases.size(); n++) {
+        SCOPED_TRACE("case " + std::to_string(n));
+        std::vector<std::vector<float>> ref = window_results(cases[n], {}, root, root);
+        std::vector<std::vector<float>> got = window_results(cases[n], cases[n].splits, block, rev);
+        if (rank == 0) {
+            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
+            EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
+        }
+    }
+}
+
 TEST(Pooling, SampleAndChannelTilingsAreExact)
 {
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
