@@ -153,11 +153,6 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                              "%s: x and %s need the same spatial tile grid (output tile i reads "
                              "input tile i and halos from its neighbours)",
                              fn, what);
-        if (x->grid.splits[d] != 1 && transposed)
-            return tsl_error(ctx, TSL_ERR_UNSUPPORTED,
-                             "%s: transposed convolutions take sample tiles only; spatial "
-                             "tiles (halo exchange) are supported for convolutions",
-                             fn);
     }
     if (y->layout != x->layout || w->layout != TSL_LAYOUT_PLAIN)
         return tsl_error(ctx, TSL_ERR_SHAPE,
@@ -233,6 +228,12 @@ static int spatially_tiled(tsl_tensor_t x)
     return 0;
 }
 
+/* floor(a / b) for b > 0. */
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
 /* Codelet arguments of output tile `tile` of y on a window of x: the input positions its
  * outputs reach (from out_lo * stride - padding, zeros outside the input), its own input
  * tile, and the halo slabs of the other tiles (their indices into `src`). */
@@ -247,16 +248,35 @@ static tsl_status window_args(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor
     t->conv.samples = ye[0];
     tsl_conv_window *w = &t->window;
     for (int d = 0; d < 3; d++) {
-        int in = d < a->spatial;
-        w->global[d] = in ? a->in_size[d] : 1;
-        w->window.lo[d] = in ? ys[2 + d] * a->stride[d] - a->padding[d] : 0;
-        w->window.size[d] =
-            in ? (ye[2 + d] - 1) * a->stride[d] + (a->kernel[d] - 1) * a->dilation[d] + 1 : 1;
-        if (in) {
-            t->conv.in_size[d] = w->window.size[d];
-            t->conv.out_size[d] = ye[2 + d];
-            t->conv.padding[d] = 0;
+        w->global[d] = 1;
+        w->window.lo[d] = 0;
+        w->window.size[d] = 1;
+        if (d >= a->spatial)
+            continue;
+        int64_t s = a->stride[d], p = a->padding[d], reach = (a->kernel[d] - 1) * a->dilation[d];
+        int64_t olo = ys[2 + d], ohi = olo + ye[2 + d], lo, hi, pad = 0;
+        if (!a->transposed) { /* outputs [olo, ohi) read inputs from olo * s - p */
+            lo = olo * s - p;
+            hi = (ohi - 1) * s - p + reach + 1;
+        } else {
+            /* Input i reaches outputs i * s - p + [0, reach]. The window holds every input
+             * that reaches the tile and is wide enough that its full output, which starts at
+             * lo * s - p, covers the tile; `pad` crops its front. */
+            lo = floor_div(olo + p - reach + s - 1, s);
+            if (floor_div(olo + p, s) < lo)
+                lo = floor_div(olo + p, s);
+            hi = floor_div(ohi - 1 + p, s);
+            if (floor_div(ohi - 1 + p - reach + s - 1, s) > hi)
+                hi = floor_div(ohi - 1 + p - reach + s - 1, s);
+            hi += 1;
+            pad = olo + p - lo * s;
         }
+        w->global[d] = a->in_size[d];
+        w->window.lo[d] = lo;
+        w->window.size[d] = hi - lo;
+        t->conv.in_size[d] = hi - lo;
+        t->conv.out_size[d] = ye[2 + d];
+        t->conv.padding[d] = pad;
     }
     return tsl_halo_slabs(x, tile, a->spatial, &w->window, &w->tile, &w->nslabs, src, w->slab,
                           TSL_CONV_MAX_SLABS);

@@ -812,6 +812,7 @@ struct SpatialCase {
     std::vector<int32_t> splits;
     int64_t cout, k, stride, padding, dilation, groups;
     tsl_layout layout;
+    int transposed; // then output padding = stride - 1
 };
 
 // y, dx, dw and db of a convolution on tensors cut by `splits`, gathered on rank 0.
@@ -829,7 +830,12 @@ static std::vector<std::vector<float>> conv_results(const SpatialCase &c,
         p.dilation[d] = c.dilation;
     }
     p.groups = c.groups;
+    if (c.transposed)
+        for (int d = 0; d < sp; d++)
+            p.output_padding[d] = c.stride - 1;
     std::vector<int64_t> wd = {c.cout, c.xdims[1] / c.groups};
+    if (c.transposed)
+        wd = {c.xdims[1], c.cout / c.groups};
     for (int d = 0; d < sp; d++)
         wd.push_back(c.k);
     tsl_owner_map last = tsl_owner_single(size - 1);
@@ -842,7 +848,9 @@ static std::vector<std::vector<float>> conv_results(const SpatialCase &c,
     tsl_shape xs, ws, ys;
     tsl_tensor_shape(x, &xs);
     tsl_tensor_shape(w, &ws);
-    EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_OK);
+    EXPECT_EQ(c.transposed ? tsl_conv_transpose_output_shape(&xs, &ws, &p, &ys)
+                           : tsl_conv_output_shape(&xs, &ws, &p, &ys),
+              TSL_OK);
     std::vector<int64_t> yd(ys.dims, ys.dims + ys.ndim);
     tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo, c.layout);
     tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo, c.layout);
@@ -852,8 +860,16 @@ static std::vector<std::vector<float>> conv_results(const SpatialCase &c,
     EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 103, -1, 1), TSL_OK);
     for (tsl_tensor_t t : {y, dx, dw, db}) // poison: every output must be written
         EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK);
-    EXPECT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
-    EXPECT_EQ(tsl_conv_backward(&p, x, w, dy, dx, dw, db), TSL_OK) << tsl_context_last_error(ctx);
+    if (c.transposed) {
+        EXPECT_EQ(tsl_conv_transpose_forward(&p, x, w, b, y), TSL_OK)
+            << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_conv_transpose_backward(&p, x, w, dy, dx, dw, db), TSL_OK)
+            << tsl_context_last_error(ctx);
+    } else {
+        EXPECT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_conv_backward(&p, x, w, dy, dx, dw, db), TSL_OK)
+            << tsl_context_last_error(ctx);
+    }
     std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
     for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
         tsl_tensor_destroy(t);
@@ -878,6 +894,16 @@ TEST(Convolution, SpatialTilesMatchOneTile)
         {{2, 3, 12, 13}, {1, 1, 2, 2}, 2, 5, 2, 0, 1, 1, P},
         {{1, 2, 9, 8, 7}, {1, 1, 2, 2, 2}, 3, 3, 1, 1, 1, 1, P},
         {{2, 2, 10, 9, 8}, {1, 1, 2, 1, 3}, 2, 3, 2, 2, 2, 1, CL},
+        // transposed: the U-Net up-path (k2 s2), k3 s2 p1 with output padding, k1 s2, k5 s1 p2,
+        // dilation
+        {{2, 3, 9}, {1, 1, 3}, 4, 2, 2, 0, 1, 1, P, 1},
+        {{2, 3, 10}, {1, 1, 4}, 2, 3, 2, 1, 1, 1, P, 1},
+        {{1, 2, 7}, {1, 1, 3}, 2, 1, 2, 0, 1, 1, P, 1},
+        {{1, 2, 11}, {1, 1, 2}, 3, 5, 1, 2, 2, 1, CL, 1},
+        {{2, 4, 7, 6}, {1, 1, 2, 3}, 4, 2, 2, 0, 1, 2, P, 1},
+        {{1, 2, 6, 7}, {1, 1, 3, 2}, 3, 3, 2, 1, 1, 1, CL, 1},
+        {{1, 2, 5, 4, 6}, {1, 1, 2, 2, 2}, 2, 2, 2, 0, 1, 1, P, 1},
+        {{1, 2, 5, 6, 4}, {1, 1, 2, 2, 2}, 2, 3, 1, 1, 1, 1, P, 1},
     };
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
                   root = tsl_owner_single(0);
@@ -910,9 +936,6 @@ TEST(Convolution, SpatialTilingLimitsAreErrors)
     tsl_tensor_t xc = make_tensor(TSL_F32, {1, 2, 12}, {1, 2, 2}, block);
     EXPECT_EQ(tsl_conv_forward(&p, xc, w, nullptr, y2), TSL_ERR_SHAPE);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "channels"), nullptr);
-    // A transposed convolution on spatial tiles.
-    tsl_tensor_t yt = make_tensor(TSL_F32, {1, 2, 14}, {1, 1, 2}, block);
-    EXPECT_EQ(tsl_conv_transpose_forward(&p, x, w, nullptr, yt), TSL_ERR_UNSUPPORTED);
     // Tiles of one position with a kernel of 61 reach too many neighbours.
     tsl_tensor_t xf = make_tensor(TSL_F32, {1, 2, 40}, {1, 1, 40}, block);
     tsl_tensor_t wf = make_tensor(TSL_F32, {2, 2, 31}, {}, block);
@@ -920,7 +943,7 @@ TEST(Convolution, SpatialTilingLimitsAreErrors)
     p.padding[0] = 15;
     EXPECT_EQ(tsl_conv_forward(&p, xf, wf, nullptr, yf), TSL_ERR_SHAPE);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "larger spatial tiles"), nullptr);
-    for (tsl_tensor_t t : {x, w, y2, y3, xc, yt, xf, wf, yf})
+    for (tsl_tensor_t t : {x, w, y2, y3, xc, xf, wf, yf})
         tsl_tensor_destroy(t);
 }
 
