@@ -13,15 +13,20 @@
 #include "internal.h"
 #include "tessel/io.h"
 #include "tessel/model.h"
+#include "tessel/plan.h"
 
 #define MAX_INSTANCES 4
 
 typedef struct instance {
     int64_t batch;
-    tsl_tensor_t *act;     /* [nvalues] */
-    tsl_tensor_t *grad;    /* [nvalues]; NULL for the input */
-    tsl_tensor_t *scratch; /* [nvalues]; made when a value's gradient needs accumulating */
-    tsl_tensor_t *saved;   /* [nops]: batch-norm statistics */
+    tsl_tensor_t *act;       /* [nvalues] */
+    tsl_tensor_t *grad;      /* [nvalues]; NULL for the input */
+    tsl_tensor_t *scratch;   /* [nvalues]; made when a value's gradient needs accumulating */
+    tsl_tensor_t *flat;      /* [nvalues]: a spatially tiled value cut along N only (flatten) */
+    tsl_tensor_t *rx, *ry;   /* [nops]: input and output on a common tile grid, when the op's
+                                input and output grids differ (see needs_regrid) */
+    tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
+    tsl_tensor_t *saved;     /* [nops]: batch-norm statistics */
     tsl_tensor_t labels;
     uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
 } instance;
@@ -31,6 +36,9 @@ struct tsl_model {
     struct tsl_graph *g;
     tsl_tensor_t *params; /* [nparams] */
     tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
+    tsl_plan plan;
+    int spatial;       /* the plan splits spatial dimensions */
+    int32_t splits[3]; /* wanted spatial tiles per dimension (capped by each tensor's size) */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -45,13 +53,26 @@ static void instance_free(struct tsl_model *m, instance *in)
             tsl_tensor_destroy(in->grad[v]);
         if (in->scratch)
             tsl_tensor_destroy(in->scratch[v]);
+        if (in->flat)
+            tsl_tensor_destroy(in->flat[v]);
     }
-    for (int32_t o = 0; in->saved && o < m->g->nops; o++)
-        tsl_tensor_destroy(in->saved[o]);
+    for (int32_t o = 0; o < m->g->nops; o++) {
+        if (in->saved)
+            tsl_tensor_destroy(in->saved[o]);
+        tsl_tensor_t *slots[4] = {in->rx, in->ry, in->rdx, in->rdy};
+        for (int k = 0; k < 4; k++)
+            if (slots[k])
+                tsl_tensor_destroy(slots[k][o]);
+    }
     tsl_tensor_destroy(in->labels);
     free(in->act);
     free(in->grad);
     free(in->scratch);
+    free(in->flat);
+    free(in->rx);
+    free(in->ry);
+    free(in->rdx);
+    free(in->rdy);
     free(in->saved);
     free(in->written);
     memset(in, 0, sizeof *in);
@@ -68,9 +89,12 @@ static tsl_tile_grid sample_grid(struct tsl_model *m, int64_t batch)
     return grid;
 }
 
-/* A (batch, dims...) tensor with the model's sample tiles. */
+/* A (batch, dims...) tensor. Without a spatial plan, or for a sample shape with no spatial
+ * dimensions (from index `first`: 1 after channels, 0 for per-position labels), it has the
+ * model's sample tiles; otherwise D sample groups and the plan's spatial tiles (capped by the
+ * sizes), owned block-wise over the rank grid D x A x B x C. */
 static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_shape *sample,
-                               tsl_dtype dtype, tsl_tensor_t *out)
+                               int first, tsl_dtype dtype, tsl_tensor_t *out)
 {
     tsl_shape s;
     memset(&s, 0, sizeof s);
@@ -80,7 +104,29 @@ static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_sha
         s.dims[d + 1] = sample->dims[d];
     tsl_tile_grid grid = sample_grid(m, batch);
     tsl_owner_map owners = tsl_owner_block(NULL);
+    if (m->spatial && sample->ndim > first) {
+        int32_t procs[TSL_MAX_DIMS] = {0};
+        grid = tsl_tile_grid_single();
+        grid.splits[0] = (int32_t)(m->plan.data < batch ? m->plan.data : batch);
+        procs[0] = m->plan.data;
+        for (int d = 1; d < s.ndim; d++) {
+            int sp = d - 1 - first; /* spatial index, or < 0 for channels */
+            procs[d] = sp >= 0 ? m->plan.space[sp] : 1;
+            if (sp >= 0)
+                grid.splits[d] = (int32_t)(m->splits[sp] < s.dims[d] ? m->splits[sp] : s.dims[d]);
+        }
+        owners = tsl_owner_block(procs);
+    }
     return tsl_tensor_create(out, m->ctx, dtype, &s, &grid, &owners);
+}
+
+/* Whether a tensor is cut along a spatial dimension (from dimension 2). */
+static int spatially_cut(tsl_tensor_t t)
+{
+    for (int d = 2; d < t->shape.ndim; d++)
+        if (t->grid.splits[d] > 1)
+            return 1;
+    return 0;
 }
 
 static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in)
@@ -92,16 +138,22 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->grad = calloc((size_t)g->nvalues, sizeof *in->grad);
     in->scratch = calloc((size_t)g->nvalues, sizeof *in->scratch);
     in->saved = calloc((size_t)g->nops, sizeof *in->saved);
+    in->flat = calloc((size_t)g->nvalues, sizeof *in->flat);
+    in->rx = calloc((size_t)g->nops, sizeof *in->rx);
+    in->ry = calloc((size_t)g->nops, sizeof *in->ry);
+    in->rdx = calloc((size_t)g->nops, sizeof *in->rdx);
+    in->rdy = calloc((size_t)g->nops, sizeof *in->rdy);
     in->written = calloc((size_t)g->nvalues, 1);
-    if (!in->act || !in->grad || !in->scratch || !in->saved || !in->written) {
+    if (!in->act || !in->grad || !in->scratch || !in->saved || !in->flat || !in->rx || !in->ry ||
+        !in->rdx || !in->rdy || !in->written) {
         instance_free(m, in);
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }
     tsl_status st = TSL_OK;
     for (int32_t v = 0; v < g->nvalues && !st; v++) {
-        st = batch_tensor(m, batch, &g->values[v].shape, TSL_F32, &in->act[v]);
+        st = batch_tensor(m, batch, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
         if (!st && v != g->input)
-            st = batch_tensor(m, batch, &g->values[v].shape, TSL_F32, &in->grad[v]);
+            st = batch_tensor(m, batch, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
     }
     for (int32_t o = 0; o < g->nops && !st; o++)
         if (g->ops[o].kind == TSL_OP_BATCHNORM) {
@@ -117,7 +169,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         ls.ndim = out.ndim - 1;
         for (int d = 1; d < out.ndim; d++)
             ls.dims[d - 1] = out.dims[d];
-        st = batch_tensor(m, batch, &ls, TSL_I64, &in->labels);
+        st = batch_tensor(m, batch, &ls, 0, TSL_I64, &in->labels);
     }
     if (st)
         instance_free(m, in);
@@ -169,7 +221,47 @@ static tsl_status init_params(struct tsl_model *m, uint64_t seed)
     return st;
 }
 
+/* Check `plan` against the context and the graph and work out the wanted spatial tiles. */
+static tsl_status adopt_plan(struct tsl_model *m, const tsl_plan *plan)
+{
+    const char *fn = "tsl_model_create_plan";
+    char text[160] = "";
+    tsl_plan_format(plan, text, sizeof text);
+    if (tsl_plan_ranks(plan) != m->ctx->size)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: plan '%s' needs %lld ranks, this run has %d", fn, text,
+                         (long long)tsl_plan_ranks(plan), (int)m->ctx->size);
+    if (plan->stages != 1 || plan->micro != 1)
+        return tsl_error(m->ctx, TSL_ERR_UNSUPPORTED,
+                         "%s: plan '%s': pipeline stages and micro-batches are not implemented "
+                         "yet (use data= and space=)",
+                         fn, text);
+    const tsl_shape *in = &m->g->values[m->g->input].shape;
+    int spatial = in->ndim - 1;
+    if (plan->space_ndim > spatial)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: plan '%s' splits %d spatial dimensions, the samples have %d", fn,
+                         text, (int)plan->space_ndim, spatial);
+    m->plan = *plan;
+    int longest = 0;
+    for (int d = 0; d < 3; d++) {
+        m->splits[d] = d < spatial ? plan->space[d] : 1;
+        if (d < spatial && in->dims[1 + d] > in->dims[1 + longest])
+            longest = d;
+    }
+    if (spatial > 0)
+        m->splits[longest] *= plan->tiles;
+    m->spatial = m->splits[0] * m->splits[1] * m->splits[2] > 1;
+    return TSL_OK;
+}
+
 tsl_status tsl_model_create(tsl_model_t *out, tsl_context_t ctx, tsl_graph_t graph, uint64_t seed)
+{
+    return tsl_model_create_plan(out, ctx, graph, seed, NULL);
+}
+
+tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_t graph,
+                                 uint64_t seed, const tsl_plan *plan)
 {
     if (!out || !ctx || !graph)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_model_create: NULL argument");
@@ -193,8 +285,12 @@ tsl_status tsl_model_create(tsl_model_t *out, tsl_context_t ctx, tsl_graph_t gra
         tsl_model_destroy(m);
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     }
-    tsl_owner_map root = tsl_owner_single(0);
     tsl_status st = TSL_OK;
+    if (plan && (st = adopt_plan(m, plan))) {
+        tsl_model_destroy(m);
+        return st;
+    }
+    tsl_owner_map root = tsl_owner_single(0);
     for (int32_t i = 0; i < graph->nparams && !st; i++) {
         const tsl_graph_param *p = &graph->params[i];
         st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, NULL, &root);
@@ -250,6 +346,58 @@ static tsl_tensor_t op_param(struct tsl_model *m, const tsl_graph_op *o, int k, 
     return grad ? m->pgrads[o->params[k]] : m->params[o->params[k]];
 }
 
+/* Whether flatten must first move x to sample tiles like y's: x is spatially cut, or cut
+ * into a plan's sample groups rather than the sample tiles of values without space. */
+static int flat_needed(tsl_tensor_t x, tsl_tensor_t y)
+{
+    return spatially_cut(x) || x->grid.splits[0] != y->grid.splits[0];
+}
+
+/* Value v cut along N only (flatten reads spatial tiles so): made on first use. */
+static tsl_status flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
+{
+    const tsl_shape *s = &m->g->values[v].shape;
+    tsl_status st =
+        in->flat[v] ? TSL_OK : batch_tensor(m, in->batch, s, s->ndim, TSL_F32, &in->flat[v]);
+    *t = in->flat[v];
+    return st;
+}
+
+/* Whether op o's input and output must move to a common tile grid: convolutions, pooling
+ * and upsampling pair output tile i with input tile i, and a plan's spatial tiles are capped
+ * by each tensor's size, so the grids differ where a size falls below the wanted tiles. */
+static int needs_regrid(const tsl_graph_op *o, tsl_tensor_t x, tsl_tensor_t y)
+{
+    if (o->kind != TSL_OP_CONV && o->kind != TSL_OP_POOL && o->kind != TSL_OP_UPSAMPLE)
+        return 0;
+    for (int d = 2; d < x->shape.ndim; d++)
+        if (x->grid.splits[d] != y->grid.splits[d])
+            return 1;
+    return 0;
+}
+
+/* `like`'s shape on the common grid of x and y (the fewer tiles per spatial dimension), in
+ * *slot (made on first use); NULL in *out when `like` already has that grid. */
+static tsl_status on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_tensor_t x,
+                                 tsl_tensor_t y, tsl_tensor_t *slot, tsl_tensor_t *out)
+{
+    tsl_tile_grid grid = y->grid;
+    grid.splits[1] = 1;
+    int same = 1;
+    for (int d = 2; d < x->shape.ndim; d++) {
+        grid.splits[d] =
+            x->grid.splits[d] < y->grid.splits[d] ? x->grid.splits[d] : y->grid.splits[d];
+        same &= grid.splits[d] == like->grid.splits[d];
+    }
+    *out = NULL;
+    if (same)
+        return TSL_OK;
+    tsl_status st =
+        *slot ? TSL_OK : tsl_tensor_create(slot, m->ctx, TSL_F32, &like->shape, &grid, &y->owners);
+    *out = *slot;
+    return st;
+}
+
 static tsl_status forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;
@@ -257,6 +405,15 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
     for (int32_t i = 0; i < g->nops && !st; i++) {
         const tsl_graph_op *o = &g->ops[i];
         tsl_tensor_t y = in->act[o->output], x = o->ninputs ? in->act[o->inputs[0]] : NULL;
+        tsl_tensor_t y_final = y, cx = NULL, cy = NULL;
+        if (x && needs_regrid(o, x, y)) {
+            if ((st = on_common_grid(m, x, x, y, &in->rx[i], &cx)) ||
+                (st = on_common_grid(m, y, x, y, &in->ry[i], &cy)) ||
+                (cx && (st = tsl_tensor_redistribute(cx, x))))
+                break;
+            x = cx ? cx : x;
+            y = cy ? cy : y;
+        }
         switch (o->kind) {
         case TSL_OP_INPUT:
             break;
@@ -295,12 +452,21 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
             st = tsl_tensor_add(y, x, in->act[o->inputs[1]]);
             break;
         case TSL_OP_FLATTEN:
+            if (flat_needed(x, y)) {
+                tsl_tensor_t flat;
+                if ((st = flat_of(m, in, o->inputs[0], &flat)) ||
+                    (st = tsl_tensor_redistribute(flat, x)))
+                    break;
+                x = flat;
+            }
             st = tsl_reshape_samples(x, y);
             break;
         case TSL_OP_LINEAR:
             st = tsl_linear_forward(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0), y);
             break;
         }
+        if (!st && y != y_final)
+            st = tsl_tensor_redistribute(y_final, y);
     }
     return st;
 }
@@ -310,7 +476,7 @@ static tsl_status scratch_of(struct tsl_model *m, instance *in, int32_t v, tsl_t
 {
     tsl_status st = TSL_OK;
     if (!in->scratch[v])
-        st = batch_tensor(m, in->batch, &m->g->values[v].shape, TSL_F32, &in->scratch[v]);
+        st = batch_tensor(m, in->batch, &m->g->values[v].shape, 1, TSL_F32, &in->scratch[v]);
     *t = in->scratch[v];
     return st;
 }
@@ -355,6 +521,25 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
     if (st)
         return st;
     tsl_tensor_t x = in->act[o->inputs[0]];
+    /* An input moved to the output's tile grid (forward kept the copy): its gradient is made
+     * on that grid too and moved back below. */
+    tsl_tensor_t dx0 = dx[0], cdx = NULL;
+    if (needs_regrid(o, x, y)) {
+        tsl_tensor_t cdy = NULL, cx = NULL, cy = NULL;
+        if ((st = on_common_grid(m, x, x, y, &in->rx[i], &cx)) ||
+            (st = on_common_grid(m, y, x, y, &in->ry[i], &cy)) ||
+            (st = on_common_grid(m, x, x, y, &in->rdx[i], &cdx)) ||
+            (st = on_common_grid(m, y, x, y, &in->rdy[i], &cdy)) ||
+            (cdy && (st = tsl_tensor_redistribute(cdy, dy))))
+            return st;
+        x = cx ? cx : x; /* the forward left the copies there */
+        y = cy ? cy : y;
+        dy = cdy ? cdy : dy;
+        if (dx0 && cdx)
+            dx[0] = cdx;
+        else
+            cdx = NULL;
+    }
     /* Ops whose backward has no optional dx compute into scratch space for the input. */
     int need_dx0 = dx[0] != NULL;
     switch (o->kind) {
@@ -390,7 +575,14 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
                            : tsl_upsample_nearest_backward(o->scale, dy, dx[0]);
             break;
         case TSL_OP_FLATTEN:
-            st = tsl_reshape_samples(dy, dx[0]);
+            if (flat_needed(x, y)) {
+                tsl_tensor_t flat;
+                if (!(st = flat_of(m, in, o->inputs[0], &flat)) &&
+                    !(st = tsl_reshape_samples(dy, flat)))
+                    st = tsl_tensor_redistribute(dx[0], flat);
+            } else {
+                st = tsl_reshape_samples(dy, dx[0]);
+            }
             break;
         case TSL_OP_CONCAT:
             /* The network input's part (no gradient wanted) goes to throw-away space. */
@@ -408,6 +600,10 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
         default:
             break;
         }
+    }
+    if (cdx && !st) {
+        st = tsl_tensor_redistribute(dx0, cdx);
+        dx[0] = dx0;
     }
     for (int32_t k = 0; k < o->ninputs && !st; k++)
         if (acc[k])

@@ -19,6 +19,7 @@
 #include "tessel/context.h"
 #include "tessel/graph.h"
 #include "tessel/ops.h"
+#include "tessel/plan.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
 
@@ -37,6 +38,20 @@ typedef struct tsl_model *tsl_model_t;
  */
 tsl_status tsl_model_create(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
                             uint64_t seed);
+
+/**
+ * @brief As tsl_model_create(), with activations tiled and owned as @p plan says
+ * (tessel/plan.h; NULL: as tsl_model_create()). The plan must run on the context's rank
+ * count. data=D cuts samples into D groups; space=AxBxC cuts the spatial dimensions over an
+ * A x B x C rank grid (tiles=T more along the longest), with halo exchange in convolutions,
+ * pooling and upsampling and exact batch-norm statistics and losses over all tiles; a tensor
+ * smaller than the wanted tiles gets one tile per position, and an op whose input and output
+ * grids then differ moves its input first. Values without spatial dimensions (after flatten)
+ * keep sample tiles. Pipeline parts (stages=, micro=) are TSL_ERR_UNSUPPORTED for now. Same
+ * seed, same parameters, whatever the plan; results equal the one-rank run within rounding.
+ */
+tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
+                                 uint64_t seed, const tsl_plan *plan);
 
 /** @brief Wait for the model's tasks and free it (NULL is a no-op). */
 tsl_status tsl_model_destroy(tsl_model_t model);

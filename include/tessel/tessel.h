@@ -13,6 +13,7 @@
 #include "tessel/data.h"
 #include "tessel/ops.h"
 #include "tessel/graph.h"
+#include "tessel/plan.h"
 #include "tessel/model.h"
 #include "tessel/version.h"
 

@@ -309,3 +309,133 @@ TEST(Model, ParameterFilesRoundTripAndBadFilesChangeNothing)
     tsl_graph_destroy(g);
     tsl_model_destroy(m);
 }
+
+// Spatial (and data) plans against the default sample tiles, which the test above checks
+// against finite differences: the same loss, output, every parameter gradient, and the
+// parameters after three SGD steps with momentum, within float rounding. The plans differ
+// with the rank count; on one rank tiles= over-decomposes space.
+TEST(Model, SpatialPlansMatchSampleTiles)
+{
+    struct Net {
+        const char *name;
+        std::vector<int64_t> sample;
+        bool segmentation;
+        std::vector<std::string> plans[3]; // at 1, 2 and 4 ranks
+    };
+    // Four ranks share two cores here: fewer networks and plans there.
+    const Net nets[] = {
+        {"unet2d",
+         {1, 16, 12},
+         true,
+         {{"tiles=2", "tiles=3"},
+          {"space=2", "space=1x2,tiles=2", "data=2"},
+          {"space=2x2", "data=2,space=2"}}},
+        {"cnn3d",
+         {1, 8, 8, 8},
+         false,
+         {{"tiles=2"}, {"space=2", "space=1x1x2,tiles=2"}, {"space=2x1x2"}}},
+        {"unet3d", {1, 8, 8, 8}, true, {{"tiles=3"}, {"space=1x2", "data=2"}, {"space=4"}}},
+        {"resnet", {2, 12, 10}, false, {{"tiles=2"}, {"space=2"}, {}}},
+        {"fcn2d", {2, 9, 11}, true, {{"tiles=3"}, {"space=2x1,tiles=2"}, {}}},
+    };
+    const int64_t n = 2, classes = 3;
+    for (const Net &net : nets) {
+        const std::vector<std::string> &plans = net.plans[size == 1 ? 0 : size == 2 ? 1 : 2];
+        if (size > 4 || size == 3 || plans.empty())
+            continue;
+        const int64_t *sample = net.sample.data();
+        int32_t ndim = (int32_t)net.sample.size();
+        int64_t per = 1;
+        for (int64_t d : net.sample)
+            per *= d;
+        Batch b = make_batch(n, per, classes, seed + 500);
+        if (net.segmentation) {
+            int64_t positions = per / net.sample[0];
+            b.y.resize((size_t)(n * positions));
+            for (int64_t i = 0; i < n * positions; i++)
+                b.y[i] = (int64_t)((i * 7 + i / 5) % classes);
+        }
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_zoo_graph(net.name, ndim, sample, classes, &g), TSL_OK) << tsl_last_error();
+        tsl_shape out;
+        tsl_graph_value_shape(g, tsl_graph_output(g), &out);
+        int64_t out_numel = n * tsl_shape_numel(&out);
+        // Loss, output, gradients and parameters after 3 steps of one model.
+        auto run = [&](const tsl_plan *plan, double *loss, std::vector<std::vector<float>> *res) {
+            tsl_model_t m = nullptr;
+            ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 501, plan), TSL_OK)
+                << tsl_context_last_error(ctx);
+            ASSERT_EQ(tsl_model_gradients(m, n, b.x.data(), b.y.data(), loss), TSL_OK)
+                << tsl_context_last_error(ctx);
+            std::vector<float> y((size_t)out_numel);
+            ASSERT_EQ(tsl_model_forward(m, n, b.x.data(), 1, y.data()), TSL_OK);
+            res->push_back(rank == 0 ? y : std::vector<float>());
+            int32_t np = tsl_graph_param_count(g);
+            for (int32_t i = 0; i < np; i++) {
+                tsl_tensor_t dp;
+                ASSERT_EQ(tsl_model_param(m, i, nullptr, &dp), TSL_OK);
+                if (dp)
+                    res->push_back(values(dp));
+            }
+            tsl_sgd_config c;
+            tsl_sgd_config_init(&c);
+            c.lr = 0.05;
+            c.momentum = 0.9;
+            tsl_optimizer_t opt;
+            ASSERT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &c), TSL_OK);
+            for (int k = 0; k < 3; k++)
+                ASSERT_EQ(tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt, nullptr, nullptr),
+                          TSL_OK)
+                    << tsl_context_last_error(ctx);
+            for (int32_t i = 0; i < np; i++) {
+                tsl_tensor_t p;
+                ASSERT_EQ(tsl_model_param(m, i, &p, nullptr), TSL_OK);
+                res->push_back(values(p));
+            }
+            tsl_optimizer_destroy(opt);
+            tsl_model_destroy(m);
+        };
+        double ref_loss = 0;
+        std::vector<std::vector<float>> ref;
+        run(nullptr, &ref_loss, &ref);
+        for (const std::string &text : plans) {
+            SCOPED_TRACE(std::string(net.name) + " with plan " + text);
+            tsl_plan plan;
+            ASSERT_EQ(tsl_plan_parse(text.c_str(), &plan), TSL_OK);
+            double loss = 0;
+            std::vector<std::vector<float>> got;
+            run(&plan, &loss, &got);
+            EXPECT_NEAR(loss, ref_loss, 1e-5 * (1 + std::fabs(ref_loss)));
+            ASSERT_EQ(got.size(), ref.size());
+            for (size_t k = 0; k < ref.size(); k++)
+                EXPECT_LT(max_rel_diff(got[k], ref[k]), 1e-5)
+                    << (k == 0                ? "output"
+                        : k <= ref.size() / 2 ? "gradient"
+                                              : "parameter")
+                    << " " << k;
+        }
+        tsl_graph_destroy(g);
+    }
+}
+
+// Plans that do not fit the run or the model are clear errors.
+TEST(Model, PlansThatDoNotFitAreErrors)
+{
+    int64_t sample[3] = {1, 8, 8};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn2d", 3, sample, 3, &g), TSL_OK);
+    tsl_model_t m = nullptr;
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse(("data=" + std::to_string(size + 1)).c_str(), &plan), TSL_OK);
+    EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, 1, &plan), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "ranks"), nullptr);
+    ASSERT_EQ(tsl_plan_parse(("micro=2,data=" + std::to_string(size)).c_str(), &plan), TSL_OK);
+    EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, 1, &plan), TSL_ERR_UNSUPPORTED);
+    ASSERT_EQ(tsl_plan_parse("space=1x1x1", &plan), TSL_OK);
+    if (size == 1) {
+        EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, 1, &plan), TSL_ERR_INVALID_ARG);
+        EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "spatial dimensions"), nullptr);
+    }
+    EXPECT_EQ(m, nullptr);
+    tsl_graph_destroy(g);
+}

@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "tessel/graph.h"
+#include "tessel/plan.h"
 }
 
 namespace
@@ -172,4 +173,60 @@ TEST(Graph, BadCallsAreErrorsAndChangeNothing)
     EXPECT_EQ(tsl_zoo_graph("no-such-net", 3, sample, 10, &z), TSL_ERR_INVALID_ARG);
     EXPECT_NE(std::strstr(tsl_last_error(), "cnn"), nullptr);
     EXPECT_EQ(tsl_zoo_graph("cnn", 3, sample, 1, &z), TSL_ERR_INVALID_ARG);
+}
+
+// ---------------------------------------------------------------- plans
+
+TEST(Plan, ParsesEveryPartAndFormatsBack)
+{
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_ranks(&p), 1);
+    char text[64];
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "data=1");
+    ASSERT_EQ(tsl_plan_parse("space=2x3,data=2,tiles=4", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.data, 2);
+    EXPECT_EQ(p.space_ndim, 2);
+    EXPECT_EQ(p.space[0], 2);
+    EXPECT_EQ(p.space[1], 3);
+    EXPECT_EQ(p.space[2], 1);
+    EXPECT_EQ(p.tiles, 4);
+    EXPECT_EQ(p.stages, 1);
+    EXPECT_EQ(tsl_plan_ranks(&p), 12);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "data=2,space=2x3,tiles=4");
+    ASSERT_EQ(tsl_plan_parse("data=1,space=2x2x2,stages=2,micro=4", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_ranks(&p), 16);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "space=2x2x2,stages=2,micro=4");
+    EXPECT_EQ(tsl_plan_format(&p, text, 8), TSL_ERR_INVALID_ARG);
+}
+
+TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
+{
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("data=3", &p), TSL_OK);
+    const char *bad[][2] = {
+        {"data=0", "not an integer"},
+        {"data=two", "not an integer"},
+        {"space=2x", "space='2x'"},
+        {"space=2x2x2x2", "space="},
+        {"space=0x2", "space="},
+        {"data=2,data=2", "given twice"},
+        {"pipeline=2", "unknown part"},
+        {"data", "KEY=VALUE"},
+        {"data=2,", "ends with a comma"},
+        {"tiles=-1", "not an integer"},
+        {"data=99999999", "not an integer"},
+        {"stages=", "not an integer"},
+    };
+    for (auto &b : bad) {
+        EXPECT_EQ(tsl_plan_parse(b[0], &p), TSL_ERR_INVALID_ARG) << b[0];
+        EXPECT_NE(std::string(tsl_last_error()).find(b[1]), std::string::npos)
+            << b[0] << ": " << tsl_last_error();
+    }
+    EXPECT_EQ(p.data, 3); // unchanged
+    EXPECT_EQ(tsl_plan_parse(nullptr, &p), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_plan_ranks(nullptr), 0);
 }
