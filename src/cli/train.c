@@ -30,7 +30,8 @@ enum {
 typedef struct train_options {
     common_options common;
     const char *model, *data, *optimizer, *load_params, *save_params, *metrics_json;
-    const char *checkpoint, *resume;
+    const char *checkpoint, *resume, *plan_text;
+    tsl_plan plan;
     long epochs, batch, max_steps, checkpoint_every;
     double lr, momentum;
     unsigned long long seed;
@@ -46,7 +47,8 @@ static void usage_train(FILE *out)
         "                    [--optimizer sgd|adam] [--momentum M] [--seed S]\n"
         "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
         "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
-        "                    [--resume DIR] [--metrics-json FILE] [--ncpu N] [--sched NAME]\n"
+        "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
+        "                    [--sched NAME]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
         "                      or npy:DIR (see the README)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
@@ -69,6 +71,11 @@ static void usage_train(FILE *out)
         "                      and shuffle come from it (given ones must match), --epochs\n"
         "                      and --max-steps count from the start of the first run\n"
         "  --metrics-json FILE per-epoch metrics, per-step losses and the final test accuracy\n"
+        "  --plan PLAN         how tensors are tiled over the ranks:\n"
+        "                      data=D,space=AxBxC,tiles=T (D sample groups, an A x B x C\n"
+        "                      spatial rank grid with halo exchange, T more tiles along the\n"
+        "                      longest dimension); D x A x B x C must be the rank count\n"
+        "                      (default: samples split over all ranks and workers)\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
     int32_t n;
     const char *const *desc;
@@ -81,7 +88,7 @@ static void usage_train(FILE *out)
 static void usage_eval(FILE *out)
 {
     fprintf(out, "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
-                 "                   [--ncpu N] [--sched NAME]\n"
+                 "                   [--plan PLAN] [--ncpu N] [--sched NAME]\n"
                  "  loss and accuracy of saved parameters on the data's test split\n");
 }
 
@@ -140,7 +147,13 @@ static int parse_train(int argc, char **argv, train_options *o, int eval)
             o->given |= SET_BATCH;
         } else if (strcmp(a, "--load-params") == 0)
             o->load_params = v;
-        else if (eval)
+        else if (strcmp(a, "--plan") == 0) {
+            if (tsl_plan_parse(v, &o->plan) != TSL_OK) {
+                fprintf(stderr, "%s: %s\n", cmd, tsl_last_error());
+                return EXIT_USAGE;
+            }
+            o->plan_text = v;
+        } else if (eval)
             bad = 2;
         else if (strcmp(a, "--epochs") == 0) {
             bad = parse_int_arg(v, 1, 1000000, &o->epochs);
@@ -393,7 +406,7 @@ static int session_open(session *s, const train_options *o, int need_train)
                 info->label_shape.ndim ? "per-voxel" : "per-sample");
         return EXIT_USAGE;
     }
-    st = tsl_model_create(&s->model, s->ctx, g, o->seed);
+    st = tsl_model_create_plan(&s->model, s->ctx, g, o->seed, o->plan_text ? &o->plan : NULL);
     tsl_graph_destroy(g);
     if (st)
         return fail(st, "creating the model");
@@ -545,6 +558,11 @@ int command_train(int argc, char **argv)
                "%d CPU workers, %s lr %g, batch %ld, seed %llu\n",
                o.model, o.data, (long long)s.train_info.samples, (long long)s.test_info.samples,
                (int)ranks, (int)ncpu, o.optimizer, o.lr, o.batch, o.seed);
+        if (o.plan_text) {
+            char text[160];
+            tsl_plan_format(&o.plan, text, sizeof text);
+            printf("plan %s\n", text);
+        }
         if (o.resume)
             printf("resuming from %s: epoch %lld, step %lld of the epoch, %lld steps taken\n",
                    snapshot, (long long)p.epoch + 1, (long long)p.batch, (long long)p.steps);
