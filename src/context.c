@@ -175,6 +175,8 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
         ctx->scheduler = strdup(config->scheduler);
         conf.sched_policy_name = ctx->scheduler;
     }
+    if (config->comm_stats)
+        setenv("STARPU_COMM_STATS", "1", 1);
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf);
     if (ret != 0) {
         if (ctx->finalize_mpi)
@@ -427,4 +429,42 @@ tsl_status tsl_context_agree(struct tsl_context *ctx, int root, tsl_status statu
     if (ctx->rank != root)
         tsl_error_set_message(ctx, message);
     return (tsl_status)value;
+}
+
+tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *received)
+{
+    const char *fn = "tsl_context_comm_bytes";
+    if (!ctx || !sent || !received)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    const char *env = getenv("STARPU_COMM_STATS");
+    if (!env || atoi(env) <= 0)
+        return tsl_error(ctx, TSL_ERR_STATE,
+                         "%s: communication statistics are off (set "
+                         "tsl_context_config.comm_stats, or STARPU_COMM_STATS=1 before StarPU "
+                         "starts)",
+                         fn);
+    int n = ctx->size;
+    size_t *amounts = calloc((size_t)n, sizeof *amounts);
+    int64_t *to = calloc((size_t)n, sizeof *to), *all = calloc((size_t)n, sizeof *all);
+    if (!amounts || !to || !all) {
+        free(amounts);
+        free(to);
+        free(all);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    starpu_mpi_comm_amounts_retrieve(amounts);
+    int64_t mine = 0;
+    for (int r = 0; r < n; r++) {
+        to[r] = (int64_t)amounts[r];
+        mine += to[r];
+    }
+    int bad = MPI_Allreduce(to, all, n, MPI_INT64_T, MPI_SUM, ctx->ctl_comm) != MPI_SUCCESS;
+    if (!bad) {
+        *sent = mine;
+        *received = all[ctx->rank];
+    }
+    free(amounts);
+    free(to);
+    free(all);
+    return bad ? tsl_error(ctx, TSL_ERR_RUNTIME, "%s: MPI_Allreduce failed", fn) : TSL_OK;
 }

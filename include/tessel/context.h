@@ -51,6 +51,10 @@ typedef struct tsl_context_config {
     tsl_log_fn log_fn;
     /** Pointer handed back to log_fn. */
     void *log_user;
+    /** Non-zero: StarPU-MPI counts the bytes it sends (tsl_context_comm_bytes()); sets
+     *  STARPU_COMM_STATS=1 before StarPU-MPI starts, which also makes StarPU-MPI print the
+     *  totals at shutdown. Default 0 (the variable set by hand does the same). */
+    int32_t comm_stats;
 } tsl_context_config;
 
 /** @brief Fill @p config with defaults: StarPU decides workers and scheduler,
@@ -100,6 +104,15 @@ tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name);
  * Not collective.
  */
 tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
+
+/**
+ * @brief Bytes StarPU-MPI has sent from this rank and received by it since it started (data
+ * transfers between ranks: tiles, halo slabs, partial sums). Collective (the received
+ * counts are the other ranks' sent counts). Needs communication statistics
+ * (tsl_context_config::comm_stats or STARPU_COMM_STATS=1), else ::TSL_ERR_STATE. Take the
+ * difference of two calls around tsl_context_wait() to measure a piece of work.
+ */
+tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *received);
 
 /** @brief Number of StarPU-MPI tags the context has handed out so far. Not collective. */
 tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);

@@ -31,6 +31,9 @@ int fail(tsl_status st, const char *what);
 typedef struct epoch_metrics {
     double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
     double peak_mib;
+    /* Largest rank's tile memory, and bytes sent and received per training step (-1 without
+     * --comm-stats); not kept in checkpoints. */
+    double owned_mib, sent_per_step, received_per_step;
 } epoch_metrics;
 
 /* What decides a training run's trajectory; recorded in every checkpoint. */

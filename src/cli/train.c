@@ -37,6 +37,7 @@ typedef struct train_options {
     unsigned long long seed;
     int shuffle;
     unsigned given; /* SET_* of the options on the command line */
+    int comm_stats;
 } train_options;
 
 static void usage_train(FILE *out)
@@ -76,6 +77,8 @@ static void usage_train(FILE *out)
         "                      spatial rank grid with halo exchange, T more tiles along the\n"
         "                      longest dimension); D x A x B x C must be the rank count\n"
         "                      (default: samples split over all ranks and workers)\n"
+        "  --comm-stats        count the bytes StarPU-MPI moves: per-step traffic of the\n"
+        "                      busiest rank in the summaries and the metrics\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
     int32_t n;
     const char *const *desc;
@@ -129,6 +132,11 @@ static int parse_train(int argc, char **argv, train_options *o, int eval)
             return EXIT_USAGE;
         if (used)
             continue;
+        if (!eval && strcmp(a, "--comm-stats") == 0) {
+            o->comm_stats = 1;
+            o->common.config.comm_stats = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "%s: '%s' needs a value (or is unknown)\n", cmd, a);
             usage(stderr);
@@ -573,7 +581,11 @@ int command_train(int argc, char **argv)
     int stop = o.max_steps && p.steps >= o.max_steps;
     while (p.epoch < o.epochs && !stop) {
         double t0 = now() - p.seconds, last_print = 0;
-        int64_t e = p.epoch;
+        int64_t e = p.epoch, steps_here = 0, sent0 = 0, recv0 = 0;
+        if (o.comm_stats && (st = tsl_context_comm_bytes(s.ctx, &sent0, &recv0))) {
+            code = fail(st, "reading communication statistics");
+            goto end;
+        }
         while (p.batch < steps_per_epoch) {
             tsl_batch b;
             memset(&b, 0, sizeof b);
@@ -604,6 +616,7 @@ int command_train(int argc, char **argv)
             p.seen += o.batch;
             p.steps++;
             p.batch++;
+            steps_here++;
             stop = o.max_steps && p.steps >= o.max_steps;
             double t = now() - t0;
             int last = p.batch == steps_per_epoch || stop;
@@ -626,6 +639,21 @@ int command_train(int argc, char **argv)
                 break;
         }
         epoch_metrics *m = &p.epochs[e];
+        m->sent_per_step = m->received_per_step = -1;
+        if (o.comm_stats) { /* the busiest rank's traffic per step, evaluation left out */
+            int64_t sent1, recv1;
+            if ((st = tsl_context_wait(s.ctx)) ||
+                (st = tsl_context_comm_bytes(s.ctx, &sent1, &recv1))) {
+                code = fail(st, "reading communication statistics");
+                goto end;
+            }
+            double mine[2] = {(double)(sent1 - sent0) / (double)steps_here,
+                              (double)(recv1 - recv0) / (double)steps_here},
+                   most[2];
+            MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            m->sent_per_step = most[0];
+            m->received_per_step = most[1];
+        }
         m->seconds = now() - t0;
         m->samples_per_second = (double)p.seen / m->seconds;
         m->train_loss = p.loss_sum / (double)(p.seen / o.batch);
@@ -637,14 +665,22 @@ int command_train(int argc, char **argv)
         }
         double rank0_mib;
         peak_memory(&m->peak_mib, &rank0_mib);
+        int64_t owned = 0;
+        tsl_context_owned_bytes(s.ctx, &owned);
+        double owned_mib = (double)owned / 1048576.0;
+        MPI_Allreduce(&owned_mib, &m->owned_mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (rank == 0) {
             if (tty)
                 printf("\n");
             printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
-                   "%.1f s, %.0f samples/s, peak memory %.0f MiB (largest rank)\n",
+                   "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB)",
                    (long long)e + 1, o.epochs, p.batch < steps_per_epoch ? " (stopped early)" : "",
                    m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy,
-                   m->seconds, m->samples_per_second, m->peak_mib);
+                   m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib);
+            if (m->sent_per_step >= 0)
+                printf(", per step %.2f MiB sent, %.2f MiB received", m->sent_per_step / 1048576.0,
+                       m->received_per_step / 1048576.0);
+            printf(" (largest rank)\n");
             fflush(stdout);
         }
         p.nepochs = e + 1;

@@ -99,6 +99,7 @@ int main(int argc, char **argv)
     ::testing::InitGoogleTest(&argc, argv);
     tsl_context_config config;
     tsl_context_config_init(&config);
+    config.comm_stats = 1; // tests measure the bytes that move between ranks
     tsl_status st = tsl_context_create(&tsltest::ctx, &config);
     if (st != TSL_OK) {
         std::fprintf(stderr, "cannot create the tessel context: %s\n", tsl_last_error());

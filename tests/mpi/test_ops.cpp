@@ -920,6 +920,64 @@ TEST(Convolution, SpatialTilesMatchOneTile)
     }
 }
 
+// Only halo slabs move: the bytes StarPU-MPI sends for a convolution on spatial tiles are the
+// slabs whose source tile lives on another rank than the output tile, plus the weights and
+// bias sent once to each other rank with work, and no rank receives a whole activation tile.
+TEST(Convolution, SpatialTilesMoveOnlyHalos)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr), root = tsl_owner_single(0);
+    tsl_conv_params p;
+    ASSERT_EQ(tsl_conv_params_init(&p, 2), TSL_OK);
+    p.padding[0] = p.padding[1] = 1;
+    const int64_t N = 2, C = 3, H = 20, W = 18;
+    tsl_tensor_t x = make_tensor(TSL_F32, {N, C, H, W}, {1, 1, 2, 2}, block);
+    tsl_tensor_t y = make_tensor(TSL_F32, {N, 4, H, W}, {1, 1, 2, 2}, block);
+    tsl_tensor_t w = make_tensor(TSL_F32, {4, C, 3, 3}, {}, root);
+    tsl_tensor_t b = make_tensor(TSL_F32, {4}, {}, root);
+    for (tsl_tensor_t t : {x, w, b})
+        ASSERT_EQ(tsl_tensor_fill_uniform(t, seed + 120, -1, 1), TSL_OK);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    // The halo the plan implies: tile (a, c) of the 2 x 2 grid needs one row and one column
+    // from each neighbour and one corner element from the diagonal one.
+    auto owner = [&](int64_t tile) {
+        tsl_tile_grid g = tsl_tile_grid_single();
+        g.splits[2] = g.splits[3] = 2;
+        int32_t coords[TSL_MAX_DIMS] = {0, 0, (int32_t)(tile / 2), (int32_t)(tile % 2), 0};
+        int32_t r = -1;
+        EXPECT_EQ(tsl_owner_map_rank(&block, coords, 4, &g, size, &r), TSL_OK);
+        return r;
+    };
+    int64_t expect = 0, tile_bytes = N * C * (H / 2) * (W / 2) * 4;
+    std::vector<int> works(size, 0);
+    for (int64_t i = 0; i < 4; i++) {
+        works[owner(i)] = 1;
+        for (int64_t j = 0; j < 4; j++) {
+            if (j == i || owner(j) == owner(i))
+                continue;
+            bool row = i / 2 != j / 2, col = i % 2 != j % 2;
+            int64_t area = row && col ? 1 : row ? W / 2 : H / 2;
+            expect += N * C * area * 4;
+        }
+    }
+    for (int r = 1; r < size; r++)
+        expect += works[r] * (4 * C * 9 + 4) * 4;
+    int64_t sent0, recv0, sent1, recv1;
+    ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent0, &recv0), TSL_OK) << tsl_context_last_error(ctx);
+    ASSERT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent1, &recv1), TSL_OK);
+    int64_t mine = sent1 - sent0, total = 0;
+    MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (size == 1)
+        EXPECT_EQ(total, 0);
+    else
+        EXPECT_NEAR((double)total, (double)expect, 0.1 * (double)expect)
+            << "bytes sent for one convolution, against the halo volume";
+    EXPECT_LT(recv1 - recv0, tile_bytes) << "a rank received as much as a whole tile";
+    for (tsl_tensor_t t : {x, y, w, b})
+        tsl_tensor_destroy(t);
+}
+
 // What spatial tiling does not cover yet is refused with a clear message.
 TEST(Convolution, SpatialTilingLimitsAreErrors)
 {
