@@ -350,9 +350,14 @@ static int write_metrics_to(FILE *f, const void *arg)
         fprintf(f,
                 "    {\"epoch\": %lld, \"train_loss\": %.9g, \"train_accuracy\": %.9g, "
                 "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
-                "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f}%s\n",
+                "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f, "
+                "\"tile_memory_mib\": %.3f",
                 (long long)e + 1, m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy,
-                m->seconds, m->samples_per_second, m->peak_mib, e + 1 < mf->n ? "," : "");
+                m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib);
+        if (m->sent_per_step >= 0)
+            fprintf(f, ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f",
+                    m->sent_per_step, m->received_per_step);
+        fprintf(f, "}%s\n", e + 1 < mf->n ? "," : "");
     }
     fprintf(f, "  ],\n  \"first_step\": %lld,\n  \"step_losses\": [",
             (long long)mf->first_step + 1);
