@@ -229,6 +229,7 @@ typedef struct synthetic_params {
     int32_t channels;
     int32_t classes;
     int32_t objects;
+    int32_t per_sample; /* labels=sample: one label per sample (classification) */
     double noise;
     uint64_t split_key; /* the generator key of the split: (seed, split) mixed */
 } synthetic_params;
@@ -520,11 +521,29 @@ static void synthetic_sample(const synthetic_params *p, int64_t index, float *x,
             x[c * voxels + v] = (float)((double)labels[v] + p->noise * noise_unit(&state));
 }
 
+/* The label of a whole sample: the class covering the most voxels apart from background
+ * (the smaller class on a tie), or 0 when nothing was painted. */
+static int64_t sample_label(const int64_t *labels, int64_t voxels, int32_t classes)
+{
+    int64_t count[256] = {0}, best = 0;
+    for (int64_t v = 0; v < voxels; v++)
+        count[labels[v]]++;
+    for (int32_t c = 1; c < classes; c++)
+        if (count[c] > count[best] || (best == 0 && count[c] > 0))
+            best = c;
+    return best;
+}
+
 static tsl_status synthetic_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_split split)
 {
     int64_t dims = 2, size = 32, samples = 64, classes = 3, channels = 1, objects = 4, seed = 0;
     double noise = 0.5;
     tsl_status st;
+    const char *labels = spec_take(spec, "labels");
+    if (labels && strcmp(labels, "voxel") && strcmp(labels, "sample"))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "dataset spec '%s': labels=%s (want voxel or sample)", spec->original,
+                         labels);
     if ((st = spec_int(spec, "dims", 1, 3, &dims)) ||
         (st = spec_int(spec, "size", 4, 1 << 16, &size)) ||
         (st = spec_int(spec, "samples", 1, 0x1p40, &samples)) ||
@@ -534,7 +553,7 @@ static tsl_status synthetic_open(struct tsl_dataset *ds, dataset_spec *spec, tsl
         (st = spec_number(spec, "noise", 0, 0.0, 1000.0, NULL, &noise)) ||
         (st = spec_int(spec, "seed", 0, 1e18, &seed)) ||
         (st = spec_check_used(spec, "dims, size, samples, classes, channels, objects, noise, "
-                                    "seed")))
+                                    "seed, labels")))
         return st;
     int64_t sample_dims[4] = {channels, 1, 1, 1};
     double numel = (double)channels;
@@ -554,20 +573,25 @@ static tsl_status synthetic_open(struct tsl_dataset *ds, dataset_spec *spec, tsl
     p->classes = (int32_t)classes;
     p->objects = (int32_t)objects;
     p->noise = noise;
+    p->per_sample = labels && strcmp(labels, "sample") == 0;
     p->split_key = splitmix_stream((uint64_t)seed, (uint64_t)split);
-    set_info(&ds->info, samples, classes, (int32_t)dims + 1, sample_dims, 1);
+    set_info(&ds->info, samples, classes, (int32_t)dims + 1, sample_dims, !p->per_sample);
     return TSL_OK;
 }
 
 static tsl_status synthetic_read(const struct tsl_dataset *ds, const int64_t *indices,
                                  int64_t count, float *x, int64_t *y)
 {
-    int64_t *scratch = NULL;
-    if (!y && !(scratch = malloc((size_t)ds->info.label_numel * sizeof *scratch)))
+    const synthetic_params *p = &ds->synthetic;
+    int64_t voxels = ds->info.sample_numel / p->channels, *scratch = NULL;
+    if ((!y || p->per_sample) && !(scratch = malloc((size_t)voxels * sizeof *scratch)))
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "synthetic: out of memory");
-    for (int64_t i = 0; i < count; i++)
-        synthetic_sample(&ds->synthetic, indices[i], x ? x + i * ds->info.sample_numel : NULL,
-                         y ? y + i * ds->info.label_numel : scratch);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t *labels = y && !p->per_sample ? y + i * ds->info.label_numel : scratch;
+        synthetic_sample(p, indices[i], x ? x + i * ds->info.sample_numel : NULL, labels);
+        if (y && p->per_sample)
+            y[i] = sample_label(scratch, voxels, p->classes);
+    }
     free(scratch);
     return TSL_OK;
 }

@@ -13,12 +13,14 @@
  * - `fashion-mnist[:dir=DIR]`: Fashion-MNIST from its IDX files (gzip-compressed or plain;
  *   DIR defaults to ::TSL_FASHION_MNIST_DIR). x f32 1 x 28 x 28, one label 0..9 per sample.
  *   The test split is the t10k files.
- * - `synthetic[:dims=D,size=S,samples=N,classes=K,channels=C,objects=O,noise=F,seed=X]`:
- *   a segmentation set generated on demand (defaults 2, 32, 64, 3, 1, 4, 0.5, 0; seed up to
- *   10^18): in each sample O spheres or boxes of classes 1..K-1 on background 0, voxel value
- *   = class id + F * noise (about N(0, 1)). x f32 C x S^D (D = 1, 2 or 3), y one label per
- *   voxel. A sample depends only on (seed, split, index); the test split draws from another
- *   stream.
+ * - `synthetic[:dims=D,size=S,samples=N,classes=K,channels=C,objects=O,noise=F,seed=X,
+ *   labels=voxel|sample]`: a segmentation set generated on demand (defaults 2, 32, 64, 3, 1,
+ *   4, 0.5, 0, voxel; seed up to 10^18): in each sample O spheres or boxes of classes 1..K-1
+ *   on background 0, voxel value = class id + F * noise (about N(0, 1)). x f32 C x S^D (D =
+ *   1, 2 or 3), y one label per voxel, or with labels=sample one per sample (a classification
+ *   set): the class covering the most voxels apart from background (the smaller on a tie; 0
+ *   when nothing is painted). A sample depends only on (seed, split, index); the test split
+ *   draws from another stream.
  * - `npy:DIR[,classes=K]`: DIR/x.npy (f32, N x C x 0 to 3 spatial sizes) and DIR/y.npy
  *   (i64, N labels, or N x the spatial sizes of x); the test split reads DIR/x_test.npy and
  *   DIR/y_test.npy. Samples are read from the files when asked (larger than memory is

@@ -468,6 +468,43 @@ TEST(DatasetSynthetic, ShapesForOneTwoAndThreeDimensions)
     }
 }
 
+// labels=sample: one label per sample, the class covering the most voxels apart from the
+// background, worked out here from the voxel labels of the same samples.
+TEST(DatasetSynthetic, PerSampleLabelsAreTheLargestClass)
+{
+    const std::string voxel = "synthetic:dims=3,size=10,samples=12,classes=4,objects=3,seed=5";
+    tsl_dataset_t v, c;
+    ASSERT_EQ(open_dataset(&v, voxel, TSL_SPLIT_TRAIN), TSL_OK);
+    ASSERT_EQ(open_dataset(&c, voxel + ",labels=sample", TSL_SPLIT_TRAIN), TSL_OK)
+        << tsl_last_error();
+    tsl_dataset_info info;
+    ASSERT_EQ(tsl_dataset_get_info(c, &info), TSL_OK);
+    EXPECT_EQ(info.label_shape.ndim, 0);
+    EXPECT_EQ(info.label_numel, 1);
+    EXPECT_EQ(info.sample_numel, 1000);
+    std::vector<int64_t> all = iota(12);
+    Batch per_voxel = read(v, all), per_sample = read(c, all);
+    ASSERT_EQ(per_sample.y.size(), 12u);
+    EXPECT_EQ(per_sample.x, per_voxel.x);
+    std::vector<int> seen(4, 0);
+    for (size_t i = 0; i < 12; i++) {
+        std::vector<int64_t> count(4, 0);
+        for (size_t k = 0; k < 1000; k++)
+            count[(size_t)per_voxel.y[i * 1000 + k]]++;
+        int64_t want = 0;
+        for (int64_t cl = 1; cl < 4; cl++)
+            if (count[(size_t)cl] > 0 && (want == 0 || count[(size_t)cl] > count[(size_t)want]))
+                want = cl;
+        EXPECT_EQ(per_sample.y[i], want) << "sample " << i;
+        seen[(size_t)per_sample.y[i]] = 1;
+    }
+    EXPECT_GE(seen[1] + seen[2] + seen[3], 2) << "labels should vary between samples";
+    expect_open_error("synthetic:labels=pixel", TSL_SPLIT_TRAIN, TSL_ERR_INVALID_ARG,
+                      "want voxel or sample");
+    tsl_dataset_destroy(v);
+    tsl_dataset_destroy(c);
+}
+
 TEST(DatasetSynthetic, DeterministicFromSeedSplitAndIndex)
 {
     const std::string spec = "synthetic:dims=3,size=16,samples=6,classes=3,seed=11";
