@@ -69,12 +69,41 @@ static void mse(const tsl_loss_args *a, const void *x, const void *target, void 
     }
 }
 
+/* Positions whose first maximum over classes is the label; bad labels are flagged. */
+static void argmax_hits(const tsl_loss_args *a, const void *x, const void *labels, tsl_acc *acc)
+{
+    const int64_t C = a->classes, inner = a->inner;
+    int64_t hits = 0;
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t v = 0; v < inner; v++) {
+            int64_t label = load_label(a->label_dtype, labels, s * inner + v);
+            if (label < 0 || label >= C) {
+                acc->flagged++;
+                continue;
+            }
+            const int64_t base = s * C * inner + v;
+            int64_t best = 0;
+            double top = tsl_load(a->dtype, x, base);
+            for (int64_t c = 1; c < C; c++) {
+                double t = tsl_load(a->dtype, x, base + c * inner);
+                if (t > top) {
+                    top = t;
+                    best = c;
+                }
+            }
+            hits += best == label;
+        }
+    tsl_acc_add(acc, (double)hits);
+}
+
 void tsl_loss_tile(const tsl_loss_args *a, const void *x, const void *target, void *grad,
                    tsl_acc *acc)
 {
     TSL_CODELET_CHECK(a->dtype == TSL_F32 || a->dtype == TSL_F64, "loss: dtype");
     if (a->kind == TSL_LOSS_CROSS_ENTROPY)
         cross_entropy(a, x, target, grad, acc);
+    else if (a->kind == TSL_LOSS_HITS)
+        argmax_hits(a, x, target, acc);
     else
         mse(a, x, target, grad, acc);
 }

@@ -10,6 +10,7 @@
 typedef enum tsl_loss_kind {
     TSL_LOSS_CROSS_ENTROPY = 0,
     TSL_LOSS_MSE = 1,
+    TSL_LOSS_HITS = 2, /* argmax hits: no loss, no gradient; the count goes into the acc */
 } tsl_loss_kind;
 
 typedef struct tsl_loss_args {
@@ -23,7 +24,8 @@ typedef struct tsl_loss_args {
     double smooth;       /* soft Dice: added to numerator and denominator */
 } tsl_loss_args;
 
-/* Add the tile's per-position losses to `acc` exactly; write the gradient if grad != NULL.
+/* Add the tile's per-position losses to `acc` exactly (TSL_LOSS_HITS: 1 per position whose
+ * first-maximum class is its label); write the gradient if grad != NULL.
  * Labels outside [0, C) count in acc->flagged, add no loss and get a zero gradient. */
 void tsl_loss_tile(const tsl_loss_args *args, const void *x, const void *target, void *grad,
                    tsl_acc *acc);

@@ -621,37 +621,12 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, const float *x,
     return st;
 }
 
-/* Argmax hits of the output against the labels, counted on rank 0 and sent to every rank. */
-static tsl_status count_correct(struct tsl_model *m, instance *in, const int64_t *labels,
-                                int64_t *correct)
+/* Argmax hits of the output against the labels: a task per output tile where it lives and an
+ * exact sum (nothing is gathered). */
+static tsl_status count_correct(struct tsl_model *m, instance *in, int64_t *correct)
 {
-    tsl_tensor_t out = in->act[m->g->output];
-    const tsl_shape *s = &m->g->values[m->g->output].shape;
-    int64_t classes = s->dims[0], positions = tsl_shape_numel(s) / classes;
-    float *buf = NULL;
     int64_t hits = 0;
-    tsl_status st = TSL_OK;
-    if (m->ctx->rank == 0) {
-        buf = malloc(sizeof(float) * (size_t)(in->batch * classes * positions));
-        if (!buf)
-            st = tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
-    }
-    st = tsl_context_agree(m->ctx, 0, st);
-    if (!st)
-        st = tsl_tensor_gather(out, 0, buf);
-    if (!st && m->ctx->rank == 0)
-        for (int64_t n = 0; n < in->batch; n++)
-            for (int64_t p = 0; p < positions; p++) {
-                const float *v = buf + n * classes * positions + p;
-                int64_t best = 0;
-                for (int64_t c = 1; c < classes; c++)
-                    if (v[c * positions] > v[best * positions])
-                        best = c;
-                hits += best == labels[n * positions + p];
-            }
-    free(buf);
-    if (!st && MPI_Bcast(&hits, 1, MPI_INT64_T, 0, m->ctx->ctl_comm) != MPI_SUCCESS)
-        st = tsl_error(m->ctx, TSL_ERR_RUNTIME, "model: broadcast of the accuracy failed");
+    tsl_status st = tsl_argmax_hits(in->act[m->g->output], in->labels, &hits);
     if (!st && correct)
         *correct = hits;
     return st;
@@ -710,7 +685,7 @@ tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, co
     instance *in;
     if ((st = gradients(m, batch, x, labels, loss, &in)))
         return st;
-    if (correct && (st = count_correct(m, in, labels, correct)))
+    if (correct && (st = count_correct(m, in, correct)))
         return st;
     tsl_tensor_t *ps = malloc(sizeof *ps * (size_t)(m->g->nparams + 1));
     tsl_tensor_t *gs = malloc(sizeof *gs * (size_t)(m->g->nparams + 1));
@@ -744,7 +719,7 @@ tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, cons
     if (!st && loss)
         *loss = l;
     if (!st && correct)
-        st = count_correct(m, in, labels, correct);
+        st = count_correct(m, in, correct);
     return st;
 }
 

@@ -63,6 +63,15 @@ tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_
                                   double *loss);
 
 /**
+ * @brief Accuracy counts: the number of positions (samples, or samples x spatial positions)
+ * whose first maximum over the classes of @p logits is the label. Layouts as
+ * tsl_loss_cross_entropy(); one task per tile on the logits' owner and an exact sum, so no
+ * tile moves; the count is returned on every rank (the call waits for it). A label outside
+ * [0, C) is ::TSL_ERR_INVALID_ARG.
+ */
+tsl_status tsl_argmax_hits(tsl_tensor_t logits, tsl_tensor_t labels, int64_t *hits);
+
+/**
  * @brief Soft Dice loss for segmentation, over the whole batch: with p = softmax of the
  * logits over classes and g = onehot(labels), per class I = sum p g and S = sum p + sum g +
  * smooth over every sample and position; loss = 1 - mean over classes of (2 I + smooth) / S.

@@ -22,7 +22,7 @@ static tsl_status loss_tile(int64_t tile, starpu_data_handle_t acc, void *user)
     int64_t inner = 1;
     for (int d = 2; d < p->x->shape.ndim; d++)
         inner *= extent[d];
-    if (args.kind == TSL_LOSS_CROSS_ENTROPY) {
+    if (args.kind == TSL_LOSS_CROSS_ENTROPY || args.kind == TSL_LOSS_HITS) {
         args.samples = extent[0];
         args.inner = inner;
     } else {
@@ -119,24 +119,44 @@ static tsl_status check_labels(tsl_tensor_t logits, tsl_tensor_t labels, tsl_ten
     return TSL_OK;
 }
 
-tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
-                                  double *loss)
+/* Per-position ops over logits and labels (cross-entropy, argmax hits): checks, then the exact
+ * total over the tiles divided by `divide_by_positions ? positions : 1`. */
+static tsl_status run_labels(tsl_loss_kind kind, tsl_tensor_t logits, tsl_tensor_t labels,
+                             tsl_tensor_t dlogits, int divide_by_positions, double *value,
+                             const char *fn)
 {
-    const char *fn = "tsl_loss_cross_entropy";
-    tsl_status st = check_labels(logits, labels, dlogits, loss, fn);
+    tsl_status st = check_labels(logits, labels, dlogits, value, fn);
     if (st)
         return st;
     const tsl_shape *ls = &logits->shape;
     loss_plan p;
     memset(&p, 0, sizeof p);
-    p.args.kind = TSL_LOSS_CROSS_ENTROPY;
+    p.args.kind = kind;
     p.args.dtype = logits->dtype;
     p.args.label_dtype = labels->dtype;
     p.args.classes = ls->dims[1];
     p.x = logits;
     p.target = labels;
     p.grad = dlogits;
-    return run(&p, tsl_shape_numel(ls) / ls->dims[1], loss, fn);
+    return run(&p, divide_by_positions ? tsl_shape_numel(ls) / ls->dims[1] : 1, value, fn);
+}
+
+tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                                  double *loss)
+{
+    return run_labels(TSL_LOSS_CROSS_ENTROPY, logits, labels, dlogits, 1, loss,
+                      "tsl_loss_cross_entropy");
+}
+
+tsl_status tsl_argmax_hits(tsl_tensor_t logits, tsl_tensor_t labels, int64_t *hits)
+{
+    double count = 0;
+    tsl_status st = run_labels(TSL_LOSS_HITS, logits, labels, NULL, 0, &count, "tsl_argmax_hits");
+    if (!st && hits)
+        *hits = (int64_t)count;
+    else if (!st)
+        st = tsl_error(logits->ctx, TSL_ERR_INVALID_ARG, "tsl_argmax_hits: hits is NULL");
+    return st;
 }
 
 tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss)

@@ -3,6 +3,8 @@
 // matches the kernels applied to the whole array.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -311,6 +313,58 @@ TEST(Losses, CrossEntropyAndMseAreBitIdenticalOnEveryLayout)
             for (tsl_tensor_t z : {x, y, g, t})
                 tsl_tensor_destroy(z);
         }
+    }
+}
+
+// Accuracy counts on every tiling equal a count over the gathered logits made here: the first
+// maximum over classes against the label, with ties (rounded logits) in the data.
+TEST(Losses, ArgmaxHitsMatchACountOfTheWholeArray)
+{
+    const LossCase cases[] = {
+        {"classification, samples split", {12, 5}, {4, 1}},
+        {"segmentation 2-D, space split", {3, 4, 9, 11}, {1, 1, 3, 2}},
+        {"segmentation 3-D, all split", {2, 3, 5, 6, 7}, {2, 1, 2, 3, 2}},
+    };
+    for (const LossCase &c : cases) {
+        SCOPED_TRACE(c.name);
+        tsl_owner_map own = tsl_owner_callback(reversed, nullptr), other = tsl_owner_block(nullptr);
+        std::vector<int64_t> label_dims = c.dims;
+        label_dims.erase(label_dims.begin() + 1);
+        std::vector<int32_t> label_splits = c.splits;
+        label_splits.erase(label_splits.begin() + 1);
+        tsl_tensor_t x = make_tensor(TSL_F32, c.dims, c.splits, own);
+        tsl_tensor_t y = make_tensor(TSL_I64, label_dims, label_splits, other);
+        tsl_shape xs;
+        tsl_tensor_shape(x, &xs);
+        int64_t n = tsl_shape_numel(&xs), C = c.dims[1], inner = n / c.dims[0] / C;
+        std::vector<float> xv((size_t)n);
+        std::vector<int64_t> yv((size_t)(n / C));
+        std::mt19937_64 gen(seed + 130);
+        for (float &v : xv)
+            v = (float)(gen() % 4); // few values: many ties
+        for (int64_t &v : yv)
+            v = (int64_t)(gen() % (uint64_t)C);
+        ASSERT_EQ(tsl_tensor_scatter(x, 0, rank == 0 ? xv.data() : nullptr), TSL_OK);
+        ASSERT_EQ(tsl_tensor_scatter(y, 0, rank == 0 ? yv.data() : nullptr), TSL_OK);
+        int64_t want = 0;
+        for (int64_t s = 0; s < c.dims[0]; s++)
+            for (int64_t p = 0; p < inner; p++) {
+                int64_t best = 0;
+                for (int64_t k = 1; k < C; k++)
+                    if (xv[(size_t)((s * C + k) * inner + p)] >
+                        xv[(size_t)((s * C + best) * inner + p)])
+                        best = k;
+                want += best == yv[(size_t)(s * inner + p)];
+            }
+        int64_t hits = -1;
+        ASSERT_EQ(tsl_argmax_hits(x, y, &hits), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(hits, want);
+        EXPECT_GT(want, 0);
+        yv[0] = C; // a bad label
+        ASSERT_EQ(tsl_tensor_scatter(y, 0, rank == 0 ? yv.data() : nullptr), TSL_OK);
+        EXPECT_EQ(tsl_argmax_hits(x, y, &hits), TSL_ERR_INVALID_ARG);
+        tsl_tensor_destroy(x);
+        tsl_tensor_destroy(y);
     }
 }
 
