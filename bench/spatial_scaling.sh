@@ -8,6 +8,7 @@
 set -euo pipefail
 build=${1:-build}
 repeats=${2:-3}
+part=${3:-all}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STARPU_SILENT=1
 export STARPU_HOME=${STARPU_HOME:-$(mktemp -d)}
 work=$(mktemp -d)
@@ -26,9 +27,25 @@ print(f\"{m['epochs'][0]['seconds'] / m['steps']:.2f}\")")")
     printf "| %s | %s | %s | %s^3 | %s | %s |\n" "$label" "$ranks" "$ncpu" "$size" "${*:-default}" \
         "${times[*]}"
 }
-printf "| case | ranks | workers/rank | sample | plan | s/step (runs) |\n|---|---|---|---|---|---|\n"
-run "strong, base" 1 1 64
-run "strong" 2 1 64 --plan space=2
-run "strong, one rank" 1 2 64 --plan tiles=2
-run "weak, base" 1 1 64
-run "weak" 2 1 80 --plan space=2
+if [ "$part" != wait ]; then
+    printf "| case | ranks | workers/rank | sample | plan | s/step (runs) |\n|---|---|---|---|---|---|\n"
+    run "strong, base" 1 1 64
+    run "strong" 2 1 64 --plan space=2
+    run "strong, one rank" 1 2 64 --plan tiles=2
+    run "weak, base" 1 1 64
+    run "weak" 2 1 80 --plan space=2
+fi
+[ "$part" = time ] && exit 0
+printf "\n| plan (2 ranks, batch 2, 64^3) | s/step | workers busy | MiB sent per step (busiest rank) |\n"
+printf "|---|---|---|---|\n"
+for plan in data=2 space=2; do
+    for r in $(seq "$repeats"); do
+        STARPU_NCPU=1 mpirun --oversubscribe --bind-to none -np 2 "$build/tessel" train \
+            --model unet3d --data "synthetic:dims=3,size=64,samples=4,classes=3" --batch 2 \
+            --epochs 1 --seed 1 --plan "$plan" --comm-stats --metrics-json "$work/m.json" \
+            > /dev/null 2>&1
+        python3 -c "import json; m=json.load(open('$work/m.json')); e=m['epochs'][0]; \
+print(f\"| $plan | {e['seconds'] / m['steps']:.2f} | {100 * e['workers_busy']:.1f} % | \
+{e['sent_bytes_per_step'] / 1048576:.2f} |\")"
+    done
+done

@@ -468,3 +468,29 @@ tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *rec
     free(all);
     return bad ? tsl_error(ctx, TSL_ERR_RUNTIME, "%s: MPI_Allreduce failed", fn) : TSL_OK;
 }
+
+static double timespec_seconds(const struct timespec *t)
+{
+    return (double)t->tv_sec + 1e-9 * (double)t->tv_nsec;
+}
+
+tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, double *total)
+{
+    if (!ctx || !executing || !total)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_worker_seconds: NULL argument");
+    *executing = *total = 0;
+    if (starpu_profiling_status_get() != STARPU_PROFILING_ENABLE) {
+        starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+        return TSL_OK;
+    }
+    unsigned n = starpu_worker_get_count();
+    for (unsigned w = 0; w < n; w++) {
+        struct starpu_profiling_worker_info info;
+        if (starpu_profiling_worker_get_info((int)w, &info) != 0)
+            return tsl_error(ctx, TSL_ERR_RUNTIME,
+                             "tsl_context_worker_seconds: no profiling for worker %u", w);
+        *executing += timespec_seconds(&info.executing_time);
+        *total += timespec_seconds(&info.total_time);
+    }
+    return TSL_OK;
+}

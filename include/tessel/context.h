@@ -106,6 +106,15 @@ tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name);
 tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
 
 /**
+ * @brief Worker time on this rank since the previous call (or since StarPU started
+ * profiling): the seconds this rank's workers spent executing tasks and the seconds they
+ * existed, summed over workers; 1 - executing / total is the time they waited (for data,
+ * halos, dependencies). The first call switches StarPU's profiling on (then it only starts
+ * measuring). Not collective.
+ */
+tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, double *total);
+
+/**
  * @brief Bytes StarPU-MPI has sent from this rank and received by it since it started (data
  * transfers between ranks: tiles, halo slabs, partial sums). Collective (the received
  * counts are the other ranks' sent counts). Needs communication statistics

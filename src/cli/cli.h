@@ -34,6 +34,7 @@ typedef struct epoch_metrics {
     /* Largest rank's tile memory, and bytes sent and received per training step (-1 without
      * --comm-stats); not kept in checkpoints. */
     double owned_mib, sent_per_step, received_per_step;
+    double busy; /* fraction of worker time spent executing tasks, all ranks (-1: not measured) */
 } epoch_metrics;
 
 /* What decides a training run's trajectory; recorded in every checkpoint. */

@@ -77,8 +77,9 @@ static void usage_train(FILE *out)
         "                      spatial rank grid with halo exchange, T more tiles along the\n"
         "                      longest dimension); D x A x B x C must be the rank count\n"
         "                      (default: samples split over all ranks and workers)\n"
-        "  --comm-stats        count the bytes StarPU-MPI moves: per-step traffic of the\n"
-        "                      busiest rank in the summaries and the metrics\n"
+        "  --comm-stats        count the bytes StarPU-MPI moves and the time workers spend\n"
+        "                      executing tasks: per-step traffic of the busiest rank and the\n"
+        "                      workers' busy fraction in the summaries and the metrics\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
     int32_t n;
     const char *const *desc;
@@ -355,8 +356,10 @@ static int write_metrics_to(FILE *f, const void *arg)
                 (long long)e + 1, m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy,
                 m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib);
         if (m->sent_per_step >= 0)
-            fprintf(f, ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f",
-                    m->sent_per_step, m->received_per_step);
+            fprintf(f,
+                    ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f, "
+                    "\"workers_busy\": %.4f",
+                    m->sent_per_step, m->received_per_step, m->busy);
         fprintf(f, "}%s\n", e + 1 < mf->n ? "," : "");
     }
     fprintf(f, "  ],\n  \"first_step\": %lld,\n  \"step_losses\": [",
@@ -587,7 +590,10 @@ int command_train(int argc, char **argv)
     while (p.epoch < o.epochs && !stop) {
         double t0 = now() - p.seconds, last_print = 0;
         int64_t e = p.epoch, steps_here = 0, sent0 = 0, recv0 = 0;
-        if (o.comm_stats && (st = tsl_context_comm_bytes(s.ctx, &sent0, &recv0))) {
+        double exec = 0, alive = 0;
+        if (o.comm_stats && ((st = tsl_context_wait(s.ctx)) ||
+                             (st = tsl_context_worker_seconds(s.ctx, &exec, &alive)) ||
+                             (st = tsl_context_comm_bytes(s.ctx, &sent0, &recv0)))) {
             code = fail(st, "reading communication statistics");
             goto end;
         }
@@ -644,14 +650,18 @@ int command_train(int argc, char **argv)
                 break;
         }
         epoch_metrics *m = &p.epochs[e];
-        m->sent_per_step = m->received_per_step = -1;
+        m->sent_per_step = m->received_per_step = m->busy = -1;
         if (o.comm_stats) { /* the busiest rank's traffic per step, evaluation left out */
             int64_t sent1, recv1;
             if ((st = tsl_context_wait(s.ctx)) ||
+                (st = tsl_context_worker_seconds(s.ctx, &exec, &alive)) ||
                 (st = tsl_context_comm_bytes(s.ctx, &sent1, &recv1))) {
                 code = fail(st, "reading communication statistics");
                 goto end;
             }
+            double times[2] = {exec, alive}, sums[2];
+            MPI_Allreduce(times, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            m->busy = sums[1] > 0 ? sums[0] / sums[1] : 0;
             double mine[2] = {(double)(sent1 - sent0) / (double)steps_here,
                               (double)(recv1 - recv0) / (double)steps_here},
                    most[2];
@@ -683,8 +693,9 @@ int command_train(int argc, char **argv)
                    m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy,
                    m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib);
             if (m->sent_per_step >= 0)
-                printf(", per step %.2f MiB sent, %.2f MiB received", m->sent_per_step / 1048576.0,
-                       m->received_per_step / 1048576.0);
+                printf(", per step %.2f MiB sent, %.2f MiB received, workers busy %.0f%%",
+                       m->sent_per_step / 1048576.0, m->received_per_step / 1048576.0,
+                       100 * m->busy);
             printf(" (largest rank)\n");
             fflush(stdout);
         }
