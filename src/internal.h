@@ -209,4 +209,17 @@ tsl_status tsl_optimizer_apply_state(tsl_optimizer_t opt, tsl_optimizer_pending 
 
 void tsl_optimizer_pending_free(tsl_optimizer_pending *pending);
 
+/* ---- convolutions that keep their halo slabs from forward to backward (lower/conv.c) ---- */
+
+struct tsl_halo_keep;
+
+/* tsl_conv_forward / tsl_conv_transpose_forward that keep the input's halo slabs in `keep`
+ * (lower/halo.h; NULL keeps nothing), and the backward that uses and drops them. */
+tsl_status tsl_conv_forward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
+                                    tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y,
+                                    struct tsl_halo_keep *keep);
+tsl_status tsl_conv_backward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
+                                     tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
+                                     tsl_tensor_t dw, tsl_tensor_t db, struct tsl_halo_keep *keep);
+
 #endif /* TESSEL_SRC_INTERNAL_H */

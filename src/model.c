@@ -11,6 +11,7 @@
 
 #include "../graph/graph_internal.h"
 #include "internal.h"
+#include "lower/halo.h"
 #include "tessel/io.h"
 #include "tessel/model.h"
 #include "tessel/plan.h"
@@ -27,6 +28,7 @@ typedef struct instance {
                                 input and output grids differ (see needs_regrid) */
     tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
     tsl_tensor_t *saved;     /* [nops]: batch-norm statistics */
+    tsl_halo_keep *keep;     /* [nops]: a convolution's input halo slabs, forward to backward */
     tsl_tensor_t labels;
     uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
 } instance;
@@ -69,6 +71,9 @@ static void instance_free(struct tsl_model *m, instance *in)
     free(in->grad);
     free(in->scratch);
     free(in->flat);
+    for (int32_t o = 0; in->keep && o < m->g->nops; o++)
+        tsl_halo_keep_release(m->ctx, &in->keep[o]);
+    free(in->keep);
     free(in->rx);
     free(in->ry);
     free(in->rdx);
@@ -139,13 +144,14 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->scratch = calloc((size_t)g->nvalues, sizeof *in->scratch);
     in->saved = calloc((size_t)g->nops, sizeof *in->saved);
     in->flat = calloc((size_t)g->nvalues, sizeof *in->flat);
+    in->keep = calloc((size_t)g->nops, sizeof *in->keep);
     in->rx = calloc((size_t)g->nops, sizeof *in->rx);
     in->ry = calloc((size_t)g->nops, sizeof *in->ry);
     in->rdx = calloc((size_t)g->nops, sizeof *in->rdx);
     in->rdy = calloc((size_t)g->nops, sizeof *in->rdy);
     in->written = calloc((size_t)g->nvalues, 1);
     if (!in->act || !in->grad || !in->scratch || !in->saved || !in->flat || !in->rx || !in->ry ||
-        !in->rdx || !in->rdy || !in->written) {
+        !in->rdx || !in->rdy || !in->keep || !in->written) {
         instance_free(m, in);
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }
@@ -418,10 +424,9 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
         case TSL_OP_INPUT:
             break;
         case TSL_OP_CONV:
-            st = o->transposed
-                     ? tsl_conv_transpose_forward(&o->conv, x, op_param(m, o, 0, 0),
-                                                  op_param(m, o, 1, 0), y)
-                     : tsl_conv_forward(&o->conv, x, op_param(m, o, 0, 0), op_param(m, o, 1, 0), y);
+            /* Training keeps the input's halo slabs for the weight gradient. */
+            st = tsl_conv_forward_keeping(&o->conv, o->transposed, x, op_param(m, o, 0, 0),
+                                          op_param(m, o, 1, 0), y, train ? &in->keep[i] : NULL);
             break;
         case TSL_OP_BATCHNORM:
             st = train ? tsl_batchnorm_forward_train(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
@@ -546,11 +551,8 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
     case TSL_OP_INPUT:
         break;
     case TSL_OP_CONV:
-        st = o->transposed
-                 ? tsl_conv_transpose_backward(&o->conv, x, op_param(m, o, 0, 0), dy, dx[0],
-                                               op_param(m, o, 0, 1), op_param(m, o, 1, 1))
-                 : tsl_conv_backward(&o->conv, x, op_param(m, o, 0, 0), dy, dx[0],
-                                     op_param(m, o, 0, 1), op_param(m, o, 1, 1));
+        st = tsl_conv_backward_keeping(&o->conv, o->transposed, x, op_param(m, o, 0, 0), dy, dx[0],
+                                       op_param(m, o, 0, 1), op_param(m, o, 1, 1), &in->keep[i]);
         break;
     case TSL_OP_BATCHNORM:
         st = tsl_batchnorm_backward(x, dy, op_param(m, o, 0, 0), in->saved[i], dx[0],

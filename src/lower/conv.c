@@ -4,6 +4,7 @@
  * own input tile and halo slabs that pack tasks cut from the neighbouring tiles on their
  * owners (src/lower/halo.c), and the backward data pass sends the window gradient's slabs
  * back to be added into the neighbours' tiles. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../codelets/conv.h"
@@ -298,10 +299,22 @@ static tsl_status check_windows(const tsl_conv_args *a, tsl_tensor_t x, tsl_tens
 /* Forward on spatial tiles: per output tile, pack its halo, then one task reading the input
  * tile and the slabs. */
 static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
-                                   tsl_tensor_t b, tsl_tensor_t y)
+                                   tsl_tensor_t b, tsl_tensor_t y, tsl_halo_keep *keep)
 {
     struct tsl_context *ctx = x->ctx;
     tsl_status st = TSL_OK;
+    tsl_halo_keep_release(ctx, keep);
+    if (keep) {
+        keep->nslabs = calloc((size_t)y->ntiles, sizeof *keep->nslabs);
+        keep->slabs = calloc((size_t)y->ntiles * TSL_CONV_MAX_SLABS, sizeof *keep->slabs);
+        if (!keep->nslabs || !keep->slabs) {
+            tsl_halo_keep_release(ctx, keep);
+            keep = NULL; /* keep nothing; the backward cuts its own slabs */
+        } else {
+            keep->x = x;
+            keep->ntiles = y->ntiles;
+        }
+    }
     for (int64_t i = 0; i < y->ntiles && !st; i++) {
         tsl_conv_task_args t;
         int64_t src[TSL_CONV_MAX_SLABS];
@@ -332,7 +345,12 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
         desc.modes[n++] = STARPU_W;
         desc.nhandles = n;
         st = tsl_task_submit(ctx, &desc);
-        tsl_halo_release(ctx, slabs, ns);
+        if (keep && !st) { /* the weight gradient reads them again */
+            keep->nslabs[i] = ns;
+            memcpy(keep->slabs + i * TSL_CONV_MAX_SLABS, slabs, (size_t)ns * sizeof *slabs);
+        } else {
+            tsl_halo_release(ctx, slabs, ns);
+        }
         if (x->tile_owner[i] != y->tile_owner[i])
             starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
     }
@@ -382,7 +400,7 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
 }
 
 static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
-                          tsl_tensor_t b, tsl_tensor_t y, const char *fn)
+                          tsl_tensor_t b, tsl_tensor_t y, const char *fn, tsl_halo_keep *keep)
 {
     tsl_conv_args a;
     tsl_status st = check(p, transposed, x, w, b, y, "y", fn, &a);
@@ -391,7 +409,7 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t
     if (y == x)
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
     if (spatially_tiled(x))
-        return (st = check_windows(&a, x, y)) ? st : forward_windowed(&a, x, w, b, y);
+        return (st = check_windows(&a, x, y)) ? st : forward_windowed(&a, x, w, b, y, keep);
     tsl_conv_task_args t = task_args(&a, 0);
     return tsl_weighted_forward(&tsl_cl_conv_forward, x, w, b, y, &t, sizeof t, conv_tile_args, x);
 }
@@ -399,6 +417,7 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t
 typedef struct conv_grads {
     tsl_conv_args args;
     tsl_tensor_t x, dy;
+    tsl_halo_keep *keep; /* the forward's slabs of x, or NULL */
 } conv_grads;
 
 static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
@@ -410,11 +429,17 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
     int64_t src[TSL_CONV_MAX_SLABS];
     starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
     tsl_status st = TSL_OK;
-    if (!spatially_tiled(g->x))
+    tsl_halo_keep *keep = g->keep;
+    int kept = keep && keep->x == g->x && keep->ntiles == g->dy->ntiles;
+    if (!spatially_tiled(g->x)) {
         a = task_args(&g->args, tile_samples(g->x, tile));
-    else if ((st = window_args(&g->args, g->x, g->dy, tile, &a, src)) ||
-             (st = tsl_halo_pack_window(g->x, g->args.spatial, &a.window, src, slabs))) {
-        tsl_halo_release(ctx, slabs, TSL_CONV_MAX_SLABS);
+    } else if ((st = window_args(&g->args, g->x, g->dy, tile, &a, src))) {
+        return st;
+    } else if (kept && keep->nslabs[tile] == a.window.nslabs) { /* the forward's slabs */
+        memcpy(slabs, keep->slabs + tile * TSL_CONV_MAX_SLABS,
+               (size_t)a.window.nslabs * sizeof *slabs);
+        memset(keep->slabs + tile * TSL_CONV_MAX_SLABS, 0, (size_t)a.window.nslabs * sizeof *slabs);
+    } else if ((st = tsl_halo_pack_window(g->x, g->args.spatial, &a.window, src, slabs))) {
         return st;
     }
     a.conv.has_bias = db_part != NULL;
@@ -447,7 +472,7 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
 
 static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
                            tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db,
-                           const char *fn)
+                           const char *fn, tsl_halo_keep *keep)
 {
     conv_grads g;
     tsl_status st = check(p, transposed, x, w, NULL, dy, "dy", fn, &g.args);
@@ -467,9 +492,12 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
     g.x = x;
     g.dy = dy;
+    g.keep = keep;
     if (spatially_tiled(x) && (st = check_windows(&g.args, x, dy)))
         return st;
-    if (dw && (st = tsl_param_gradients(x, dy, dw, db, conv_partial, &g)))
+    st = dw ? tsl_param_gradients(x, dy, dw, db, conv_partial, &g) : TSL_OK;
+    tsl_halo_keep_release(ctx, keep); /* used (or not needed): gone either way */
+    if (st)
         return st;
     if (dx && !st && spatially_tiled(x))
         st = backward_data_windowed(&g.args, x, w, dy, dx);
@@ -494,24 +522,40 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_
 tsl_status tsl_conv_forward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                             tsl_tensor_t b, tsl_tensor_t y)
 {
-    return forward(p, 0, x, w, b, y, "tsl_conv_forward");
+    return forward(p, 0, x, w, b, y, "tsl_conv_forward", NULL);
 }
 
 tsl_status tsl_conv_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                              tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db)
 {
-    return backward(p, 0, x, w, dy, dx, dw, db, "tsl_conv_backward");
+    return backward(p, 0, x, w, dy, dx, dw, db, "tsl_conv_backward", NULL);
 }
 
 tsl_status tsl_conv_transpose_forward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                                       tsl_tensor_t b, tsl_tensor_t y)
 {
-    return forward(p, 1, x, w, b, y, "tsl_conv_transpose_forward");
+    return forward(p, 1, x, w, b, y, "tsl_conv_transpose_forward", NULL);
 }
 
 tsl_status tsl_conv_transpose_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                                        tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw,
                                        tsl_tensor_t db)
 {
-    return backward(p, 1, x, w, dy, dx, dw, db, "tsl_conv_transpose_backward");
+    return backward(p, 1, x, w, dy, dx, dw, db, "tsl_conv_transpose_backward", NULL);
+}
+
+tsl_status tsl_conv_forward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
+                                    tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y,
+                                    struct tsl_halo_keep *keep)
+{
+    return forward(p, transposed, x, w, b, y,
+                   transposed ? "tsl_conv_transpose_forward" : "tsl_conv_forward", keep);
+}
+
+tsl_status tsl_conv_backward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
+                                     tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
+                                     tsl_tensor_t dw, tsl_tensor_t db, struct tsl_halo_keep *keep)
+{
+    return backward(p, transposed, x, w, dy, dx, dw, db,
+                    transposed ? "tsl_conv_transpose_backward" : "tsl_conv_backward", keep);
 }

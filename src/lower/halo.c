@@ -205,3 +205,14 @@ tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, i
     free(r->slabs);
     return st;
 }
+
+void tsl_halo_keep_release(struct tsl_context *ctx, tsl_halo_keep *keep)
+{
+    if (!keep)
+        return;
+    if (keep->slabs)
+        tsl_halo_release(ctx, keep->slabs, keep->ntiles * TSL_CONV_MAX_SLABS);
+    free(keep->slabs);
+    free(keep->nslabs);
+    memset(keep, 0, sizeof *keep);
+}

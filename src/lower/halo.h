@@ -62,4 +62,17 @@ tsl_status tsl_halo_returns_add(tsl_halo_returns *r, struct tsl_tensor *dx, int6
 tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, int spatial,
                                    int accumulate);
 
+/* Halo slabs a forward pass keeps for the backward pass of the same op on the same input (the
+ * weight gradient reads the same windows), so they are cut and sent once per step. Only a
+ * caller that knows the input does not change in between may keep them (the model executor);
+ * tsl_halo_keep_release() drops what is left. Zero-initialise before first use. */
+typedef struct tsl_halo_keep {
+    struct tsl_tensor *x; /* the input the slabs were cut from; NULL when nothing is kept */
+    int64_t ntiles;
+    int32_t *nslabs;             /* [ntiles] */
+    starpu_data_handle_t *slabs; /* [ntiles * TSL_CONV_MAX_SLABS]; NULL once used */
+} tsl_halo_keep;
+
+void tsl_halo_keep_release(struct tsl_context *ctx, tsl_halo_keep *keep);
+
 #endif /* TESSEL_SRC_LOWER_HALO_H */
