@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "graph_internal.h"
 #include "tessel/plan.h"
 
 #define PLAN_MAX_VALUE (1L << 20)
@@ -136,4 +137,143 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
                          size, buf);
     memcpy(text, buf, n + 1);
     return TSL_OK;
+}
+
+tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t nranks)
+{
+    const char *fn = "tsl_plan_check";
+    if (!plan || !input)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    char text[160] = "";
+    tsl_plan_format(plan, text, sizeof text);
+    if (tsl_plan_ranks(plan) != nranks)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s' needs %lld ranks, this run has %d",
+                         text, (long long)tsl_plan_ranks(plan), (int)nranks);
+    if (plan->stages != 1 || plan->micro != 1)
+        return tsl_error(NULL, TSL_ERR_UNSUPPORTED,
+                         "plan '%s': pipeline stages and micro-batches are not implemented yet "
+                         "(use data= and space=)",
+                         text);
+    if (plan->space_ndim > input->ndim - 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s' splits %d spatial dimensions, the samples have %d", text,
+                         (int)plan->space_ndim, (int)input->ndim - 1);
+    return TSL_OK;
+}
+
+/* The wanted tiles per spatial dimension of the input: space[d], times T on the longest. */
+static int wanted_splits(const tsl_plan *plan, const tsl_shape *input, int32_t splits[3])
+{
+    int spatial = input->ndim - 1, longest = 0;
+    for (int d = 0; d < 3; d++) {
+        splits[d] = plan && d < spatial ? plan->space[d] : 1;
+        if (d < spatial && input->dims[1 + d] > input->dims[1 + longest])
+            longest = d;
+    }
+    if (plan && spatial > 0)
+        splits[longest] *= plan->tiles;
+    return splits[0] * splits[1] * splits[2] > 1;
+}
+
+tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                                  int32_t workers, int64_t batch, const tsl_shape *sample,
+                                  int32_t first, tsl_tile_grid *grid, tsl_owner_map *owners)
+{
+    if (!input || !sample || !grid || !owners || batch < 1 || nranks < 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_tensor_tiling: bad argument");
+    int32_t splits[3];
+    *grid = tsl_tile_grid_single();
+    if (!wanted_splits(plan, input, splits) || sample->ndim <= first) {
+        int64_t tiles = (int64_t)nranks * (workers > 0 ? workers : 1);
+        grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
+        *owners = tsl_owner_block(NULL);
+        return TSL_OK;
+    }
+    int32_t procs[TSL_MAX_DIMS] = {0};
+    grid->splits[0] = (int32_t)(plan->data < batch ? plan->data : batch);
+    procs[0] = plan->data;
+    for (int d = 1; d <= sample->ndim && d < TSL_MAX_DIMS; d++) {
+        int sp = d - 1 - first; /* spatial index, or < 0 for channels */
+        procs[d] = sp >= 0 ? plan->space[sp] : 1;
+        if (sp >= 0) {
+            int64_t size = sample->dims[d - 1];
+            grid->splits[d] = (int32_t)(splits[sp] < size ? splits[sp] : size);
+        }
+    }
+    *owners = tsl_owner_block(procs);
+    return TSL_OK;
+}
+
+/* Add a (batch, sample...) tensor's tile bytes to the owners' counts. */
+static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                             int32_t workers, int64_t batch, const tsl_shape *sample, int32_t first,
+                             int64_t elem, int64_t *bytes)
+{
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    tsl_status st =
+        tsl_plan_tensor_tiling(plan, input, nranks, workers, batch, sample, first, &grid, &owners);
+    if (st)
+        return st;
+    tsl_shape whole;
+    memset(&whole, 0, sizeof whole);
+    whole.ndim = sample->ndim + 1;
+    whole.dims[0] = batch;
+    for (int d = 0; d < sample->ndim; d++)
+        whole.dims[d + 1] = sample->dims[d];
+    int64_t ntiles = 1;
+    for (int d = 0; d < whole.ndim; d++)
+        ntiles *= grid.splits[d];
+    for (int64_t t = 0; t < ntiles && !st; t++) {
+        int32_t coords[TSL_MAX_DIMS] = {0};
+        int64_t rest = t, count = elem;
+        for (int d = whole.ndim - 1; d >= 0; d--) {
+            coords[d] = (int32_t)(rest % grid.splits[d]);
+            rest /= grid.splits[d];
+            int64_t start, extent;
+            tsl_tile_extent(whole.dims[d], grid.splits[d], coords[d], &start, &extent);
+            count *= extent;
+        }
+        int32_t rank;
+        if (!(st = tsl_owner_map_rank(&owners, coords, whole.ndim, &grid, nranks, &rank)))
+            bytes[rank] += count;
+    }
+    return st;
+}
+
+tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
+                             int64_t batch, int32_t optimizer_states, int64_t *bytes)
+{
+    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate: bad argument");
+    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
+    int32_t out = tsl_graph_output(g);
+    if (out < 0 || g->input < 0)
+        return tsl_error(NULL, TSL_ERR_STATE,
+                         "tsl_plan_estimate: the graph needs an input and "
+                         "an output");
+    tsl_shape input, shape;
+    tsl_graph_value_shape(g, g->input, &input);
+    tsl_status st = plan ? tsl_plan_check(plan, &input, nranks) : TSL_OK;
+    for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
+        tsl_graph_value_shape(g, v, &shape);
+        /* the activation and, except for the input, its gradient */
+        st = add_tensor(plan, &input, nranks, workers, batch, &shape, 1,
+                        4 * (v == g->input ? 1 : 2), bytes);
+    }
+    if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
+        tsl_graph_value_shape(g, out, &shape);
+        tsl_shape labels;
+        memset(&labels, 0, sizeof labels);
+        labels.ndim = shape.ndim - 1;
+        for (int d = 1; d < shape.ndim; d++)
+            labels.dims[d - 1] = shape.dims[d];
+        st = add_tensor(plan, &input, nranks, workers, batch, &labels, 0, 8, bytes);
+    }
+    for (int32_t i = 0; i < tsl_graph_param_count(g) && !st; i++) {
+        int32_t trainable;
+        if (!(st = tsl_graph_param_info(g, i, NULL, &shape, &trainable)))
+            bytes[0] += 4 * tsl_shape_numel(&shape) * (trainable ? 2 + optimizer_states : 1);
+    }
+    return st;
 }

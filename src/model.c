@@ -39,8 +39,7 @@ struct tsl_model {
     tsl_tensor_t *params; /* [nparams] */
     tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
     tsl_plan plan;
-    int spatial;       /* the plan splits spatial dimensions */
-    int32_t splits[3]; /* wanted spatial tiles per dimension (capped by each tensor's size) */
+    int has_plan; /* else sample tiles over all ranks and workers */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -83,21 +82,10 @@ static void instance_free(struct tsl_model *m, instance *in)
     memset(in, 0, sizeof *in);
 }
 
-/* Sample tiles: one per CPU worker of every rank, at most one per sample. */
-static tsl_tile_grid sample_grid(struct tsl_model *m, int64_t batch)
-{
-    int32_t workers = 1;
-    tsl_context_worker_count(m->ctx, TSL_WORKER_CPU, &workers);
-    int64_t tiles = (int64_t)m->ctx->size * (workers > 0 ? workers : 1);
-    tsl_tile_grid grid = tsl_tile_grid_single();
-    grid.splits[0] = (int32_t)(tiles < batch ? tiles : batch);
-    return grid;
-}
-
-/* A (batch, dims...) tensor. Without a spatial plan, or for a sample shape with no spatial
- * dimensions (from index `first`: 1 after channels, 0 for per-position labels), it has the
- * model's sample tiles; otherwise D sample groups and the plan's spatial tiles (capped by the
- * sizes), owned block-wise over the rank grid D x A x B x C. */
+/* A (batch, sample...) tensor tiled and owned as the plan says (tsl_plan_tensor_tiling():
+ * sample tiles over all ranks and workers without a spatial plan; otherwise sample groups and
+ * spatial tiles over the rank grid). Spatial dimensions of `sample` start at `first` (1 after
+ * channels, 0 for per-position labels; sample->ndim for "none": sample tiles). */
 static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_shape *sample,
                                int first, tsl_dtype dtype, tsl_tensor_t *out)
 {
@@ -107,22 +95,14 @@ static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_sha
     s.dims[0] = batch;
     for (int d = 0; d < sample->ndim; d++)
         s.dims[d + 1] = sample->dims[d];
-    tsl_tile_grid grid = sample_grid(m, batch);
-    tsl_owner_map owners = tsl_owner_block(NULL);
-    if (m->spatial && sample->ndim > first) {
-        int32_t procs[TSL_MAX_DIMS] = {0};
-        grid = tsl_tile_grid_single();
-        grid.splits[0] = (int32_t)(m->plan.data < batch ? m->plan.data : batch);
-        procs[0] = m->plan.data;
-        for (int d = 1; d < s.ndim; d++) {
-            int sp = d - 1 - first; /* spatial index, or < 0 for channels */
-            procs[d] = sp >= 0 ? m->plan.space[sp] : 1;
-            if (sp >= 0)
-                grid.splits[d] = (int32_t)(m->splits[sp] < s.dims[d] ? m->splits[sp] : s.dims[d]);
-        }
-        owners = tsl_owner_block(procs);
-    }
-    return tsl_tensor_create(out, m->ctx, dtype, &s, &grid, &owners);
+    int32_t workers = 1;
+    tsl_context_worker_count(m->ctx, TSL_WORKER_CPU, &workers);
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    tsl_status st =
+        tsl_plan_tensor_tiling(m->has_plan ? &m->plan : NULL, &m->g->values[m->g->input].shape,
+                               m->ctx->size, workers, batch, sample, first, &grid, &owners);
+    return st ? st : tsl_tensor_create(out, m->ctx, dtype, &s, &grid, &owners);
 }
 
 /* Whether a tensor is cut along a spatial dimension (from dimension 2). */
@@ -227,37 +207,14 @@ static tsl_status init_params(struct tsl_model *m, uint64_t seed)
     return st;
 }
 
-/* Check `plan` against the context and the graph and work out the wanted spatial tiles. */
+/* Check `plan` against the context and the graph (tsl_plan_check()). */
 static tsl_status adopt_plan(struct tsl_model *m, const tsl_plan *plan)
 {
-    const char *fn = "tsl_model_create_plan";
-    char text[160] = "";
-    tsl_plan_format(plan, text, sizeof text);
-    if (tsl_plan_ranks(plan) != m->ctx->size)
-        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
-                         "%s: plan '%s' needs %lld ranks, this run has %d", fn, text,
-                         (long long)tsl_plan_ranks(plan), (int)m->ctx->size);
-    if (plan->stages != 1 || plan->micro != 1)
-        return tsl_error(m->ctx, TSL_ERR_UNSUPPORTED,
-                         "%s: plan '%s': pipeline stages and micro-batches are not implemented "
-                         "yet (use data= and space=)",
-                         fn, text);
-    const tsl_shape *in = &m->g->values[m->g->input].shape;
-    int spatial = in->ndim - 1;
-    if (plan->space_ndim > spatial)
-        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
-                         "%s: plan '%s' splits %d spatial dimensions, the samples have %d", fn,
-                         text, (int)plan->space_ndim, spatial);
+    tsl_status st = tsl_plan_check(plan, &m->g->values[m->g->input].shape, m->ctx->size);
+    if (st)
+        return tsl_error(m->ctx, st, "tsl_model_create_plan: %s", tsl_last_error());
     m->plan = *plan;
-    int longest = 0;
-    for (int d = 0; d < 3; d++) {
-        m->splits[d] = d < spatial ? plan->space[d] : 1;
-        if (d < spatial && in->dims[1 + d] > in->dims[1 + longest])
-            longest = d;
-    }
-    if (spatial > 0)
-        m->splits[longest] *= plan->tiles;
-    m->spatial = m->splits[0] * m->splits[1] * m->splits[2] > 1;
+    m->has_plan = 1;
     return TSL_OK;
 }
 

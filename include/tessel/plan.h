@@ -15,7 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessel/graph.h"
 #include "tessel/status.h"
+#include "tessel/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +49,41 @@ int64_t tsl_plan_ranks(const tsl_plan *plan);
 /** @brief Write the plan in its string form, parts that are not 1 only ("data=1" when all
  *  are); TSL_ERR_INVALID_ARG when it does not fit in @p size bytes. */
 tsl_status tsl_plan_format(const tsl_plan *plan, char *text, size_t size);
+
+/**
+ * @brief Check @p plan for a model whose samples have shape @p input (C, spatial...) on
+ * @p nranks ranks: the rank count must be D x A x B x C x S, space= may not split more
+ * dimensions than the samples have, and stages=/micro= are ::TSL_ERR_UNSUPPORTED for now.
+ * Errors name the plan.
+ */
+tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t nranks);
+
+/**
+ * @brief The tile grid and owners a plan gives one (batch, sample...) tensor of a model
+ * (what tsl_model_create_plan() uses). Spatial dimensions of @p sample start at index
+ * @p first (1 after channels for activations, 0 for per-position labels). With no spatial
+ * split in @p plan (or a NULL plan), or a sample with no spatial dimension, the tensor gets
+ * sample tiles: min(batch, nranks x workers) of them, in contiguous runs per rank.
+ * Otherwise: min(D, batch) sample groups, space[d] tiles along spatial dimension d (tiles=T
+ * times more along the longest dimension of @p input), each capped by the size, owned by
+ * tsl_owner_block() over the process grid D x 1 x A x B x C. The plan must have passed
+ * tsl_plan_check().
+ */
+tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                                  int32_t workers, int64_t batch, const tsl_shape *sample,
+                                  int32_t first, tsl_tile_grid *grid, tsl_owner_map *owners);
+
+/**
+ * @brief Estimated tile memory per rank of training @p graph under @p plan with batches of
+ * @p batch: every value's activation and gradient (not the input's gradient), the labels
+ * (i64), and on rank 0 every parameter, its gradient and @p optimizer_states more copies of
+ * each trainable one (Adam 2, SGD with momentum 1). Not counted: spare gradient tensors of
+ * values read twice, copies between tile grids, halo slabs, batch-norm statistics.
+ * @param[out] bytes @p nranks entries
+ */
+tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                             int32_t workers, int64_t batch, int32_t optimizer_states,
+                             int64_t *bytes);
 
 #ifdef __cplusplus
 }

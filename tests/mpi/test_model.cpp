@@ -439,3 +439,60 @@ TEST(Model, PlansThatDoNotFitAreErrors)
     EXPECT_EQ(m, nullptr);
     tsl_graph_destroy(g);
 }
+
+// The plan's memory estimate (tsl_plan_estimate, pure C) against the tile memory each rank
+// really allocates for a training step: the estimate counts activations, gradients, labels
+// and parameters; what a rank allocates on top (copies between grids, batch-norm statistics)
+// stays small for these sequential networks.
+TEST(Model, PlanEstimateMatchesTheTileMemoryOfEveryRank)
+{
+    struct Case {
+        const char *name;
+        std::vector<int64_t> sample;
+        bool segmentation;
+        const char *plan;
+    };
+    std::vector<Case> cases = {{"fcn2d", {2, 24, 20}, true, ""},
+                               {"cnn3d", {1, 16, 16, 16}, false, ""}};
+    if (size == 2) {
+        cases.push_back({"fcn2d", {2, 24, 20}, true, "space=2"});
+        cases.push_back({"cnn3d", {1, 16, 16, 16}, false, "space=1x2,tiles=2"});
+    } else if (size == 4) {
+        cases.push_back({"fcn2d", {2, 24, 20}, true, "space=2x2"});
+        cases.push_back({"cnn3d", {1, 16, 16, 16}, false, "data=2,space=2"});
+    }
+    const int64_t n = 2, classes = 3;
+    int32_t workers = 1;
+    tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
+    for (const Case &c : cases) {
+        SCOPED_TRACE(std::string(c.name) + " plan '" + c.plan + "'");
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_zoo_graph(c.name, (int32_t)c.sample.size(), c.sample.data(), classes, &g),
+                  TSL_OK);
+        tsl_plan plan;
+        ASSERT_EQ(tsl_plan_parse(c.plan, &plan), TSL_OK);
+        const tsl_plan *pp = *c.plan ? &plan : nullptr;
+        std::vector<int64_t> estimate((size_t)size);
+        ASSERT_EQ(tsl_plan_estimate(pp, g, size, workers, n, 0, estimate.data()), TSL_OK)
+            << tsl_last_error();
+        int64_t before = 0, after = 0;
+        ASSERT_EQ(tsl_context_owned_bytes(ctx, &before), TSL_OK);
+        tsl_model_t m = nullptr;
+        ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 600, pp), TSL_OK);
+        int64_t per = 1;
+        for (int64_t d : c.sample)
+            per *= d;
+        Batch b = make_batch(n, per, classes, seed + 601);
+        if (c.segmentation)
+            b.y.assign((size_t)(n * per / c.sample[0]), 1);
+        double loss = 0;
+        ASSERT_EQ(tsl_model_gradients(m, n, b.x.data(), b.y.data(), &loss), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_context_owned_bytes(ctx, &after), TSL_OK);
+        double got = (double)(after - before), want = (double)estimate[(size_t)rank];
+        EXPECT_GE(got, want) << "rank " << rank;
+        EXPECT_LE(got, 1.1 * want + 65536) << "rank " << rank;
+        tsl_model_destroy(m);
+        tsl_graph_destroy(g);
+    }
+}
