@@ -78,5 +78,6 @@ int checkpoint_read(const char *dir, run_settings *settings, run_progress *progr
 
 int command_train(int argc, char **argv);
 int command_eval(int argc, char **argv);
+int command_plan(int argc, char **argv);
 
 #endif /* TESSEL_CLI_H */

@@ -22,6 +22,7 @@ static void usage_main(FILE *out)
                  "          print which rank and worker handled each tile\n"
                  "  train   train a network of the model zoo on a dataset\n"
                  "  eval    evaluate saved parameters on a dataset's test split\n"
+                 "  plan    how a plan tiles a model, and every rank's estimated memory\n"
                  "\n"
                  "Run under mpirun for several ranks; rank 0 prints.\n"
                  "'tessel <command> --help' describes each command.\n");
@@ -367,6 +368,8 @@ int main(int argc, char **argv)
         return command_demo(argc, argv);
     if (strcmp(command, "train") == 0)
         return command_train(argc, argv);
+    if (strcmp(command, "plan") == 0)
+        return command_plan(argc, argv);
     if (strcmp(command, "eval") == 0)
         return command_eval(argc, argv);
     fprintf(stderr, "tessel: unknown command '%s'\n\n", command);

@@ -230,3 +230,42 @@ TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
     EXPECT_EQ(tsl_plan_parse(nullptr, &p), TSL_ERR_INVALID_ARG);
     EXPECT_EQ(tsl_plan_ranks(nullptr), 0);
 }
+
+TEST(Plan, TensorTilingFollowsThePlanAndCapsBySize)
+{
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("data=2,space=2x2,tiles=2", &p), TSL_OK);
+    int64_t in_dims[3] = {1, 16, 12}, act_dims[3] = {8, 16, 12}, small[3] = {8, 3, 1};
+    tsl_shape input, act, tiny;
+    ASSERT_EQ(tsl_shape_make(&input, 3, in_dims), TSL_OK);
+    ASSERT_EQ(tsl_shape_make(&act, 3, act_dims), TSL_OK);
+    ASSERT_EQ(tsl_shape_make(&tiny, 3, small), TSL_OK);
+    EXPECT_EQ(tsl_plan_check(&p, &input, 8), TSL_OK);
+    EXPECT_EQ(tsl_plan_check(&p, &input, 4), TSL_ERR_INVALID_ARG);
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    // tiles=2 doubles the longest dimension (16): 4 x 2 spatial tiles, 2 sample groups.
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 2, 6, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[0], 2);
+    EXPECT_EQ(grid.splits[1], 1);
+    EXPECT_EQ(grid.splits[2], 4);
+    EXPECT_EQ(grid.splits[3], 2);
+    EXPECT_EQ(owners.kind, TSL_OWNER_BLOCK);
+    EXPECT_EQ(owners.process_grid[0], 2);
+    EXPECT_EQ(owners.process_grid[2], 2);
+    EXPECT_EQ(owners.process_grid[3], 2);
+    // Capped by the size; labels (no channel dimension) get the same spatial grid.
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 2, 6, &tiny, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[2], 3);
+    EXPECT_EQ(grid.splits[3], 1);
+    int64_t label_dims[2] = {16, 12};
+    tsl_shape labels;
+    ASSERT_EQ(tsl_shape_make(&labels, 2, label_dims), TSL_OK);
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 2, 6, &labels, 0, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[1], 4);
+    EXPECT_EQ(grid.splits[2], 2);
+    // No plan, or no spatial dimension: sample tiles over ranks x workers, capped by the batch.
+    ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 3, 2, 4, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[0], 4);
+    EXPECT_EQ(grid.splits[2], 1);
+}
