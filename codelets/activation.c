@@ -46,13 +46,17 @@ void tsl_act_forward(const tsl_act_args *a, const void *x, void *y)
         T *out = dx;                                                                               \
         const T slope = (T)a->slope;                                                               \
         switch ((tsl_activation)a->kind) {                                                         \
-        case TSL_ACT_RELU:                                                                         \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = v[i] > 0 ? g[i] : (T)0;                                                   \
+        case TSL_ACT_RELU: /* g loaded unconditionally: a select the compiler vectorises */        \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T gi = g[i];                                                                       \
+                out[i] = v[i] > 0 ? gi : (T)0;                                                     \
+            }                                                                                      \
             return;                                                                                \
         case TSL_ACT_LEAKY_RELU:                                                                   \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = v[i] > 0 ? g[i] : slope * g[i];                                           \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T gi = g[i];                                                                       \
+                out[i] = v[i] > 0 ? gi : slope * gi;                                               \
+            }                                                                                      \
             return;                                                                                \
         case TSL_ACT_SIGMOID:                                                                      \
             for (int64_t i = 0; i < n; i++)                                                        \

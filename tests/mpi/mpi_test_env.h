@@ -31,6 +31,10 @@ std::vector<std::vector<float>> gather_all(std::initializer_list<tsl_tensor_t> t
 // Largest |got - ref| / (1 + |ref|) over two arrays of the same size.
 double max_rel_diff(const std::vector<float> &got, const std::vector<float> &ref);
 
+// Largest |got - ref| over max(1, largest |ref|): the relative error of a whole array, for
+// results that are long sums whose single entries may cancel to near zero.
+double max_norm_rel_diff(const std::vector<float> &got, const std::vector<float> &ref);
+
 // Owner maps for tests: tiles dealt round the ranks in row-major order, and contiguous runs
 // in reverse order (the last tiles on rank 0), so owners are unrelated to position.
 int32_t round_robin(const int32_t *tile, int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,

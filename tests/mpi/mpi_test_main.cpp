@@ -52,6 +52,18 @@ std::vector<std::vector<float>> gather_all(std::initializer_list<tsl_tensor_t> t
     return got;
 }
 
+double max_norm_rel_diff(const std::vector<float> &got, const std::vector<float> &ref)
+{
+    if (got.size() != ref.size())
+        return INFINITY;
+    double worst = 0, scale = 1;
+    for (size_t i = 0; i < ref.size(); i++) {
+        worst = std::max(worst, (double)std::fabs(got[i] - ref[i]));
+        scale = std::max(scale, (double)std::fabs(ref[i]));
+    }
+    return worst / scale;
+}
+
 double max_rel_diff(const std::vector<float> &got, const std::vector<float> &ref)
 {
     double worst = 0;

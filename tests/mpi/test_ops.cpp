@@ -967,9 +967,12 @@ TEST(Convolution, SpatialTilesMatchOneTile)
         std::vector<std::vector<float>> ref = conv_results(c, {}, root, root);
         std::vector<std::vector<float>> got = conv_results(c, c.splits, block, rev);
         if (rank == 0) {
-            const char *names[4] = {"y", "dx", "dw", "db"};
-            for (int k = 0; k < 4; k++)
-                EXPECT_LT(max_rel_diff(got[k], ref[k]), 1e-5) << names[k];
+            // y and dx element by element; dw and db sum over every position (up to ~1000
+            // terms that cancel), so their error is measured against the largest value.
+            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
+            EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
+            EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "dw";
+            EXPECT_LT(max_norm_rel_diff(got[3], ref[3]), 1e-5) << "db";
         }
     }
 }
