@@ -15,6 +15,7 @@
 /* Sizes padded to three dimensions (unused ones 1, kernel 1, stride 1, padding 0). */
 typedef struct geom {
     int64_t in[3], out[3], k[3], s[3], p[3], in_plane, out_plane;
+    int64_t cs; /* distance between a plane's positions: 1, or the channels (channels-last) */
     int64_t gin[3], io[3], oo[3]; /* global input size, origins of the input and output */
 } geom;
 
@@ -34,7 +35,15 @@ static geom geometry(const tsl_pool_args *a)
     }
     g.in_plane = g.in[0] * g.in[1] * g.in[2];
     g.out_plane = g.out[0] * g.out[1] * g.out[2];
+    g.cs = a->channels_last ? a->channels : 1;
     return g;
+}
+
+/* Offset of plane `pl`'s first position in a tile of planes of `plane` positions. */
+static int64_t plane_base(const tsl_pool_args *a, int64_t pl, int64_t plane)
+{
+    return a->channels_last ? pl / a->channels * plane * a->channels + pl % a->channels
+                            : pl * plane;
 }
 
 /* Visit the in-bounds input positions of the window of (local) output o: positions are
@@ -52,8 +61,9 @@ static geom geometry(const tsl_pool_args *a)
                 int64_t q2 = ((o2) + (g).oo[2]) * (g).s[2] - (g).p[2] + k2;                        \
                 if (q2 < 0 || q2 >= (g).gin[2])                                                    \
                     continue;                                                                      \
-                int64_t idx = ((q0 - (g).io[0]) * (g).in[1] + (q1 - (g).io[1])) * (g).in[2] + q2 - \
-                              (g).io[2];                                                           \
+                int64_t idx = (((q0 - (g).io[0]) * (g).in[1] + (q1 - (g).io[1])) * (g).in[2] +     \
+                               q2 - (g).io[2]) *                                                   \
+                              (g).cs;                                                              \
                 body;                                                                              \
             }                                                                                      \
         }                                                                                          \
@@ -83,7 +93,7 @@ void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
 {
     geom g = geometry(a);
     for (int64_t pl = 0; pl < a->planes; pl++) {
-        int64_t xb = pl * g.in_plane, yb = pl * g.out_plane;
+        int64_t xb = plane_base(a, pl, g.in_plane), yb = plane_base(a, pl, g.out_plane);
         for (int64_t o0 = 0; o0 < g.out[0]; o0++)
             for (int64_t o1 = 0; o1 < g.out[1]; o1++)
                 for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
@@ -101,7 +111,7 @@ void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
                         FOR_WINDOW(g, o0, o1, o2, idx, v += tsl_load(a->dtype, x, xb + idx));
                         v /= avg_divisor(a, &g, o0, o1, o2);
                     }
-                    tsl_store(a->dtype, y, yb + out, v);
+                    tsl_store(a->dtype, y, yb + out * g.cs, v);
                 }
     }
 }
@@ -112,11 +122,12 @@ void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void 
     for (int64_t i = 0; i < a->planes * g.in_plane; i++)
         tsl_store(a->dtype, dx, i, 0.0);
     for (int64_t pl = 0; pl < a->planes; pl++) {
-        int64_t xb = pl * g.in_plane, yb = pl * g.out_plane;
+        int64_t xb = plane_base(a, pl, g.in_plane), yb = plane_base(a, pl, g.out_plane);
         for (int64_t o0 = 0; o0 < g.out[0]; o0++)
             for (int64_t o1 = 0; o1 < g.out[1]; o1++)
                 for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
-                    double grad = tsl_load(a->dtype, dy, yb + (o0 * g.out[1] + o1) * g.out[2] + o2);
+                    double grad =
+                        tsl_load(a->dtype, dy, yb + ((o0 * g.out[1] + o1) * g.out[2] + o2) * g.cs);
                     if (a->kind == TSL_POOL_MAX) {
                         double v = -INFINITY;
                         int64_t best = -1;
@@ -187,10 +198,11 @@ void tsl_upsample_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
     for (int64_t pl = 0; pl < a->planes; pl++)
         for (int64_t out = 0; out < g.out_plane; out++) {
             int n = upsample_sources(a, &g, out, at, weight);
-            double v = weight[0] * tsl_load(a->dtype, x, pl * g.in_plane + at[0]);
+            int64_t xb = plane_base(a, pl, g.in_plane);
+            double v = weight[0] * tsl_load(a->dtype, x, xb + at[0] * g.cs);
             for (int t = 1; t < n; t++)
-                v += weight[t] * tsl_load(a->dtype, x, pl * g.in_plane + at[t]);
-            tsl_store(a->dtype, y, pl * g.out_plane + out, v);
+                v += weight[t] * tsl_load(a->dtype, x, xb + at[t] * g.cs);
+            tsl_store(a->dtype, y, plane_base(a, pl, g.out_plane) + out * g.cs, v);
         }
 }
 
@@ -204,10 +216,10 @@ void tsl_upsample_backward_kernel(const tsl_pool_args *a, const void *dy, void *
         tsl_store(a->dtype, dx, i, 0.0);
     for (int64_t pl = 0; pl < a->planes; pl++)
         for (int64_t out = 0; out < g.out_plane; out++) {
-            double grad = tsl_load(a->dtype, dy, pl * g.out_plane + out);
+            double grad = tsl_load(a->dtype, dy, plane_base(a, pl, g.out_plane) + out * g.cs);
             int n = upsample_sources(a, &g, out, at, weight);
             for (int t = 0; t < n; t++) {
-                int64_t i = pl * g.in_plane + at[t];
+                int64_t i = plane_base(a, pl, g.in_plane) + at[t] * g.cs;
                 tsl_store(a->dtype, dx, i, tsl_load(a->dtype, dx, i) + weight[t] * grad);
             }
         }
@@ -245,14 +257,16 @@ static void upsample_backward_cpu(void *buffers[], void *cl_arg)
 
 /* ---- spatial tiles: the kernels on a window assembled from the tile and halo slabs ---- */
 
-/* The assembly's view of a pooling window: planes as samples of one channel. */
+/* The assembly's view of a pooling window: plain planes as samples of one channel; a
+ * channels-last tile as its samples and channels. */
 static tsl_conv_args window_view(const tsl_pool_task_args *t)
 {
     tsl_conv_args c;
     memset(&c, 0, sizeof c);
     c.spatial = t->pool.spatial;
-    c.samples = t->pool.planes;
-    c.in_channels = 1;
+    c.channels_last = t->pool.channels_last;
+    c.samples = t->pool.channels_last ? t->pool.planes / t->pool.channels : t->pool.planes;
+    c.in_channels = t->pool.channels_last ? t->pool.channels : 1;
     for (int d = 0; d < 3; d++)
         c.in_size[d] = d < c.spatial ? t->pool.in_size[d] : 1;
     return c;

@@ -1,6 +1,6 @@
 /* Pooling and upsampling (nearest, (bi/tri)linear) kernels and codelets (codelets/pool.c). A tile
  * holds whole (sample, channel) planes: `planes` = samples x channels of the tile, each plane in
- * C order. */
+ * C order, contiguous (plain tiles) or with its positions `channels` apart (channels-last). */
 #ifndef TESSEL_CODELETS_POOL_H
 #define TESSEL_CODELETS_POOL_H
 
@@ -14,6 +14,9 @@ typedef struct tsl_pool_args {
     int32_t spatial;
     int32_t kind; /* tsl_pool_kind; for upsampling a tsl_upsample_mode */
     int32_t count_include_pad;
+    int32_t channels_last; /* tiles stored N D H W C: a plane's positions are `channels` apart */
+    int32_t unused;        /* no padding bytes */
+    int64_t channels;      /* the tile's channels (planes = samples x channels) */
     int64_t planes;
     int64_t in_size[3], out_size[3];
     int64_t kernel[3], stride[3], padding[3]; /* upsampling: kernel holds the scale */

@@ -66,9 +66,11 @@ static tsl_status check_planes(tsl_tensor_t x, tsl_tensor_t y, const tsl_shape *
                                const char *fn)
 {
     tsl_status st = tsl_tensor_check(x, fn);
-    if (st || (st = tsl_tensor_check(y, fn)) || (st = tsl_tensor_check_float(x, fn)) ||
-        (st = tsl_tensor_check_plain(x, fn)) || (st = tsl_tensor_check_plain(y, fn)))
+    if (st || (st = tsl_tensor_check(y, fn)) || (st = tsl_tensor_check_float(x, fn)))
         return st;
+    if (y->layout != x->layout)
+        return tsl_error(x->ctx, TSL_ERR_SHAPE,
+                         "%s: x and y need the same tile layout (plain or channels-last)", fn);
     struct tsl_context *ctx = x->ctx;
     if (y->ctx != ctx || y->dtype != x->dtype)
         return tsl_error(ctx, TSL_ERR_DTYPE, "%s: x and y differ in context or dtype", fn);
@@ -132,6 +134,7 @@ static tsl_status window_args(const tsl_pool_args *a, int pooling, tsl_tensor_t 
     int64_t bs[TSL_MAX_DIMS], be[TSL_MAX_DIMS];
     tsl_tensor_tile_box(big, tile, bs, be);
     t->pool.planes = be[0] * be[1];
+    t->pool.channels = be[1];
     tsl_conv_window *w = &t->window;
     for (int d = 0; d < 3; d++) {
         w->global[d] = 1;
@@ -227,6 +230,7 @@ static tsl_pool_args args_of(tsl_tensor_t x, tsl_tensor_t y, int spatial)
     memset(&a, 0, sizeof a);
     a.dtype = x->dtype;
     a.spatial = spatial;
+    a.channels_last = x->layout == TSL_LAYOUT_CHANNELS_LAST;
     for (int d = 0; d < spatial; d++) {
         a.in_size[d] = x->shape.dims[2 + d];
         a.out_size[d] = y->shape.dims[2 + d];
@@ -242,6 +246,7 @@ static tsl_status per_tile(struct starpu_codelet *cl, tsl_pool_args a, tsl_tenso
         int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
         tsl_tensor_tile_box(planes_of, i, start, extent);
         a.planes = extent[0] * extent[1];
+        a.channels = extent[1];
         tsl_task_desc desc = {.codelet = cl,
                               .args = &a,
                               .args_size = sizeof a,

@@ -1113,10 +1113,9 @@ struct WindowCase {
     int64_t k, stride, padding;
 };
 
-static std::vector<std::vector<float>> window_results(const WindowCase &c,
-                                                      const std::vector<int32_t> &splits,
-                                                      const tsl_owner_map &xo,
-                                                      const tsl_owner_map &yo)
+static std::vector<std::vector<float>>
+window_results(const WindowCase &c, const std::vector<int32_t> &splits, const tsl_owner_map &xo,
+               const tsl_owner_map &yo, tsl_layout layout = TSL_LAYOUT_PLAIN)
 {
     int sp = (int)c.xdims.size() - 2;
     tsl_pool_params p;
@@ -1137,10 +1136,10 @@ static std::vector<std::vector<float>> window_results(const WindowCase &c,
         for (int d = 0; d < sp; d++)
             yd[2 + d] *= c.k;
     }
-    tsl_tensor_t x = make_tensor(TSL_F32, c.xdims, splits, xo);
-    tsl_tensor_t dx = make_tensor(TSL_F32, c.xdims, splits, xo);
-    tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo);
-    tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo);
+    tsl_tensor_t x = make_tensor(TSL_F32, c.xdims, splits, xo, layout);
+    tsl_tensor_t dx = make_tensor(TSL_F32, c.xdims, splits, xo, layout);
+    tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo, layout);
+    tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo, layout);
     EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 110, -1, 1), TSL_OK);
     EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 111, -1, 1), TSL_OK);
     for (tsl_tensor_t t : {y, dx})
@@ -1188,10 +1187,22 @@ TEST(Pooling, SpatialTilesMatchOneTile)
     for (size_t n = 0; n < cases.size(); n++) {
         SCOPED_TRACE("case " + std::to_string(n));
         std::vector<std::vector<float>> ref = window_results(cases[n], {}, root, root);
+        // Plain tiles, and channels-last tiles for every other case (one tile and the grid).
         std::vector<std::vector<float>> got = window_results(cases[n], cases[n].splits, block, rev);
+        std::vector<std::vector<float>> cl_one, cl_got;
+        if (n % 2 == 0) {
+            cl_one = window_results(cases[n], {}, root, root, TSL_LAYOUT_CHANNELS_LAST);
+            cl_got =
+                window_results(cases[n], cases[n].splits, block, rev, TSL_LAYOUT_CHANNELS_LAST);
+        }
         if (rank == 0) {
             EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
             EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
+            for (const auto *cl : {&cl_one, &cl_got})
+                for (size_t k = 0; k < cl->size(); k++)
+                    EXPECT_LT(max_rel_diff((*cl)[k], ref[k]), 1e-5)
+                        << (k ? "dx" : "y") << ", channels-last"
+                        << (cl == &cl_one ? ", one tile" : ", tiled");
         }
     }
 }
