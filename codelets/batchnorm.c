@@ -5,6 +5,7 @@
  * through the float32 entry points of the exact accumulator (codelets/reduce.c). */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "batchnorm.h"
@@ -439,12 +440,53 @@ void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *
 #define ACC_OK(i, a)                                                                               \
     (NX(i) * (int64_t)sizeof(int64_t) == 2 * (a).channels * (int64_t)sizeof(tsl_acc))
 
+/* Channels-last tiles (N, positions, C) are worked on as plain (N, C, positions) copies: the
+ * kernels' exact per-channel sums want each channel's values contiguous. */
+static void layout_copy(const tsl_bn_args *a, void *dst, const void *src, int to_plain)
+{
+    tsl_box_copy_args c;
+    memset(&c, 0, sizeof c);
+    c.ndim = 3;
+    c.elem_size = a->dtype == TSL_F64 ? 8 : 4;
+    c.src_layout = to_plain ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
+    c.dst_layout = to_plain ? TSL_LAYOUT_PLAIN : TSL_LAYOUT_CHANNELS_LAST;
+    int64_t dims[3] = {a->samples, a->cext, a->inner};
+    for (int d = 0; d < 3; d++)
+        c.src_extent[d] = c.dst_extent[d] = c.box[d] = dims[d];
+    tsl_box_copy(&c, dst, src);
+}
+
+/* A plain view of a tile: the tile itself, or a converted copy (free with plain_done). */
+static void *plain_of(const tsl_bn_args *a, void *tile, int copy_in)
+{
+    if (!a->channels_last)
+        return tile;
+    size_t bytes = (size_t)(a->samples * a->cext * a->inner) * (a->dtype == TSL_F64 ? 8 : 4);
+    void *p = malloc(bytes);
+    TSL_CODELET_CHECK(p, "batch norm: out of memory for a channels-last copy");
+    if (copy_in)
+        layout_copy(a, p, tile, 1);
+    return p;
+}
+
+/* Release a plain view; with copy_out, write it back into the channels-last tile first. */
+static void plain_done(const tsl_bn_args *a, void *plain, void *tile, int copy_out)
+{
+    if (!a->channels_last)
+        return;
+    if (copy_out)
+        layout_copy(a, tile, plain, 0);
+    free(plain);
+}
+
 static void stats_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(0) == a.samples * a.cext * a.inner && ACC_OK(1, a), "bn stats: sizes");
-    tsl_bn_stats_tile(&a, BUF(0), BUF(1));
+    void *x = plain_of(&a, BUF(0), 1);
+    tsl_bn_stats_tile(&a, x, BUF(1));
+    plain_done(&a, x, BUF(0), 0);
 }
 
 static void finalize_cpu(void *buffers[], void *cl_arg)
@@ -468,7 +510,10 @@ static void normalize_cpu(void *buffers[], void *cl_arg)
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(4) == a.samples * a.cext * a.inner, "bn normalize: sizes");
-    tsl_bn_normalize_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4));
+    void *x = plain_of(&a, BUF(0), 1), *y = plain_of(&a, BUF(4), 0);
+    tsl_bn_normalize_tile(&a, x, BUF(1), BUF(2), BUF(3), y);
+    plain_done(&a, x, BUF(0), 0);
+    plain_done(&a, y, BUF(4), 1);
 }
 
 static void infer_cpu(void *buffers[], void *cl_arg)
@@ -476,7 +521,10 @@ static void infer_cpu(void *buffers[], void *cl_arg)
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(5) == a.samples * a.cext * a.inner, "bn inference: sizes");
-    tsl_bn_infer_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4), BUF(5));
+    void *x = plain_of(&a, BUF(0), 1), *y = plain_of(&a, BUF(5), 0);
+    tsl_bn_infer_tile(&a, x, BUF(1), BUF(2), BUF(3), BUF(4), y);
+    plain_done(&a, x, BUF(0), 0);
+    plain_done(&a, y, BUF(5), 1);
 }
 
 /* Buffers x, dy, the accumulators, then saved, gamma and beta when ReLU is fused. */
@@ -488,8 +536,11 @@ static void bwd_stats_cpu(void *buffers[], void *cl_arg)
         ACC_OK(2, a) && NX(0) == a.samples * a.cext * a.inner && NX(1) == NX(0) &&
             (!a.relu || (NX(3) == 2 * a.channels && NX(4) == a.channels && NX(5) == a.channels)),
         "bn backward stats: sizes");
-    tsl_bn_backward_stats_tile(&a, BUF(0), BUF(1), a.relu ? BUF(3) : NULL, a.relu ? BUF(4) : NULL,
+    void *x = plain_of(&a, BUF(0), 1), *dy = plain_of(&a, BUF(1), 1);
+    tsl_bn_backward_stats_tile(&a, x, dy, a.relu ? BUF(3) : NULL, a.relu ? BUF(4) : NULL,
                                a.relu ? BUF(5) : NULL, BUF(2));
+    plain_done(&a, x, BUF(0), 0);
+    plain_done(&a, dy, BUF(1), 0);
 }
 
 static void bwd_coef_cpu(void *buffers[], void *cl_arg)
@@ -517,8 +568,12 @@ static void bwd_data_cpu(void *buffers[], void *cl_arg)
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(5) == a.samples * a.cext * a.inner && (!a.relu || NX(6) == a.channels),
                       "bn backward data: sizes");
-    tsl_bn_backward_data_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), a.relu ? BUF(6) : NULL, BUF(4),
-                              BUF(5));
+    void *x = plain_of(&a, BUF(0), 1), *dy = plain_of(&a, BUF(1), 1);
+    void *dx = plain_of(&a, BUF(5), 0);
+    tsl_bn_backward_data_tile(&a, x, dy, BUF(2), BUF(3), a.relu ? BUF(6) : NULL, BUF(4), dx);
+    plain_done(&a, x, BUF(0), 0);
+    plain_done(&a, dy, BUF(1), 0);
+    plain_done(&a, dx, BUF(5), 1);
 }
 
 #define BN_MODEL(var, sym)                                                                         \

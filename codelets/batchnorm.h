@@ -30,9 +30,11 @@ typedef struct tsl_bn_args {
     int64_t per_channel; /* N x spatial positions of the whole tensor: the statistics' count */
     double eps;
     double momentum;
-    int32_t which; /* running statistic (0 mean, 1 variance) or parameter gradient (0 beta,
-                      1 gamma) a task updates */
-    int32_t relu;  /* 1: ReLU fused after the normalization (normalize, backward tasks) */
+    int32_t which;         /* running statistic (0 mean, 1 variance) or parameter gradient (0 beta,
+                              1 gamma) a task updates */
+    int32_t relu;          /* 1: ReLU fused after the normalization (normalize, backward tasks) */
+    int32_t channels_last; /* tiles stored N D H W C: codelets work on a plain copy */
+    int32_t unused;        /* no padding bytes */
 } tsl_bn_args;
 
 /* Per tile: accumulate sum x and sum x^2 per channel into acc[2C] (zeroed first). */

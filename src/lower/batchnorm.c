@@ -28,7 +28,7 @@ static tsl_status check_vector(tsl_tensor_t v, tsl_tensor_t x, int saved, const 
 static tsl_status check_x(tsl_tensor_t x, const char *fn)
 {
     tsl_status st = tsl_tensor_check(x, fn);
-    if (st || (st = tsl_tensor_check_float(x, fn)) || (st = tsl_tensor_check_plain(x, fn)))
+    if (st || (st = tsl_tensor_check_float(x, fn)))
         return st;
     if (x->shape.ndim < 2)
         return tsl_error(x->ctx, TSL_ERR_SHAPE, "%s: x needs N and C dimensions", fn);
@@ -40,6 +40,7 @@ static tsl_bn_args args_for(tsl_tensor_t x, int64_t tile, double eps, double mom
     tsl_bn_args a;
     memset(&a, 0, sizeof a);
     a.dtype = x->dtype;
+    a.channels_last = x->layout == TSL_LAYOUT_CHANNELS_LAST;
     a.channels = x->shape.dims[1];
     a.per_channel = tsl_shape_numel(&x->shape) / x->shape.dims[1];
     a.eps = eps;

@@ -572,12 +572,13 @@ TEST(BatchNorm, TrainingForwardAndBackwardAreBitIdenticalOnEveryLayout)
                   last = tsl_owner_single(size - 1);
     std::vector<std::vector<double>> ref;
     for (size_t gi = 0; gi < grids.size(); gi++) {
-        for (int owners = 0; owners < 2; owners++) {
-            const tsl_owner_map &xo = owners ? rev : block;
-            tsl_tensor_t x = make_tensor(TSL_F64, dims, grids[gi], xo);
-            tsl_tensor_t y = make_tensor(TSL_F64, dims, grids[gi], block);
-            tsl_tensor_t dy = make_tensor(TSL_F64, dims, grids[gi], rev);
-            tsl_tensor_t dx = make_tensor(TSL_F64, dims, grids[gi], xo);
+        for (int owners = 0; owners < 3; owners++) { // plain x 2 owner maps, channels-last
+            const tsl_owner_map &xo = owners == 1 ? rev : block;
+            tsl_layout lay = owners == 2 ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
+            tsl_tensor_t x = make_tensor(TSL_F64, dims, grids[gi], xo, lay);
+            tsl_tensor_t y = make_tensor(TSL_F64, dims, grids[gi], block, lay);
+            tsl_tensor_t dy = make_tensor(TSL_F64, dims, grids[gi], rev, lay);
+            tsl_tensor_t dx = make_tensor(TSL_F64, dims, grids[gi], xo, lay);
             tsl_tensor_t gamma = make_tensor(TSL_F64, {6}, {1}, last);
             tsl_tensor_t beta = make_tensor(TSL_F64, {6}, {1}, block);
             tsl_tensor_t rm = make_tensor(TSL_F64, {6}, {1}, owners ? last : block);
@@ -585,7 +586,7 @@ TEST(BatchNorm, TrainingForwardAndBackwardAreBitIdenticalOnEveryLayout)
             tsl_tensor_t saved = make_tensor(TSL_F64, {2, 6}, {1, 1}, last);
             tsl_tensor_t dg = make_tensor(TSL_F64, {6}, {1}, block);
             tsl_tensor_t db = make_tensor(TSL_F64, {6}, {1}, last);
-            tsl_tensor_t yi = make_tensor(TSL_F64, dims, grids[gi], rev);
+            tsl_tensor_t yi = make_tensor(TSL_F64, dims, grids[gi], rev, lay);
             ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 70, 3.0, 2.0), TSL_OK);
             ASSERT_EQ(tsl_tensor_fill_normal(dy, seed + 71, 0.0, 1.0), TSL_OK);
             ASSERT_EQ(tsl_tensor_fill_uniform(gamma, seed + 72, 0.5, 1.5), TSL_OK);
