@@ -10,6 +10,13 @@
 
 #include "check.h"
 #include "scalar.h"
+
+/* Where logit (s, c, v) of a tile lives: sample s, class c, position v; plain tiles keep a
+ * class's positions together, channels-last tiles a position's classes. */
+#define CLASS_STRIDE(a) ((a)->channels_last ? 1 : (a)->inner)
+#define LOGIT_BASE(a, s, v)                                                                        \
+    ((a)->channels_last ? ((s) * (a)->inner + (v)) * (a)->classes                                  \
+                        : (s) * (a)->classes * (a)->inner + (v))
 #include "loss_ops.h"
 
 static inline int64_t load_label(int dtype, const void *p, int64_t i)
@@ -32,27 +39,28 @@ static void cross_entropy(const tsl_loss_args *a, const void *x, const void *lab
     const int64_t C = a->classes, inner = a->inner;
     for (int64_t s = 0; s < a->samples; s++) {
         for (int64_t v = 0; v < inner; v++) {
-            int64_t base = s * C * inner + v; /* x[s, c, v] = base + c * inner */
+            int64_t base = LOGIT_BASE(a, s, v); /* x[s, c, v] = base + c * CLASS_STRIDE(a) */
             int64_t label = load_label(a->label_dtype, labels, s * inner + v);
             double top = -INFINITY;
             for (int64_t c = 0; c < C; c++)
-                top = fmax(top, tsl_load(a->dtype, x, base + c * inner));
+                top = fmax(top, tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)));
             double total = 0;
             for (int64_t c = 0; c < C; c++)
-                total += exp(tsl_load(a->dtype, x, base + c * inner) - top);
+                total += exp(tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)) - top);
             if (label < 0 || label >= C) {
                 acc->flagged++;
                 if (grad)
                     for (int64_t c = 0; c < C; c++)
-                        tsl_store(a->dtype, grad, base + c * inner, 0.0);
+                        tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a), 0.0);
                 continue;
             }
             double lse = top + log(total);
-            tsl_acc_add(acc, lse - tsl_load(a->dtype, x, base + label * inner));
+            tsl_acc_add(acc, lse - tsl_load(a->dtype, x, base + label * CLASS_STRIDE(a)));
             if (grad)
                 for (int64_t c = 0; c < C; c++) {
-                    double p = exp(tsl_load(a->dtype, x, base + c * inner) - lse);
-                    tsl_store(a->dtype, grad, base + c * inner, (p - (c == label)) * a->scale);
+                    double p = exp(tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)) - lse);
+                    tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a),
+                              (p - (c == label)) * a->scale);
                 }
         }
     }
@@ -81,11 +89,11 @@ static void argmax_hits(const tsl_loss_args *a, const void *x, const void *label
                 acc->flagged++;
                 continue;
             }
-            const int64_t base = s * C * inner + v;
+            const int64_t base = LOGIT_BASE(a, s, v);
             int64_t best = 0;
             double top = tsl_load(a->dtype, x, base);
             for (int64_t c = 1; c < C; c++) {
-                double t = tsl_load(a->dtype, x, base + c * inner);
+                double t = tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a));
                 if (t > top) {
                     top = t;
                     best = c;
@@ -112,13 +120,13 @@ void tsl_loss_tile(const tsl_loss_args *a, const void *x, const void *target, vo
 static int softmax_at(const tsl_loss_args *a, const void *x, const void *labels, int64_t s,
                       int64_t v, double *p, int64_t *label)
 {
-    const int64_t C = a->classes, inner = a->inner, base = s * C * inner + v;
+    const int64_t C = a->classes, inner = a->inner, base = LOGIT_BASE(a, s, v);
     *label = load_label(a->label_dtype, labels, s * inner + v);
     double top = -INFINITY, total = 0;
     for (int64_t c = 0; c < C; c++)
-        top = fmax(top, tsl_load(a->dtype, x, base + c * inner));
+        top = fmax(top, tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)));
     for (int64_t c = 0; c < C; c++) {
-        p[c] = exp(tsl_load(a->dtype, x, base + c * inner) - top);
+        p[c] = exp(tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)) - top);
         total += p[c];
     }
     for (int64_t c = 0; c < C; c++)
@@ -180,10 +188,10 @@ void tsl_dice_grad_tile(const tsl_loss_args *a, const void *x, const void *label
     const int64_t C = a->classes, inner = a->inner;
     for (int64_t s = 0; s < a->samples; s++)
         for (int64_t v = 0; v < inner; v++) {
-            int64_t label, base = s * C * inner + v;
+            int64_t label, base = LOGIT_BASE(a, s, v);
             if (!softmax_at(a, x, labels, s, v, p, &label)) {
                 for (int64_t c = 0; c < C; c++)
-                    tsl_store(a->dtype, grad, base + c * inner, 0.0);
+                    tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a), 0.0);
                 continue;
             }
             /* dloss/dp_c, then through the softmax: dz_c = p_c (dp_c - sum_k p_k dp_k). */
@@ -192,7 +200,7 @@ void tsl_dice_grad_tile(const tsl_loss_args *a, const void *x, const void *label
                 dot += p[c] * (coef[c] * (c == label) + coef[C + c]);
             for (int64_t c = 0; c < C; c++) {
                 double dp = coef[c] * (c == label) + coef[C + c];
-                tsl_store(a->dtype, grad, base + c * inner, p[c] * (dp - dot));
+                tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a), p[c] * (dp - dot));
             }
         }
 }

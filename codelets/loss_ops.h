@@ -15,13 +15,14 @@ typedef enum tsl_loss_kind {
 
 typedef struct tsl_loss_args {
     int32_t kind;
-    int32_t dtype;       /* of x, target (MSE) and gradient: f32 or f64 */
-    int32_t label_dtype; /* cross-entropy labels: i32, i64 or u8 */
-    int64_t samples;     /* samples in the tile */
-    int64_t classes;     /* C (cross-entropy); MSE: elements per sample / inner */
-    int64_t inner;       /* positions per sample and class (product of spatial extents) */
-    double scale;        /* gradient factor: 1 / positions of the whole tensor */
-    double smooth;       /* soft Dice: added to numerator and denominator */
+    int32_t dtype;         /* of x, target (MSE) and gradient: f32 or f64 */
+    int32_t label_dtype;   /* cross-entropy labels: i32, i64 or u8 */
+    int32_t channels_last; /* logits stored N D H W C: a position's classes are adjacent */
+    int64_t samples;       /* samples in the tile */
+    int64_t classes;       /* C (cross-entropy); MSE: elements per sample / inner */
+    int64_t inner;         /* positions per sample and class (product of spatial extents) */
+    double scale;          /* gradient factor: 1 / positions of the whole tensor */
+    double smooth;         /* soft Dice: added to numerator and denominator */
 } tsl_loss_args;
 
 /* Add the tile's per-position losses to `acc` exactly (TSL_LOSS_HITS: 1 per position whose

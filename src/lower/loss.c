@@ -89,8 +89,7 @@ static tsl_status check_labels(tsl_tensor_t logits, tsl_tensor_t labels, tsl_ten
                                double *loss, const char *fn)
 {
     tsl_status st = check_common(logits, dlogits, loss, fn);
-    if (st || (st = tsl_tensor_check(labels, fn)) || (st = tsl_tensor_check_plain(logits, fn)) ||
-        (st = tsl_tensor_check_plain(labels, fn)))
+    if (st || (st = tsl_tensor_check(labels, fn)) || (st = tsl_tensor_check_plain(labels, fn)))
         return st;
     struct tsl_context *ctx = logits->ctx;
     if (labels->ctx != ctx)
@@ -133,6 +132,7 @@ static tsl_status run_labels(tsl_loss_kind kind, tsl_tensor_t logits, tsl_tensor
     memset(&p, 0, sizeof p);
     p.args.kind = kind;
     p.args.dtype = logits->dtype;
+    p.args.channels_last = logits->layout == TSL_LAYOUT_CHANNELS_LAST;
     p.args.label_dtype = labels->dtype;
     p.args.classes = ls->dims[1];
     p.x = logits;
@@ -232,6 +232,7 @@ tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t 
     memset(&job, 0, sizeof job);
     job.args.kind = TSL_LOSS_CROSS_ENTROPY; /* same tile geometry */
     job.args.dtype = logits->dtype;
+    job.args.channels_last = logits->layout == TSL_LAYOUT_CHANNELS_LAST;
     job.args.label_dtype = labels->dtype;
     job.args.classes = C;
     job.args.smooth = smooth;

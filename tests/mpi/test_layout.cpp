@@ -191,7 +191,9 @@ TEST(Layout, OpsThatIndexPlainTilesRefuseChannelsLast)
     // Pooling takes either layout, but x and y in the same one.
     EXPECT_EQ(tsl_pool_forward(&pp, x, y), TSL_ERR_SHAPE);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "same tile layout"), nullptr);
-    tsl_tensor_t labels = make_tensor(TSL_I32, {2, 8, 8}, {1, 1, 1}, block, TSL_LAYOUT_PLAIN);
+    // Losses take channels-last logits, but labels (no channel dimension) stay plain.
+    tsl_tensor_t labels =
+        make_tensor(TSL_I32, {2, 8, 8}, {1, 1, 1}, block, TSL_LAYOUT_CHANNELS_LAST);
     double loss = 0;
     EXPECT_EQ(tsl_loss_cross_entropy(x, labels, nullptr, &loss), TSL_ERR_UNSUPPORTED);
     tsl_tensor_t g = make_tensor(TSL_F32, {3}, {1}, block, TSL_LAYOUT_PLAIN);

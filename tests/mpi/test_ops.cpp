@@ -267,18 +267,21 @@ TEST(Losses, CrossEntropyAndMseAreBitIdenticalOnEveryLayout)
             ref_ce = NAN;
             ref_grad.clear();
         }
-        for (int owners_kind = 0; owners_kind < 2; owners_kind++) {
+        for (int owners_kind = 0; owners_kind < 3; owners_kind++) { // 2: channels-last logits
+            if (owners_kind == 2 && c.dims.size() < 3)
+                continue; // channels-last needs spatial dimensions
+            tsl_layout lay = owners_kind == 2 ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
             tsl_owner_map own =
-                owners_kind ? tsl_owner_callback(reversed, nullptr) : tsl_owner_block(nullptr);
+                owners_kind == 1 ? tsl_owner_callback(reversed, nullptr) : tsl_owner_block(nullptr);
             tsl_owner_map other = tsl_owner_block(nullptr);
             std::vector<int64_t> label_dims = c.dims;
             label_dims.erase(label_dims.begin() + 1);
             std::vector<int32_t> label_splits = c.splits;
             label_splits.erase(label_splits.begin() + 1);
-            tsl_tensor_t x = make_tensor(TSL_F32, c.dims, c.splits, own);
+            tsl_tensor_t x = make_tensor(TSL_F32, c.dims, c.splits, own, lay);
             tsl_tensor_t y = make_tensor(TSL_I32, label_dims, label_splits, other);
-            tsl_tensor_t g = make_tensor(TSL_F32, c.dims, c.splits, other);
-            tsl_tensor_t t = make_tensor(TSL_F32, c.dims, c.splits, other);
+            tsl_tensor_t g = make_tensor(TSL_F32, c.dims, c.splits, other, lay);
+            tsl_tensor_t t = make_tensor(TSL_F32, c.dims, c.splits, other, lay);
             ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 30, 0.0, 2.0), TSL_OK);
             ASSERT_EQ(tsl_tensor_fill_uniform(y, seed + 31, 0.0, (double)c.dims[1]), TSL_OK);
             ASSERT_EQ(tsl_tensor_fill_normal(t, seed + 32, 0.0, 1.0), TSL_OK);
@@ -1408,12 +1411,15 @@ TEST(Losses, SoftDiceIsBitIdenticalOnEveryLayout)
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
     double ref = NAN;
     std::vector<float> ref_grad;
-    for (std::vector<int32_t> g :
-         {std::vector<int32_t>{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 1, 3, 2}, {2, 1, 2, 3}}) {
+    for (int run = 0; run < 6; run++) { // four grids plain, two channels-last
+        const std::vector<int32_t> grids[4] = {
+            {1, 1, 1, 1}, {2, 1, 1, 1}, {1, 1, 3, 2}, {2, 1, 2, 3}};
+        std::vector<int32_t> g = grids[run < 4 ? run : run - 3];
+        tsl_layout lay = run < 4 ? TSL_LAYOUT_PLAIN : TSL_LAYOUT_CHANNELS_LAST;
         std::vector<int32_t> lg = {g[0], g[2], g[3]};
-        tsl_tensor_t x = make_tensor(TSL_F32, {2, 4, 9, 7}, g, rev);
+        tsl_tensor_t x = make_tensor(TSL_F32, {2, 4, 9, 7}, g, rev, lay);
         tsl_tensor_t y = make_tensor(TSL_U8, {2, 9, 7}, lg, block);
-        tsl_tensor_t dx = make_tensor(TSL_F32, {2, 4, 9, 7}, g, block);
+        tsl_tensor_t dx = make_tensor(TSL_F32, {2, 4, 9, 7}, g, block, lay);
         ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 110, 0, 2), TSL_OK);
         ASSERT_EQ(tsl_tensor_fill_uniform(y, seed + 111, 0, 4), TSL_OK);
         double loss = NAN;
