@@ -407,12 +407,15 @@ TEST(Model, SpatialPlansMatchSampleTiles)
             run(&plan, &loss, &got);
             EXPECT_NEAR(loss, ref_loss, 1e-5 * (1 + std::fabs(ref_loss)));
             ASSERT_EQ(got.size(), ref.size());
-            for (size_t k = 0; k < ref.size(); k++)
-                EXPECT_LT(max_rel_diff(got[k], ref[k]), 1e-5)
-                    << (k == 0                ? "output"
-                        : k <= ref.size() / 2 ? "gradient"
-                                              : "parameter")
-                    << " " << k;
+            // The output element by element within 1e-5. Gradients and the parameters after
+            // three steps are sums over every position whose order the tiling changes, and
+            // batch norm's backward (which subtracts means) magnifies that rounding: they are
+            // compared as whole tensors, within 1e-4 of their largest value (a wrong halo or
+            // a lost contribution is off by far more).
+            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "output";
+            for (size_t k = 1; k < ref.size(); k++)
+                EXPECT_LT(max_norm_rel_diff(got[k], ref[k]), 1e-4)
+                    << (k <= ref.size() / 2 ? "gradient" : "parameter") << " " << k;
         }
         tsl_graph_destroy(g);
     }
