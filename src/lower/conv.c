@@ -248,12 +248,8 @@ static tsl_status window_args(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor
     tsl_tensor_tile_box(y, tile, ys, ye);
     t->conv.samples = ye[0];
     tsl_conv_window *w = &t->window;
-    for (int d = 0; d < 3; d++) {
-        w->global[d] = 1;
-        w->window.lo[d] = 0;
-        w->window.size[d] = 1;
-        if (d >= a->spatial)
-            continue;
+    tsl_halo_window_reset(w);
+    for (int d = 0; d < a->spatial; d++) {
         int64_t s = a->stride[d], p = a->padding[d], reach = (a->kernel[d] - 1) * a->dilation[d];
         int64_t olo = ys[2 + d], ohi = olo + ye[2 + d], lo, hi, pad = 0;
         if (!a->transposed) { /* outputs [olo, ohi) read inputs from olo * s - p */
@@ -395,7 +391,7 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
         desc.nhandles = n;
         st = tsl_task_submit(ctx, &desc);
     }
-    tsl_status fin = tsl_halo_returns_finish(&r, dx, a->spatial, !st);
+    tsl_status fin = tsl_halo_returns_finish(&r, dx, !st);
     return st ? st : fin;
 }
 

@@ -78,8 +78,8 @@ int64_t tsl_halo_numel(struct tsl_tensor *x, int64_t tile, int spatial, const ts
 
 /* Box-copy arguments between tile `tile` of x and a dense slab of `box`: from the tile into
  * the slab (pack) or back (accumulate). */
-static void slab_args(struct tsl_tensor *x, int64_t tile, int spatial, const tsl_conv_box *box,
-                      int into_slab, tsl_box_copy_args *a)
+static void slab_args(struct tsl_tensor *x, int64_t tile, const tsl_conv_box *box, int into_slab,
+                      tsl_box_copy_args *a)
 {
     int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
     tsl_tensor_tile_box(x, tile, start, extent);
@@ -95,15 +95,14 @@ static void slab_args(struct tsl_tensor *x, int64_t tile, int spatial, const tsl
         slab_extent[d] = a->box[d] = d < 2 ? extent[d] : box->size[d - 2];
         tile_offset[d] = d < 2 ? 0 : box->lo[d - 2] - start[d];
     }
-    (void)spatial;
 }
 
 /* Pack (into_slab) or accumulate (the reverse, adding) between a tile and a slab. */
-static tsl_status slab_task(struct tsl_tensor *x, int64_t tile, int spatial,
-                            const tsl_conv_box *box, starpu_data_handle_t slab, int into_slab)
+static tsl_status slab_task(struct tsl_tensor *x, int64_t tile, const tsl_conv_box *box,
+                            starpu_data_handle_t slab, int into_slab)
 {
     tsl_box_copy_args a;
-    slab_args(x, tile, spatial, box, into_slab, &a);
+    slab_args(x, tile, box, into_slab, &a);
     a.accumulate = !into_slab;
     tsl_task_desc desc = {
         .codelet = &tsl_cl_box_copy,
@@ -122,13 +121,13 @@ tsl_status tsl_halo_pack(struct tsl_tensor *x, int64_t src_tile, int spatial,
 {
     tsl_status st = tsl_temp_handle_register(x->ctx, tsl_halo_numel(x, src_tile, spatial, box),
                                              x->elem_size, x->tile_owner[src_tile], slab);
-    return st ? st : slab_task(x, src_tile, spatial, box, *slab, 1);
+    return st ? st : slab_task(x, src_tile, box, *slab, 1);
 }
 
-tsl_status tsl_halo_accumulate(struct tsl_tensor *dx, int64_t tile, int spatial,
-                               const tsl_conv_box *box, starpu_data_handle_t slab)
+tsl_status tsl_halo_accumulate(struct tsl_tensor *dx, int64_t tile, const tsl_conv_box *box,
+                               starpu_data_handle_t slab)
 {
-    return slab_task(dx, tile, spatial, box, slab, 0);
+    return slab_task(dx, tile, box, slab, 0);
 }
 
 tsl_status tsl_halo_pack_window(struct tsl_tensor *x, int spatial, const tsl_conv_window *w,
@@ -187,8 +186,7 @@ tsl_status tsl_halo_returns_add(tsl_halo_returns *r, struct tsl_tensor *dx, int6
     return st;
 }
 
-tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, int spatial,
-                                   int accumulate)
+tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, int accumulate)
 {
     tsl_status st = TSL_OK;
     for (int64_t j = 0; j < dx->ntiles && accumulate && !st; j++)
@@ -196,7 +194,7 @@ tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, i
             for (int32_t k = 0; k < r->nslabs[i] && !st; k++) {
                 int64_t at = i * TSL_CONV_MAX_SLABS + k;
                 if (r->src[at] == j)
-                    st = tsl_halo_accumulate(dx, j, spatial, &r->box[at], r->slabs[at]);
+                    st = tsl_halo_accumulate(dx, j, &r->box[at], r->slabs[at]);
             }
     tsl_halo_release(dx->ctx, r->slabs, r->ntiles * TSL_CONV_MAX_SLABS);
     free(r->nslabs);

@@ -5,6 +5,8 @@
 #ifndef TESSEL_SRC_LOWER_HALO_H
 #define TESSEL_SRC_LOWER_HALO_H
 
+#include <string.h>
+
 #include "../../codelets/conv.h"
 #include "../internal.h"
 
@@ -27,8 +29,16 @@ tsl_status tsl_halo_pack(struct tsl_tensor *x, int64_t src_tile, int spatial,
 
 /* Add the slab `slab` (as packed for `box` of tile `tile`) into dx's tile `tile`: a task on
  * the tile's owner; StarPU-MPI brings the slab. */
-tsl_status tsl_halo_accumulate(struct tsl_tensor *dx, int64_t tile, int spatial,
-                               const tsl_conv_box *box, starpu_data_handle_t slab);
+tsl_status tsl_halo_accumulate(struct tsl_tensor *dx, int64_t tile, const tsl_conv_box *box,
+                               starpu_data_handle_t slab);
+
+/* A window of unit size in every dimension, no slabs: callers fill the spatial ones. */
+static inline void tsl_halo_window_reset(tsl_conv_window *w)
+{
+    memset(w, 0, sizeof *w);
+    for (int d = 0; d < 3; d++)
+        w->global[d] = w->window.size[d] = 1;
+}
 
 /* Pack the `w->nslabs` halo slabs of window `w` (their source tiles in `src`) into
  * `slabs`; on error the ones made are released. */
@@ -59,8 +69,7 @@ tsl_status tsl_halo_returns_add(tsl_halo_returns *r, struct tsl_tensor *dx, int6
                                 int owner);
 
 /* With `accumulate`, add every slab into its tile; always release and free everything. */
-tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, int spatial,
-                                   int accumulate);
+tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, int accumulate);
 
 /* Halo slabs a forward pass keeps for the backward pass of the same op on the same input (the
  * weight gradient reads the same windows), so they are cut and sent once per step. Only a

@@ -136,12 +136,8 @@ static tsl_status window_args(const tsl_pool_args *a, int pooling, tsl_tensor_t 
     t->pool.planes = be[0] * be[1];
     t->pool.channels = be[1];
     tsl_conv_window *w = &t->window;
-    for (int d = 0; d < 3; d++) {
-        w->global[d] = 1;
-        w->window.lo[d] = 0;
-        w->window.size[d] = 1;
-        if (d >= a->spatial)
-            continue;
+    tsl_halo_window_reset(w);
+    for (int d = 0; d < a->spatial; d++) {
         int64_t lo, hi, global = small->shape.dims[2 + d];
         input_range(a, pooling, d, bs[2 + d], bs[2 + d] + be[2 + d], global, &lo, &hi);
         if (hi <= lo)
@@ -218,7 +214,7 @@ static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, ts
         tsl_halo_release(ctx, slabs, ns);
     }
     if (backward) {
-        tsl_status fin = tsl_halo_returns_finish(&r, dx, a->spatial, !st);
+        tsl_status fin = tsl_halo_returns_finish(&r, dx, !st);
         st = st ? st : fin;
     }
     return st;
