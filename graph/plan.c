@@ -16,6 +16,7 @@ tsl_status tsl_plan_init(tsl_plan *plan)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_init: plan is NULL");
     memset(plan, 0, sizeof *plan);
     plan->data = plan->stages = plan->micro = plan->tiles = 1;
+    plan->shard = TSL_PLAN_SHARD_DEFAULT;
     plan->space[0] = plan->space[1] = plan->space[2] = 1;
     return TSL_OK;
 }
@@ -43,8 +44,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {"data", "space", "stages", "micro", "tiles"};
-    int seen[5] = {0};
+    static const char *const keys[] = {"data", "space", "stages", "micro", "tiles", "shard"};
+    enum { NKEYS = 6 };
+    int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
         size_t len = strcspn(at, ",");
@@ -52,17 +54,17 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (!eq)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
-                             "micro, tiles)",
+                             "micro, tiles, shard)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < NKEYS; i++)
             if (strlen(keys[i]) == klen && strncmp(at, keys[i], klen) == 0)
                 k = i;
         if (k < 0)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
-                             "tiles)",
+                             "tiles, shard)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -91,7 +93,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': %s='%.*s' is not an integer in [1, %ld]", text,
                                  keys[k], (int)vlen, v, PLAN_MAX_VALUE);
-            int32_t *slot[5] = {&p.data, NULL, &p.stages, &p.micro, &p.tiles};
+            int32_t *slot[NKEYS] = {&p.data, NULL, &p.stages, &p.micro, &p.tiles, &p.shard};
             *slot[k] = (int32_t)value;
         }
         at += len;
@@ -129,6 +131,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
         PART("%smicro=%d", n ? "," : "", (int)p->micro);
     if (p->tiles != 1)
         PART("%stiles=%d", n ? "," : "", (int)p->tiles);
+    if (p->shard != TSL_PLAN_SHARD_DEFAULT)
+        PART("%sshard=%d", n ? "," : "", (int)p->shard);
     if (!n)
         PART("data=1");
 #undef PART
@@ -270,10 +274,82 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
             labels.dims[d - 1] = shape.dims[d];
         st = add_tensor(plan, &input, nranks, workers, batch, &labels, 0, 8, bytes);
     }
-    for (int32_t i = 0; i < tsl_graph_param_count(g) && !st; i++) {
-        int32_t trainable;
-        if (!(st = tsl_graph_param_info(g, i, NULL, &shape, &trainable)))
-            bytes[0] += 4 * tsl_shape_numel(&shape) * (trainable ? 2 + optimizer_states : 1);
+    tsl_tile_grid *grids = NULL;
+    int32_t *owner = NULL;
+    int32_t np = tsl_graph_param_count(g);
+    if (!st && np > 0) {
+        grids = calloc((size_t)np, sizeof *grids);
+        owner = calloc((size_t)np, sizeof *owner);
+        st = grids && owner ? tsl_plan_param_placement(plan, g, nranks, grids, owner)
+                            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
+                                        "tsl_plan_estimate: out of "
+                                        "memory");
     }
+    for (int32_t i = 0; i < np && !st; i++) {
+        int32_t trainable;
+        if ((st = tsl_graph_param_info(g, i, NULL, &shape, &trainable)))
+            break;
+        int64_t copies = trainable ? 2 + optimizer_states : 1, numel = tsl_shape_numel(&shape);
+        if (owner[i] >= 0) {
+            bytes[owner[i]] += 4 * numel * copies;
+            continue;
+        }
+        int64_t row = numel / shape.dims[0];
+        for (int32_t k = 0; k < grids[i].splits[0]; k++) {
+            int64_t start, extent;
+            tsl_tile_extent(shape.dims[0], grids[i].splits[0], k, &start, &extent);
+            bytes[(int64_t)k * nranks / grids[i].splits[0]] += 4 * row * extent * copies;
+        }
+        for (int32_t r = 0; r < nranks; r++) /* each rank's whole copy */
+            bytes[r] += 4 * numel;
+    }
+    free(grids);
+    free(owner);
     return st;
+}
+
+/* Whether parameter i is the weight of a convolution or linear layer. */
+static int is_weight(const struct tsl_graph *g, int32_t i)
+{
+    for (int32_t o = 0; o < g->nops; o++)
+        if ((g->ops[o].kind == TSL_OP_CONV || g->ops[o].kind == TSL_OP_LINEAR) &&
+            g->ops[o].nparams > 0 && g->ops[o].params[0] == i)
+            return 1;
+    return 0;
+}
+
+tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                    tsl_tile_grid *grids, int32_t *owner)
+{
+    if (!g || nranks < 1 || (g->nparams > 0 && (!grids || !owner)))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_param_placement: bad argument");
+    int64_t min = plan ? plan->shard : TSL_PLAN_SHARD_DEFAULT;
+    int64_t *load = calloc((size_t)nranks, sizeof *load);
+    if (!load)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_param_placement: out of memory");
+    for (int32_t i = 0; i < g->nparams; i++) {
+        const tsl_shape *s = &g->params[i].shape;
+        grids[i] = tsl_tile_grid_single();
+        owner[i] = 0;
+        int64_t numel = tsl_shape_numel(s);
+        if (nranks > 1 && s->dims[0] > 1 && numel >= min && is_weight(g, i)) {
+            grids[i].splits[0] = (int32_t)(s->dims[0] < nranks ? s->dims[0] : nranks);
+            owner[i] = -1;
+            for (int32_t k = 0; k < grids[i].splits[0]; k++) {
+                int64_t start, extent;
+                tsl_tile_extent(s->dims[0], grids[i].splits[0], k, &start, &extent);
+                load[(int64_t)k * nranks / grids[i].splits[0]] += numel / s->dims[0] * extent;
+            }
+        }
+    }
+    for (int32_t i = 0; i < g->nparams; i++) {
+        if (owner[i] < 0)
+            continue;
+        for (int32_t r = 1; r < nranks; r++)
+            if (load[r] < load[owner[i]])
+                owner[i] = r;
+        load[owner[i]] += tsl_shape_numel(&g->params[i].shape);
+    }
+    free(load);
+    return TSL_OK;
 }

@@ -60,7 +60,34 @@ struct tsl_tensor {
     starpu_data_handle_t *handles; /* [ntiles] */
     void **tile_memory;            /* [ntiles]: allocated by tessel for owned tiles */
     int64_t owned_bytes;
+    /* A tensor cut into shards that tasks read whole (a sharded weight): per rank, a one-tile
+     * copy owned by that rank (tsl_tensor_make_replicas); NULL otherwise. */
+    struct tsl_tensor **replicas; /* [ctx->size] */
 };
+
+/* Give `t` (several tiles) a whole copy on every rank, owned by the tensor, not tracked. */
+tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t);
+
+/* Submit the copies of t's tiles into every rank's replica (allgather by placement: rank r's
+ * tasks read the tiles other ranks own). */
+tsl_status tsl_tensor_sync_replicas(struct tsl_tensor *t);
+
+/* Whether tasks can read `t` whole: one tile, or replicas. */
+static inline int tsl_tensor_whole(const struct tsl_tensor *t)
+{
+    return t->ntiles == 1 || t->replicas != NULL;
+}
+
+/* The handle of t's whole value that a task running on `rank` reads: its one tile, or that
+ * rank's replica. */
+static inline starpu_data_handle_t tsl_whole_handle(const struct tsl_tensor *t, int32_t rank)
+{
+    return t->replicas ? t->replicas[rank]->handles[0] : t->handles[0];
+}
+
+/* Drop the cached remote copies of t's whole value once its readers are submitted (a
+ * replica is only read where it lives: nothing to drop). */
+void tsl_whole_flush(const struct tsl_tensor *t);
 
 /* ---- context (context.c) ---- */
 
@@ -130,9 +157,11 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
 
 /* Sum `count` temporary partial handles of `elements` values of `dtype` by a tree of
  * axpy tasks and copy the total into `target` (on target's owner). partials[0] may be
- * `target` itself (then the tree ends there, with no copy). Releases the temporaries. */
+ * `target` itself (then the tree ends there, with no copy). Releases the temporaries. The
+ * tasks get `priority`. */
 tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *partials, int64_t count,
-                             tsl_dtype dtype, int64_t elements, starpu_data_handle_t target);
+                             tsl_dtype dtype, int64_t elements, starpu_data_handle_t target,
+                             int priority);
 
 /* Submits the task of sample tile `tile` that writes the partial weight gradient `dw_part`
  * and, when not NULL, the partial bias gradient `db_part`. */
@@ -140,7 +169,8 @@ typedef tsl_status (*tsl_partial_grad_fn)(int64_t tile, starpu_data_handle_t dw_
                                           starpu_data_handle_t db_part, void *user);
 
 /* Parameter gradients of an op tiled along samples: one partial per tile of x / dy, summed
- * into dw (and db, when not NULL) by task trees (src/lower/param_grads.c). */
+ * into dw (and db, when not NULL) by task trees (src/lower/param_grads.c). A dw cut into
+ * shards gets each shard's tree rooted at the shard's owner (reduce-scatter by placement). */
 tsl_status tsl_param_gradients(struct tsl_tensor *x, struct tsl_tensor *dy, struct tsl_tensor *dw,
                                struct tsl_tensor *db, tsl_partial_grad_fn submit_partial,
                                void *user);
@@ -149,8 +179,8 @@ tsl_status tsl_param_gradients(struct tsl_tensor *x, struct tsl_tensor *dy, stru
 typedef double (*tsl_tile_args_fn)(int64_t tile, void *args, void *user);
 
 /* Forward of a sample-tiled op with parameters: per tile of x (and y, tiled alike), one task
- * reading x, w (one tile) and b (one tile, or NULL) and writing y, with the arguments `fill`
- * writes into `args` (src/lower/param_grads.c). */
+ * reading x, w (whole: tsl_whole_handle) and b (one tile, or NULL) and writing y, with the
+ * arguments `fill` writes into `args` (src/lower/param_grads.c). */
 tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, struct tsl_tensor *x,
                                 struct tsl_tensor *w, struct tsl_tensor *b, struct tsl_tensor *y,
                                 void *args, size_t args_size, tsl_tile_args_fn fill, void *user);

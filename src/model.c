@@ -39,7 +39,8 @@ struct tsl_model {
     tsl_tensor_t *params; /* [nparams] */
     tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
     tsl_plan plan;
-    int has_plan; /* else sample tiles over all ranks and workers */
+    int has_plan;       /* else sample tiles over all ranks and workers */
+    int replicas_stale; /* sharded weights changed since their whole copies were made */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -253,15 +254,27 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         tsl_model_destroy(m);
         return st;
     }
-    tsl_owner_map root = tsl_owner_single(0);
+    tsl_tile_grid *grids = calloc((size_t)graph->nparams + 1, sizeof *grids);
+    int32_t *owner = calloc((size_t)graph->nparams + 1, sizeof *owner);
+    if (!grids || !owner)
+        st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    else if ((st = tsl_plan_param_placement(m->has_plan ? &m->plan : NULL, graph, ctx->size, grids,
+                                            owner)))
+        st = tsl_error(ctx, st, "tsl_model_create: %s", tsl_last_error());
     for (int32_t i = 0; i < graph->nparams && !st; i++) {
         const tsl_graph_param *p = &graph->params[i];
-        st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, NULL, &root);
+        tsl_owner_map where = owner[i] < 0 ? tsl_owner_block(NULL) : tsl_owner_single(owner[i]);
+        st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &where);
         if (!st && p->trainable)
-            st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, NULL, &root);
+            st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, &grids[i], &where);
+        if (!st && owner[i] < 0)
+            st = tsl_tensor_make_replicas(m->params[i]);
     }
+    free(grids);
+    free(owner);
     if (!st)
         st = init_params(m, seed);
+    m->replicas_stale = 1;
     if (st) {
         tsl_model_destroy(m);
         return st;
@@ -294,11 +307,24 @@ tsl_status tsl_model_param(tsl_model_t m, int32_t index, tsl_tensor_t *param, ts
     if (!m || index < 0 || index >= m->g->nparams)
         return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "tsl_model_param: no parameter %d",
                          (int)index);
-    if (param)
+    if (param) {
         *param = m->params[index];
+        m->replicas_stale = 1; /* the caller may write it */
+    }
     if (grad)
         *grad = m->pgrads[index];
     return TSL_OK;
+}
+
+/* Bring every sharded weight's whole copies up to date, if the weights changed. */
+static tsl_status sync_replicas(struct tsl_model *m)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < m->g->nparams && m->replicas_stale && !st; i++)
+        st = tsl_tensor_sync_replicas(m->params[i]);
+    if (!st)
+        m->replicas_stale = 0;
+    return st;
 }
 
 /* The op's parameter slot k (weight 0, bias 1, running mean 2, running var 3), or NULL. */
@@ -364,7 +390,7 @@ static tsl_status on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_ten
 static tsl_status forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;
-    tsl_status st = TSL_OK;
+    tsl_status st = sync_replicas(m);
     for (int32_t i = 0; i < g->nops && !st; i++) {
         const tsl_graph_op *o = &g->ops[i];
         tsl_tensor_t y = in->act[o->output], x = o->ninputs ? in->act[o->inputs[0]] : NULL;
@@ -662,7 +688,9 @@ tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, co
     st = n ? tsl_optimizer_step(opt, n, ps, gs) : TSL_OK;
     free(ps);
     free(gs);
-    return st;
+    /* Every rank reads the updated shards now: the copies overlap the rest of this step. */
+    m->replicas_stale = 1;
+    return st ? st : sync_replicas(m);
 }
 
 tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
@@ -802,6 +830,7 @@ static tsl_status load_files(struct tsl_model *m, tsl_optimizer_t opt, const cha
     }
     for (int32_t i = 0; i < np && !st; i++)
         st = tsl_tensor_redistribute(m->params[i], files[i]);
+    m->replicas_stale = 1;
     for (int32_t i = 0; i < np; i++)
         tsl_tensor_destroy(files[i]);
     free(files);

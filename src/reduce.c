@@ -70,7 +70,8 @@ tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32
 }
 
 tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *partials, int64_t count,
-                             tsl_dtype dtype, int64_t elements, starpu_data_handle_t target)
+                             tsl_dtype dtype, int64_t elements, starpu_data_handle_t target,
+                             int priority)
 {
     tsl_status st = TSL_OK;
     tsl_elementwise_args args = {.dtype = dtype, .count = elements, .alpha = 1.0};
@@ -84,6 +85,7 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
                 .handles = {partials[i + step], partials[i]},
                 .modes = {STARPU_R, STARPU_RW},
                 .flops = (double)elements,
+                .priority = priority,
             };
             st = tsl_task_submit(ctx, &desc);
         }
@@ -97,6 +99,7 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
             .nhandles = 2,
             .handles = {partials[0], target},
             .modes = {STARPU_R, STARPU_W},
+            .priority = priority,
         };
         st = tsl_task_submit(ctx, &copy);
     }

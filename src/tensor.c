@@ -244,6 +244,9 @@ tsl_status tsl_tensor_destroy(tsl_tensor_t t)
     if (!t)
         return TSL_OK;
     struct tsl_context *ctx = t->ctx;
+    for (int32_t r = 0; t->replicas && r < ctx->size; r++)
+        tsl_tensor_destroy(t->replicas[r]); /* untracked: untracking again does nothing */
+    free(t->replicas);
     for (int64_t i = 0; i < t->ntiles; i++) {
         starpu_mpi_cache_flush(ctx->comm, t->handles[i]);
         starpu_data_unregister(t->handles[i]);
@@ -695,6 +698,39 @@ tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
         return tsl_error(ctx, TSL_ERR_SHAPE, "tsl_tensor_redistribute: shapes differ");
     const int64_t zero[TSL_MAX_DIMS] = {0, 0, 0, 0, 0};
     return tsl_copy_region(dst, src, zero, zero, src->shape.dims);
+}
+
+tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t)
+{
+    struct tsl_context *ctx = t->ctx;
+    if (t->replicas || t->ntiles == 1)
+        return TSL_OK;
+    t->replicas = calloc((size_t)ctx->size, sizeof *t->replicas);
+    if (!t->replicas)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "replicas: out of memory");
+    for (int32_t r = 0; r < ctx->size; r++) {
+        tsl_owner_map on = tsl_owner_single(r);
+        tsl_status st = tsl_tensor_create_layout(&t->replicas[r], ctx, t->dtype, &t->shape, NULL,
+                                                 &on, t->layout);
+        if (st)
+            return st; /* tsl_tensor_destroy(t) frees those made */
+        tsl_context_untrack_tensor(ctx, t->replicas[r]);
+    }
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_sync_replicas(struct tsl_tensor *t)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t r = 0; t->replicas && r < t->ctx->size && !st; r++)
+        st = tsl_tensor_redistribute(t->replicas[r], t);
+    return st;
+}
+
+void tsl_whole_flush(const struct tsl_tensor *t)
+{
+    if (!t->replicas)
+        starpu_mpi_cache_flush(t->ctx->comm, t->handles[0]);
 }
 
 tsl_status tsl_tensor_wait(tsl_tensor_t t)

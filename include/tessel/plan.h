@@ -2,11 +2,13 @@
  * @file plan.h
  * @brief Parallel plans: how a model's tensors are tiled and which ranks own the tiles.
  *
- * A plan string is `data=D,space=AxBxC,stages=S,micro=M,tiles=T`; every part is optional and
- * defaults to 1: D sample groups (data parallelism), an A x B x C (or A x B, or A) rank grid
- * over the spatial dimensions (spatial parallelism, halo exchange), S pipeline stages with M
- * micro-batches (layer parallelism), and T extra tiles per rank along the longest spatial
- * dimension (over-decomposition, so every worker of a rank has a tile). A plan runs on
+ * A plan string is `data=D,space=AxBxC,stages=S,micro=M,tiles=T,shard=E`; every part is
+ * optional and defaults to 1 (shard= to ::TSL_PLAN_SHARD_DEFAULT): D sample groups (data
+ * parallelism), an A x B x C (or A x B, or A) rank grid over the spatial dimensions (spatial
+ * parallelism, halo exchange), S pipeline stages with M micro-batches (layer parallelism), T
+ * extra tiles per rank along the longest spatial dimension (over-decomposition, so every
+ * worker of a rank has a tile), and E: the fewest elements a convolution or linear weight
+ * needs to be cut into shards over the ranks (tsl_plan_param_placement()). A plan runs on
  * D x A x B x C x S ranks. Pure C: no StarPU, no MPI.
  */
 #ifndef TESSEL_PLAN_H
@@ -23,6 +25,9 @@
 extern "C" {
 #endif
 
+/** Default of shard=: weights of at least 4096 elements (16 KiB) are cut into shards. */
+#define TSL_PLAN_SHARD_DEFAULT 4096
+
 /** A parsed plan. */
 typedef struct tsl_plan {
     int32_t data;       /**< D: sample groups */
@@ -31,9 +36,10 @@ typedef struct tsl_plan {
     int32_t stages;     /**< S: pipeline stages */
     int32_t micro;      /**< M: micro-batches */
     int32_t tiles;      /**< T: tiles per rank along the longest spatial dimension */
+    int32_t shard;      /**< E: fewest elements of a weight cut into shards */
 } tsl_plan;
 
-/** @brief The plan of one rank group with nothing split: every part 1. */
+/** @brief The plan of one rank group with nothing split: every part 1, shard= its default. */
 tsl_status tsl_plan_init(tsl_plan *plan);
 
 /**
@@ -46,8 +52,8 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *plan);
 /** @brief The ranks a plan runs on: D x A x B x C x S (0 for a NULL plan). */
 int64_t tsl_plan_ranks(const tsl_plan *plan);
 
-/** @brief Write the plan in its string form, parts that are not 1 only ("data=1" when all
- *  are); TSL_ERR_INVALID_ARG when it does not fit in @p size bytes. */
+/** @brief Write the plan in its string form, parts that are not their default only ("data=1"
+ *  when all are); TSL_ERR_INVALID_ARG when it does not fit in @p size bytes. */
 tsl_status tsl_plan_format(const tsl_plan *plan, char *text, size_t size);
 
 /**
@@ -74,10 +80,26 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
                                   int32_t first, tsl_tile_grid *grid, tsl_owner_map *owners);
 
 /**
+ * @brief Where a model keeps its parameters on @p nranks ranks (what tsl_model_create_plan()
+ * uses). With more than one rank, the weight of a convolution or linear layer with at least
+ * shard= elements (TSL_PLAN_SHARD_DEFAULT for a NULL plan) is cut along its first dimension
+ * into min(nranks, dims[0]) shards, owned by ranks in order (tsl_owner_block()): its gradient
+ * is reduced shard by shard onto the owners, the optimizer updates each shard where it lives,
+ * and every rank assembles the whole weight from the shards. Every other parameter and buffer
+ * is one tile on the rank holding the fewest parameter bytes so far (ties: the lowest rank),
+ * taken in parameter order after the sharded weights.
+ * @param[out] grids  one per parameter
+ * @param[out] owner  one per parameter: the owning rank, or -1 for a sharded weight
+ */
+tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                    tsl_tile_grid *grids, int32_t *owner);
+
+/**
  * @brief Estimated tile memory per rank of training @p graph under @p plan with batches of
  * @p batch: every value's activation and gradient (not the input's gradient), the labels
- * (i64), and on rank 0 every parameter, its gradient and @p optimizer_states more copies of
- * each trainable one (Adam 2, SGD with momentum 1). Not counted: spare gradient tensors of
+ * (i64), and every parameter where tsl_plan_param_placement() puts it, with its gradient and
+ * @p optimizer_states more copies of each trainable one (Adam 2, SGD with momentum 1), plus on
+ * every rank the whole value of each sharded weight. Not counted: spare gradient tensors of
  * values read twice, copies between tile grids, halo slabs, batch-norm statistics.
  * @param[out] bytes @p nranks entries
  */

@@ -160,10 +160,11 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                          "%s: x and %s need the same layout (plain or channels-last) and w must "
                          "be plain",
                          fn, what);
-    if (x->grid.splits[0] != y->grid.splits[0] || w->ntiles != 1)
+    if (x->grid.splits[0] != y->grid.splits[0] || !tsl_tensor_whole(w))
         return tsl_error(ctx, TSL_ERR_SHAPE,
-                         "%s: x and %s need the same sample tiles, and w must be one tile", fn,
-                         what);
+                         "%s: x and %s need the same sample tiles, and w must be one tile (or a "
+                         "model's sharded weight)",
+                         fn, what);
     if (b && (b->shape.ndim != 1 || b->shape.dims[0] != want.dims[1] || b->ntiles != 1))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: the bias must be one tile of %lld values", fn,
                          (long long)want.dims[1]);
@@ -331,7 +332,7 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
             desc.handles[n] = slabs[k];
             desc.modes[n++] = STARPU_R;
         }
-        desc.handles[n] = w->handles[0];
+        desc.handles[n] = tsl_whole_handle(w, y->tile_owner[i]);
         desc.modes[n++] = STARPU_R;
         if (b) {
             desc.handles[n] = b->handles[0];
@@ -350,7 +351,7 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
         if (x->tile_owner[i] != y->tile_owner[i])
             starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
     }
-    starpu_mpi_cache_flush(ctx->comm, w->handles[0]);
+    tsl_whole_flush(w);
     if (b)
         starpu_mpi_cache_flush(ctx->comm, b->handles[0]);
     return st;
@@ -380,7 +381,7 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
                               .flops = conv_flops(&t.conv)};
         desc.handles[n] = dy->handles[i];
         desc.modes[n++] = STARPU_R;
-        desc.handles[n] = w->handles[0];
+        desc.handles[n] = tsl_whole_handle(w, dx->tile_owner[i]);
         desc.modes[n++] = STARPU_R;
         desc.handles[n] = dx->handles[i];
         desc.modes[n++] = STARPU_W;
@@ -505,13 +506,13 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_
                 .args = &a,
                 .args_size = sizeof a,
                 .nhandles = 3,
-                .handles = {dy->handles[i], w->handles[0], dx->handles[i]},
+                .handles = {dy->handles[i], tsl_whole_handle(w, dx->tile_owner[i]), dx->handles[i]},
                 .modes = {STARPU_R, STARPU_R, STARPU_W},
                 .flops = conv_flops(&a.conv),
             };
             st = tsl_task_submit(ctx, &desc);
         }
-    starpu_mpi_cache_flush(ctx->comm, w->handles[0]);
+    tsl_whole_flush(w);
     return st;
 }
 

@@ -1,5 +1,6 @@
 /* Fully connected layer on tiled tensors: x (N, K) and y (N, O) cut along N only, the
- * weights (O, K) and bias (O) one tile each. Forward and backward-data are one task per
+ * weights (O, K) read whole (one tile, or a sharded weight's replicas) and the bias (O) one
+ * tile. Forward and backward-data are one task per
  * sample tile; the weight and bias gradients are partial sums per sample tile, added by a
  * tree of tasks and copied into dw and db. */
 #include <limits.h>
@@ -35,8 +36,9 @@ static tsl_status check_pair(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t rows_l
                          "%s: x, %s must be (N, features) matrices cut along N only and w an "
                          "(out, in) matrix",
                          fn, what);
-    if (!is_one_tile(w))
-        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: the weights must be one tile", fn);
+    if (!tsl_tensor_whole(w))
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: the weights must be one tile (or a model's sharded weight)", fn);
     if (w->shape.dims[1] != x->shape.dims[1] || rows_like_x->shape.dims[1] != features ||
         rows_like_x->shape.dims[0] != x->shape.dims[0] ||
         rows_like_x->grid.splits[0] != x->grid.splits[0])
@@ -154,13 +156,13 @@ tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, 
             .args = &a,
             .args_size = sizeof a,
             .nhandles = 3,
-            .handles = {dy->handles[i], w->handles[0], dx->handles[i]},
+            .handles = {dy->handles[i], tsl_whole_handle(w, dx->tile_owner[i]), dx->handles[i]},
             .modes = {STARPU_R, STARPU_R, STARPU_W},
             .flops = 2.0 * (double)(a.rows * a.in * a.out),
         };
         if ((st = tsl_task_submit(ctx, &desc)))
             return st;
     }
-    starpu_mpi_cache_flush(ctx->comm, w->handles[0]);
+    tsl_whole_flush(w);
     return TSL_OK;
 }

@@ -4,6 +4,7 @@
 // sample tiles, and so the task graph, differ with the rank count).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -498,4 +499,84 @@ TEST(Model, PlanEstimateMatchesTheTileMemoryOfEveryRank)
         tsl_model_destroy(m);
         tsl_graph_destroy(g);
     }
+}
+
+// A parameter outside the loss (a dead branch, its weight sharded over the ranks) neither
+// hangs nor breaks a step: its gradient is zero, it keeps its value, the rest trains.
+TEST(Model, ParametersOutsideTheLossGetZeroGradientsAndStay)
+{
+    const int64_t sample[3] = {2, 8, 8}, k[2] = {3, 3}, n = 6, classes = 3;
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int32_t x, used, act, flat, out, dead, dead2;
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "used", x, 4, k, &cp, 0, 1, &used), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, used, TSL_ACT_RELU, 0, &act), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "dead", act, 8, k, &cp, 0, 1, &dead), TSL_OK);
+    ASSERT_EQ(tsl_graph_flatten(g, dead, &dead2), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "dead_fc", dead2, 5, 1, &dead2), TSL_OK);
+    ASSERT_EQ(tsl_graph_flatten(g, act, &flat), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "head", flat, classes, 1, &out), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, out), TSL_OK);
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse(("data=" + std::to_string(size) + ",shard=1").c_str(), &plan), TSL_OK);
+    tsl_model_t m = nullptr;
+    ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 520, &plan), TSL_OK)
+        << tsl_context_last_error(ctx);
+    Batch b = make_batch(n, 128, classes, seed + 521);
+    int32_t np = tsl_graph_param_count(g);
+    std::vector<std::vector<float>> before;
+    std::vector<bool> is_dead;
+    for (int32_t i = 0; i < np; i++) {
+        const char *name;
+        ASSERT_EQ(tsl_graph_param_info(g, i, &name, nullptr, nullptr), TSL_OK);
+        is_dead.push_back(std::strncmp(name, "dead", 4) == 0);
+        tsl_tensor_t p;
+        ASSERT_EQ(tsl_model_param(m, i, &p, nullptr), TSL_OK);
+        before.push_back(values(p));
+        tsl_tile_grid grid;
+        ASSERT_EQ(tsl_tensor_grid(p, &grid), TSL_OK);
+        if (std::strcmp(name, "dead.weight") == 0) // shard=1 cuts it over the ranks
+            EXPECT_EQ(grid.splits[0], std::min(size, 8));
+    }
+    for (int kind = 0; kind < 2; kind++) {
+        tsl_optimizer_t opt = nullptr;
+        if (kind == 0) {
+            tsl_sgd_config c;
+            tsl_sgd_config_init(&c);
+            c.momentum = 0.9;
+            c.lr = 0.05;
+            ASSERT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &c), TSL_OK);
+        } else {
+            tsl_adam_config c;
+            tsl_adam_config_init(&c);
+            ASSERT_EQ(tsl_optimizer_create_adam(&opt, ctx, &c), TSL_OK);
+        }
+        for (int step = 0; step < 2; step++) {
+            double loss = NAN;
+            ASSERT_EQ(tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt, &loss, nullptr),
+                      TSL_OK)
+                << tsl_context_last_error(ctx);
+            EXPECT_TRUE(std::isfinite(loss));
+        }
+        tsl_optimizer_destroy(opt);
+    }
+    for (int32_t i = 0; i < np; i++) {
+        SCOPED_TRACE("parameter " + std::to_string(i));
+        tsl_tensor_t p, dp;
+        ASSERT_EQ(tsl_model_param(m, i, &p, &dp), TSL_OK);
+        std::vector<float> now = values(p);
+        if (is_dead[i]) {
+            EXPECT_EQ(now, before[i]) << "a parameter outside the loss moved";
+            for (float v : values(dp))
+                ASSERT_EQ(v, 0.0f);
+        } else {
+            EXPECT_GT(max_norm_rel_diff(now, before[i]), 1e-6) << "a used parameter did not train";
+        }
+    }
+    tsl_model_destroy(m);
+    tsl_graph_destroy(g);
 }

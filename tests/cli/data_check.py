@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Data-parallel and hybrid plans take the one-rank run's steps: a residual network (batch
+norm, residual adds, a linear head) trained 3 steps with SGD (momentum) and with Adam under
+data=D plans, with weights sharded over the ranks (the default threshold and shard=1, which
+shards every weight that has a first dimension to cut), ends with the parameters and batch-norm
+buffers of the one-rank run, and each step's loss is the one-rank loss.
+
+usage: data_check.py TESSEL WORKDIR NP PLANS MPIEXEC [MPIEXEC ARGS...]
+       (PLANS: space-separated; each run with -np NP appended to the MPIEXEC command)"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+tessel, work, nranks, plans = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
+mpiexec = sys.argv[5:]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+
+common = ["train", "--model", "resnet", "--batch", "8", "--max-steps", "3", "--seed", "5",
+          "--data", "synthetic:dims=2,size=12,samples=40,classes=4,labels=sample"]
+
+
+def train(prefix, optimizer, plan):
+    name = f"{optimizer}-{plan or 'one-rank'}"
+    out = os.path.join(work, name)
+    cmd = prefix + [tessel] + common + ["--optimizer", optimizer, "--save-params", out,
+                                        "--metrics-json", out + ".json"]
+    if plan:
+        cmd += ["--plan", plan]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    params = {f: np.load(os.path.join(out, f)) for f in sorted(os.listdir(out))}
+    with open(out + ".json") as f:
+        return params, json.load(f)["step_losses"]
+
+
+for optimizer in ["sgd", "adam"]:
+    ref, ref_losses = train([], optimizer, None)
+    assert len(ref) > 20 and len(ref_losses) == 3, (sorted(ref), ref_losses)
+    for plan in plans:
+        got, losses = train(mpiexec + ["-np", nranks], optimizer, plan)
+        assert sorted(got) == sorted(ref), (plan, sorted(got))
+        worst, where = 0.0, ""
+        for name, r in ref.items():
+            if name.endswith("num_batches_tracked.npy"):
+                assert np.array_equal(got[name], r), (plan, name)
+                continue
+            # Whole tensors, relative to their largest value: sums over samples and positions
+            # are added in another order on other tiles (a lost or doubled contribution is
+            # off by far more).
+            d = float(np.max(np.abs(got[name].astype(np.float64) - r)) /
+                      max(1.0, float(np.max(np.abs(r)))))
+            if d > worst:
+                worst, where = d, name
+        assert worst < 1e-4, f"{optimizer}, plan {plan}: {where} differs by {worst:.2e}"
+        lw = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+        assert len(losses) == 3 and lw < 1e-5, (plan, losses, ref_losses)
+        print(f"ok: {optimizer}, plan {plan} on {nranks} ranks: {len(ref)} parameters and buffers "
+              f"within {worst:.1e} ({where}), losses within {lw:.1e} of one rank")
