@@ -37,4 +37,14 @@ static inline double bench_median(double *t, int n)
         }                                                                                          \
     } while (0)
 
+/* The same, for MPI programs: every rank stops (needs mpi.h). */
+#define CHECK_ALL(call) /* every rank stops */                                                     \
+    do {                                                                                           \
+        tsl_status st_ = (call);                                                                   \
+        if (st_) {                                                                                 \
+            fprintf(stderr, "%s: %s\n", #call, tsl_last_error());                                  \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+        }                                                                                          \
+    } while (0)
+
 #endif /* TESSEL_BENCH_UTIL_H */

@@ -18,15 +18,6 @@
 
 #define RUNS 7
 
-#define CHECK_ALL(call) /* every rank stops */                                                     \
-    do {                                                                                           \
-        tsl_status st_ = (call);                                                                   \
-        if (st_) {                                                                                 \
-            fprintf(stderr, "%s: %s\n", #call, tsl_last_error());                                  \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
-
 int main(int argc, char **argv)
 {
     tsl_context_t ctx;

@@ -163,6 +163,20 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
                              tsl_dtype dtype, int64_t elements, starpu_data_handle_t target,
                              int priority);
 
+/* partials[] reordered into out[] so that entry 0 (a tree's root) is the first one whose
+ * owner_of is `owner` (entry 0 if none): a tree then ends where its target lives. */
+void tsl_rooted_order(const int32_t *owner_of, int64_t n, int32_t owner,
+                      const starpu_data_handle_t *partials, starpu_data_handle_t *out);
+
+/* Sum n partials (handle i owned by owner_of[i], each the whole of dst in C order, not
+ * changed; f32) into dst, cut along its first dimension only: per dst tile, box-copy tasks
+ * add each rank's pieces where they live (into the tile itself on its owner, else into one
+ * temporary per rank), and a tree of axpy tasks rooted at the tile's owner adds the ranks'
+ * sums (reduce-scatter by placement: one piece per rank crosses). Tasks get `priority`. */
+tsl_status tsl_sum_into_tiles(struct tsl_context *ctx, int64_t n,
+                              const starpu_data_handle_t *partials, const int32_t *owner_of,
+                              struct tsl_tensor *dst, int priority);
+
 /* Submits the task of sample tile `tile` that writes the partial weight gradient `dw_part`
  * and, when not NULL, the partial bias gradient `db_part`. */
 typedef tsl_status (*tsl_partial_grad_fn)(int64_t tile, starpu_data_handle_t dw_part,

@@ -5,6 +5,7 @@
 
 #include "../codelets/tile_ops.h"
 #include "internal.h"
+#include "tessel/tensor.h"
 
 tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
                                int64_t accs, tsl_acc_fill_fn fill, void *user,
@@ -107,4 +108,119 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
         if (partials[i] != target)
             tsl_temp_handle_release(ctx, partials[i]);
     return st;
+}
+
+void tsl_rooted_order(const int32_t *owner_of, int64_t n, int32_t owner,
+                      const starpu_data_handle_t *partials, starpu_data_handle_t *out)
+{
+    int64_t root = 0;
+    while (root < n && owner_of[root] != owner)
+        root++;
+    if (root == n)
+        root = 0;
+    for (int64_t i = 0; i < n; i++)
+        out[i] = partials[(root + i) % n];
+}
+
+tsl_status tsl_sum_into_tiles(struct tsl_context *ctx, int64_t n,
+                              const starpu_data_handle_t *partials, const int32_t *owner_of,
+                              struct tsl_tensor *dst, int priority)
+{
+    const int32_t nranks = ctx->size;
+    if (ctx->tag_count - ctx->tags_used < (int64_t)nranks * dst->ntiles)
+        return tsl_error(ctx, TSL_ERR_RESOURCE, "sum into tiles: StarPU-MPI tags exhausted");
+    starpu_data_handle_t *local = calloc((size_t)nranks, sizeof *local);
+    starpu_data_handle_t *order = calloc((size_t)nranks, sizeof *order);
+    if (!local || !order) {
+        free(local);
+        free(order);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "sum into tiles: out of memory");
+    }
+    const int64_t numel = tsl_shape_numel(&dst->shape), row = numel / dst->shape.dims[0];
+    tsl_status st = TSL_OK;
+    for (int64_t k = 0; k < dst->ntiles && !st; k++) {
+        int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+        tsl_tensor_tile_box(dst, k, start, extent);
+        int64_t len = tsl_tensor_tile_numel(dst, k);
+        int32_t owner = dst->tile_owner[k];
+        tsl_box_copy_args a;
+        memset(&a, 0, sizeof a);
+        a.ndim = 1;
+        a.elem_size = (int32_t)dst->elem_size;
+        a.src_extent[0] = numel;
+        a.src_offset[0] = start[0] * row;
+        a.dst_extent[0] = a.box[0] = len;
+        /* Per rank, the pieces of its partials are added where they live (into the tile
+         * itself on its owner, else into one temporary), starting from the owner's first
+         * partial; then the ranks' sums meet by a tree rooted at the owner. */
+        memset(local, 0, (size_t)nranks * sizeof *local);
+        int32_t m = 0;
+        int64_t first = 0;
+        while (first < n && owner_of[first] != owner)
+            first++;
+        if (first == n)
+            first = 0;
+        for (int64_t j = 0; j < n && !st; j++) {
+            int64_t i = (first + j) % n;
+            int32_t q = owner_of[i];
+            a.accumulate = local[q] != NULL;
+            if (!local[q]) {
+                if (q == owner)
+                    local[q] = dst->handles[k];
+                else if ((st = tsl_temp_handle_register(ctx, len, dst->elem_size, q, &local[q])))
+                    break;
+                order[m++] = local[q];
+            }
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_box_copy,
+                .args = &a,
+                .args_size = sizeof a,
+                .nhandles = 2,
+                .handles = {partials[i], local[q]},
+                .modes = {STARPU_R, a.accumulate ? STARPU_RW : STARPU_W},
+                .flops = a.accumulate ? (double)len : 0,
+                .priority = priority,
+            };
+            st = tsl_task_submit(ctx, &desc);
+        }
+        if (!st) /* (ends with a copy to the owner when it has no partial) */
+            st = tsl_tree_sum_into(ctx, order, m, dst->dtype, len, dst->handles[k], priority);
+        else
+            for (int32_t q = 0; q < nranks; q++)
+                if (local[q] && local[q] != dst->handles[k])
+                    tsl_temp_handle_release(ctx, local[q]);
+    }
+    free(local);
+    free(order);
+    return st;
+}
+
+tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src)
+{
+    const char *fn = "tsl_tensor_sum_rows";
+    tsl_status st = tsl_tensor_check(dst, fn);
+    if (st || (st = tsl_tensor_check(src, fn)))
+        return st;
+    struct tsl_context *ctx = dst->ctx;
+    if (dst->dtype != TSL_F32)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: needs f32, not %s", fn,
+                         tsl_dtype_name(dst->dtype));
+    if (src->ctx != ctx)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: tensors of different contexts", fn);
+    if (src->dtype != dst->dtype)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: dtypes %s and %s differ", fn,
+                         tsl_dtype_name(dst->dtype), tsl_dtype_name(src->dtype));
+    if (src->layout != TSL_LAYOUT_PLAIN || dst->layout != TSL_LAYOUT_PLAIN)
+        return tsl_error(ctx, TSL_ERR_UNSUPPORTED, "%s: needs plain tiles", fn);
+    int ok = src->shape.ndim == dst->shape.ndim + 1 && src->shape.ndim <= TSL_MAX_DIMS &&
+             src->grid.splits[0] == src->shape.dims[0];
+    for (int d = 0; ok && d < dst->shape.ndim; d++)
+        ok = src->shape.dims[d + 1] == dst->shape.dims[d] && src->grid.splits[d + 1] == 1 &&
+             (d == 0 || dst->grid.splits[d] == 1);
+    if (!ok)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: src must be (P, dst's shape...) with one tile per row, and dst cut "
+                         "along its first dimension only",
+                         fn);
+    return tsl_sum_into_tiles(ctx, src->ntiles, src->handles, src->tile_owner, dst, 0);
 }

@@ -236,6 +236,16 @@ tsl_status tsl_tensor_scatter(tsl_tensor_t tensor, int32_t root, const void *src
  */
 tsl_status tsl_tensor_gather(tsl_tensor_t tensor, int32_t root, void *dst);
 
+/**
+ * @brief dst = the sum of src over its first dimension: @p src is (P, dst's shape...) with one
+ * tile per row (say one partial result per rank), @p dst is cut along its first dimension
+ * only (f32 or f64, plain tiles). Reduce-scatter by placement: each row's piece for a dst
+ * tile is cut where the row lives and the pieces are added by a tree of tasks rooted at that
+ * tile's owner, so each rank sends and receives only the pieces it must; no rank holds the
+ * whole sum unless it owns every tile. The summation order is fixed by the tile owners.
+ */
+tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src);
+
 /** @brief Set every element to @p value (converted to the dtype). */
 tsl_status tsl_tensor_fill_constant(tsl_tensor_t tensor, double value);
 

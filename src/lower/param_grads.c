@@ -9,75 +9,11 @@
  * as its backward task is done (reduce-scatter by placement); the optimizer then updates the shard
  * there and every rank reads it back into its whole copy (allgather by placement). */
 #include <stdlib.h>
-#include <string.h>
 
-#include "../../codelets/tile_ops.h"
 #include "../internal.h"
 
 /* Reduction tasks run ahead of the rest of backward where the scheduler has priorities. */
 #define REDUCE_PRIORITY 1
-
-/* partials[] reordered so that the tree's root (entry 0) is the first one owned by `owner`
- * (if any): the total then ends where the target lives and crosses ranks once per level. */
-static void rooted_at(const int32_t *owner_of, int64_t n, int32_t owner,
-                      const starpu_data_handle_t *partials, starpu_data_handle_t *out)
-{
-    int64_t root = 0;
-    while (root < n && owner_of[root] != owner)
-        root++;
-    if (root == n)
-        root = 0;
-    for (int64_t i = 0; i < n; i++)
-        out[i] = partials[(root + i) % n];
-}
-
-/* A dw cut into shards along its first dimension: each tile's partial is cut on the tile's
- * owner into one piece per shard, and each shard's pieces are summed by a tree rooted at the
- * shard's owner (reduce-scatter by placement). */
-static tsl_status reduce_shards(struct tsl_context *ctx, tsl_tensor_t dy, tsl_tensor_t dw,
-                                starpu_data_handle_t *pw, starpu_data_handle_t *piece,
-                                starpu_data_handle_t *order)
-{
-    const int64_t n = dy->ntiles, wcount = tsl_shape_numel(&dw->shape);
-    tsl_status st = TSL_OK;
-    for (int64_t k = 0; k < dw->ntiles && !st; k++) {
-        int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
-        tsl_tensor_tile_box(dw, k, start, extent);
-        int64_t row = wcount / dw->shape.dims[0], len = tsl_tensor_tile_numel(dw, k);
-        tsl_box_copy_args a;
-        memset(&a, 0, sizeof a);
-        a.ndim = 1;
-        a.elem_size = (int32_t)dw->elem_size;
-        a.src_extent[0] = wcount;
-        a.src_offset[0] = start[0] * row;
-        a.dst_extent[0] = a.box[0] = len;
-        for (int64_t i = 0; i < n && !st; i++) {
-            if ((st = tsl_temp_handle_register(ctx, len, dw->elem_size, dy->tile_owner[i],
-                                               &piece[i])))
-                break;
-            tsl_task_desc desc = {
-                .codelet = &tsl_cl_box_copy,
-                .args = &a,
-                .args_size = sizeof a,
-                .nhandles = 2,
-                .handles = {pw[i], piece[i]},
-                .modes = {STARPU_R, STARPU_W},
-                .priority = REDUCE_PRIORITY,
-            };
-            st = tsl_task_submit(ctx, &desc);
-        }
-        if (st) {
-            for (int64_t i = 0; i < n; i++)
-                if (piece[i])
-                    tsl_temp_handle_release(ctx, piece[i]);
-            break;
-        }
-        rooted_at(dy->tile_owner, n, dw->tile_owner[k], piece, order);
-        st = tsl_tree_sum_into(ctx, order, n, dw->dtype, len, dw->handles[k], REDUCE_PRIORITY);
-        memset(piece, 0, (size_t)n * sizeof *piece);
-    }
-    return st;
-}
 
 /* The first tile of dy owned by `owner`, or -1. */
 static int64_t first_owned(tsl_tensor_t dy, int32_t owner)
@@ -103,11 +39,10 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
     tsl_status st = TSL_OK;
     const size_t n = (size_t)x->ntiles;
     starpu_data_handle_t *pw = calloc(n, sizeof *pw), *pb = calloc(n, sizeof *pb);
-    starpu_data_handle_t *piece = calloc(n, sizeof *piece), *order = calloc(n, sizeof *order);
-    if (!pw || !pb || !piece || !order) {
+    starpu_data_handle_t *order = calloc(n, sizeof *order);
+    if (!pw || !pb || !order) {
         free(pw);
         free(pb);
-        free(piece);
         free(order);
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
@@ -132,23 +67,22 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
             starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
     }
     if (!st && sharded) {
-        st = reduce_shards(ctx, dy, dw, pw, piece, order);
+        st = tsl_sum_into_tiles(ctx, x->ntiles, pw, dy->tile_owner, dw, REDUCE_PRIORITY);
         for (size_t i = 0; i < n; i++)
             if (pw[i])
                 tsl_temp_handle_release(ctx, pw[i]);
     } else if (!st) {
-        rooted_at(dy->tile_owner, x->ntiles, dw->tile_owner[0], pw, order);
+        tsl_rooted_order(dy->tile_owner, x->ntiles, dw->tile_owner[0], pw, order);
         st = tsl_tree_sum_into(ctx, order, x->ntiles, dw->dtype, wcount, dw->handles[0],
                                REDUCE_PRIORITY);
     }
     if (!st && db) {
-        rooted_at(dy->tile_owner, x->ntiles, db->tile_owner[0], pb, order);
+        tsl_rooted_order(dy->tile_owner, x->ntiles, db->tile_owner[0], pb, order);
         st = tsl_tree_sum_into(ctx, order, x->ntiles, db->dtype, bcount, db->handles[0],
                                REDUCE_PRIORITY);
     }
     free(pw);
     free(pb);
-    free(piece);
     free(order);
     return st;
 }
