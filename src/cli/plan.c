@@ -20,6 +20,33 @@ static void usage_plan(FILE *out)
             "  sgd one)\n");
 }
 
+/* How the parameters are kept (tsl_plan_param_placement). */
+static int print_placement(const tsl_plan *plan, tsl_graph_t g, int32_t ranks)
+{
+    int32_t np = tsl_graph_param_count(g), sharded = 0;
+    tsl_tile_grid *grids = calloc((size_t)np + 1, sizeof *grids);
+    int32_t *owner = calloc((size_t)np + 1, sizeof *owner);
+    tsl_status st = grids && owner ? tsl_plan_param_placement(plan, g, ranks, grids, owner)
+                                   : TSL_ERR_OUT_OF_MEMORY;
+    int64_t bytes[2] = {0, 0};
+    for (int32_t i = 0; i < np && !st; i++) {
+        tsl_shape s;
+        if ((st = tsl_graph_param_info(g, i, NULL, &s, NULL)))
+            break;
+        sharded += owner[i] < 0;
+        bytes[owner[i] < 0] += 4 * tsl_shape_numel(&s);
+    }
+    if (!st)
+        printf("parameters: %d of %d sharded over the ranks (%.2f MiB: weights of %d elements and "
+               "more), %d whole on one rank each (%.2f MiB)\n",
+               (int)sharded, (int)np, (double)bytes[1] / 1048576.0,
+               plan ? (int)plan->shard : TSL_PLAN_SHARD_DEFAULT, (int)(np - sharded),
+               (double)bytes[0] / 1048576.0);
+    free(grids);
+    free(owner);
+    return st ? fail(st, "placing the parameters") : 0;
+}
+
 int command_plan(int argc, char **argv)
 {
     const char *model = "cnn", *data = NULL, *plan_text = NULL, *optimizer = "adam";
@@ -118,6 +145,7 @@ int command_plan(int argc, char **argv)
         }
         printf("largest rank %.1f MiB, %.2f of one rank's %.1f MiB\n", (double)largest / 1048576.0,
                (double)largest / (double)one, (double)one / 1048576.0);
+        code = print_placement(pp, g, (int32_t)ranks);
     }
     free(bytes);
     tsl_graph_destroy(g);
