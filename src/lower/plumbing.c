@@ -85,8 +85,7 @@ tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst)
 {
     const char *fn = "tsl_reshape_samples";
     tsl_status st = tsl_tensor_check(src, fn);
-    if (st || (st = tsl_tensor_check(dst, fn)) || (st = tsl_tensor_check_plain(src, fn)) ||
-        (st = tsl_tensor_check_plain(dst, fn)))
+    if (st || (st = tsl_tensor_check(dst, fn)))
         return st;
     struct tsl_context *ctx = src->ctx;
     if (dst->ctx != ctx)
@@ -104,8 +103,42 @@ tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst)
                          "%s: both tensors must be cut along N only, into the same tiles", fn);
     tsl_tensor_t tensors[2] = {src, dst};
     enum starpu_data_access_mode modes[2] = {STARPU_R, STARPU_W};
-    struct {
-        int64_t count;
-    } args = {0};
-    return tsl_submit_tiles(&tsl_cl_copy, 2, tensors, modes, &args, sizeof args, 0, 0.0);
+    if (src->layout == TSL_LAYOUT_PLAIN && dst->layout == TSL_LAYOUT_PLAIN) {
+        struct {
+            int64_t count;
+        } args = {0};
+        return tsl_submit_tiles(&tsl_cl_copy, 2, tensors, modes, &args, sizeof args, 0, 0.0);
+    }
+    /* A channels-last side: the plain side's tile holds the same samples in C order, which is
+     * the plain order of the channels-last side's (n, C, spatial...) box, so one box copy per
+     * tile reorders between the layouts. */
+    if (src->layout != TSL_LAYOUT_PLAIN && dst->layout != TSL_LAYOUT_PLAIN &&
+        memcmp(src->shape.dims, dst->shape.dims, sizeof src->shape.dims) != 0)
+        return tsl_error(ctx, TSL_ERR_UNSUPPORTED,
+                         "%s: between two channels-last shapes (make one side plain)", fn);
+    tsl_tensor_t cl = src->layout != TSL_LAYOUT_PLAIN ? src : dst;
+    for (int64_t i = 0; i < src->ntiles && !st; i++) {
+        tsl_box_copy_args a;
+        memset(&a, 0, sizeof a);
+        a.ndim = cl->shape.ndim;
+        a.elem_size = (int32_t)src->elem_size;
+        a.src_layout = src == cl ? cl->layout : TSL_LAYOUT_PLAIN;
+        a.dst_layout = dst == cl ? cl->layout : TSL_LAYOUT_PLAIN;
+        int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+        tsl_tensor_tile_box(cl, i, start, extent);
+        for (int d = 0; d < a.ndim; d++)
+            a.src_extent[d] = a.dst_extent[d] = a.box[d] = extent[d];
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_box_copy,
+            .args = &a,
+            .args_size = sizeof a,
+            .nhandles = 2,
+            .handles = {src->handles[i], dst->handles[i]},
+            .modes = {STARPU_R, STARPU_W},
+        };
+        st = tsl_task_submit(ctx, &desc);
+        if (!st && src->tile_owner[i] != dst->tile_owner[i])
+            starpu_mpi_cache_flush(ctx->comm, src->handles[i]);
+    }
+    return st;
 }

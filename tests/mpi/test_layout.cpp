@@ -4,6 +4,7 @@
 // kernels index plain tiles refuse channels-last ones with a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -201,7 +202,10 @@ TEST(Layout, OpsThatIndexPlainTilesRefuseChannelsLast)
     tsl_tensor_t rm = make_tensor(TSL_F32, {3}, {1}, block, TSL_LAYOUT_PLAIN);
     tsl_tensor_t rv = make_tensor(TSL_F32, {3}, {1}, block, TSL_LAYOUT_PLAIN);
     tsl_tensor_t flat = make_tensor(TSL_F32, {2, 192}, {1, 1}, block, TSL_LAYOUT_PLAIN);
-    EXPECT_EQ(tsl_reshape_samples(x, flat), TSL_ERR_UNSUPPORTED);
+    tsl_tensor_t other =
+        make_tensor(TSL_F32, {2, 12, 4, 4}, {1, 1, 1, 1}, block, TSL_LAYOUT_CHANNELS_LAST);
+    EXPECT_EQ(tsl_reshape_samples(x, other), TSL_ERR_UNSUPPORTED); // two channels-last shapes
+    tsl_tensor_destroy(other);
     // A convolution needs x and y in one layout.
     tsl_tensor_t w = make_tensor(TSL_F32, {3, 3, 1, 1}, {1, 1, 1, 1}, block, TSL_LAYOUT_PLAIN);
     tsl_tensor_t yp = make_tensor(TSL_F32, {2, 3, 8, 8}, {1, 1, 1, 1}, block, TSL_LAYOUT_PLAIN);
@@ -299,5 +303,39 @@ TEST(Layout, ConvolutionsOnChannelsLastTilesMatchPlainOnes)
             for (tsl_tensor_t t : {x, y, dy, dx, w, dw, b, db})
                 tsl_tensor_destroy(t);
         }
+    }
+}
+
+// Flatten of channels-last tiles (and its backward into channels-last tiles) gives the plain
+// result: the same values in the same logical order, for 1-, 2- and 3-D samples and uneven
+// sample tiles over the ranks.
+TEST(Layout, FlattenOfChannelsLastTilesMatchesPlain)
+{
+    const std::vector<std::vector<int64_t>> shapes = {{5, 3, 7}, {5, 4, 3, 5}, {5, 2, 3, 4, 5}};
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    for (const auto &dims : shapes) {
+        SCOPED_TRACE("ndim " + std::to_string(dims.size()));
+        int64_t per = 1;
+        for (size_t d = 1; d < dims.size(); d++)
+            per *= dims[d];
+        int32_t tiles = std::min<int32_t>(size + 1, 5);
+        std::vector<int32_t> splits(dims.size(), 1);
+        splits[0] = tiles;
+        tsl_tensor_t x = make_tensor(TSL_F32, dims, splits, block, TSL_LAYOUT_CHANNELS_LAST);
+        tsl_tensor_t back = make_tensor(TSL_F32, dims, splits, block, TSL_LAYOUT_CHANNELS_LAST);
+        tsl_tensor_t flat =
+            make_tensor(TSL_F32, {dims[0], per}, {tiles, 1}, block, TSL_LAYOUT_PLAIN);
+        ASSERT_EQ(tsl_tensor_fill_uniform(x, seed + 91, -1, 1), TSL_OK);
+        ASSERT_EQ(tsl_tensor_fill_constant(flat, 1e30), TSL_OK); // poison
+        ASSERT_EQ(tsl_tensor_fill_constant(back, 1e30), TSL_OK);
+        ASSERT_EQ(tsl_reshape_samples(x, flat), TSL_OK) << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_reshape_samples(flat, back), TSL_OK) << tsl_context_last_error(ctx);
+        auto got = gather_all({x, flat, back});
+        if (rank == 0) {
+            EXPECT_EQ(got[1], got[0]) << "flatten of channels-last tiles";
+            EXPECT_EQ(got[2], got[0]) << "and back";
+        }
+        for (tsl_tensor_t t : {x, back, flat})
+            tsl_tensor_destroy(t);
     }
 }
