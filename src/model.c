@@ -40,7 +40,6 @@ struct tsl_model {
     tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
     tsl_plan plan;
     int has_plan;       /* else sample tiles over all ranks and workers */
-    int replicas_stale; /* sharded weights changed since their whole copies were made */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -274,7 +273,6 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     free(owner);
     if (!st)
         st = init_params(m, seed);
-    m->replicas_stale = 1;
     if (st) {
         tsl_model_destroy(m);
         return st;
@@ -307,23 +305,22 @@ tsl_status tsl_model_param(tsl_model_t m, int32_t index, tsl_tensor_t *param, ts
     if (!m || index < 0 || index >= m->g->nparams)
         return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "tsl_model_param: no parameter %d",
                          (int)index);
-    if (param) {
+    if (param)
         *param = m->params[index];
-        m->replicas_stale = 1; /* the caller may write it */
-    }
     if (grad)
         *grad = m->pgrads[index];
     return TSL_OK;
 }
 
-/* Bring every sharded weight's whole copies up to date, if the weights changed. */
+/* Bring every sharded weight's whole copies up to date: at the start of every forward, so
+ * whatever wrote the weights before (the optimizer, a load, the caller through
+ * tsl_model_param) is seen, and every rank decides alike (tsl_model_param is not
+ * collective, so the model cannot know on every rank whether a caller wrote). */
 static tsl_status sync_replicas(struct tsl_model *m)
 {
     tsl_status st = TSL_OK;
-    for (int32_t i = 0; i < m->g->nparams && m->replicas_stale && !st; i++)
+    for (int32_t i = 0; i < m->g->nparams && !st; i++)
         st = tsl_tensor_sync_replicas(m->params[i]);
-    if (!st)
-        m->replicas_stale = 0;
     return st;
 }
 
@@ -688,9 +685,7 @@ tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, co
     st = n ? tsl_optimizer_step(opt, n, ps, gs) : TSL_OK;
     free(ps);
     free(gs);
-    /* Every rank reads the updated shards now: the copies overlap the rest of this step. */
-    m->replicas_stale = 1;
-    return st ? st : sync_replicas(m);
+    return st; /* the next forward reads the updated shards back (sync_replicas) */
 }
 
 tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
@@ -830,7 +825,6 @@ static tsl_status load_files(struct tsl_model *m, tsl_optimizer_t opt, const cha
     }
     for (int32_t i = 0; i < np && !st; i++)
         st = tsl_tensor_redistribute(m->params[i], files[i]);
-    m->replicas_stale = 1;
     for (int32_t i = 0; i < np; i++)
         tsl_tensor_destroy(files[i]);
     free(files);

@@ -580,3 +580,74 @@ TEST(Model, ParametersOutsideTheLossGetZeroGradientsAndStay)
     tsl_model_destroy(m);
     tsl_graph_destroy(g);
 }
+
+// A sharded weight written by the caller (through a tensor taken from tsl_model_param before
+// a training step) is what the next forward reads on every rank: each rank's whole copy is
+// rebuilt from the shards at every forward.
+TEST(Model, WritesThroughModelParamReachEveryRanksCopy)
+{
+    const int64_t sample[3] = {2, 8, 8}, k[2] = {3, 3}, n = 5, classes = 3;
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int32_t x, c, a, f, out;
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "conv", x, 4, k, &cp, 0, 1, &c), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, c, TSL_ACT_RELU, 0, &a), TSL_OK);
+    ASSERT_EQ(tsl_graph_flatten(g, a, &f), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "head", f, classes, 1, &out), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, out), TSL_OK);
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse("shard=1", &plan), TSL_OK);
+    plan.data = size;
+    tsl_model_t m = nullptr;
+    ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 530, &plan), TSL_OK)
+        << tsl_context_last_error(ctx);
+    int32_t head_w = -1, head_b = -1;
+    for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+        const char *name;
+        ASSERT_EQ(tsl_graph_param_info(g, i, &name, nullptr, nullptr), TSL_OK);
+        head_w = std::strcmp(name, "head.weight") == 0 ? i : head_w;
+        head_b = std::strcmp(name, "head.bias") == 0 ? i : head_b;
+    }
+    tsl_tensor_t w, b;
+    ASSERT_EQ(tsl_model_param(m, head_w, &w, nullptr), TSL_OK);
+    ASSERT_EQ(tsl_model_param(m, head_b, &b, nullptr), TSL_OK);
+    tsl_tile_grid grid;
+    ASSERT_EQ(tsl_tensor_grid(w, &grid), TSL_OK);
+    EXPECT_EQ(grid.splits[0], std::min(size, 3)) << "shard=1 cuts the head over the ranks";
+    Batch batch = make_batch(n, 128, classes, seed + 531);
+    tsl_sgd_config sc;
+    tsl_sgd_config_init(&sc);
+    tsl_optimizer_t opt = nullptr;
+    ASSERT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &sc), TSL_OK);
+    ASSERT_EQ(tsl_model_train_step(m, n, batch.x.data(), batch.y.data(), opt, nullptr, nullptr),
+              TSL_OK)
+        << tsl_context_last_error(ctx);
+    // Row j of the weights all j + 1 and a known bias: with features F (ReLU outputs, summing
+    // to S > 0), output j is (j + 1) S + bias j. Stale copies (the initial or the trained
+    // weights) break that.
+    const int64_t features = 4 * 64;
+    std::vector<float> wv((size_t)(classes * features)), bias = {0.5f, -1.25f, 2.0f};
+    for (int64_t j = 0; j < classes; j++)
+        for (int64_t q = 0; q < features; q++)
+            wv[(size_t)(j * features + q)] = (float)(j + 1);
+    set_values(w, wv);
+    set_values(b, bias);
+    std::vector<float> y((size_t)(n * classes), NAN);
+    ASSERT_EQ(tsl_model_forward(m, n, batch.x.data(), 0, rank == 0 ? y.data() : nullptr), TSL_OK);
+    if (rank == 0)
+        for (int64_t i = 0; i < n; i++) {
+            double s = y[(size_t)(i * classes)] - bias[0];
+            EXPECT_GT(s, 0.0) << "sample " << i;
+            for (int64_t j = 1; j < classes; j++)
+                EXPECT_NEAR(y[(size_t)(i * classes + j)] - bias[(size_t)j], (double)(j + 1) * s,
+                            1e-4 * (1 + std::fabs(s)))
+                    << "sample " << i << ", class " << j;
+        }
+    tsl_optimizer_destroy(opt);
+    tsl_model_destroy(m);
+    tsl_graph_destroy(g);
+}
