@@ -68,6 +68,34 @@ tsl_model_t make_model(const int64_t *sample, int32_t ndim, int64_t classes, uin
     return m;
 }
 
+// 3x3 convolutions padded by 1, for 2-D samples.
+tsl_conv_params same_3x3()
+{
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    return cp;
+}
+
+// A graph whose (2, 8, 8) input goes through a 3x3 convolution named `name` (4 channels) and
+// a ReLU, whose value *act receives; NULL (and a failure) if a builder call fails.
+tsl_graph_t conv_relu_graph(const char *name, int32_t *act)
+{
+    const int64_t sample[3] = {2, 8, 8}, k[2] = {3, 3};
+    tsl_conv_params cp = same_3x3();
+    tsl_graph_t g = nullptr;
+    int32_t x, c;
+    bool ok = tsl_graph_create(&g) == TSL_OK && tsl_graph_input(g, 3, sample, &x) == TSL_OK &&
+              tsl_graph_conv(g, name, x, 4, k, &cp, 0, 1, &c) == TSL_OK &&
+              tsl_graph_activation(g, c, TSL_ACT_RELU, 0, act) == TSL_OK;
+    EXPECT_TRUE(ok) << tsl_last_error();
+    if (!ok) {
+        tsl_graph_destroy(g);
+        return nullptr;
+    }
+    return g;
+}
+
 } // namespace
 
 TEST(Model, GradientsOfEveryZooNetworkMatchCentralFiniteDifferences)
@@ -505,16 +533,11 @@ TEST(Model, PlanEstimateMatchesTheTileMemoryOfEveryRank)
 // hangs nor breaks a step: its gradient is zero, it keeps its value, the rest trains.
 TEST(Model, ParametersOutsideTheLossGetZeroGradientsAndStay)
 {
-    const int64_t sample[3] = {2, 8, 8}, k[2] = {3, 3}, n = 6, classes = 3;
-    tsl_graph_t g = nullptr;
-    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
-    int32_t x, used, act, flat, out, dead, dead2;
-    tsl_conv_params cp;
-    tsl_conv_params_init(&cp, 2);
-    cp.padding[0] = cp.padding[1] = 1;
-    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
-    ASSERT_EQ(tsl_graph_conv(g, "used", x, 4, k, &cp, 0, 1, &used), TSL_OK);
-    ASSERT_EQ(tsl_graph_activation(g, used, TSL_ACT_RELU, 0, &act), TSL_OK);
+    const int64_t k[2] = {3, 3}, n = 6, classes = 3;
+    int32_t act, flat, out, dead, dead2;
+    tsl_graph_t g = conv_relu_graph("used", &act);
+    ASSERT_NE(g, nullptr);
+    tsl_conv_params cp = same_3x3();
     ASSERT_EQ(tsl_graph_conv(g, "dead", act, 8, k, &cp, 0, 1, &dead), TSL_OK);
     ASSERT_EQ(tsl_graph_flatten(g, dead, &dead2), TSL_OK);
     ASSERT_EQ(tsl_graph_linear(g, "dead_fc", dead2, 5, 1, &dead2), TSL_OK);
@@ -586,16 +609,10 @@ TEST(Model, ParametersOutsideTheLossGetZeroGradientsAndStay)
 // rebuilt from the shards at every forward.
 TEST(Model, WritesThroughModelParamReachEveryRanksCopy)
 {
-    const int64_t sample[3] = {2, 8, 8}, k[2] = {3, 3}, n = 5, classes = 3;
-    tsl_graph_t g = nullptr;
-    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
-    int32_t x, c, a, f, out;
-    tsl_conv_params cp;
-    tsl_conv_params_init(&cp, 2);
-    cp.padding[0] = cp.padding[1] = 1;
-    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
-    ASSERT_EQ(tsl_graph_conv(g, "conv", x, 4, k, &cp, 0, 1, &c), TSL_OK);
-    ASSERT_EQ(tsl_graph_activation(g, c, TSL_ACT_RELU, 0, &a), TSL_OK);
+    const int64_t n = 5, classes = 3;
+    int32_t a, f, out;
+    tsl_graph_t g = conv_relu_graph("conv", &a);
+    ASSERT_NE(g, nullptr);
     ASSERT_EQ(tsl_graph_flatten(g, a, &f), TSL_OK);
     ASSERT_EQ(tsl_graph_linear(g, "head", f, classes, 1, &out), TSL_OK);
     ASSERT_EQ(tsl_graph_set_output(g, out), TSL_OK);
