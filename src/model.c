@@ -39,7 +39,7 @@ struct tsl_model {
     tsl_tensor_t *params; /* [nparams] */
     tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
     tsl_plan plan;
-    int has_plan;       /* else sample tiles over all ranks and workers */
+    int has_plan; /* else sample tiles over all ranks and workers */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
