@@ -54,6 +54,9 @@ struct tsl_graph {
     int32_t input, output;
 };
 
+/* The shape of a (batch, sample...) tensor. */
+void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out);
+
 /* A deep copy of `g` (NULL when out of memory). */
 struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g);
 

@@ -208,6 +208,28 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
     return TSL_OK;
 }
 
+void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ndim = sample->ndim + 1;
+    out->dims[0] = batch;
+    for (int d = 0; d < sample->ndim; d++)
+        out->dims[d + 1] = sample->dims[d];
+}
+
+/* Add `per` times each shard's element count to its owner's count: the parameter `s` cut
+ * along its first dimension into `splits` shards, owned as tsl_owner_block(NULL) deals them. */
+static void add_shards(const tsl_shape *s, int32_t splits, int32_t nranks, int64_t per,
+                       int64_t *count)
+{
+    int64_t row = tsl_shape_numel(s) / s->dims[0];
+    for (int32_t k = 0; k < splits; k++) {
+        int64_t start, extent;
+        tsl_tile_extent(s->dims[0], splits, k, &start, &extent);
+        count[(int64_t)k * nranks / splits] += per * row * extent;
+    }
+}
+
 /* Add a (batch, sample...) tensor's tile bytes to the owners' counts. */
 static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
                              int32_t workers, int64_t batch, const tsl_shape *sample, int32_t first,
@@ -220,11 +242,7 @@ static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32
     if (st)
         return st;
     tsl_shape whole;
-    memset(&whole, 0, sizeof whole);
-    whole.ndim = sample->ndim + 1;
-    whole.dims[0] = batch;
-    for (int d = 0; d < sample->ndim; d++)
-        whole.dims[d + 1] = sample->dims[d];
+    tsl_batch_shape(batch, sample, &whole);
     int64_t ntiles = 1;
     for (int d = 0; d < whole.ndim; d++)
         ntiles *= grid.splits[d];
@@ -294,12 +312,7 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
             bytes[owner[i]] += 4 * numel * copies;
             continue;
         }
-        int64_t row = numel / shape.dims[0];
-        for (int32_t k = 0; k < grids[i].splits[0]; k++) {
-            int64_t start, extent;
-            tsl_tile_extent(shape.dims[0], grids[i].splits[0], k, &start, &extent);
-            bytes[(int64_t)k * nranks / grids[i].splits[0]] += 4 * row * extent * copies;
-        }
+        add_shards(&shape, grids[i].splits[0], nranks, 4 * copies, bytes);
         for (int32_t r = 0; r < nranks; r++) /* each rank's whole copy */
             bytes[r] += 4 * numel;
     }
@@ -335,11 +348,7 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
         if (nranks > 1 && s->dims[0] > 1 && numel >= min && is_weight(g, i)) {
             grids[i].splits[0] = (int32_t)(s->dims[0] < nranks ? s->dims[0] : nranks);
             owner[i] = -1;
-            for (int32_t k = 0; k < grids[i].splits[0]; k++) {
-                int64_t start, extent;
-                tsl_tile_extent(s->dims[0], grids[i].splits[0], k, &start, &extent);
-                load[(int64_t)k * nranks / grids[i].splits[0]] += numel / s->dims[0] * extent;
-            }
+            add_shards(s, grids[i].splits[0], nranks, 1, load);
         }
     }
     for (int32_t i = 0; i < g->nparams; i++) {

@@ -163,6 +163,9 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
                              tsl_dtype dtype, int64_t elements, starpu_data_handle_t target,
                              int priority);
 
+/* The first i with owner_of[i] == owner, or -1. */
+int64_t tsl_first_owned(const int32_t *owner_of, int64_t n, int32_t owner);
+
 /* partials[] reordered into out[] so that entry 0 (a tree's root) is the first one whose
  * owner_of is `owner` (entry 0 if none): a tree then ends where its target lives. */
 void tsl_rooted_order(const int32_t *owner_of, int64_t n, int32_t owner,

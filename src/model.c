@@ -90,11 +90,7 @@ static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_sha
                                int first, tsl_dtype dtype, tsl_tensor_t *out)
 {
     tsl_shape s;
-    memset(&s, 0, sizeof s);
-    s.ndim = sample->ndim + 1;
-    s.dims[0] = batch;
-    for (int d = 0; d < sample->ndim; d++)
-        s.dims[d + 1] = sample->dims[d];
+    tsl_batch_shape(batch, sample, &s);
     int32_t workers = 1;
     tsl_context_worker_count(m->ctx, TSL_WORKER_CPU, &workers);
     tsl_tile_grid grid;

@@ -110,14 +110,19 @@ tsl_status tsl_tree_sum_into(struct tsl_context *ctx, starpu_data_handle_t *part
     return st;
 }
 
+int64_t tsl_first_owned(const int32_t *owner_of, int64_t n, int32_t owner)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (owner_of[i] == owner)
+            return i;
+    return -1;
+}
+
 void tsl_rooted_order(const int32_t *owner_of, int64_t n, int32_t owner,
                       const starpu_data_handle_t *partials, starpu_data_handle_t *out)
 {
-    int64_t root = 0;
-    while (root < n && owner_of[root] != owner)
-        root++;
-    if (root == n)
-        root = 0;
+    int64_t root = tsl_first_owned(owner_of, n, owner);
+    root = root < 0 ? 0 : root;
     for (int64_t i = 0; i < n; i++)
         out[i] = partials[(root + i) % n];
 }
@@ -155,11 +160,8 @@ tsl_status tsl_sum_into_tiles(struct tsl_context *ctx, int64_t n,
          * partial; then the ranks' sums meet by a tree rooted at the owner. */
         memset(local, 0, (size_t)nranks * sizeof *local);
         int32_t m = 0;
-        int64_t first = 0;
-        while (first < n && owner_of[first] != owner)
-            first++;
-        if (first == n)
-            first = 0;
+        int64_t first = tsl_first_owned(owner_of, n, owner);
+        first = first < 0 ? 0 : first;
         for (int64_t j = 0; j < n && !st; j++) {
             int64_t i = (first + j) % n;
             int32_t q = owner_of[i];

@@ -4,25 +4,16 @@
  * Parameter gradients: each sample tile's task writes a partial dw (and db) where its dy tile
  * lives: the first tile on dw's (db's) owner into dw (db) itself, the others into temporaries;
  * trees of axpy tasks rooted there add them up. A weight cut into shards (a model's sharded weight,
- * DESIGN rule 5) has every partial in a temporary, cut into one piece per shard where it was made,
- * and one tree per shard rooted at the shard's owner: each rank's piece goes to the owner as soon
- * as its backward task is done (reduce-scatter by placement); the optimizer then updates the shard
- * there and every rank reads it back into its whole copy (allgather by placement). */
+ * DESIGN rule 5) has every partial in a temporary; each rank adds its partials' pieces of a shard
+ * where they live and sends one sum to the shard's owner, where a tree adds them
+ * (tsl_sum_into_tiles: reduce-scatter by placement); the optimizer then updates the shard there
+ * and every rank reads it back into its whole copy (allgather by placement). */
 #include <stdlib.h>
 
 #include "../internal.h"
 
 /* Reduction tasks run ahead of the rest of backward where the scheduler has priorities. */
 #define REDUCE_PRIORITY 1
-
-/* The first tile of dy owned by `owner`, or -1. */
-static int64_t first_owned(tsl_tensor_t dy, int32_t owner)
-{
-    for (int64_t i = 0; i < dy->ntiles; i++)
-        if (dy->tile_owner[i] == owner)
-            return i;
-    return -1;
-}
 
 tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, tsl_tensor_t db,
                                tsl_partial_grad_fn submit_partial, void *user)
@@ -34,7 +25,7 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
             return tsl_error(ctx, TSL_ERR_SHAPE,
                              "%s: dw must be one tile or cut along its first dimension only", fn);
     const int sharded = dw->ntiles > 1;
-    if (ctx->tag_count - ctx->tags_used < (2 + dw->ntiles) * x->ntiles)
+    if (ctx->tag_count - ctx->tags_used < 2 * x->ntiles)
         return tsl_error(ctx, TSL_ERR_RESOURCE, "%s: StarPU-MPI tags exhausted", fn);
     tsl_status st = TSL_OK;
     const size_t n = (size_t)x->ntiles;
@@ -48,8 +39,8 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
     }
     /* Every partial is made where its dy tile lives; the first one on dw's (db's) owner lands
      * in dw (db) itself and roots the tree. */
-    int64_t wroot = sharded ? -1 : first_owned(dy, dw->tile_owner[0]);
-    int64_t broot = db ? first_owned(dy, db->tile_owner[0]) : -1;
+    int64_t wroot = sharded ? -1 : tsl_first_owned(dy->tile_owner, dy->ntiles, dw->tile_owner[0]);
+    int64_t broot = db ? tsl_first_owned(dy->tile_owner, dy->ntiles, db->tile_owner[0]) : -1;
     int64_t wcount = tsl_shape_numel(&dw->shape), bcount = db ? tsl_shape_numel(&db->shape) : 0;
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
         int32_t owner = dy->tile_owner[i];
