@@ -482,6 +482,28 @@ tsl_status tsl_graph_set_output(tsl_graph_t g, int32_t value)
     return TSL_OK;
 }
 
+tsl_status tsl_graph_set_stage(tsl_graph_t g, int32_t value, int32_t stage)
+{
+    const char *fn = "tsl_graph_set_stage";
+    if (!g)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: graph is NULL", fn);
+    tsl_status st = check_value(g, value, fn);
+    if (st)
+        return st;
+    if (stage < -1 || stage >= (1 << 20))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: stage %d is not in [-1, 2^20)", fn,
+                         (int)stage);
+    g->ops[g->values[value].producer].stage = stage + 1;
+    return TSL_OK;
+}
+
+int32_t tsl_graph_stage(tsl_graph_t g, int32_t value)
+{
+    if (!g || value < 0 || value >= g->nvalues)
+        return -1;
+    return g->ops[g->values[value].producer].stage - 1;
+}
+
 int32_t tsl_graph_value_count(tsl_graph_t g)
 {
     return g->nvalues;
@@ -580,6 +602,14 @@ static double op_flops(const tsl_graph_t g, const tsl_graph_op *o)
         return 0;
     }
     return 0;
+}
+
+tsl_status tsl_graph_op_flops(tsl_graph_t g, int32_t index, int64_t batch, double *flops)
+{
+    if (!g || !flops || index < 0 || index >= g->nops || batch < 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_op_flops: bad argument");
+    *flops = op_flops(g, &g->ops[index]) * (double)batch;
+    return TSL_OK;
 }
 
 tsl_status tsl_graph_estimate(tsl_graph_t g, int64_t batch, double *flops,

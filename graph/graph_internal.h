@@ -42,6 +42,7 @@ typedef struct tsl_graph_op {
     tsl_pool_params pool;
     int64_t scale[3];
     int32_t linear; /* upsampling mode */
+    int32_t stage;  /* pipeline stage + 1 given by tsl_graph_set_stage(); 0: none */
 } tsl_graph_op;
 
 struct tsl_graph {

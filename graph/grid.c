@@ -185,6 +185,13 @@ tsl_owner_map tsl_owner_callback(tsl_rank_of_fn rank_of, void *user)
     return map;
 }
 
+tsl_owner_map tsl_owner_on_ranks(tsl_owner_map map, int32_t first, int32_t count)
+{
+    map.first_rank = first;
+    map.group_size = count;
+    return map;
+}
+
 static int process_grid_is_unset(const tsl_owner_map *map)
 {
     for (int d = 0; d < TSL_MAX_DIMS; d++)
@@ -233,6 +240,15 @@ tsl_status tsl_owner_map_rank(const tsl_owner_map *map, const int32_t tile[TSL_M
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "tsl_owner_map_rank: tile coordinate %d is %d, grid has %d", d,
                              (int)tile[d], (int)grid->splits[d]);
+    if (map->group_size != 0 || map->first_rank != 0) {
+        if (map->group_size < 1 || map->first_rank < 0 ||
+            (int64_t)map->first_rank + map->group_size > nranks)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "owner map: rank group %d..%d does not fit in the %d ranks there are",
+                             (int)map->first_rank, (int)(map->first_rank + map->group_size - 1),
+                             (int)nranks);
+        nranks = map->group_size;
+    }
     int64_t result = -1;
     switch (map->kind) {
     case TSL_OWNER_BLOCK:
@@ -282,6 +298,6 @@ tsl_status tsl_owner_map_rank(const tsl_owner_map *map, const int32_t tile[TSL_M
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "owner map gives tile rank %lld, outside the %d ranks there are",
                          (long long)result, (int)nranks);
-    *rank = (int32_t)result;
+    *rank = (int32_t)result + map->first_rank;
     return TSL_OK;
 }

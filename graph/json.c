@@ -39,16 +39,31 @@ enum key {
     K_SLOPE,
     K_SCALE,
     K_COUNT_INCLUDE_PAD,
+    K_STAGE,
     KEY_COUNT
 };
 
-static const char *const key_names[KEY_COUNT] = {
-    "name",    "op",       "inputs",           "shape",          "out",  "kernel", "stride",
-    "padding", "dilation", "groups",           "output_padding", "bias", "eps",    "momentum",
-    "slope",   "scale",    "count_include_pad"};
+static const char *const key_names[KEY_COUNT] = {"name",
+                                                 "op",
+                                                 "inputs",
+                                                 "shape",
+                                                 "out",
+                                                 "kernel",
+                                                 "stride",
+                                                 "padding",
+                                                 "dilation",
+                                                 "groups",
+                                                 "output_padding",
+                                                 "bias",
+                                                 "eps",
+                                                 "momentum",
+                                                 "slope",
+                                                 "scale",
+                                                 "count_include_pad",
+                                                 "stage"};
 
 #define BIT(k) (1u << (k))
-#define COMMON_KEYS (BIT(K_NAME) | BIT(K_OP) | BIT(K_INPUTS))
+#define COMMON_KEYS (BIT(K_NAME) | BIT(K_OP) | BIT(K_INPUTS) | BIT(K_STAGE))
 #define CONV_KEYS                                                                                  \
     (COMMON_KEYS | BIT(K_OUT) | BIT(K_KERNEL) | BIT(K_STRIDE) | BIT(K_PADDING) | BIT(K_DILATION) | \
      BIT(K_GROUPS) | BIT(K_BIAS))
@@ -559,7 +574,10 @@ static tsl_status read_layer(reader *r, const cJSON *json)
     int32_t value = -1;
     if (st || (st = read_name(&l)) || (st = read_inputs(&l)) || (st = read_spatial(&l)))
         return st;
-    if ((st = build_layer(&l, &value)))
+    int64_t stage;
+    if ((st = get_int(&l, K_STAGE, 0, -1, &stage)) || (st = build_layer(&l, &value)))
+        return st;
+    if (stage >= 0 && (st = built(&l, tsl_graph_set_stage(r->graph, value, (int32_t)stage))))
         return st;
     r->names[r->count] = l.name;
     r->values[r->count++] = value;
@@ -1019,6 +1037,8 @@ static cJSON *layer_json(const struct tsl_graph *g, int32_t i,
     }
     if (!failed)
         failed = add_attributes(j, g, o, op);
+    if (!failed && o->stage > 0)
+        failed = !cJSON_AddNumberToObject(j, "stage", o->stage - 1);
     if (failed) {
         cJSON_Delete(j);
         return NULL;

@@ -37,6 +37,8 @@ static long plan_int(const char *text, size_t len)
     return v;
 }
 
+static const char *const balance_names[] = {"memory", "layers", "time"};
+
 tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
 {
     const char *fn = "tsl_plan_parse";
@@ -44,8 +46,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {"data", "space", "stages", "micro", "tiles", "shard"};
-    enum { NKEYS = 6 };
+    static const char *const keys[] = {"data",  "space", "stages", "micro",
+                                       "tiles", "shard", "balance"};
+    enum { NKEYS = 7 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -54,7 +57,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (!eq)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
-                             "micro, tiles, shard)",
+                             "micro, balance, tiles, shard)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -64,7 +67,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (k < 0)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
-                             "tiles, shard)",
+                             "balance, tiles, shard)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -87,6 +90,15 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 off += part + 1;
             }
             p.space_ndim = n;
+        } else if (k == 6) {
+            p.balance = -1;
+            for (int b = 0; b < 3; b++)
+                if (strlen(balance_names[b]) == vlen && strncmp(v, balance_names[b], vlen) == 0)
+                    p.balance = b;
+            if (p.balance < 0)
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                 "plan '%s': balance='%.*s' is not memory, layers or time", text,
+                                 (int)vlen, v);
         } else {
             long value = plan_int(v, vlen);
             if (value < 0)
@@ -129,6 +141,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
         PART("%sstages=%d", n ? "," : "", (int)p->stages);
     if (p->micro != 1)
         PART("%smicro=%d", n ? "," : "", (int)p->micro);
+    if (p->balance > 0 && p->balance < 3)
+        PART("%sbalance=%s", n ? "," : "", balance_names[p->balance]);
     if (p->tiles != 1)
         PART("%stiles=%d", n ? "," : "", (int)p->tiles);
     if (p->shard != TSL_PLAN_SHARD_DEFAULT)
@@ -153,11 +167,9 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
     if (tsl_plan_ranks(plan) != nranks)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s' needs %lld ranks, this run has %d",
                          text, (long long)tsl_plan_ranks(plan), (int)nranks);
-    if (plan->stages != 1 || plan->micro != 1)
-        return tsl_error(NULL, TSL_ERR_UNSUPPORTED,
-                         "plan '%s': pipeline stages and micro-batches are not implemented yet "
-                         "(use data= and space=)",
-                         text);
+    if (plan->balance < 0 || plan->balance > 2)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': balance %d is not a balance", text,
+                         (int)plan->balance);
     if (plan->space_ndim > input->ndim - 1)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s' splits %d spatial dimensions, the samples have %d", text,
@@ -179,22 +191,41 @@ static int wanted_splits(const tsl_plan *plan, const tsl_shape *input, int32_t s
     return splits[0] * splits[1] * splits[2] > 1;
 }
 
-tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
-                                  int32_t workers, int64_t batch, const tsl_shape *sample,
-                                  int32_t first, tsl_tile_grid *grid, tsl_owner_map *owners)
+/* The stages of a plan (1 for NULL) and the ranks of each. */
+static int32_t plan_stages(const tsl_plan *plan, int32_t nranks, int32_t *group)
 {
-    if (!input || !sample || !grid || !owners || batch < 1 || nranks < 1)
+    int32_t stages = plan && plan->stages > 1 ? plan->stages : 1;
+    *group = nranks / stages > 0 ? nranks / stages : 1;
+    return stages;
+}
+
+/* `map` on stage s's ranks (unchanged with one stage). */
+static tsl_owner_map on_stage(tsl_owner_map map, int32_t stages, int32_t group, int32_t s)
+{
+    return stages > 1 ? tsl_owner_on_ranks(map, s * group, group) : map;
+}
+
+tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                                  int32_t stage, int32_t workers, int64_t batch,
+                                  const tsl_shape *sample, int32_t first, tsl_tile_grid *grid,
+                                  tsl_owner_map *owners)
+{
+    int32_t group, stages = plan_stages(plan, nranks, &group);
+    if (!input || !sample || !grid || !owners || batch < 1 || nranks < 1 || stage < 0 ||
+        stage >= stages)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_tensor_tiling: bad argument");
+    int64_t micro = plan ? plan->micro : 1;
     int32_t splits[3];
     *grid = tsl_tile_grid_single();
     if (!wanted_splits(plan, input, splits) || sample->ndim <= first) {
-        int64_t tiles = (int64_t)nranks * (workers > 0 ? workers : 1);
+        int64_t tiles = (int64_t)group * (workers > 0 ? workers : 1) * micro;
         grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
-        *owners = tsl_owner_block(NULL);
+        *owners = on_stage(tsl_owner_block(NULL), stages, group, stage);
         return TSL_OK;
     }
     int32_t procs[TSL_MAX_DIMS] = {0};
-    grid->splits[0] = (int32_t)(plan->data < batch ? plan->data : batch);
+    int64_t sample_tiles = (int64_t)plan->data * micro;
+    grid->splits[0] = (int32_t)(sample_tiles < batch ? sample_tiles : batch);
     procs[0] = plan->data;
     for (int d = 1; d <= sample->ndim && d < TSL_MAX_DIMS; d++) {
         int sp = d - 1 - first; /* spatial index, or < 0 for channels */
@@ -204,7 +235,7 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
             grid->splits[d] = (int32_t)(splits[sp] < size ? splits[sp] : size);
         }
     }
-    *owners = tsl_owner_block(procs);
+    *owners = on_stage(tsl_owner_block(procs), stages, group, stage);
     return TSL_OK;
 }
 
@@ -232,13 +263,13 @@ static void add_shards(const tsl_shape *s, int32_t splits, int32_t nranks, int64
 
 /* Add a (batch, sample...) tensor's tile bytes to the owners' counts. */
 static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
-                             int32_t workers, int64_t batch, const tsl_shape *sample, int32_t first,
-                             int64_t elem, int64_t *bytes)
+                             int32_t stage, int32_t workers, int64_t batch, const tsl_shape *sample,
+                             int32_t first, int64_t elem, int64_t *bytes)
 {
     tsl_tile_grid grid;
     tsl_owner_map owners;
-    tsl_status st =
-        tsl_plan_tensor_tiling(plan, input, nranks, workers, batch, sample, first, &grid, &owners);
+    tsl_status st = tsl_plan_tensor_tiling(plan, input, nranks, stage, workers, batch, sample,
+                                           first, &grid, &owners);
     if (st)
         return st;
     tsl_shape whole;
@@ -263,6 +294,147 @@ static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32
     return st;
 }
 
+/* The op of each parameter. */
+static void param_ops(const struct tsl_graph *g, int32_t *op_of)
+{
+    for (int32_t o = 0; o < g->nops; o++)
+        for (int32_t k = 0; k < g->ops[o].nparams; k++)
+            if (g->ops[o].params[k] >= 0)
+                op_of[g->ops[o].params[k]] = o;
+}
+
+/* The stage cost of op o (see tsl_plan_stages()). */
+static double op_cost(const tsl_plan *plan, const struct tsl_graph *g, int32_t o, int64_t batch,
+                      int32_t states)
+{
+    const tsl_graph_op *op = &g->ops[o];
+    if (plan->balance == TSL_BALANCE_LAYERS)
+        return op->kind == TSL_OP_INPUT ? 0 : 1;
+    if (plan->balance == TSL_BALANCE_TIME) {
+        double f = 0;
+        tsl_graph_op_flops((tsl_graph_t)g, o, batch, &f);
+        return f;
+    }
+    double bytes = 4.0 * (double)batch * (double)tsl_shape_numel(&g->values[op->output].shape) *
+                   (op->kind == TSL_OP_INPUT ? 1 : 2);
+    for (int32_t k = 0; k < op->nparams; k++) {
+        const tsl_graph_param *p = &g->params[op->params[k]];
+        bytes += 4.0 * (double)tsl_shape_numel(&p->shape) * (p->trainable ? 2 + states : 1);
+    }
+    return bytes;
+}
+
+/* Cut the m costs a[] into `parts` non-empty runs with the smallest largest sum: first[k] is
+ * the first item of run k. Dynamic programming over prefixes, O(parts x m^2). */
+static tsl_status split_runs(const double *a, int32_t m, int32_t parts, int32_t *first)
+{
+    size_t w = (size_t)m + 1;
+    double *pre = malloc(sizeof *pre * w), *best = malloc(sizeof *best * w * (size_t)(parts + 1));
+    int32_t *cut = malloc(sizeof *cut * w * (size_t)(parts + 1));
+    if (!pre || !best || !cut) {
+        free(pre);
+        free(best);
+        free(cut);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_stages: out of memory");
+    }
+    pre[0] = 0;
+    for (int32_t i = 0; i < m; i++)
+        pre[i + 1] = pre[i] + a[i];
+    /* best[k][i]: the smallest largest sum of the first i items in k runs; cut[k][i]: where
+     * its last run starts. */
+    for (int32_t i = 1; i <= m; i++) {
+        best[w + (size_t)i] = pre[i];
+        cut[w + (size_t)i] = 0;
+    }
+    for (int32_t k = 2; k <= parts; k++)
+        for (int32_t i = k; i <= m; i++) {
+            double b = -1;
+            int32_t at = k - 1;
+            for (int32_t j = k - 1; j < i; j++) {
+                double prev = best[(size_t)(k - 1) * w + (size_t)j], run = pre[i] - pre[j];
+                double v = prev > run ? prev : run;
+                if (b < 0 || v < b) {
+                    b = v;
+                    at = j;
+                }
+            }
+            best[(size_t)k * w + (size_t)i] = b;
+            cut[(size_t)k * w + (size_t)i] = at;
+        }
+    int32_t end = m;
+    for (int32_t k = parts; k >= 1; k--) {
+        first[k - 1] = cut[(size_t)k * w + (size_t)end];
+        end = first[k - 1];
+    }
+    free(pre);
+    free(best);
+    free(cut);
+    return TSL_OK;
+}
+
+tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
+                           int32_t optimizer_states, int32_t *op_stage)
+{
+    const char *fn = "tsl_plan_stages";
+    if (!g || !op_stage || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    int32_t stages = plan && plan->stages > 1 ? plan->stages : 1, n = g->nops, by_hand = 0;
+    for (int32_t o = 0; o < n; o++)
+        by_hand |= g->ops[o].stage > 0;
+    if (by_hand) {
+        int32_t at = 0;
+        for (int32_t o = 0; o < n; o++) {
+            if (g->ops[o].stage > 0)
+                at = g->ops[o].stage - 1;
+            if (at >= stages)
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                 "%s: op %d (%s) is on stage %d, the plan has %d stage%s", fn,
+                                 (int)o, tsl_op_kind_name(g->ops[o].kind), (int)at, (int)stages,
+                                 stages == 1 ? "" : "s");
+            op_stage[o] = at;
+        }
+        return TSL_OK;
+    }
+    memset(op_stage, 0, sizeof *op_stage * (size_t)n);
+    if (stages == 1)
+        return TSL_OK;
+    /* The ops after the input, in order; the input op joins the first. */
+    int32_t m = 0;
+    double *a = malloc(sizeof *a * (size_t)(n + 1));
+    int32_t *item = malloc(sizeof *item * (size_t)(n + 1)),
+            *first = malloc(sizeof *first * (size_t)stages);
+    tsl_status st = a && item && first ? TSL_OK
+                                       : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
+                                                   "%s: out of "
+                                                   "memory",
+                                                   fn);
+    double input_cost = 0;
+    for (int32_t o = 0; o < n && !st; o++) {
+        double c = op_cost(plan, g, o, batch, optimizer_states);
+        if (g->ops[o].kind == TSL_OP_INPUT) {
+            input_cost += c;
+            continue;
+        }
+        a[m] = c;
+        item[m++] = o;
+    }
+    if (!st && m < stages)
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                       "%s: %d stages need at least %d ops after the input, the network has %d", fn,
+                       (int)stages, (int)stages, (int)m);
+    if (!st) {
+        a[0] += input_cost;
+        st = split_runs(a, m, stages, first);
+    }
+    for (int32_t k = 0; k < stages && !st; k++)
+        for (int32_t i = first[k]; i < (k + 1 < stages ? first[k + 1] : m); i++)
+            op_stage[item[i]] = k;
+    free(a);
+    free(item);
+    free(first);
+    return st;
+}
+
 tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
                              int64_t batch, int32_t optimizer_states, int64_t *bytes)
 {
@@ -277,11 +449,20 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     tsl_shape input, shape;
     tsl_graph_value_shape(g, g->input, &input);
     tsl_status st = plan ? tsl_plan_check(plan, &input, nranks) : TSL_OK;
+    int32_t np = tsl_graph_param_count(g);
+    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
+    tsl_tile_grid *grids = calloc((size_t)np + 1, sizeof *grids);
+    tsl_owner_map *owners = calloc((size_t)np + 1, sizeof *owners);
+    int32_t *sharded = calloc((size_t)np + 1, sizeof *sharded);
+    if (!st && (!op_stage || !grids || !owners || !sharded))
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
+    if (!st)
+        st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
         tsl_graph_value_shape(g, v, &shape);
         /* the activation and, except for the input, its gradient */
-        st = add_tensor(plan, &input, nranks, workers, batch, &shape, 1,
-                        4 * (v == g->input ? 1 : 2), bytes);
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
+                        &shape, 1, 4 * (v == g->input ? 1 : 2), bytes);
     }
     if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
         tsl_graph_value_shape(g, out, &shape);
@@ -290,34 +471,33 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
         labels.ndim = shape.ndim - 1;
         for (int d = 1; d < shape.ndim; d++)
             labels.dims[d - 1] = shape.dims[d];
-        st = add_tensor(plan, &input, nranks, workers, batch, &labels, 0, 8, bytes);
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[out].producer], workers, batch,
+                        &labels, 0, 8, bytes);
     }
-    tsl_tile_grid *grids = NULL;
-    int32_t *owner = NULL;
-    int32_t np = tsl_graph_param_count(g);
-    if (!st && np > 0) {
-        grids = calloc((size_t)np, sizeof *grids);
-        owner = calloc((size_t)np, sizeof *owner);
-        st = grids && owner ? tsl_plan_param_placement(plan, g, nranks, grids, owner)
-                            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
-                                        "tsl_plan_estimate: out of "
-                                        "memory");
-    }
+    if (!st && np > 0)
+        st = tsl_plan_param_placement(plan, g, nranks, op_stage, grids, owners, sharded);
     for (int32_t i = 0; i < np && !st; i++) {
         int32_t trainable;
         if ((st = tsl_graph_param_info(g, i, NULL, &shape, &trainable)))
             break;
         int64_t copies = trainable ? 2 + optimizer_states : 1, numel = tsl_shape_numel(&shape);
-        if (owner[i] >= 0) {
-            bytes[owner[i]] += 4 * numel * copies;
+        if (!sharded[i]) {
+            const int32_t zero[TSL_MAX_DIMS] = {0};
+            int32_t rank;
+            if (!(st = tsl_owner_map_rank(&owners[i], zero, shape.ndim, &grids[i], nranks, &rank)))
+                bytes[rank] += 4 * numel * copies;
             continue;
         }
-        add_shards(&shape, grids[i].splits[0], nranks, 4 * copies, bytes);
-        for (int32_t r = 0; r < nranks; r++) /* each rank's whole copy */
+        int32_t first = owners[i].first_rank,
+                size = owners[i].group_size > 0 ? owners[i].group_size : nranks;
+        add_shards(&shape, grids[i].splits[0], size, 4 * copies, bytes + first);
+        for (int32_t r = first; r < first + size; r++) /* each rank's whole copy */
             bytes[r] += 4 * numel;
     }
+    free(op_stage);
     free(grids);
-    free(owner);
+    free(owners);
+    free(sharded);
     return st;
 }
 
@@ -332,33 +512,58 @@ static int is_weight(const struct tsl_graph *g, int32_t i)
 }
 
 tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
-                                    tsl_tile_grid *grids, int32_t *owner)
+                                    const int32_t *op_stage, tsl_tile_grid *grids,
+                                    tsl_owner_map *owners, int32_t *sharded)
 {
-    if (!g || nranks < 1 || (g->nparams > 0 && (!grids || !owner)))
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_param_placement: bad argument");
+    const char *fn = "tsl_plan_param_placement";
+    if (!g || nranks < 1 || (g->nparams > 0 && (!grids || !owners)))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    int32_t group, stages = plan_stages(plan, nranks, &group);
+    if (stages > 1 && !op_stage)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: a plan with %d stages needs op stages", fn,
+                         (int)stages);
+    for (int32_t o = 0; op_stage && o < g->nops; o++)
+        if (op_stage[o] < 0 || op_stage[o] >= stages)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: op %d is on stage %d of %d", fn,
+                             (int)o, (int)op_stage[o], (int)stages);
     int64_t min = plan ? plan->shard : TSL_PLAN_SHARD_DEFAULT;
     int64_t *load = calloc((size_t)nranks, sizeof *load);
-    if (!load)
-        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_param_placement: out of memory");
+    int32_t *op_of = calloc((size_t)g->nparams + 1, sizeof *op_of),
+            *cut = calloc((size_t)g->nparams + 1, sizeof *cut);
+    if (!load || !op_of || !cut) {
+        free(load);
+        free(op_of);
+        free(cut);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    param_ops(g, op_of);
     for (int32_t i = 0; i < g->nparams; i++) {
         const tsl_shape *s = &g->params[i].shape;
+        int32_t stage = op_stage ? op_stage[op_of[i]] : 0;
         grids[i] = tsl_tile_grid_single();
-        owner[i] = 0;
+        owners[i] = on_stage(tsl_owner_single(0), stages, group, stage);
         int64_t numel = tsl_shape_numel(s);
-        if (nranks > 1 && s->dims[0] > 1 && numel >= min && is_weight(g, i)) {
-            grids[i].splits[0] = (int32_t)(s->dims[0] < nranks ? s->dims[0] : nranks);
-            owner[i] = -1;
-            add_shards(s, grids[i].splits[0], nranks, 1, load);
+        if (group > 1 && s->dims[0] > 1 && numel >= min && is_weight(g, i)) {
+            grids[i].splits[0] = (int32_t)(s->dims[0] < group ? s->dims[0] : group);
+            owners[i] = on_stage(tsl_owner_block(NULL), stages, group, stage);
+            cut[i] = 1;
+            add_shards(s, grids[i].splits[0], group, 1, load + (int64_t)stage * group);
         }
     }
     for (int32_t i = 0; i < g->nparams; i++) {
-        if (owner[i] < 0)
+        if (sharded)
+            sharded[i] = cut[i];
+        if (cut[i])
             continue;
-        for (int32_t r = 1; r < nranks; r++)
-            if (load[r] < load[owner[i]])
-                owner[i] = r;
-        load[owner[i]] += tsl_shape_numel(&g->params[i].shape);
+        int32_t first = (op_stage ? op_stage[op_of[i]] : 0) * group, best = first;
+        for (int32_t r = first + 1; r < first + group; r++)
+            if (load[r] < load[best])
+                best = r;
+        owners[i] = tsl_owner_single(best);
+        load[best] += tsl_shape_numel(&g->params[i].shape);
     }
     free(load);
+    free(op_of);
+    free(cut);
     return TSL_OK;
 }

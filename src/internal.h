@@ -60,12 +60,14 @@ struct tsl_tensor {
     starpu_data_handle_t *handles; /* [ntiles] */
     void **tile_memory;            /* [ntiles]: allocated by tessel for owned tiles */
     int64_t owned_bytes;
-    /* A tensor cut into shards that tasks read whole (a sharded weight): per rank, a one-tile
-     * copy owned by that rank (tsl_tensor_make_replicas); NULL otherwise. */
+    /* A tensor cut into shards that tasks read whole (a sharded weight): per rank of its
+     * owners' rank group (all ranks without one), a one-tile copy owned by that rank
+     * (tsl_tensor_make_replicas); NULL otherwise and for ranks outside the group. */
     struct tsl_tensor **replicas; /* [ctx->size] */
 };
 
-/* Give `t` (several tiles) a whole copy on every rank, owned by the tensor, not tracked. */
+/* Give `t` (several tiles) a whole copy on every rank of its owners' group (every rank
+ * without one), owned by the tensor, not tracked. */
 tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t);
 
 /* Submit the copies of t's tiles into every rank's replica (allgather by placement: rank r's
@@ -79,14 +81,20 @@ static inline int tsl_tensor_whole(const struct tsl_tensor *t)
 }
 
 /* The handle of t's whole value that a task running on `rank` reads: its one tile, or that
- * rank's replica. */
+ * rank's replica; a rank outside the replicas' group (a task of another pipeline stage, such
+ * as the input gradient of a stage's first convolution) reads a group rank's replica, which
+ * StarPU-MPI moves. */
 static inline starpu_data_handle_t tsl_whole_handle(const struct tsl_tensor *t, int32_t rank)
 {
-    return t->replicas ? t->replicas[rank]->handles[0] : t->handles[0];
+    if (!t->replicas)
+        return t->handles[0];
+    if (t->replicas[rank])
+        return t->replicas[rank]->handles[0];
+    return t->replicas[t->owners.first_rank + rank % t->owners.group_size]->handles[0];
 }
 
-/* Drop the cached remote copies of t's whole value once its readers are submitted (a
- * replica is only read where it lives: nothing to drop). */
+/* Drop the cached remote copies of t's whole value once its readers are submitted (replicas
+ * are read remotely only by ranks outside their group). */
 void tsl_whole_flush(const struct tsl_tensor *t);
 
 /* ---- context (context.c) ---- */

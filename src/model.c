@@ -39,7 +39,8 @@ struct tsl_model {
     tsl_tensor_t *params; /* [nparams] */
     tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
     tsl_plan plan;
-    int has_plan; /* else sample tiles over all ranks and workers */
+    int has_plan;      /* else sample tiles over all ranks and workers */
+    int32_t *op_stage; /* [nops]: each op's pipeline stage (tsl_plan_stages()) */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -82,12 +83,20 @@ static void instance_free(struct tsl_model *m, instance *in)
     memset(in, 0, sizeof *in);
 }
 
-/* A (batch, sample...) tensor tiled and owned as the plan says (tsl_plan_tensor_tiling():
- * sample tiles over all ranks and workers without a spatial plan; otherwise sample groups and
- * spatial tiles over the rank grid). Spatial dimensions of `sample` start at `first` (1 after
- * channels, 0 for per-position labels; sample->ndim for "none": sample tiles). */
-static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_shape *sample,
-                               int first, tsl_dtype dtype, tsl_tensor_t *out)
+/* The pipeline stage of value v: its producer's. */
+static int32_t value_stage(const struct tsl_model *m, int32_t v)
+{
+    return m->op_stage[m->g->values[v].producer];
+}
+
+/* A (batch, sample...) tensor of pipeline stage `stage` tiled and owned as the plan says
+ * (tsl_plan_tensor_tiling(): sample tiles over the stage's ranks and workers without a
+ * spatial plan; otherwise sample groups and spatial tiles over its rank grid). Spatial
+ * dimensions of `sample` start at `first` (1 after channels, 0 for per-position labels;
+ * sample->ndim for "none": sample tiles). */
+static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, int32_t stage,
+                               const tsl_shape *sample, int first, tsl_dtype dtype,
+                               tsl_tensor_t *out)
 {
     tsl_shape s;
     tsl_batch_shape(batch, sample, &s);
@@ -97,8 +106,15 @@ static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, const tsl_sha
     tsl_owner_map owners;
     tsl_status st =
         tsl_plan_tensor_tiling(m->has_plan ? &m->plan : NULL, &m->g->values[m->g->input].shape,
-                               m->ctx->size, workers, batch, sample, first, &grid, &owners);
+                               m->ctx->size, stage, workers, batch, sample, first, &grid, &owners);
     return st ? st : tsl_tensor_create(out, m->ctx, dtype, &s, &grid, &owners);
+}
+
+/* The first rank of pipeline stage `stage`. */
+static int32_t stage_rank(const struct tsl_model *m, int32_t stage)
+{
+    int32_t stages = m->has_plan && m->plan.stages > 1 ? m->plan.stages : 1;
+    return stage * (m->ctx->size / stages);
 }
 
 /* Whether a tensor is cut along a spatial dimension (from dimension 2). */
@@ -133,16 +149,18 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     }
     tsl_status st = TSL_OK;
     for (int32_t v = 0; v < g->nvalues && !st; v++) {
-        st = batch_tensor(m, batch, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
+        int32_t at = value_stage(m, v);
+        st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
         if (!st && v != g->input)
-            st = batch_tensor(m, batch, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
+            st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
     }
     for (int32_t o = 0; o < g->nops && !st; o++)
         if (g->ops[o].kind == TSL_OP_BATCHNORM) {
             int64_t dims[2] = {2, g->values[g->ops[o].output].shape.dims[0]};
             tsl_shape s;
             tsl_shape_make(&s, 2, dims);
-            st = tsl_tensor_create(&in->saved[o], m->ctx, TSL_F64, &s, NULL, NULL);
+            tsl_owner_map on = tsl_owner_single(stage_rank(m, m->op_stage[o]));
+            st = tsl_tensor_create(&in->saved[o], m->ctx, TSL_F64, &s, NULL, &on);
         }
     if (!st) {
         /* Labels: one per sample, or one per position of a (classes, spatial...) output. */
@@ -151,7 +169,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         ls.ndim = out.ndim - 1;
         for (int d = 1; d < out.ndim; d++)
             ls.dims[d - 1] = out.dims[d];
-        st = batch_tensor(m, batch, &ls, 0, TSL_I64, &in->labels);
+        st = batch_tensor(m, batch, value_stage(m, g->output), &ls, 0, TSL_I64, &in->labels);
     }
     if (st)
         instance_free(m, in);
@@ -249,24 +267,29 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         tsl_model_destroy(m);
         return st;
     }
+    const tsl_plan *pl = m->has_plan ? &m->plan : NULL;
     tsl_tile_grid *grids = calloc((size_t)graph->nparams + 1, sizeof *grids);
-    int32_t *owner = calloc((size_t)graph->nparams + 1, sizeof *owner);
-    if (!grids || !owner)
+    tsl_owner_map *owners = calloc((size_t)graph->nparams + 1, sizeof *owners);
+    int32_t *sharded = calloc((size_t)graph->nparams + 1, sizeof *sharded);
+    m->op_stage = calloc((size_t)graph->nops + 1, sizeof *m->op_stage);
+    if (!grids || !owners || !sharded || !m->op_stage)
         st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
-    else if ((st = tsl_plan_param_placement(m->has_plan ? &m->plan : NULL, graph, ctx->size, grids,
-                                            owner)))
+    /* Without stages of the graph's own, the split for one sample per batch and Adam. */
+    else if ((st = tsl_plan_stages(pl, graph, 1, 2, m->op_stage)) ||
+             (st = tsl_plan_param_placement(pl, graph, ctx->size, m->op_stage, grids, owners,
+                                            sharded)))
         st = tsl_error(ctx, st, "tsl_model_create: %s", tsl_last_error());
     for (int32_t i = 0; i < graph->nparams && !st; i++) {
         const tsl_graph_param *p = &graph->params[i];
-        tsl_owner_map where = owner[i] < 0 ? tsl_owner_block(NULL) : tsl_owner_single(owner[i]);
-        st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &where);
+        st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
         if (!st && p->trainable)
-            st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, &grids[i], &where);
-        if (!st && owner[i] < 0)
+            st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
+        if (!st && sharded[i])
             st = tsl_tensor_make_replicas(m->params[i]);
     }
     free(grids);
-    free(owner);
+    free(owners);
+    free(sharded);
     if (!st)
         st = init_params(m, seed);
     if (st) {
@@ -291,6 +314,7 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     }
     free(m->params);
     free(m->pgrads);
+    free(m->op_stage);
     tsl_graph_destroy(m->g);
     free(m);
     return TSL_OK;
@@ -339,8 +363,9 @@ static int flat_needed(tsl_tensor_t x, tsl_tensor_t y)
 static tsl_status flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
 {
     const tsl_shape *s = &m->g->values[v].shape;
-    tsl_status st =
-        in->flat[v] ? TSL_OK : batch_tensor(m, in->batch, s, s->ndim, TSL_F32, &in->flat[v]);
+    tsl_status st = in->flat[v] ? TSL_OK
+                                : batch_tensor(m, in->batch, value_stage(m, v), s, s->ndim, TSL_F32,
+                                               &in->flat[v]);
     *t = in->flat[v];
     return st;
 }
@@ -457,7 +482,8 @@ static tsl_status scratch_of(struct tsl_model *m, instance *in, int32_t v, tsl_t
 {
     tsl_status st = TSL_OK;
     if (!in->scratch[v])
-        st = batch_tensor(m, in->batch, &m->g->values[v].shape, 1, TSL_F32, &in->scratch[v]);
+        st = batch_tensor(m, in->batch, value_stage(m, v), &m->g->values[v].shape, 1, TSL_F32,
+                          &in->scratch[v]);
     *t = in->scratch[v];
     return st;
 }

@@ -708,7 +708,9 @@ tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t)
     t->replicas = calloc((size_t)ctx->size, sizeof *t->replicas);
     if (!t->replicas)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "replicas: out of memory");
-    for (int32_t r = 0; r < ctx->size; r++) {
+    int32_t first = t->owners.first_rank,
+            end = t->owners.group_size > 0 ? first + t->owners.group_size : ctx->size;
+    for (int32_t r = first; r < end; r++) {
         tsl_owner_map on = tsl_owner_single(r);
         tsl_status st = tsl_tensor_create_layout(&t->replicas[r], ctx, t->dtype, &t->shape, NULL,
                                                  &on, t->layout);
@@ -723,14 +725,20 @@ tsl_status tsl_tensor_sync_replicas(struct tsl_tensor *t)
 {
     tsl_status st = TSL_OK;
     for (int32_t r = 0; t->replicas && r < t->ctx->size && !st; r++)
-        st = tsl_tensor_redistribute(t->replicas[r], t);
+        if (t->replicas[r])
+            st = tsl_tensor_redistribute(t->replicas[r], t);
     return st;
 }
 
 void tsl_whole_flush(const struct tsl_tensor *t)
 {
-    if (!t->replicas)
+    if (!t->replicas) {
         starpu_mpi_cache_flush(t->ctx->comm, t->handles[0]);
+        return;
+    }
+    for (int32_t r = 0; t->owners.group_size > 0 && r < t->ctx->size; r++)
+        if (t->replicas[r])
+            starpu_mpi_cache_flush(t->ctx->comm, t->replicas[r]->handles[0]);
 }
 
 tsl_status tsl_tensor_wait(tsl_tensor_t t)

@@ -105,6 +105,20 @@ tsl_status tsl_graph_linear(tsl_graph_t graph, const char *name, int32_t x, int6
 /** @brief Mark @p value as the network's output (logits). Exactly one output. */
 tsl_status tsl_graph_set_output(tsl_graph_t graph, int32_t value);
 
+/**
+ * @brief Put the op that makes @p value on pipeline stage @p stage of a plan with stages=
+ * (tsl_plan_stages()); -1 clears it. Once any op has a stage, the graph's stages are used
+ * instead of a computed split: an op without one is on its predecessor's stage (the input on
+ * stage 0).
+ */
+tsl_status tsl_graph_set_stage(tsl_graph_t graph, int32_t value, int32_t stage);
+
+/** @brief The stage tsl_graph_set_stage() gave the op of @p value, or -1 when none. */
+int32_t tsl_graph_stage(tsl_graph_t graph, int32_t value);
+
+/** @brief Forward flops of op @p index for @p batch samples (multiply-adds count 2). */
+tsl_status tsl_graph_op_flops(tsl_graph_t graph, int32_t index, int64_t batch, double *flops);
+
 /** @brief Counts. Not NULL-safe for @p graph. */
 int32_t tsl_graph_value_count(tsl_graph_t graph);
 int32_t tsl_graph_op_count(tsl_graph_t graph);

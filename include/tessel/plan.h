@@ -2,14 +2,16 @@
  * @file plan.h
  * @brief Parallel plans: how a model's tensors are tiled and which ranks own the tiles.
  *
- * A plan string is `data=D,space=AxBxC,stages=S,micro=M,tiles=T,shard=E`; every part is
- * optional and defaults to 1 (shard= to ::TSL_PLAN_SHARD_DEFAULT): D sample groups (data
- * parallelism), an A x B x C (or A x B, or A) rank grid over the spatial dimensions (spatial
- * parallelism, halo exchange), S pipeline stages with M micro-batches (layer parallelism), T
- * extra tiles per rank along the longest spatial dimension (over-decomposition, so every
+ * A plan string is `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E`; every
+ * part is optional and defaults to 1 (balance= to memory, shard= to ::TSL_PLAN_SHARD_DEFAULT):
+ * D sample groups (data parallelism), an A x B x C (or A x B, or A) rank grid over the spatial
+ * dimensions (spatial parallelism, halo exchange), S pipeline stages with M micro-batches
+ * (layer parallelism: consecutive ops split into S stages as B says, see tsl_plan_stages()),
+ * T extra tiles per rank along the longest spatial dimension (over-decomposition, so every
  * worker of a rank has a tile), and E: the fewest elements a convolution or linear weight
  * needs to be cut into shards over the ranks (tsl_plan_param_placement()). A plan runs on
- * D x A x B x C x S ranks. Pure C: no StarPU, no MPI.
+ * D x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x A x B x C, each
+ * stage's tensors split over its G ranks as data= and space= say. Pure C: no StarPU, no MPI.
  */
 #ifndef TESSEL_PLAN_H
 #define TESSEL_PLAN_H
@@ -28,6 +30,13 @@ extern "C" {
 /** Default of shard=: weights of at least 4096 elements (16 KiB) are cut into shards. */
 #define TSL_PLAN_SHARD_DEFAULT 4096
 
+/** How tsl_plan_stages() splits a network into stages (plan part balance=). */
+typedef enum tsl_stage_balance {
+    TSL_BALANCE_MEMORY = 0, /**< `memory`: the smallest largest-stage memory estimate */
+    TSL_BALANCE_LAYERS = 1, /**< `layers`: the same number of ops per stage (naive) */
+    TSL_BALANCE_TIME = 2,   /**< `time`: the smallest largest-stage flop estimate */
+} tsl_stage_balance;
+
 /** A parsed plan. */
 typedef struct tsl_plan {
     int32_t data;       /**< D: sample groups */
@@ -35,6 +44,7 @@ typedef struct tsl_plan {
     int32_t space[3];   /**< spatial rank grid; 1 past space_ndim */
     int32_t stages;     /**< S: pipeline stages */
     int32_t micro;      /**< M: micro-batches */
+    int32_t balance;    /**< B: a ::tsl_stage_balance */
     int32_t tiles;      /**< T: tiles per rank along the longest spatial dimension */
     int32_t shard;      /**< E: fewest elements of a weight cut into shards */
 } tsl_plan;
@@ -58,49 +68,71 @@ tsl_status tsl_plan_format(const tsl_plan *plan, char *text, size_t size);
 
 /**
  * @brief Check @p plan for a model whose samples have shape @p input (C, spatial...) on
- * @p nranks ranks: the rank count must be D x A x B x C x S, space= may not split more
- * dimensions than the samples have, and stages=/micro= are ::TSL_ERR_UNSUPPORTED for now.
- * Errors name the plan.
+ * @p nranks ranks: the rank count must be D x A x B x C x S and space= may not split more
+ * dimensions than the samples have. Errors name the plan.
  */
 tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t nranks);
 
 /**
- * @brief The tile grid and owners a plan gives one (batch, sample...) tensor of a model
- * (what tsl_model_create_plan() uses). Spatial dimensions of @p sample start at index
- * @p first (1 after channels for activations, 0 for per-position labels). With no spatial
- * split in @p plan (or a NULL plan), or a sample with no spatial dimension, the tensor gets
- * sample tiles: min(batch, nranks x workers) of them, in contiguous runs per rank.
- * Otherwise: min(D, batch) sample groups, space[d] tiles along spatial dimension d (tiles=T
- * times more along the longest dimension of @p input), each capped by the size, owned by
- * tsl_owner_block() over the process grid D x 1 x A x B x C. The plan must have passed
- * tsl_plan_check().
+ * @brief The pipeline stage of every op of @p graph under @p plan (all 0 for a NULL plan or
+ * stages=1). When the graph has stages of its own (tsl_graph_set_stage()), those: an op
+ * without one takes its predecessor's. Otherwise consecutive ops (in graph order) are cut into
+ * S non-empty stages so the largest stage cost is smallest, the cost of an op being, by
+ * balance=: memory: the bytes of its output and the output's gradient for @p batch samples
+ * plus its parameters with their gradients and @p optimizer_states more copies of each
+ * trainable one; layers: 1; time: its forward flops for @p batch samples. A network with fewer
+ * ops than stages, or a graph stage >= S, is a ::TSL_ERR_INVALID_ARG error.
+ * @param[out] op_stage one per op (tsl_graph_op_count())
+ */
+tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int64_t batch,
+                           int32_t optimizer_states, int32_t *op_stage);
+
+/**
+ * @brief The tile grid and owners a plan gives one (batch, sample...) tensor of pipeline stage
+ * @p stage of a model (what tsl_model_create_plan() uses): the tensor lives on the stage's G
+ * ranks (tsl_owner_on_ranks()). Spatial dimensions of @p sample start at index @p first (1
+ * after channels for activations, 0 for per-position labels). With no spatial split in
+ * @p plan (or a NULL plan), or a sample with no spatial dimension, the tensor gets sample
+ * tiles: min(batch, G x workers x M) of them, in contiguous runs per rank. Otherwise:
+ * min(D x M, batch) sample tiles (M micro-batches per sample group), space[d] tiles along
+ * spatial dimension d (tiles=T times more along the longest dimension of @p input), each
+ * capped by the size, owned by tsl_owner_block() over the process grid D x 1 x A x B x C.
+ * The plan must have passed tsl_plan_check().
  */
 tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
-                                  int32_t workers, int64_t batch, const tsl_shape *sample,
-                                  int32_t first, tsl_tile_grid *grid, tsl_owner_map *owners);
+                                  int32_t stage, int32_t workers, int64_t batch,
+                                  const tsl_shape *sample, int32_t first, tsl_tile_grid *grid,
+                                  tsl_owner_map *owners);
 
 /**
  * @brief Where a model keeps its parameters on @p nranks ranks (what tsl_model_create_plan()
- * uses). With more than one rank, the weight of a convolution or linear layer with at least
- * shard= elements (TSL_PLAN_SHARD_DEFAULT for a NULL plan) is cut along its first dimension
- * into min(nranks, dims[0]) shards, owned by ranks in order (tsl_owner_block()): its gradient
- * is reduced shard by shard onto the owners, the optimizer updates each shard where it lives,
- * and every rank assembles the whole weight from the shards. Every other parameter and buffer
- * is one tile on the rank holding the fewest parameter bytes so far (ties: the lowest rank),
- * taken in parameter order after the sharded weights.
- * @param[out] grids  one per parameter
- * @param[out] owner  one per parameter: the owning rank, or -1 for a sharded weight
+ * uses). A parameter lives on the G ranks of its op's stage (@p op_stage, as
+ * tsl_plan_stages() gives; NULL: every op on stage 0, which needs stages=1). With more than
+ * one rank there, the weight of a convolution or linear layer with at least shard= elements
+ * (TSL_PLAN_SHARD_DEFAULT for a NULL plan) is cut along its first dimension into
+ * min(G, dims[0]) shards, owned by the stage's ranks in order: its gradient is reduced shard
+ * by shard onto the owners, the optimizer updates each shard where it lives, and every rank
+ * of the stage assembles the whole weight from the shards. Every other parameter and buffer is
+ * one tile on the stage's rank holding the fewest parameter bytes so far (ties: the lowest
+ * rank), taken in parameter order after the sharded weights.
+ * @param[out] grids   one per parameter
+ * @param[out] owners  one per parameter
+ * @param[out] sharded one per parameter: 1 for a sharded weight (may be NULL)
  */
 tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
-                                    tsl_tile_grid *grids, int32_t *owner);
+                                    const int32_t *op_stage, tsl_tile_grid *grids,
+                                    tsl_owner_map *owners, int32_t *sharded);
 
 /**
  * @brief Estimated tile memory per rank of training @p graph under @p plan with batches of
- * @p batch: every value's activation and gradient (not the input's gradient), the labels
- * (i64), and every parameter where tsl_plan_param_placement() puts it, with its gradient and
- * @p optimizer_states more copies of each trainable one (Adam 2, SGD with momentum 1), plus on
- * every rank the whole value of each sharded weight. Not counted: spare gradient tensors of
- * values read twice, copies between tile grids, halo slabs, batch-norm statistics.
+ * @p batch: every value's activation and gradient (not the input's gradient) on its
+ * producer's stage (tsl_plan_stages() with the same @p batch and @p optimizer_states), the
+ * labels (i64) on the output's stage, and every parameter where tsl_plan_param_placement()
+ * puts it, with its gradient and @p optimizer_states more copies of each trainable one (Adam
+ * 2, SGD with momentum 1), plus on every rank of its stage the whole value of each sharded
+ * weight. Not counted: spare gradient tensors of values read twice, copies between tile
+ * grids, halo slabs, batch-norm statistics, StarPU-MPI's received copies of tiles read across
+ * ranks.
  * @param[out] bytes @p nranks entries
  */
 tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,

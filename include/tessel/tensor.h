@@ -88,6 +88,10 @@ typedef struct tsl_owner_map {
     /** CALLBACK: the function and its pointer. */
     tsl_rank_of_fn rank_of;
     void *user;
+    /** Rank group (tsl_owner_on_ranks()): with group_size > 0 the map deals tiles as if the
+     *  context had group_size ranks and adds first_rank; 0: all ranks of the context. */
+    int32_t first_rank;
+    int32_t group_size;
 } tsl_owner_map;
 
 /**
@@ -114,6 +118,14 @@ tsl_owner_map tsl_owner_single(int32_t rank);
 
 /** @brief A user function decides; it must return the same rank on every process. */
 tsl_owner_map tsl_owner_callback(tsl_rank_of_fn rank_of, void *user);
+
+/**
+ * @brief @p map over the ranks first, ..., first + count - 1 only: tiles are dealt as if the
+ * context had @p count ranks, and rank k of the map is rank first + k of the context (a
+ * single owner's rank too). What a pipeline stage or a rank group of a larger run uses. A group
+ * that does not fit in the context makes tensor creation fail.
+ */
+tsl_owner_map tsl_owner_on_ranks(tsl_owner_map map, int32_t first, int32_t count);
 
 /** @brief The rank that @p map gives tile @p tile, or a negative status if the map or the
  *  tile is invalid. Pure: needs no context. */

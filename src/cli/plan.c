@@ -15,36 +15,83 @@ static void usage_plan(FILE *out)
             "  how PLAN (default: samples over all ranks and workers) tiles the model's tensors\n"
             "  on N ranks (default: the plan's rank count) of W CPU workers (default 1), and\n"
             "  the estimated tile memory of every rank for training with batches of B\n"
-            "  (default 64): activations, gradients, labels, and on rank 0 the parameters,\n"
-            "  their gradients and the optimizer state (adam, the default, keeps two copies;\n"
-            "  sgd one)\n");
+            "  (default 64): activations, gradients, labels, and the parameters where the\n"
+            "  placement puts them, with their gradients and the optimizer state (adam, the\n"
+            "  default, keeps two copies; sgd one); with stages=, the stage table: each\n"
+            "  stage's ranks, layers, largest rank's estimated memory and forward flops\n");
 }
 
 /* How the parameters are kept (tsl_plan_param_placement). */
-static int print_placement(const tsl_plan *plan, tsl_graph_t g, int32_t ranks)
+static int print_placement(const tsl_plan *plan, tsl_graph_t g, int32_t ranks,
+                           const int32_t *op_stage)
 {
-    int32_t np = tsl_graph_param_count(g), sharded = 0;
+    int32_t np = tsl_graph_param_count(g), nsharded = 0;
     tsl_tile_grid *grids = calloc((size_t)np + 1, sizeof *grids);
-    int32_t *owner = calloc((size_t)np + 1, sizeof *owner);
-    tsl_status st = grids && owner ? tsl_plan_param_placement(plan, g, ranks, grids, owner)
-                                   : TSL_ERR_OUT_OF_MEMORY;
+    tsl_owner_map *owners = calloc((size_t)np + 1, sizeof *owners);
+    int32_t *sharded = calloc((size_t)np + 1, sizeof *sharded);
+    tsl_status st = grids && owners && sharded
+                        ? tsl_plan_param_placement(plan, g, ranks, op_stage, grids, owners, sharded)
+                        : TSL_ERR_OUT_OF_MEMORY;
     int64_t bytes[2] = {0, 0};
     for (int32_t i = 0; i < np && !st; i++) {
         tsl_shape s;
         if ((st = tsl_graph_param_info(g, i, NULL, &s, NULL)))
             break;
-        sharded += owner[i] < 0;
-        bytes[owner[i] < 0] += 4 * tsl_shape_numel(&s);
+        nsharded += sharded[i];
+        bytes[sharded[i]] += 4 * tsl_shape_numel(&s);
     }
     if (!st)
-        printf("parameters: %d of %d sharded over the ranks (%.2f MiB: weights of %d elements and "
-               "more), %d whole on one rank each (%.2f MiB)\n",
-               (int)sharded, (int)np, (double)bytes[1] / 1048576.0,
-               plan ? (int)plan->shard : TSL_PLAN_SHARD_DEFAULT, (int)(np - sharded),
+        printf("parameters: %d of %d sharded over their stage's ranks (%.2f MiB: weights of %d "
+               "elements and more), %d whole on one rank each (%.2f MiB)\n",
+               (int)nsharded, (int)np, (double)bytes[1] / 1048576.0,
+               plan ? (int)plan->shard : TSL_PLAN_SHARD_DEFAULT, (int)(np - nsharded),
                (double)bytes[0] / 1048576.0);
     free(grids);
-    free(owner);
+    free(owners);
+    free(sharded);
     return st ? fail(st, "placing the parameters") : 0;
+}
+
+/* The stage table: each stage's ranks, ops, largest rank's estimated memory and flops. */
+static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t batch,
+                        const int32_t *op_stage, const int64_t *bytes)
+{
+    int32_t stages = plan->stages, group = (int32_t)(ranks / stages);
+    printf("stage ranks      ops          first op -> last op            memory (largest rank)  "
+           "forward GFLOP\n");
+    for (int32_t s = 0; s < stages; s++) {
+        int32_t count = 0, first = -1, last = -1;
+        double flops = 0;
+        for (int32_t o = 0; o < tsl_graph_op_count(g); o++) {
+            if (op_stage[o] != s)
+                continue;
+            double f = 0;
+            tsl_status st = tsl_graph_op_flops(g, o, batch, &f);
+            if (st)
+                return fail(st, "estimating flops");
+            flops += f;
+            count++;
+            first = first < 0 ? o : first;
+            last = o;
+        }
+        int64_t largest = 0;
+        for (int32_t r = s * group; r < (s + 1) * group; r++)
+            largest = bytes[r] > largest ? bytes[r] : largest;
+        char names[64] = "-";
+        if (count) {
+            tsl_op_kind k1, k2;
+            const char *n1, *n2;
+            tsl_graph_op_info(g, first, &k1, &n1, NULL);
+            tsl_graph_op_info(g, last, &k2, &n2, NULL);
+            snprintf(names, sizeof names, "%s -> %s", *n1 ? n1 : tsl_op_kind_name(k1),
+                     *n2 ? n2 : tsl_op_kind_name(k2));
+        }
+        char rk[24];
+        snprintf(rk, sizeof rk, "%d-%d", (int)(s * group), (int)((s + 1) * group - 1));
+        printf("%-5d %-10s %-12d %-30s %10.1f MiB %15.3f\n", (int)s, rk, (int)count, names,
+               (double)largest / 1048576.0, flops / 1e9);
+    }
+    return 0;
 }
 
 int command_plan(int argc, char **argv)
@@ -114,17 +161,20 @@ int command_plan(int argc, char **argv)
         return fail(st, "building the model");
     int32_t states = strcmp(optimizer, "adam") == 0 ? 2 : 1;
     int64_t *bytes = calloc((size_t)ranks, sizeof *bytes), one = 0;
+    int32_t *op_stage = calloc((size_t)tsl_graph_op_count(g) + 1, sizeof *op_stage);
     tsl_tile_grid grid;
     tsl_owner_map owners;
     const tsl_plan *pp = plan_text ? &plan : NULL;
     int code = 0;
-    if (!bytes)
+    if (!bytes || !op_stage)
         code = fail(TSL_ERR_OUT_OF_MEMORY, "estimating");
     else if ((st = tsl_plan_estimate(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
                                      bytes)) ||
              (st = tsl_plan_estimate(NULL, g, 1, 1, batch, states, &one)) ||
-             (st = tsl_plan_tensor_tiling(pp, &info.sample_shape, (int32_t)ranks, (int32_t)workers,
-                                          batch, &info.sample_shape, 1, &grid, &owners)))
+             (st = tsl_plan_stages(pp, g, batch, states, op_stage)) ||
+             (st = tsl_plan_tensor_tiling(pp, &info.sample_shape, (int32_t)ranks, 0,
+                                          (int32_t)workers, batch, &info.sample_shape, 1, &grid,
+                                          &owners)))
         code = fail(st, "planning");
     if (!code) {
         char text[160] = "default";
@@ -134,7 +184,7 @@ int command_plan(int argc, char **argv)
         for (int d = 0; d < info.sample_shape.ndim; d++)
             printf("%s%lld", d ? "x" : " ", (long long)info.sample_shape.dims[d]);
         printf("), batch %ld, plan %s on %ld ranks x %ld workers\n", batch, text, ranks, workers);
-        printf("input tiles (N x C x spatial):");
+        printf("input tiles (N x C x spatial, stage 0):");
         for (int d = 0; d <= info.sample_shape.ndim; d++)
             printf("%s%d", d ? " x " : " ", (int)grid.splits[d]);
         printf("\nrank  estimated tile memory\n");
@@ -145,9 +195,13 @@ int command_plan(int argc, char **argv)
         }
         printf("largest rank %.1f MiB, %.2f of one rank's %.1f MiB\n", (double)largest / 1048576.0,
                (double)largest / (double)one, (double)one / 1048576.0);
-        code = print_placement(pp, g, (int32_t)ranks);
+        if (pp && pp->stages > 1)
+            code = print_stages(pp, g, ranks, batch, op_stage, bytes);
+        if (!code)
+            code = print_placement(pp, g, (int32_t)ranks, op_stage);
     }
     free(bytes);
+    free(op_stage);
     tsl_graph_destroy(g);
     return code;
 }

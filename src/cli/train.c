@@ -71,14 +71,17 @@ static void usage_train(FILE *out)
         "                      gone on; model, data, batch, optimizer, lr, momentum, seed\n"
         "                      and shuffle come from it (given ones must match), --epochs\n"
         "                      and --max-steps count from the start of the first run\n"
-        "  --metrics-json FILE per-epoch metrics, per-step losses and the final test accuracy\n"
+        "  --metrics-json FILE per-epoch metrics, per-step losses and wall seconds, and the\n"
+        "                      final test accuracy\n"
         "  --plan PLAN         how tensors are tiled over the ranks:\n"
-        "                      data=D,space=AxBxC,tiles=T,shard=E (D sample groups, an\n"
-        "                      A x B x C spatial rank grid with halo exchange, T more tiles\n"
-        "                      along the longest dimension, weights of at least E elements\n"
-        "                      (default 4096) sharded over the ranks); D x A x B x C must be\n"
-        "                      the rank count (default: samples split over all ranks and\n"
-        "                      workers)\n"
+        "                      data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E\n"
+        "                      (D sample groups, an A x B x C spatial rank grid with halo\n"
+        "                      exchange, S pipeline stages of consecutive layers with M\n"
+        "                      micro-batches, cut by memory (default), time or layers, T more\n"
+        "                      tiles along the longest dimension, weights of at least E\n"
+        "                      elements (default 4096) sharded over their stage's ranks);\n"
+        "                      D x A x B x C x S must be the rank count (default: samples\n"
+        "                      split over all ranks and workers)\n"
         "  --comm-stats        count the bytes StarPU-MPI moves and the time workers spend\n"
         "                      executing tasks: per-step traffic of the busiest rank and the\n"
         "                      workers' busy fraction in the summaries and the metrics\n"
@@ -333,7 +336,7 @@ typedef struct metrics_file {
     const train_options *o;
     const epoch_metrics *m;
     int64_t n, steps, first_step, nlosses;
-    const double *losses;
+    const double *losses, *step_seconds;
 } metrics_file;
 
 static int write_metrics_to(FILE *f, const void *arg)
@@ -368,6 +371,9 @@ static int write_metrics_to(FILE *f, const void *arg)
             (long long)mf->first_step + 1);
     for (int64_t k = 0; k < mf->nlosses; k++)
         fprintf(f, "%s%.17g", k ? ", " : "", mf->losses[k]);
+    fprintf(f, "],\n  \"step_seconds\": [");
+    for (int64_t k = 0; k < mf->nlosses; k++)
+        fprintf(f, "%s%.6f", k ? ", " : "", mf->step_seconds[k]);
     fprintf(f, "],\n  \"final_test_accuracy\": %.9g\n}\n",
             mf->n ? mf->m[mf->n - 1].test_accuracy : 0.0);
     return 0;
@@ -401,6 +407,26 @@ static int session_context(session *s, const train_options *o)
     return 0;
 }
 
+/* Give the graph the stages the plan cuts it into for this run's batch and optimizer (the
+ * model alone would split for one sample and Adam; stages the graph has are kept). */
+static tsl_status set_stages(tsl_graph_t g, const train_options *o)
+{
+    int32_t n = tsl_graph_op_count(g), states = strcmp(o->optimizer, "adam") == 0 ? 2
+                                                : o->momentum > 0                 ? 1
+                                                                                  : 0;
+    int32_t *stage = calloc((size_t)n + 1, sizeof *stage);
+    if (!stage)
+        return TSL_ERR_OUT_OF_MEMORY;
+    tsl_status st = tsl_plan_stages(&o->plan, g, o->batch, states, stage);
+    for (int32_t i = 0; i < n && !st; i++) {
+        int32_t out;
+        if (!(st = tsl_graph_op_info(g, i, NULL, NULL, &out)))
+            st = tsl_graph_set_stage(g, out, stage[i]);
+    }
+    free(stage);
+    return st;
+}
+
 static int session_open(session *s, const train_options *o, int need_train)
 {
     tsl_status st = TSL_OK;
@@ -423,6 +449,10 @@ static int session_open(session *s, const train_options *o, int need_train)
                 out.ndim == 1 ? "classification" : "segmentation",
                 info->label_shape.ndim ? "per-voxel" : "per-sample");
         return EXIT_USAGE;
+    }
+    if (o->plan_text && o->plan.stages > 1 && (st = set_stages(g, o))) {
+        tsl_graph_destroy(g);
+        return fail(st, "splitting the model into stages");
     }
     st = tsl_model_create_plan(&s->model, s->ctx, g, o->seed, o->plan_text ? &o->plan : NULL);
     tsl_graph_destroy(g);
@@ -515,7 +545,7 @@ int command_train(int argc, char **argv)
     run_progress p;
     memset(&p, 0, sizeof p);
     char snapshot[4096];
-    double *losses = NULL;
+    double *losses = NULL, *step_secs = NULL; /* per step: the loss, the wall time */
     int64_t nlosses = 0, first_step = 0;
     tsl_status st = TSL_OK;
     tsl_optimizer_t opt = NULL;
@@ -608,7 +638,7 @@ int command_train(int argc, char **argv)
                 code = fail(st, "reading a batch");
                 goto end;
             }
-            double loss = 0;
+            double loss = 0, step_start = now();
             int64_t correct = 0;
             if ((st = tsl_model_train_step(s.model, o.batch, b.x, b.y, opt, &loss, &correct))) {
                 code = fail(st, "a training step");
@@ -617,12 +647,17 @@ int command_train(int argc, char **argv)
             if (nlosses == losses_cap) {
                 losses_cap = losses_cap ? 2 * losses_cap : 1024;
                 double *more = realloc(losses, (size_t)losses_cap * sizeof *more);
-                if (!more) {
+                if (more)
+                    losses = more;
+                double *more_secs =
+                    more ? realloc(step_secs, (size_t)losses_cap * sizeof *more) : NULL;
+                if (!more_secs) {
                     code = fail(TSL_ERR_OUT_OF_MEMORY, "recording losses");
                     goto end;
                 }
-                losses = more;
+                step_secs = more_secs;
             }
+            step_secs[nlosses] = now() - step_start; /* the step returns with its loss */
             losses[nlosses++] = loss;
             p.loss_sum += loss;
             p.hits += correct;
@@ -716,7 +751,8 @@ int command_train(int argc, char **argv)
         goto end;
     }
     if (o.metrics_json) {
-        metrics_file mf = {&o, p.epochs, p.nepochs, p.steps, first_step, nlosses, losses};
+        metrics_file mf = {&o,         p.epochs, p.nepochs, p.steps,
+                           first_step, nlosses,  losses,    step_secs};
         int bad = rank == 0 && write_file_atomic(o.metrics_json, write_metrics_to, &mf);
         if ((st = agree(bad ? TSL_ERR_IO : TSL_OK))) {
             fprintf(stderr, "tessel train: cannot write '%s'\n", o.metrics_json);
@@ -727,6 +763,7 @@ int command_train(int argc, char **argv)
 end:
     free(p.epochs);
     free(losses);
+    free(step_secs);
     tsl_loader_destroy(loader);
     tsl_optimizer_destroy(opt);
     session_end(&s);

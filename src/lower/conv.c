@@ -392,6 +392,7 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
         desc.nhandles = n;
         st = tsl_task_submit(ctx, &desc);
     }
+    tsl_whole_flush(w);
     tsl_status fin = tsl_halo_returns_finish(&r, dx, !st);
     return st ? st : fin;
 }

@@ -461,8 +461,12 @@ TEST(Model, PlansThatDoNotFitAreErrors)
     ASSERT_EQ(tsl_plan_parse(("data=" + std::to_string(size + 1)).c_str(), &plan), TSL_OK);
     EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, 1, &plan), TSL_ERR_INVALID_ARG);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "ranks"), nullptr);
-    ASSERT_EQ(tsl_plan_parse(("micro=2,data=" + std::to_string(size)).c_str(), &plan), TSL_OK);
-    EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, 1, &plan), TSL_ERR_UNSUPPORTED);
+    // A stage the graph was given by hand that the plan does not have.
+    ASSERT_EQ(tsl_plan_parse(("micro=2,stages=" + std::to_string(size)).c_str(), &plan), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_stage(g, tsl_graph_output(g), size), TSL_OK);
+    EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, 1, &plan), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "stage"), nullptr);
+    ASSERT_EQ(tsl_graph_set_stage(g, tsl_graph_output(g), -1), TSL_OK);
     ASSERT_EQ(tsl_plan_parse("space=1x1x1", &plan), TSL_OK);
     if (size == 1) {
         EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, 1, &plan), TSL_ERR_INVALID_ARG);
@@ -489,9 +493,13 @@ TEST(Model, PlanEstimateMatchesTheTileMemoryOfEveryRank)
     if (size == 2) {
         cases.push_back({"fcn2d", {2, 24, 20}, true, "space=2"});
         cases.push_back({"cnn3d", {1, 16, 16, 16}, false, "space=1x2,tiles=2"});
+        cases.push_back({"fcn2d", {2, 24, 20}, true, "stages=2,micro=2"});
+        cases.push_back({"cnn3d", {1, 16, 16, 16}, false, "stages=2,balance=layers"});
     } else if (size == 4) {
         cases.push_back({"fcn2d", {2, 24, 20}, true, "space=2x2"});
         cases.push_back({"cnn3d", {1, 16, 16, 16}, false, "data=2,space=2"});
+        cases.push_back({"fcn2d", {2, 24, 20}, true, "stages=4"});
+        cases.push_back({"cnn3d", {1, 16, 16, 16}, false, "stages=2,space=2,micro=2"});
     }
     const int64_t n = 2, classes = 3;
     int32_t workers = 1;
@@ -507,6 +515,14 @@ TEST(Model, PlanEstimateMatchesTheTileMemoryOfEveryRank)
         std::vector<int64_t> estimate((size_t)size);
         ASSERT_EQ(tsl_plan_estimate(pp, g, size, workers, n, 0, estimate.data()), TSL_OK)
             << tsl_last_error();
+        // The model's stages: the split the estimate made (for this batch and no optimizer).
+        std::vector<int32_t> stage((size_t)tsl_graph_op_count(g));
+        ASSERT_EQ(tsl_plan_stages(pp, g, n, 0, stage.data()), TSL_OK);
+        for (int32_t o = 0; pp && pp->stages > 1 && o < tsl_graph_op_count(g); o++) {
+            int32_t out;
+            ASSERT_EQ(tsl_graph_op_info(g, o, nullptr, nullptr, &out), TSL_OK);
+            ASSERT_EQ(tsl_graph_set_stage(g, out, stage[(size_t)o]), TSL_OK);
+        }
         int64_t before = 0, after = 0;
         ASSERT_EQ(tsl_context_owned_bytes(ctx, &before), TSL_OK);
         tsl_model_t m = nullptr;

@@ -2,6 +2,9 @@
 // for bad calls (which leave the graph unchanged).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -201,6 +204,15 @@ TEST(Plan, ParsesEveryPartAndFormatsBack)
     ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
     EXPECT_STREQ(text, "space=2x2x2,stages=2,micro=4");
     EXPECT_EQ(tsl_plan_format(&p, text, 8), TSL_ERR_INVALID_ARG);
+    ASSERT_EQ(tsl_plan_parse("balance=layers,stages=3", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.balance, TSL_BALANCE_LAYERS);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "stages=3,balance=layers");
+    ASSERT_EQ(tsl_plan_parse("stages=2,balance=time", &p), TSL_OK);
+    EXPECT_EQ(p.balance, TSL_BALANCE_TIME);
+    ASSERT_EQ(tsl_plan_parse("stages=2,balance=memory", &p), TSL_OK);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "stages=2");
 }
 
 TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
@@ -220,6 +232,8 @@ TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
         {"tiles=-1", "not an integer"},
         {"data=99999999", "not an integer"},
         {"stages=", "not an integer"},
+        {"balance=fast", "not memory, layers or time"},
+        {"balance=", "not memory, layers or time"},
     };
     for (auto &b : bad) {
         EXPECT_EQ(tsl_plan_parse(b[0], &p), TSL_ERR_INVALID_ARG) << b[0];
@@ -245,7 +259,7 @@ TEST(Plan, TensorTilingFollowsThePlanAndCapsBySize)
     tsl_tile_grid grid;
     tsl_owner_map owners;
     // tiles=2 doubles the longest dimension (16): 4 x 2 spatial tiles, 2 sample groups.
-    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 2, 6, &act, 1, &grid, &owners), TSL_OK);
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 0, 2, 6, &act, 1, &grid, &owners), TSL_OK);
     EXPECT_EQ(grid.splits[0], 2);
     EXPECT_EQ(grid.splits[1], 1);
     EXPECT_EQ(grid.splits[2], 4);
@@ -255,17 +269,139 @@ TEST(Plan, TensorTilingFollowsThePlanAndCapsBySize)
     EXPECT_EQ(owners.process_grid[2], 2);
     EXPECT_EQ(owners.process_grid[3], 2);
     // Capped by the size; labels (no channel dimension) get the same spatial grid.
-    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 2, 6, &tiny, 1, &grid, &owners), TSL_OK);
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 0, 2, 6, &tiny, 1, &grid, &owners), TSL_OK);
     EXPECT_EQ(grid.splits[2], 3);
     EXPECT_EQ(grid.splits[3], 1);
     int64_t label_dims[2] = {16, 12};
     tsl_shape labels;
     ASSERT_EQ(tsl_shape_make(&labels, 2, label_dims), TSL_OK);
-    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 2, 6, &labels, 0, &grid, &owners), TSL_OK);
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 0, 2, 6, &labels, 0, &grid, &owners), TSL_OK);
     EXPECT_EQ(grid.splits[1], 4);
     EXPECT_EQ(grid.splits[2], 2);
     // No plan, or no spatial dimension: sample tiles over ranks x workers, capped by the batch.
-    ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 3, 2, 4, &act, 1, &grid, &owners), TSL_OK);
+    ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 3, 0, 2, 4, &act, 1, &grid, &owners), TSL_OK);
     EXPECT_EQ(grid.splits[0], 4);
     EXPECT_EQ(grid.splits[2], 1);
+}
+
+namespace
+{
+
+// The largest per-stage sum of `cost` over ops, and whether stages run 0, 0, ..., S-1 in op
+// order with none empty.
+double largest_stage(const std::vector<int32_t> &stage, const std::vector<double> &cost,
+                     int32_t stages, bool *ordered)
+{
+    std::vector<double> sum((size_t)stages, 0.0);
+    std::vector<int> count((size_t)stages, 0);
+    *ordered = true;
+    for (size_t o = 0; o < stage.size(); o++) {
+        sum[(size_t)stage[o]] += cost[o];
+        count[(size_t)stage[o]]++;
+        if (o > 0 && (stage[o] < stage[o - 1] || stage[o] > stage[o - 1] + 1))
+            *ordered = false;
+    }
+    for (int c : count)
+        *ordered = *ordered && c > 0;
+    return *std::max_element(sum.begin(), sum.end());
+}
+
+} // namespace
+
+// Each balance cuts consecutive ops into non-empty stages; the memory-aware split of a U-Net
+// has a smaller largest stage, by the memory estimate of every rank, than the naive split
+// (same number of ops per stage), and the time-aware split a smaller largest stage by flops.
+// Every stage's ops are found by an exhaustive search to be the best split for small cases.
+TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
+{
+    int64_t sample[3] = {1, 128, 128};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("unet2d", 3, sample, 3, &g), TSL_OK);
+    int32_t nops = tsl_graph_op_count(g);
+    std::vector<double> flops((size_t)nops);
+    for (int32_t o = 0; o < nops; o++)
+        ASSERT_EQ(tsl_graph_op_flops(g, o, 1, &flops[(size_t)o]), TSL_OK);
+    std::vector<double> ones((size_t)nops, 1.0);
+    ones[0] = 0; // the input
+    for (int32_t stages : {2, 4}) {
+        SCOPED_TRACE("stages " + std::to_string(stages));
+        std::map<int, std::vector<int32_t>> split;
+        std::map<int, int64_t> largest_memory;
+        for (int b : {TSL_BALANCE_MEMORY, TSL_BALANCE_LAYERS, TSL_BALANCE_TIME}) {
+            tsl_plan p;
+            ASSERT_EQ(tsl_plan_init(&p), TSL_OK);
+            p.stages = stages;
+            p.balance = b;
+            std::vector<int32_t> stage((size_t)nops, -1);
+            ASSERT_EQ(tsl_plan_stages(&p, g, 1, 2, stage.data()), TSL_OK) << tsl_last_error();
+            bool ordered;
+            largest_stage(stage, ones, stages, &ordered);
+            EXPECT_TRUE(ordered) << b;
+            split[b] = stage;
+            std::vector<int64_t> bytes((size_t)stages);
+            ASSERT_EQ(tsl_plan_estimate(&p, g, stages, 1, 1, 2, bytes.data()), TSL_OK);
+            largest_memory[b] = *std::max_element(bytes.begin(), bytes.end());
+            // One rank per stage, nothing sharded: the ranks together hold the one-rank total.
+            int64_t one = 0, sum = 0;
+            ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, 1, 2, &one), TSL_OK);
+            for (int64_t x : bytes)
+                sum += x;
+            EXPECT_EQ(sum, one) << b;
+        }
+        EXPECT_LT(largest_memory[TSL_BALANCE_MEMORY], largest_memory[TSL_BALANCE_LAYERS]);
+        bool ordered;
+        double naive_ops = largest_stage(split[TSL_BALANCE_LAYERS], ones, stages, &ordered);
+        EXPECT_LE(naive_ops, (nops - 1 + stages - 1) / stages); // ceil: as even as it gets
+        double time_flops = largest_stage(split[TSL_BALANCE_TIME], flops, stages, &ordered);
+        EXPECT_LT(time_flops, largest_stage(split[TSL_BALANCE_LAYERS], flops, stages, &ordered));
+        EXPECT_LE(time_flops, largest_stage(split[TSL_BALANCE_MEMORY], flops, stages, &ordered));
+        // Best of all two-stage cuts (the input op always with the first stage).
+        if (stages == 2) {
+            double best = 1e300;
+            for (int32_t cut = 2; cut < nops; cut++) {
+                std::vector<int32_t> st((size_t)nops, 0);
+                for (int32_t o = cut; o < nops; o++)
+                    st[(size_t)o] = 1;
+                best = std::min(best, largest_stage(st, flops, 2, &ordered));
+            }
+            EXPECT_DOUBLE_EQ(time_flops, best);
+        }
+    }
+    // More stages than ops after the input is an error that says so.
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_init(&p), TSL_OK);
+    p.stages = nops;
+    std::vector<int32_t> stage((size_t)nops);
+    EXPECT_EQ(tsl_plan_stages(&p, g, 1, 2, stage.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("need at least"), std::string::npos);
+    tsl_graph_destroy(g);
+}
+
+// Stages given by hand win over the balance; an op without one is on its predecessor's; a
+// stage the plan does not have is an error.
+TEST(Plan, StagesByHandAreKeptAndInherited)
+{
+    int64_t sample[3] = {1, 16, 16};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn2d", 3, sample, 3, &g), TSL_OK);
+    int32_t nops = tsl_graph_op_count(g), mid = nops / 2, out = -1;
+    ASSERT_EQ(tsl_graph_op_info(g, mid, nullptr, nullptr, &out), TSL_OK);
+    EXPECT_EQ(tsl_graph_stage(g, out), -1);
+    ASSERT_EQ(tsl_graph_set_stage(g, out, 2), TSL_OK);
+    EXPECT_EQ(tsl_graph_stage(g, out), 2);
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("stages=3", &p), TSL_OK);
+    std::vector<int32_t> stage((size_t)nops, -1);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK);
+    for (int32_t o = 0; o < nops; o++)
+        EXPECT_EQ(stage[(size_t)o], o < mid ? 0 : 2) << o;
+    ASSERT_EQ(tsl_plan_parse("stages=2", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("is on stage 2"), std::string::npos);
+    EXPECT_EQ(tsl_graph_set_stage(g, out, -2), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_set_stage(g, 9999, 0), TSL_ERR_INVALID_ARG);
+    ASSERT_EQ(tsl_graph_set_stage(g, out, -1), TSL_OK);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK); // computed again
+    EXPECT_EQ(stage[(size_t)nops - 1], 1);
+    tsl_graph_destroy(g);
 }

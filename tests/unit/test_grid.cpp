@@ -198,6 +198,36 @@ TEST(OwnerMap, SingleAndCallback)
     EXPECT_EQ(out, (2 + 1 + 2) % 4);
 }
 
+// A map over a rank group deals tiles as over a context of the group's size, shifted to the
+// group's first rank; a group that does not fit is an error.
+TEST(OwnerMap, RankGroupsShiftTheDeal)
+{
+    tsl_tile_grid g = make_grid({6, 4});
+    int32_t pg[TSL_MAX_DIMS] = {3, 1, 0, 0, 0};
+    const tsl_owner_map maps[] = {tsl_owner_block(nullptr), tsl_owner_block(pg)};
+    for (const tsl_owner_map &plain : maps)
+        for (int32_t first = 0; first <= 4; first += 2) {
+            tsl_owner_map grouped = tsl_owner_on_ranks(plain, first, 3);
+            for (int i = 0; i < 24; i++) {
+                auto c = coords_of(i, g, 2);
+                int32_t want, got;
+                ASSERT_EQ(tsl_owner_map_rank(&plain, c.data(), 2, &g, 3, &want), TSL_OK);
+                ASSERT_EQ(tsl_owner_map_rank(&grouped, c.data(), 2, &g, 7, &got), TSL_OK);
+                EXPECT_EQ(got, first + want);
+            }
+        }
+    int32_t c[TSL_MAX_DIMS] = {0, 0, 0, 0, 0}, r;
+    tsl_owner_map single = tsl_owner_on_ranks(tsl_owner_single(1), 4, 2);
+    ASSERT_EQ(tsl_owner_map_rank(&single, c, 2, &g, 6, &r), TSL_OK);
+    EXPECT_EQ(r, 5);
+    tsl_owner_map past = tsl_owner_on_ranks(tsl_owner_block(nullptr), 4, 3);
+    EXPECT_EQ(tsl_owner_map_rank(&past, c, 2, &g, 6, &r), TSL_ERR_INVALID_ARG);
+    tsl_owner_map empty = tsl_owner_on_ranks(tsl_owner_block(nullptr), 1, 0);
+    EXPECT_EQ(tsl_owner_map_rank(&empty, c, 2, &g, 6, &r), TSL_ERR_INVALID_ARG);
+    tsl_owner_map big = tsl_owner_on_ranks(tsl_owner_single(2), 0, 2);
+    EXPECT_EQ(tsl_owner_map_rank(&big, c, 2, &g, 6, &r), TSL_ERR_SHAPE);
+}
+
 TEST(OwnerMap, RejectsBadMaps)
 {
     tsl_tile_grid g = make_grid({3, 3});

@@ -496,6 +496,39 @@ TEST(ModelJsonFormat, DefaultsNamesOutputAndInputShape)
         << tsl_last_error();
 }
 
+// "stage" puts a layer on a pipeline stage by hand (tsl_graph_set_stage()); a written graph
+// keeps its stages; a stage that is not an integer >= 0 is an error.
+TEST(ModelJsonFormat, StagesByHandRoundTrip)
+{
+    int64_t sample[3] = {1, 8, 8};
+    tsl_graph_t g = nullptr;
+    std::string text = model(R"({"op": "input"},
+                 {"name": "c", "op": "conv", "out": 4, "kernel": 3, "stage": 0},
+                 {"op": "relu", "stage": 1}, {"op": "flatten"},
+                 {"name": "l", "op": "linear", "out": 3, "stage": 1})");
+    ASSERT_EQ(tsl_graph_parse_json(text.c_str(), 3, sample, 0, &g), TSL_OK) << tsl_last_error();
+    const int32_t want[5] = {-1, 0, 1, -1, 1};
+    for (int32_t v = 0; v < 5; v++)
+        EXPECT_EQ(tsl_graph_stage(g, v), want[v]) << v;
+    char *written = nullptr;
+    ASSERT_EQ(tsl_graph_print_json(g, &written), TSL_OK);
+    tsl_graph_t back = nullptr;
+    ASSERT_EQ(tsl_graph_parse_json(written, 3, sample, 3, &back), TSL_OK)
+        << written << tsl_last_error();
+    for (int32_t v = 0; v < 5; v++)
+        EXPECT_EQ(tsl_graph_stage(back, v), want[v]) << v;
+    free(written);
+    tsl_graph_destroy(back);
+    tsl_graph_destroy(g);
+    for (const char *bad : {"-1", "1.5", "\"two\""}) {
+        std::string t =
+            model(std::string(R"({"op": "input"}, {"op": "relu", "stage": )") + bad + "}");
+        EXPECT_EQ(tsl_graph_parse_json(t.c_str(), 3, sample, 0, &g), TSL_ERR_FORMAT) << bad;
+        EXPECT_NE(std::strstr(tsl_last_error(), "'stage' must be an integer >= 0"), nullptr)
+            << tsl_last_error();
+    }
+}
+
 struct BadFile {
     const char *what;
     std::string text;
@@ -543,9 +576,9 @@ TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
         {"misspelt key", model(in + R"({"name": "c", "op": "conv", "out": 2, "kernal": 3})"),
          TSL_ERR_FORMAT,
          "layers[1] 'c' (conv): unknown key 'kernal' (a conv layer takes: name, op, inputs, out, "
-         "kernel, stride, padding, dilation, groups, bias)"},
+         "kernel, stride, padding, dilation, groups, bias, stage)"},
         {"a key of another op", model(in + R"({"op": "relu", "kernel": 3})"), TSL_ERR_FORMAT,
-         "layers[1] (relu): unknown key 'kernel' (a relu layer takes: name, op, inputs)"},
+         "layers[1] (relu): unknown key 'kernel' (a relu layer takes: name, op, inputs, stage)"},
         {"kernel of the wrong type", model(in + R"({"name": "c", "op": "conv", "out": 2,
          "kernel": "3"})"),
          TSL_ERR_FORMAT,
