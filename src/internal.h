@@ -66,6 +66,12 @@ struct tsl_tensor {
     struct tsl_tensor **replicas; /* [ctx->size] */
 };
 
+/* Mark t's tiles so that the tasks writing them run in sample-tile order on each rank: a task
+ * whose first written handle is tile (n, ...) of t gets priority -n (tsl_task_submit), so a
+ * rank finishes micro-batch 0 through the layers before micro-batch 1 and the next pipeline
+ * stage can start on it. */
+void tsl_tensor_order_by_samples(struct tsl_tensor *t);
+
 /* Give `t` (several tiles) a whole copy on every rank of its owners' group (every rank
  * without one), owned by the tensor, not tracked. */
 tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t);

@@ -148,11 +148,18 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }
     tsl_status st = TSL_OK;
+    /* Pipelines run each rank's micro-batches through the layers in order (priorities). */
+    int pipelined = m->has_plan && (m->plan.stages > 1 || m->plan.micro > 1);
     for (int32_t v = 0; v < g->nvalues && !st; v++) {
         int32_t at = value_stage(m, v);
         st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
         if (!st && v != g->input)
             st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
+        if (!st && pipelined) {
+            tsl_tensor_order_by_samples(in->act[v]);
+            if (in->grad[v])
+                tsl_tensor_order_by_samples(in->grad[v]);
+        }
     }
     for (int32_t o = 0; o < g->nops && !st; o++)
         if (g->ops[o].kind == TSL_OP_BATCHNORM) {

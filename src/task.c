@@ -26,9 +26,19 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
         desc->args_size == 0)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "internal: malformed task description");
     struct starpu_data_descr descrs[TSL_TASK_MAX_HANDLES];
+    /* The first written tile's sample-tile number + 1 (tsl_tensor_order_by_samples), or 0. */
+    intptr_t sample = 0;
     for (int i = 0; i < desc->nhandles; i++) {
         descrs[i].handle = desc->handles[i];
         descrs[i].mode = desc->modes[i];
+        if (!sample && (desc->modes[i] & STARPU_W))
+            sample = (intptr_t)starpu_data_get_user_data(desc->handles[i]);
+    }
+    tsl_task_desc ordered;
+    if (sample > 0 && desc->priority == 0) {
+        ordered = *desc;
+        ordered.priority = -(int)(sample - 1);
+        desc = &ordered;
     }
     struct starpu_task *task =
         starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));

@@ -700,6 +700,13 @@ tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
     return tsl_copy_region(dst, src, zero, zero, src->shape.dims);
 }
 
+void tsl_tensor_order_by_samples(struct tsl_tensor *t)
+{
+    int64_t per_sample_tile = t->ntiles / t->grid.splits[0];
+    for (int64_t i = 0; i < t->ntiles; i++)
+        starpu_data_set_user_data(t->handles[i], (void *)(intptr_t)(i / per_sample_tile + 1));
+}
+
 tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t)
 {
     struct tsl_context *ctx = t->ctx;
