@@ -60,11 +60,83 @@ static void add_sum_products_f64(tsl_acc *sum, tsl_acc *products, const double *
     }
 }
 
+/* ---- channels-last tiles (N, positions, C) ----
+ * The sums transpose blocks of positions into staging rows, one per channel, and add each row
+ * as a plain tile's row is added (the sums are exact, so the blocking changes no bit); the
+ * elementwise passes walk the tile in place with per-channel constants, computing each
+ * element with the plain path's own functions. */
+#define CL_BLOCK 16384 /* elements per staged block */
+
+/* Positions per staged block of a tile with `cext` channels. */
+static int64_t cl_positions(const tsl_bn_args *a)
+{
+    int64_t p = CL_BLOCK / a->cext;
+    p = p < 1 ? 1 : p;
+    return p < a->inner ? p : a->inner;
+}
+
+/* Staging for `rows` blocks: rows x cext x cl_positions() elements of the dtype. */
+static void *cl_staging(const tsl_bn_args *a, int rows)
+{
+    void *p = malloc((size_t)rows * (size_t)(a->cext * cl_positions(a)) * elem_size(a));
+    TSL_CODELET_CHECK(p, "batch norm: out of memory for a staging block");
+    return p;
+}
+
+/* Stage positions [p0, p0 + n) of sample s: dst[c * P + i] = src[(s, p0 + i, c)]. */
+static void cl_transpose(const tsl_bn_args *a, const void *src, void *dst, int64_t s, int64_t p0,
+                         int64_t n, int64_t P)
+{
+    const int64_t C = a->cext, base = (s * a->inner + p0) * C;
+    if (a->dtype == TSL_F32) {
+        const float *in = (const float *)src + base;
+        float *out = dst;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < C; c++)
+                out[c * P + i] = in[i * C + c];
+    } else {
+        const double *in = (const double *)src + base;
+        double *out = dst;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < C; c++)
+                out[c * P + i] = in[i * C + c];
+    }
+}
+
+/* Staged row c of a block. */
+static const void *cl_row(const tsl_bn_args *a, const void *stage, int64_t c, int64_t P)
+{
+    return (const char *)stage + (size_t)(c * P) * elem_size(a);
+}
+
+static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
+{
+    const int64_t P = cl_positions(a);
+    void *stage = cl_staging(a, 1);
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t p0 = 0; p0 < a->inner; p0 += P) {
+            int64_t n = a->inner - p0 < P ? a->inner - p0 : P;
+            cl_transpose(a, x, stage, s, p0, n, P);
+            for (int64_t c = 0; c < a->cext; c++) {
+                tsl_acc *sum = &acc[2 * (a->c0 + c)];
+                if (a->dtype == TSL_F32) {
+                    tsl_acc_add_moments_f32(sum, sum + 1, cl_row(a, stage, c, P), n);
+                } else {
+                    const double *row = cl_row(a, stage, c, P);
+                    add_sum_products_f64(sum, sum + 1, row, row, n);
+                }
+            }
+        }
+    free(stage);
+}
+
 void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
 {
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_init(&acc[k]);
-    for (int64_t s = 0; s < a->samples; s++)
+    if (a->channels_last)
+        cl_stats(a, x, acc);
+    for (int64_t s = 0; s < a->samples && !a->channels_last; s++)
         for (int64_t c = 0; c < a->cext; c++) {
             int64_t base = row_base(a, s, c);
             tsl_acc *sum = &acc[2 * (a->c0 + c)];
@@ -172,26 +244,98 @@ static void affine_rows(const tsl_bn_args *a, const void *x, void *y, int64_t ba
         affine_row(TSL_F64, 0, x, y, base, a->inner, f);
 }
 
+/* Per-channel affines of a channels-last tile as arrays (mean, scale, shift: 3 x cext). */
+static double *cl_constants(const tsl_bn_args *a, int arrays)
+{
+    double *k = malloc(sizeof(double) * (size_t)(arrays * a->cext));
+    TSL_CODELET_CHECK(k, "batch norm: out of memory for per-channel constants");
+    return k;
+}
+
+/* affine_row over a channels-last tile: element (r, c) uses channel c's affine in k. */
+ROW_INLINE void cl_affine_rows(const int DTYPE, const int RELU, const tsl_bn_args *a, const void *x,
+                               void *y, const double *k)
+{
+    const int64_t C = a->cext, rows = a->samples * a->inner;
+    const double *mean = k, *scale = k + C, *shift = k + 2 * C;
+    for (int64_t r = 0; r < rows; r++) {
+        if (DTYPE == TSL_F32) {
+            const float *in = (const float *)x + r * C;
+            float *out = (float *)y + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                float v = affine_f32(in[c], mean[c], scale[c], shift[c]);
+                out[c] = RELU && !(v > 0) ? 0.0f : v;
+            }
+        } else {
+            const double *in = (const double *)x + r * C;
+            double *out = (double *)y + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                double v = affine_f64(in[c], mean[c], scale[c], shift[c]);
+                out[c] = RELU && !(v > 0) ? 0.0 : v;
+            }
+        }
+    }
+}
+
+/* y = affine(x) on the whole tile, f(c) giving tile channel c's affine. */
+typedef channel_affine (*affine_of)(const tsl_bn_args *a, int64_t c, const void *const *p);
+
+static void affine_tile(const tsl_bn_args *a, const void *x, void *y, affine_of f,
+                        const void *const *p)
+{
+    if (!a->channels_last) {
+        for (int64_t s = 0; s < a->samples; s++)
+            for (int64_t c = 0; c < a->cext; c++)
+                affine_rows(a, x, y, row_base(a, s, c), f(a, c, p));
+        return;
+    }
+    const int64_t C = a->cext;
+    double *k = cl_constants(a, 3);
+    for (int64_t c = 0; c < C; c++) {
+        channel_affine fc = f(a, c, p);
+        k[c] = fc.mean;
+        k[C + c] = fc.scale;
+        k[2 * C + c] = fc.shift;
+    }
+    if (a->dtype == TSL_F32 && a->relu)
+        cl_affine_rows(TSL_F32, 1, a, x, y, k);
+    else if (a->dtype == TSL_F32)
+        cl_affine_rows(TSL_F32, 0, a, x, y, k);
+    else if (a->relu)
+        cl_affine_rows(TSL_F64, 1, a, x, y, k);
+    else
+        cl_affine_rows(TSL_F64, 0, a, x, y, k);
+    free(k);
+}
+
+/* Training: p = {saved, gamma, beta}. */
+static channel_affine train_affine_of(const tsl_bn_args *a, int64_t c, const void *const *p)
+{
+    return train_affine(a, p[0], p[1], p[2], a->c0 + c);
+}
+
 void tsl_bn_normalize_tile(const tsl_bn_args *a, const void *x, const double *saved,
                            const void *gamma, const void *beta, void *y)
 {
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++)
-            affine_rows(a, x, y, row_base(a, s, c), train_affine(a, saved, gamma, beta, a->c0 + c));
+    const void *p[3] = {saved, gamma, beta};
+    affine_tile(a, x, y, train_affine_of, p);
+}
+
+/* Inference: p = {running mean, running var, gamma, beta}. */
+static channel_affine infer_affine_of(const tsl_bn_args *a, int64_t c, const void *const *p)
+{
+    int64_t ch = a->c0 + c;
+    double invstd = 1.0 / sqrt(tsl_load(a->dtype, p[1], ch) + a->eps);
+    channel_affine f = {tsl_load(a->dtype, p[0], ch), invstd * tsl_load(a->dtype, p[2], ch),
+                        tsl_load(a->dtype, p[3], ch)};
+    return f;
 }
 
 void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_mean,
                        const void *running_var, const void *gamma, const void *beta, void *y)
 {
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            int64_t ch = a->c0 + c;
-            double invstd = 1.0 / sqrt(tsl_load(a->dtype, running_var, ch) + a->eps);
-            channel_affine f = {tsl_load(a->dtype, running_mean, ch),
-                                invstd * tsl_load(a->dtype, gamma, ch),
-                                tsl_load(a->dtype, beta, ch)};
-            affine_rows(a, x, y, row_base(a, s, c), f);
-        }
+    const void *p[4] = {running_mean, running_var, gamma, beta};
+    affine_tile(a, x, y, infer_affine_of, p);
 }
 
 /* ---- the fused ReLU's mask in the backward ----
@@ -346,13 +490,43 @@ static void add_chunk_sums(const tsl_bn_args *a, const void *x, int64_t at, int6
         add_sum_products_f64(sum, sum + 1, g, (const double *)x + at, n);
 }
 
+static void cl_backward_stats(const tsl_bn_args *a, const void *x, const void *dy,
+                              const double *saved, const void *gamma, const void *beta,
+                              tsl_acc *acc)
+{
+    const int64_t P = cl_positions(a), C = a->cext;
+    char *stage = cl_staging(a, 2), *gstage = stage + (size_t)(C * P) * elem_size(a);
+    relu_mask *m = malloc(sizeof *m * (size_t)C);
+    TSL_CODELET_CHECK(m, "batch norm: out of memory for the ReLU masks");
+    for (int64_t c = 0; c < C; c++)
+        m[c] = channel_mask(a, saved, gamma, beta, a->c0 + c);
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t p0 = 0; p0 < a->inner; p0 += P) {
+            int64_t n = a->inner - p0 < P ? a->inner - p0 : P;
+            cl_transpose(a, x, stage, s, p0, n, P);
+            cl_transpose(a, dy, gstage, s, p0, n, P);
+            for (int64_t c = 0; c < C; c++) {
+                const void *xr = cl_row(a, stage, c, P), *gr = cl_row(a, gstage, c, P);
+                for (int64_t done = 0; done < n; done += CHUNK) {
+                    int64_t len = n - done < CHUNK ? n - done : CHUNK;
+                    add_chunk_sums(a, xr, done, len, gradient_chunk(a, xr, gr, done, len, m[c]),
+                                   &acc[2 * (a->c0 + c)]);
+                }
+            }
+        }
+    free(m);
+    free(stage);
+}
+
 void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void *dy,
                                 const double *saved, const void *gamma, const void *beta,
                                 tsl_acc *acc)
 {
     for (int64_t k = 0; k < 2 * a->channels; k++)
         tsl_acc_init(&acc[k]);
-    for (int64_t c = 0; c < a->cext; c++) {
+    if (a->channels_last)
+        cl_backward_stats(a, x, dy, saved, gamma, beta, acc);
+    for (int64_t c = 0; c < a->cext && !a->channels_last; c++) {
         int64_t ch = a->c0 + c;
         for_each_chunk(a, x, dy, c, channel_mask(a, saved, gamma, beta, ch), add_chunk_sums,
                        &acc[2 * ch]);
@@ -422,17 +596,67 @@ static void data_chunk(const tsl_bn_args *a, const void *x, int64_t at, int64_t 
         backward_chunk(TSL_F64, x, g, d->dx, at, n, d->f, d->mean_dy, d->slope);
 }
 
+/* backward_chunk over a channels-last tile, element (r, c) with channel c's constants in k:
+ * scale, mean, mean_dy, slope, then the ReLU mask's ends lo and hi (6 x cext). */
+ROW_INLINE void cl_backward_rows(const int DTYPE, const int RELU, const tsl_bn_args *a,
+                                 const void *x, const void *dy, void *dx, const double *k)
+{
+    const int64_t C = a->cext, rows = a->samples * a->inner;
+    const double *scale = k, *mean = k + C, *mean_dy = k + 2 * C, *slope = k + 3 * C;
+    const double *lo = k + 4 * C, *hi = k + 5 * C;
+    for (int64_t r = 0; r < rows; r++) {
+        if (DTYPE == TSL_F32) {
+            const float *in = (const float *)x + r * C, *g = (const float *)dy + r * C;
+            float *grad = (float *)dx + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                float gi =
+                    RELU ? keep_f32(g[c], (in[c] >= (float)lo[c]) & (in[c] <= (float)hi[c])) : g[c];
+                grad[c] = (float)(scale[c] * (((double)gi - mean_dy[c]) -
+                                              ((double)in[c] - mean[c]) * slope[c]));
+            }
+        } else {
+            const double *in = (const double *)x + r * C, *g = (const double *)dy + r * C;
+            double *grad = (double *)dx + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                double gi = g[c];
+                gi = !RELU || ((in[c] >= lo[c]) & (in[c] <= hi[c])) ? gi : 0.0;
+                grad[c] = scale[c] * ((gi - mean_dy[c]) - (in[c] - mean[c]) * slope[c]);
+            }
+        }
+    }
+}
+
 void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *dy,
                                const double *saved, const void *gamma, const void *beta,
                                const double *coef, void *dx)
 {
-    for (int64_t c = 0; c < a->cext; c++) {
+    const int64_t C = a->cext;
+    double *k = a->channels_last ? cl_constants(a, 6) : NULL;
+    for (int64_t c = 0; c < C; c++) {
         int64_t ch = a->c0 + c;
         /* dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)), xhat = (x - mean) invstd */
         data_chunk_args d = {dx, train_affine(a, saved, gamma, NULL, ch), coef[ch],
                              saved[a->channels + ch] * coef[a->channels + ch]};
-        for_each_chunk(a, x, dy, c, channel_mask(a, saved, gamma, beta, ch), data_chunk, &d);
+        relu_mask m = channel_mask(a, saved, gamma, beta, ch);
+        if (!k) {
+            for_each_chunk(a, x, dy, c, m, data_chunk, &d);
+            continue;
+        }
+        double v[6] = {d.f.scale, d.f.mean, d.mean_dy, d.slope, m.lo, m.hi};
+        for (int j = 0; j < 6; j++)
+            k[j * C + c] = v[j];
     }
+    if (!k)
+        return;
+    if (a->dtype == TSL_F32 && a->relu)
+        cl_backward_rows(TSL_F32, 1, a, x, dy, dx, k);
+    else if (a->dtype == TSL_F32)
+        cl_backward_rows(TSL_F32, 0, a, x, dy, dx, k);
+    else if (a->relu)
+        cl_backward_rows(TSL_F64, 1, a, x, dy, dx, k);
+    else
+        cl_backward_rows(TSL_F64, 0, a, x, dy, dx, k);
+    free(k);
 }
 
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -440,53 +664,12 @@ void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *
 #define ACC_OK(i, a)                                                                               \
     (NX(i) * (int64_t)sizeof(int64_t) == 2 * (a).channels * (int64_t)sizeof(tsl_acc))
 
-/* Channels-last tiles (N, positions, C) are worked on as plain (N, C, positions) copies: the
- * kernels' exact per-channel sums want each channel's values contiguous. */
-static void layout_copy(const tsl_bn_args *a, void *dst, const void *src, int to_plain)
-{
-    tsl_box_copy_args c;
-    memset(&c, 0, sizeof c);
-    c.ndim = 3;
-    c.elem_size = a->dtype == TSL_F64 ? 8 : 4;
-    c.src_layout = to_plain ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
-    c.dst_layout = to_plain ? TSL_LAYOUT_PLAIN : TSL_LAYOUT_CHANNELS_LAST;
-    int64_t dims[3] = {a->samples, a->cext, a->inner};
-    for (int d = 0; d < 3; d++)
-        c.src_extent[d] = c.dst_extent[d] = c.box[d] = dims[d];
-    tsl_box_copy(&c, dst, src);
-}
-
-/* A plain view of a tile: the tile itself, or a converted copy (free with plain_done). */
-static void *plain_of(const tsl_bn_args *a, void *tile, int copy_in)
-{
-    if (!a->channels_last)
-        return tile;
-    size_t bytes = (size_t)(a->samples * a->cext * a->inner) * (a->dtype == TSL_F64 ? 8 : 4);
-    void *p = malloc(bytes);
-    TSL_CODELET_CHECK(p, "batch norm: out of memory for a channels-last copy");
-    if (copy_in)
-        layout_copy(a, p, tile, 1);
-    return p;
-}
-
-/* Release a plain view; with copy_out, write it back into the channels-last tile first. */
-static void plain_done(const tsl_bn_args *a, void *plain, void *tile, int copy_out)
-{
-    if (!a->channels_last)
-        return;
-    if (copy_out)
-        layout_copy(a, tile, plain, 0);
-    free(plain);
-}
-
 static void stats_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(0) == a.samples * a.cext * a.inner && ACC_OK(1, a), "bn stats: sizes");
-    void *x = plain_of(&a, BUF(0), 1);
-    tsl_bn_stats_tile(&a, x, BUF(1));
-    plain_done(&a, x, BUF(0), 0);
+    tsl_bn_stats_tile(&a, BUF(0), BUF(1));
 }
 
 static void finalize_cpu(void *buffers[], void *cl_arg)
@@ -510,10 +693,7 @@ static void normalize_cpu(void *buffers[], void *cl_arg)
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(4) == a.samples * a.cext * a.inner, "bn normalize: sizes");
-    void *x = plain_of(&a, BUF(0), 1), *y = plain_of(&a, BUF(4), 0);
-    tsl_bn_normalize_tile(&a, x, BUF(1), BUF(2), BUF(3), y);
-    plain_done(&a, x, BUF(0), 0);
-    plain_done(&a, y, BUF(4), 1);
+    tsl_bn_normalize_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4));
 }
 
 static void infer_cpu(void *buffers[], void *cl_arg)
@@ -521,10 +701,7 @@ static void infer_cpu(void *buffers[], void *cl_arg)
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(5) == a.samples * a.cext * a.inner, "bn inference: sizes");
-    void *x = plain_of(&a, BUF(0), 1), *y = plain_of(&a, BUF(5), 0);
-    tsl_bn_infer_tile(&a, x, BUF(1), BUF(2), BUF(3), BUF(4), y);
-    plain_done(&a, x, BUF(0), 0);
-    plain_done(&a, y, BUF(5), 1);
+    tsl_bn_infer_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4), BUF(5));
 }
 
 /* Buffers x, dy, the accumulators, then saved, gamma and beta when ReLU is fused. */
@@ -536,11 +713,8 @@ static void bwd_stats_cpu(void *buffers[], void *cl_arg)
         ACC_OK(2, a) && NX(0) == a.samples * a.cext * a.inner && NX(1) == NX(0) &&
             (!a.relu || (NX(3) == 2 * a.channels && NX(4) == a.channels && NX(5) == a.channels)),
         "bn backward stats: sizes");
-    void *x = plain_of(&a, BUF(0), 1), *dy = plain_of(&a, BUF(1), 1);
-    tsl_bn_backward_stats_tile(&a, x, dy, a.relu ? BUF(3) : NULL, a.relu ? BUF(4) : NULL,
+    tsl_bn_backward_stats_tile(&a, BUF(0), BUF(1), a.relu ? BUF(3) : NULL, a.relu ? BUF(4) : NULL,
                                a.relu ? BUF(5) : NULL, BUF(2));
-    plain_done(&a, x, BUF(0), 0);
-    plain_done(&a, dy, BUF(1), 0);
 }
 
 static void bwd_coef_cpu(void *buffers[], void *cl_arg)
@@ -568,12 +742,8 @@ static void bwd_data_cpu(void *buffers[], void *cl_arg)
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(5) == a.samples * a.cext * a.inner && (!a.relu || NX(6) == a.channels),
                       "bn backward data: sizes");
-    void *x = plain_of(&a, BUF(0), 1), *dy = plain_of(&a, BUF(1), 1);
-    void *dx = plain_of(&a, BUF(5), 0);
-    tsl_bn_backward_data_tile(&a, x, dy, BUF(2), BUF(3), a.relu ? BUF(6) : NULL, BUF(4), dx);
-    plain_done(&a, x, BUF(0), 0);
-    plain_done(&a, dy, BUF(1), 0);
-    plain_done(&a, dx, BUF(5), 1);
+    tsl_bn_backward_data_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), a.relu ? BUF(6) : NULL, BUF(4),
+                              BUF(5));
 }
 
 #define BN_MODEL(var, sym)                                                                         \

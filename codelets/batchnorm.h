@@ -33,7 +33,7 @@ typedef struct tsl_bn_args {
     int32_t which;         /* running statistic (0 mean, 1 variance) or parameter gradient (0 beta,
                               1 gamma) a task updates */
     int32_t relu;          /* 1: ReLU fused after the normalization (normalize, backward tasks) */
-    int32_t channels_last; /* tiles stored N D H W C: codelets work on a plain copy */
+    int32_t channels_last; /* tiles stored N D H W C (positions, then channels) */
     int32_t unused;        /* no padding bytes */
 } tsl_bn_args;
 

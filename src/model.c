@@ -107,7 +107,10 @@ static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, int32_t stage
     tsl_status st =
         tsl_plan_tensor_tiling(m->has_plan ? &m->plan : NULL, &m->g->values[m->g->input].shape,
                                m->ctx->size, stage, workers, batch, sample, first, &grid, &owners);
-    return st ? st : tsl_tensor_create(out, m->ctx, dtype, &s, &grid, &owners);
+    /* Activations with spatial dimensions are stored channels-last, the layout the convolution
+     * kernels run fastest on and without im2col buffers (docs/architecture.md). */
+    tsl_layout layout = first == 1 && s.ndim >= 3 ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
+    return st ? st : tsl_tensor_create_layout(out, m->ctx, dtype, &s, &grid, &owners, layout);
 }
 
 /* The first rank of pipeline stage `stage`. */
@@ -406,8 +409,9 @@ static tsl_status on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_ten
     *out = NULL;
     if (same)
         return TSL_OK;
-    tsl_status st =
-        *slot ? TSL_OK : tsl_tensor_create(slot, m->ctx, TSL_F32, &like->shape, &grid, &y->owners);
+    tsl_status st = *slot ? TSL_OK
+                          : tsl_tensor_create_layout(slot, m->ctx, TSL_F32, &like->shape, &grid,
+                                                     &y->owners, like->layout);
     *out = *slot;
     return st;
 }
