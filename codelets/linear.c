@@ -4,6 +4,7 @@
 
 #include "check.h"
 #include "linear.h"
+#include "scalar.h"
 #include "tessel/tensor.h"
 
 void tsl_linear_forward_kernel(const tsl_linear_args *a, const void *x, const void *w,
@@ -68,6 +69,39 @@ void tsl_linear_backward_weights_kernel(const tsl_linear_args *a, const void *x,
     }
 }
 
+void tsl_linear_weight_rows_kernel(const tsl_linear_rows_args *a, const void *const *x,
+                                   const void *const *dy, void *dw, void *db)
+{
+    const int k = (int)a->in, o = (int)a->out, rows = (int)a->nrows;
+    for (int t = 0; t < a->ntiles; t++) {
+        const int n = (int)a->samples[t];
+        if (a->dtype == TSL_F32)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, k, n, 1.0f,
+                        (const float *)dy[t] + a->row0, o, x[t], k, t ? 1.0f : 0.0f, dw, k);
+        else
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, k, n, 1.0,
+                        (const double *)dy[t] + a->row0, o, x[t], k, t ? 1.0 : 0.0, dw, k);
+    }
+    if (!db)
+        return;
+    for (int j = 0; j < o; j++)
+        tsl_store(a->dtype, db, j, 0.0);
+    for (int t = 0; t < a->ntiles; t++)
+        for (int64_t r = 0; r < a->samples[t]; r++) {
+            if (a->dtype == TSL_F32) {
+                const float *row = (const float *)dy[t] + r * o;
+                float *sum = db;
+                for (int j = 0; j < o; j++)
+                    sum[j] += row[j];
+            } else {
+                const double *row = (const double *)dy[t] + r * o;
+                double *sum = db;
+                for (int j = 0; j < o; j++)
+                    sum[j] += row[j];
+            }
+        }
+}
+
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define NX(i) ((int64_t)STARPU_VECTOR_GET_NX(buffers[i]))
 
@@ -98,6 +132,25 @@ static void backward_weights_cpu(void *buffers[], void *cl_arg)
     tsl_linear_backward_weights_kernel(&a, BUF(0), BUF(1), BUF(2), a.has_bias ? BUF(3) : NULL);
 }
 
+static void weight_rows_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_linear_rows_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(a.ntiles >= 1 && a.ntiles <= TSL_LINEAR_MAX_TILES,
+                      "linear weight rows: tile count");
+    const void *x[TSL_LINEAR_MAX_TILES], *dy[TSL_LINEAR_MAX_TILES];
+    for (int t = 0; t < a.ntiles; t++) {
+        TSL_CODELET_CHECK(NX(2 * t) == a.samples[t] * a.in && NX(2 * t + 1) == a.samples[t] * a.out,
+                          "linear weight rows: tile sizes");
+        x[t] = BUF(2 * t);
+        dy[t] = BUF(2 * t + 1);
+    }
+    int at = 2 * a.ntiles;
+    TSL_CODELET_CHECK(NX(at) == a.nrows * a.in && (!a.has_bias || NX(at + 1) == a.out),
+                      "linear weight rows: gradient sizes");
+    tsl_linear_weight_rows_kernel(&a, x, dy, BUF(at), a.has_bias ? BUF(at + 1) : NULL);
+}
+
 static struct starpu_perfmodel forward_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tsl_linear_fwd",
@@ -126,6 +179,19 @@ struct starpu_codelet tsl_cl_linear_backward_data = {
     .modes = {STARPU_R, STARPU_R, STARPU_W},
     .model = &backward_data_model,
     .name = "tsl_linear_bwd_data",
+};
+
+static struct starpu_perfmodel weight_rows_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tsl_linear_weight_rows",
+};
+
+struct starpu_codelet tsl_cl_linear_weight_rows = {
+    .cpu_funcs = {weight_rows_cpu},
+    .cpu_funcs_name = {"linear_weight_rows_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &weight_rows_model,
+    .name = "tsl_linear_weight_rows",
 };
 
 struct starpu_codelet tsl_cl_linear_backward_weights = {

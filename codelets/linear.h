@@ -23,8 +23,29 @@ void tsl_linear_backward_data_kernel(const tsl_linear_args *a, const void *dy, c
 void tsl_linear_backward_weights_kernel(const tsl_linear_args *a, const void *x, const void *dy,
                                         void *dw, void *db);
 
+/* The weight gradient of a block of output rows over several sample tiles: the tiles'
+ * samples and the rows [row0, row0 + nrows) of the (out x in) gradient. */
+#define TSL_LINEAR_MAX_TILES 12
+typedef struct tsl_linear_rows_args {
+    int32_t dtype;    /* TSL_F32 or TSL_F64 */
+    int32_t ntiles;   /* sample tiles read, 1 to TSL_LINEAR_MAX_TILES */
+    int32_t has_bias; /* a db buffer (all O columns) follows the dw block */
+    int32_t unused;   /* no padding bytes */
+    int64_t in, out;  /* K and O of the layer */
+    int64_t row0, nrows;
+    int64_t samples[TSL_LINEAR_MAX_TILES];
+} tsl_linear_rows_args;
+
+/* dw (nrows x K) = sum over tiles t of dy_t[:, row0 .. row0 + nrows)^T x_t, each tile's GEMM
+ * adding into the block in tile order; db (O) = column sums of every dy_t when db != NULL.
+ * Overwrites. */
+void tsl_linear_weight_rows_kernel(const tsl_linear_rows_args *a, const void *const *x,
+                                   const void *const *dy, void *dw, void *db);
+
 extern struct starpu_codelet tsl_cl_linear_forward;          /* R x, R w, [R b], W y */
 extern struct starpu_codelet tsl_cl_linear_backward_data;    /* R dy, R w, W dx */
 extern struct starpu_codelet tsl_cl_linear_backward_weights; /* R x, R dy, W dw, [W db] */
+/* R x_0, R dy_0, R x_1, R dy_1, ..., W dw rows, [W db] */
+extern struct starpu_codelet tsl_cl_linear_weight_rows;
 
 #endif /* TESSEL_CODELETS_LINEAR_H */

@@ -118,6 +118,10 @@ tsl_status tsl_context_agree(struct tsl_context *ctx, int root, tsl_status statu
 
 /* ---- tile tasks (task.c) ---- */
 
+/* Gradient reduction tasks run ahead of the rest of backward where the scheduler has
+ * priorities (DESIGN rule 3). */
+#define TSL_REDUCE_PRIORITY 1
+
 #define TSL_TASK_MAX_HANDLES 32 /* a windowed convolution: tile, 26 halo slabs, w, b, y */
 
 /* One tile task: the codelet, a small argument struct copied into the task, the handles

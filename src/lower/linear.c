@@ -1,9 +1,13 @@
 /* Fully connected layer on tiled tensors: x (N, K) and y (N, O) cut along N only, the
  * weights (O, K) read whole (one tile, or a sharded weight's replicas) and the bias (O) one
- * tile. Forward and backward-data are one task per
- * sample tile; the weight and bias gradients are partial sums per sample tile, added by a
- * tree of tasks and copied into dw and db. */
+ * tile. Forward and backward-data are one task per sample tile. The weight gradient dw is one
+ * tile or cut along its rows (O): one tile takes a partial sum per sample tile, added by a
+ * tree of tasks; a dw cut into row blocks takes, per block and rank, one task that adds the
+ * GEMMs of all that rank's sample tiles into the block's rows (no partial of the whole matrix,
+ * no merge on one rank), then the ranks' blocks meet by a tree on the block's owner. */
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../codelets/linear.h"
 #include "../internal.h"
@@ -127,6 +131,144 @@ static tsl_status linear_partial(int64_t tile, starpu_data_handle_t dw_part,
     return tsl_task_submit(g->x->ctx, &desc);
 }
 
+/* A block of rows of dw (tile k) from up to TSL_LINEAR_MAX_TILES sample tiles `tiles`, into
+ * `part` on the rank the tiles' dy live on; with db_part, the column sums of dy too. */
+static tsl_status rows_task(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, int64_t k,
+                            const int64_t *tiles, int32_t count, starpu_data_handle_t part,
+                            starpu_data_handle_t db_part)
+{
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(dw, k, start, extent);
+    tsl_linear_rows_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = x->dtype;
+    a.ntiles = count;
+    a.has_bias = db_part != NULL;
+    a.in = x->shape.dims[1];
+    a.out = dy->shape.dims[1];
+    a.row0 = start[0];
+    a.nrows = extent[0];
+    tsl_task_desc desc = {.codelet = &tsl_cl_linear_weight_rows, .args = &a, .args_size = sizeof a};
+    int n = 0;
+    for (int32_t t = 0; t < count; t++) {
+        int64_t ts[TSL_MAX_DIMS], te[TSL_MAX_DIMS];
+        tsl_tensor_tile_box(x, tiles[t], ts, te);
+        a.samples[t] = te[0];
+        desc.flops += 2.0 * (double)(te[0] * a.in * a.nrows);
+        desc.handles[n] = x->handles[tiles[t]];
+        desc.modes[n++] = STARPU_R;
+        desc.handles[n] = dy->handles[tiles[t]];
+        desc.modes[n++] = STARPU_R;
+    }
+    desc.handles[n] = part;
+    desc.modes[n++] = STARPU_W;
+    if (db_part) {
+        desc.handles[n] = db_part;
+        desc.modes[n++] = STARPU_W;
+    }
+    desc.nhandles = n;
+    return tsl_task_submit(x->ctx, &desc);
+}
+
+/* dw cut along its rows (and db): per row block, every rank with samples adds its sample
+ * tiles' GEMMs into one block (tasks of at most TSL_LINEAR_MAX_TILES tiles), into the block
+ * itself on its owner; a tree rooted at the owner adds the ranks' blocks. db the same way,
+ * from the tasks of block 0. */
+static tsl_status weight_rows(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, tsl_tensor_t db)
+{
+    struct tsl_context *ctx = x->ctx;
+    const int64_t nt = x->ntiles, groups_max = nt + ctx->size;
+    if (ctx->tag_count - ctx->tags_used < groups_max * (dw->ntiles + 1))
+        return tsl_error(ctx, TSL_ERR_RESOURCE, "tsl_linear_backward: StarPU-MPI tags exhausted");
+    int64_t *tiles = malloc(sizeof *tiles * (size_t)nt);
+    int64_t *group_start = malloc(sizeof *group_start * (size_t)(groups_max + 1));
+    int32_t *group_rank = malloc(sizeof *group_rank * (size_t)groups_max);
+    starpu_data_handle_t *parts = calloc((size_t)groups_max, sizeof *parts);
+    starpu_data_handle_t *db_parts = calloc((size_t)groups_max, sizeof *db_parts);
+    if (!tiles || !group_start || !group_rank || !parts || !db_parts) {
+        free(tiles);
+        free(group_start);
+        free(group_rank);
+        free(parts);
+        free(db_parts);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_linear_backward: out of memory");
+    }
+    /* Groups of at most TSL_LINEAR_MAX_TILES sample tiles of one rank, rank by rank. */
+    int64_t ngroups = 0, m = 0;
+    for (int32_t q = 0; q < ctx->size; q++) {
+        int32_t in_group = 0;
+        for (int64_t i = 0; i < nt; i++) {
+            if (dy->tile_owner[i] != q)
+                continue;
+            if (in_group == 0 || in_group == TSL_LINEAR_MAX_TILES) {
+                group_start[ngroups] = m;
+                group_rank[ngroups++] = q;
+                in_group = 0;
+            }
+            tiles[m++] = i;
+            in_group++;
+        }
+    }
+    group_start[ngroups] = m;
+    tsl_status st = TSL_OK;
+    for (int64_t k = 0; k < dw->ntiles && !st; k++) {
+        int32_t owner = dw->tile_owner[k];
+        int64_t len = tsl_tensor_tile_numel(dw, k), first = 0;
+        /* The tree's root: the owner's first group, else group 0 (then copied to the owner). */
+        for (int64_t g = 0; g < ngroups; g++)
+            if (group_rank[g] == owner) {
+                first = g;
+                break;
+            }
+        int want_db = db && k == 0;
+        int64_t db_first = 0;
+        for (int64_t g = 0; want_db && g < ngroups; g++)
+            if (group_rank[g] == db->tile_owner[0]) {
+                db_first = g;
+                break;
+            }
+        for (int64_t j = 0; j < ngroups && !st; j++) {
+            int64_t g = (first + j) % ngroups;
+            parts[j] = NULL;
+            if (j == 0 && group_rank[g] == owner)
+                parts[j] = dw->handles[k];
+            else
+                st = tsl_temp_handle_register(ctx, len, dw->elem_size, group_rank[g], &parts[j]);
+            db_parts[g] = NULL;
+            if (!st && want_db) {
+                if (g == db_first && group_rank[g] == db->tile_owner[0])
+                    db_parts[g] = db->handles[0];
+                else
+                    st = tsl_temp_handle_register(ctx, tsl_shape_numel(&db->shape), db->elem_size,
+                                                  group_rank[g], &db_parts[g]);
+            }
+            if (!st)
+                st = rows_task(x, dy, dw, k, tiles + group_start[g],
+                               (int32_t)(group_start[g + 1] - group_start[g]), parts[j],
+                               want_db ? db_parts[g] : NULL);
+        }
+        if (!st)
+            st = tsl_tree_sum_into(ctx, parts, ngroups, dw->dtype, len, dw->handles[k],
+                                   TSL_REDUCE_PRIORITY);
+        if (!st && want_db) {
+            /* db's tree in the same rooted order. */
+            for (int64_t j = 0; j < ngroups; j++)
+                parts[j] = db_parts[(db_first + j) % ngroups];
+            st = tsl_tree_sum_into(ctx, parts, ngroups, db->dtype, tsl_shape_numel(&db->shape),
+                                   db->handles[0], TSL_REDUCE_PRIORITY);
+        }
+    }
+    for (int64_t i = 0; i < nt; i++)
+        if (x->tile_owner[i] != dy->tile_owner[i])
+            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+    free(tiles);
+    free(group_start);
+    free(group_rank);
+    free(parts);
+    free(db_parts);
+    return st;
+}
+
 tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
                                tsl_tensor_t dw, tsl_tensor_t db)
 {
@@ -137,8 +279,13 @@ tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, 
     struct tsl_context *ctx = x->ctx;
     if (dx && (st = tsl_tensor_check_same_layout(dx, x, fn)))
         return st;
-    if (dw && (st = tsl_tensor_check_same_layout(dw, w, fn)))
-        return st;
+    if (dw && ((st = tsl_tensor_check(dw, fn)) || dw->ctx != ctx || dw->dtype != w->dtype ||
+               dw->shape.ndim != 2 || dw->shape.dims[0] != w->shape.dims[0] ||
+               dw->shape.dims[1] != w->shape.dims[1] || dw->grid.splits[1] != 1 ||
+               dw->layout != w->layout))
+        return st ? st
+                  : tsl_error(ctx, TSL_ERR_SHAPE,
+                              "%s: dw must have w's shape and dtype, cut along its rows only", fn);
     if (db && (st = check_bias(db, w, fn)))
         return st;
     if (db && !dw)
@@ -147,7 +294,11 @@ tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, 
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
     /* Weight gradients first: their reduction tree then overlaps the data gradients. */
     linear_grads grads = {x, w, dy};
-    if (dw && (st = tsl_param_gradients(x, dy, dw, db, linear_partial, &grads)))
+    if (dw && dw->ntiles > 1)
+        st = weight_rows(x, dy, dw, db);
+    else if (dw)
+        st = tsl_param_gradients(x, dy, dw, db, linear_partial, &grads);
+    if (st)
         return st;
     for (int64_t i = 0; dx && i < x->ntiles; i++) {
         tsl_linear_args a = args_for(x, w, i, 0);

@@ -12,9 +12,6 @@
 
 #include "../internal.h"
 
-/* Reduction tasks run ahead of the rest of backward where the scheduler has priorities. */
-#define REDUCE_PRIORITY 1
-
 tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, tsl_tensor_t db,
                                tsl_partial_grad_fn submit_partial, void *user)
 {
@@ -58,19 +55,19 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
             starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
     }
     if (!st && sharded) {
-        st = tsl_sum_into_tiles(ctx, x->ntiles, pw, dy->tile_owner, dw, REDUCE_PRIORITY);
+        st = tsl_sum_into_tiles(ctx, x->ntiles, pw, dy->tile_owner, dw, TSL_REDUCE_PRIORITY);
         for (size_t i = 0; i < n; i++)
             if (pw[i])
                 tsl_temp_handle_release(ctx, pw[i]);
     } else if (!st) {
         tsl_rooted_order(dy->tile_owner, x->ntiles, dw->tile_owner[0], pw, order);
         st = tsl_tree_sum_into(ctx, order, x->ntiles, dw->dtype, wcount, dw->handles[0],
-                               REDUCE_PRIORITY);
+                               TSL_REDUCE_PRIORITY);
     }
     if (!st && db) {
         tsl_rooted_order(dy->tile_owner, x->ntiles, db->tile_owner[0], pb, order);
         st = tsl_tree_sum_into(ctx, order, x->ntiles, db->dtype, bcount, db->handles[0],
-                               REDUCE_PRIORITY);
+                               TSL_REDUCE_PRIORITY);
     }
     free(pw);
     free(pb);

@@ -411,71 +411,77 @@ TEST(Linear, EveryTilingMatchesOneTileWithinRounding)
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
                   last = tsl_owner_single(size - 1);
     std::vector<double> ref_y, ref_dx, ref_dw, ref_db;
+    // dw one tile (a partial per sample tile, then a tree) or cut into 3 row blocks (per block
+    // and rank, one task adding that rank's sample tiles, then a tree across ranks).
     for (int32_t splits : {1, 2, 3, 5, 23}) {
-        for (int owners = 0; owners < 2; owners++) {
-            const tsl_owner_map &rows = owners ? rev : block;
-            tsl_tensor_t x = make_tensor(TSL_F64, {n, k}, {splits, 1}, rows);
-            tsl_tensor_t y = make_tensor(TSL_F64, {n, o}, {splits, 1}, block);
-            tsl_tensor_t dy = make_tensor(TSL_F64, {n, o}, {splits, 1}, rev);
-            tsl_tensor_t dx = make_tensor(TSL_F64, {n, k}, {splits, 1}, block);
-            tsl_tensor_t w = make_tensor(TSL_F64, {o, k}, {1, 1}, last);
-            tsl_tensor_t b = make_tensor(TSL_F64, {o}, {1}, block);
-            tsl_tensor_t dw = make_tensor(TSL_F64, {o, k}, {1, 1}, block);
-            tsl_tensor_t db = make_tensor(TSL_F64, {o}, {1}, last);
-            ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 40, 0, 1), TSL_OK);
-            ASSERT_EQ(tsl_tensor_fill_normal(w, seed + 41, 0, 1), TSL_OK);
-            ASSERT_EQ(tsl_tensor_fill_normal(b, seed + 42, 0, 1), TSL_OK);
-            ASSERT_EQ(tsl_tensor_fill_normal(dy, seed + 43, 0, 1), TSL_OK);
-            ASSERT_EQ(tsl_tensor_fill_constant(dw, 1e9), TSL_OK); // poison: overwritten
-            ASSERT_EQ(tsl_linear_forward(x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
-            ASSERT_EQ(tsl_linear_backward(x, w, dy, dx, dw, db), TSL_OK)
-                << tsl_context_last_error(ctx);
-            auto gy = gather(y), gdx = gather(dx), gdw = gather(dw), gdb = gather(db);
-            if (splits == 1 && owners == 0) {
-                // Independent reference for the one-tile run, from the gathered inputs.
-                auto gx = gather(x), gw = gather(w), gb = gather(b), gdy = gather(dy);
-                for (int64_t r = 0; rank == 0 && r < n; r++)
-                    for (int64_t j = 0; j < o; j++) {
-                        double want = gb[j];
-                        for (int64_t q = 0; q < k; q++)
-                            want += gx[r * k + q] * gw[j * k + q];
-                        EXPECT_NEAR(gy[r * o + j], want, 1e-12);
-                    }
-                for (int64_t j = 0; rank == 0 && j < o; j++) {
-                    double sum = 0;
-                    for (int64_t r = 0; r < n; r++)
-                        sum += gdy[r * o + j];
-                    EXPECT_NEAR(gdb[j], sum, 1e-12);
-                    for (int64_t q = 0; q < k; q++) {
-                        double want = 0;
+        for (int32_t wsplit : {1, 3})
+            for (int owners = 0; owners < 2; owners++) {
+                const tsl_owner_map &rows = owners ? rev : block;
+                tsl_tensor_t x = make_tensor(TSL_F64, {n, k}, {splits, 1}, rows);
+                tsl_tensor_t y = make_tensor(TSL_F64, {n, o}, {splits, 1}, block);
+                tsl_tensor_t dy = make_tensor(TSL_F64, {n, o}, {splits, 1}, rev);
+                tsl_tensor_t dx = make_tensor(TSL_F64, {n, k}, {splits, 1}, block);
+                tsl_tensor_t w = make_tensor(TSL_F64, {o, k}, {1, 1}, last);
+                tsl_tensor_t b = make_tensor(TSL_F64, {o}, {1}, block);
+                tsl_tensor_t dw = make_tensor(TSL_F64, {o, k}, {wsplit, 1}, block);
+                tsl_tensor_t db = make_tensor(TSL_F64, {o}, {1}, last);
+                ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 40, 0, 1), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_normal(w, seed + 41, 0, 1), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_normal(b, seed + 42, 0, 1), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_normal(dy, seed + 43, 0, 1), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_constant(dw, 1e9), TSL_OK); // poison: overwritten
+                ASSERT_EQ(tsl_linear_forward(x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
+                ASSERT_EQ(tsl_linear_backward(x, w, dy, dx, dw, db), TSL_OK)
+                    << tsl_context_last_error(ctx);
+                auto gy = gather(y), gdx = gather(dx), gdw = gather(dw), gdb = gather(db);
+                if (splits == 1 && owners == 0 && wsplit == 1) {
+                    // Independent reference for the one-tile run, from the gathered inputs.
+                    auto gx = gather(x), gw = gather(w), gb = gather(b), gdy = gather(dy);
+                    for (int64_t r = 0; rank == 0 && r < n; r++)
+                        for (int64_t j = 0; j < o; j++) {
+                            double want = gb[j];
+                            for (int64_t q = 0; q < k; q++)
+                                want += gx[r * k + q] * gw[j * k + q];
+                            EXPECT_NEAR(gy[r * o + j], want, 1e-12);
+                        }
+                    for (int64_t j = 0; rank == 0 && j < o; j++) {
+                        double sum = 0;
                         for (int64_t r = 0; r < n; r++)
-                            want += gdy[r * o + j] * gx[r * k + q];
-                        EXPECT_NEAR(gdw[j * k + q], want, 1e-12);
+                            sum += gdy[r * o + j];
+                        EXPECT_NEAR(gdb[j], sum, 1e-12);
+                        for (int64_t q = 0; q < k; q++) {
+                            double want = 0;
+                            for (int64_t r = 0; r < n; r++)
+                                want += gdy[r * o + j] * gx[r * k + q];
+                            EXPECT_NEAR(gdw[j * k + q], want, 1e-12);
+                        }
                     }
                 }
-            }
-            if (rank == 0) {
-                if (ref_y.empty()) {
-                    ref_y = gy;
-                    ref_dx = gdx;
-                    ref_dw = gdw;
-                    ref_db = gdb;
-                } else {
-                    auto near = [](const std::vector<double> &a, const std::vector<double> &b) {
-                        double worst = 0;
-                        for (size_t i = 0; i < a.size(); i++)
-                            worst = std::max(worst, std::fabs(a[i] - b[i]) / (1 + std::fabs(b[i])));
-                        return worst;
-                    };
-                    EXPECT_LT(near(gy, ref_y), 1e-13) << splits << " tiles";
-                    EXPECT_LT(near(gdx, ref_dx), 1e-13) << splits << " tiles";
-                    EXPECT_LT(near(gdw, ref_dw), 1e-13) << splits << " tiles";
-                    EXPECT_LT(near(gdb, ref_db), 1e-13) << splits << " tiles";
+                if (rank == 0) {
+                    if (ref_y.empty()) {
+                        ref_y = gy;
+                        ref_dx = gdx;
+                        ref_dw = gdw;
+                        ref_db = gdb;
+                    } else {
+                        auto near = [](const std::vector<double> &a, const std::vector<double> &b) {
+                            double worst = 0;
+                            for (size_t i = 0; i < a.size(); i++)
+                                worst =
+                                    std::max(worst, std::fabs(a[i] - b[i]) / (1 + std::fabs(b[i])));
+                            return worst;
+                        };
+                        std::string at = std::to_string(splits) + " tiles, dw in " +
+                                         std::to_string(wsplit) + " row blocks";
+                        EXPECT_LT(near(gy, ref_y), 1e-13) << at;
+                        EXPECT_LT(near(gdx, ref_dx), 1e-13) << at;
+                        EXPECT_LT(near(gdw, ref_dw), 1e-13) << at;
+                        EXPECT_LT(near(gdb, ref_db), 1e-13) << at;
+                    }
                 }
+                for (tsl_tensor_t t : {x, y, dy, dx, w, b, dw, db})
+                    tsl_tensor_destroy(t);
             }
-            for (tsl_tensor_t t : {x, y, dy, dx, w, b, dw, db})
-                tsl_tensor_destroy(t);
-        }
     }
     // Bad layouts are errors before anything runs.
     tsl_tensor_t x = make_tensor(TSL_F64, {n, k}, {2, 1}, block);
@@ -495,7 +501,10 @@ TEST(Linear, EveryTilingMatchesOneTileWithinRounding)
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "db needs dw"), nullptr);
     EXPECT_EQ(tsl_linear_backward(x, w, y2, nullptr, w, w), TSL_ERR_SHAPE); // db not a vector
     EXPECT_EQ(tsl_linear_backward(x, w, y2, x, nullptr, nullptr), TSL_ERR_INVALID_ARG);
-    for (tsl_tensor_t t : {x, xk, w, w2, y, y2, wrong, bias})
+    tsl_tensor_t wk = make_tensor(TSL_F64, {o, k}, {1, 2}, block); // dw cut along columns
+    EXPECT_EQ(tsl_linear_backward(x, w, y2, nullptr, wk, nullptr), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "rows only"), nullptr);
+    for (tsl_tensor_t t : {x, xk, w, w2, y, y2, wrong, bias, wk})
         tsl_tensor_destroy(t);
 }
 
