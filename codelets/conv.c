@@ -37,6 +37,8 @@ typedef struct thread_cache {
     cache_entry *entries;
     float *scratch; /* assembled windows of spatial tiles */
     size_t scratch_floats;
+    float *part; /* outputs of a box of an output tile (tsl_conv_window_forward_part) */
+    size_t part_floats;
 } thread_cache;
 
 static pthread_key_t cache_key;
@@ -59,6 +61,7 @@ static void cache_free(void *p)
     dnnl_stream_destroy(c->stream);
     dnnl_engine_destroy(c->engine);
     free(c->scratch);
+    free(c->part);
     free(c);
 }
 
@@ -403,20 +406,25 @@ void tsl_conv_window_scatter(const tsl_conv_args *a, const tsl_conv_window *w, c
     }
 }
 
+/* A per-thread buffer of at least `floats` floats, grown as needed. */
+static float *grow(float **buf, size_t *have, size_t floats)
+{
+    if (*have < floats) {
+        free(*buf);
+        *buf = malloc(floats * sizeof(float));
+        TSL_CODELET_CHECK(*buf, "conv: out of memory for a scratch buffer");
+        *have = floats;
+    }
+    return *buf;
+}
+
 /* This thread's scratch window of the problem's input size. */
 static float *window_scratch(const tsl_conv_args *a, const tsl_conv_window *w)
 {
     tsl_conv_window_check(a, w);
-    int64_t channels = a->in_channels;
-    size_t floats = (size_t)(a->samples * channels * box_volume(a->spatial, &w->window));
     thread_cache *c = local_cache();
-    if (c->scratch_floats < floats) {
-        free(c->scratch);
-        c->scratch = malloc(floats * sizeof(float));
-        TSL_CODELET_CHECK(c->scratch, "conv: out of memory for a window");
-        c->scratch_floats = floats;
-    }
-    return c->scratch;
+    return grow(&c->scratch, &c->scratch_floats,
+                (size_t)(a->samples * a->in_channels * box_volume(a->spatial, &w->window)));
 }
 
 void tsl_conv_window_forward(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
@@ -425,6 +433,37 @@ void tsl_conv_window_forward(const tsl_conv_args *a, const tsl_conv_window *w, c
     float *window = window_scratch(a, w);
     tsl_conv_window_assemble(a, w, tile, slabs, window);
     tsl_conv_forward_kernel(a, window, wt, b, y);
+}
+
+void tsl_conv_window_forward_part(const tsl_conv_args *a, const tsl_conv_window *w,
+                                  const float *tile, const float *const *slabs, const float *wt,
+                                  const float *b, const int64_t *offset, const int64_t *tile_size,
+                                  float *y)
+{
+    int64_t volume = 1;
+    for (int d = 0; d < a->spatial; d++) {
+        TSL_CODELET_CHECK(offset[d] >= 0 && a->out_size[d] >= 1 &&
+                              offset[d] + a->out_size[d] <= tile_size[d],
+                          "conv: an output box leaves its tile");
+        volume *= a->out_size[d];
+    }
+    thread_cache *c = local_cache();
+    float *part = grow(&c->part, &c->part_floats, (size_t)(a->samples * a->out_channels * volume));
+    tsl_conv_window_forward(a, w, tile, slabs, wt, b, part);
+    tsl_box_copy_args copy;
+    memset(&copy, 0, sizeof copy);
+    copy.ndim = 2 + a->spatial;
+    copy.elem_size = sizeof(float);
+    copy.src_layout = copy.dst_layout =
+        a->channels_last ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
+    copy.src_extent[0] = copy.dst_extent[0] = copy.box[0] = a->samples;
+    copy.src_extent[1] = copy.dst_extent[1] = copy.box[1] = a->out_channels;
+    for (int d = 0; d < a->spatial; d++) {
+        copy.src_extent[2 + d] = copy.box[2 + d] = a->out_size[d];
+        copy.dst_extent[2 + d] = tile_size[d];
+        copy.dst_offset[2 + d] = offset[d];
+    }
+    tsl_box_copy(&copy, y, part);
 }
 
 void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window *w,
@@ -465,7 +504,10 @@ static void forward_cpu(void *buffers[], void *cl_arg)
     int ns = unpack(cl_arg, buffers, 1, &t, slabs), bias = t.conv.has_bias;
     const float *x = BUF(0), *w = BUF(1 + ns), *b = bias ? BUF(2 + ns) : NULL;
     float *y = BUF(2 + ns + bias);
-    if (t.windowed)
+    if (t.windowed && t.part)
+        tsl_conv_window_forward_part(&t.conv, &t.window, x, (const float *const *)slabs, w, b,
+                                     t.out_offset, t.out_tile, y);
+    else if (t.windowed)
         tsl_conv_window_forward(&t.conv, &t.window, x, (const float *const *)slabs, w, b, y);
     else
         tsl_conv_forward_kernel(&t.conv, x, w, b, y);

@@ -73,6 +73,13 @@ void tsl_conv_window_scatter(const tsl_conv_args *a, const tsl_conv_window *w, c
  * window and dy. `a` as for tsl_conv_window_check(). */
 void tsl_conv_window_forward(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
                              const float *const *slabs, const float *wt, const float *b, float *y);
+/* The forward on a window whose outputs (a->out_size) are a box of a larger output tile of
+ * spatial size tile_size: computed apart, then written at `offset` in the tile (the rest of
+ * the tile is left as it is). */
+void tsl_conv_window_forward_part(const tsl_conv_args *a, const tsl_conv_window *w,
+                                  const float *tile, const float *const *slabs, const float *wt,
+                                  const float *b, const int64_t *offset, const int64_t *tile_size,
+                                  float *y);
 void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window *w,
                                    const float *dy, const float *wt, float *dtile,
                                    float *const *dslabs);
@@ -85,11 +92,15 @@ void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_win
 typedef struct tsl_conv_task_args {
     tsl_conv_args conv;
     int32_t windowed;
-    int32_t unused; /* no padding bytes */
+    int32_t part; /* forward: conv.out_size is a box of the output tile (at out_offset in a tile
+                     of out_tile): the interior or a border part of a tile split so the interior
+                     need not wait for halo slabs */
     tsl_conv_window window;
+    int64_t out_offset[3], out_tile[3];
 } tsl_conv_task_args;
 
-extern struct starpu_codelet tsl_cl_conv_forward;          /* R x, [R slabs], R w, [R b], W y */
+/* R x, [R slabs], R w, [R b], W y (RW y for a part after the first) */
+extern struct starpu_codelet tsl_cl_conv_forward;
 extern struct starpu_codelet tsl_cl_conv_backward_data;    /* R dy, R w, W dx, [W dslabs] */
 extern struct starpu_codelet tsl_cl_conv_backward_weights; /* R x, [R slabs], R dy, W dw, [W db] */
 

@@ -293,8 +293,164 @@ static tsl_status check_windows(const tsl_conv_args *a, tsl_tensor_t x, tsl_tens
     return st;
 }
 
+/* One forward task of output tile i on window t (its slabs' handles `slabs`), writing y's
+ * tile with `mode`. */
+static tsl_status submit_window_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b,
+                                        tsl_tensor_t y, int64_t i, const tsl_conv_task_args *t,
+                                        const starpu_data_handle_t *slabs,
+                                        enum starpu_data_access_mode mode)
+{
+    int32_t n = 0;
+    tsl_task_desc desc = {.codelet = &tsl_cl_conv_forward,
+                          .args = t,
+                          .args_size = sizeof *t,
+                          .flops = conv_flops(&t->conv)};
+    desc.handles[n] = x->handles[i];
+    desc.modes[n++] = STARPU_R;
+    for (int32_t k = 0; k < t->window.nslabs; k++) {
+        desc.handles[n] = slabs[k];
+        desc.modes[n++] = STARPU_R;
+    }
+    desc.handles[n] = tsl_whole_handle(w, y->tile_owner[i]);
+    desc.modes[n++] = STARPU_R;
+    if (b) {
+        desc.handles[n] = b->handles[0];
+        desc.modes[n++] = STARPU_R;
+    }
+    desc.handles[n] = y->handles[i];
+    desc.modes[n++] = mode;
+    desc.nhandles = n;
+    return tsl_task_submit(x->ctx, &desc);
+}
+
+/* The outputs of tile i (box `out`, global) whose inputs lie in the tile's own input box or
+ * in the zero padding, so they need no halo slab: per dimension the run of outputs o with
+ * [o s - p, o s - p + reach] inside the input tile once clipped to the input. 0 when empty
+ * in some dimension. (Convolutions only: a transposed convolution's windows are not
+ * monotone runs like these.) */
+static int interior_box(const tsl_conv_args *a, const tsl_conv_window *w, const tsl_conv_box *out,
+                        tsl_conv_box *in)
+{
+    for (int d = 0; d < a->spatial; d++) {
+        int64_t s = a->stride[d], p = a->padding[d], reach = (a->kernel[d] - 1) * a->dilation[d];
+        int64_t tlo = w->tile.lo[d], thi = tlo + w->tile.size[d], g = w->global[d];
+        int64_t first = -1, last = -1;
+        for (int64_t o = out->lo[d]; o < out->lo[d] + out->size[d]; o++) {
+            int64_t lo = o * s - p, hi = lo + reach;
+            lo = lo < 0 ? 0 : lo;
+            hi = hi > g - 1 ? g - 1 : hi;
+            if (lo > hi || (lo >= tlo && hi < thi)) {
+                first = first < 0 ? o : first;
+                last = o;
+            }
+        }
+        if (first < 0)
+            return 0;
+        in->lo[d] = first;
+        in->size[d] = last - first + 1;
+    }
+    for (int d = a->spatial; d < 3; d++) {
+        in->lo[d] = 0;
+        in->size[d] = 1;
+    }
+    return 1;
+}
+
+/* Window arguments of the outputs `box` (global) of tile i, a part of the tile's window
+ * `whole` (a: the convolution's own arguments, whole's run unpadded): the inputs those
+ * outputs read, with the tile and those of whole's slabs that meet them (their indices into
+ * whole's slabs in `pick`). */
+static void part_args(const tsl_conv_args *a, const tsl_conv_task_args *whole,
+                      const tsl_conv_box *tile_out, const tsl_conv_box *box, tsl_conv_task_args *t,
+                      int32_t *pick)
+{
+    *t = *whole;
+    t->part = 1;
+    tsl_conv_window *w = &t->window;
+    for (int d = 0; d < a->spatial; d++) {
+        int64_t s = a->stride[d], p = a->padding[d], reach = (a->kernel[d] - 1) * a->dilation[d];
+        w->window.lo[d] = box->lo[d] * s - p;
+        w->window.size[d] = (box->size[d] - 1) * s + reach + 1;
+        t->conv.in_size[d] = w->window.size[d];
+        t->conv.out_size[d] = box->size[d];
+        t->out_offset[d] = box->lo[d] - tile_out->lo[d];
+        t->out_tile[d] = tile_out->size[d];
+    }
+    w->nslabs = 0;
+    for (int32_t k = 0; k < whole->window.nslabs; k++) {
+        int meets = 1;
+        for (int d = 0; d < a->spatial; d++) {
+            int64_t lo = whole->window.slab[k].lo[d], hi = lo + whole->window.slab[k].size[d];
+            meets &= lo < w->window.lo[d] + w->window.size[d] && w->window.lo[d] < hi;
+        }
+        if (meets) {
+            pick[w->nslabs] = k;
+            w->slab[w->nslabs++] = whole->window.slab[k];
+        }
+    }
+}
+
+/* Output tile i's forward as parts when a halo slab comes from another rank and the outputs
+ * that need no slab are at least a quarter of the tile: the interior part first (it waits
+ * only for the input tile), then the border boxes around it, each reading only the slabs its
+ * window meets. Returns 1 (and *st) when it submitted the parts, 0 to submit one task. */
+static int forward_split(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b,
+                         tsl_tensor_t y, int64_t i, const tsl_conv_task_args *whole,
+                         const int64_t *src, const starpu_data_handle_t *slabs, tsl_status *st)
+{
+    int remote = 0;
+    for (int32_t k = 0; k < whole->window.nslabs; k++)
+        remote |= x->tile_owner[src[k]] != y->tile_owner[i];
+    int64_t ys[TSL_MAX_DIMS], ye[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(y, i, ys, ye);
+    tsl_conv_box out = {{0, 0, 0}, {1, 1, 1}}, in;
+    for (int d = 0; d < a->spatial; d++) {
+        out.lo[d] = ys[2 + d];
+        out.size[d] = ye[2 + d];
+    }
+    if (a->transposed || !remote || !interior_box(a, &whole->window, &out, &in))
+        return 0;
+    int64_t vin = 1, vout = 1;
+    for (int d = 0; d < a->spatial; d++) {
+        vin *= in.size[d];
+        vout *= out.size[d];
+    }
+    if (4 * vin < vout || vin == vout)
+        return 0;
+    /* The interior, then per dimension the boxes below and above it in that dimension (over
+     * the interior's range in the dimensions before, the whole tile's after). */
+    tsl_conv_box parts[1 + 2 * 3], cur = out;
+    int32_t nparts = 0;
+    parts[nparts++] = in;
+    for (int d = 0; d < a->spatial; d++) {
+        int64_t ilo = in.lo[d], ihi = in.lo[d] + in.size[d], chi = cur.lo[d] + cur.size[d];
+        if (ilo > cur.lo[d]) {
+            parts[nparts] = cur;
+            parts[nparts++].size[d] = ilo - cur.lo[d];
+        }
+        if (ihi < chi) {
+            parts[nparts] = cur;
+            parts[nparts].lo[d] = ihi;
+            parts[nparts++].size[d] = chi - ihi;
+        }
+        cur.lo[d] = ilo;
+        cur.size[d] = in.size[d];
+    }
+    *st = TSL_OK;
+    for (int32_t n = 0; n < nparts && !*st; n++) {
+        tsl_conv_task_args t;
+        int32_t pick[TSL_CONV_MAX_SLABS];
+        starpu_data_handle_t used[TSL_CONV_MAX_SLABS];
+        part_args(a, whole, &out, &parts[n], &t, pick);
+        for (int32_t k = 0; k < t.window.nslabs; k++)
+            used[k] = slabs[pick[k]];
+        *st = submit_window_forward(x, w, b, y, i, &t, used, n == 0 ? STARPU_W : STARPU_RW);
+    }
+    return 1;
+}
+
 /* Forward on spatial tiles: per output tile, pack its halo, then one task reading the input
- * tile and the slabs. */
+ * tile and the slabs (or the interior and border parts: forward_split). */
 static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
                                    tsl_tensor_t b, tsl_tensor_t y, tsl_halo_keep *keep)
 {
@@ -321,27 +477,9 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
             tsl_halo_release(ctx, slabs, TSL_CONV_MAX_SLABS);
             break;
         }
-        int32_t ns = t.window.nslabs, n = 0;
-        tsl_task_desc desc = {.codelet = &tsl_cl_conv_forward,
-                              .args = &t,
-                              .args_size = sizeof t,
-                              .flops = conv_flops(&t.conv)};
-        desc.handles[n] = x->handles[i];
-        desc.modes[n++] = STARPU_R;
-        for (int32_t k = 0; k < ns; k++) {
-            desc.handles[n] = slabs[k];
-            desc.modes[n++] = STARPU_R;
-        }
-        desc.handles[n] = tsl_whole_handle(w, y->tile_owner[i]);
-        desc.modes[n++] = STARPU_R;
-        if (b) {
-            desc.handles[n] = b->handles[0];
-            desc.modes[n++] = STARPU_R;
-        }
-        desc.handles[n] = y->handles[i];
-        desc.modes[n++] = STARPU_W;
-        desc.nhandles = n;
-        st = tsl_task_submit(ctx, &desc);
+        int32_t ns = t.window.nslabs;
+        if (!forward_split(a, x, w, b, y, i, &t, src, slabs, &st))
+            st = submit_window_forward(x, w, b, y, i, &t, slabs, STARPU_W);
         if (keep && !st) { /* the weight gradient reads them again */
             keep->nslabs[i] = ns;
             memcpy(keep->slabs + i * TSL_CONV_MAX_SLABS, slabs, (size_t)ns * sizeof *slabs);
