@@ -651,6 +651,7 @@ tsl_status tsl_copy_region(tsl_tensor_t dst, tsl_tensor_t src, const int64_t *sr
                 src_index = src_index * src->grid.splits[d] + coords[d];
             int64_t sstart[TSL_MAX_DIMS], sext[TSL_MAX_DIMS];
             tsl_tensor_tile_box(src, src_index, sstart, sext);
+            int64_t box_numel = 1;
             for (int d = 0; d < ndim; d++) {
                 int64_t a = sstart[d] > lo[d] ? sstart[d] : lo[d];
                 int64_t b = sstart[d] + sext[d] < hi[d] ? sstart[d] + sext[d] : hi[d];
@@ -659,17 +660,53 @@ tsl_status tsl_copy_region(tsl_tensor_t dst, tsl_tensor_t src, const int64_t *sr
                 args.dst_extent[d] = dext[d];
                 args.dst_offset[d] = a - src_lo[d] + dst_lo[d] - dstart[d];
                 args.box[d] = b - a;
+                box_numel *= b - a;
+            }
+            /* A part of a tile on another rank is first cut out there (a pack task into a
+             * temporary handle), so only the part crosses, as halo slabs do. */
+            starpu_data_handle_t from = src->handles[src_index], packed = NULL;
+            if (src->tile_owner[src_index] != dst->tile_owner[j] &&
+                box_numel < tsl_tensor_tile_numel(src, src_index)) {
+                tsl_box_copy_args pack = args;
+                tsl_status st = tsl_temp_handle_register(ctx, box_numel, src->elem_size,
+                                                         src->tile_owner[src_index], &packed);
+                for (int d = 0; d < ndim && !st; d++) {
+                    pack.dst_extent[d] = pack.box[d];
+                    pack.dst_offset[d] = 0;
+                    args.src_extent[d] = args.box[d];
+                    args.src_offset[d] = 0;
+                }
+                pack.dst_layout = src->layout;
+                tsl_task_desc pd = {
+                    .codelet = &tsl_cl_box_copy,
+                    .name = "tsl_copy_pack",
+                    .args = &pack,
+                    .args_size = sizeof pack,
+                    .nhandles = 2,
+                    .handles = {from, packed},
+                    .modes = {STARPU_R, STARPU_W},
+                };
+                if (!st)
+                    st = tsl_task_submit(ctx, &pd);
+                if (st) {
+                    if (packed)
+                        tsl_temp_handle_release(ctx, packed);
+                    return st;
+                }
+                from = packed;
             }
             tsl_task_desc desc = {
                 .codelet = &tsl_cl_box_copy,
                 .args = &args,
                 .args_size = sizeof args,
                 .nhandles = 2,
-                .handles = {src->handles[src_index], dst->handles[j]},
+                .handles = {from, dst->handles[j]},
                 /* One source box covering the whole destination tile overwrites it. */
                 .modes = {STARPU_R, pairs == 1 && whole_tile ? STARPU_W : STARPU_RW},
             };
             tsl_status st = tsl_task_submit(ctx, &desc);
+            if (packed)
+                tsl_temp_handle_release(ctx, packed);
             if (st)
                 return st;
         }

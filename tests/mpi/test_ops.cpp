@@ -508,6 +508,39 @@ TEST(Linear, EveryTilingMatchesOneTileWithinRounding)
         tsl_tensor_destroy(t);
 }
 
+// A copy that needs only part of a tile on another rank cuts that part out where the tile
+// lives, so only the part crosses: splitting one channel group of a tile off to another rank
+// sends that group's bytes (StarPU-MPI's counts), not the whole tile.
+TEST(Plumbing, PartsOfRemoteTilesMoveAlone)
+{
+    const int64_t N = 2, C = 6, H = 8, W = 8;
+    tsl_owner_map first = tsl_owner_single(0), last = tsl_owner_single(size - 1);
+    for (tsl_layout lay : {TSL_LAYOUT_PLAIN, TSL_LAYOUT_CHANNELS_LAST}) {
+        tsl_tensor_t whole = make_tensor(TSL_F64, {N, C, H, W}, {}, first, lay);
+        tsl_tensor_t parts[3];
+        for (int k = 0; k < 3; k++)
+            parts[k] = make_tensor(TSL_F64, {N, 2, H, W}, {}, k == 1 ? last : first, lay);
+        ASSERT_EQ(tsl_tensor_fill_uniform(whole, seed + 130, -1, 1), TSL_OK);
+        ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+        int64_t sent0, recv0, sent1, recv1;
+        ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent0, &recv0), TSL_OK);
+        ASSERT_EQ(tsl_split_channels(whole, 3, parts), TSL_OK) << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+        ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent1, &recv1), TSL_OK);
+        int64_t mine = sent1 - sent0, total = 0;
+        MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        EXPECT_EQ(total, size == 1 ? 0 : N * 2 * H * W * 8) << "layout " << lay;
+        auto g = gather(whole), g1 = gather(parts[1]);
+        for (int64_t n = 0; rank == 0 && n < N; n++)
+            for (int64_t c = 0; c < 2; c++)
+                for (int64_t i = 0; i < H * W; i++)
+                    ASSERT_EQ(g1[(n * 2 + c) * H * W + i], g[(n * C + 2 + c) * H * W + i]);
+        tsl_tensor_destroy(whole);
+        for (tsl_tensor_t t : parts)
+            tsl_tensor_destroy(t);
+    }
+}
+
 TEST(Plumbing, ConcatSplitAndReshapeAreExactOnEveryLayout)
 {
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
