@@ -460,9 +460,19 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
         tsl_graph_value_shape(g, v, &shape);
-        /* the activation and, except for the input, its gradient */
+        /* The activation and, except for the input, its gradient, and a spare gradient where
+         * several ops read the value (the model adds their contributions there) or where a
+         * concatenation reads the input (its part of the gradient is thrown away there). */
+        int32_t readers = 0, concat = 0;
+        for (int32_t o = 0; o < g->nops; o++)
+            for (int32_t k = 0; k < g->ops[o].ninputs; k++)
+                if (g->ops[o].inputs[k] == v) {
+                    readers++;
+                    concat |= g->ops[o].kind == TSL_OP_CONCAT;
+                }
+        int64_t copies = v == g->input ? 1 + concat : 2 + (readers > 1);
         st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
-                        &shape, 1, 4 * (v == g->input ? 1 : 2), bytes);
+                        &shape, 1, 4 * copies, bytes);
     }
     if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
         tsl_graph_value_shape(g, out, &shape);
