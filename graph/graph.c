@@ -633,3 +633,22 @@ tsl_status tsl_graph_estimate(tsl_graph_t g, int64_t batch, double *flops,
         *param_bytes = par;
     return TSL_OK;
 }
+
+int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
+{
+    if (o < 0 || o >= g->nops || g->ops[o].kind != TSL_OP_BATCHNORM)
+        return -1;
+    int32_t v = g->ops[o].output, reader = -1, reads = 0;
+    if (v == g->output)
+        return -1;
+    for (int32_t r = 0; r < g->nops; r++)
+        for (int32_t k = 0; k < g->ops[r].ninputs; k++)
+            if (g->ops[r].inputs[k] == v) {
+                reader = r;
+                reads++;
+            }
+    if (reads != 1 || g->ops[reader].kind != TSL_OP_ACTIVATION ||
+        g->ops[reader].act != TSL_ACT_RELU || (op_stage && op_stage[reader] != op_stage[o]))
+        return -1;
+    return reader;
+}

@@ -58,6 +58,12 @@ struct tsl_graph {
 /* The shape of a (batch, sample...) tensor. */
 void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out);
 
+/* The ReLU op that the executor fuses into batch-norm op o, or -1: the batch norm's output is
+ * not the graph's output and its only reader is that ReLU, on the same pipeline stage
+ * (op_stage may be NULL: one stage). The batch norm's output then has no tensor of its own:
+ * the fused forward writes the ReLU's output, and the fused backward reads its gradient. */
+int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage);
+
 /* A deep copy of `g` (NULL when out of memory). */
 struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g);
 

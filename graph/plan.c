@@ -303,6 +303,25 @@ static void param_ops(const struct tsl_graph *g, int32_t *op_of)
                 op_of[g->ops[o].params[k]] = o;
 }
 
+/* Activation-sized tensors the executor keeps for value v: the activation and, except for
+ * the input, its gradient; a spare gradient where several ops read the value (the model adds
+ * their contributions there) or where a concatenation reads the input (its part of the
+ * gradient is thrown away there); none for a batch norm's output that its fused ReLU
+ * replaces (tsl_graph_fused_relu()). */
+static int64_t value_copies(const struct tsl_graph *g, int32_t v, const int32_t *op_stage)
+{
+    if (tsl_graph_fused_relu(g, g->values[v].producer, op_stage) >= 0)
+        return 0;
+    int32_t readers = 0, concat = 0;
+    for (int32_t o = 0; o < g->nops; o++)
+        for (int32_t k = 0; k < g->ops[o].ninputs; k++)
+            if (g->ops[o].inputs[k] == v) {
+                readers++;
+                concat |= g->ops[o].kind == TSL_OP_CONCAT;
+            }
+    return v == g->input ? 1 + concat : 2 + (readers > 1);
+}
+
 /* The stage cost of op o (see tsl_plan_stages()). */
 static double op_cost(const tsl_plan *plan, const struct tsl_graph *g, int32_t o, int64_t batch,
                       int32_t states)
@@ -315,8 +334,9 @@ static double op_cost(const tsl_plan *plan, const struct tsl_graph *g, int32_t o
         tsl_graph_op_flops((tsl_graph_t)g, o, batch, &f);
         return f;
     }
+    /* (fused ReLUs as on one stage: the stages are not known yet) */
     double bytes = 4.0 * (double)batch * (double)tsl_shape_numel(&g->values[op->output].shape) *
-                   (op->kind == TSL_OP_INPUT ? 1 : 2);
+                   (double)value_copies(g, op->output, NULL);
     for (int32_t k = 0; k < op->nparams; k++) {
         const tsl_graph_param *p = &g->params[op->params[k]];
         bytes += 4.0 * (double)tsl_shape_numel(&p->shape) * (p->trainable ? 2 + states : 1);
@@ -398,7 +418,9 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
     memset(op_stage, 0, sizeof *op_stage * (size_t)n);
     if (stages == 1)
         return TSL_OK;
-    /* The ops after the input, in order; the input op joins the first. */
+    /* The ops after the input, in order, as items to cut into runs: an op, or a batch norm with
+     * the ReLU right after it that the executor fuses into it (kept on one stage, so the
+     * fusion holds); the input op joins the first item. */
     int32_t m = 0;
     double *a = malloc(sizeof *a * (size_t)(n + 1));
     int32_t *item = malloc(sizeof *item * (size_t)(n + 1)),
@@ -415,20 +437,26 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
             input_cost += c;
             continue;
         }
+        if (m > 0 && item[m - 1] == o - 1 && tsl_graph_fused_relu(g, o - 1, NULL) == o) {
+            a[m - 1] += c;
+            continue;
+        }
         a[m] = c;
         item[m++] = o;
     }
     if (!st && m < stages)
         st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                       "%s: %d stages need at least %d ops after the input, the network has %d", fn,
-                       (int)stages, (int)stages, (int)m);
+                       "%s: %d stages need at least %d ops after the input (a batch norm and its "
+                       "ReLU count as one), the network has %d",
+                       fn, (int)stages, (int)stages, (int)m);
     if (!st) {
         a[0] += input_cost;
         st = split_runs(a, m, stages, first);
     }
     for (int32_t k = 0; k < stages && !st; k++)
         for (int32_t i = first[k]; i < (k + 1 < stages ? first[k + 1] : m); i++)
-            op_stage[item[i]] = k;
+            for (int32_t o = item[i]; o < (i + 1 < m ? item[i + 1] : n); o++)
+                op_stage[o] = k;
     free(a);
     free(item);
     free(first);
@@ -460,19 +488,8 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
         tsl_graph_value_shape(g, v, &shape);
-        /* The activation and, except for the input, its gradient, and a spare gradient where
-         * several ops read the value (the model adds their contributions there) or where a
-         * concatenation reads the input (its part of the gradient is thrown away there). */
-        int32_t readers = 0, concat = 0;
-        for (int32_t o = 0; o < g->nops; o++)
-            for (int32_t k = 0; k < g->ops[o].ninputs; k++)
-                if (g->ops[o].inputs[k] == v) {
-                    readers++;
-                    concat |= g->ops[o].kind == TSL_OP_CONCAT;
-                }
-        int64_t copies = v == g->input ? 1 + concat : 2 + (readers > 1);
         st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
-                        &shape, 1, 4 * copies, bytes);
+                        &shape, 1, 4 * value_copies(g, v, op_stage), bytes);
     }
     if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
         tsl_graph_value_shape(g, out, &shape);

@@ -41,6 +41,9 @@ struct tsl_model {
     tsl_plan plan;
     int has_plan;      /* else sample tiles over all ranks and workers */
     int32_t *op_stage; /* [nops]: each op's pipeline stage (tsl_plan_stages()) */
+    int32_t *relu_of;  /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
+                          or -1 */
+    uint8_t *fused;    /* [nops]: a ReLU that its batch norm computes */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -154,6 +157,8 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     /* Pipelines run each rank's micro-batches through the layers in order (priorities). */
     int pipelined = m->has_plan && (m->plan.stages > 1 || m->plan.micro > 1);
     for (int32_t v = 0; v < g->nvalues && !st; v++) {
+        if (m->relu_of[g->values[v].producer] >= 0)
+            continue; /* the fused ReLU's output holds it */
         int32_t at = value_stage(m, v);
         st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
         if (!st && v != g->input)
@@ -282,13 +287,20 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     tsl_owner_map *owners = calloc((size_t)graph->nparams + 1, sizeof *owners);
     int32_t *sharded = calloc((size_t)graph->nparams + 1, sizeof *sharded);
     m->op_stage = calloc((size_t)graph->nops + 1, sizeof *m->op_stage);
-    if (!grids || !owners || !sharded || !m->op_stage)
+    m->relu_of = calloc((size_t)graph->nops + 1, sizeof *m->relu_of);
+    m->fused = calloc((size_t)graph->nops + 1, sizeof *m->fused);
+    if (!grids || !owners || !sharded || !m->op_stage || !m->relu_of || !m->fused)
         st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     /* Without stages of the graph's own, the split for one sample per batch and Adam. */
     else if ((st = tsl_plan_stages(pl, graph, 1, 2, m->op_stage)) ||
              (st = tsl_plan_param_placement(pl, graph, ctx->size, m->op_stage, grids, owners,
                                             sharded)))
         st = tsl_error(ctx, st, "tsl_model_create: %s", tsl_last_error());
+    for (int32_t op = 0; op < graph->nops && !st; op++) {
+        m->relu_of[op] = tsl_graph_fused_relu(m->g, op, m->op_stage);
+        if (m->relu_of[op] >= 0)
+            m->fused[m->relu_of[op]] = 1;
+    }
     for (int32_t i = 0; i < graph->nparams && !st; i++) {
         const tsl_graph_param *p = &graph->params[i];
         st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
@@ -325,6 +337,8 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     free(m->params);
     free(m->pgrads);
     free(m->op_stage);
+    free(m->relu_of);
+    free(m->fused);
     tsl_graph_destroy(m->g);
     free(m);
     return TSL_OK;
@@ -416,6 +430,23 @@ static tsl_status on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_ten
     return st;
 }
 
+/* Batch-norm op i on x, with its ReLU when fused (into the ReLU's output; inference then
+ * applies the ReLU in place). */
+static tsl_status batchnorm_forward(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    int32_t r = m->relu_of[i];
+    tsl_tensor_t y = in->act[r >= 0 ? m->g->ops[r].output : o->output];
+    tsl_tensor_t gamma = op_param(m, o, 0, 0), beta = op_param(m, o, 1, 0),
+                 mean = op_param(m, o, 2, 0), var = op_param(m, o, 3, 0);
+    if (train)
+        return (r >= 0 ? tsl_batchnorm_relu_forward_train : tsl_batchnorm_forward_train)(
+            x, gamma, beta, mean, var, in->saved[i], y, o->eps, o->momentum);
+    tsl_status st = tsl_batchnorm_forward_infer(x, gamma, beta, mean, var, y, o->eps);
+    return st || r < 0 ? st : tsl_activation_forward(TSL_ACT_RELU, 0, y, y);
+}
+
 static tsl_status forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;
@@ -441,15 +472,11 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
                                           op_param(m, o, 1, 0), y, train ? &in->keep[i] : NULL);
             break;
         case TSL_OP_BATCHNORM:
-            st = train ? tsl_batchnorm_forward_train(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
-                                                     op_param(m, o, 2, 0), op_param(m, o, 3, 0),
-                                                     in->saved[i], y, o->eps, o->momentum)
-                       : tsl_batchnorm_forward_infer(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
-                                                     op_param(m, o, 2, 0), op_param(m, o, 3, 0), y,
-                                                     o->eps);
+            st = batchnorm_forward(m, in, i, x, train);
             break;
         case TSL_OP_ACTIVATION:
-            st = tsl_activation_forward(o->act, o->slope, x, y);
+            if (!m->fused[i]) /* else its batch norm wrote y */
+                st = tsl_activation_forward(o->act, o->slope, x, y);
             break;
         case TSL_OP_POOL:
             st = tsl_pool_forward(&o->pool, x, y);
@@ -520,9 +547,11 @@ static tsl_status grad_target(struct tsl_model *m, instance *in, int32_t v, tsl_
 static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
 {
     const tsl_graph_op *o = &m->g->ops[i];
-    if (o->kind == TSL_OP_INPUT)
-        return TSL_OK;
-    if (!in->written[o->output]) {
+    if (o->kind == TSL_OP_INPUT || m->fused[i])
+        return TSL_OK; /* a fused ReLU's backward is its batch norm's */
+    /* A batch norm with a fused ReLU takes the ReLU's output gradient. */
+    int32_t out = m->relu_of[i] >= 0 ? m->g->ops[m->relu_of[i]].output : o->output;
+    if (!in->written[out]) {
         /* The loss does not depend on this op: its parameters get zero gradients. */
         tsl_status st = TSL_OK;
         for (int k = 0; k < o->nparams && !st; k++)
@@ -530,7 +559,7 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
                 st = tsl_tensor_fill_constant(op_param(m, o, k, 1), 0.0);
         return st;
     }
-    tsl_tensor_t dy = in->grad[o->output], y = in->act[o->output];
+    tsl_tensor_t dy = in->grad[out], y = in->act[out];
     tsl_tensor_t dx[TSL_GRAPH_MAX_INPUTS];
     int acc[TSL_GRAPH_MAX_INPUTS];
     tsl_status st = TSL_OK;
@@ -568,8 +597,12 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
                                        op_param(m, o, 0, 1), op_param(m, o, 1, 1), &in->keep[i]);
         break;
     case TSL_OP_BATCHNORM:
-        st = tsl_batchnorm_backward(x, dy, op_param(m, o, 0, 0), in->saved[i], dx[0],
-                                    op_param(m, o, 0, 1), op_param(m, o, 1, 1));
+        st = m->relu_of[i] >= 0
+                 ? tsl_batchnorm_relu_backward(x, dy, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
+                                               in->saved[i], dx[0], op_param(m, o, 0, 1),
+                                               op_param(m, o, 1, 1))
+                 : tsl_batchnorm_backward(x, dy, op_param(m, o, 0, 0), in->saved[i], dx[0],
+                                          op_param(m, o, 0, 1), op_param(m, o, 1, 1));
         break;
     case TSL_OP_LINEAR:
         st = tsl_linear_backward(x, op_param(m, o, 0, 0), dy, dx[0], op_param(m, o, 0, 1),

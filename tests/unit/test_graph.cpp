@@ -351,7 +351,8 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
         EXPECT_LT(largest_memory[TSL_BALANCE_MEMORY], largest_memory[TSL_BALANCE_LAYERS]);
         bool ordered;
         double naive_ops = largest_stage(split[TSL_BALANCE_LAYERS], ones, stages, &ordered);
-        EXPECT_LE(naive_ops, (nops - 1 + stages - 1) / stages); // ceil: as even as it gets
+        // ceil, as even as it gets, but for a batch norm and its fused ReLU, which stay together
+        EXPECT_LE(naive_ops, (nops - 1 + stages - 1) / stages + 1);
         double time_flops = largest_stage(split[TSL_BALANCE_TIME], flops, stages, &ordered);
         EXPECT_LT(time_flops, largest_stage(split[TSL_BALANCE_LAYERS], flops, stages, &ordered));
         EXPECT_LE(time_flops, largest_stage(split[TSL_BALANCE_MEMORY], flops, stages, &ordered));
