@@ -528,6 +528,49 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     return st;
 }
 
+tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                      int64_t batch, int32_t optimizer_states, int64_t *bytes)
+{
+    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_received: bad argument");
+    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
+    int32_t group, stages = plan_stages(plan, nranks, &group);
+    if (stages == 1)
+        return TSL_OK;
+    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
+    int64_t *fwd = calloc((size_t)stages, sizeof *fwd), *bwd = calloc((size_t)stages, sizeof *bwd);
+    tsl_status st = op_stage && fwd && bwd ? TSL_OK
+                                           : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
+                                                       "tsl_plan_estimate_received: out of memory");
+    if (!st)
+        st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
+    for (int32_t o = 0; o < g->nops && !st; o++) {
+        const tsl_graph_op *op = &g->ops[o];
+        int32_t so = op_stage[o];
+        memset(fwd, 0, sizeof *fwd * (size_t)stages);
+        memset(bwd, 0, sizeof *bwd * (size_t)stages);
+        for (int32_t k = 0; k < op->ninputs; k++) {
+            int32_t v = op->inputs[k], sv = op_stage[g->values[v].producer];
+            if (sv == so)
+                continue;
+            int64_t in = 4 * batch * tsl_shape_numel(&g->values[v].shape);
+            int64_t out = 4 * batch * tsl_shape_numel(&g->values[op->output].shape);
+            fwd[so] += in;
+            if (v != g->input)
+                bwd[sv] += op->kind == TSL_OP_CONCAT ? in : out;
+        }
+        for (int32_t s = 0; s < stages; s++) {
+            int64_t most = (fwd[s] > bwd[s] ? fwd[s] : bwd[s]) / group;
+            for (int32_t r = s * group; r < (s + 1) * group; r++)
+                bytes[r] = most > bytes[r] ? most : bytes[r];
+        }
+    }
+    free(op_stage);
+    free(fwd);
+    free(bwd);
+    return st;
+}
+
 /* Whether parameter i is the weight of a convolution or linear layer. */
 static int is_weight(const struct tsl_graph *g, int32_t i)
 {

@@ -130,14 +130,26 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int
  * labels (i64) on the output's stage, and every parameter where tsl_plan_param_placement()
  * puts it, with its gradient and @p optimizer_states more copies of each trainable one (Adam
  * 2, SGD with momentum 1), plus on every rank of its stage the whole value of each sharded
- * weight. Not counted: spare gradient tensors of values read twice, copies between tile
- * grids, halo slabs, batch-norm statistics, StarPU-MPI's received copies of tiles read across
- * ranks.
+ * weight, and the spare gradient of each value several ops read. Not counted: copies between
+ * tile grids, halo slabs, batch-norm statistics, StarPU-MPI's received copies of tiles read
+ * across ranks (tsl_plan_estimate_received()).
  * @param[out] bytes @p nranks entries
  */
 tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
                              int32_t workers, int64_t batch, int32_t optimizer_states,
                              int64_t *bytes);
+
+/**
+ * @brief Estimated received copies per rank, for the same arguments as tsl_plan_estimate():
+ * the most bytes one op's tasks on a rank read from another pipeline stage, which StarPU-MPI
+ * holds in received copies while the op runs on top of the rank's tiles. Forward, an op reads
+ * its inputs made on other stages; backward, the tasks writing such an input's gradient read
+ * the op's output gradient (a concatenation only the input's channels). Each stage's share
+ * is split evenly over its ranks. Zero without stages (halo slabs are not counted).
+ * @param[out] bytes @p nranks entries
+ */
+tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                      int64_t batch, int32_t optimizer_states, int64_t *bytes);
 
 #ifdef __cplusplus
 }

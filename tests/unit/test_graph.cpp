@@ -380,6 +380,36 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
 
 // Stages given by hand win over the balance; an op without one is on its predecessor's; a
 // stage the plan does not have is an error.
+// Received copies: a conv on stage 1 reads its input from stage 0 (forward), and the task on
+// stage 0 writing that input's gradient reads the conv's output gradient (backward).
+TEST(Plan, ReceivedCopiesAreTheValuesCrossingStages)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int64_t sample[3] = {1, 8, 8}, k[2] = {3, 3};
+    int32_t x, a, b;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    ASSERT_EQ(tsl_graph_conv(g, "a", x, 4, k, &cp, 0, 1, &a), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "b", a, 2, k, &cp, 0, 1, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, b), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_stage(g, a, 0), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_stage(g, b, 1), TSL_OK);
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("stages=2", &p), TSL_OK);
+    const int64_t batch = 3;
+    int64_t got[2] = {-1, -1};
+    ASSERT_EQ(tsl_plan_estimate_received(&p, g, 2, batch, 0, got), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(got[1], batch * 4 * 8 * 8 * 4); // a's output, read by b
+    EXPECT_EQ(got[0], batch * 2 * 8 * 8 * 4); // b's output gradient, read for a's
+    int64_t none[1] = {-1};
+    ASSERT_EQ(tsl_plan_estimate_received(nullptr, g, 1, batch, 0, none), TSL_OK);
+    EXPECT_EQ(none[0], 0);
+    tsl_graph_destroy(g);
+}
+
 TEST(Plan, StagesByHandAreKeptAndInherited)
 {
     int64_t sample[3] = {1, 16, 16};
