@@ -282,6 +282,20 @@ static float *window_alloc(const tsl_pool_task_args *t)
     return w;
 }
 
+/* Whether the window is exactly the task's own tile (no slabs, no zeros: an aligned
+ * non-overlapping pooling such as 2x2 stride 2 on even tile borders); the kernels then run on
+ * the tile buffers themselves, with no window copies. */
+static int window_is_tile(const tsl_pool_task_args *t)
+{
+    if (t->window.nslabs)
+        return 0;
+    for (int d = 0; d < t->pool.spatial; d++)
+        if (t->window.window.lo[d] != t->window.tile.lo[d] ||
+            t->window.window.size[d] != t->window.tile.size[d])
+            return 0;
+    return 1;
+}
+
 static int unpack_window(void *cl_arg, void *buffers[], int first, tsl_pool_task_args *t,
                          void **slabs)
 {
@@ -302,13 +316,16 @@ static void window_forward_cpu(void *buffers[], void *cl_arg, int upsampling)
     int ns = unpack_window(cl_arg, buffers, 1, &t, slabs);
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
-    float *win = window_alloc(&t);
-    tsl_conv_window_assemble(&c, &t.window, BUF(0), (const float *const *)slabs, win);
+    int direct = window_is_tile(&t);
+    float *win = direct ? BUF(0) : window_alloc(&t);
+    if (!direct)
+        tsl_conv_window_assemble(&c, &t.window, BUF(0), (const float *const *)slabs, win);
     if (upsampling)
         tsl_upsample_forward_kernel(&t.pool, win, BUF(1 + ns));
     else
         tsl_pool_forward_kernel(&t.pool, win, BUF(1 + ns));
-    free(win);
+    if (!direct)
+        free(win);
 }
 
 static void pool_window_forward_cpu(void *buffers[], void *cl_arg)
@@ -331,6 +348,10 @@ static void pool_window_backward_cpu(void *buffers[], void *cl_arg)
         dslabs[k] = BUF(3 + ns + k);
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
+    if (window_is_tile(&t)) {
+        tsl_pool_backward_kernel(&t.pool, BUF(0), BUF(1), BUF(2));
+        return;
+    }
     float *win = window_alloc(&t), *dwin = window_alloc(&t);
     tsl_conv_window_assemble(&c, &t.window, BUF(0), (const float *const *)slabs, win);
     tsl_pool_backward_kernel(&t.pool, win, BUF(1 + ns), dwin);
@@ -347,6 +368,10 @@ static void upsample_window_backward_cpu(void *buffers[], void *cl_arg)
     unpack_window(cl_arg, buffers, 2, &t, dslabs); /* dx slabs follow dy and dx */
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
+    if (window_is_tile(&t)) {
+        tsl_upsample_backward_kernel(&t.pool, BUF(0), BUF(1));
+        return;
+    }
     float *dwin = window_alloc(&t);
     tsl_upsample_backward_kernel(&t.pool, BUF(0), dwin);
     tsl_conv_window_scatter(&c, &t.window, dwin, BUF(1), (float *const *)dslabs);
