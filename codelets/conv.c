@@ -37,8 +37,10 @@ typedef struct thread_cache {
     cache_entry *entries;
     float *scratch; /* assembled windows of spatial tiles */
     size_t scratch_floats;
-    float *part; /* outputs of a box of an output tile (tsl_conv_window_forward_part) */
+    float *part; /* a chunk of outputs or output gradients */
     size_t part_floats;
+    float *wtmp; /* a chunk's weight and bias gradients */
+    size_t wtmp_floats;
 } thread_cache;
 
 static pthread_key_t cache_key;
@@ -62,6 +64,7 @@ static void cache_free(void *p)
     dnnl_engine_destroy(c->engine);
     free(c->scratch);
     free(c->part);
+    free(c->wtmp);
     free(c);
 }
 
@@ -324,17 +327,18 @@ static int intersect(int sp, const tsl_conv_box *a, const tsl_conv_box *b, tsl_c
     return 1;
 }
 
-/* Copy `part` (a box inside both) from an (N, C, from_box) array to an (N, C, to_box) one. */
-static void copy_part(const tsl_conv_args *a, const tsl_conv_box *part,
-                      const tsl_conv_box *from_box, const float *from, const tsl_conv_box *to_box,
-                      float *to)
+/* Copy (or add) `part` (a box inside both) from an (N, channels, from_box) array to an
+ * (N, channels, to_box) one. */
+static void copy_box(const tsl_conv_args *a, int64_t channels, const tsl_conv_box *part,
+                     const tsl_conv_box *from_box, const float *from, const tsl_conv_box *to_box,
+                     float *to, int accumulate)
 {
     tsl_box_copy_args c;
     memset(&c, 0, sizeof c);
     c.ndim = 2 + a->spatial;
     c.elem_size = sizeof(float);
+    c.accumulate = accumulate;
     c.src_layout = c.dst_layout = a->channels_last ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
-    int64_t channels = a->in_channels;
     c.src_extent[0] = c.dst_extent[0] = c.box[0] = a->samples;
     c.src_extent[1] = c.dst_extent[1] = c.box[1] = channels;
     for (int d = 0; d < a->spatial; d++) {
@@ -345,6 +349,15 @@ static void copy_part(const tsl_conv_args *a, const tsl_conv_box *part,
         c.box[2 + d] = part->size[d];
     }
     tsl_box_copy(&c, to, from);
+}
+
+/* Copy `part` of the input (in_channels) from an (N, C, from_box) array to an (N, C, to_box)
+ * one. */
+static void copy_part(const tsl_conv_args *a, const tsl_conv_box *part,
+                      const tsl_conv_box *from_box, const float *from, const tsl_conv_box *to_box,
+                      float *to)
+{
+    copy_box(a, a->in_channels, part, from_box, from, to_box, to, 0);
 }
 
 void tsl_conv_window_check(const tsl_conv_args *a, const tsl_conv_window *w)
@@ -418,21 +431,167 @@ static float *grow(float **buf, size_t *have, size_t floats)
     return *buf;
 }
 
-/* This thread's scratch window of the problem's input size. */
-static float *window_scratch(const tsl_conv_args *a, const tsl_conv_window *w)
+/* ---- windows in chunks of output rows ----
+ *
+ * A windowed convolution runs over its output in chunks of rows (the first spatial dimension),
+ * each from the part of the window those rows read, so a worker's buffers (the assembled
+ * window, an output or gradient chunk, a weight-gradient chunk) stay near chunk_floats
+ * instead of growing to a whole tile per buffer. Where a chunk is one contiguous run of a tile
+ * (one sample, channels-last, all of the other dimensions) it is read or written in place.
+ * Transposed convolutions run in one chunk. */
+
+static size_t chunk_floats = TSL_CONV_CHUNK_FLOATS_DEFAULT;
+
+void tsl_conv_set_chunk_floats(size_t floats)
 {
-    tsl_conv_window_check(a, w);
-    thread_cache *c = local_cache();
-    return grow(&c->scratch, &c->scratch_floats,
-                (size_t)(a->samples * a->in_channels * box_volume(a->spatial, &w->window)));
+    chunk_floats = floats ? floats : TSL_CONV_CHUNK_FLOATS_DEFAULT;
+}
+
+typedef struct chunk {
+    tsl_conv_args a;   /* out_size[0]: the chunk's rows; in_size[0]: its window's rows */
+    tsl_conv_window w; /* the window: the rows those outputs read */
+    tsl_conv_box out;  /* the chunk's outputs, in the output tile's coordinates */
+} chunk;
+
+static int64_t span0(const tsl_conv_args *a)
+{
+    return a->dilation[0] * (a->kernel[0] - 1) + 1;
+}
+
+/* Output rows per chunk: every chunk's window and outputs stay within chunk_floats (at least
+ * one row). */
+static int64_t chunk_rows(const tsl_conv_args *a)
+{
+    if (a->transposed)
+        return a->out_size[0];
+    int64_t in_row = a->samples * a->in_channels, out_row = a->samples * a->out_channels;
+    for (int d = 1; d < a->spatial; d++) {
+        in_row *= a->in_size[d];
+        out_row *= a->out_size[d];
+    }
+    int64_t cap = (int64_t)chunk_floats, by_out = cap / out_row;
+    int64_t by_in = cap / in_row >= span0(a) ? (cap / in_row - span0(a)) / a->stride[0] + 1 : 1;
+    int64_t rows = by_out < by_in ? by_out : by_in;
+    return rows < 1 ? 1 : rows > a->out_size[0] ? a->out_size[0] : rows;
+}
+
+/* The chunk of `rows` output rows from row r0. One chunk for the whole tile is the problem
+ * itself. */
+static void chunk_at(const tsl_conv_args *a, const tsl_conv_window *w, int64_t r0, int64_t rows,
+                     chunk *c)
+{
+    c->a = *a;
+    c->w = *w;
+    memset(&c->out, 0, sizeof c->out);
+    for (int d = 0; d < a->spatial; d++)
+        c->out.size[d] = a->out_size[d];
+    if (r0 == 0 && rows == a->out_size[0])
+        return;
+    c->a.out_size[0] = rows;
+    c->a.in_size[0] = (rows - 1) * a->stride[0] + span0(a);
+    c->w.window.lo[0] = w->window.lo[0] + r0 * a->stride[0];
+    c->w.window.size[0] = c->a.in_size[0];
+    c->out.lo[0] = r0;
+    c->out.size[0] = rows;
+}
+
+/* Whether `box` of an (N, channels, outer) array is one contiguous run of it (the whole array,
+ * or, for one sample stored channels-last, rows of it spanning all of the other dimensions),
+ * and if so the offset of its first element. */
+static int run_of(const tsl_conv_args *a, int64_t channels, const tsl_conv_box *box,
+                  const tsl_conv_box *outer, size_t *offset)
+{
+    int sp = a->spatial, whole = 1,
+        rows_only = a->samples == 1 && (a->channels_last || channels == 1);
+    int64_t row = channels;
+    for (int d = 0; d < sp; d++) {
+        if (box->lo[d] < outer->lo[d] || box->lo[d] + box->size[d] > outer->lo[d] + outer->size[d])
+            return 0;
+        if (box->lo[d] != outer->lo[d] || box->size[d] != outer->size[d]) {
+            whole = 0;
+            if (d > 0)
+                rows_only = 0;
+        }
+        if (d > 0)
+            row *= outer->size[d];
+    }
+    if (!whole && !rows_only)
+        return 0;
+    *offset = whole ? 0 : (size_t)((box->lo[0] - outer->lo[0]) * row);
+    return 1;
+}
+
+/* The chunk's window: in place in the tile when it is a run of it, else assembled from the
+ * tile, the slabs and zeros in this thread's scratch. */
+static const float *chunk_input(const chunk *c, const float *tile, const float *const *slabs)
+{
+    tsl_conv_window_check(&c->a, &c->w);
+    size_t offset;
+    if (run_of(&c->a, c->a.in_channels, &c->w.window, &c->w.tile, &offset))
+        return tile + offset;
+    thread_cache *tc = local_cache();
+    float *window =
+        grow(&tc->scratch, &tc->scratch_floats,
+             (size_t)(c->a.samples * c->a.in_channels * box_volume(c->a.spatial, &c->w.window)));
+    tsl_conv_window_assemble(&c->a, &c->w, tile, slabs, window);
+    return window;
+}
+
+/* The chunk's rows of an output-shaped array (N, out_channels, out_size): in place when they
+ * are a run of it, else copied into this thread's chunk buffer. */
+static const float *chunk_rows_of(const tsl_conv_args *whole, const chunk *c, const float *full)
+{
+    tsl_conv_box outer;
+    memset(&outer, 0, sizeof outer);
+    for (int d = 0; d < whole->spatial; d++)
+        outer.size[d] = whole->out_size[d];
+    size_t offset;
+    if (run_of(whole, whole->out_channels, &c->out, &outer, &offset))
+        return full + offset;
+    thread_cache *tc = local_cache();
+    float *buf =
+        grow(&tc->part, &tc->part_floats,
+             (size_t)(whole->samples * whole->out_channels * box_volume(whole->spatial, &c->out)));
+    copy_box(whole, whole->out_channels, &c->out, &outer, full, &c->out, buf, 0);
+    return buf;
+}
+
+/* The forward over the output box (a->out_size at `offset`) of an output tile of spatial size
+ * tile_size. */
+static void window_forward(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
+                           const float *const *slabs, const float *wt, const float *b,
+                           const int64_t *offset, const int64_t *tile_size, float *y)
+{
+    tsl_conv_box outer;
+    memset(&outer, 0, sizeof outer);
+    for (int d = 0; d < a->spatial; d++)
+        outer.size[d] = tile_size[d];
+    int64_t rows = chunk_rows(a);
+    for (int64_t r0 = 0; r0 < a->out_size[0]; r0 += rows) {
+        chunk c;
+        chunk_at(a, w, r0, a->out_size[0] - r0 < rows ? a->out_size[0] - r0 : rows, &c);
+        const float *in = chunk_input(&c, tile, slabs);
+        tsl_conv_box box = c.out; /* in the output tile */
+        for (int d = 0; d < a->spatial; d++)
+            box.lo[d] += offset[d];
+        size_t at;
+        if (run_of(a, a->out_channels, &box, &outer, &at)) {
+            tsl_conv_forward_kernel(&c.a, in, wt, b, y + at);
+            continue;
+        }
+        thread_cache *tc = local_cache();
+        float *buf = grow(&tc->part, &tc->part_floats,
+                          (size_t)(a->samples * a->out_channels * box_volume(a->spatial, &box)));
+        tsl_conv_forward_kernel(&c.a, in, wt, b, buf);
+        copy_box(a, a->out_channels, &box, &box, buf, &outer, y, 0);
+    }
 }
 
 void tsl_conv_window_forward(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
                              const float *const *slabs, const float *wt, const float *b, float *y)
 {
-    float *window = window_scratch(a, w);
-    tsl_conv_window_assemble(a, w, tile, slabs, window);
-    tsl_conv_forward_kernel(a, window, wt, b, y);
+    static const int64_t origin[3] = {0, 0, 0};
+    window_forward(a, w, tile, slabs, wt, b, origin, a->out_size, y);
 }
 
 void tsl_conv_window_forward_part(const tsl_conv_args *a, const tsl_conv_window *w,
@@ -440,48 +599,82 @@ void tsl_conv_window_forward_part(const tsl_conv_args *a, const tsl_conv_window 
                                   const float *b, const int64_t *offset, const int64_t *tile_size,
                                   float *y)
 {
-    int64_t volume = 1;
-    for (int d = 0; d < a->spatial; d++) {
+    for (int d = 0; d < a->spatial; d++)
         TSL_CODELET_CHECK(offset[d] >= 0 && a->out_size[d] >= 1 &&
                               offset[d] + a->out_size[d] <= tile_size[d],
                           "conv: an output box leaves its tile");
-        volume *= a->out_size[d];
-    }
-    thread_cache *c = local_cache();
-    float *part = grow(&c->part, &c->part_floats, (size_t)(a->samples * a->out_channels * volume));
-    tsl_conv_window_forward(a, w, tile, slabs, wt, b, part);
-    tsl_box_copy_args copy;
-    memset(&copy, 0, sizeof copy);
-    copy.ndim = 2 + a->spatial;
-    copy.elem_size = sizeof(float);
-    copy.src_layout = copy.dst_layout =
-        a->channels_last ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
-    copy.src_extent[0] = copy.dst_extent[0] = copy.box[0] = a->samples;
-    copy.src_extent[1] = copy.dst_extent[1] = copy.box[1] = a->out_channels;
-    for (int d = 0; d < a->spatial; d++) {
-        copy.src_extent[2 + d] = copy.box[2 + d] = a->out_size[d];
-        copy.dst_extent[2 + d] = tile_size[d];
-        copy.dst_offset[2 + d] = offset[d];
-    }
-    tsl_box_copy(&copy, y, part);
+    window_forward(a, w, tile, slabs, wt, b, offset, tile_size, y);
 }
 
 void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window *w,
                                    const float *dy, const float *wt, float *dtile,
                                    float *const *dslabs)
 {
-    float *dwindow = window_scratch(a, w);
-    tsl_conv_backward_data_kernel(a, dy, wt, dwindow);
-    tsl_conv_window_scatter(a, w, dwindow, dtile, dslabs);
+    int sp = a->spatial;
+    int64_t rows = chunk_rows(a);
+    thread_cache *tc = local_cache();
+    if (rows == a->out_size[0]) { /* one chunk: the window's gradient cut into the parts */
+        tsl_conv_window_check(a, w);
+        size_t at;
+        if (w->nslabs == 0 && run_of(a, a->in_channels, &w->window, &w->tile, &at) && at == 0 &&
+            box_volume(sp, &w->window) == box_volume(sp, &w->tile)) {
+            tsl_conv_backward_data_kernel(a, dy, wt, dtile); /* the window is the tile */
+            return;
+        }
+        float *dwindow = grow(&tc->scratch, &tc->scratch_floats,
+                              (size_t)(a->samples * a->in_channels * box_volume(sp, &w->window)));
+        tsl_conv_backward_data_kernel(a, dy, wt, dwindow);
+        tsl_conv_window_scatter(a, w, dwindow, dtile, dslabs);
+        return;
+    }
+    /* Chunks: each chunk's window gradient is added into the parts, whose rows chunks share. */
+    for (int k = -1; k < w->nslabs; k++) {
+        const tsl_conv_box *box = k < 0 ? &w->tile : &w->slab[k];
+        memset(k < 0 ? dtile : dslabs[k], 0,
+               sizeof(float) * (size_t)(a->samples * a->in_channels * box_volume(sp, box)));
+    }
+    for (int64_t r0 = 0; r0 < a->out_size[0]; r0 += rows) {
+        chunk c;
+        chunk_at(a, w, r0, a->out_size[0] - r0 < rows ? a->out_size[0] - r0 : rows, &c);
+        tsl_conv_window_check(&c.a, &c.w);
+        const float *dyc = chunk_rows_of(a, &c, dy);
+        float *dwindow = grow(&tc->scratch, &tc->scratch_floats,
+                              (size_t)(a->samples * a->in_channels * box_volume(sp, &c.w.window)));
+        tsl_conv_backward_data_kernel(&c.a, dyc, wt, dwindow);
+        for (int k = -1; k < w->nslabs; k++) {
+            const tsl_conv_box *box = k < 0 ? &w->tile : &w->slab[k];
+            tsl_conv_box part;
+            if (intersect(sp, box, &c.w.window, &part))
+                copy_box(a, a->in_channels, &part, &c.w.window, dwindow, box,
+                         k < 0 ? dtile : dslabs[k], 1);
+        }
+    }
 }
 
 void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_window *w,
                                       const float *tile, const float *const *slabs, const float *dy,
                                       float *dw, float *db)
 {
-    float *window = window_scratch(a, w);
-    tsl_conv_window_assemble(a, w, tile, slabs, window);
-    tsl_conv_backward_weights_kernel(a, window, dy, dw, db);
+    int64_t rows = chunk_rows(a), count = a->out_channels * (a->in_channels / a->groups);
+    for (int d = 0; d < a->spatial; d++)
+        count *= a->kernel[d];
+    for (int64_t r0 = 0; r0 < a->out_size[0]; r0 += rows) {
+        chunk c;
+        chunk_at(a, w, r0, a->out_size[0] - r0 < rows ? a->out_size[0] - r0 : rows, &c);
+        const float *in = chunk_input(&c, tile, slabs);
+        const float *dyc = chunk_rows_of(a, &c, dy);
+        if (r0 == 0) {
+            tsl_conv_backward_weights_kernel(&c.a, in, dyc, dw, db);
+            continue;
+        }
+        thread_cache *tc = local_cache();
+        float *tmp = grow(&tc->wtmp, &tc->wtmp_floats, (size_t)(count + a->out_channels));
+        tsl_conv_backward_weights_kernel(&c.a, in, dyc, tmp, db ? tmp + count : NULL);
+        for (int64_t i = 0; i < count; i++)
+            dw[i] += tmp[i];
+        for (int64_t o = 0; db && o < a->out_channels; o++)
+            db[o] += tmp[count + o];
+    }
 }
 
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))

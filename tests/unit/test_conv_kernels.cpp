@@ -482,163 +482,198 @@ TEST(ConvKernel, SpatialTilesWithHaloSlabsMatchTheWholeConvolution)
         {3, 1, 2, 3, 1, {7, 8, 9}, 3, 2, 1, 1, {2, 2, 2}, {2, 2, 2}},
         {3, 2, 4, 4, 4, {6, 7, 6}, 3, 1, 2, 2, {2, 3, 2}, {2, 2, 2}},
     };
-    for (const Case &c : cases)
-        for (int cl = 0; cl < 2; cl++) {
-            SCOPED_TRACE(std::to_string(c.spatial) + "-D case, channels-last " +
-                         std::to_string(cl));
-            Problem p =
-                make(c.spatial, c.n, c.cin, c.cout, c.groups, c.size, c.k, c.stride, c.pad, c.dil);
-            p.a.has_bias = 1;
-            p.a.channels_last = cl;
-            auto x = randf(rng, p.x_size), w = randf(rng, p.w_size), dy = randf(rng, p.y_size);
-            auto b = randf(rng, (size_t)c.cout);
-            std::vector<float> y(p.y_size), dx(p.x_size), dw(p.w_size), db((size_t)c.cout);
-            tsl_conv_forward_kernel(&p.a, x.data(), w.data(), b.data(), y.data());
-            tsl_conv_backward_data_kernel(&p.a, dy.data(), w.data(), dx.data());
-            tsl_conv_backward_weights_kernel(&p.a, x.data(), dy.data(), dw.data(), db.data());
+    // Chunk sizes: the default (one chunk for these sizes), one output row per chunk, and a
+    // few rows per chunk (chunks of uneven sizes, windows sharing rows).
+    for (size_t cap : {(size_t)0, (size_t)1, (size_t)96})
+        for (const Case &c : cases)
+            for (int cl = 0; cl < 2; cl++) {
+                tsl_conv_set_chunk_floats(cap);
+                SCOPED_TRACE(std::to_string(c.spatial) + "-D case, channels-last " +
+                             std::to_string(cl) + ", chunk floats " + std::to_string(cap));
+                Problem p = make(c.spatial, c.n, c.cin, c.cout, c.groups, c.size, c.k, c.stride,
+                                 c.pad, c.dil);
+                p.a.has_bias = 1;
+                p.a.channels_last = cl;
+                auto x = randf(rng, p.x_size), w = randf(rng, p.w_size), dy = randf(rng, p.y_size);
+                auto b = randf(rng, (size_t)c.cout);
+                std::vector<float> y(p.y_size), dx(p.x_size), dw(p.w_size), db((size_t)c.cout);
+                tsl_conv_forward_kernel(&p.a, x.data(), w.data(), b.data(), y.data());
+                tsl_conv_backward_data_kernel(&p.a, dy.data(), w.data(), dx.data());
+                tsl_conv_backward_weights_kernel(&p.a, x.data(), dy.data(), dw.data(), db.data());
 
-            std::vector<double> dx_sum(p.x_size, 0), dw_sum(p.w_size, 0), db_sum(c.cout, 0);
-            auto in_boxes = grid_boxes(c.spatial, p.a.in_size, c.in_tiles.data());
-            auto out_boxes = grid_boxes(c.spatial, p.a.out_size, c.out_tiles.data());
-            tsl_conv_args out_shape = p.a; // indexes output arrays (C = out channels)
-            out_shape.in_channels = c.cout;
-            for (const tsl_conv_box &ob : out_boxes) {
-                tsl_conv_window win{};
-                tsl_conv_args a = p.a;
-                for (int d = 0; d < c.spatial; d++) {
-                    int64_t span = c.dil * (c.k - 1) + 1;
-                    win.global[d] = p.a.in_size[d];
-                    win.window.lo[d] = ob.lo[d] * c.stride - c.pad;
-                    win.window.size[d] = (ob.size[d] - 1) * c.stride + span;
-                    a.in_size[d] = win.window.size[d];
-                    a.out_size[d] = ob.size[d];
-                    a.padding[d] = 0;
-                }
-                // The own tile: the input tile overlapping the window most; the others that
-                // the window reaches give slabs.
-                size_t own = 0;
-                int64_t best = -1;
-                for (size_t t = 0; t < in_boxes.size(); t++) {
-                    tsl_conv_box o;
-                    int64_t v = 0;
-                    if (overlap(c.spatial, in_boxes[t], win.window, &o)) {
-                        v = 1;
+                std::vector<double> dx_sum(p.x_size, 0), dw_sum(p.w_size, 0), db_sum(c.cout, 0);
+                auto in_boxes = grid_boxes(c.spatial, p.a.in_size, c.in_tiles.data());
+                auto out_boxes = grid_boxes(c.spatial, p.a.out_size, c.out_tiles.data());
+                tsl_conv_args out_shape = p.a; // indexes output arrays (C = out channels)
+                out_shape.in_channels = c.cout;
+                for (const tsl_conv_box &ob : out_boxes) {
+                    tsl_conv_window win{};
+                    tsl_conv_args a = p.a;
+                    for (int d = 0; d < c.spatial; d++) {
+                        int64_t span = c.dil * (c.k - 1) + 1;
+                        win.global[d] = p.a.in_size[d];
+                        win.window.lo[d] = ob.lo[d] * c.stride - c.pad;
+                        win.window.size[d] = (ob.size[d] - 1) * c.stride + span;
+                        a.in_size[d] = win.window.size[d];
+                        a.out_size[d] = ob.size[d];
+                        a.padding[d] = 0;
+                    }
+                    // The own tile: the input tile overlapping the window most; the others that
+                    // the window reaches give slabs.
+                    size_t own = 0;
+                    int64_t best = -1;
+                    for (size_t t = 0; t < in_boxes.size(); t++) {
+                        tsl_conv_box o;
+                        int64_t v = 0;
+                        if (overlap(c.spatial, in_boxes[t], win.window, &o)) {
+                            v = 1;
+                            for (int d = 0; d < c.spatial; d++)
+                                v *= o.size[d];
+                        }
+                        if (v > best) {
+                            best = v;
+                            own = t;
+                        }
+                    }
+                    win.tile = in_boxes[own];
+                    for (size_t t = 0; t < in_boxes.size(); t++) {
+                        tsl_conv_box o;
+                        if (t != own && overlap(c.spatial, in_boxes[t], win.window, &o))
+                            win.slab[win.nslabs++] = o;
+                    }
+                    // Cut the tile and the slabs out of x (in the layout under test).
+                    auto cut = [&](const std::vector<float> &whole, const tsl_conv_box &box) {
+                        size_t vol = (size_t)(c.n * c.cin);
                         for (int d = 0; d < c.spatial; d++)
-                            v *= o.size[d];
+                            vol *= (size_t)box.size[d];
+                        std::vector<float> part(vol);
+                        for_box(a, c.cin, box,
+                                [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
+                                    part[at(a, box.size, n, ch, l, cl)] =
+                                        whole[at(p.a, p.a.in_size, n, ch, g, cl)];
+                                });
+                        return part;
+                    };
+                    std::vector<float> tile = cut(x, win.tile);
+                    std::vector<std::vector<float>> slabs, dslabs;
+                    std::vector<const float *> slab_ptrs;
+                    std::vector<float *> dslab_ptrs;
+                    for (int k = 0; k < win.nslabs; k++) {
+                        slabs.push_back(cut(x, win.slab[k]));
+                        dslabs.push_back(std::vector<float>(slabs.back().size(), NAN));
                     }
-                    if (v > best) {
-                        best = v;
-                        own = t;
+                    for (int k = 0; k < win.nslabs; k++) {
+                        slab_ptrs.push_back(slabs[k].data());
+                        dslab_ptrs.push_back(dslabs[k].data());
                     }
-                }
-                win.tile = in_boxes[own];
-                for (size_t t = 0; t < in_boxes.size(); t++) {
-                    tsl_conv_box o;
-                    if (t != own && overlap(c.spatial, in_boxes[t], win.window, &o))
-                        win.slab[win.nslabs++] = o;
-                }
-                // Cut the tile and the slabs out of x (in the layout under test).
-                auto cut = [&](const std::vector<float> &whole, const tsl_conv_box &box) {
-                    size_t vol = (size_t)(c.n * c.cin);
+                    // Output tile and its dy.
+                    size_t ovol = (size_t)(c.n * c.cout);
                     for (int d = 0; d < c.spatial; d++)
-                        vol *= (size_t)box.size[d];
-                    std::vector<float> part(vol);
-                    for_box(a, c.cin, box,
+                        ovol *= (size_t)ob.size[d];
+                    std::vector<float> yt(ovol, NAN), dyt(ovol);
+                    for_box(out_shape, c.cout, ob,
                             [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
-                                part[at(a, box.size, n, ch, l, cl)] =
-                                    whole[at(p.a, p.a.in_size, n, ch, g, cl)];
+                                dyt[at(out_shape, ob.size, n, ch, l, cl)] =
+                                    dy[at(out_shape, p.a.out_size, n, ch, g, cl)];
                             });
-                    return part;
-                };
-                std::vector<float> tile = cut(x, win.tile);
-                std::vector<std::vector<float>> slabs, dslabs;
-                std::vector<const float *> slab_ptrs;
-                std::vector<float *> dslab_ptrs;
-                for (int k = 0; k < win.nslabs; k++) {
-                    slabs.push_back(cut(x, win.slab[k]));
-                    dslabs.push_back(std::vector<float>(slabs.back().size(), NAN));
-                }
-                for (int k = 0; k < win.nslabs; k++) {
-                    slab_ptrs.push_back(slabs[k].data());
-                    dslab_ptrs.push_back(dslabs[k].data());
-                }
-                // Output tile and its dy.
-                size_t ovol = (size_t)(c.n * c.cout);
-                for (int d = 0; d < c.spatial; d++)
-                    ovol *= (size_t)ob.size[d];
-                std::vector<float> yt(ovol, NAN), dyt(ovol);
-                for_box(out_shape, c.cout, ob,
-                        [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
-                            dyt[at(out_shape, ob.size, n, ch, l, cl)] =
-                                dy[at(out_shape, p.a.out_size, n, ch, g, cl)];
-                        });
-                tsl_conv_window_forward(&a, &win, tile.data(), slab_ptrs.data(), w.data(), b.data(),
-                                        yt.data());
-                for_box(out_shape, c.cout, ob,
-                        [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
-                            float want = y[at(out_shape, p.a.out_size, n, ch, g, cl)];
-                            float got = yt[at(out_shape, ob.size, n, ch, l, cl)];
-                            ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)));
-                        });
-                std::vector<float> dtile(tile.size(), NAN), dwt(p.w_size, NAN), dbt(c.cout, NAN);
-                tsl_conv_window_backward_data(&a, &win, dyt.data(), w.data(), dtile.data(),
-                                              dslab_ptrs.data());
-                tsl_conv_window_backward_weights(&a, &win, tile.data(), slab_ptrs.data(),
-                                                 dyt.data(), dwt.data(), dbt.data());
-                // The codelets route a windowed task to the same kernels, with the halo
-                // buffers after x (or dx): same bits.
-                tsl_conv_task_args targs{};
-                targs.conv = a;
-                targs.windowed = 1;
-                targs.window = win;
-                std::vector<float> yc(ovol, NAN), dtc(tile.size(), NAN), dwc(p.w_size, NAN),
-                    dbc(c.cout, NAN);
-                std::vector<std::vector<float>> dsc;
-                std::vector<const void *> fwd = {tile.data()},
-                                          bd = {dyt.data(), w.data(), dtc.data()},
-                                          bw = {tile.data()};
-                for (int k = 0; k < win.nslabs; k++) {
-                    fwd.push_back(slabs[k].data());
-                    bw.push_back(slabs[k].data());
-                    dsc.push_back(std::vector<float>(slabs[k].size(), NAN));
-                }
-                for (int k = 0; k < win.nslabs; k++)
-                    bd.push_back(dsc[k].data());
-                fwd.insert(fwd.end(), {w.data(), b.data(), yc.data()});
-                bw.insert(bw.end(), {dyt.data(), dwc.data(), dbc.data()});
-                run_codelet(tsl_cl_conv_forward, targs, fwd);
-                run_codelet(tsl_cl_conv_backward_data, targs, bd);
-                run_codelet(tsl_cl_conv_backward_weights, targs, bw);
-                EXPECT_EQ(std::memcmp(yc.data(), yt.data(), ovol * sizeof(float)), 0);
-                EXPECT_EQ(std::memcmp(dtc.data(), dtile.data(), dtile.size() * sizeof(float)), 0);
-                for (int k = 0; k < win.nslabs; k++)
-                    EXPECT_EQ(
-                        std::memcmp(dsc[k].data(), dslabs[k].data(), dsc[k].size() * sizeof(float)),
-                        0);
-                EXPECT_EQ(std::memcmp(dwc.data(), dwt.data(), dwt.size() * sizeof(float)), 0);
-                EXPECT_EQ(std::memcmp(dbc.data(), dbt.data(), dbt.size() * sizeof(float)), 0);
-                auto add_back = [&](const std::vector<float> &part, const tsl_conv_box &box) {
-                    for_box(a, c.cin, box,
+                    tsl_conv_window_forward(&a, &win, tile.data(), slab_ptrs.data(), w.data(),
+                                            b.data(), yt.data());
+                    for_box(out_shape, c.cout, ob,
                             [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
-                                dx_sum[at(p.a, p.a.in_size, n, ch, g, cl)] +=
-                                    part[at(a, box.size, n, ch, l, cl)];
+                                float want = y[at(out_shape, p.a.out_size, n, ch, g, cl)];
+                                float got = yt[at(out_shape, ob.size, n, ch, l, cl)];
+                                ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)));
                             });
-                };
-                add_back(dtile, win.tile);
-                for (int k = 0; k < win.nslabs; k++)
-                    add_back(dslabs[k], win.slab[k]);
-                for (size_t i = 0; i < dw_sum.size(); i++)
-                    dw_sum[i] += dwt[i];
+                    // The forward in two parts of the output tile, cut along the last dimension,
+                    // each written at its offset in the tile (as the lowering's interior and border
+                    // parts are): parts that are not runs of the tile go through a chunk buffer.
+                    const int last = c.spatial - 1;
+                    if (ob.size[last] >= 2) {
+                        std::vector<float> yp(ovol, NAN);
+                        const int64_t cut = ob.size[last] / 2;
+                        for (int h = 0; h < 2; h++) {
+                            tsl_conv_args pa = a;
+                            tsl_conv_window pw = win;
+                            int64_t off[3] = {0, 0, 0};
+                            off[last] = h ? cut : 0;
+                            pa.out_size[last] = h ? ob.size[last] - cut : cut;
+                            pw.window.lo[last] = win.window.lo[last] + off[last] * c.stride;
+                            pw.window.size[last] =
+                                (pa.out_size[last] - 1) * c.stride + c.dil * (c.k - 1) + 1;
+                            pa.in_size[last] = pw.window.size[last];
+                            tsl_conv_window_forward_part(&pa, &pw, tile.data(), slab_ptrs.data(),
+                                                         w.data(), b.data(), off, a.out_size,
+                                                         yp.data());
+                        }
+                        for_box(out_shape, c.cout, ob,
+                                [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
+                                    float want = y[at(out_shape, p.a.out_size, n, ch, g, cl)];
+                                    float got = yp[at(out_shape, ob.size, n, ch, l, cl)];
+                                    ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want))) << "part";
+                                });
+                    }
+                    std::vector<float> dtile(tile.size(), NAN), dwt(p.w_size, NAN),
+                        dbt(c.cout, NAN);
+                    tsl_conv_window_backward_data(&a, &win, dyt.data(), w.data(), dtile.data(),
+                                                  dslab_ptrs.data());
+                    tsl_conv_window_backward_weights(&a, &win, tile.data(), slab_ptrs.data(),
+                                                     dyt.data(), dwt.data(), dbt.data());
+                    // The codelets route a windowed task to the same kernels, with the halo
+                    // buffers after x (or dx): same bits.
+                    tsl_conv_task_args targs{};
+                    targs.conv = a;
+                    targs.windowed = 1;
+                    targs.window = win;
+                    std::vector<float> yc(ovol, NAN), dtc(tile.size(), NAN), dwc(p.w_size, NAN),
+                        dbc(c.cout, NAN);
+                    std::vector<std::vector<float>> dsc;
+                    std::vector<const void *> fwd = {tile.data()},
+                                              bd = {dyt.data(), w.data(), dtc.data()},
+                                              bw = {tile.data()};
+                    for (int k = 0; k < win.nslabs; k++) {
+                        fwd.push_back(slabs[k].data());
+                        bw.push_back(slabs[k].data());
+                        dsc.push_back(std::vector<float>(slabs[k].size(), NAN));
+                    }
+                    for (int k = 0; k < win.nslabs; k++)
+                        bd.push_back(dsc[k].data());
+                    fwd.insert(fwd.end(), {w.data(), b.data(), yc.data()});
+                    bw.insert(bw.end(), {dyt.data(), dwc.data(), dbc.data()});
+                    run_codelet(tsl_cl_conv_forward, targs, fwd);
+                    run_codelet(tsl_cl_conv_backward_data, targs, bd);
+                    run_codelet(tsl_cl_conv_backward_weights, targs, bw);
+                    EXPECT_EQ(std::memcmp(yc.data(), yt.data(), ovol * sizeof(float)), 0);
+                    EXPECT_EQ(std::memcmp(dtc.data(), dtile.data(), dtile.size() * sizeof(float)),
+                              0);
+                    for (int k = 0; k < win.nslabs; k++)
+                        EXPECT_EQ(std::memcmp(dsc[k].data(), dslabs[k].data(),
+                                              dsc[k].size() * sizeof(float)),
+                                  0);
+                    EXPECT_EQ(std::memcmp(dwc.data(), dwt.data(), dwt.size() * sizeof(float)), 0);
+                    EXPECT_EQ(std::memcmp(dbc.data(), dbt.data(), dbt.size() * sizeof(float)), 0);
+                    auto add_back = [&](const std::vector<float> &part, const tsl_conv_box &box) {
+                        for_box(a, c.cin, box,
+                                [&](int64_t n, int64_t ch, const int64_t *l, const int64_t *g) {
+                                    dx_sum[at(p.a, p.a.in_size, n, ch, g, cl)] +=
+                                        part[at(a, box.size, n, ch, l, cl)];
+                                });
+                    };
+                    add_back(dtile, win.tile);
+                    for (int k = 0; k < win.nslabs; k++)
+                        add_back(dslabs[k], win.slab[k]);
+                    for (size_t i = 0; i < dw_sum.size(); i++)
+                        dw_sum[i] += dwt[i];
+                    for (int64_t o = 0; o < c.cout; o++)
+                        db_sum[o] += dbt[o];
+                }
+                for (size_t i = 0; i < dx.size(); i++)
+                    ASSERT_NEAR(dx_sum[i], dx[i], 1e-5 * (1 + std::fabs(dx[i]))) << "dx " << i;
+                for (size_t i = 0; i < dw.size(); i++)
+                    ASSERT_NEAR(dw_sum[i], dw[i], 1e-4 * (1 + std::fabs(dw[i]))) << "dw " << i;
                 for (int64_t o = 0; o < c.cout; o++)
-                    db_sum[o] += dbt[o];
+                    ASSERT_NEAR(db_sum[o], db[o], 1e-4 * (1 + std::fabs(db[o]))) << "db " << o;
             }
-            for (size_t i = 0; i < dx.size(); i++)
-                ASSERT_NEAR(dx_sum[i], dx[i], 1e-5 * (1 + std::fabs(dx[i]))) << "dx " << i;
-            for (size_t i = 0; i < dw.size(); i++)
-                ASSERT_NEAR(dw_sum[i], dw[i], 1e-4 * (1 + std::fabs(dw[i]))) << "dw " << i;
-            for (int64_t o = 0; o < c.cout; o++)
-                ASSERT_NEAR(db_sum[o], db[o], 1e-4 * (1 + std::fabs(db[o]))) << "db " << o;
-        }
+    tsl_conv_set_chunk_floats(0);
 }
 
 // A window that reaches a neighbour whose slab is missing is a codelet error, not garbage.
