@@ -528,6 +528,22 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     return st;
 }
 
+/* Whether op's backward reads its input x (the value itself, not a gradient). */
+static int reads_input_backward(const tsl_graph_op *op)
+{
+    switch (op->kind) {
+    case TSL_OP_CONV:
+    case TSL_OP_LINEAR:
+    case TSL_OP_BATCHNORM:
+    case TSL_OP_POOL:
+        return 1;
+    case TSL_OP_ACTIVATION:
+        return op->act == TSL_ACT_RELU || op->act == TSL_ACT_LEAKY_RELU;
+    default:
+        return 0;
+    }
+}
+
 tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                       int64_t batch, int32_t optimizer_states, int64_t *bytes)
 {
@@ -538,10 +554,17 @@ tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32
     if (stages == 1)
         return TSL_OK;
     int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
+    /* Per stage: the most one op receives forward; the inputs its ops read again backward,
+     * all received when the backward is submitted; one op's backward copies (received output
+     * gradients, and a concatenation's part packed to be sent). */
     int64_t *fwd = calloc((size_t)stages, sizeof *fwd), *bwd = calloc((size_t)stages, sizeof *bwd);
-    tsl_status st = op_stage && fwd && bwd ? TSL_OK
-                                           : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
-                                                       "tsl_plan_estimate_received: out of memory");
+    int64_t *fwd_most = calloc((size_t)stages, sizeof *fwd_most),
+            *bwd_most = calloc((size_t)stages, sizeof *bwd_most),
+            *bwd_inputs = calloc((size_t)stages, sizeof *bwd_inputs);
+    tsl_status st =
+        op_stage && fwd && bwd && fwd_most && bwd_most && bwd_inputs
+            ? TSL_OK
+            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_received: out of memory");
     if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     for (int32_t o = 0; o < g->nops && !st; o++) {
@@ -556,18 +579,31 @@ tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32
             int64_t in = 4 * batch * tsl_shape_numel(&g->values[v].shape);
             int64_t out = 4 * batch * tsl_shape_numel(&g->values[op->output].shape);
             fwd[so] += in;
-            if (v != g->input)
+            if (reads_input_backward(op))
+                bwd_inputs[so] += in;
+            if (v != g->input) {
                 bwd[sv] += op->kind == TSL_OP_CONCAT ? in : out;
+                if (op->kind == TSL_OP_CONCAT) /* the part is cut on its owner, then sent */
+                    bwd[so] += in;
+            }
         }
         for (int32_t s = 0; s < stages; s++) {
-            int64_t most = (fwd[s] > bwd[s] ? fwd[s] : bwd[s]) / group;
-            for (int32_t r = s * group; r < (s + 1) * group; r++)
-                bytes[r] = most > bytes[r] ? most : bytes[r];
+            fwd_most[s] = fwd[s] > fwd_most[s] ? fwd[s] : fwd_most[s];
+            bwd_most[s] = bwd[s] > bwd_most[s] ? bwd[s] : bwd_most[s];
         }
+    }
+    for (int32_t s = 0; s < stages && !st; s++) {
+        int64_t back = bwd_inputs[s] + bwd_most[s];
+        int64_t most = (fwd_most[s] > back ? fwd_most[s] : back) / group;
+        for (int32_t r = s * group; r < (s + 1) * group; r++)
+            bytes[r] = most;
     }
     free(op_stage);
     free(fwd);
     free(bwd);
+    free(fwd_most);
+    free(bwd_most);
+    free(bwd_inputs);
     return st;
 }
 

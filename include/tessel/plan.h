@@ -142,10 +142,14 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nr
 /**
  * @brief Estimated received copies per rank, for the same arguments as tsl_plan_estimate():
  * the most bytes one op's tasks on a rank read from another pipeline stage, which StarPU-MPI
- * holds in received copies while the op runs on top of the rank's tiles. Forward, an op reads
- * its inputs made on other stages; backward, the tasks writing such an input's gradient read
- * the op's output gradient (a concatenation only the input's channels). Each stage's share
- * is split evenly over its ranks. Zero without stages (halo slabs are not counted).
+ * holds in received copies on top of the rank's tiles. Forward: the most one op reads from
+ * other stages. Backward: the inputs from other stages that the stage's ops read again
+ * (convolution, linear, batch norm, pooling, ReLU), all received as soon as the backward is
+ * submitted since they were made in the forward, plus the most one op's backward moves: the
+ * tasks writing an input's gradient read the op's output gradient (a concatenation only the
+ * input's channels, cut into a part on the concatenation's stage first). The larger of the
+ * two, each stage's share split evenly over its ranks. Zero without stages (halo slabs are not
+ * counted).
  * @param[out] bytes @p nranks entries
  */
 tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,

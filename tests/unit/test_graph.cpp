@@ -410,6 +410,54 @@ TEST(Plan, ReceivedCopiesAreTheValuesCrossingStages)
     tsl_graph_destroy(g);
 }
 
+// Backward, the inputs a stage's ops read again (here two convolutions' inputs from stage 0)
+// were all made in the forward, so they are received together as the backward is submitted:
+// stage 1 holds their sum, more than its largest forward receive. A concatenation reading two
+// values from stage 0 needs no input backward; its gradient's parts are cut on stage 1 and
+// received on stage 0 together.
+TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
+{
+    const int64_t batch = 2, plane = 8 * 8 * 4 * batch; // bytes of one channel
+    for (int concat = 0; concat < 2; concat++) {
+        SCOPED_TRACE(concat ? "concatenation" : "two convolutions");
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+        int64_t sample[3] = {1, 8, 8}, k[2] = {3, 3};
+        int32_t x, a, b, c, d, e;
+        ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+        tsl_conv_params cp;
+        tsl_conv_params_init(&cp, 2);
+        cp.padding[0] = cp.padding[1] = 1;
+        ASSERT_EQ(tsl_graph_conv(g, "a", x, 4, k, &cp, 0, 1, &a), TSL_OK);
+        ASSERT_EQ(tsl_graph_conv(g, "b", a, 6, k, &cp, 0, 1, &b), TSL_OK);
+        if (concat) {
+            int32_t ab[2] = {a, b};
+            ASSERT_EQ(tsl_graph_concat(g, 2, ab, &c), TSL_OK);
+            ASSERT_EQ(tsl_graph_conv(g, "d", c, 2, k, &cp, 0, 1, &e), TSL_OK);
+        } else {
+            ASSERT_EQ(tsl_graph_conv(g, "c", a, 2, k, &cp, 0, 1, &c), TSL_OK);
+            ASSERT_EQ(tsl_graph_conv(g, "d", b, 2, k, &cp, 0, 1, &d), TSL_OK);
+            ASSERT_EQ(tsl_graph_add(g, c, d, &e), TSL_OK);
+        }
+        ASSERT_EQ(tsl_graph_set_output(g, e), TSL_OK);
+        ASSERT_EQ(tsl_graph_set_stage(g, a, 0), TSL_OK);
+        ASSERT_EQ(tsl_graph_set_stage(g, b, 0), TSL_OK);
+        ASSERT_EQ(tsl_graph_set_stage(g, c, 1), TSL_OK);
+        tsl_plan p;
+        ASSERT_EQ(tsl_plan_parse("stages=2", &p), TSL_OK);
+        int64_t got[2] = {-1, -1};
+        ASSERT_EQ(tsl_plan_estimate_received(&p, g, 2, batch, 0, got), TSL_OK) << tsl_last_error();
+        if (concat) {
+            EXPECT_EQ(got[1], (4 + 6) * plane); // forward: a and b; backward: their parts
+            EXPECT_EQ(got[0], (4 + 6) * plane); // the concatenation's gradient parts
+        } else {
+            EXPECT_EQ(got[1], (4 + 6) * plane); // a and b, read again for c's and d's dw
+            EXPECT_EQ(got[0], 2 * plane);       // c's (or d's) output gradient
+        }
+        tsl_graph_destroy(g);
+    }
+}
+
 TEST(Plan, StagesByHandAreKeptAndInherited)
 {
     int64_t sample[3] = {1, 16, 16};
