@@ -378,22 +378,41 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
     tsl_graph_destroy(g);
 }
 
+// A padded 3x3 convolution of value x in g.
+static tsl_status conv3(tsl_graph_t g, const char *name, int32_t x, int64_t out_channels,
+                        int32_t *y)
+{
+    int64_t k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    return tsl_graph_conv(g, name, x, out_channels, k, &cp, 0, 1, y);
+}
+
+// A graph of one 3-channel 8x8 input and a padded 3x3 convolution of it (`a`, out_channels).
+static tsl_graph_t input_and_conv(int64_t out_channels, int32_t *a)
+{
+    tsl_graph_t g = nullptr;
+    int64_t sample[3] = {1, 8, 8};
+    int32_t x;
+    if (tsl_graph_create(&g) != TSL_OK || tsl_graph_input(g, 3, sample, &x) != TSL_OK ||
+        conv3(g, "a", x, out_channels, a) != TSL_OK) {
+        tsl_graph_destroy(g);
+        return nullptr;
+    }
+    return g;
+}
+
 // Stages given by hand win over the balance; an op without one is on its predecessor's; a
 // stage the plan does not have is an error.
 // Received copies: a conv on stage 1 reads its input from stage 0 (forward), and the task on
 // stage 0 writing that input's gradient reads the conv's output gradient (backward).
 TEST(Plan, ReceivedCopiesAreTheValuesCrossingStages)
 {
-    tsl_graph_t g = nullptr;
-    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
-    int64_t sample[3] = {1, 8, 8}, k[2] = {3, 3};
-    int32_t x, a, b;
-    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
-    tsl_conv_params cp;
-    tsl_conv_params_init(&cp, 2);
-    cp.padding[0] = cp.padding[1] = 1;
-    ASSERT_EQ(tsl_graph_conv(g, "a", x, 4, k, &cp, 0, 1, &a), TSL_OK);
-    ASSERT_EQ(tsl_graph_conv(g, "b", a, 2, k, &cp, 0, 1, &b), TSL_OK);
+    int32_t a, b;
+    tsl_graph_t g = input_and_conv(4, &a);
+    ASSERT_NE(g, nullptr);
+    ASSERT_EQ(conv3(g, "b", a, 2, &b), TSL_OK);
     ASSERT_EQ(tsl_graph_set_output(g, b), TSL_OK);
     ASSERT_EQ(tsl_graph_set_stage(g, a, 0), TSL_OK);
     ASSERT_EQ(tsl_graph_set_stage(g, b, 1), TSL_OK);
@@ -420,23 +439,17 @@ TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
     const int64_t batch = 2, plane = 8 * 8 * 4 * batch; // bytes of one channel
     for (int concat = 0; concat < 2; concat++) {
         SCOPED_TRACE(concat ? "concatenation" : "two convolutions");
-        tsl_graph_t g = nullptr;
-        ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
-        int64_t sample[3] = {1, 8, 8}, k[2] = {3, 3};
-        int32_t x, a, b, c, d, e;
-        ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
-        tsl_conv_params cp;
-        tsl_conv_params_init(&cp, 2);
-        cp.padding[0] = cp.padding[1] = 1;
-        ASSERT_EQ(tsl_graph_conv(g, "a", x, 4, k, &cp, 0, 1, &a), TSL_OK);
-        ASSERT_EQ(tsl_graph_conv(g, "b", a, 6, k, &cp, 0, 1, &b), TSL_OK);
+        int32_t a, b, c, d, e;
+        tsl_graph_t g = input_and_conv(4, &a);
+        ASSERT_NE(g, nullptr);
+        ASSERT_EQ(conv3(g, "b", a, 6, &b), TSL_OK);
         if (concat) {
             int32_t ab[2] = {a, b};
             ASSERT_EQ(tsl_graph_concat(g, 2, ab, &c), TSL_OK);
-            ASSERT_EQ(tsl_graph_conv(g, "d", c, 2, k, &cp, 0, 1, &e), TSL_OK);
+            ASSERT_EQ(conv3(g, "d", c, 2, &e), TSL_OK);
         } else {
-            ASSERT_EQ(tsl_graph_conv(g, "c", a, 2, k, &cp, 0, 1, &c), TSL_OK);
-            ASSERT_EQ(tsl_graph_conv(g, "d", b, 2, k, &cp, 0, 1, &d), TSL_OK);
+            ASSERT_EQ(conv3(g, "c", a, 2, &c), TSL_OK);
+            ASSERT_EQ(conv3(g, "d", b, 2, &d), TSL_OK);
             ASSERT_EQ(tsl_graph_add(g, c, d, &e), TSL_OK);
         }
         ASSERT_EQ(tsl_graph_set_output(g, e), TSL_OK);
