@@ -90,7 +90,7 @@ void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_win
 /* Windowed convolutions run in chunks of output rows whose window, output chunk and weight
  * gradient buffers each hold about this many floats at most (at least one row). Setting 0
  * restores the default; for tests and tuning, before any task runs. */
-#define TSL_CONV_CHUNK_FLOATS_DEFAULT ((size_t)4 << 20)
+#define TSL_CONV_CHUNK_FLOATS_DEFAULT ((size_t)1 << 20)
 void tsl_conv_set_chunk_floats(size_t floats);
 
 /* Arguments of the codelets: the problem and, for a spatial tile (windowed), its window. A
