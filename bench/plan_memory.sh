@@ -2,9 +2,10 @@
 # Peak memory per rank of a training step (batch 1) under given plans: for each sample size and
 # RANKS:PLAN entry, `tessel train` runs two steps on a synthetic sample of DIMS spatial
 # dimensions and reports the largest rank's peak resident memory and tile memory (metrics
-# JSON), next to `tessel plan`'s estimates for the same run: the largest rank's tile memory,
-# and the largest rank's tiles plus received copies (values crossing pipeline stages).
-# Prints one table row per run: model, size, ranks, plan, peak MiB, tile MiB, the two
+# JSON), next to `tessel plan`'s estimates for the same run: the largest rank's tiles (all),
+# the most of them live at once, and that plus received copies (values crossing pipeline
+# stages).
+# Prints one table row per run: model, size, ranks, plan, peak MiB, tile MiB, the three
 # estimates in MiB, seconds per step.
 #
 # usage: bench/plan_memory.sh BUILD_DIR MODEL DIMS "SIZES" "RANKS:PLAN ..."
@@ -19,8 +20,8 @@ trap 'rm -rf "$work"' EXIT
 labels=""
 case $model in cnn* | resnet*) labels=",labels=sample" ;; esac # classifiers
 printf "| model | size | ranks | plan | peak MiB (largest rank) | tiles MiB (largest rank) |"
-printf " estimate: tiles | estimate: tiles + received | s/step |\n"
-printf "|---|---|---|---|---|---|---|---|---|\n"
+printf " estimate: tiles | estimate: live at once | estimate: live + received | s/step |\n"
+printf "|---|---|---|---|---|---|---|---|---|---|\n"
 for size in $sizes; do
     for run in $runs; do
         ranks=${run%%:*} plan=${run#*:}
@@ -30,19 +31,21 @@ for size in $sizes; do
         "$build/tessel" plan --model "$model" --data "$data" --batch 1 --ranks "$ranks" \
             "${planarg[@]}" > "$work/plan.txt"
         estimate=$(sed -n 's/^largest rank \([0-9.]*\) MiB.*/\1/p' "$work/plan.txt")
-        received=$(sed -n 's/^largest rank with received copies \([0-9.]*\) MiB.*/\1/p' "$work/plan.txt")
+        live=$(sed -n 's/^largest rank live at once \([0-9.]*\) MiB.*/\1/p' "$work/plan.txt")
+        received=$(sed -n 's/^largest rank live at once with received copies \([0-9.]*\) MiB.*/\1/p' "$work/plan.txt")
         json=$work/m.json
         STARPU_NCPU=$((ranks == 1 ? 2 : 1)) mpirun --oversubscribe --bind-to none -np "$ranks" \
             "$build/tessel" train --model "$model" --data "$data" --batch 1 --epochs 1 --seed 1 \
             "${planarg[@]}" --metrics-json "$json" > "$work/out.txt" 2>&1 ||
             { echo "failed: $model $size $ranks $plan"; tail -5 "$work/out.txt"; continue; }
-        python3 - "$json" "$model" "$size" "$ranks" "$plan" "$dims" "$estimate" "$received" <<'PY'
+        python3 - "$json" "$model" "$size" "$ranks" "$plan" "$dims" "$estimate" "$received" "$live" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
 e = m["epochs"][0]
 size = sys.argv[3] + ("^3" if sys.argv[6] == "3" else "^2" if sys.argv[6] == "2" else "")
 print(f"| {sys.argv[2]} | {size} | {sys.argv[4]} | {sys.argv[5]} | {e['peak_memory_mib']:.0f} | "
-      f"{e['tile_memory_mib']:.0f} | {float(sys.argv[7]):.0f} | {float(sys.argv[8]):.0f} | "
+      f"{e['tile_memory_mib']:.0f} | {float(sys.argv[7]):.0f} | {float(sys.argv[9]):.0f} | "
+      f"{float(sys.argv[8]):.0f} | "
       f"{e['seconds'] / m['steps']:.1f} |")
 PY
     done

@@ -123,3 +123,22 @@ struct starpu_codelet tsl_cl_fill = {
     .model = &fill_model,
     .name = "tsl_fill",
 };
+
+/* Zeros a whole vector tile: the value StarPU gives a transient tile that a task reads before
+ * any task wrote it (tsl_tensor_create_transient(), initialisation codelet of its handles). */
+static void zero_cpu(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    void *tile = (void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    TSL_CODELET_CHECK(tile, "zero on an unallocated tile");
+    memset(tile, 0,
+           (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]));
+}
+
+struct starpu_codelet tsl_cl_zero = {
+    .cpu_funcs = {zero_cpu},
+    .cpu_funcs_name = {"zero_cpu"},
+    .nbuffers = 1,
+    .modes = {STARPU_W},
+    .name = "tsl_zero",
+};

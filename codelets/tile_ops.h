@@ -74,6 +74,7 @@ void tsl_fill_tile(const tsl_fill_args *args, void *tile);
 
 /* W tile. */
 extern struct starpu_codelet tsl_cl_fill;
+extern struct starpu_codelet tsl_cl_zero; /* (W tile): all bytes 0 */
 
 /* ---- elementwise: scale, axpy, add ---- */
 

@@ -463,34 +463,28 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
     return st;
 }
 
-tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
-                             int64_t batch, int32_t optimizer_states, int64_t *bytes)
+/* What the estimates share: the op stages (op_stage, nops entries) and the tensors that live
+ * for the whole step, added to bytes: the labels (i64) on the output's stage, and every
+ * parameter where tsl_plan_param_placement() puts it, with its gradient and optimizer states,
+ * plus each sharded weight's whole value on every rank of its stage. */
+static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                 int32_t workers, int64_t batch, int32_t optimizer_states,
+                                 int32_t *op_stage, int64_t *bytes, const char *fn)
 {
-    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate: bad argument");
-    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
     int32_t out = tsl_graph_output(g);
     if (out < 0 || g->input < 0)
-        return tsl_error(NULL, TSL_ERR_STATE,
-                         "tsl_plan_estimate: the graph needs an input and "
-                         "an output");
+        return tsl_error(NULL, TSL_ERR_STATE, "%s: the graph needs an input and an output", fn);
     tsl_shape input, shape;
     tsl_graph_value_shape(g, g->input, &input);
     tsl_status st = plan ? tsl_plan_check(plan, &input, nranks) : TSL_OK;
     int32_t np = tsl_graph_param_count(g);
-    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
     tsl_tile_grid *grids = calloc((size_t)np + 1, sizeof *grids);
     tsl_owner_map *owners = calloc((size_t)np + 1, sizeof *owners);
     int32_t *sharded = calloc((size_t)np + 1, sizeof *sharded);
-    if (!st && (!op_stage || !grids || !owners || !sharded))
-        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
+    if (!st && (!grids || !owners || !sharded))
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
-    for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
-        tsl_graph_value_shape(g, v, &shape);
-        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
-                        &shape, 1, 4 * value_copies(g, v, op_stage), bytes);
-    }
     if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
         tsl_graph_value_shape(g, out, &shape);
         tsl_shape labels;
@@ -521,10 +515,119 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
         for (int32_t r = first; r < first + size; r++) /* each rank's whole copy */
             bytes[r] += 4 * numel;
     }
-    free(op_stage);
     free(grids);
     free(owners);
     free(sharded);
+    return st;
+}
+
+tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
+                             int64_t batch, int32_t optimizer_states, int64_t *bytes)
+{
+    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate: bad argument");
+    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
+    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
+    tsl_status st =
+        op_stage ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, op_stage,
+                                  bytes, "tsl_plan_estimate")
+                 : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
+    tsl_shape input, shape;
+    tsl_graph_value_shape(g, g->input, &input);
+    for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
+        tsl_graph_value_shape(g, v, &shape);
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
+                        &shape, 1, 4 * value_copies(g, v, op_stage), bytes);
+    }
+    free(op_stage);
+    return st;
+}
+
+/* Add (sign 1) or take away (-1) value v's activation-sized tile bytes, size[v * nranks + r],
+ * and keep each rank's largest total in peak. */
+static void live_add(int64_t *live, int64_t *peak, const int64_t *size, int32_t v, int32_t nranks,
+                     int sign)
+{
+    for (int32_t r = 0; r < nranks; r++) {
+        live[r] += sign * size[(int64_t)v * nranks + r];
+        peak[r] = live[r] > peak[r] ? live[r] : peak[r];
+    }
+}
+
+tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                  int32_t workers, int64_t batch, int32_t optimizer_states,
+                                  int64_t *bytes)
+{
+    const char *fn = "tsl_plan_estimate_peak";
+    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
+    int32_t nv = g->nvalues, n = g->nops;
+    int32_t *op_stage = calloc((size_t)n + 1, sizeof *op_stage);
+    int32_t *relu_of = calloc((size_t)n + 1, sizeof *relu_of);
+    uint8_t *fused = calloc((size_t)n + 1, 1);
+    uint8_t *written = calloc((size_t)nv + 1, 1), *spare = calloc((size_t)nv + 1, 1);
+    int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
+    int64_t *live = calloc((size_t)nranks, sizeof *live);
+    tsl_status st =
+        op_stage && relu_of && fused && written && spare && size && live
+            ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, op_stage, live, fn)
+            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    tsl_shape input, shape;
+    tsl_graph_value_shape(g, g->input, &input);
+    for (int32_t v = 0; v < nv && !st; v++) {
+        tsl_graph_value_shape(g, v, &shape);
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
+                        &shape, 1, 4, size + (int64_t)v * nranks);
+    }
+    if (!st) {
+        memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
+        for (int32_t o = 0; o < n; o++) {
+            relu_of[o] = tsl_graph_fused_relu(g, o, op_stage);
+            if (relu_of[o] >= 0)
+                fused[relu_of[o]] = 1;
+        }
+        /* Forward: every op's output made (a batch norm's with a fused ReLU is the ReLU's). */
+        for (int32_t o = 0; o < n; o++)
+            if (relu_of[o] < 0)
+                live_add(live, bytes, size, g->ops[o].output, nranks, 1);
+        /* Backward, as the executor runs it: an op's input gradients are made (a spare for a
+         * value's second contribution); then the op's output, its gradient and spare are
+         * released, since no later op in the backward reads them (the model's output stays,
+         * the accuracy reads it). */
+        int32_t out = tsl_graph_output(g);
+        written[out] = 1;
+        live_add(live, bytes, size, out, nranks, 1);
+        for (int32_t o = n - 1; o >= 0; o--) {
+            const tsl_graph_op *op = &g->ops[o];
+            if (fused[o])
+                continue;
+            int32_t y = relu_of[o] >= 0 ? g->ops[relu_of[o]].output : op->output;
+            for (int32_t k = 0; k < op->ninputs && written[y] && op->kind != TSL_OP_INPUT; k++) {
+                int32_t v = op->inputs[k];
+                if (v == g->input) {
+                    if (op->kind == TSL_OP_CONCAT && !spare[v]) /* its part goes to a spare */
+                        spare[v] = 1, live_add(live, bytes, size, v, nranks, 1);
+                } else if (!written[v]) {
+                    written[v] = 1;
+                    live_add(live, bytes, size, v, nranks, 1);
+                } else if (!spare[v]) {
+                    spare[v] = 1;
+                    live_add(live, bytes, size, v, nranks, 1);
+                }
+            }
+            int copies = (y != out) + written[y] * (y != g->input) + spare[y];
+            for (int c = 0; c < copies; c++)
+                live_add(live, bytes, size, y, nranks, -1);
+        }
+    }
+    free(op_stage);
+    free(relu_of);
+    free(fused);
+    free(written);
+    free(spare);
+    free(size);
+    free(live);
     return st;
 }
 

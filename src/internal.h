@@ -66,6 +66,18 @@ struct tsl_tensor {
     struct tsl_tensor **replicas; /* [ctx->size] */
 };
 
+/* Like tsl_tensor_create_layout(), but StarPU allocates each owned tile when a task first
+ * writes it (the tile has no value before), and tsl_tensor_release() gives it back. */
+tsl_status tsl_tensor_create_transient(struct tsl_tensor **out, struct tsl_context *ctx,
+                                       tsl_dtype dtype, const tsl_shape *shape,
+                                       const tsl_tile_grid *grid, const tsl_owner_map *owners,
+                                       tsl_layout layout);
+
+/* Drop t's value once the tasks submitted so far that use it have run: remote copies are
+ * flushed and the owned tiles invalidated, so a transient tensor's memory goes back to
+ * StarPU. The next task touching a tile must write it whole. */
+void tsl_tensor_release(struct tsl_tensor *t);
+
 /* Mark t's tiles so that the tasks writing them run in sample-tile order on each rank: a task
  * whose first written handle is tile (n, ...) of t gets priority -n (tsl_task_submit), so a
  * rank finishes micro-batch 0 through the layers before micro-batch 1 and the next pipeline

@@ -113,7 +113,7 @@ static tsl_status batch_tensor(struct tsl_model *m, int64_t batch, int32_t stage
     /* Activations with spatial dimensions are stored channels-last, the layout the convolution
      * kernels run fastest on and without im2col buffers (docs/architecture.md). */
     tsl_layout layout = first == 1 && s.ndim >= 3 ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
-    return st ? st : tsl_tensor_create_layout(out, m->ctx, dtype, &s, &grid, &owners, layout);
+    return st ? st : tsl_tensor_create_transient(out, m->ctx, dtype, &s, &grid, &owners, layout);
 }
 
 /* The first rank of pipeline stage `stage`. */
@@ -705,8 +705,17 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, const float *x,
     double l = 0;
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, in->grad[m->g->output], &l);
     in->written[m->g->output] = 1;
-    for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--)
+    for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
         st = op_backward(m, in, i);
+        if (!st && !m->fused[i]) {
+            int32_t out =
+                m->relu_of[i] >= 0 ? m->g->ops[m->relu_of[i]].output : m->g->ops[i].output;
+            tsl_tensor_release(in->grad[out]);
+            tsl_tensor_release(in->scratch[out]);
+            if (out != m->g->output)
+                tsl_tensor_release(in->act[out]);
+        }
+    }
     if (!st && loss)
         *loss = l;
     *used = in;

@@ -126,9 +126,9 @@ tsl_status tsl_tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dty
     return tsl_tensor_create_layout(out, ctx, dtype, shape, grid, owners, TSL_LAYOUT_PLAIN);
 }
 
-tsl_status tsl_tensor_create_layout(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dtype,
-                                    const tsl_shape *shape, const tsl_tile_grid *grid,
-                                    const tsl_owner_map *owners, tsl_layout layout)
+static tsl_status tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dtype,
+                                const tsl_shape *shape, const tsl_tile_grid *grid,
+                                const tsl_owner_map *owners, tsl_layout layout, int transient)
 {
     if (!out)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_tensor_create: tensor is NULL");
@@ -209,7 +209,13 @@ tsl_status tsl_tensor_create_layout(tsl_tensor_t *out, tsl_context_t ctx, tsl_dt
     for (int64_t i = 0; i < t->ntiles; i++) {
         int64_t numel = tsl_tensor_tile_numel(t, i);
         size_t bytes = (size_t)numel * t->elem_size;
-        if (t->tile_owner[i] == ctx->rank) {
+        if (t->tile_owner[i] == ctx->rank && transient) {
+            t->owned_bytes += (int64_t)bytes;
+            starpu_vector_data_register(&t->handles[i], -1, 0, (uint32_t)numel, t->elem_size);
+            /* Read before any write (a part of it written first): zeros, as tessel-allocated
+             * tiles start. */
+            starpu_data_set_reduction_methods(t->handles[i], NULL, &tsl_cl_zero);
+        } else if (t->tile_owner[i] == ctx->rank) {
             void *memory = NULL;
             if (starpu_malloc(&memory, bytes) != 0 || !memory) {
                 for (int64_t j = 0; j < i; j++) {
@@ -237,6 +243,31 @@ tsl_status tsl_tensor_create_layout(tsl_tensor_t *out, tsl_context_t ctx, tsl_dt
     tsl_context_track_tensor(ctx, t);
     *out = t;
     return TSL_OK;
+}
+
+tsl_status tsl_tensor_create_layout(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dtype,
+                                    const tsl_shape *shape, const tsl_tile_grid *grid,
+                                    const tsl_owner_map *owners, tsl_layout layout)
+{
+    return tensor_create(out, ctx, dtype, shape, grid, owners, layout, 0);
+}
+
+tsl_status tsl_tensor_create_transient(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype dtype,
+                                       const tsl_shape *shape, const tsl_tile_grid *grid,
+                                       const tsl_owner_map *owners, tsl_layout layout)
+{
+    return tensor_create(out, ctx, dtype, shape, grid, owners, layout, 1);
+}
+
+void tsl_tensor_release(struct tsl_tensor *t)
+{
+    if (!t)
+        return;
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        starpu_mpi_cache_flush(t->ctx->comm, t->handles[i]);
+        if (t->tile_owner[i] == t->ctx->rank)
+            starpu_data_invalidate_submit(t->handles[i]);
+    }
 }
 
 tsl_status tsl_tensor_destroy(tsl_tensor_t t)

@@ -124,7 +124,8 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int
                                     tsl_owner_map *owners, int32_t *sharded);
 
 /**
- * @brief Estimated tile memory per rank of training @p graph under @p plan with batches of
+ * @brief Estimated tiles per rank (all of them, as if they all lived at once; the most
+ * that does is tsl_plan_estimate_peak()) of training @p graph under @p plan with batches of
  * @p batch: every value's activation and gradient (not the input's gradient) on its
  * producer's stage (tsl_plan_stages() with the same @p batch and @p optimizer_states), the
  * labels (i64) on the output's stage, and every parameter where tsl_plan_param_placement()
@@ -138,6 +139,22 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int
 tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
                              int32_t workers, int64_t batch, int32_t optimizer_states,
                              int64_t *bytes);
+
+/**
+ * @brief Estimated most tile memory per rank live at once while training @p graph, for the
+ * same arguments as tsl_plan_estimate(). The executor makes activations and gradients as
+ * transient tiles (StarPU allocates a tile when a task first writes it) and releases an op's
+ * output, its gradient and spare gradient once the op's backward is submitted (the model's
+ * output stays); parameters, their gradients and optimizer states and the labels live for the
+ * whole step. The estimate follows that order on every rank: the forward makes every op's
+ * output; the backward, op by op from the last, makes the op's input gradients (a spare one
+ * for a value's second contribution), then releases what the op's backward was the last to
+ * read. Counted and not counted as in tsl_plan_estimate().
+ * @param[out] bytes @p nranks entries
+ */
+tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                  int32_t workers, int64_t batch, int32_t optimizer_states,
+                                  int64_t *bytes);
 
 /**
  * @brief Estimated received copies per rank, for the same arguments as tsl_plan_estimate():

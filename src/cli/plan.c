@@ -162,17 +162,21 @@ int command_plan(int argc, char **argv)
     int32_t states = strcmp(optimizer, "adam") == 0 ? 2 : 1;
     int64_t *bytes = calloc((size_t)ranks, sizeof *bytes), one = 0;
     int64_t *received = calloc((size_t)ranks, sizeof *received);
+    int64_t *peak = calloc((size_t)ranks, sizeof *peak), one_peak = 0;
     int32_t *op_stage = calloc((size_t)tsl_graph_op_count(g) + 1, sizeof *op_stage);
     tsl_tile_grid grid;
     tsl_owner_map owners;
     const tsl_plan *pp = plan_text ? &plan : NULL;
     int code = 0;
-    if (!bytes || !received || !op_stage)
+    if (!bytes || !received || !peak || !op_stage)
         code = fail(TSL_ERR_OUT_OF_MEMORY, "estimating");
     else if ((st = tsl_plan_estimate(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
                                      bytes)) ||
+             (st = tsl_plan_estimate_peak(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
+                                          peak)) ||
              (st = tsl_plan_estimate_received(pp, g, (int32_t)ranks, batch, states, received)) ||
              (st = tsl_plan_estimate(NULL, g, 1, 1, batch, states, &one)) ||
+             (st = tsl_plan_estimate_peak(NULL, g, 1, 1, batch, states, &one_peak)) ||
              (st = tsl_plan_stages(pp, g, batch, states, op_stage)) ||
              (st = tsl_plan_tensor_tiling(pp, &info.sample_shape, (int32_t)ranks, 0,
                                           (int32_t)workers, batch, &info.sample_shape, 1, &grid,
@@ -189,19 +193,26 @@ int command_plan(int argc, char **argv)
         printf("input tiles (N x C x spatial, stage 0):");
         for (int d = 0; d <= info.sample_shape.ndim; d++)
             printf("%s%d", d ? " x " : " ", (int)grid.splits[d]);
-        printf("\nrank  estimated tile memory  received copies (largest at once)\n");
-        int64_t largest = 0, with_received = 0;
+        printf("\nrank  tiles (all)   tiles (most live at once)  received copies (largest at "
+               "once)\n");
+        int64_t largest = 0, largest_peak = 0, with_received = 0;
         for (long r = 0; r < ranks; r++) {
-            char tiles[32];
+            char tiles[32], live[32];
             snprintf(tiles, sizeof tiles, "%.1f MiB", (double)bytes[r] / 1048576.0);
-            printf("%-5ld %-22s %.1f MiB\n", r, tiles, (double)received[r] / 1048576.0);
+            snprintf(live, sizeof live, "%.1f MiB", (double)peak[r] / 1048576.0);
+            printf("%-5ld %-13s %-26s %.1f MiB\n", r, tiles, live, (double)received[r] / 1048576.0);
             largest = bytes[r] > largest ? bytes[r] : largest;
-            if (bytes[r] + received[r] > with_received)
-                with_received = bytes[r] + received[r];
+            largest_peak = peak[r] > largest_peak ? peak[r] : largest_peak;
+            if (peak[r] + received[r] > with_received)
+                with_received = peak[r] + received[r];
         }
         printf("largest rank %.1f MiB, %.2f of one rank's %.1f MiB\n", (double)largest / 1048576.0,
                (double)largest / (double)one, (double)one / 1048576.0);
-        printf("largest rank with received copies %.1f MiB\n", (double)with_received / 1048576.0);
+        printf("largest rank live at once %.1f MiB, %.2f of one rank's %.1f MiB\n",
+               (double)largest_peak / 1048576.0, (double)largest_peak / (double)one_peak,
+               (double)one_peak / 1048576.0);
+        printf("largest rank live at once with received copies %.1f MiB\n",
+               (double)with_received / 1048576.0);
         if (pp && pp->stages > 1)
             code = print_stages(pp, g, ranks, batch, op_stage, bytes);
         if (!code)
@@ -209,6 +220,7 @@ int command_plan(int argc, char **argv)
     }
     free(bytes);
     free(received);
+    free(peak);
     free(op_stage);
     tsl_graph_destroy(g);
     return code;

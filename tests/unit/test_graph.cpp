@@ -471,6 +471,34 @@ TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
     }
 }
 
+// The most tiles live at once, worked out by hand for x -> a = conv(x) -> b = conv(a),
+// c = conv(a) -> e = b + c (output), in planes of 8x8 floats (P): the forward makes x, a, b, c
+// and e (13 P); the backward makes e's gradient, then b's and c's (add), a's (c's conv), a
+// spare for a's second contribution (b's conv): 21 P, then releases as ops finish. The
+// parameters and labels (live all the step) are what the all-tiles estimate has beyond its 27 P
+// of values (x; a, its gradient and spare; b, c and e with their gradients).
+TEST(Plan, PeakFollowsTheExecutorsOrder)
+{
+    int32_t a, b, c, e;
+    tsl_graph_t g = input_and_conv(4, &a);
+    ASSERT_NE(g, nullptr);
+    ASSERT_EQ(conv3(g, "b", a, 2, &b), TSL_OK);
+    ASSERT_EQ(conv3(g, "c", a, 2, &c), TSL_OK);
+    ASSERT_EQ(tsl_graph_add(g, b, c, &e), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, e), TSL_OK);
+    for (int64_t batch : {1, 3}) {
+        const int64_t plane = 8 * 8 * 4 * batch;
+        int64_t all = -1, peak = -1;
+        ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, batch, 2, &all), TSL_OK);
+        ASSERT_EQ(tsl_plan_estimate_peak(nullptr, g, 1, 1, batch, 2, &peak), TSL_OK)
+            << tsl_last_error();
+        EXPECT_EQ(peak - (all - 27 * plane), 21 * plane) << batch;
+    }
+    int64_t bytes[1];
+    EXPECT_EQ(tsl_plan_estimate_peak(nullptr, g, 0, 1, 1, 2, bytes), TSL_ERR_INVALID_ARG);
+    tsl_graph_destroy(g);
+}
+
 TEST(Plan, StagesByHandAreKeptAndInherited)
 {
     int64_t sample[3] = {1, 16, 16};
