@@ -99,8 +99,10 @@ tsl_status tsl_context_owns_runtime(tsl_context_t ctx, int32_t *owns);
 tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name);
 
 /**
- * @brief Bytes of tile memory this rank allocated for the tiles it owns, over all live
- * tensors of the context (not counting StarPU-MPI's cached copies of remote tiles).
+ * @brief Bytes of the tiles this rank owns, over all live tensors of the context (not
+ * counting StarPU-MPI's cached copies of remote tiles): tessel's allocations, plus the size
+ * of every transient tile (a model's activations and gradients, which StarPU allocates when
+ * first written and frees when the backward is done with them), allocated or not.
  * Not collective.
  */
 tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
