@@ -309,8 +309,9 @@ double largest_stage(const std::vector<int32_t> &stage, const std::vector<double
 } // namespace
 
 // Each balance cuts consecutive ops into non-empty stages; the memory-aware split of a U-Net
-// has a smaller largest stage, by the memory estimate of every rank, than the naive split
-// (same number of ops per stage), and the time-aware split a smaller largest stage by flops.
+// has a smaller largest stage, by the memory estimates of every rank (all tiles, and the most
+// live at once), than the naive split (same number of ops per stage), and the time-aware split
+// a smaller largest stage by flops.
 // Every stage's ops are found by an exhaustive search to be the best split for small cases.
 TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
 {
@@ -326,7 +327,7 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
     for (int32_t stages : {2, 4}) {
         SCOPED_TRACE("stages " + std::to_string(stages));
         std::map<int, std::vector<int32_t>> split;
-        std::map<int, int64_t> largest_memory;
+        std::map<int, int64_t> largest_memory, largest_live;
         for (int b : {TSL_BALANCE_MEMORY, TSL_BALANCE_LAYERS, TSL_BALANCE_TIME}) {
             tsl_plan p;
             ASSERT_EQ(tsl_plan_init(&p), TSL_OK);
@@ -341,6 +342,9 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
             std::vector<int64_t> bytes((size_t)stages);
             ASSERT_EQ(tsl_plan_estimate(&p, g, stages, 1, 1, 2, bytes.data()), TSL_OK);
             largest_memory[b] = *std::max_element(bytes.begin(), bytes.end());
+            std::vector<int64_t> live((size_t)stages);
+            ASSERT_EQ(tsl_plan_estimate_peak(&p, g, stages, 1, 1, 2, live.data()), TSL_OK);
+            largest_live[b] = *std::max_element(live.begin(), live.end());
             // One rank per stage, nothing sharded: the ranks together hold the one-rank total.
             int64_t one = 0, sum = 0;
             ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, 1, 2, &one), TSL_OK);
@@ -349,6 +353,7 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
             EXPECT_EQ(sum, one) << b;
         }
         EXPECT_LT(largest_memory[TSL_BALANCE_MEMORY], largest_memory[TSL_BALANCE_LAYERS]);
+        EXPECT_LT(largest_live[TSL_BALANCE_MEMORY], largest_live[TSL_BALANCE_LAYERS]);
         bool ordered;
         double naive_ops = largest_stage(split[TSL_BALANCE_LAYERS], ones, stages, &ordered);
         // ceil, as even as it gets, but for a batch norm and its fused ReLU, which stay together
