@@ -474,6 +474,19 @@ tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
     if (ctx->tag_count - ctx->tags_used < t->ntiles)
         return tsl_error(ctx, TSL_ERR_RESOURCE, "tsl_tensor_scatter: StarPU-MPI tags exhausted");
     for (int64_t i = 0; i < t->ntiles; i++) {
+        if (t->tile_owner[i] == root) {
+            /* Root's own tiles are written in place, without a staging copy; the other ranks
+             * drop any cached copy of them. */
+            starpu_mpi_cache_flush(ctx->comm, t->handles[i]);
+            if (ctx->rank == root) {
+                tsl_box_copy_args to_tile, to_whole;
+                whole_tile_box(t, i, &to_tile, &to_whole);
+                starpu_data_acquire(t->handles[i], STARPU_W);
+                tsl_box_copy(&to_tile, starpu_data_get_local_ptr(t->handles[i]), src);
+                starpu_data_release(t->handles[i]);
+            }
+            continue;
+        }
         starpu_data_handle_t staging;
         st = tsl_temp_handle_register(ctx, tsl_tensor_tile_numel(t, i), t->elem_size, root,
                                       &staging);

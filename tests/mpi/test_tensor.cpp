@@ -220,7 +220,35 @@ TEST(ScatterGather, RoundTripEveryLayoutAndDtype)
                 auto back = gather(t, root);
                 if (rank == root)
                     EXPECT_EQ(back, data) << l.name << " dtype " << tsl_dtype_name(dt);
+                // Scattered again (root's own tiles are written in place): no rank reads the
+                // first values from a copy it kept.
+                auto again = random_array(dt, tsl_shape_numel(&s), salt + 1000);
+                ASSERT_EQ(tsl_tensor_scatter(t, 0, rank == 0 ? again.data() : nullptr), TSL_OK);
+                back = gather(t, root);
+                if (rank == root)
+                    EXPECT_EQ(back, again) << l.name << " dtype " << tsl_dtype_name(dt);
             }
+        }
+    }
+}
+
+// Scattering again after other ranks read root's tiles (y's owners differ from x's; root's own
+// tiles are written in place): the next read gets the new values.
+TEST(ScatterGather, ScatterAgainReachesRanksThatReadTheTiles)
+{
+    tsl_shape s = shape_of({4, 3, 10, 6});
+    for (const Layout &l : layouts_for(s)) {
+        Layout other = l;
+        other.owners = tsl_owner_callback(reversed, nullptr);
+        Tensor x(TSL_F32, s, l), y(TSL_F32, s, other);
+        for (uint64_t k = 0; k < 2; k++) {
+            auto data = random_array(TSL_F32, tsl_shape_numel(&s), 77 + k);
+            ASSERT_EQ(tsl_tensor_scatter(x, 0, rank == 0 ? data.data() : nullptr), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_constant(y, 0.0), TSL_OK);
+            ASSERT_EQ(tsl_tensor_axpy(y, 1.0, x), TSL_OK);
+            auto back = gather(y, 0);
+            if (rank == 0)
+                EXPECT_EQ(back, data) << l.name << " scatter " << k;
         }
     }
 }
