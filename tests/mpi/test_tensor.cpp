@@ -236,21 +236,22 @@ TEST(ScatterGather, RoundTripEveryLayoutAndDtype)
 // tiles are written in place): the next read gets the new values.
 TEST(ScatterGather, ScatterAgainReachesRanksThatReadTheTiles)
 {
-    tsl_shape s = shape_of({4, 3, 10, 6});
-    for (const Layout &l : layouts_for(s)) {
-        Layout other = l;
-        other.owners = tsl_owner_callback(reversed, nullptr);
-        Tensor x(TSL_F32, s, l), y(TSL_F32, s, other);
-        for (uint64_t k = 0; k < 2; k++) {
-            auto data = random_array(TSL_F32, tsl_shape_numel(&s), 77 + k);
-            ASSERT_EQ(tsl_tensor_scatter(x, 0, rank == 0 ? data.data() : nullptr), TSL_OK);
-            ASSERT_EQ(tsl_tensor_fill_constant(y, 0.0), TSL_OK);
-            ASSERT_EQ(tsl_tensor_axpy(y, 1.0, x), TSL_OK);
-            auto back = gather(y, 0);
-            if (rank == 0)
-                EXPECT_EQ(back, data) << l.name << " scatter " << k;
+    // Small tiles go through staging copies, tiles of 1 MiB and more are written in place.
+    for (tsl_shape s : {shape_of({4, 3, 10, 6}), shape_of({4, 4, 256, 256})})
+        for (const Layout &l : layouts_for(s)) {
+            Layout other = l;
+            other.owners = tsl_owner_callback(reversed, nullptr);
+            Tensor x(TSL_F32, s, l), y(TSL_F32, s, other);
+            for (uint64_t k = 0; k < 2; k++) {
+                auto data = random_array(TSL_F32, tsl_shape_numel(&s), 77 + k);
+                ASSERT_EQ(tsl_tensor_scatter(x, 0, rank == 0 ? data.data() : nullptr), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_constant(y, 0.0), TSL_OK);
+                ASSERT_EQ(tsl_tensor_axpy(y, 1.0, x), TSL_OK);
+                auto back = gather(y, 0);
+                if (rank == 0)
+                    EXPECT_EQ(back, data) << l.name << " scatter " << k;
+            }
         }
-    }
 }
 
 TEST(Elementwise, EveryLayoutGivesTheOneTileResult)
