@@ -533,7 +533,8 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
                                   bytes, "tsl_plan_estimate")
                  : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
     tsl_shape input, shape;
-    tsl_graph_value_shape(g, g->input, &input);
+    if (!st) /* else no input: the error stays the setup's */
+        tsl_graph_value_shape(g, g->input, &input);
     for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
         tsl_graph_value_shape(g, v, &shape);
         st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
@@ -574,7 +575,8 @@ tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t n
             ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, op_stage, live, fn)
             : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     tsl_shape input, shape;
-    tsl_graph_value_shape(g, g->input, &input);
+    if (!st) /* else no input: the error stays the setup's */
+        tsl_graph_value_shape(g, g->input, &input);
     for (int32_t v = 0; v < nv && !st; v++) {
         tsl_graph_value_shape(g, v, &shape);
         st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,

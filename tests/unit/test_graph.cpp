@@ -502,6 +502,14 @@ TEST(Plan, PeakFollowsTheExecutorsOrder)
     int64_t bytes[1];
     EXPECT_EQ(tsl_plan_estimate_peak(nullptr, g, 0, 1, 1, 2, bytes), TSL_ERR_INVALID_ARG);
     tsl_graph_destroy(g);
+    // An empty graph says what it lacks.
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    for (auto estimate : {tsl_plan_estimate, tsl_plan_estimate_peak}) {
+        EXPECT_EQ(estimate(nullptr, g, 1, 1, 1, 2, bytes), TSL_ERR_STATE);
+        EXPECT_NE(std::string(tsl_last_error()).find("an input and an output"), std::string::npos)
+            << tsl_last_error();
+    }
+    tsl_graph_destroy(g);
 }
 
 TEST(Plan, StagesByHandAreKeptAndInherited)
