@@ -6,11 +6,13 @@
 
 #include <cblas.h>
 
+#include "host_cache.h"
 #include "internal.h"
 #include "tessel/starpu.h"
 
 #define TSL_DEFAULT_TAG_BASE ((int64_t)1 << 40)
 #define TSL_DEFAULT_TAG_COUNT ((int64_t)1 << 40)
+#define TSL_DEFAULT_HOST_CACHE_BYTES ((int64_t)32 << 20)
 
 /* Rank of this process for codelet abort messages (codelets/check.h). */
 int tsl_codelet_rank = -1;
@@ -28,6 +30,7 @@ tsl_status tsl_context_config_init(tsl_context_config *config)
     config->log_level = TSL_LOG_WARN;
     config->log_fn = NULL;
     config->log_user = NULL;
+    config->host_cache_bytes = TSL_DEFAULT_HOST_CACHE_BYTES;
     return TSL_OK;
 }
 
@@ -48,6 +51,9 @@ static tsl_status check_config(const tsl_context_config *config, const char *fn)
     if (config->log_level < TSL_LOG_ERROR || config->log_level > TSL_LOG_DEBUG)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: log level %d out of range", fn,
                          (int)config->log_level);
+    if (config->host_cache_bytes < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: host cache of %lld bytes (want >= 0)", fn,
+                         (long long)config->host_cache_bytes);
     if (config->scheduler && (config->scheduler[0] == '\0' || strlen(config->scheduler) > 64))
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scheduler name empty or too long", fn);
     return TSL_OK;
@@ -177,8 +183,12 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     }
     if (config->comm_stats)
         setenv("STARPU_COMM_STATS", "1", 1);
+    /* Before StarPU starts, so that every buffer it allocates and frees passes the cache. */
+    if (config->host_cache_bytes > 0)
+        tsl_host_cache_install((size_t)config->host_cache_bytes);
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf);
     if (ret != 0) {
+        tsl_host_cache_uninstall(NULL);
         if (ctx->finalize_mpi)
             MPI_Finalize();
         context_free(ctx);
@@ -189,6 +199,7 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     st = context_bind_comm(ctx, MPI_COMM_WORLD);
     if (st) {
         starpu_mpi_shutdown();
+        tsl_host_cache_uninstall(NULL);
         if (ctx->finalize_mpi)
             MPI_Finalize();
         context_free(ctx);
@@ -278,6 +289,11 @@ tsl_status tsl_context_destroy(tsl_context_t ctx)
         MPI_Comm_free(&ctx->ctl_comm);
     if (ctx->owns_runtime) {
         starpu_mpi_shutdown();
+        tsl_host_cache_stats cs;
+        tsl_host_cache_uninstall(&cs);
+        tsl_log(ctx, TSL_LOG_DEBUG,
+                "host cache: %lld buffers allocated, %lld reused, at most %.1f MiB kept",
+                (long long)cs.allocated, (long long)cs.reused, cs.most_cached / 1048576.0);
         if (ctx->finalize_mpi)
             MPI_Finalize();
     }
@@ -345,6 +361,22 @@ tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes)
 {
     CHECK_CTX(ctx, bytes, "tsl_context_owned_bytes");
     *bytes = ctx->owned_bytes;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_t *reused,
+                                  int64_t *allocated)
+{
+    CHECK_CTX(ctx, kept_bytes, "tsl_context_host_cache");
+    if (!reused || !allocated)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_context_host_cache: output pointer is NULL");
+    tsl_host_cache_stats stats;
+    size_t kept;
+    tsl_host_cache_query(&stats, &kept);
+    *kept_bytes = (int64_t)kept;
+    *reused = stats.reused;
+    *allocated = stats.allocated;
     return TSL_OK;
 }
 

@@ -55,10 +55,17 @@ typedef struct tsl_context_config {
      *  STARPU_COMM_STATS=1 before StarPU-MPI starts, which also makes StarPU-MPI print the
      *  totals at shutdown. Default 0 (the variable set by hand does the same). */
     int32_t comm_stats;
+    /** Bytes of freed main-memory buffers kept for reuse (tsl_context_create() only): StarPU
+     *  frees an activation or gradient tile when the backward releases it and allocates it
+     *  again the next step; a kept buffer spares the page faults of fresh memory. Blocks over
+     *  a quarter of this are never kept, so a rank's peak grows by at most this much. 0 keeps
+     *  none. Default 32 MiB. An application that owns StarPU (tsl_context_attach()) keeps its
+     *  own allocator. */
+    int64_t host_cache_bytes;
 } tsl_context_config;
 
 /** @brief Fill @p config with defaults: StarPU decides workers and scheduler,
- *  tags [2^40, 2^40 + 2^40), warnings and errors logged to stderr. */
+ *  tags [2^40, 2^40 + 2^40), warnings and errors logged to stderr, 32 MiB host cache. */
 tsl_status tsl_context_config_init(tsl_context_config *config);
 
 /**
@@ -124,6 +131,15 @@ tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, doub
  * difference of two calls around tsl_context_wait() to measure a piece of work.
  */
 tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *received);
+
+/**
+ * @brief This rank's cache of freed main-memory buffers (tsl_context_config::host_cache_bytes):
+ * bytes it keeps now, and since the context started the buffers it handed out again and
+ * those it had to allocate. Zeros for a context without a cache (attached, or a limit of 0).
+ * Not collective.
+ */
+tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_t *reused,
+                                  int64_t *allocated);
 
 /** @brief Number of StarPU-MPI tags the context has handed out so far. Not collective. */
 tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);

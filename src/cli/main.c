@@ -31,9 +31,10 @@ static void usage_main(FILE *out)
 
 static void usage_info(FILE *out)
 {
-    fprintf(out, "usage: tessel info [--ncpu N] [--sched NAME]\n"
+    fprintf(out, "usage: tessel info [--ncpu N] [--sched NAME] [--host-cache-mib M]\n"
                  "  --ncpu N       CPU workers per rank (default: StarPU decides)\n"
-                 "  --sched NAME   StarPU scheduler (default: StarPU's, or STARPU_SCHED)\n");
+                 "  --sched NAME   StarPU scheduler (default: StarPU's, or STARPU_SCHED)\n"
+                 "  --host-cache-mib M  MiB of freed tile buffers kept for reuse (default 32)\n");
 }
 
 static void usage_demo(FILE *out)
@@ -96,6 +97,15 @@ int parse_common(int argc, char **argv, int *i, common_options *opts)
             return -1;
         }
         opts->config.ncpu = (int32_t)v;
+        *i += 1;
+        return 1;
+    }
+    if (strcmp(argv[*i], "--host-cache-mib") == 0) {
+        if (*i + 1 >= argc || parse_int_arg(argv[*i + 1], 0, 1L << 30, &v)) {
+            fprintf(stderr, "tessel: --host-cache-mib needs a number of MiB (0 or more)\n");
+            return -1;
+        }
+        opts->config.host_cache_bytes = (int64_t)v << 20;
         *i += 1;
         return 1;
     }

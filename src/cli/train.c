@@ -49,7 +49,7 @@ static void usage_train(FILE *out)
         "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
         "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
         "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
-        "                    [--sched NAME]\n"
+        "                    [--sched NAME] [--host-cache-mib M]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
         "                      or npy:DIR (see the README)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
@@ -85,7 +85,9 @@ static void usage_train(FILE *out)
         "  --comm-stats        count the bytes StarPU-MPI moves and the time workers spend\n"
         "                      executing tasks: per-step traffic of the busiest rank and the\n"
         "                      workers' busy fraction in the summaries and the metrics\n"
-        "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n");
+        "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n"
+        "  --host-cache-mib M  MiB of freed tile buffers each rank keeps for reuse (default\n"
+        "                      32, 0 none): spares fresh pages for each step's activations\n");
     int32_t n;
     const char *const *desc;
     const char *const *names = tsl_zoo_names(&n, &desc);

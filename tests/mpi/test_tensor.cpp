@@ -194,6 +194,43 @@ TEST(Context, Queries)
     EXPECT_EQ(tsl_context_create(&second, nullptr), TSL_ERR_STATE);
     EXPECT_EQ(second, nullptr);
     EXPECT_NE(std::strstr(tsl_last_error(), "attach"), nullptr);
+    tsl_context_config bad;
+    tsl_context_config_init(&bad);
+    bad.host_cache_bytes = -1;
+    EXPECT_EQ(tsl_context_create(&second, &bad), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "host cache"), nullptr);
+}
+
+// Freed tiles go to the context's host cache and come back for a tile of the same size;
+// a tile handed out again still starts as zeros, whatever its previous tensor held.
+TEST(Context, HostCacheHandsFreedTilesOutAgain)
+{
+    int64_t kept = -1, reused0 = -1, allocated0 = -1, reused1 = -1, allocated1 = -1;
+    EXPECT_EQ(tsl_context_host_cache(ctx, nullptr, &reused0, &allocated0), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_context_host_cache(ctx, &kept, nullptr, &allocated0), TSL_ERR_INVALID_ARG);
+    ASSERT_EQ(tsl_context_host_cache(ctx, &kept, &reused0, &allocated0), TSL_OK);
+    tsl_shape s = {2, {1000, 37}};
+    tsl_tile_grid grid = tsl_tile_grid_single();
+    grid.splits[0] = size;
+    tsl_owner_map owners = tsl_owner_block(nullptr);
+    for (int round = 0; round < 2; round++) {
+        tsl_tensor_t t = nullptr;
+        ASSERT_EQ(tsl_tensor_create(&t, ctx, TSL_F32, &s, &grid, &owners), TSL_OK);
+        std::vector<float> out(rank == 0 ? 1000 * 37 : 0, -1.0f);
+        ASSERT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? out.data() : nullptr), TSL_OK);
+        for (size_t i = 0; i < out.size(); i++)
+            ASSERT_EQ(out[i], 0.0f) << "round " << round << " element " << i;
+        ASSERT_EQ(tsl_tensor_fill_constant(t, 7.0), TSL_OK);
+        ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+        ASSERT_EQ(tsl_tensor_destroy(t), TSL_OK);
+    }
+    ASSERT_EQ(tsl_context_host_cache(ctx, &kept, &reused1, &allocated1), TSL_OK);
+    // Every round took a buffer through the cache (the harness's context keeps the default
+    // one), and the second round's tile is the first round's buffer.
+    EXPECT_GE(reused1 + allocated1 - reused0 - allocated0, 2);
+    EXPECT_GE(reused1 - reused0, 1);
+    EXPECT_GE(kept, 1000 / size * 37 * 4);
+    EXPECT_LE(kept, 32 << 20); // the default limit
 }
 
 TEST(ScatterGather, RoundTripEveryLayoutAndDtype)

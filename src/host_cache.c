@@ -1,0 +1,209 @@
+/* Caching allocator for StarPU's main-memory buffers.
+ *
+ * Activations and gradients are transient tiles: StarPU allocates a tile's buffer when a task
+ * first writes it, and the backward releases it (tsl_tensor_release), which frees the buffer.
+ * With the C library's allocator every such buffer comes back as fresh pages each step (large
+ * blocks are mapped and unmapped, arena tops are trimmed), and the kernels then pay a page
+ * fault for every 4 KiB they touch: about a quarter of a small data-parallel step. This
+ * allocator, installed with starpu_malloc_set_hooks() while tessel owns StarPU, keeps freed
+ * blocks for reuse by exact size, up to a byte limit; blocks larger than a quarter of the
+ * limit are never kept, so the cache raises a rank's peak by at most the limit.
+ *
+ * Every block carries a header recording its size and whether it was pinned, because StarPU's
+ * starpu_free() passes no size. Blocks are pinned (starpu_memory_pin) when StarPU asks for
+ * pinned memory and CUDA workers exist, as StarPU's own allocator does with cudaHostAlloc.
+ *
+ * TSL_POISON_ALLOC=1 in the environment fills every block handed out with 0xff bytes (NaN as
+ * f32), so a kernel that reads memory it never wrote shows up in the results. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_cache.h"
+
+#define HEADER_BYTES 64 /* keeps the user pointer 64-byte aligned */
+#define HEADER_MAGIC 0x7465737365ca4e31ULL
+
+struct header {
+    uint64_t magic;
+    size_t dim;
+    int pinned;
+};
+
+struct bin {
+    size_t dim;
+    int pinned;
+    int32_t count;
+    int32_t cap;
+    void **blocks; /* raw pointers (header first) */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    int installed;
+    int poison;
+    size_t limit;
+    size_t max_block;
+    size_t cached;
+    struct bin *bins;
+    int32_t nbins;
+    int32_t bins_cap;
+    tsl_host_cache_stats stats;
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void release_block(void *raw)
+{
+    struct header *h = raw;
+    if (h->pinned)
+        starpu_memory_unpin((char *)raw + HEADER_BYTES, h->dim);
+    free(raw);
+}
+
+/* Bin for (dim, pinned); NULL if absent and create is 0 or memory is short. Lock held. */
+static struct bin *find_bin(size_t dim, int pinned, int create)
+{
+    for (int32_t i = 0; i < cache.nbins; i++)
+        if (cache.bins[i].dim == dim && cache.bins[i].pinned == pinned)
+            return &cache.bins[i];
+    if (!create)
+        return NULL;
+    if (cache.nbins == cache.bins_cap) {
+        int32_t cap = cache.bins_cap ? 2 * cache.bins_cap : 64;
+        struct bin *bins = realloc(cache.bins, (size_t)cap * sizeof *bins);
+        if (!bins)
+            return NULL;
+        cache.bins = bins;
+        cache.bins_cap = cap;
+    }
+    struct bin *b = &cache.bins[cache.nbins++];
+    memset(b, 0, sizeof *b);
+    b->dim = dim;
+    b->pinned = pinned;
+    return b;
+}
+
+static int wants_pinning(int flags)
+{
+    return (flags & STARPU_MALLOC_PINNED) && starpu_cuda_worker_get_count() > 0;
+}
+
+static int cache_malloc(unsigned node, void **out, size_t dim, int flags)
+{
+    (void)node;
+    int pinned = wants_pinning(flags);
+    void *raw = NULL;
+    pthread_mutex_lock(&cache.lock);
+    struct bin *b = find_bin(dim, pinned, 0);
+    if (b && b->count > 0) {
+        raw = b->blocks[--b->count];
+        cache.cached -= dim;
+        cache.stats.reused++;
+    } else {
+        cache.stats.allocated++;
+    }
+    pthread_mutex_unlock(&cache.lock);
+    if (!raw) {
+        if (dim > SIZE_MAX - HEADER_BYTES || posix_memalign(&raw, HEADER_BYTES, dim + HEADER_BYTES))
+            return -ENOMEM;
+        struct header *h = raw;
+        h->magic = HEADER_MAGIC;
+        h->dim = dim;
+        h->pinned = pinned && starpu_memory_pin((char *)raw + HEADER_BYTES, dim) == 0;
+    }
+    if (cache.poison)
+        memset((char *)raw + HEADER_BYTES, 0xff, dim);
+    *out = (char *)raw + HEADER_BYTES;
+    return 0;
+}
+
+static int cache_free(unsigned node, void *ptr, size_t dim, int flags)
+{
+    (void)node, (void)dim, (void)flags; /* starpu_free() passes no size: the header has it */
+    void *raw = (char *)ptr - HEADER_BYTES;
+    struct header *h = raw;
+    if (h->magic != HEADER_MAGIC) {
+        /* Not ours (cannot happen while the hooks span StarPU's whole life): keep it
+         * rather than hand a foreign, possibly pinned, block to free(). */
+        fprintf(stderr, "tessel: host cache: freeing a block it did not allocate; leaked\n");
+        return 0;
+    }
+    size_t size = h->dim;
+    pthread_mutex_lock(&cache.lock);
+    if (size <= cache.max_block && cache.cached + size <= cache.limit) {
+        struct bin *b = find_bin(size, h->pinned, 1);
+        if (b && b->count == b->cap) {
+            int32_t cap = b->cap ? 2 * b->cap : 4;
+            void **blocks = realloc(b->blocks, (size_t)cap * sizeof *blocks);
+            if (blocks) {
+                b->blocks = blocks;
+                b->cap = cap;
+            }
+        }
+        if (b && b->count < b->cap) {
+            b->blocks[b->count++] = raw;
+            cache.cached += size;
+            if (cache.cached > cache.stats.most_cached)
+                cache.stats.most_cached = cache.cached;
+            raw = NULL;
+        }
+    }
+    pthread_mutex_unlock(&cache.lock);
+    if (raw)
+        release_block(raw);
+    return 0;
+}
+
+void tsl_host_cache_install(size_t limit)
+{
+    pthread_mutex_lock(&cache.lock);
+    cache.installed = 1;
+    const char *poison = getenv("TSL_POISON_ALLOC");
+    cache.poison = poison && poison[0] && strcmp(poison, "0") != 0;
+    cache.limit = limit;
+    cache.max_block = limit / 4;
+    cache.cached = 0;
+    memset(&cache.stats, 0, sizeof cache.stats);
+    pthread_mutex_unlock(&cache.lock);
+    starpu_malloc_set_hooks(cache_malloc, cache_free);
+}
+
+int tsl_host_cache_query(tsl_host_cache_stats *stats, size_t *kept)
+{
+    pthread_mutex_lock(&cache.lock);
+    int installed = cache.installed;
+    if (installed) {
+        *stats = cache.stats;
+        *kept = cache.cached;
+    } else {
+        memset(stats, 0, sizeof *stats);
+        *kept = 0;
+    }
+    pthread_mutex_unlock(&cache.lock);
+    return installed;
+}
+
+void tsl_host_cache_uninstall(tsl_host_cache_stats *stats)
+{
+    pthread_mutex_lock(&cache.lock);
+    if (!cache.installed) {
+        pthread_mutex_unlock(&cache.lock);
+        return;
+    }
+    for (int32_t i = 0; i < cache.nbins; i++) {
+        for (int32_t k = 0; k < cache.bins[i].count; k++)
+            release_block(cache.bins[i].blocks[k]);
+        free(cache.bins[i].blocks);
+    }
+    free(cache.bins);
+    cache.bins = NULL;
+    cache.nbins = cache.bins_cap = 0;
+    cache.cached = 0;
+    cache.installed = 0;
+    if (stats)
+        *stats = cache.stats;
+    pthread_mutex_unlock(&cache.lock);
+    starpu_malloc_set_hooks(NULL, NULL);
+}
