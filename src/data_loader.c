@@ -1,6 +1,7 @@
 /* The batch loader (include/tessel/data.h): epochs cut into batches, the next batch read on
- * a background thread into the buffer the caller is not using (double buffering). Built on
- * the public dataset calls only; pure C and pthreads. */
+ * a background thread into the buffer the caller is not using (double buffering), or, for
+ * batches over LOADER_PREFETCH_MAX_BYTES, into the one buffer when the caller asks for it.
+ * Built on the public dataset calls only; pure C and pthreads. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,11 @@
 #include "tessel/data.h"
 
 #define LOADER_MESSAGE_MAX 512
+
+/* A batch larger than this (samples and labels) is not read ahead: a second buffer would
+ * hold as much again on the rank that reads (a 2496^2 segmentation sample with its per-pixel
+ * labels is 71 MiB), while reading one takes a small part of the training step it feeds. */
+#define LOADER_PREFETCH_MAX_BYTES ((int64_t)64 << 20)
 
 /* One of the two buffers, with the batch it holds and how reading it went. */
 typedef struct loader_slot {
@@ -44,6 +50,8 @@ struct tsl_loader {
     pthread_cond_t changed;
     int fill_slot; /* the slot the thread fills next, which the caller does not hold */
     int filled;    /* slots[fill_slot] is ready */
+    int nslots;    /* 2: read ahead; 1: read a batch when tsl_loader_next() asks */
+    int requested; /* one slot: tsl_loader_next() waits for a batch not read yet */
     int stop;
     tsl_status error; /* sticky: once a read failed, every later call reports it */
     char error_message[LOADER_MESSAGE_MAX];
@@ -82,11 +90,12 @@ static void *loader_thread(void *arg)
     struct tsl_loader *ld = arg;
     pthread_mutex_lock(&ld->lock);
     for (;;) {
-        while (!ld->stop && ld->filled)
+        while (!ld->stop && (ld->filled || (ld->nslots == 1 && !ld->requested)))
             pthread_cond_wait(&ld->changed, &ld->lock);
         if (ld->stop)
             break;
         loader_slot *slot = &ld->slots[ld->fill_slot];
+        ld->requested = 0;
         pthread_mutex_unlock(&ld->lock);
         tsl_status st = read_next_batch(ld, slot);
         pthread_mutex_lock(&ld->lock);
@@ -157,8 +166,11 @@ tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_
     ld->shuffle = shuffle;
     pthread_mutex_init(&ld->lock, NULL);
     pthread_cond_init(&ld->changed, NULL);
+    int64_t batch_bytes = rows * (info.sample_numel * (int64_t)sizeof(float) +
+                                  info.label_numel * (int64_t)sizeof(int64_t));
+    ld->nslots = batch_bytes > LOADER_PREFETCH_MAX_BYTES ? 1 : 2;
     int ok = (ld->order = malloc((size_t)info.samples * sizeof *ld->order)) != NULL;
-    for (int s = 0; s < 2 && ok; s++) {
+    for (int s = 0; s < ld->nslots && ok; s++) {
         loader_slot *slot = &ld->slots[s];
         ok = (slot->x = malloc((size_t)(rows * info.sample_numel) * sizeof *slot->x)) &&
              (slot->y = malloc((size_t)(rows * info.label_numel) * sizeof *slot->y)) &&
@@ -167,8 +179,8 @@ tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_
     if (!ok) {
         tsl_loader_destroy(ld);
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
-                         "tsl_loader_create: cannot allocate two batches of %lld samples",
-                         (long long)rows);
+                         "tsl_loader_create: cannot allocate %d batches of %lld samples",
+                         ld->nslots, (long long)rows);
     }
     if (pthread_create(&ld->thread, NULL, loader_thread, ld) != 0) {
         tsl_loader_destroy(ld);
@@ -184,6 +196,11 @@ tsl_status tsl_loader_next(tsl_loader_t ld, tsl_batch *batch)
     if (!ld || !batch)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_loader_next: NULL argument");
     pthread_mutex_lock(&ld->lock);
+    if (ld->nslots == 1 && !ld->filled) {
+        /* The caller gives the previous batch back: read the next into its buffer. */
+        ld->requested = 1;
+        pthread_cond_broadcast(&ld->changed);
+    }
     while (!ld->error && !ld->filled)
         pthread_cond_wait(&ld->changed, &ld->lock);
     const loader_slot *slot = &ld->slots[ld->fill_slot];
@@ -206,7 +223,7 @@ tsl_status tsl_loader_next(tsl_loader_t ld, tsl_batch *batch)
     batch->index = slot->index;
     batch->last = slot->last;
     ld->filled = 0;
-    ld->fill_slot ^= 1;
+    ld->fill_slot = (ld->fill_slot + 1) % ld->nslots;
     pthread_cond_broadcast(&ld->changed);
     pthread_mutex_unlock(&ld->lock);
     return TSL_OK;
@@ -237,6 +254,7 @@ tsl_status tsl_loader_seek(tsl_loader_t ld, int64_t epoch, int64_t batch)
     ld->next_batch = batch;
     ld->fill_slot = 0;
     ld->filled = 0;
+    ld->requested = 0;
     ld->stop = 0;
     ld->error = st;
     if (st)

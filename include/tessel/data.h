@@ -148,8 +148,9 @@ typedef struct tsl_batch {
 /**
  * @brief Create a loader: epoch after epoch, it cuts tsl_dataset_epoch_order(seed, epoch)
  * into batches, and a background thread reads the next batch while the caller works on the
- * current one (two buffers). The batches are exactly those tsl_dataset_read() gives for
- * the same indices.
+ * current one (two buffers). A batch of more than 64 MiB (samples and labels) is read when
+ * tsl_loader_next() asks for it, into one buffer, so that huge samples are not held twice.
+ * The batches are exactly those tsl_dataset_read() gives for the same indices.
  * @param[out] loader     the loader (tsl_loader_destroy())
  * @param[in]  dataset    read by the loader's thread; must outlive the loader
  * @param[in]  batch_size samples per batch, >= 1

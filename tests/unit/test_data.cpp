@@ -875,6 +875,36 @@ TEST(DatasetLoader, SeekContinuesTheSchedule)
     tsl_dataset_destroy(ds);
 }
 
+// Batches over 64 MiB are read when asked for, into one buffer instead of two: the same
+// batches, also after a seek and after batches taken first.
+TEST(DatasetLoader, LargeBatchesReadOnDemand)
+{
+    tsl_dataset_t ds;
+    // 1200^2 pixels of f32 and per-pixel i64 labels: 16.5 MiB a sample, 66 MiB a batch of 4.
+    ASSERT_EQ(open_dataset(&ds, "synthetic:dims=2,size=1200,samples=9,classes=3", TSL_SPLIT_TRAIN),
+              TSL_OK);
+    check_loader(ds, 4, test_seed(), 1, 0);
+    tsl_loader_t ld = nullptr;
+    ASSERT_EQ(tsl_loader_create(&ld, ds, 4, 5, 1, 0), TSL_OK);
+    tsl_batch b;
+    ASSERT_EQ(tsl_loader_next(ld, &b), TSL_OK);
+    ASSERT_EQ(tsl_loader_seek(ld, 1, 2), TSL_OK);
+    ASSERT_EQ(tsl_loader_next(ld, &b), TSL_OK);
+    EXPECT_EQ(b.epoch, 1);
+    EXPECT_EQ(b.index, 2);
+    EXPECT_EQ(b.count, 1);
+    std::vector<int64_t> order(9);
+    ASSERT_EQ(tsl_dataset_epoch_order(order.data(), 9, 5, 1, 1), TSL_OK);
+    EXPECT_EQ(b.indices[0], order[8]);
+    Batch expected = read(ds, {order[8]});
+    EXPECT_EQ(std::memcmp(b.x, expected.x.data(), expected.x.size() * sizeof(float)), 0);
+    ASSERT_EQ(tsl_loader_next(ld, &b), TSL_OK); // wraps to the next epoch
+    EXPECT_EQ(b.epoch, 2);
+    EXPECT_EQ(b.index, 0);
+    EXPECT_EQ(tsl_loader_destroy(ld), TSL_OK);
+    tsl_dataset_destroy(ds);
+}
+
 TEST(DatasetLoader, OnTheTestSplit)
 {
     tsl_dataset_t ds;
