@@ -51,6 +51,25 @@ static void strided_row(char *dst, const char *src, int64_t count, int64_t ss, s
 }
 
 /* dst[i] += src[i * stride] */
+/* i64 labels into u8 or i32: exact where the value fits; otherwise an invalid label (255 or
+ * -1, outside [0, classes) for every class count the type serves), which the loss counts. */
+static void narrow_row(char *dst, const int64_t *src, int64_t n, int64_t stride, size_t elem)
+{
+    if (elem == 1) {
+        uint8_t *d = (uint8_t *)dst;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = src[i * stride];
+            d[i] = v >= 0 && v < 255 ? (uint8_t)v : 255;
+        }
+    } else {
+        int32_t *d = (int32_t *)(void *)dst;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = src[i * stride];
+            d[i] = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+        }
+    }
+}
+
 static void add_row(float *restrict dst, const float *restrict src, int64_t n, int64_t stride)
 {
     if (stride == 1)
@@ -65,6 +84,8 @@ void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
 {
     TSL_CODELET_CHECK(!args->accumulate || args->elem_size == (int32_t)sizeof(float),
                       "box copy: accumulation is for f32 tiles");
+    TSL_CODELET_CHECK(!args->narrow_labels || args->elem_size == 1 || args->elem_size == 4,
+                      "box copy: labels narrow to u8 or i32 only");
     int ndim = args->ndim;
     size_t elem = (size_t)args->elem_size;
     int64_t src_stride[TSL_MAX_DIMS], dst_stride[TSL_MAX_DIMS];
@@ -90,7 +111,8 @@ void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
         ss[pad + k] = src_stride[order[k]];
         ds[pad + k] = dst_stride[order[k]];
     }
-    const char *sp = (const char *)src + (size_t)sbase * elem;
+    size_t selem = args->narrow_labels ? sizeof(int64_t) : elem;
+    const char *sp = (const char *)src + (size_t)sbase * selem;
     char *dp = (char *)dst + (size_t)dbase * elem;
     int contiguous = ss[4] == 1;
     size_t row_bytes = (size_t)box[4] * elem;
@@ -100,7 +122,11 @@ void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
                 for (int64_t i3 = 0; i3 < box[3]; i3++) {
                     int64_t so = i0 * ss[0] + i1 * ss[1] + i2 * ss[2] + i3 * ss[3];
                     int64_t doff = i0 * ds[0] + i1 * ds[1] + i2 * ds[2] + i3 * ds[3];
-                    if (args->accumulate)
+                    if (args->narrow_labels)
+                        narrow_row(dp + (size_t)doff * elem,
+                                   (const int64_t *)(const void *)(sp + (size_t)so * selem), box[4],
+                                   ss[4], elem);
+                    else if (args->accumulate)
                         add_row((float *)(void *)(dp + (size_t)doff * elem),
                                 (const float *)(const void *)(sp + (size_t)so * elem), box[4],
                                 ss[4]);

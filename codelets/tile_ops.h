@@ -27,7 +27,9 @@ typedef struct tsl_box_copy_args {
     int32_t src_layout; /* tsl_layout of the source array */
     int32_t dst_layout;
     int32_t accumulate;               /* 0: dst = src; 1: dst += src (f32 only) */
-    int32_t unused;                   /* no padding bytes */
+    int32_t narrow_labels;            /* 1: the source holds i64 labels, written narrowed to the
+                                       * destination's integer type (elem_size 1: u8, 4: i32); a
+                                       * value that type cannot hold becomes 255 or -1 */
     int64_t src_extent[TSL_MAX_DIMS]; /* shape of the source array */
     int64_t src_offset[TSL_MAX_DIMS]; /* first element of the box in the source */
     int64_t dst_extent[TSL_MAX_DIMS];

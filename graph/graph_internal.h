@@ -64,6 +64,14 @@ void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out);
  * the fused forward writes the ReLU's output, and the fused backward reads its gradient. */
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage);
 
+/* Type of the labels of a `classes`-class output as the executor stores them: the narrowest
+ * holding every class id and one invalid label, u8 up to 254 classes, else i32 (a per-pixel
+ * label is then 1 byte instead of the 8 of the i64 labels callers pass). */
+static inline tsl_dtype tsl_graph_label_dtype(int64_t classes)
+{
+    return classes < 255 ? TSL_U8 : TSL_I32;
+}
+
 /* A deep copy of `g` (NULL when out of memory). */
 struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g);
 

@@ -464,9 +464,9 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
 }
 
 /* What the estimates share: the op stages (op_stage, nops entries) and the tensors that live
- * for the whole step, added to bytes: the labels (i64) on the output's stage, and every
- * parameter where tsl_plan_param_placement() puts it, with its gradient and optimizer states,
- * plus each sharded weight's whole value on every rank of its stage. */
+ * for the whole step, added to bytes: the labels (tsl_graph_label_dtype) on the output's
+ * stage, and every parameter where tsl_plan_param_placement() puts it, with its gradient and
+ * optimizer states, plus each sharded weight's whole value on every rank of its stage. */
 static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                  int32_t workers, int64_t batch, int32_t optimizer_states,
                                  int32_t *op_stage, int64_t *bytes, const char *fn)
@@ -493,7 +493,7 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         for (int d = 1; d < shape.ndim; d++)
             labels.dims[d - 1] = shape.dims[d];
         st = add_tensor(plan, &input, nranks, op_stage[g->values[out].producer], workers, batch,
-                        &labels, 0, 8, bytes);
+                        &labels, 0, tsl_graph_label_dtype(shape.dims[0]) == TSL_U8 ? 1 : 4, bytes);
     }
     if (!st && np > 0)
         st = tsl_plan_param_placement(plan, g, nranks, op_stage, grids, owners, sharded);

@@ -68,6 +68,10 @@ struct tsl_tensor {
 
 /* Like tsl_tensor_create_layout(), but StarPU allocates each owned tile when a task first
  * writes it (the tile has no value before), and tsl_tensor_release() gives it back. */
+/* tsl_tensor_scatter of i64 labels into a u8, i32 or i64 tensor: narrowed on the way, a value
+ * the tensor's type cannot hold becoming an invalid label (255 or -1) that the loss counts. */
+tsl_status tsl_tensor_scatter_labels(tsl_tensor_t t, int32_t root, const int64_t *src);
+
 tsl_status tsl_tensor_create_transient(struct tsl_tensor **out, struct tsl_context *ctx,
                                        tsl_dtype dtype, const tsl_shape *shape,
                                        const tsl_tile_grid *grid, const tsl_owner_map *owners,

@@ -184,7 +184,8 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         ls.ndim = out.ndim - 1;
         for (int d = 1; d < out.ndim; d++)
             ls.dims[d - 1] = out.dims[d];
-        st = batch_tensor(m, batch, value_stage(m, g->output), &ls, 0, TSL_I64, &in->labels);
+        st = batch_tensor(m, batch, value_stage(m, g->output), &ls, 0,
+                          tsl_graph_label_dtype(out.dims[0]), &in->labels);
     }
     if (st)
         instance_free(m, in);
@@ -680,7 +681,7 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, const float *x,
 {
     tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, x);
     if (!st && with_labels)
-        st = tsl_tensor_scatter(in->labels, 0, labels);
+        st = tsl_tensor_scatter_labels(in->labels, 0, labels);
     return st;
 }
 

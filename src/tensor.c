@@ -463,7 +463,9 @@ static tsl_status submit_copy(struct tsl_context *ctx, starpu_data_handle_t src,
  * such as Fashion-MNIST batches, lost a fifth of their speed waiting). */
 #define SCATTER_IN_PLACE_BYTES ((int64_t)1 << 20)
 
-tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
+/* Scatter from root; with `narrow`, src holds i64 labels and t is u8 or i32 (the box copy
+ * narrows them). */
+static tsl_status scatter(tsl_tensor_t t, int32_t root, const void *src, int narrow)
 {
     tsl_status st = tsl_tensor_check(t, "tsl_tensor_scatter");
     if (st || (st = check_root(t, root, "tsl_tensor_scatter")))
@@ -488,6 +490,7 @@ tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
             if (ctx->rank == root) {
                 tsl_box_copy_args to_tile, to_whole;
                 whole_tile_box(t, i, &to_tile, &to_whole);
+                to_tile.narrow_labels = narrow;
                 starpu_data_acquire(t->handles[i], STARPU_W);
                 tsl_box_copy(&to_tile, starpu_data_get_local_ptr(t->handles[i]), src);
                 starpu_data_release(t->handles[i]);
@@ -502,6 +505,7 @@ tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
         if (ctx->rank == root) {
             tsl_box_copy_args to_tile, to_whole;
             whole_tile_box(t, i, &to_tile, &to_whole);
+            to_tile.narrow_labels = narrow;
             starpu_data_acquire(staging, STARPU_W);
             tsl_box_copy(&to_tile, starpu_data_get_local_ptr(staging), src);
             starpu_data_release(staging);
@@ -512,6 +516,24 @@ tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
             return st;
     }
     return TSL_OK;
+}
+
+tsl_status tsl_tensor_scatter(tsl_tensor_t t, int32_t root, const void *src)
+{
+    return scatter(t, root, src, 0);
+}
+
+tsl_status tsl_tensor_scatter_labels(tsl_tensor_t t, int32_t root, const int64_t *src)
+{
+    tsl_status st = tsl_tensor_check(t, "tsl_tensor_scatter");
+    if (st)
+        return st;
+    if (t->dtype != TSL_U8 && t->dtype != TSL_I32 && t->dtype != TSL_I64)
+        return tsl_error(t->ctx, TSL_ERR_DTYPE,
+                         "tsl_tensor_scatter: labels go to u8, i32 or i64 "
+                         "tensors, not %s",
+                         tsl_dtype_name(t->dtype));
+    return scatter(t, root, src, t->dtype != TSL_I64);
 }
 
 tsl_status tsl_tensor_gather(tsl_tensor_t t, int32_t root, void *dst)

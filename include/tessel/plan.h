@@ -128,11 +128,11 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int
  * that does is tsl_plan_estimate_peak()) of training @p graph under @p plan with batches of
  * @p batch: every value's activation and gradient (not the input's gradient) on its
  * producer's stage (tsl_plan_stages() with the same @p batch and @p optimizer_states), the
- * labels (i64) on the output's stage, and every parameter where tsl_plan_param_placement()
- * puts it, with its gradient and @p optimizer_states more copies of each trainable one (Adam
- * 2, SGD with momentum 1), plus on every rank of its stage the whole value of each sharded
- * weight, and the spare gradient of each value several ops read. Not counted: copies between
- * tile grids, halo slabs, batch-norm statistics, StarPU-MPI's received copies of tiles read
+ * labels (u8 up to 254 classes, else i32) on the output's stage, and every parameter where
+ * tsl_plan_param_placement() puts it, with its gradient and @p optimizer_states more copies of each
+ * trainable one (Adam 2, SGD with momentum 1), plus on every rank of its stage the whole value of
+ * each sharded weight, and the spare gradient of each value several ops read. Not counted: copies
+ * between tile grids, halo slabs, batch-norm statistics, StarPU-MPI's received copies of tiles read
  * across ranks (tsl_plan_estimate_received()).
  * @param[out] bytes @p nranks entries
  */

@@ -592,13 +592,6 @@ int command_train(int argc, char **argv)
         code = fail(st, "resuming from the checkpoint");
         goto end;
     }
-    if (rank == 0 && !(st = tsl_loader_create(&loader, s.train, o.batch, o.seed, o.shuffle, 1)) &&
-        (p.epoch || p.batch))
-        st = tsl_loader_seek(loader, p.epoch, p.batch);
-    if ((st = agree(st))) {
-        code = fail(st, "starting the data loader");
-        goto end;
-    }
     int tty = rank == 0 && isatty(fileno(stdout));
     if (rank == 0) {
         int32_t ranks, ncpu;
@@ -622,6 +615,16 @@ int command_train(int argc, char **argv)
     int64_t losses_cap = 0;
     int stop = o.max_steps && p.steps >= o.max_steps;
     while (p.epoch < o.epochs && !stop) {
+        /* The loader starts (again) where training stands: it is dropped while the test split
+         * is evaluated, so that rank 0 does not hold a training batch next to a test batch. */
+        if (rank == 0 && !loader &&
+            !(st = tsl_loader_create(&loader, s.train, o.batch, o.seed, o.shuffle, 1)) &&
+            (p.epoch || p.batch))
+            st = tsl_loader_seek(loader, p.epoch, p.batch);
+        if ((st = agree(st))) {
+            code = fail(st, "starting the data loader");
+            goto end;
+        }
         double t0 = now() - p.seconds, last_print = 0;
         int64_t e = p.epoch, steps_here = 0, sent0 = 0, recv0 = 0;
         double exec = 0, alive = 0;
@@ -712,6 +715,8 @@ int command_train(int argc, char **argv)
         m->samples_per_second = (double)p.seen / m->seconds;
         m->train_loss = p.loss_sum / (double)(p.seen / o.batch);
         m->train_accuracy = (double)p.hits / (double)(p.seen * s.train_info.label_numel);
+        tsl_loader_destroy(loader);
+        loader = NULL;
         if ((st = evaluate(s.model, s.test, &s.test_info, o.batch, &m->test_loss,
                            &m->test_accuracy))) {
             code = fail(st, "evaluating");

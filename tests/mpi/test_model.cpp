@@ -263,6 +263,20 @@ TEST(Model, TrainingStepsLowerTheLossAndAccuracyMatchesTheOutput)
     EXPECT_LE(correct, 5);
     EXPECT_EQ(tsl_model_train_step(m, 0, b.x.data(), b.y.data(), opt, nullptr, nullptr),
               TSL_ERR_INVALID_ARG);
+    // Labels outside [0, classes) are refused, also those the executor's narrow label type
+    // (u8 here) cannot hold: they become invalid labels, not other classes.
+    for (int64_t bad :
+         {int64_t(3), int64_t(-1), int64_t(255), int64_t(256 + 1), int64_t(1) << 40}) {
+        SCOPED_TRACE("label " + std::to_string(bad));
+        std::vector<int64_t> y = b.y;
+        y[(size_t)(n / 2)] = bad;
+        y[0] = bad;
+        double loss = 0;
+        EXPECT_EQ(tsl_model_evaluate(m, n, b.x.data(), y.data(), &loss, nullptr),
+                  TSL_ERR_INVALID_ARG);
+        EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "2 labels outside [0, 3)"), nullptr)
+            << tsl_context_last_error(ctx);
+    }
     tsl_optimizer_destroy(opt);
     tsl_model_destroy(m);
 }
