@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 extern "C" {
 #include "../../codelets/loss_ops.h"
+#include "../../codelets/tile_ops.h"
 }
 
 namespace
@@ -188,4 +191,38 @@ TEST(LossKernel, SoftDiceValueAndGradient)
         double fd = (dice_value(a, xp, y) - dice_value(a, xm, y)) / (2 * h);
         ASSERT_NEAR(grad[i], fd, 1e-8) << "element " << i;
     }
+}
+
+// Labels scattered into a narrow tile (the executor's u8 or i32 labels): a box of an i64
+// array, copied with narrow_labels, keeps every value the type holds and turns the others
+// into the invalid label 255 (u8) or -1 (i32).
+TEST(LabelCopy, NarrowsI64IntoU8AndI32)
+{
+    const int64_t rows = 3, cols = 5;
+    std::vector<int64_t> whole = {0,   1, 2,          254,         255,          256,
+                                  -1,  7, 1000,       1LL << 40,   -(1LL << 33), 3,
+                                  200, 9, 2147483647, 2147483648LL};
+    whole.resize((size_t)(rows * cols));
+    tsl_box_copy_args a;
+    std::memset(&a, 0, sizeof a);
+    a.ndim = 2;
+    a.src_layout = a.dst_layout = TSL_LAYOUT_PLAIN;
+    a.src_extent[0] = rows, a.src_extent[1] = cols;
+    a.src_offset[0] = 1, a.src_offset[1] = 1; // the 2 x 4 box from (1, 1)
+    a.dst_extent[0] = 2, a.dst_extent[1] = 4;
+    a.box[0] = 2, a.box[1] = 4;
+    a.narrow_labels = 1;
+    a.elem_size = 1;
+    std::vector<uint8_t> u8(8, 77);
+    tsl_box_copy(&a, u8.data(), whole.data());
+    a.elem_size = 4;
+    std::vector<int32_t> i32(8, 77);
+    tsl_box_copy(&a, i32.data(), whole.data());
+    for (int64_t r = 0; r < 2; r++)
+        for (int64_t c = 0; c < 4; c++) {
+            int64_t v = whole[(size_t)((r + 1) * cols + c + 1)];
+            size_t k = (size_t)(r * 4 + c);
+            EXPECT_EQ(u8[k], v >= 0 && v < 255 ? (uint8_t)v : 255) << "value " << v;
+            EXPECT_EQ(i32[k], v >= 0 && v <= INT32_MAX ? (int32_t)v : -1) << "value " << v;
+        }
 }
