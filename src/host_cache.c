@@ -13,8 +13,9 @@
  * starpu_free() passes no size. Blocks are pinned (starpu_memory_pin) when StarPU asks for
  * pinned memory and CUDA workers exist, as StarPU's own allocator does with cudaHostAlloc.
  *
- * TSL_POISON_ALLOC=1 in the environment fills every block handed out with 0xff bytes (NaN as
- * f32), so a kernel that reads memory it never wrote shows up in the results. */
+ * TSL_POISON_ALLOC=1 in the environment (read when the cache is installed, so not with a
+ * limit of 0) fills every block handed out with 0xff bytes (NaN as f32), so a kernel that
+ * reads memory it never wrote shows up in the results. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
