@@ -392,6 +392,109 @@ static tsl_status split_runs(const double *a, int32_t m, int32_t parts, int32_t 
     return TSL_OK;
 }
 
+static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                int32_t workers, int64_t batch, int32_t optimizer_states,
+                                const int32_t *given, int64_t *bytes);
+static tsl_status estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                    int64_t batch, int32_t optimizer_states, const int32_t *given,
+                                    int64_t *bytes);
+
+/* Each op's stage when run k of the m items starts at item first[k] (ops before the first
+ * item stay where they are: the input, on stage 0). */
+static void assign_runs(const struct tsl_graph *g, const int32_t *item, int32_t m,
+                        const int32_t *first, int32_t stages, int32_t *op_stage)
+{
+    for (int32_t k = 0; k < stages; k++)
+        for (int32_t i = first[k]; i < (k + 1 < stages ? first[k + 1] : m); i++)
+            for (int32_t o = item[i]; o < (i + 1 < m ? item[i + 1] : g->nops); o++)
+                op_stage[o] = k;
+}
+
+/* How good a split is for balance=memory: the largest rank's estimated peak (live tiles,
+ * tsl_plan_estimate_peak(), plus received copies, tsl_plan_estimate_received()), then, for
+ * splits alike in that, the sum of every rank's squared. */
+typedef struct split_score {
+    int64_t most;
+    double squares;
+} split_score;
+
+static tsl_status score_split(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int64_t batch,
+                              int32_t states, const int32_t *op_stage, int64_t *peak,
+                              int64_t *received, split_score *out)
+{
+    tsl_status st = estimate_peak(plan, g, nranks, 1, batch, states, op_stage, peak);
+    if (!st)
+        st = estimate_received(plan, g, nranks, batch, states, op_stage, received);
+    out->most = 0;
+    out->squares = 0;
+    for (int32_t r = 0; r < nranks && !st; r++) {
+        int64_t b = peak[r] + received[r];
+        out->most = b > out->most ? b : out->most;
+        out->squares += (double)b * (double)b;
+    }
+    return st;
+}
+
+/* balance=memory, past the runs of smallest largest additive cost: those costs count every
+ * activation and gradient of a stage as if all lived at once, and none of the copies a stage
+ * receives from others (a U-Net's long skips), so the runs are only where a search over the
+ * estimate of what lives at once starts. Each cut in turn moves to the place between its
+ * neighbours with the best score_split(), until a pass moves none; in a network of more than
+ * REFINE_WHOLE items a pass tries only REFINE_WINDOW places either side of each cut (an
+ * estimate costs time quadratic in the ops). A split whose estimate fails (a plan that does
+ * not fit the input, reported where the plan is used) keeps the additive runs. */
+#define REFINE_WHOLE 96
+#define REFINE_WINDOW 12
+static void refine_runs(const tsl_plan *plan, tsl_graph_t g, int64_t batch, int32_t states,
+                        const int32_t *item, int32_t m, int32_t stages, int32_t *first,
+                        int32_t *op_stage)
+{
+    int32_t nranks = (int32_t)tsl_plan_ranks(plan);
+    int64_t *peak = calloc((size_t)nranks, sizeof *peak);
+    int64_t *received = calloc((size_t)nranks, sizeof *received);
+    int32_t *start = malloc(sizeof *start * (size_t)stages);
+    split_score best, score;
+    assign_runs(g, item, m, first, stages, op_stage);
+    if (!peak || !received || !start ||
+        score_split(plan, g, nranks, batch, states, op_stage, peak, received, &best))
+        goto done;
+    memcpy(start, first, sizeof *first * (size_t)stages);
+    for (int pass = 0, moved = 1; moved && pass < 64; pass++) {
+        moved = 0;
+        for (int32_t k = 1; k < stages; k++) {
+            int32_t at = first[k], lo = first[k - 1] + 1,
+                    hi = k + 1 < stages ? first[k + 1] - 1 : m - 1;
+            if (m > REFINE_WHOLE) { /* deep networks: a window around the cut per pass */
+                lo = lo > at - REFINE_WINDOW ? lo : at - REFINE_WINDOW;
+                hi = hi < at + REFINE_WINDOW ? hi : at + REFINE_WINDOW;
+            }
+            for (int32_t j = lo; j <= hi; j++) {
+                if (j == at)
+                    continue;
+                int32_t keep = first[k];
+                first[k] = j;
+                assign_runs(g, item, m, first, stages, op_stage);
+                first[k] = keep;
+                if (score_split(plan, g, nranks, batch, states, op_stage, peak, received, &score)) {
+                    memcpy(first, start, sizeof *first * (size_t)stages);
+                    goto done;
+                }
+                if (score.most < best.most ||
+                    (score.most == best.most && score.squares < best.squares)) {
+                    best = score;
+                    first[k] = j;
+                }
+            }
+            moved |= first[k] != at;
+        }
+    }
+done:
+    assign_runs(g, item, m, first, stages, op_stage);
+    free(peak);
+    free(received);
+    free(start);
+}
+
 tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
                            int32_t optimizer_states, int32_t *op_stage)
 {
@@ -453,23 +556,25 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
         a[0] += input_cost;
         st = split_runs(a, m, stages, first);
     }
-    for (int32_t k = 0; k < stages && !st; k++)
-        for (int32_t i = first[k]; i < (k + 1 < stages ? first[k + 1] : m); i++)
-            for (int32_t o = item[i]; o < (i + 1 < m ? item[i + 1] : n); o++)
-                op_stage[o] = k;
+    if (!st && plan->balance == TSL_BALANCE_MEMORY)
+        refine_runs(plan, g, batch, optimizer_states, item, m, stages, first, op_stage);
+    else if (!st)
+        assign_runs(g, item, m, first, stages, op_stage);
     free(a);
     free(item);
     free(first);
     return st;
 }
 
-/* What the estimates share: the op stages (op_stage, nops entries) and the tensors that live
+/* What the estimates share: the op stages (op_stage, nops entries: `given`, or else
+ * tsl_plan_stages()) and the tensors that live
  * for the whole step, added to bytes: the labels (tsl_graph_label_dtype) on the output's
  * stage, and every parameter where tsl_plan_param_placement() puts it, with its gradient and
  * optimizer states, plus each sharded weight's whole value on every rank of its stage. */
 static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                  int32_t workers, int64_t batch, int32_t optimizer_states,
-                                 int32_t *op_stage, int64_t *bytes, const char *fn)
+                                 const int32_t *given, int32_t *op_stage, int64_t *bytes,
+                                 const char *fn)
 {
     int32_t out = tsl_graph_output(g);
     if (out < 0 || g->input < 0)
@@ -483,7 +588,9 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
     int32_t *sharded = calloc((size_t)np + 1, sizeof *sharded);
     if (!st && (!grids || !owners || !sharded))
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    if (!st)
+    if (!st && given)
+        memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
+    else if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
         tsl_graph_value_shape(g, out, &shape);
@@ -529,7 +636,7 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     memset(bytes, 0, sizeof *bytes * (size_t)nranks);
     int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
     tsl_status st =
-        op_stage ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, op_stage,
+        op_stage ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, NULL, op_stage,
                                   bytes, "tsl_plan_estimate")
                  : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
     tsl_shape input, shape;
@@ -559,9 +666,17 @@ tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t n
                                   int32_t workers, int64_t batch, int32_t optimizer_states,
                                   int64_t *bytes)
 {
-    const char *fn = "tsl_plan_estimate_peak";
     if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_peak: bad argument");
+    return estimate_peak(plan, g, nranks, workers, batch, optimizer_states, NULL, bytes);
+}
+
+/* tsl_plan_estimate_peak() for the op stages `given` (NULL: tsl_plan_stages()). */
+static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                int32_t workers, int64_t batch, int32_t optimizer_states,
+                                const int32_t *given, int64_t *bytes)
+{
+    const char *fn = "tsl_plan_estimate_peak";
     memset(bytes, 0, sizeof *bytes * (size_t)nranks);
     int32_t nv = g->nvalues, n = g->nops;
     int32_t *op_stage = calloc((size_t)n + 1, sizeof *op_stage);
@@ -570,10 +685,10 @@ tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t n
     uint8_t *written = calloc((size_t)nv + 1, 1), *spare = calloc((size_t)nv + 1, 1);
     int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
-    tsl_status st =
-        op_stage && relu_of && fused && written && spare && size && live
-            ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, op_stage, live, fn)
-            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    tsl_status st = op_stage && relu_of && fused && written && spare && size && live
+                        ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
+                                         op_stage, live, fn)
+                        : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
         tsl_graph_value_shape(g, g->input, &input);
@@ -654,6 +769,14 @@ tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32
 {
     if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_received: bad argument");
+    return estimate_received(plan, g, nranks, batch, optimizer_states, NULL, bytes);
+}
+
+/* tsl_plan_estimate_received() for the op stages `given` (NULL: tsl_plan_stages()). */
+static tsl_status estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                    int64_t batch, int32_t optimizer_states, const int32_t *given,
+                                    int64_t *bytes)
+{
     memset(bytes, 0, sizeof *bytes * (size_t)nranks);
     int32_t group, stages = plan_stages(plan, nranks, &group);
     if (stages == 1)
@@ -670,7 +793,9 @@ tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32
         op_stage && fwd && bwd && fwd_most && bwd_most && bwd_inputs
             ? TSL_OK
             : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_received: out of memory");
-    if (!st)
+    if (!st && given)
+        memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
+    else if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     for (int32_t o = 0; o < g->nops && !st; o++) {
         const tsl_graph_op *op = &g->ops[o];

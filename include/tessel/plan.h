@@ -32,7 +32,7 @@ extern "C" {
 
 /** How tsl_plan_stages() splits a network into stages (plan part balance=). */
 typedef enum tsl_stage_balance {
-    TSL_BALANCE_MEMORY = 0, /**< `memory`: the smallest largest-stage memory estimate */
+    TSL_BALANCE_MEMORY = 0, /**< `memory`: the smallest largest-rank peak memory estimate */
     TSL_BALANCE_LAYERS = 1, /**< `layers`: the same number of ops per stage (naive) */
     TSL_BALANCE_TIME = 2,   /**< `time`: the smallest largest-stage flop estimate */
 } tsl_stage_balance;
@@ -78,10 +78,16 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
  * stages=1). When the graph has stages of its own (tsl_graph_set_stage()), those: an op
  * without one takes its predecessor's. Otherwise consecutive ops (in graph order) are cut into
  * S non-empty stages so the largest stage cost is smallest, the cost of an op being, by
- * balance=: memory: the bytes of its output and the output's gradient for @p batch samples
- * plus its parameters with their gradients and @p optimizer_states more copies of each
- * trainable one; layers: 1; time: its forward flops for @p batch samples. A network with fewer
- * ops than stages, or a graph stage >= S, is a ::TSL_ERR_INVALID_ARG error.
+ * balance=: layers: 1; time: its forward flops for @p batch samples; memory: the bytes of its
+ * output and the output's gradient for @p batch samples plus its parameters with their
+ * gradients and @p optimizer_states more copies of each trainable one. That memory split is
+ * then where a search starts that moves each cut in turn to the place between its neighbours
+ * where the largest rank's estimate of what lives at once is smallest
+ * (tsl_plan_estimate_peak() plus tsl_plan_estimate_received() on the plan's ranks: this
+ * counts the activations a stage keeps for its backward and the copies it receives from
+ * other stages, a U-Net's long skips included), until no cut moves; with two stages that is
+ * the best cut. A network with fewer ops than stages, or a graph stage >= S, is a
+ * ::TSL_ERR_INVALID_ARG error.
  * @param[out] op_stage one per op (tsl_graph_op_count())
  */
 tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int64_t batch,

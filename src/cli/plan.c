@@ -18,7 +18,8 @@ static void usage_plan(FILE *out)
             "  (default 64): activations, gradients, labels, and the parameters where the\n"
             "  placement puts them, with their gradients and the optimizer state (adam, the\n"
             "  default, keeps two copies; sgd one); with stages=, the stage table: each\n"
-            "  stage's ranks, layers, largest rank's estimated memory and forward flops\n");
+            "  stage's ranks, layers, largest rank's estimated tiles (all, and live at once\n"
+            "  with received copies) and forward flops\n");
 }
 
 /* How the parameters are kept (tsl_plan_param_placement). */
@@ -52,13 +53,15 @@ static int print_placement(const tsl_plan *plan, tsl_graph_t g, int32_t ranks,
     return st ? fail(st, "placing the parameters") : 0;
 }
 
-/* The stage table: each stage's ranks, ops, largest rank's estimated memory and flops. */
+/* The stage table: each stage's ranks, ops, largest rank's estimated tiles (all, and live at
+ * once with received copies) and flops. */
 static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t batch,
-                        const int32_t *op_stage, const int64_t *bytes)
+                        const int32_t *op_stage, const int64_t *bytes, const int64_t *peak,
+                        const int64_t *received)
 {
     int32_t stages = plan->stages, group = (int32_t)(ranks / stages);
-    printf("stage ranks      ops          first op -> last op            memory (largest rank)  "
-           "forward GFLOP\n");
+    printf("stage ranks      ops          first op -> last op            tiles (largest rank)  "
+           "live + received (largest)  forward GFLOP\n");
     for (int32_t s = 0; s < stages; s++) {
         int32_t count = 0, first = -1, last = -1;
         double flops = 0;
@@ -74,9 +77,11 @@ static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t
             first = first < 0 ? o : first;
             last = o;
         }
-        int64_t largest = 0;
-        for (int32_t r = s * group; r < (s + 1) * group; r++)
+        int64_t largest = 0, live = 0;
+        for (int32_t r = s * group; r < (s + 1) * group; r++) {
             largest = bytes[r] > largest ? bytes[r] : largest;
+            live = peak[r] + received[r] > live ? peak[r] + received[r] : live;
+        }
         char names[64] = "-";
         if (count) {
             tsl_op_kind k1, k2;
@@ -88,8 +93,8 @@ static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t
         }
         char rk[24];
         snprintf(rk, sizeof rk, "%d-%d", (int)(s * group), (int)((s + 1) * group - 1));
-        printf("%-5d %-10s %-12d %-30s %10.1f MiB %15.3f\n", (int)s, rk, (int)count, names,
-               (double)largest / 1048576.0, flops / 1e9);
+        printf("%-5d %-10s %-12d %-30s %10.1f MiB %20.1f MiB %22.3f\n", (int)s, rk, (int)count,
+               names, (double)largest / 1048576.0, (double)live / 1048576.0, flops / 1e9);
     }
     return 0;
 }
@@ -214,7 +219,7 @@ int command_plan(int argc, char **argv)
         printf("largest rank live at once with received copies %.1f MiB\n",
                (double)with_received / 1048576.0);
         if (pp && pp->stages > 1)
-            code = print_stages(pp, g, ranks, batch, op_stage, bytes);
+            code = print_stages(pp, g, ranks, batch, op_stage, bytes, peak, received);
         if (!code)
             code = print_placement(pp, g, (int32_t)ranks, op_stage);
     }
