@@ -2,7 +2,11 @@
  * (what a data-parallel step does with a sharded weight) against MPI_Allreduce of the same
  * bytes followed by the same SGD update on every rank, measured in one run.
  *
- *   mpirun -np R ./bench_reduce [MiB...]      (default 1 16 64 256)
+ *   mpirun -np R ./bench_reduce [--host-cache-mib M] [MiB...]      (default 1 16 64 256)
+ *
+ * --host-cache-mib: the context's host cache limit (tsl_context_config::host_cache_bytes,
+ * default 32 MiB); the pieces cut, received and freed each step are reused from the cache as
+ * far as the limit holds them.
  *
  * tessel: every rank holds its partial gradient as one row of an (R, n) tensor; the sum goes
  * to a gradient cut into R shards (tsl_tensor_sum_rows), SGD updates each shard where it
@@ -25,22 +29,30 @@
 
 int main(int argc, char **argv)
 {
+    tsl_context_config cfg;
+    CHECK_ALL(tsl_context_config_init(&cfg));
+    int first = 1;
+    if (argc > 2 && strcmp(argv[1], "--host-cache-mib") == 0) {
+        cfg.host_cache_bytes = atoll(argv[2]) * 1024 * 1024;
+        first = 3;
+    }
     tsl_context_t ctx;
-    CHECK_ALL(tsl_context_create(&ctx, NULL));
+    CHECK_ALL(tsl_context_create(&ctx, &cfg));
     int32_t rank, size;
     tsl_context_rank(ctx, &rank);
     tsl_context_size(ctx, &size);
     int64_t sizes[16] = {1, 16, 64, 256};
     int nsizes = 4;
-    if (argc > 1) {
+    if (argc > first) {
         nsizes = 0;
-        for (int i = 1; i < argc && nsizes < 16; i++)
+        for (int i = first; i < argc && nsizes < 16; i++)
             if (atoll(argv[i]) > 0)
                 sizes[nsizes++] = atoll(argv[i]);
     }
     if (rank == 0)
-        printf("| MiB | ranks | tessel reduce+update+allgather (ms) | MPI_Allreduce+update (ms) | "
-               "tessel / MPI |\n|---|---|---|---|---|\n");
+        printf("host cache %lld MiB\n| MiB | ranks | tessel reduce+update+allgather (ms) | "
+               "MPI_Allreduce+update (ms) | tessel / MPI |\n|---|---|---|---|---|\n",
+               (long long)(cfg.host_cache_bytes >> 20));
     for (int s = 0; s < nsizes; s++) {
         int64_t n = sizes[s] * 1024 * 1024 / 4;
         tsl_shape rows, flat;

@@ -87,7 +87,8 @@ static void usage_train(FILE *out)
         "                      workers' busy fraction in the summaries and the metrics\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n"
         "  --host-cache-mib M  MiB of freed tile buffers each rank keeps for reuse (default\n"
-        "                      32, 0 none): spares fresh pages for each step's activations\n");
+        "                      32, 0 none): spares fresh pages for each step's activations;\n"
+        "                      a few times the gradient MiB helps data=D with large weights\n");
     int32_t n;
     const char *const *desc;
     const char *const *names = tsl_zoo_names(&n, &desc);
