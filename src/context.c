@@ -1,6 +1,9 @@
 /* The context: owns or attaches to StarPU + StarPU-MPI, hands out StarPU-MPI tags,
  * counts outstanding tasks, keeps the last error. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <limits.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +118,77 @@ static tsl_status context_bind_comm(struct tsl_context *ctx, MPI_Comm comm)
     return TSL_OK;
 }
 
+/* Ranks sharing a node get cores of their own (DESIGN rule 7: one task, one core). StarPU
+ * binds a process's workers from the node's first core on and its StarPU-MPI thread to the
+ * next free one, so without this the workers of every rank on a node would share the same
+ * first cores. Nothing changes when the environment binds StarPU's workers itself
+ * (STARPU_WORKERS_CPUID, _COREID or _NOBIND), when a rank is alone on its node, or when the
+ * launcher gave the node's ranks different CPU sets or a set that is not the node's first
+ * CPUs; the StarPU-MPI thread is left alone where STARPU_MPI_THREAD_CPUID, _COREID or
+ * STARPU_MPI_NOBIND say where it goes. With C cores and L ranks on
+ * the node, local rank l gets cores [l C/L, (l + 1) C/L): its workers bind to all but the
+ * last, where its StarPU-MPI thread goes (C/L - 1 workers unless ncpu or STARPU_NCPU say
+ * otherwise); with one core each, the worker binds to it and the StarPU-MPI thread floats;
+ * with more ranks than cores, rank l's worker binds to core l mod C. Workers beyond the
+ * rank's share (more asked for) go on to the next cores, round the node. Collective over
+ * MPI_COMM_WORLD. A line for the log goes to `what`. */
+static void share_node_cores(struct starpu_conf *conf, const tsl_context_config *config, char *what,
+                             size_t size)
+{
+    int user = getenv("STARPU_WORKERS_CPUID") || getenv("STARPU_WORKERS_COREID") ||
+               getenv("STARPU_WORKERS_NOBIND");
+    int user_mpi = getenv("STARPU_MPI_THREAD_CPUID") || getenv("STARPU_MPI_THREAD_COREID") ||
+                   getenv("STARPU_MPI_NOBIND");
+    snprintf(what, size, "StarPU binds the workers");
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return;
+    int local = 0, nlocal = 1;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &nlocal);
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    int known = sched_getaffinity(0, sizeof mine, &mine) == 0;
+    cpu_set_t *all = calloc((size_t)nlocal, sizeof *all);
+    int same = all != NULL;
+    if (all) /* every rank takes part, whatever it finds */
+        MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
+    for (int r = 0; same && r < nlocal; r++)
+        same = CPU_EQUAL(&all[r], &mine);
+    free(all);
+    MPI_Comm_free(&node);
+    int cores = CPU_COUNT(&mine);
+    for (int c = 0; known && c < cores; c++)
+        known = CPU_ISSET(c, &mine);
+    if (user || nlocal == 1 || !same || !known || cores < 1)
+        return;
+    int per = cores / nlocal, first = per > 0 ? local * per : local % cores;
+    int workers = per > 1 ? per - 1 : 1;
+    conf->use_explicit_workers_bindid = 1;
+    for (int i = 0; i < STARPU_NMAXWORKERS; i++)
+        conf->workers_bindid[i] = (unsigned)((first + i) % cores);
+    if (config->ncpu < 0)
+        conf->ncpus = workers;
+    if (per > 1) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", first + per - 1);
+        if (!user_mpi)
+            setenv("STARPU_MPI_THREAD_CPUID", id, 1);
+        snprintf(what, size,
+                 "%d ranks share this node's %d cores: workers on cores %d-%d, the "
+                 "StarPU-MPI thread on core %d",
+                 nlocal, cores, first, first + workers - 1, first + per - 1);
+    } else {
+        if (!user_mpi)
+            setenv("STARPU_MPI_NOBIND", "1", 1);
+        snprintf(what, size,
+                 "%d ranks share this node's %d cores: workers on core %d, the "
+                 "StarPU-MPI thread unbound",
+                 nlocal, cores, first);
+    }
+}
+
 tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *config)
 {
     if (!out)
@@ -183,6 +257,8 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     }
     if (config->comm_stats)
         setenv("STARPU_COMM_STATS", "1", 1);
+    char binding[160];
+    share_node_cores(&conf, config, binding, sizeof binding);
     /* Before StarPU starts, so that every buffer it allocates and frees passes the cache. */
     if (config->host_cache_bytes > 0)
         tsl_host_cache_install((size_t)config->host_cache_bytes);
@@ -207,8 +283,8 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     }
     const char *sched_name = "unknown";
     tsl_context_scheduler(ctx, &sched_name);
-    tsl_log(ctx, TSL_LOG_INFO, "context created: %d ranks, %u workers, scheduler %s", ctx->size,
-            starpu_worker_get_count(), sched_name);
+    tsl_log(ctx, TSL_LOG_INFO, "context created: %d ranks, %u workers, scheduler %s; %s", ctx->size,
+            starpu_worker_get_count(), sched_name, binding);
     *out = ctx;
     return TSL_OK;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <sched.h>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -231,6 +232,59 @@ TEST(Context, HostCacheHandsFreedTilesOutAgain)
     EXPECT_GE(reused1 - reused0, 1);
     EXPECT_GE(kept, 1000 / size * 37 * 4);
     EXPECT_LE(kept, 32 << 20); // the default limit
+}
+
+// Ranks on one node run their CPU workers on different cores (with more workers than cores, no
+// core gets more than its share), unless the environment or the launcher binds them. Without
+// this every rank's workers would share the node's first cores.
+TEST(Context, RanksOnANodeBindTheirWorkersToDifferentCores)
+{
+    for (const char *v : {"STARPU_WORKERS_CPUID", "STARPU_WORKERS_COREID", "STARPU_WORKERS_NOBIND"})
+        if (getenv(v))
+            GTEST_SKIP() << v << " is set";
+    MPI_Comm node;
+    ASSERT_EQ(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+              MPI_SUCCESS);
+    int local = 0, nlocal = 1;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &nlocal);
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t allowed;
+    ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    if (CPU_COUNT(&allowed) != cores) { // (collective calls above and below stay matched)
+        MPI_Comm_free(&node);
+        GTEST_SKIP() << "the launcher bound this rank to " << CPU_COUNT(&allowed) << " of " << cores
+                     << " cores";
+    }
+    // This rank's workers' cores, as a bit set, next to every other rank's on the node.
+    std::vector<int> ids(64);
+    unsigned n = starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, ids.data(), (unsigned)ids.size());
+    uint64_t mask = 0;
+    for (unsigned i = 0; i < n; i++) {
+        int b = starpu_worker_get_bindid(ids[i]);
+        ASSERT_GE(b, 0);
+        ASSERT_LT(b, 64);
+        mask |= (uint64_t)1 << b;
+    }
+    std::vector<uint64_t> masks((size_t)nlocal);
+    MPI_Allgather(&mask, 1, MPI_UINT64_T, masks.data(), 1, MPI_UINT64_T, node);
+    int workers = 0, mine = (int)n;
+    MPI_Allreduce(&mine, &workers, 1, MPI_INT, MPI_SUM, node);
+    MPI_Comm_free(&node);
+    if (nlocal == 1)
+        return; // StarPU's own binding
+    std::vector<int> on(64, 0);
+    for (uint64_t m : masks)
+        for (int c = 0; c < 64; c++)
+            on[(size_t)c] += (int)((m >> c) & 1);
+    int share = (workers + cores - 1) / cores; // workers of the node per core
+    for (int c = 0; c < 64; c++)
+        EXPECT_LE(on[(size_t)c], share) << "core " << c << " runs workers of " << on[(size_t)c]
+                                        << " of the node's " << nlocal << " ranks";
+    if (workers <= cores)
+        for (int r = 0; r < nlocal; r++)
+            if (r != local)
+                EXPECT_EQ(masks[(size_t)r] & mask, 0u) << "ranks " << local << " and " << r;
 }
 
 TEST(ScatterGather, RoundTripEveryLayoutAndDtype)
