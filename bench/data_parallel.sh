@@ -5,6 +5,9 @@
 # B/2 at the same time (the same per-rank work and the same sharing of the machine, and no
 # communication). One CPU worker per rank; each run takes STEPS steps; s/step is the
 # training time of the epoch divided by its steps. Exposed = (dp - compute) / dp.
+# The two ranks of the data-parallel run bind their workers to cores 0 and 1 (tessel splits a
+# node's cores over its ranks, StarPU-MPI threads unbound); the two compute-only runs are
+# bound the same way by hand, since each alone would take core 0.
 #
 # usage: bench/data_parallel.sh [BUILD_DIR] [REPEATS] [STEPS] [BATCH]
 set -euo pipefail
@@ -27,8 +30,10 @@ for model in cnn resnet; do
     for r in $(seq "$repeats"); do
         mpirun --oversubscribe --bind-to none -np 2 "$build/tessel" "${common[@]}" \
             --batch "$batch" --plan data=2 --metrics-json "$work/dp.json" > /dev/null
-        "$build/tessel" "${common[@]}" --batch "$half" --metrics-json "$work/c0.json" > /dev/null &
-        "$build/tessel" "${common[@]}" --batch "$half" --metrics-json "$work/c1.json" > /dev/null
+        STARPU_WORKERS_CPUID=0 STARPU_MPI_NOBIND=1 "$build/tessel" "${common[@]}" \
+            --batch "$half" --metrics-json "$work/c0.json" > /dev/null &
+        STARPU_WORKERS_CPUID=1 STARPU_MPI_NOBIND=1 "$build/tessel" "${common[@]}" \
+            --batch "$half" --metrics-json "$work/c1.json" > /dev/null
         wait
         dp=$(step_time "$work/dp.json" "$batch")
         c0=$(step_time "$work/c0.json" "$half")
