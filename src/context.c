@@ -175,17 +175,14 @@ static void share_node_cores(struct starpu_conf *conf, const tsl_context_config 
         snprintf(id, sizeof id, "%d", first + per - 1);
         if (!user_mpi)
             setenv("STARPU_MPI_THREAD_CPUID", id, 1);
-        snprintf(what, size,
-                 "%d ranks share this node's %d cores: workers on cores %d-%d, the "
-                 "StarPU-MPI thread on core %d",
-                 nlocal, cores, first, first + workers - 1, first + per - 1);
+        snprintf(what, size, "%d ranks share this node's %d cores: workers on cores %d-%d%s%s",
+                 nlocal, cores, first, first + workers - 1,
+                 user_mpi ? "" : ", the StarPU-MPI thread on core ", user_mpi ? "" : id);
     } else {
         if (!user_mpi)
             setenv("STARPU_MPI_NOBIND", "1", 1);
-        snprintf(what, size,
-                 "%d ranks share this node's %d cores: workers on core %d, the "
-                 "StarPU-MPI thread unbound",
-                 nlocal, cores, first);
+        snprintf(what, size, "%d ranks share this node's %d cores: workers on core %d%s", nlocal,
+                 cores, first, user_mpi ? "" : ", the StarPU-MPI thread unbound");
     }
 }
 
