@@ -5,9 +5,10 @@
 # B/2 at the same time (the same per-rank work and the same sharing of the machine, and no
 # communication). One CPU worker per rank; each run takes STEPS steps; s/step is the
 # training time of the epoch divided by its steps. Exposed = (dp - compute) / dp.
-# The two ranks of the data-parallel run bind their workers to cores 0 and 1 (tessel splits a
-# node's cores over its ranks, StarPU-MPI threads unbound); the two compute-only runs are
-# bound the same way by hand, since each alone would take core 0.
+# The compute-only runs are bound to cores 0 and 1 by hand (each alone would take core 0): the
+# baseline is the work done on both cores. The data-parallel ranks keep their own binding
+# (on 2 cores StarPU's: both workers on core 0, the progress threads on core 1, which measured
+# faster here than one core per rank; tessel splits a node's cores where each rank gets two).
 #
 # usage: bench/data_parallel.sh [BUILD_DIR] [REPEATS] [STEPS] [BATCH]
 set -euo pipefail

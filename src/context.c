@@ -10,6 +10,7 @@
 #include <cblas.h>
 
 #include "host_cache.h"
+#include "node_share.h"
 #include "internal.h"
 #include "tessel/starpu.h"
 
@@ -118,19 +119,28 @@ static tsl_status context_bind_comm(struct tsl_context *ctx, MPI_Comm comm)
     return TSL_OK;
 }
 
+int tsl_node_share(int local, int nlocal, int cores, int *first, int *count)
+{
+    if (nlocal < 2 || local < 0 || local >= nlocal || cores < 2 * nlocal)
+        return 0;
+    *count = cores / nlocal;
+    *first = local * *count;
+    return 1;
+}
+
 /* Ranks sharing a node get cores of their own (DESIGN rule 7: one task, one core). StarPU
  * binds a process's workers from the node's first core on and its StarPU-MPI thread to the
- * next free one, so without this the workers of every rank on a node would share the same
- * first cores. Nothing changes when the environment binds StarPU's workers itself
- * (STARPU_WORKERS_CPUID, _COREID or _NOBIND), when a rank is alone on its node, or when the
- * launcher gave the node's ranks different CPU sets or a set that is not the node's first
- * CPUs; the StarPU-MPI thread is left alone where STARPU_MPI_THREAD_CPUID, _COREID or
- * STARPU_MPI_NOBIND say where it goes. With C cores and L ranks on
- * the node, local rank l gets cores [l C/L, (l + 1) C/L): its workers bind to all but the
- * last, where its StarPU-MPI thread goes (C/L - 1 workers unless ncpu or STARPU_NCPU say
- * otherwise); with one core each, the worker binds to it and the StarPU-MPI thread floats;
- * with more ranks than cores, rank l's worker binds to core l mod C. Workers beyond the
- * rank's share (more asked for) go on to the next cores, round the node. Collective over
+ * next free one, knowing nothing of the other processes: without this, the workers of every
+ * rank on a node share the same first cores and every rank's StarPU-MPI thread the next one.
+ * Where the node has at least two cores per rank, local rank l gets the cores
+ * tsl_node_share() gives: its workers bind to all but the last, its StarPU-MPI thread to the
+ * last (C/L - 1 workers unless ncpu or STARPU_NCPU say otherwise; more go on round the
+ * node). With fewer cores than that StarPU's own binding stays: the progress threads, which
+ * poll, then keep a core of their own, which measured faster on two cores than one core per
+ * rank (bench/RESULTS.md). Nothing changes either when the environment binds StarPU's workers
+ * (STARPU_WORKERS_CPUID, _COREID or _NOBIND), or when the launcher gave the node's ranks
+ * different CPU sets or a set that is not the node's first CPUs; the StarPU-MPI thread is
+ * left where STARPU_MPI_THREAD_CPUID, _COREID or STARPU_MPI_NOBIND put it. Collective over
  * MPI_COMM_WORLD. A line for the log goes to `what`. */
 static void share_node_cores(struct starpu_conf *conf, const tsl_context_config *config, char *what,
                              size_t size)
@@ -158,32 +168,23 @@ static void share_node_cores(struct starpu_conf *conf, const tsl_context_config 
         same = CPU_EQUAL(&all[r], &mine);
     free(all);
     MPI_Comm_free(&node);
-    int cores = CPU_COUNT(&mine);
+    int cores = CPU_COUNT(&mine), first = 0, count = 0;
     for (int c = 0; known && c < cores; c++)
         known = CPU_ISSET(c, &mine);
-    if (user || nlocal == 1 || !same || !known || cores < 1)
+    if (user || !same || !known || !tsl_node_share(local, nlocal, cores, &first, &count))
         return;
-    int per = cores / nlocal, first = per > 0 ? local * per : local % cores;
-    int workers = per > 1 ? per - 1 : 1;
     conf->use_explicit_workers_bindid = 1;
     for (int i = 0; i < STARPU_NMAXWORKERS; i++)
         conf->workers_bindid[i] = (unsigned)((first + i) % cores);
     if (config->ncpu < 0)
-        conf->ncpus = workers;
-    if (per > 1) {
-        char id[16];
-        snprintf(id, sizeof id, "%d", first + per - 1);
-        if (!user_mpi)
-            setenv("STARPU_MPI_THREAD_CPUID", id, 1);
-        snprintf(what, size, "%d ranks share this node's %d cores: workers on cores %d-%d%s%s",
-                 nlocal, cores, first, first + workers - 1,
-                 user_mpi ? "" : ", the StarPU-MPI thread on core ", user_mpi ? "" : id);
-    } else {
-        if (!user_mpi)
-            setenv("STARPU_MPI_NOBIND", "1", 1);
-        snprintf(what, size, "%d ranks share this node's %d cores: workers on core %d%s", nlocal,
-                 cores, first, user_mpi ? "" : ", the StarPU-MPI thread unbound");
-    }
+        conf->ncpus = count - 1;
+    char id[16];
+    snprintf(id, sizeof id, "%d", first + count - 1);
+    if (!user_mpi)
+        setenv("STARPU_MPI_THREAD_CPUID", id, 1);
+    snprintf(what, size, "%d ranks share this node's %d cores: workers on cores %d-%d%s%s", nlocal,
+             cores, first, first + count - 2, user_mpi ? "" : ", the StarPU-MPI thread on core ",
+             user_mpi ? "" : id);
 }
 
 tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *config)

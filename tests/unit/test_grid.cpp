@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "../../src/node_share.h"
 #include "tessel/tessel.h"
 
 namespace
@@ -260,4 +261,33 @@ TEST(Status, StringsNameEveryCode)
     for (int code = 0; code >= -10; code--)
         EXPECT_EQ(std::strncmp(tsl_status_string((tsl_status)code), "TSL_", 4), 0) << code;
     EXPECT_NE(std::strstr(tsl_status_string((tsl_status)-99), "UNKNOWN"), nullptr);
+}
+
+// Ranks sharing a node get disjoint runs of at least two cores in rank order (workers, then
+// the StarPU-MPI thread), all within the node; a rank alone, or fewer than two cores per rank,
+// leaves the binding to StarPU.
+TEST(NodeShare, DisjointRunsOfAtLeastTwoCoresPerRank)
+{
+    for (int nlocal = 1; nlocal <= 8; nlocal++)
+        for (int cores = 1; cores <= 40; cores++) {
+            std::vector<int> owner((size_t)cores, -1);
+            for (int local = 0; local < nlocal; local++) {
+                int first = -1, count = -1;
+                int got = tsl_node_share(local, nlocal, cores, &first, &count);
+                ASSERT_EQ(got, nlocal >= 2 && cores >= 2 * nlocal) << nlocal << " " << cores;
+                if (!got)
+                    continue;
+                EXPECT_EQ(count, cores / nlocal);
+                EXPECT_EQ(first, local * count);
+                ASSERT_GE(first, 0);
+                ASSERT_LE(first + count, cores);
+                for (int c = first; c < first + count; c++) {
+                    EXPECT_EQ(owner[(size_t)c], -1) << "core " << c << " given twice";
+                    owner[(size_t)c] = local;
+                }
+            }
+        }
+    int first = 0, count = 0;
+    EXPECT_EQ(tsl_node_share(2, 2, 8, &first, &count), 0); // not a local rank
+    EXPECT_EQ(tsl_node_share(-1, 2, 8, &first, &count), 0);
 }
