@@ -9,6 +9,8 @@
 
 #include <cblas.h>
 
+#include <starpu_expert.h>
+
 #include "host_cache.h"
 #include "node_share.h"
 #include "internal.h"
@@ -35,6 +37,7 @@ tsl_status tsl_context_config_init(tsl_context_config *config)
     config->log_fn = NULL;
     config->log_user = NULL;
     config->host_cache_bytes = TSL_DEFAULT_HOST_CACHE_BYTES;
+    config->yield_when_idle = 1;
     return TSL_OK;
 }
 
@@ -90,6 +93,7 @@ static tsl_status context_alloc(const tsl_context_config *config, struct tsl_con
     ctx->log_user = config->log_user;
     ctx->comm = MPI_COMM_NULL;
     ctx->ctl_comm = MPI_COMM_NULL;
+    ctx->idle_hook = -1;
     pthread_mutex_init(&ctx->pending_lock, NULL);
     pthread_cond_init(&ctx->pending_done, NULL);
     *out = ctx;
@@ -119,12 +123,19 @@ static tsl_status context_bind_comm(struct tsl_context *ctx, MPI_Comm comm)
     return TSL_OK;
 }
 
-int tsl_node_share(int local, int nlocal, int cores, int *first, int *count)
+int tsl_node_share(int local, int nlocal, int cores, int yielding, int *first, int *count)
 {
-    if (nlocal < 2 || local < 0 || local >= nlocal || cores < 2 * nlocal)
+    if (nlocal < 2 || local < 0 || local >= nlocal || cores < 1)
         return 0;
-    *count = cores / nlocal;
-    *first = local * *count;
+    if (cores >= 2 * nlocal) {
+        *count = cores / nlocal;
+        *first = local * *count;
+        return 1;
+    }
+    if (!yielding)
+        return 0;
+    *count = 1;
+    *first = local % cores;
     return 1;
 }
 
@@ -135,9 +146,12 @@ int tsl_node_share(int local, int nlocal, int cores, int *first, int *count)
  * Where the node has at least two cores per rank, local rank l gets the cores
  * tsl_node_share() gives: its workers bind to all but the last, its StarPU-MPI thread to the
  * last (C/L - 1 workers unless ncpu or STARPU_NCPU say otherwise; more go on round the
- * node). With fewer cores than that StarPU's own binding stays: the progress threads, which
- * poll, then keep a core of their own, which measured faster on two cores than one core per
- * rank (bench/RESULTS.md). Nothing changes either when the environment binds StarPU's workers
+ * node). With fewer cores than that, and threads that yield when idle (yield_when_idle), each
+ * rank's workers and StarPU-MPI thread share one core, local rank l's l mod C (one worker
+ * unless ncpu or STARPU_NCPU say otherwise): data=2 on two cores measured 0.090 s/step against
+ * 0.17 with StarPU's binding, which puts both ranks' workers on core 0 (bench/RESULTS.md).
+ * Threads that spin instead keep StarPU's binding, where the progress threads have a core of
+ * their own. Nothing changes either when the environment binds StarPU's workers
  * (STARPU_WORKERS_CPUID, _COREID or _NOBIND), or when the launcher gave the node's ranks
  * different CPU sets or a set that is not the node's first CPUs; the StarPU-MPI thread is
  * left where STARPU_MPI_THREAD_CPUID, _COREID or STARPU_MPI_NOBIND put it. Collective over
@@ -171,20 +185,35 @@ static void share_node_cores(struct starpu_conf *conf, const tsl_context_config 
     int cores = CPU_COUNT(&mine), first = 0, count = 0;
     for (int c = 0; known && c < cores; c++)
         known = CPU_ISSET(c, &mine);
-    if (user || !same || !known || !tsl_node_share(local, nlocal, cores, &first, &count))
+    if (user || !same || !known ||
+        !tsl_node_share(local, nlocal, cores, config->yield_when_idle != 0, &first, &count))
         return;
+    /* With one core, workers and StarPU-MPI thread share it; with more, the last is the
+     * StarPU-MPI thread's. */
+    int nworker_cores = count > 1 ? count - 1 : 1;
     conf->use_explicit_workers_bindid = 1;
     for (int i = 0; i < STARPU_NMAXWORKERS; i++)
-        conf->workers_bindid[i] = (unsigned)((first + i) % cores);
+        conf->workers_bindid[i] = (unsigned)(count > 1 ? (first + i) % cores : first);
     if (config->ncpu < 0)
-        conf->ncpus = count - 1;
+        conf->ncpus = nworker_cores;
     char id[16];
     snprintf(id, sizeof id, "%d", first + count - 1);
     if (!user_mpi)
         setenv("STARPU_MPI_THREAD_CPUID", id, 1);
     snprintf(what, size, "%d ranks share this node's %d cores: workers on cores %d-%d%s%s", nlocal,
-             cores, first, first + count - 2, user_mpi ? "" : ", the StarPU-MPI thread on core ",
-             user_mpi ? "" : id);
+             cores, first, first + nworker_cores - 1,
+             user_mpi ? "" : ", the StarPU-MPI thread on core ", user_mpi ? "" : id);
+}
+
+/* StarPU's idle hook (run by a CPU worker that found no task, tsl_context_config::
+ * yield_when_idle): the StarPU build spins its idle workers (non-blocking drivers), which keeps
+ * a core from the StarPU-MPI progress thread and other ranks' threads wherever threads outnumber
+ * cores; giving the core back lets them run at once. */
+static unsigned idle_yield(void *arg)
+{
+    (void)arg;
+    sched_yield();
+    return 1; /* StarPU may block the worker where its build allows it */
 }
 
 tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *config)
@@ -221,6 +250,11 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     ctx->owns_runtime = 1;
 
     if (!mpi_initialized) {
+        /* Open MPI polls without yielding unless it counts more ranks than slots; tessel's
+         * ranks poll from their StarPU-MPI thread and main thread next to busy workers. A
+         * value the user set stays. */
+        if (config->yield_when_idle)
+            setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
         int provided = 0;
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
             context_free(ctx);
@@ -270,6 +304,7 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
                          "tsl_context_create: starpu_mpi_init_conf failed (%d%s)", ret,
                          ret == -ENODEV ? ": no worker available" : "");
     }
+    ctx->idle_hook = config->yield_when_idle ? starpu_idle_hook_register(idle_yield, NULL) : -1;
     st = context_bind_comm(ctx, MPI_COMM_WORLD);
     if (st) {
         starpu_mpi_shutdown();
@@ -362,6 +397,8 @@ tsl_status tsl_context_destroy(tsl_context_t ctx)
     if (ctx->ctl_comm != MPI_COMM_NULL)
         MPI_Comm_free(&ctx->ctl_comm);
     if (ctx->owns_runtime) {
+        if (ctx->idle_hook >= 0)
+            starpu_idle_hook_deregister(ctx->idle_hook);
         starpu_mpi_shutdown();
         tsl_host_cache_stats cs;
         tsl_host_cache_uninstall(&cs);

@@ -7,10 +7,12 @@ extern "C" {
 #endif
 
 /* Local rank @p local of @p nlocal ranks sharing @p cores cores gets the cores [*first,
- * *first + *count): cores / nlocal of them, in rank order, the last for its StarPU-MPI
- * thread. Returns 0 (StarPU's own binding) for a rank alone on its node or fewer than two
- * cores per rank. */
-int tsl_node_share(int local, int nlocal, int cores, int *first, int *count);
+ * *first + *count): with at least two cores per rank, cores / nlocal of them in rank order,
+ * the last for its StarPU-MPI thread; with fewer and @p yielding (its idle threads yield their
+ * core), one core, local % cores, for its workers and its StarPU-MPI thread together.
+ * Returns 0 (StarPU's own binding) for a rank alone on its node, or fewer than two cores per
+ * rank without @p yielding. */
+int tsl_node_share(int local, int nlocal, int cores, int yielding, int *first, int *count);
 
 #ifdef __cplusplus
 }

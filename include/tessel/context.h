@@ -64,10 +64,22 @@ typedef struct tsl_context_config {
      *  step (bench/RESULTS.md). 0 keeps none. Default 32 MiB. An application that owns StarPU
      * (tsl_context_attach()) keeps its own allocator. */
     int64_t host_cache_bytes;
+    /** Non-zero (default): waiting threads give their core to other runnable threads instead
+     *  of spinning (tsl_context_create() only). An idle CPU worker calls sched_yield() from a
+     *  StarPU idle hook, and Open MPI is asked to yield in its polling
+     *  (OMPI_MCA_mpi_yield_when_idle=1, set only where tessel initialises MPI and the variable
+     *  is unset). Where a rank's threads (workers, StarPU-MPI thread, main thread) outnumber
+     *  its cores, spinning keeps the thread that would make progress off the core for a
+     *  scheduler time slice at every hop: a 1 MiB gradient reduction over 4 ranks on 2 cores
+     *  takes 4-6 ms with it and 64-70 ms without (bench/RESULTS.md). Where every thread has a
+     *  core of its own it costs a system call per idle poll. 0 keeps StarPU's and the MPI
+     *  library's spinning. */
+    int32_t yield_when_idle;
 } tsl_context_config;
 
 /** @brief Fill @p config with defaults: StarPU decides workers and scheduler,
- *  tags [2^40, 2^40 + 2^40), warnings and errors logged to stderr, 32 MiB host cache. */
+ *  tags [2^40, 2^40 + 2^40), warnings and errors logged to stderr, 32 MiB host cache,
+ *  waiting threads yield their core. */
 tsl_status tsl_context_config_init(tsl_context_config *config);
 
 /**

@@ -264,30 +264,41 @@ TEST(Status, StringsNameEveryCode)
 }
 
 // Ranks sharing a node get disjoint runs of at least two cores in rank order (workers, then
-// the StarPU-MPI thread), all within the node; a rank alone, or fewer than two cores per rank,
-// leaves the binding to StarPU.
+// the StarPU-MPI thread), all within the node. With fewer than two cores per rank, ranks whose
+// threads yield get one core each, spread evenly over the node (no core holds more than
+// ceil(ranks / cores) ranks, disjoint where the cores suffice); ranks whose threads spin, and
+// a rank alone, leave the binding to StarPU.
 TEST(NodeShare, DisjointRunsOfAtLeastTwoCoresPerRank)
 {
-    for (int nlocal = 1; nlocal <= 8; nlocal++)
-        for (int cores = 1; cores <= 40; cores++) {
-            std::vector<int> owner((size_t)cores, -1);
-            for (int local = 0; local < nlocal; local++) {
-                int first = -1, count = -1;
-                int got = tsl_node_share(local, nlocal, cores, &first, &count);
-                ASSERT_EQ(got, nlocal >= 2 && cores >= 2 * nlocal) << nlocal << " " << cores;
-                if (!got)
-                    continue;
-                EXPECT_EQ(count, cores / nlocal);
-                EXPECT_EQ(first, local * count);
-                ASSERT_GE(first, 0);
-                ASSERT_LE(first + count, cores);
-                for (int c = first; c < first + count; c++) {
-                    EXPECT_EQ(owner[(size_t)c], -1) << "core " << c << " given twice";
-                    owner[(size_t)c] = local;
+    for (int yielding = 0; yielding <= 1; yielding++)
+        for (int nlocal = 1; nlocal <= 8; nlocal++)
+            for (int cores = 1; cores <= 40; cores++) {
+                std::vector<int> ranks_on((size_t)cores, 0);
+                for (int local = 0; local < nlocal; local++) {
+                    int first = -1, count = -1;
+                    int got = tsl_node_share(local, nlocal, cores, yielding, &first, &count);
+                    bool wide = cores >= 2 * nlocal;
+                    ASSERT_EQ(got, nlocal >= 2 && (wide || yielding))
+                        << nlocal << " ranks, " << cores << " cores, yielding " << yielding;
+                    if (!got)
+                        continue;
+                    EXPECT_EQ(count, wide ? cores / nlocal : 1);
+                    if (wide)
+                        EXPECT_EQ(first, local * count);
+                    ASSERT_GE(first, 0);
+                    ASSERT_LE(first + count, cores);
+                    for (int c = first; c < first + count; c++)
+                        ranks_on[(size_t)c]++;
                 }
+                if (nlocal < 2 || (cores < 2 * nlocal && !yielding))
+                    continue;
+                for (int c = 0; c < cores; c++)
+                    EXPECT_LE(ranks_on[(size_t)c], (nlocal + cores - 1) / cores)
+                        << "core " << c << " given to " << ranks_on[(size_t)c] << " of " << nlocal
+                        << " ranks on " << cores << " cores";
             }
-        }
     int first = 0, count = 0;
-    EXPECT_EQ(tsl_node_share(2, 2, 8, &first, &count), 0); // not a local rank
-    EXPECT_EQ(tsl_node_share(-1, 2, 8, &first, &count), 0);
+    EXPECT_EQ(tsl_node_share(2, 2, 8, 1, &first, &count), 0); // not a local rank
+    EXPECT_EQ(tsl_node_share(-1, 2, 8, 1, &first, &count), 0);
+    EXPECT_EQ(tsl_node_share(0, 2, 0, 1, &first, &count), 0); // no core
 }
