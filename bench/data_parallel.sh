@@ -6,9 +6,8 @@
 # communication). One CPU worker per rank; each run takes STEPS steps; s/step is the
 # training time of the epoch divided by its steps. Exposed = (dp - compute) / dp.
 # The compute-only runs are bound to cores 0 and 1 by hand (each alone would take core 0): the
-# baseline is the work done on both cores. The data-parallel ranks keep their own binding
-# (on 2 cores StarPU's: both workers on core 0, the progress threads on core 1, which measured
-# faster here than one core per rank; tessel splits a node's cores where each rank gets two).
+# baseline is the work done on both cores. The data-parallel ranks keep tessel's binding (on 2
+# cores, each rank's worker and StarPU-MPI thread on a core of their own; tsl_node_share).
 #
 # usage: bench/data_parallel.sh [BUILD_DIR] [REPEATS] [STEPS] [BATCH]
 set -euo pipefail
