@@ -80,8 +80,19 @@ static void add_row(float *restrict dst, const float *restrict src, int64_t n, i
             dst[i] += src[i * stride];
 }
 
-void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
+/* dst = src + addend, the addend stored like dst. */
+static void add2_row(float *restrict dst, const float *restrict src, const float *restrict addend,
+                     int64_t n, int64_t stride)
 {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = src[i * stride] + addend[i];
+}
+
+static void box_copy(const tsl_box_copy_args *args, void *dst, const void *src, const float *addend)
+{
+    TSL_CODELET_CHECK(!addend || (!args->accumulate && !args->narrow_labels &&
+                                  args->elem_size == (int32_t)sizeof(float)),
+                      "box add: f32 tiles, no accumulation");
     TSL_CODELET_CHECK(!args->accumulate || args->elem_size == (int32_t)sizeof(float),
                       "box copy: accumulation is for f32 tiles");
     TSL_CODELET_CHECK(!args->narrow_labels || args->elem_size == 1 || args->elem_size == 4,
@@ -122,7 +133,11 @@ void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
                 for (int64_t i3 = 0; i3 < box[3]; i3++) {
                     int64_t so = i0 * ss[0] + i1 * ss[1] + i2 * ss[2] + i3 * ss[3];
                     int64_t doff = i0 * ds[0] + i1 * ds[1] + i2 * ds[2] + i3 * ds[3];
-                    if (args->narrow_labels)
+                    if (addend)
+                        add2_row((float *)(void *)(dp + (size_t)doff * elem),
+                                 (const float *)(const void *)(sp + (size_t)so * elem),
+                                 addend + dbase + doff, box[4], ss[4]);
+                    else if (args->narrow_labels)
                         narrow_row(dp + (size_t)doff * elem,
                                    (const int64_t *)(const void *)(sp + (size_t)so * selem), box[4],
                                    ss[4], elem);
@@ -138,6 +153,16 @@ void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
                 }
 }
 
+void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src)
+{
+    box_copy(args, dst, src, NULL);
+}
+
+void tsl_box_add(const tsl_box_copy_args *args, float *dst, const float *src, const float *addend)
+{
+    box_copy(args, dst, src, addend);
+}
+
 static void box_copy_cpu(void *buffers[], void *cl_arg)
 {
     tsl_box_copy_args args;
@@ -145,7 +170,14 @@ static void box_copy_cpu(void *buffers[], void *cl_arg)
     const void *src = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
     void *dst = (void *)STARPU_VECTOR_GET_PTR(buffers[1]);
     TSL_CODELET_CHECK(src && dst, "box copy on an unallocated tile");
-    tsl_box_copy(&args, dst, src);
+    const float *addend = NULL;
+    if (STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) > 2) {
+        size_t dst_count = STARPU_VECTOR_GET_NX(buffers[1]);
+        TSL_CODELET_CHECK(STARPU_VECTOR_GET_NX(buffers[2]) == dst_count,
+                          "box add: the addend and the destination differ in size");
+        addend = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    }
+    box_copy(&args, dst, src, addend);
 }
 
 static void copy_cpu(void *buffers[], void *cl_arg)

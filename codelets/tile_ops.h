@@ -42,7 +42,11 @@ typedef struct tsl_box_copy_args {
  * contiguously. Pure. */
 void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src);
 
-/* R src, W|RW dst: box copy between two tiles. */
+/* dst = the box of src + addend, the addend stored like dst (f32). Pure. */
+void tsl_box_add(const tsl_box_copy_args *args, float *dst, const float *src, const float *addend);
+
+/* R src, W|RW dst: box copy between two tiles; with a third handle (R addend, stored like dst,
+ * f32, no accumulate), dst = box of src + addend (tsl_box_add). */
 extern struct starpu_codelet tsl_cl_box_copy;
 /* R src, W dst: whole-buffer copy of two handles of equal size (args: none). */
 extern struct starpu_codelet tsl_cl_copy;

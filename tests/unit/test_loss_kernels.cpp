@@ -226,3 +226,50 @@ TEST(LabelCopy, NarrowsI64IntoU8AndI32)
             EXPECT_EQ(i32[k], v >= 0 && v <= INT32_MAX ? (int32_t)v : -1) << "value " << v;
         }
 }
+
+// A box added to an addend stored like the destination (the reduction's owner adding its own
+// partial's piece and a received sum in one pass): in plain and channels-last layouts, from a
+// box inside a larger source into a box inside a larger destination, against element loops.
+TEST(BoxAdd, AddsTheSourceBoxToTheAddendIntoTheDestinationBox)
+{
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (int32_t layout : {(int32_t)TSL_LAYOUT_PLAIN, (int32_t)TSL_LAYOUT_CHANNELS_LAST}) {
+        tsl_box_copy_args a;
+        std::memset(&a, 0, sizeof a);
+        a.ndim = 4;
+        a.elem_size = 4;
+        a.src_layout = a.dst_layout = layout;
+        const int64_t se[4] = {2, 3, 5, 6}, de[4] = {1, 3, 4, 5}, box[4] = {1, 2, 3, 4};
+        const int64_t so[4] = {1, 1, 2, 1}, dof[4] = {0, 1, 1, 0};
+        for (int d = 0; d < 4; d++) {
+            a.src_extent[d] = se[d], a.dst_extent[d] = de[d], a.box[d] = box[d];
+            a.src_offset[d] = so[d], a.dst_offset[d] = dof[d];
+        }
+        std::vector<float> src(2 * 3 * 5 * 6), addend(3 * 4 * 5), dst(addend.size(), -7.0f);
+        for (float &v : src)
+            v = u(gen);
+        for (float &v : addend)
+            v = u(gen);
+        tsl_box_add(&a, dst.data(), src.data(), addend.data());
+        int64_t ss[4], ds[4];
+        tsl_layout_strides(layout, 4, se, ss);
+        tsl_layout_strides(layout, 4, de, ds);
+        std::vector<int> hit(dst.size(), 0);
+        for (int64_t n = 0; n < box[0]; n++)
+            for (int64_t c = 0; c < box[1]; c++)
+                for (int64_t h = 0; h < box[2]; h++)
+                    for (int64_t w = 0; w < box[3]; w++) {
+                        int64_t s = (n + so[0]) * ss[0] + (c + so[1]) * ss[1] +
+                                    (h + so[2]) * ss[2] + (w + so[3]) * ss[3];
+                        int64_t d = (n + dof[0]) * ds[0] + (c + dof[1]) * ds[1] +
+                                    (h + dof[2]) * ds[2] + (w + dof[3]) * ds[3];
+                        EXPECT_EQ(dst[(size_t)d], src[(size_t)s] + addend[(size_t)d])
+                            << "layout " << layout << " element " << d;
+                        hit[(size_t)d] = 1;
+                    }
+        for (size_t i = 0; i < dst.size(); i++)
+            if (!hit[i])
+                EXPECT_EQ(dst[i], -7.0f) << "outside the box, element " << i;
+    }
+}
