@@ -31,10 +31,13 @@ static void usage_main(FILE *out)
 
 static void usage_info(FILE *out)
 {
-    fprintf(out, "usage: tessel info [--ncpu N] [--sched NAME] [--host-cache-mib M]\n"
+    fprintf(out, "usage: tessel info [--ncpu N] [--sched NAME] [--host-cache-mib M] [--spin]\n"
                  "  --ncpu N       CPU workers per rank (default: StarPU decides)\n"
                  "  --sched NAME   StarPU scheduler (default: StarPU's, or STARPU_SCHED)\n"
-                 "  --host-cache-mib M  MiB of freed tile buffers kept for reuse (default 32)\n");
+                 "  --host-cache-mib M  MiB of freed tile buffers kept for reuse (default 32)\n"
+                 "  --spin         idle workers and MPI waits poll instead of yielding their\n"
+                 "                 core (the default yields: faster where threads outnumber\n"
+                 "                 cores)\n");
 }
 
 static void usage_demo(FILE *out)
@@ -109,6 +112,10 @@ int parse_common(int argc, char **argv, int *i, common_options *opts)
         *i += 1;
         return 1;
     }
+    if (strcmp(argv[*i], "--spin") == 0) {
+        opts->config.yield_when_idle = 0;
+        return 1;
+    }
     if (strcmp(argv[*i], "--sched") == 0) {
         if (*i + 1 >= argc) {
             fprintf(stderr, "tessel: --sched needs a scheduler name\n");
@@ -166,6 +173,7 @@ static int command_info(int argc, char **argv)
         printf("MPI ranks: %d\n", (int)size);
         printf("scheduler: %s\n", sched);
         printf("workers on rank 0: %d CPU, %d CUDA\n", (int)ncpu, (int)ncuda);
+        printf("waiting threads: %s\n", opts.config.yield_when_idle ? "yield" : "spin");
         fflush(stdout);
     }
     return tsl_context_destroy(ctx) ? 1 : 0;

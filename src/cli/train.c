@@ -49,7 +49,7 @@ static void usage_train(FILE *out)
         "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
         "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
         "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
-        "                    [--sched NAME] [--host-cache-mib M]\n"
+        "                    [--sched NAME] [--host-cache-mib M] [--spin]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
         "                      or npy:DIR (see the README)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
@@ -88,7 +88,10 @@ static void usage_train(FILE *out)
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n"
         "  --host-cache-mib M  MiB of freed tile buffers each rank keeps for reuse (default\n"
         "                      32, 0 none): spares fresh pages for each step's activations;\n"
-        "                      a few times the gradient MiB helps data=D with large weights\n");
+        "                      a few times the gradient MiB helps data=D with large weights\n"
+        "  --spin              idle workers and MPI waits poll instead of yielding their\n"
+        "                      core; the default (yield) is faster where threads outnumber\n"
+        "                      cores\n");
     int32_t n;
     const char *const *desc;
     const char *const *names = tsl_zoo_names(&n, &desc);
@@ -100,7 +103,7 @@ static void usage_train(FILE *out)
 static void usage_eval(FILE *out)
 {
     fprintf(out, "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
-                 "                   [--plan PLAN] [--ncpu N] [--sched NAME]\n"
+                 "                   [--plan PLAN] [--ncpu N] [--sched NAME] [--spin]\n"
                  "  loss and accuracy of saved parameters on the data's test split\n");
 }
 
