@@ -71,7 +71,7 @@ typedef struct tsl_context_config {
      *  is unset). Where a rank's threads (workers, StarPU-MPI thread, main thread) outnumber
      *  its cores, spinning keeps the thread that would make progress off the core for a
      *  scheduler time slice at every hop: a 1 MiB gradient reduction over 4 ranks on 2 cores
-     *  takes 4-6 ms with it and 64-70 ms without (bench/RESULTS.md). Where every thread has a
+     *  takes 2-6 ms with it and 64-70 ms without (bench/RESULTS.md). Where every thread has a
      *  core of its own it costs a system call per idle poll. 0 keeps StarPU's and the MPI
      *  library's spinning. */
     int32_t yield_when_idle;
