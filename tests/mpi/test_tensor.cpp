@@ -292,6 +292,53 @@ TEST(Context, RanksOnANodeBindTheirWorkersToDifferentCores)
                 EXPECT_EQ(masks[(size_t)r] & mask, 0u) << "ranks " << local << " and " << r;
 }
 
+// The harness's context initialised MPI with waiting threads yielding (the default): Open MPI
+// then yields in its polling, which it reports through the MPI tools interface. Another MPI
+// library, or a value set by the user, skips the check.
+TEST(Context, OpenMpiYieldsWhenTesselInitialisedMpi)
+{
+    const char *user = std::getenv("OMPI_MCA_mpi_yield_when_idle");
+    if (user && std::strcmp(user, "1") != 0)
+        GTEST_SKIP() << "OMPI_MCA_mpi_yield_when_idle=" << user << " set by the user";
+    int provided = 0;
+    ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
+    int n = 0, found = -1, type_size = 0;
+    ASSERT_EQ(MPI_T_cvar_get_num(&n), MPI_SUCCESS);
+    for (int i = 0; i < n && found < 0; i++) {
+        char name[256], desc[1024];
+        int name_len = sizeof name, desc_len = sizeof desc, verbosity, bind, scope;
+        MPI_Datatype type;
+        MPI_T_enum enumtype;
+        if (MPI_T_cvar_get_info(i, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len,
+                                &bind, &scope) == MPI_SUCCESS &&
+            std::strcmp(name, "mpi_yield_when_idle") == 0) {
+            found = i;
+            MPI_Type_size(type, &type_size); // a C bool (1 byte) or an int
+        }
+    }
+    long long value = -1;
+    if (found >= 0) {
+        MPI_T_cvar_handle h;
+        int count = 0;
+        ASSERT_EQ(MPI_T_cvar_handle_alloc(found, nullptr, &h, &count), MPI_SUCCESS);
+        ASSERT_EQ(count, 1);
+        unsigned char buf[16] = {0};
+        ASSERT_EQ(MPI_T_cvar_read(h, buf), MPI_SUCCESS);
+        MPI_T_cvar_handle_free(&h);
+        if (type_size == 1)
+            value = buf[0];
+        else if (type_size == (int)sizeof(int)) {
+            int v;
+            std::memcpy(&v, buf, sizeof v);
+            value = v;
+        }
+    }
+    MPI_T_finalize();
+    if (found < 0)
+        GTEST_SKIP() << "this MPI has no mpi_yield_when_idle variable";
+    EXPECT_EQ(value, 1);
+}
+
 TEST(ScatterGather, RoundTripEveryLayoutAndDtype)
 {
     struct Case {
