@@ -17,6 +17,7 @@ tsl_status tsl_plan_init(tsl_plan *plan)
     memset(plan, 0, sizeof *plan);
     plan->data = plan->stages = plan->micro = plan->tiles = 1;
     plan->shard = TSL_PLAN_SHARD_DEFAULT;
+    plan->bucket = TSL_PLAN_BUCKET_DEFAULT;
     plan->space[0] = plan->space[1] = plan->space[2] = 1;
     return TSL_OK;
 }
@@ -46,9 +47,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {"data",  "space", "stages", "micro",
-                                       "tiles", "shard", "balance"};
-    enum { NKEYS = 7 };
+    static const char *const keys[] = {"data",  "space", "stages",  "micro",
+                                       "tiles", "shard", "balance", "bucket"};
+    enum { NKEYS = 8 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -57,7 +58,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (!eq)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
-                             "micro, balance, tiles, shard)",
+                             "micro, balance, tiles, shard, bucket)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -67,7 +68,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (k < 0)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
-                             "balance, tiles, shard)",
+                             "balance, tiles, shard, bucket)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -99,6 +100,13 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': balance='%.*s' is not memory, layers or time", text,
                                  (int)vlen, v);
+        } else if (k == 7) { /* bucket=0 turns packing off */
+            long value = vlen == 1 && v[0] == '0' ? 0 : plan_int(v, vlen);
+            if (value < 0)
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                 "plan '%s': bucket='%.*s' is not an integer in [0, %ld]", text,
+                                 (int)vlen, v, PLAN_MAX_VALUE);
+            p.bucket = (int32_t)value;
         } else {
             long value = plan_int(v, vlen);
             if (value < 0)
@@ -147,6 +155,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
         PART("%stiles=%d", n ? "," : "", (int)p->tiles);
     if (p->shard != TSL_PLAN_SHARD_DEFAULT)
         PART("%sshard=%d", n ? "," : "", (int)p->shard);
+    if (p->bucket != TSL_PLAN_BUCKET_DEFAULT)
+        PART("%sbucket=%d", n ? "," : "", (int)p->bucket);
     if (!n)
         PART("data=1");
 #undef PART
@@ -570,7 +580,8 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
  * tsl_plan_stages()) and the tensors that live
  * for the whole step, added to bytes: the labels (tsl_graph_label_dtype) on the output's
  * stage, and every parameter where tsl_plan_param_placement() puts it, with its gradient and
- * optimizer states, plus each sharded weight's whole value on every rank of its stage. */
+ * optimizer states, plus each sharded weight's whole value on every rank of its stage and
+ * each replicated one's (tsl_plan_buckets()). */
 static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                  int32_t workers, int64_t batch, int32_t optimizer_states,
                                  const int32_t *given, int32_t *op_stage, int64_t *bytes,
@@ -586,7 +597,9 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
     tsl_tile_grid *grids = calloc((size_t)np + 1, sizeof *grids);
     tsl_owner_map *owners = calloc((size_t)np + 1, sizeof *owners);
     int32_t *sharded = calloc((size_t)np + 1, sizeof *sharded);
-    if (!st && (!grids || !owners || !sharded))
+    int32_t *bucket_of = calloc((size_t)np + 1, sizeof *bucket_of),
+            *replicated = calloc((size_t)np + 1, sizeof *replicated), nbuckets = 0;
+    if (!st && (!grids || !owners || !sharded || !bucket_of || !replicated))
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st && given)
         memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
@@ -602,8 +615,11 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         st = add_tensor(plan, &input, nranks, op_stage[g->values[out].producer], workers, batch,
                         &labels, 0, tsl_graph_label_dtype(shape.dims[0]) == TSL_U8 ? 1 : 4, bytes);
     }
-    if (!st && np > 0)
-        st = tsl_plan_param_placement(plan, g, nranks, op_stage, grids, owners, sharded);
+    if (!st && np > 0 &&
+        !(st = tsl_plan_param_placement(plan, g, nranks, op_stage, grids, owners, sharded)))
+        st = tsl_plan_buckets(plan, g, nranks, owners, sharded, bucket_of, replicated, &nbuckets);
+    int32_t group;
+    plan_stages(plan, nranks, &group);
     for (int32_t i = 0; i < np && !st; i++) {
         int32_t trainable;
         if ((st = tsl_graph_param_info(g, i, NULL, &shape, &trainable)))
@@ -614,6 +630,9 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
             int32_t rank;
             if (!(st = tsl_owner_map_rank(&owners[i], zero, shape.ndim, &grids[i], nranks, &rank)))
                 bytes[rank] += 4 * numel * copies;
+            for (int32_t r = rank / group * group; replicated[i] && r < (rank / group + 1) * group;
+                 r++) /* each rank's whole copy */
+                bytes[r] += 4 * numel;
             continue;
         }
         int32_t first = owners[i].first_rank,
@@ -625,6 +644,8 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
     free(grids);
     free(owners);
     free(sharded);
+    free(bucket_of);
+    free(replicated);
     return st;
 }
 
@@ -901,5 +922,52 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
     free(load);
     free(op_of);
     free(cut);
+    return TSL_OK;
+}
+
+tsl_status tsl_plan_buckets(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                            const tsl_owner_map *owners, const int32_t *sharded, int32_t *bucket_of,
+                            int32_t *replicated, int32_t *nbuckets)
+{
+    const char *fn = "tsl_plan_buckets";
+    if (!g || nranks < 1 || !nbuckets || (g->nparams > 0 && (!owners || !sharded || !bucket_of)))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    int32_t group;
+    plan_stages(plan, nranks, &group);
+    int64_t cap = plan ? plan->bucket : TSL_PLAN_BUCKET_DEFAULT;
+    *nbuckets = 0;
+    int32_t *op_of = calloc((size_t)g->nparams + 1, sizeof *op_of),
+            *current = malloc(sizeof *current * (size_t)nranks);
+    int64_t *fill = calloc((size_t)nranks, sizeof *fill);
+    if (!op_of || !current || !fill) {
+        free(op_of);
+        free(current);
+        free(fill);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    param_ops(g, op_of);
+    for (int32_t r = 0; r < nranks; r++)
+        current[r] = -1;
+    for (int32_t i = g->nparams - 1; i >= 0; i--) {
+        const tsl_graph_param *p = &g->params[i];
+        const tsl_graph_op *o = &g->ops[op_of[i]];
+        int packed = group > 1 && cap > 0 && !sharded[i] && p->trainable;
+        bucket_of[i] = -1;
+        if (replicated)
+            replicated[i] = packed;
+        if (!packed || (o->kind != TSL_OP_CONV && o->kind != TSL_OP_LINEAR))
+            continue;
+        int32_t r = owners[i].rank;
+        int64_t numel = tsl_shape_numel(&p->shape);
+        if (current[r] < 0 || (fill[r] > 0 && fill[r] + numel > cap)) {
+            current[r] = (*nbuckets)++;
+            fill[r] = 0;
+        }
+        bucket_of[i] = current[r];
+        fill[r] += numel;
+    }
+    free(op_of);
+    free(current);
+    free(fill);
     return TSL_OK;
 }

@@ -65,7 +65,43 @@ struct tsl_tensor {
      * owners' rank group (all ranks without one), a one-tile copy owned by that rank
      * (tsl_tensor_make_replicas); NULL otherwise and for ranks outside the group. */
     struct tsl_tensor **replicas; /* [ctx->size] */
+    /* A parameter gradient whose partials travel packed (tsl_bucket_create): its bucket and
+     * place there; NULL otherwise. */
+    struct tsl_bucket *bucket;
+    int32_t bucket_member;
 };
+
+/* Small gradients reduced together (bucket.c): every rank packs its partials of the members
+ * into one buffer, the buffers meet by a tree rooted at the owner, and the sum is cut into
+ * the members there. One set of partials per member and step. */
+struct tsl_bucket {
+    struct tsl_context *ctx;
+    int32_t owner;
+    int32_t n;                  /* members */
+    struct tsl_tensor **grads;  /* [n]: one-tile f32 tensors owned by `owner` */
+    int64_t *offset;            /* [n + 1]: each member's first element in a pack */
+    starpu_data_handle_t *pack; /* [ctx->size]: this step's packed partials per rank */
+    uint8_t *added;             /* [n]: whose partials this step has */
+    int32_t nadded;
+};
+
+/* Make a bucket of `grads` (sets their `bucket`); destroy drops it (and unsets them). */
+tsl_status tsl_bucket_create(struct tsl_context *ctx, int32_t n, struct tsl_tensor **grads,
+                             struct tsl_bucket **out);
+void tsl_bucket_destroy(struct tsl_bucket *b);
+
+/* Add member's partials (partials[i] on rank owner_of[i], each the member's numel; the caller
+ * still owns and releases them) into the ranks' packs; the last member's call reduces. */
+tsl_status tsl_bucket_add(struct tsl_bucket *b, int32_t member, int64_t n,
+                          const starpu_data_handle_t *partials, const int32_t *owner_of);
+
+/* Sum the packs onto the owner and cut the sum into the members given this step (the others
+ * are left as they are); the bucket is then empty for the next step. */
+tsl_status tsl_bucket_reduce(struct tsl_bucket *b);
+
+/* tsl_bucket_reduce() if any member was given this step (a step where some member's loss
+ * path was cut). */
+tsl_status tsl_bucket_finish(struct tsl_bucket *b);
 
 /* Like tsl_tensor_create_layout(), but StarPU allocates each owned tile when a task first
  * writes it (the tile has no value before), and tsl_tensor_release() gives it back. */
@@ -93,8 +129,12 @@ void tsl_tensor_order_by_samples(struct tsl_tensor *t);
  * without one), owned by the tensor, not tracked. */
 tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t);
 
+/* The same for any `t` (one tile too) on ranks first .. first + count - 1. */
+tsl_status tsl_tensor_make_replicas_on(struct tsl_tensor *t, int32_t first, int32_t count);
+
 /* Submit the copies of t's tiles into every rank's replica (allgather by placement: rank r's
- * tasks read the tiles other ranks own). */
+ * tasks read the tiles other ranks own). A one-tile tensor's replicas are better refreshed
+ * together with others of its owner (tsl_tensors_redistribute). */
 tsl_status tsl_tensor_sync_replicas(struct tsl_tensor *t);
 
 /* Whether tasks can read `t` whole: one tile, or replicas. */
@@ -105,14 +145,16 @@ static inline int tsl_tensor_whole(const struct tsl_tensor *t)
 
 /* The handle of t's whole value that a task running on `rank` reads: its one tile, or that
  * rank's replica; a rank outside the replicas' group (a task of another pipeline stage, such
- * as the input gradient of a stage's first convolution) reads a group rank's replica, which
- * StarPU-MPI moves. */
+ * as the input gradient of a stage's first convolution) reads the one tile or a group rank's
+ * replica, which StarPU-MPI moves. */
 static inline starpu_data_handle_t tsl_whole_handle(const struct tsl_tensor *t, int32_t rank)
 {
     if (!t->replicas)
         return t->handles[0];
     if (t->replicas[rank])
         return t->replicas[rank]->handles[0];
+    if (t->ntiles == 1)
+        return t->handles[0];
     return t->replicas[t->owners.first_rank + rank % t->owners.group_size]->handles[0];
 }
 
@@ -223,6 +265,15 @@ typedef tsl_status (*tsl_partial_grad_fn)(int64_t tile, starpu_data_handle_t dw_
 /* Parameter gradients of an op tiled along samples: one partial per tile of x / dy, summed
  * into dw (and db, when not NULL) by task trees (src/lower/param_grads.c). A dw cut into
  * shards gets each shard's tree rooted at the shard's owner (reduce-scatter by placement). */
+/* Which of a one-tile gradient's partials (partial i made on owner_of[i]) may be the
+ * gradient's own tile, rooting its tree: the first on its owner, or -1 (none: in a bucket). */
+int64_t tsl_grad_root(const struct tsl_tensor *g, const int32_t *owner_of, int64_t n);
+
+/* Sum a one-tile gradient's partials into it, with high priority: through its bucket, or a
+ * tree rooted at its owner (the tsl_grad_root() partial first). Releases the temporaries. */
+tsl_status tsl_grad_sum(struct tsl_tensor *g, int64_t n, starpu_data_handle_t *partials,
+                        const int32_t *owner_of);
+
 tsl_status tsl_param_gradients(struct tsl_tensor *x, struct tsl_tensor *dy, struct tsl_tensor *dw,
                                struct tsl_tensor *db, tsl_partial_grad_fn submit_partial,
                                void *user);

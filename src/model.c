@@ -41,9 +41,14 @@ struct tsl_model {
     tsl_plan plan;
     int has_plan;      /* else sample tiles over all ranks and workers */
     int32_t *op_stage; /* [nops]: each op's pipeline stage (tsl_plan_stages()) */
-    int32_t *relu_of;  /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
-                          or -1 */
-    uint8_t *fused;    /* [nops]: a ReLU that its batch norm computes */
+    /* Small trainable parameters with a whole copy per rank of their stage, refreshed in one
+     * packed message per owner (tsl_plan_buckets()); buckets of their gradients. */
+    int32_t *replicated; /* [nparams] */
+    struct tsl_bucket **buckets;
+    int32_t nbuckets;
+    int32_t *relu_of; /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
+                         or -1 */
+    uint8_t *fused;   /* [nops]: a ReLU that its batch norm computes */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -248,6 +253,26 @@ static tsl_status adopt_plan(struct tsl_model *m, const tsl_plan *plan)
     return TSL_OK;
 }
 
+/* The gradient buckets tsl_plan_buckets() gave (bucket_of: one per parameter, or -1). */
+static tsl_status make_buckets(struct tsl_model *m, const int32_t *bucket_of)
+{
+    int32_t np = m->g->nparams;
+    m->buckets = calloc((size_t)m->nbuckets, sizeof *m->buckets);
+    tsl_tensor_t *members = malloc(sizeof *members * (size_t)(np + 1));
+    tsl_status st = TSL_OK;
+    if (!m->buckets || !members)
+        st = tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    for (int32_t b = 0; b < m->nbuckets && !st; b++) {
+        int32_t n = 0;
+        for (int32_t i = np - 1; i >= 0; i--) /* backward's order */
+            if (bucket_of[i] == b)
+                members[n++] = m->pgrads[i];
+        st = tsl_bucket_create(m->ctx, n, members, &m->buckets[b]);
+    }
+    free(members);
+    return st;
+}
+
 tsl_status tsl_model_create(tsl_model_t *out, tsl_context_t ctx, tsl_graph_t graph, uint64_t seed)
 {
     return tsl_model_create_plan(out, ctx, graph, seed, NULL);
@@ -287,15 +312,20 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     tsl_tile_grid *grids = calloc((size_t)graph->nparams + 1, sizeof *grids);
     tsl_owner_map *owners = calloc((size_t)graph->nparams + 1, sizeof *owners);
     int32_t *sharded = calloc((size_t)graph->nparams + 1, sizeof *sharded);
+    int32_t *bucket_of = calloc((size_t)graph->nparams + 1, sizeof *bucket_of);
+    m->replicated = calloc((size_t)graph->nparams + 1, sizeof *m->replicated);
     m->op_stage = calloc((size_t)graph->nops + 1, sizeof *m->op_stage);
     m->relu_of = calloc((size_t)graph->nops + 1, sizeof *m->relu_of);
     m->fused = calloc((size_t)graph->nops + 1, sizeof *m->fused);
-    if (!grids || !owners || !sharded || !m->op_stage || !m->relu_of || !m->fused)
+    if (!grids || !owners || !sharded || !bucket_of || !m->replicated || !m->op_stage ||
+        !m->relu_of || !m->fused)
         st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     /* Without stages of the graph's own, the split for one sample per batch and Adam. */
     else if ((st = tsl_plan_stages(pl, graph, 1, 2, m->op_stage)) ||
              (st = tsl_plan_param_placement(pl, graph, ctx->size, m->op_stage, grids, owners,
-                                            sharded)))
+                                            sharded)) ||
+             (st = tsl_plan_buckets(pl, graph, ctx->size, owners, sharded, bucket_of, m->replicated,
+                                    &m->nbuckets)))
         st = tsl_error(ctx, st, "tsl_model_create: %s", tsl_last_error());
     for (int32_t op = 0; op < graph->nops && !st; op++) {
         m->relu_of[op] = tsl_graph_fused_relu(m->g, op, m->op_stage);
@@ -309,10 +339,17 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
             st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
         if (!st && sharded[i])
             st = tsl_tensor_make_replicas(m->params[i]);
+        if (!st && m->replicated[i]) {
+            int32_t group = ctx->size / (pl && pl->stages > 1 ? pl->stages : 1);
+            st = tsl_tensor_make_replicas_on(m->params[i], owners[i].rank / group * group, group);
+        }
     }
+    if (!st && m->nbuckets > 0)
+        st = make_buckets(m, bucket_of);
     free(grids);
     free(owners);
     free(sharded);
+    free(bucket_of);
     if (!st)
         st = init_params(m, seed);
     if (st) {
@@ -329,6 +366,10 @@ tsl_status tsl_model_destroy(tsl_model_t m)
         return TSL_OK;
     for (int32_t i = 0; i < m->ninst; i++)
         instance_free(m, &m->inst[i]);
+    for (int32_t b = 0; m->buckets && b < m->nbuckets; b++)
+        tsl_bucket_destroy(m->buckets[b]);
+    free(m->buckets);
+    free(m->replicated);
     for (int32_t i = 0; m->g && i < m->g->nparams; i++) {
         if (m->params)
             tsl_tensor_destroy(m->params[i]);
@@ -364,8 +405,30 @@ tsl_status tsl_model_param(tsl_model_t m, int32_t index, tsl_tensor_t *param, ts
 static tsl_status sync_replicas(struct tsl_model *m)
 {
     tsl_status st = TSL_OK;
+    int32_t n = 0;
+    for (int32_t i = 0; i < m->g->nparams && !st; i++) {
+        if (!m->replicated[i])
+            st = tsl_tensor_sync_replicas(m->params[i]);
+        for (int32_t r = 0; m->replicated[i] && r < m->ctx->size; r++)
+            n += m->params[i]->replicas[r] != NULL;
+    }
+    if (st || n == 0)
+        return st;
+    /* The small ones: one packed message per owner and rank. */
+    tsl_tensor_t *dst = malloc(sizeof *dst * (size_t)n), *src = malloc(sizeof *src * (size_t)n);
+    if (!dst || !src)
+        st = tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
+    n = 0;
     for (int32_t i = 0; i < m->g->nparams && !st; i++)
-        st = tsl_tensor_sync_replicas(m->params[i]);
+        for (int32_t r = 0; m->replicated[i] && r < m->ctx->size; r++)
+            if (m->params[i]->replicas[r]) {
+                dst[n] = m->params[i]->replicas[r];
+                src[n++] = m->params[i];
+            }
+    if (!st)
+        st = tsl_tensors_redistribute(n, dst, src);
+    free(dst);
+    free(src);
     return st;
 }
 
@@ -722,7 +785,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, const float *x,
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, in->grad[m->g->output], &l);
     in->written[m->g->output] = 1;
     for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
-        st = op_backward(m, in, i);
+        st = op_backward(m, in, i); /* a bucket reduces once all its members are in */
         if (!st && !m->fused[i]) {
             int32_t out =
                 m->relu_of[i] >= 0 ? m->g->ops[m->relu_of[i]].output : m->g->ops[i].output;
@@ -731,6 +794,10 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, const float *x,
             if (out != m->g->output)
                 tsl_tensor_release(in->act[out]);
         }
+    }
+    for (int32_t b = 0; b < m->nbuckets; b++) { /* members without partials: left alone */
+        tsl_status fin = tsl_bucket_finish(m->buckets[b]);
+        st = st ? st : fin;
     }
     if (!st && loss)
         *loss = l;

@@ -819,15 +819,25 @@ void tsl_tensor_order_by_samples(struct tsl_tensor *t)
 
 tsl_status tsl_tensor_make_replicas(struct tsl_tensor *t)
 {
-    struct tsl_context *ctx = t->ctx;
-    if (t->replicas || t->ntiles == 1)
+    if (t->ntiles == 1)
         return TSL_OK;
+    int32_t first = t->owners.first_rank;
+    return tsl_tensor_make_replicas_on(
+        t, first, t->owners.group_size > 0 ? t->owners.group_size : t->ctx->size - first);
+}
+
+tsl_status tsl_tensor_make_replicas_on(struct tsl_tensor *t, int32_t first, int32_t count)
+{
+    struct tsl_context *ctx = t->ctx;
+    if (t->replicas)
+        return TSL_OK;
+    if (first < 0 || count < 1 || first + count > ctx->size)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "replicas: ranks %d..%d outside the context",
+                         (int)first, (int)(first + count - 1));
     t->replicas = calloc((size_t)ctx->size, sizeof *t->replicas);
     if (!t->replicas)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "replicas: out of memory");
-    int32_t first = t->owners.first_rank,
-            end = t->owners.group_size > 0 ? first + t->owners.group_size : ctx->size;
-    for (int32_t r = first; r < end; r++) {
+    for (int32_t r = first; r < first + count; r++) {
         tsl_owner_map on = tsl_owner_single(r);
         tsl_status st = tsl_tensor_create_layout(&t->replicas[r], ctx, t->dtype, &t->shape, NULL,
                                                  &on, t->layout);
@@ -849,7 +859,7 @@ tsl_status tsl_tensor_sync_replicas(struct tsl_tensor *t)
 
 void tsl_whole_flush(const struct tsl_tensor *t)
 {
-    if (!t->replicas) {
+    if (!t->replicas || t->ntiles == 1) {
         starpu_mpi_cache_flush(t->ctx->comm, t->handles[0]);
         return;
     }

@@ -2,14 +2,17 @@
  * @file plan.h
  * @brief Parallel plans: how a model's tensors are tiled and which ranks own the tiles.
  *
- * A plan string is `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E`; every
- * part is optional and defaults to 1 (balance= to memory, shard= to ::TSL_PLAN_SHARD_DEFAULT):
+ * A plan string is `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K`;
+ * every part is optional and defaults to 1 (balance= to memory, shard= to
+ * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT):
  * D sample groups (data parallelism), an A x B x C (or A x B, or A) rank grid over the spatial
  * dimensions (spatial parallelism, halo exchange), S pipeline stages with M micro-batches
  * (layer parallelism: consecutive ops split into S stages as B says, see tsl_plan_stages()),
  * T extra tiles per rank along the longest spatial dimension (over-decomposition, so every
  * worker of a rank has a tile), and E: the fewest elements a convolution or linear weight
- * needs to be cut into shards over the ranks (tsl_plan_param_placement()). A plan runs on
+ * needs to be cut into shards over the ranks (tsl_plan_param_placement()), and K: the most
+ * elements of the small parameters whose gradients travel packed in one bucket
+ * (tsl_plan_buckets(); 0: every small parameter on its own). A plan runs on
  * D x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x A x B x C, each
  * stage's tensors split over its G ranks as data= and space= say. Pure C: no StarPU, no MPI.
  */
@@ -30,6 +33,10 @@ extern "C" {
 /** Default of shard=: weights of at least 4096 elements (16 KiB) are cut into shards. */
 #define TSL_PLAN_SHARD_DEFAULT 4096
 
+/** Default of bucket=: the gradients of small parameters travel in packs of up to 65536
+ *  elements (256 KiB). */
+#define TSL_PLAN_BUCKET_DEFAULT 65536
+
 /** How tsl_plan_stages() splits a network into stages (plan part balance=). */
 typedef enum tsl_stage_balance {
     TSL_BALANCE_MEMORY = 0, /**< `memory`: the smallest largest-rank peak memory estimate */
@@ -47,6 +54,7 @@ typedef struct tsl_plan {
     int32_t balance;    /**< B: a ::tsl_stage_balance */
     int32_t tiles;      /**< T: tiles per rank along the longest spatial dimension */
     int32_t shard;      /**< E: fewest elements of a weight cut into shards */
+    int32_t bucket;     /**< K: most elements of one bucket of small gradients (0: none) */
 } tsl_plan;
 
 /** @brief The plan of one rank group with nothing split: every part 1, shard= its default. */
@@ -54,8 +62,9 @@ tsl_status tsl_plan_init(tsl_plan *plan);
 
 /**
  * @brief Parse a plan string (see the file comment; "" is the default plan). An unknown or
- * repeated part, a value that is not an integer in [1, 2^20], or a space= grid of more than
- * three entries is a TSL_ERR_INVALID_ARG error naming it; @p plan is then unchanged.
+ * repeated part, a value that is not an integer in [1, 2^20] ([0, 2^20] for bucket=), or a space=
+ * grid of more than three entries is a TSL_ERR_INVALID_ARG error naming it; @p plan is then
+ * unchanged.
  */
 tsl_status tsl_plan_parse(const char *text, tsl_plan *plan);
 
@@ -130,6 +139,25 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int
                                     tsl_owner_map *owners, int32_t *sharded);
 
 /**
+ * @brief How a model packs its small parameters' traffic (what tsl_model_create_plan() uses,
+ * after tsl_plan_param_placement() gave @p owners and @p sharded). Only with bucket= K > 0 and
+ * more than one rank in a stage. Every trainable parameter that is not sharded gets a whole
+ * copy on each rank of its stage (@p replicated), refreshed from the owners in one packed
+ * message per owner and rank. The weights and biases of convolution and linear layers that
+ * are not sharded (their gradients are sums of partials made where the samples live) are
+ * grouped into buckets: per owner, in reverse parameter order (the order backward makes
+ * them), a bucket takes parameters while it holds at most K elements (a larger parameter gets
+ * one of its own); each rank sends its partial gradients of a bucket's members as one message
+ * to the owner.
+ * @param[out] bucket_of  one per parameter: its bucket in [0, *nbuckets), or -1
+ * @param[out] replicated one per parameter: 1 if it has whole copies per rank (may be NULL)
+ * @param[out] nbuckets   how many buckets
+ */
+tsl_status tsl_plan_buckets(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                            const tsl_owner_map *owners, const int32_t *sharded, int32_t *bucket_of,
+                            int32_t *replicated, int32_t *nbuckets);
+
+/**
  * @brief Estimated tiles per rank (all of them, as if they all lived at once; the most
  * that does is tsl_plan_estimate_peak()) of training @p graph under @p plan with batches of
  * @p batch: every value's activation and gradient (not the input's gradient) on its
@@ -137,9 +165,10 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int
  * labels (u8 up to 254 classes, else i32) on the output's stage, and every parameter where
  * tsl_plan_param_placement() puts it, with its gradient and @p optimizer_states more copies of each
  * trainable one (Adam 2, SGD with momentum 1), plus on every rank of its stage the whole value of
- * each sharded weight, and the spare gradient of each value several ops read. Not counted: copies
- * between tile grids, halo slabs, batch-norm statistics, StarPU-MPI's received copies of tiles read
- * across ranks (tsl_plan_estimate_received()).
+ * each sharded weight and each replicated one (tsl_plan_buckets()), and the spare gradient of each
+ * value several ops read. Not counted: copies between tile grids, halo slabs, batch-norm
+ * statistics, StarPU-MPI's received copies of tiles read across ranks
+ * (tsl_plan_estimate_received()).
  * @param[out] bytes @p nranks entries
  */
 tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,

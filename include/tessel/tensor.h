@@ -258,6 +258,16 @@ tsl_status tsl_tensor_gather(tsl_tensor_t tensor, int32_t root, void *dst);
  */
 tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src);
 
+/**
+ * @brief tsl_tensor_sum_rows() for @p count pairs (dst[i], src[i]) at once, packing small
+ * ones: the one-tile destinations of each owner are reduced together, each rank adding its
+ * rows of all of them into one buffer, so that a rank sends one message per owner instead of
+ * one per tensor (the buffers meet by a tree rooted at the owner, which cuts the sum into the
+ * destinations). Destinations cut into several tiles are reduced as tsl_tensor_sum_rows()
+ * does. Every pair is checked before anything is submitted; a destination may appear once.
+ */
+tsl_status tsl_tensors_sum_rows(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src);
+
 /** @brief Set every element to @p value (converted to the dtype). */
 tsl_status tsl_tensor_fill_constant(tsl_tensor_t tensor, double value);
 
@@ -278,6 +288,17 @@ tsl_status tsl_tensor_fill_normal(tsl_tensor_t tensor, uint64_t seed, double mea
  * only the source tiles.
  */
 tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src);
+
+/**
+ * @brief tsl_tensor_redistribute() for @p count pairs (dst[i], src[i]) at once, packing small
+ * ones: where both tensors of a pair are one tile of one layout on different ranks, the
+ * sources one rank owns are copied into one buffer there, and every destination rank
+ * receives that buffer once and cuts its tensors out of it (one message per source rank
+ * instead of one per tensor: what refreshing many small replicated parameters needs). Other
+ * pairs are copied as tsl_tensor_redistribute() copies them. Every pair is checked before
+ * anything is submitted.
+ */
+tsl_status tsl_tensors_redistribute(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src);
 
 /** @brief x = alpha * x (f32, f64). */
 tsl_status tsl_tensor_scale(tsl_tensor_t x, double alpha);

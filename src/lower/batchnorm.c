@@ -93,9 +93,10 @@ static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
     enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_W,
                                          STARPU_R, STARPU_R, STARPU_R};
     if (a.relu) {
+        int32_t rank = job->dy->tile_owner[tile]; /* where acc, the task's output, lives */
         h[3] = job->saved->handles[0];
-        h[4] = job->gamma->handles[0];
-        h[5] = job->beta->handles[0];
+        h[4] = tsl_whole_handle(job->gamma, rank);
+        h[5] = tsl_whole_handle(job->beta, rank);
     }
     return submit(job->x->ctx, &tsl_cl_bn_bwd_stats, &a, a.relu ? 6 : 3, h, m, flops);
 }
@@ -139,8 +140,9 @@ static tsl_status forward_train(const char *fn, int relu, tsl_tensor_t x, tsl_te
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
         tsl_bn_args t = args_for(x, i, eps, momentum);
         t.relu = relu;
-        starpu_data_handle_t h[5] = {x->handles[i], saved->handles[0], gamma->handles[0],
-                                     beta->handles[0], y->handles[i]};
+        starpu_data_handle_t h[5] = {x->handles[i], saved->handles[0],
+                                     tsl_whole_handle(gamma, y->tile_owner[i]),
+                                     tsl_whole_handle(beta, y->tile_owner[i]), y->handles[i]};
         enum starpu_data_access_mode m[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W};
         st = submit(ctx, &tsl_cl_bn_normalize, &t, 5, h, m,
                     4.0 * (double)tsl_tensor_tile_numel(x, i));
@@ -148,8 +150,8 @@ static tsl_status forward_train(const char *fn, int relu, tsl_tensor_t x, tsl_te
             starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
     }
     /* Keep x's cached copies: backward reads them on the same ranks. Drop the small ones. */
-    starpu_mpi_cache_flush(ctx->comm, gamma->handles[0]);
-    starpu_mpi_cache_flush(ctx->comm, beta->handles[0]);
+    tsl_whole_flush(gamma);
+    tsl_whole_flush(beta);
     return st;
 }
 
@@ -189,9 +191,12 @@ tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
         tsl_bn_args t = args_for(x, i, eps, 0);
-        starpu_data_handle_t h[6] = {x->handles[i],           running_mean->handles[0],
-                                     running_var->handles[0], gamma->handles[0],
-                                     beta->handles[0],        y->handles[i]};
+        starpu_data_handle_t h[6] = {x->handles[i],
+                                     running_mean->handles[0],
+                                     running_var->handles[0],
+                                     tsl_whole_handle(gamma, y->tile_owner[i]),
+                                     tsl_whole_handle(beta, y->tile_owner[i]),
+                                     y->handles[i]};
         enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
                                              STARPU_R, STARPU_R, STARPU_W};
         st = submit(x->ctx, &tsl_cl_bn_infer, &t, 6, h, m,
@@ -201,7 +206,7 @@ tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
     }
     tsl_tensor_t small[4] = {running_mean, running_var, gamma, beta};
     for (int k = 0; k < 4; k++)
-        starpu_mpi_cache_flush(x->ctx->comm, small[k]->handles[0]);
+        tsl_whole_flush(small[k]);
     return st;
 }
 
@@ -261,10 +266,10 @@ static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_
         starpu_data_handle_t h[7] = {x->handles[i],
                                      dy->handles[i],
                                      saved->handles[0],
-                                     gamma->handles[0],
+                                     tsl_whole_handle(gamma, dx->tile_owner[i]),
                                      coef,
                                      dx->handles[i],
-                                     beta ? beta->handles[0] : NULL};
+                                     beta ? tsl_whole_handle(beta, dx->tile_owner[i]) : NULL};
         enum starpu_data_access_mode m[7] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R,
                                              STARPU_R, STARPU_W, STARPU_R};
         st = submit(ctx, &tsl_cl_bn_bwd_data, &t, beta ? 7 : 6, h, m,
@@ -280,7 +285,7 @@ static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_
     tsl_tensor_t small[3] = {saved, gamma, beta};
     for (int k = 0; k < 3; k++)
         if (small[k])
-            starpu_mpi_cache_flush(ctx->comm, small[k]->handles[0]);
+            tsl_whole_flush(small[k]);
     return st;
 }
 

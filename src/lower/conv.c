@@ -314,7 +314,7 @@ static tsl_status submit_window_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tens
     desc.handles[n] = tsl_whole_handle(w, y->tile_owner[i]);
     desc.modes[n++] = STARPU_R;
     if (b) {
-        desc.handles[n] = b->handles[0];
+        desc.handles[n] = tsl_whole_handle(b, y->tile_owner[i]);
         desc.modes[n++] = STARPU_R;
     }
     desc.handles[n] = y->handles[i];
@@ -491,7 +491,7 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
     }
     tsl_whole_flush(w);
     if (b)
-        starpu_mpi_cache_flush(ctx->comm, b->handles[0]);
+        tsl_whole_flush(b);
     return st;
 }
 

@@ -221,12 +221,7 @@ static tsl_status weight_rows(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, 
                 break;
             }
         int want_db = db && k == 0;
-        int64_t db_first = 0;
-        for (int64_t g = 0; want_db && g < ngroups; g++)
-            if (group_rank[g] == db->tile_owner[0]) {
-                db_first = g;
-                break;
-            }
+        int64_t db_root = want_db ? tsl_grad_root(db, group_rank, ngroups) : -1;
         for (int64_t j = 0; j < ngroups && !st; j++) {
             int64_t g = (first + j) % ngroups;
             parts[j] = NULL;
@@ -236,7 +231,7 @@ static tsl_status weight_rows(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, 
                 st = tsl_temp_handle_register(ctx, len, dw->elem_size, group_rank[g], &parts[j]);
             db_parts[g] = NULL;
             if (!st && want_db) {
-                if (g == db_first && group_rank[g] == db->tile_owner[0])
+                if (g == db_root)
                     db_parts[g] = db->handles[0];
                 else
                     st = tsl_temp_handle_register(ctx, tsl_shape_numel(&db->shape), db->elem_size,
@@ -250,13 +245,8 @@ static tsl_status weight_rows(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, 
         if (!st)
             st = tsl_tree_sum_into(ctx, parts, ngroups, dw->dtype, len, dw->handles[k],
                                    TSL_REDUCE_PRIORITY);
-        if (!st && want_db) {
-            /* db's tree in the same rooted order. */
-            for (int64_t j = 0; j < ngroups; j++)
-                parts[j] = db_parts[(db_first + j) % ngroups];
-            st = tsl_tree_sum_into(ctx, parts, ngroups, db->dtype, tsl_shape_numel(&db->shape),
-                                   db->handles[0], TSL_REDUCE_PRIORITY);
-        }
+        if (!st && want_db)
+            st = tsl_grad_sum(db, ngroups, db_parts, group_rank);
     }
     for (int64_t i = 0; i < nt; i++)
         if (x->tile_owner[i] != dy->tile_owner[i])

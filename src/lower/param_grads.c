@@ -3,7 +3,9 @@
  * Forward: one task per sample tile reading x, the weights and the optional bias, writing y.
  * Parameter gradients: each sample tile's task writes a partial dw (and db) where its dy tile
  * lives: the first tile on dw's (db's) owner into dw (db) itself, the others into temporaries;
- * trees of axpy tasks rooted there add them up. A weight cut into shards (a model's sharded weight,
+ * trees of axpy tasks rooted there add them up, or, for a gradient in a bucket (small
+ * parameters of a model), every partial goes to a temporary and the bucket packs them
+ * (tsl_bucket_add). A weight cut into shards (a model's sharded weight,
  * DESIGN rule 5) has every partial in a temporary; each rank adds its partials' pieces of a shard
  * where they live and sends one sum to the shard's owner, where a tree adds them
  * (tsl_sum_into_tiles: reduce-scatter by placement); the optimizer then updates the shard there
@@ -27,17 +29,15 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
     tsl_status st = TSL_OK;
     const size_t n = (size_t)x->ntiles;
     starpu_data_handle_t *pw = calloc(n, sizeof *pw), *pb = calloc(n, sizeof *pb);
-    starpu_data_handle_t *order = calloc(n, sizeof *order);
-    if (!pw || !pb || !order) {
+    if (!pw || !pb) {
         free(pw);
         free(pb);
-        free(order);
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     /* Every partial is made where its dy tile lives; the first one on dw's (db's) owner lands
      * in dw (db) itself and roots the tree. */
-    int64_t wroot = sharded ? -1 : tsl_first_owned(dy->tile_owner, dy->ntiles, dw->tile_owner[0]);
-    int64_t broot = db ? tsl_first_owned(dy->tile_owner, dy->ntiles, db->tile_owner[0]) : -1;
+    int64_t wroot = sharded ? -1 : tsl_grad_root(dw, dy->tile_owner, dy->ntiles);
+    int64_t broot = db ? tsl_grad_root(db, dy->tile_owner, dy->ntiles) : -1;
     int64_t wcount = tsl_shape_numel(&dw->shape), bcount = db ? tsl_shape_numel(&db->shape) : 0;
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
         int32_t owner = dy->tile_owner[i];
@@ -60,17 +60,37 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
             if (pw[i])
                 tsl_temp_handle_release(ctx, pw[i]);
     } else if (!st) {
-        tsl_rooted_order(dy->tile_owner, x->ntiles, dw->tile_owner[0], pw, order);
-        st = tsl_tree_sum_into(ctx, order, x->ntiles, dw->dtype, wcount, dw->handles[0],
-                               TSL_REDUCE_PRIORITY);
+        st = tsl_grad_sum(dw, x->ntiles, pw, dy->tile_owner);
     }
-    if (!st && db) {
-        tsl_rooted_order(dy->tile_owner, x->ntiles, db->tile_owner[0], pb, order);
-        st = tsl_tree_sum_into(ctx, order, x->ntiles, db->dtype, bcount, db->handles[0],
-                               TSL_REDUCE_PRIORITY);
-    }
+    if (!st && db)
+        st = tsl_grad_sum(db, x->ntiles, pb, dy->tile_owner);
     free(pw);
     free(pb);
+    return st;
+}
+
+int64_t tsl_grad_root(const struct tsl_tensor *g, const int32_t *owner_of, int64_t n)
+{
+    return g->bucket ? -1 : tsl_first_owned(owner_of, n, g->tile_owner[0]);
+}
+
+tsl_status tsl_grad_sum(struct tsl_tensor *g, int64_t n, starpu_data_handle_t *partials,
+                        const int32_t *owner_of)
+{
+    struct tsl_context *ctx = g->ctx;
+    tsl_status st;
+    if (g->bucket) {
+        st = tsl_bucket_add(g->bucket, g->bucket_member, n, partials, owner_of);
+        for (int64_t i = 0; i < n; i++)
+            tsl_temp_handle_release(ctx, partials[i]);
+        return st;
+    }
+    starpu_data_handle_t *order = malloc(sizeof *order * (size_t)n);
+    if (!order)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "gradient sum: out of memory");
+    tsl_rooted_order(owner_of, n, g->tile_owner[0], partials, order);
+    st = tsl_tree_sum_into(ctx, order, n, g->dtype, tsl_shape_numel(&g->shape), g->handles[0],
+                           TSL_REDUCE_PRIORITY);
     free(order);
     return st;
 }
@@ -87,7 +107,7 @@ tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, tsl_tensor_t x, 
             .args_size = args_size,
             .nhandles = b ? 4 : 3,
             .handles = {x->handles[i], tsl_whole_handle(w, y->tile_owner[i]),
-                        b ? b->handles[0] : y->handles[i], y->handles[i]},
+                        b ? tsl_whole_handle(b, y->tile_owner[i]) : y->handles[i], y->handles[i]},
             .modes = {STARPU_R, STARPU_R, b ? STARPU_R : STARPU_W, STARPU_W},
             .flops = fill(i, args, user),
         };
@@ -97,6 +117,6 @@ tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, tsl_tensor_t x, 
     }
     tsl_whole_flush(w);
     if (b)
-        starpu_mpi_cache_flush(x->ctx->comm, b->handles[0]);
+        tsl_whole_flush(b);
     return st;
 }

@@ -803,6 +803,110 @@ static int32_t reverse_round_robin(const int32_t *tile, int32_t ndim, const tsl_
     return (int32_t)(nranks - 1 - linear % nranks);
 }
 
+// Packed traffic for many small tensors: tsl_tensors_sum_rows equals the sum of each source's
+// rows for one-tile destinations on every rank (packed per owner) and a sharded one (reduced
+// as tsl_tensor_sum_rows does), moving each rank's partial sums across ranks once; then
+// tsl_tensors_redistribute copies each one-tile value into a one-tile copy on every rank
+// (packed per source owner) and a channels-last tensor into a plain one (copied alone), every
+// copy exact. Bad pairs are errors before anything runs.
+TEST(Tensor, PackedSumsAndCopiesOfManySmallTensors)
+{
+    const int64_t rows_per_rank = 2, P = rows_per_rank * size, K = 9;
+    std::vector<tsl_tensor_t> src, dst;
+    std::vector<std::vector<float>> in;
+    std::mt19937_64 gen(seed + 91);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    int64_t total = 0;
+    for (int64_t k = 0; k < K; k++) {
+        std::vector<int64_t> shape = {1 + 5 * k % 13, 1 + k % 3};
+        int32_t shards = k == K - 1 ? std::min<int32_t>(size + 1, (int32_t)shape[0]) : 1;
+        // One-tile destinations on owners unrelated to their order; the last one sharded.
+        tsl_owner_map where = shards > 1 ? tsl_owner_callback(reverse_round_robin, nullptr)
+                                         : tsl_owner_single((int32_t)((k * 5 + 1) % size));
+        dst.push_back(make_tensor(TSL_F32, shape, {shards, 1}, where));
+        src.push_back(make_tensor(TSL_F32, {P, shape[0], shape[1]}, {(int32_t)P, 1, 1},
+                                  tsl_owner_block(nullptr)));
+        in.emplace_back((size_t)(P * shape[0] * shape[1]));
+        for (float &v : in.back())
+            v = u(gen);
+        ASSERT_EQ(tsl_tensor_scatter(src.back(), 0, rank == 0 ? in.back().data() : nullptr),
+                  TSL_OK);
+        ASSERT_EQ(tsl_tensor_fill_constant(dst.back(), 1e30), TSL_OK); // poison
+        total += shape[0] * shape[1];
+    }
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    int64_t sent0, recv0, sent1, recv1;
+    ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent0, &recv0), TSL_OK);
+    ASSERT_EQ(tsl_tensors_sum_rows((int32_t)K, dst.data(), src.data()), TSL_OK)
+        << tsl_context_last_error(ctx);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent1, &recv1), TSL_OK);
+    for (int64_t k = 0; k < K; k++) {
+        std::vector<float> got = gather_all({dst[(size_t)k]})[0];
+        int64_t numel = (int64_t)got.size();
+        for (int64_t j = 0; rank == 0 && j < numel; j++) {
+            double ref = 0;
+            for (int64_t p = 0; p < P; p++)
+                ref += in[(size_t)k][(size_t)(p * numel + j)];
+            ASSERT_NEAR(got[(size_t)j], ref, 1e-5 * (1 + std::fabs(ref)))
+                << "tensor " << k << ", element " << j;
+        }
+    }
+    int64_t mine = sent1 - sent0, moved = 0;
+    MPI_Allreduce(&mine, &moved, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_LE(moved, (size - 1) * total * 4);
+    if (size > 1)
+        EXPECT_GT(moved, 0);
+
+    // Copies: every one-tile sum onto every rank, one source twice, and a layout change.
+    std::vector<tsl_tensor_t> to, from;
+    for (int64_t k = 0; k + 1 < K; k++)
+        for (int32_t r = 0; r < size; r++) {
+            std::vector<int64_t> shape = {1 + 5 * k % 13, 1 + k % 3};
+            to.push_back(make_tensor(TSL_F32, shape, {1, 1}, tsl_owner_single(r)));
+            from.push_back(dst[(size_t)k]);
+        }
+    tsl_tensor_t last = make_tensor(TSL_F32, {2, 3, 4, 5}, {1, 1, 1, 1}, tsl_owner_single(size - 1),
+                                    TSL_LAYOUT_CHANNELS_LAST);
+    tsl_tensor_t plain = make_tensor(TSL_F32, {2, 3, 4, 5}, {2, 1, 1, 1}, tsl_owner_block(nullptr));
+    ASSERT_EQ(tsl_tensor_fill_uniform(last, seed, -1, 1), TSL_OK);
+    to.push_back(plain);
+    from.push_back(last);
+    for (tsl_tensor_t t : to)
+        ASSERT_EQ(tsl_tensor_fill_constant(t, 1e30), TSL_OK);
+    ASSERT_EQ(tsl_tensors_redistribute((int32_t)to.size(), to.data(), from.data()), TSL_OK)
+        << tsl_context_last_error(ctx);
+    for (size_t i = 0; i < to.size(); i++) {
+        auto both = gather_all({to[i], from[i]});
+        if (rank == 0)
+            ASSERT_EQ(both[0], both[1]) << "pair " << i;
+    }
+
+    // Misfits: shapes, a destination twice, a bad count; nothing is submitted.
+    tsl_tensor_t odd = make_tensor(TSL_F32, {3, 3}, {1, 1}, tsl_owner_single(0));
+    ASSERT_EQ(tsl_tensor_fill_constant(to[0], -7), TSL_OK);
+    tsl_tensor_t bad_to[2] = {to[0], odd}, bad_from[2] = {from[0], from[1]};
+    EXPECT_EQ(tsl_tensors_redistribute(2, bad_to, bad_from), TSL_ERR_SHAPE);
+    std::vector<float> kept = gather_all({to[0]})[0];
+    if (rank == 0)
+        for (float v : kept)
+            ASSERT_EQ(v, -7.0f);
+    tsl_tensor_t twice[2] = {dst[0], dst[0]}, rows2[2] = {src[0], src[0]};
+    EXPECT_EQ(tsl_tensors_sum_rows(2, twice, rows2), TSL_ERR_INVALID_ARG);
+    tsl_tensor_t mixed[2] = {dst[0], dst[1]};
+    EXPECT_EQ(tsl_tensors_sum_rows(2, mixed, rows2), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_tensors_sum_rows(-1, mixed, rows2), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tensors_redistribute(0, nullptr, nullptr), TSL_OK);
+    for (tsl_tensor_t t : to)
+        tsl_tensor_destroy(t);
+    for (size_t k = 0; k < dst.size(); k++) {
+        tsl_tensor_destroy(dst[k]);
+        tsl_tensor_destroy(src[k]);
+    }
+    tsl_tensor_destroy(last);
+    tsl_tensor_destroy(odd);
+}
+
 // Sum over rows, reduce-scatter by placement: dst (uneven shards) equals the sum of src's rows
 // (rows on every rank, several per rank), and each rank's piece of a row crosses ranks once.
 TEST(Tensor, SumRowsReducesRowsOntoShardOwners)

@@ -214,6 +214,15 @@ TEST(Plan, ParsesEveryPartAndFormatsBack)
     ASSERT_EQ(tsl_plan_parse("stages=2,balance=memory", &p), TSL_OK);
     ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
     EXPECT_STREQ(text, "stages=2");
+    EXPECT_EQ(p.bucket, TSL_PLAN_BUCKET_DEFAULT);
+    ASSERT_EQ(tsl_plan_parse("bucket=0,data=2", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.bucket, 0);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "data=2,bucket=0");
+    ASSERT_EQ(tsl_plan_parse("data=2,bucket=1000", &p), TSL_OK);
+    EXPECT_EQ(p.bucket, 1000);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "data=2,bucket=1000");
 }
 
 TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
@@ -235,6 +244,9 @@ TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
         {"stages=", "not an integer"},
         {"balance=fast", "not memory, layers or time"},
         {"balance=", "not memory, layers or time"},
+        {"bucket=-1", "bucket='-1' is not an integer in [0,"},
+        {"bucket=", "bucket='' is not an integer"},
+        {"bucket=small", "bucket='small'"},
     };
     for (auto &b : bad) {
         EXPECT_EQ(tsl_plan_parse(b[0], &p), TSL_ERR_INVALID_ARG) << b[0];
@@ -244,6 +256,127 @@ TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
     EXPECT_EQ(p.data, 3); // unchanged
     EXPECT_EQ(tsl_plan_parse(nullptr, &p), TSL_ERR_INVALID_ARG);
     EXPECT_EQ(tsl_plan_ranks(nullptr), 0);
+}
+
+// Buckets: per owner, the unsharded convolution and linear parameters in reverse order, each
+// bucket within bucket= elements unless one parameter alone is larger; whole copies for every
+// unsharded trainable parameter (batch norm's too); nothing on one rank per stage or with
+// bucket=0.
+TEST(Plan, BucketsPackSmallParametersPerOwner)
+{
+    int64_t sample[3] = {1, 16, 16};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("resnet", 3, sample, 10, &g), TSL_OK) << tsl_last_error();
+    int32_t np = tsl_graph_param_count(g), nops = tsl_graph_op_count(g);
+    // Each parameter's op kind, by name: parameter "OP.weight" belongs to op "OP".
+    std::map<std::string, int32_t> kind_of;
+    for (int32_t o = 0; o < nops; o++) {
+        tsl_op_kind kind;
+        const char *name;
+        ASSERT_EQ(tsl_graph_op_info(g, o, &kind, &name, nullptr), TSL_OK);
+        kind_of[name] = kind;
+    }
+    std::vector<int32_t> of_op((size_t)np, -1);
+    for (int32_t i = 0; i < np; i++) {
+        const char *name;
+        ASSERT_EQ(tsl_graph_param_info(g, i, &name, nullptr, nullptr), TSL_OK);
+        std::string op(name);
+        op = op.substr(0, op.rfind('.'));
+        ASSERT_TRUE(kind_of.count(op)) << name;
+        of_op[(size_t)i] = kind_of[op];
+    }
+    struct Case {
+        const char *plan;
+        int32_t ranks;
+        bool packs;
+    } cases[] = {{"data=2", 2, true},
+                 {"data=2,bucket=700", 2, true},
+                 {"data=4", 4, true},
+                 {"data=2,bucket=1", 2, true},
+                 {"data=4,shard=100000", 4, true},
+                 {"stages=2,data=2", 4, true},
+                 {"data=2,bucket=0", 2, false},
+                 {"stages=2", 2, false},
+                 {"", 1, false}};
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.plan);
+        tsl_plan p;
+        ASSERT_EQ(tsl_plan_parse(c.plan, &p), TSL_OK);
+        std::vector<int32_t> stage((size_t)nops), sharded((size_t)np), bucket((size_t)np, 7),
+            replicated((size_t)np, 7);
+        std::vector<tsl_tile_grid> grids((size_t)np);
+        std::vector<tsl_owner_map> owners((size_t)np);
+        ASSERT_EQ(tsl_plan_stages(&p, g, 4, 2, stage.data()), TSL_OK) << tsl_last_error();
+        ASSERT_EQ(tsl_plan_param_placement(&p, g, c.ranks, stage.data(), grids.data(),
+                                           owners.data(), sharded.data()),
+                  TSL_OK);
+        int32_t nb = -1;
+        ASSERT_EQ(tsl_plan_buckets(&p, g, c.ranks, owners.data(), sharded.data(), bucket.data(),
+                                   replicated.data(), &nb),
+                  TSL_OK)
+            << tsl_last_error();
+        std::map<int32_t, int64_t> size_of, members_of;
+        std::map<int32_t, int32_t> owner_of, last_of; // bucket's owner, owner's last bucket
+        int32_t nrep = 0;
+        for (int32_t i = 0; i < np; i++) {
+            tsl_shape s;
+            int32_t trainable;
+            ASSERT_EQ(tsl_graph_param_info(g, i, nullptr, &s, &trainable), TSL_OK);
+            bool small = trainable && !sharded[(size_t)i];
+            EXPECT_EQ(replicated[(size_t)i], c.packs && small) << "parameter " << i;
+            nrep += replicated[(size_t)i];
+            int32_t kind = of_op[(size_t)i];
+            bool reduced = small && (kind == TSL_OP_CONV || kind == TSL_OP_LINEAR);
+            int32_t b = bucket[(size_t)i];
+            if (!c.packs || !reduced) {
+                EXPECT_EQ(b, -1) << "parameter " << i;
+                continue;
+            }
+            ASSERT_GE(b, 0) << "parameter " << i;
+            ASSERT_LT(b, nb);
+            int32_t r = owners[(size_t)i].rank;
+            if (owner_of.count(b))
+                EXPECT_EQ(owner_of[b], r) << "one owner per bucket";
+            // Backward's order: an owner's later parameters are in the same or earlier buckets.
+            if (last_of.count(r))
+                EXPECT_LE(b, last_of[r]) << "parameter " << i;
+            owner_of[b] = r;
+            last_of[r] = b;
+            size_of[b] += tsl_shape_numel(&s);
+            members_of[b]++;
+        }
+        EXPECT_EQ((int32_t)size_of.size(), nb) << "every bucket has members";
+        for (auto &[b, size] : size_of)
+            EXPECT_TRUE(size <= p.bucket || members_of[b] == 1)
+                << "bucket " << b << ": " << size << " elements in " << members_of[b];
+        if (c.packs) {
+            EXPECT_GT(nrep, 10);
+            EXPECT_GT(nb, 0);
+        }
+    }
+    // bucket=1: every parameter alone; the default: one bucket per owner for this network.
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("data=2", &p), TSL_OK);
+    std::vector<int32_t> stage((size_t)nops), sharded((size_t)np), bucket((size_t)np);
+    std::vector<tsl_tile_grid> grids((size_t)np);
+    std::vector<tsl_owner_map> owners((size_t)np);
+    ASSERT_EQ(
+        tsl_plan_param_placement(&p, g, 2, nullptr, grids.data(), owners.data(), sharded.data()),
+        TSL_OK);
+    int32_t nb = 0, ones = 0;
+    ASSERT_EQ(
+        tsl_plan_buckets(&p, g, 2, owners.data(), sharded.data(), bucket.data(), nullptr, &nb),
+        TSL_OK);
+    EXPECT_EQ(nb, 2);
+    p.bucket = 1;
+    ASSERT_EQ(
+        tsl_plan_buckets(&p, g, 2, owners.data(), sharded.data(), bucket.data(), nullptr, &nb),
+        TSL_OK);
+    for (int32_t i = 0; i < np; i++)
+        ones += bucket[(size_t)i] >= 0;
+    EXPECT_EQ(nb, ones);
+    EXPECT_GT(nb, 2);
+    tsl_graph_destroy(g);
 }
 
 TEST(Plan, TensorTilingFollowsThePlanAndCapsBySize)

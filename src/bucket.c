@@ -1,0 +1,274 @@
+/* Packed traffic for small tensors: one message per rank and bucket instead of one per tensor.
+ *
+ * Reduction (struct tsl_bucket): each rank adds its partials of the members' gradients into
+ * one packed buffer of its own (zeroed by a fill task when the rank's first partial comes);
+ * once every member has its partials (or at tsl_bucket_reduce), a tree of axpy tasks rooted at
+ * the owner sums the ranks' buffers and box copies there cut the sum into the members.
+ *
+ * Copies (tsl_tensors_redistribute): the one-tile sources of one owner are packed there into
+ * one buffer; every destination rank reads that buffer once and cuts its tensors out of it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codelets/tile_ops.h"
+#include "internal.h"
+#include "tessel/tensor.h"
+
+/* 1-D box copy args: `len` elements from src[src_off ...) to dst[dst_off ...). */
+static tsl_box_copy_args flat_box(int32_t elem_size, int64_t src_extent, int64_t src_off,
+                                  int64_t dst_extent, int64_t dst_off, int64_t len)
+{
+    tsl_box_copy_args a;
+    memset(&a, 0, sizeof a);
+    a.ndim = 1;
+    a.elem_size = elem_size;
+    a.src_extent[0] = src_extent;
+    a.src_offset[0] = src_off;
+    a.dst_extent[0] = dst_extent;
+    a.dst_offset[0] = dst_off;
+    a.box[0] = len;
+    return a;
+}
+
+static tsl_status box_task(struct tsl_context *ctx, const tsl_box_copy_args *a,
+                           starpu_data_handle_t src, starpu_data_handle_t dst,
+                           enum starpu_data_access_mode dst_mode, int priority)
+{
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_box_copy,
+        .args = a,
+        .args_size = sizeof *a,
+        .nhandles = 2,
+        .handles = {src, dst},
+        .modes = {STARPU_R, dst_mode},
+        .flops = a->accumulate ? (double)a->box[0] : 0,
+        .priority = priority,
+    };
+    return tsl_task_submit(ctx, &desc);
+}
+
+tsl_status tsl_bucket_create(struct tsl_context *ctx, int32_t n, struct tsl_tensor **grads,
+                             struct tsl_bucket **out)
+{
+    const char *fn = "gradient bucket";
+    if (n < 1)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: no members", fn);
+    for (int32_t i = 0; i < n; i++)
+        if (grads[i]->ntiles != 1 || grads[i]->dtype != TSL_F32 || grads[i]->bucket ||
+            grads[i]->tile_owner[0] != grads[0]->tile_owner[0])
+            return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                             "%s: members must be distinct one-tile f32 tensors of one owner, "
+                             "in no other bucket",
+                             fn);
+    struct tsl_bucket *b = calloc(1, sizeof *b);
+    if (b) {
+        b->grads = malloc(sizeof *b->grads * (size_t)n);
+        b->offset = malloc(sizeof *b->offset * (size_t)(n + 1));
+        b->added = calloc((size_t)n, 1);
+        b->pack = calloc((size_t)ctx->size, sizeof *b->pack);
+    }
+    if (!b || !b->grads || !b->offset || !b->added || !b->pack) {
+        tsl_bucket_destroy(b);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    b->ctx = ctx;
+    b->n = n;
+    b->owner = grads[0]->tile_owner[0];
+    b->offset[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        b->grads[i] = grads[i];
+        b->offset[i + 1] = b->offset[i] + tsl_shape_numel(&grads[i]->shape);
+        grads[i]->bucket = b;
+        grads[i]->bucket_member = i;
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (grads[i]->bucket_member != i) {
+            tsl_bucket_destroy(b);
+            return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a tensor given twice", fn);
+        }
+    *out = b;
+    return TSL_OK;
+}
+
+void tsl_bucket_destroy(struct tsl_bucket *b)
+{
+    if (!b)
+        return;
+    for (int32_t r = 0; b->pack && r < b->ctx->size; r++)
+        if (b->pack[r])
+            tsl_temp_handle_release(b->ctx, b->pack[r]);
+    for (int32_t i = 0; b->grads && i < b->n; i++)
+        if (b->grads[i] && b->grads[i]->bucket == b)
+            b->grads[i]->bucket = NULL;
+    free(b->grads);
+    free(b->offset);
+    free(b->added);
+    free(b->pack);
+    free(b);
+}
+
+tsl_status tsl_bucket_add(struct tsl_bucket *b, int32_t member, int64_t n,
+                          const starpu_data_handle_t *partials, const int32_t *owner_of)
+{
+    struct tsl_context *ctx = b->ctx;
+    if (member < 0 || member >= b->n || b->added[member])
+        return tsl_error(ctx, TSL_ERR_STATE, "gradient bucket: member %d given twice this step",
+                         (int)member);
+    const int64_t total = b->offset[b->n], len = b->offset[member + 1] - b->offset[member];
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < n && !st; i++) {
+        int32_t q = owner_of[i];
+        if (!b->pack[q]) {
+            if ((st = tsl_temp_handle_register(ctx, total, sizeof(float), q, &b->pack[q])))
+                break;
+            tsl_fill_args zero;
+            memset(&zero, 0, sizeof zero);
+            zero.dtype = TSL_F32;
+            zero.mode = TSL_FILL_CONSTANT;
+            zero.ndim = 1;
+            zero.global_strides[0] = 1;
+            zero.extent[0] = total;
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_fill,
+                .args = &zero,
+                .args_size = sizeof zero,
+                .nhandles = 1,
+                .handles = {b->pack[q]},
+                .modes = {STARPU_W},
+                .priority = TSL_REDUCE_PRIORITY,
+            };
+            if ((st = tsl_task_submit(ctx, &desc)))
+                break;
+        }
+        tsl_box_copy_args a = flat_box(sizeof(float), len, 0, total, b->offset[member], len);
+        a.accumulate = 1;
+        st = box_task(ctx, &a, partials[i], b->pack[q], STARPU_RW, TSL_REDUCE_PRIORITY);
+    }
+    if (st)
+        return st;
+    b->added[member] = 1;
+    b->nadded++;
+    return b->nadded == b->n ? tsl_bucket_reduce(b) : TSL_OK;
+}
+
+tsl_status tsl_bucket_reduce(struct tsl_bucket *b)
+{
+    struct tsl_context *ctx = b->ctx;
+    const int32_t nranks = ctx->size;
+    const int64_t total = b->offset[b->n];
+    starpu_data_handle_t *order = malloc(sizeof *order * (size_t)nranks);
+    if (!order)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "gradient bucket: out of memory");
+    /* The owner's buffer first: the tree is rooted there (else the sum is copied there). */
+    const int own = b->pack[b->owner] != NULL;
+    int32_t m = 0;
+    for (int32_t j = 0; j < nranks; j++) {
+        int32_t q = (b->owner + j) % nranks;
+        if (b->pack[q])
+            order[m++] = b->pack[q];
+        b->pack[q] = NULL;
+    }
+    tsl_status st = TSL_OK;
+    starpu_data_handle_t sum = own ? order[0] : NULL;
+    if (m > 0 && !own &&
+        (st = tsl_temp_handle_register(ctx, total, sizeof(float), b->owner, &sum))) {
+        for (int32_t j = 0; j < m; j++)
+            tsl_temp_handle_release(ctx, order[j]);
+    } else if (m > 0) {
+        st = tsl_tree_sum_into(ctx, order, m, TSL_F32, total, sum, TSL_REDUCE_PRIORITY);
+        for (int32_t i = 0; i < b->n && !st; i++) {
+            if (!b->added[i])
+                continue;
+            int64_t len = b->offset[i + 1] - b->offset[i];
+            tsl_box_copy_args a = flat_box(sizeof(float), total, b->offset[i], len, 0, len);
+            st = box_task(ctx, &a, sum, b->grads[i]->handles[0], STARPU_W, TSL_REDUCE_PRIORITY);
+        }
+        tsl_temp_handle_release(ctx, sum);
+    }
+    memset(b->added, 0, (size_t)b->n);
+    b->nadded = 0;
+    free(order);
+    return st;
+}
+
+tsl_status tsl_bucket_finish(struct tsl_bucket *b)
+{
+    return b->nadded > 0 ? tsl_bucket_reduce(b) : TSL_OK;
+}
+
+/* Whether the pair travels packed: one tile each, one layout, different owners. */
+static int packable(const struct tsl_tensor *dst, const struct tsl_tensor *src)
+{
+    return src->ntiles == 1 && dst->ntiles == 1 && src->layout == dst->layout &&
+           src->tile_owner[0] != dst->tile_owner[0];
+}
+
+tsl_status tsl_tensors_redistribute(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src)
+{
+    const char *fn = "tsl_tensors_redistribute";
+    if (count < 0 || (count > 0 && (!dst || !src)))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad count or NULL arrays", fn);
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < count && !st; i++) {
+        if ((st = tsl_tensor_check(dst[i], fn)) || (st = tsl_tensor_check(src[i], fn)))
+            break;
+        if (dst[i]->ctx != src[i]->ctx || dst[i]->ctx != dst[0]->ctx)
+            st = tsl_error(dst[i]->ctx, TSL_ERR_INVALID_ARG, "%s: tensors of different contexts",
+                           fn);
+        else if (dst[i]->dtype != src[i]->dtype)
+            st = tsl_error(dst[i]->ctx, TSL_ERR_DTYPE, "%s: pair %d: dtypes %s and %s differ", fn,
+                           (int)i, tsl_dtype_name(dst[i]->dtype), tsl_dtype_name(src[i]->dtype));
+        else if (dst[i]->shape.ndim != src[i]->shape.ndim ||
+                 memcmp(dst[i]->shape.dims, src[i]->shape.dims, sizeof dst[i]->shape.dims) != 0)
+            st = tsl_error(dst[i]->ctx, TSL_ERR_SHAPE, "%s: pair %d: shapes differ", fn, (int)i);
+    }
+    if (st || count == 0)
+        return st;
+    struct tsl_context *ctx = dst[0]->ctx;
+    int64_t *offset = malloc(sizeof *offset * (size_t)count);
+    if (!offset)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (int32_t i = 0; i < count && !st; i++)
+        if (!packable(dst[i], src[i]))
+            st = tsl_tensor_redistribute(dst[i], src[i]);
+    /* Per source rank: each distinct source once in the pack, in order of first use. */
+    for (int32_t s = 0; s < ctx->size && !st; s++) {
+        int64_t total = 0;
+        for (int32_t i = 0; i < count; i++) {
+            if (!packable(dst[i], src[i]) || src[i]->tile_owner[0] != s)
+                continue;
+            offset[i] = -1;
+            for (int32_t j = 0; j < i && offset[i] < 0; j++)
+                if (src[j] == src[i] && packable(dst[j], src[j]))
+                    offset[i] = offset[j];
+            if (offset[i] < 0) {
+                offset[i] = total;
+                total += (int64_t)src[i]->elem_size * tsl_shape_numel(&src[i]->shape);
+            }
+        }
+        if (total == 0)
+            continue;
+        starpu_data_handle_t pack;
+        if ((st = tsl_temp_handle_register(ctx, total, 1, s, &pack)))
+            break;
+        int64_t packed = 0; /* bytes written so far: the first copy writes, the others add */
+        for (int32_t i = 0; i < count && !st; i++) {
+            if (!packable(dst[i], src[i]) || src[i]->tile_owner[0] != s || offset[i] != packed)
+                continue;
+            int64_t bytes = (int64_t)src[i]->elem_size * tsl_shape_numel(&src[i]->shape);
+            tsl_box_copy_args a = flat_box(1, bytes, 0, total, offset[i], bytes);
+            st = box_task(ctx, &a, src[i]->handles[0], pack, packed ? STARPU_RW : STARPU_W, 0);
+            packed += bytes;
+        }
+        for (int32_t i = 0; i < count && !st; i++) {
+            if (!packable(dst[i], src[i]) || src[i]->tile_owner[0] != s)
+                continue;
+            int64_t bytes = (int64_t)src[i]->elem_size * tsl_shape_numel(&src[i]->shape);
+            tsl_box_copy_args a = flat_box(1, total, offset[i], bytes, 0, bytes);
+            st = box_task(ctx, &a, pack, dst[i]->handles[0], STARPU_W, 0);
+        }
+        tsl_temp_handle_release(ctx, pack);
+    }
+    free(offset);
+    return st;
+}
