@@ -190,6 +190,57 @@ static void copy_cpu(void *buffers[], void *cl_arg)
            (const void *)STARPU_VECTOR_GET_PTR(buffers[0]), src_bytes);
 }
 
+void tsl_pack(const tsl_pack_args *args, void *pack, size_t pack_bytes, void *const *pieces,
+              const size_t *bytes)
+{
+    for (int32_t i = 0; i < args->n; i++) {
+        TSL_CODELET_CHECK(args->offset[i] >= 0 && (size_t)args->offset[i] + bytes[i] <= pack_bytes,
+                          "pack: a piece outside the pack");
+        char *at = (char *)pack + args->offset[i];
+        if (args->unpack)
+            memcpy(pieces[i], at, bytes[i]);
+        else
+            memcpy(at, pieces[i], bytes[i]);
+    }
+}
+
+static void pack_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pack_args args;
+    starpu_codelet_unpack_args(cl_arg, &args);
+    TSL_CODELET_CHECK(args.n >= 1 && args.n <= TSL_PACK_MAX &&
+                          STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) ==
+                              (unsigned)args.n + 1,
+                      "pack: bad piece count");
+    void *pieces[TSL_PACK_MAX];
+    size_t bytes[TSL_PACK_MAX];
+    int first = args.unpack ? 1 : 0, at = args.unpack ? 0 : args.n;
+    for (int32_t i = 0; i < args.n; i++) {
+        pieces[i] = (void *)STARPU_VECTOR_GET_PTR(buffers[first + i]);
+        bytes[i] = STARPU_VECTOR_GET_NX(buffers[first + i]) *
+                   STARPU_VECTOR_GET_ELEMSIZE(buffers[first + i]);
+        TSL_CODELET_CHECK(pieces[i], "pack on an unallocated tile");
+    }
+    void *pack = (void *)STARPU_VECTOR_GET_PTR(buffers[at]);
+    TSL_CODELET_CHECK(pack, "pack on an unallocated buffer");
+    tsl_pack(&args, pack,
+             STARPU_VECTOR_GET_NX(buffers[at]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[at]), pieces,
+             bytes);
+}
+
+static struct starpu_perfmodel pack_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tsl_pack",
+};
+
+struct starpu_codelet tsl_cl_pack = {
+    .cpu_funcs = {pack_cpu},
+    .cpu_funcs_name = {"pack_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pack_model,
+    .name = "tsl_pack",
+};
+
 static struct starpu_perfmodel box_copy_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tsl_box_copy",

@@ -48,6 +48,24 @@ void tsl_box_add(const tsl_box_copy_args *args, float *dst, const float *src, co
 /* R src, W|RW dst: box copy between two tiles; with a third handle (R addend, stored like dst,
  * f32, no accumulate), dst = box of src + addend (tsl_box_add). */
 extern struct starpu_codelet tsl_cl_box_copy;
+
+/* ---- pack ---- */
+
+#define TSL_PACK_MAX 31 /* pieces per pack task (one more handle: the pack) */
+
+typedef struct tsl_pack_args {
+    int32_t n;      /* pieces */
+    int32_t unpack; /* 0: pieces (buffers 0 .. n-1) into the pack (buffer n); 1: the pack
+                     * (buffer 0) into the pieces (buffers 1 .. n) */
+    int64_t offset[TSL_PACK_MAX]; /* each piece's first byte in the pack */
+} tsl_pack_args;
+
+/* Copy whole vectors into or out of one byte range each of a packed vector. Pure. */
+void tsl_pack(const tsl_pack_args *args, void *pack, size_t pack_bytes, void *const *pieces,
+              const size_t *bytes);
+
+/* Variable buffers, see tsl_pack_args. */
+extern struct starpu_codelet tsl_cl_pack;
 /* R src, W dst: whole-buffer copy of two handles of equal size (args: none). */
 extern struct starpu_codelet tsl_cl_copy;
 

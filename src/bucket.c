@@ -3,10 +3,11 @@
  * Reduction (struct tsl_bucket): each rank adds its partials of the members' gradients into
  * one packed buffer of its own (zeroed by a fill task when the rank's first partial comes);
  * once every member has its partials (or at tsl_bucket_reduce), a tree of axpy tasks rooted at
- * the owner sums the ranks' buffers and box copies there cut the sum into the members.
+ * the owner sums the ranks' buffers and pack tasks there cut the sum into the members.
  *
  * Copies (tsl_tensors_redistribute): the one-tile sources of one owner are packed there into
- * one buffer; every destination rank reads that buffer once and cuts its tensors out of it. */
+ * one buffer (pack tasks of up to TSL_PACK_MAX pieces each); every destination rank reads that
+ * buffer once and cuts its tensors out of it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,42 @@ static tsl_status box_task(struct tsl_context *ctx, const tsl_box_copy_args *a,
         .priority = priority,
     };
     return tsl_task_submit(ctx, &desc);
+}
+
+/* Pack tasks: pieces[i] (whole vectors) into (unpack 0) or out of (1) the byte range from
+ * offset[i] of `pack`, at most TSL_PACK_MAX per task, a piece never twice in one task.
+ * Packing, the first task writes the pack and later ones add their ranges to it; unpacking
+ * tasks all read it, and the pieces of one task must share an owner (the task runs there). */
+static tsl_status pack_tasks(struct tsl_context *ctx, int unpack, starpu_data_handle_t pack,
+                             int32_t n, const starpu_data_handle_t *pieces, const int64_t *offset,
+                             int priority)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t at = 0, first = 1; at < n && !st; first = 0) {
+        tsl_pack_args a;
+        memset(&a, 0, sizeof a);
+        a.unpack = unpack;
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_pack, .args = &a, .args_size = sizeof a, .priority = priority};
+        int32_t k = 0, h = unpack ? 1 : 0;
+        for (; at < n && k < TSL_PACK_MAX; at++, k++) {
+            int twice = 0;
+            for (int32_t j = 0; j < k; j++)
+                twice |= desc.handles[h + j] == pieces[at];
+            if (twice)
+                break;
+            desc.handles[h + k] = pieces[at];
+            desc.modes[h + k] = unpack ? STARPU_W : STARPU_R;
+            a.offset[k] = offset[at];
+        }
+        a.n = k;
+        int p = unpack ? 0 : k;
+        desc.handles[p] = pack;
+        desc.modes[p] = unpack ? STARPU_R : first ? STARPU_W : STARPU_RW;
+        desc.nhandles = k + 1;
+        st = tsl_task_submit(ctx, &desc);
+    }
+    return st;
 }
 
 tsl_status tsl_bucket_create(struct tsl_context *ctx, int32_t n, struct tsl_tensor **grads,
@@ -176,13 +213,21 @@ tsl_status tsl_bucket_reduce(struct tsl_bucket *b)
             tsl_temp_handle_release(ctx, order[j]);
     } else if (m > 0) {
         st = tsl_tree_sum_into(ctx, order, m, TSL_F32, total, sum, TSL_REDUCE_PRIORITY);
-        for (int32_t i = 0; i < b->n && !st; i++) {
-            if (!b->added[i])
-                continue;
-            int64_t len = b->offset[i + 1] - b->offset[i];
-            tsl_box_copy_args a = flat_box(sizeof(float), total, b->offset[i], len, 0, len);
-            st = box_task(ctx, &a, sum, b->grads[i]->handles[0], STARPU_W, TSL_REDUCE_PRIORITY);
-        }
+        /* The members given this step, cut out of the sum. */
+        starpu_data_handle_t *pieces = malloc(sizeof *pieces * (size_t)b->n);
+        int64_t *bytes_at = malloc(sizeof *bytes_at * (size_t)b->n);
+        int32_t k = 0;
+        if (!st && (!pieces || !bytes_at))
+            st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "gradient bucket: out of memory");
+        for (int32_t i = 0; i < b->n && !st; i++)
+            if (b->added[i]) {
+                pieces[k] = b->grads[i]->handles[0];
+                bytes_at[k++] = b->offset[i] * (int64_t)sizeof(float);
+            }
+        if (!st)
+            st = pack_tasks(ctx, 1, sum, k, pieces, bytes_at, TSL_REDUCE_PRIORITY);
+        free(pieces);
+        free(bytes_at);
         tsl_temp_handle_release(ctx, sum);
     }
     memset(b->added, 0, (size_t)b->n);
@@ -225,9 +270,15 @@ tsl_status tsl_tensors_redistribute(int32_t count, tsl_tensor_t *dst, tsl_tensor
     if (st || count == 0)
         return st;
     struct tsl_context *ctx = dst[0]->ctx;
-    int64_t *offset = malloc(sizeof *offset * (size_t)count);
-    if (!offset)
+    int64_t *offset = malloc(sizeof *offset * (size_t)count),
+            *at = malloc(sizeof *at * (size_t)count);
+    starpu_data_handle_t *pieces = malloc(sizeof *pieces * (size_t)count);
+    if (!offset || !at || !pieces) {
+        free(offset);
+        free(at);
+        free(pieces);
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
     for (int32_t i = 0; i < count && !st; i++)
         if (!packable(dst[i], src[i]))
             st = tsl_tensor_redistribute(dst[i], src[i]);
@@ -251,24 +302,30 @@ tsl_status tsl_tensors_redistribute(int32_t count, tsl_tensor_t *dst, tsl_tensor
         starpu_data_handle_t pack;
         if ((st = tsl_temp_handle_register(ctx, total, 1, s, &pack)))
             break;
-        int64_t packed = 0; /* bytes written so far: the first copy writes, the others add */
-        for (int32_t i = 0; i < count && !st; i++) {
-            if (!packable(dst[i], src[i]) || src[i]->tile_owner[0] != s || offset[i] != packed)
-                continue;
-            int64_t bytes = (int64_t)src[i]->elem_size * tsl_shape_numel(&src[i]->shape);
-            tsl_box_copy_args a = flat_box(1, bytes, 0, total, offset[i], bytes);
-            st = box_task(ctx, &a, src[i]->handles[0], pack, packed ? STARPU_RW : STARPU_W, 0);
-            packed += bytes;
-        }
-        for (int32_t i = 0; i < count && !st; i++) {
-            if (!packable(dst[i], src[i]) || src[i]->tile_owner[0] != s)
-                continue;
-            int64_t bytes = (int64_t)src[i]->elem_size * tsl_shape_numel(&src[i]->shape);
-            tsl_box_copy_args a = flat_box(1, total, offset[i], bytes, 0, bytes);
-            st = box_task(ctx, &a, pack, dst[i]->handles[0], STARPU_W, 0);
+        /* The distinct sources, in the pack's order; then each destination rank's pieces. */
+        int32_t k = 0;
+        int64_t packed = 0;
+        for (int32_t i = 0; i < count; i++)
+            if (packable(dst[i], src[i]) && src[i]->tile_owner[0] == s && offset[i] == packed) {
+                pieces[k] = src[i]->handles[0];
+                at[k++] = offset[i];
+                packed += (int64_t)src[i]->elem_size * tsl_shape_numel(&src[i]->shape);
+            }
+        st = pack_tasks(ctx, 0, pack, k, pieces, at, 0);
+        for (int32_t d = 0; d < ctx->size && !st; d++) {
+            k = 0;
+            for (int32_t i = 0; i < count; i++)
+                if (packable(dst[i], src[i]) && src[i]->tile_owner[0] == s &&
+                    dst[i]->tile_owner[0] == d) {
+                    pieces[k] = dst[i]->handles[0];
+                    at[k++] = offset[i];
+                }
+            st = pack_tasks(ctx, 1, pack, k, pieces, at, 0);
         }
         tsl_temp_handle_release(ctx, pack);
     }
     free(offset);
+    free(at);
+    free(pieces);
     return st;
 }

@@ -811,7 +811,7 @@ static int32_t reverse_round_robin(const int32_t *tile, int32_t ndim, const tsl_
 // copy exact. Bad pairs are errors before anything runs.
 TEST(Tensor, PackedSumsAndCopiesOfManySmallTensors)
 {
-    const int64_t rows_per_rank = 2, P = rows_per_rank * size, K = 9;
+    const int64_t rows_per_rank = 2, P = rows_per_rank * size, K = 80; // packs of > 31 pieces
     std::vector<tsl_tensor_t> src, dst;
     std::vector<std::vector<float>> in;
     std::mt19937_64 gen(seed + 91);
