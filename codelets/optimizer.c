@@ -7,20 +7,57 @@
 #include "scalar.h"
 #include "nn_ops.h"
 
+/* One element of SGD: the new parameter value; *b is the momentum buffer's value (in: the
+ * previous one, not read on the first step), when there is one. */
+static inline double sgd_element(const tsl_sgd_config *c, int first, int momentum, double p,
+                                 double g, double *b)
+{
+    g += c->weight_decay * p;
+    if (momentum) {
+        *b = first ? g : c->momentum * *b + (1.0 - c->dampening) * g;
+        g = c->nesterov ? g + c->momentum * *b : *b;
+    }
+    return p - c->lr * g;
+}
+
+/* One element of Adam: the new parameter value; *m and *v are the moments (in: previous). */
+static inline double adam_element(const tsl_adam_config *c, double step_size, double bias2_sqrt,
+                                  double p, double g, double *m, double *v)
+{
+    if (c->decoupled)
+        p *= 1.0 - c->lr * c->weight_decay;
+    else
+        g += c->weight_decay * p;
+    *m = c->beta1 * *m + (1.0 - c->beta1) * g;
+    *v = c->beta2 * *v + (1.0 - c->beta2) * g * g;
+    double denom = sqrt(*v) / bias2_sqrt + c->eps;
+    return p - step_size * *m / denom;
+}
+
+/* f32 tiles (every model parameter) get loops of their own, which the compiler vectorizes; the
+ * arithmetic is the same, so the results are too. */
 static void sgd(const tsl_update_args *a, void *param, const void *grad, void *buf)
 {
     const tsl_sgd_config *c = &a->sgd;
-    for (int64_t i = 0; i < a->count; i++) {
-        double p = tsl_load(a->dtype, param, i);
-        double g = tsl_load(a->dtype, grad, i) + c->weight_decay * p;
-        if (buf) {
-            double b = a->step == 1
-                           ? g
-                           : c->momentum * tsl_load(a->dtype, buf, i) + (1.0 - c->dampening) * g;
-            tsl_store(a->dtype, buf, i, b);
-            g = c->nesterov ? g + c->momentum * b : b;
+    const int first = a->step == 1, momentum = buf != NULL;
+    if (a->dtype == TSL_F32) {
+        float *restrict pf = param, *restrict bf = buf;
+        const float *restrict gf = grad;
+        for (int64_t i = 0; i < a->count; i++) {
+            double b = momentum && !first ? (double)bf[i] : 0.0;
+            pf[i] = (float)sgd_element(c, first, momentum, (double)pf[i], (double)gf[i], &b);
+            if (momentum)
+                bf[i] = (float)b;
         }
-        tsl_store(a->dtype, param, i, p - c->lr * g);
+        return;
+    }
+    for (int64_t i = 0; i < a->count; i++) {
+        double b = momentum && !first ? tsl_load(a->dtype, buf, i) : 0.0;
+        double p = sgd_element(c, first, momentum, tsl_load(a->dtype, param, i),
+                               tsl_load(a->dtype, grad, i), &b);
+        if (momentum)
+            tsl_store(a->dtype, buf, i, b);
+        tsl_store(a->dtype, param, i, p);
     }
 }
 
@@ -30,19 +67,25 @@ static void adam(const tsl_update_args *a, void *param, const void *grad, void *
     double bias1 = 1.0 - pow(c->beta1, (double)a->step);
     double bias2_sqrt = sqrt(1.0 - pow(c->beta2, (double)a->step));
     double step_size = c->lr / bias1;
+    if (a->dtype == TSL_F32) {
+        float *restrict pf = param, *restrict mf = m, *restrict vf = v;
+        const float *restrict gf = grad;
+        for (int64_t i = 0; i < a->count; i++) {
+            double mi = mf[i], vi = vf[i];
+            pf[i] = (float)adam_element(c, step_size, bias2_sqrt, (double)pf[i], (double)gf[i], &mi,
+                                        &vi);
+            mf[i] = (float)mi;
+            vf[i] = (float)vi;
+        }
+        return;
+    }
     for (int64_t i = 0; i < a->count; i++) {
-        double p = tsl_load(a->dtype, param, i);
-        double g = tsl_load(a->dtype, grad, i);
-        if (c->decoupled)
-            p *= 1.0 - c->lr * c->weight_decay;
-        else
-            g += c->weight_decay * p;
-        double mi = c->beta1 * tsl_load(a->dtype, m, i) + (1.0 - c->beta1) * g;
-        double vi = c->beta2 * tsl_load(a->dtype, v, i) + (1.0 - c->beta2) * g * g;
+        double mi = tsl_load(a->dtype, m, i), vi = tsl_load(a->dtype, v, i);
+        double p = adam_element(c, step_size, bias2_sqrt, tsl_load(a->dtype, param, i),
+                                tsl_load(a->dtype, grad, i), &mi, &vi);
         tsl_store(a->dtype, m, i, mi);
         tsl_store(a->dtype, v, i, vi);
-        double denom = sqrt(vi) / bias2_sqrt + c->eps;
-        tsl_store(a->dtype, param, i, p - step_size * mi / denom);
+        tsl_store(a->dtype, param, i, p);
     }
 }
 
