@@ -84,8 +84,12 @@ static void add_row(float *restrict dst, const float *restrict src, int64_t n, i
 static void add2_row(float *restrict dst, const float *restrict src, const float *restrict addend,
                      int64_t n, int64_t stride)
 {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = src[i * stride] + addend[i];
+    if (stride == 1) /* (a loop of its own: vectorized) */
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = src[i] + addend[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = src[i * stride] + addend[i];
 }
 
 static void box_copy(const tsl_box_copy_args *args, void *dst, const void *src, const float *addend)
