@@ -229,6 +229,15 @@ tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const in
 /* Exact reduction over `ntiles` accumulators, accumulator i owned by owner_of[i] and
  * written by fill(i); merged by a task tree; the result is copied to `out` on every rank.
  * Collective; waits for the result. */
+/* The exact sum over `ntiles` accumulators (filled as in tsl_acc_tree_submit) on every rank r
+ * with need[r]: totals[r] (ctx->size entries; NULL where not needed), identical on every rank,
+ * to release (tsl_temp_handle_release) after their last reader. With few ranks holding tiles,
+ * each rank's tiles are merged there and every needing rank merges the ranks' partials
+ * itself, so the sum is one hop away from the tiles (a tree and a broadcast would be two). */
+tsl_status tsl_acc_allreduce_submit(struct tsl_context *ctx, int64_t ntiles,
+                                    const int32_t *owner_of, int64_t accs, tsl_acc_fill_fn fill,
+                                    void *user, const uint8_t *need, starpu_data_handle_t *totals);
+
 tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
                             tsl_acc_fill_fn fill, void *user, struct tsl_acc *out);
 

@@ -7,6 +7,20 @@
 #include "internal.h"
 #include "tessel/tensor.h"
 
+/* A rank's own tiles as a list of their own (tsl_acc_allreduce_submit): fill through the
+ * tile numbers of the whole. */
+typedef struct tsl_acc_map {
+    const int64_t *tiles;
+    tsl_acc_fill_fn fill;
+    void *user;
+} tsl_acc_map;
+
+static tsl_status acc_map_fill(int64_t k, starpu_data_handle_t acc, void *user)
+{
+    tsl_acc_map *map = user;
+    return map->fill(map->tiles[k], acc, map->user);
+}
+
 tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
                                int64_t accs, tsl_acc_fill_fn fill, void *user,
                                starpu_data_handle_t *result)
@@ -52,6 +66,119 @@ tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const in
         if (acc[i])
             tsl_temp_handle_release(ctx, acc[i]);
     free(acc);
+    return st;
+}
+
+/* Up to this many ranks with tiles, every rank that needs the sum merges the ranks' partial
+ * accumulators itself (one hop); beyond, one tree and a copy to each (two hops, fewer
+ * messages). TSL_ACC_DIRECT_RANKS in the environment overrides it (the tests force the tree
+ * with 1). */
+static int32_t acc_direct_ranks(void)
+{
+    const char *env = getenv("TSL_ACC_DIRECT_RANKS");
+    return env && *env ? (int32_t)atoi(env) : 8;
+}
+
+tsl_status tsl_acc_allreduce_submit(struct tsl_context *ctx, int64_t ntiles,
+                                    const int32_t *owner_of, int64_t accs, tsl_acc_fill_fn fill,
+                                    void *user, const uint8_t *need, starpu_data_handle_t *totals)
+{
+    const int32_t nranks = ctx->size;
+    for (int32_t r = 0; r < nranks; r++)
+        totals[r] = NULL;
+    _Static_assert(sizeof(tsl_acc) % sizeof(int64_t) == 0, "accumulator is whole words");
+    const int64_t words = accs * (int64_t)(sizeof(tsl_acc) / sizeof(int64_t));
+    int32_t holders = 0;
+    uint8_t *has = calloc((size_t)nranks, 1);
+    if (!has)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "exact reduction: out of memory");
+    for (int64_t i = 0; i < ntiles; i++)
+        holders += !has[owner_of[i]]++;
+    if (ctx->tag_count - ctx->tags_used < ntiles + nranks) {
+        free(has);
+        return tsl_error(ctx, TSL_ERR_RESOURCE,
+                         "exact reduction over %lld tiles: StarPU-MPI tags exhausted",
+                         (long long)ntiles);
+    }
+    tsl_status st = TSL_OK;
+    char unused = 0;
+    tsl_task_desc copy = {.codelet = &tsl_cl_copy,
+                          .args = &unused,
+                          .args_size = sizeof unused,
+                          .nhandles = 2,
+                          .modes = {STARPU_R, STARPU_W}};
+    if (holders > acc_direct_ranks()) {
+        starpu_data_handle_t total = NULL;
+        st = tsl_acc_tree_submit(ctx, ntiles, owner_of, accs, fill, user, &total);
+        for (int32_t r = 0; r < nranks && !st; r++) {
+            if (!need[r])
+                continue;
+            if ((st = tsl_temp_handle_register(ctx, words, sizeof(int64_t), r, &totals[r])))
+                break;
+            copy.handles[0] = total;
+            copy.handles[1] = totals[r];
+            st = tsl_task_submit(ctx, &copy);
+        }
+        if (total)
+            tsl_temp_handle_release(ctx, total);
+        free(has);
+        return st;
+    }
+    /* Each rank's tiles merged on it (a pairwise tree of its own), then every rank that needs
+     * the sum merges the ranks' partials in rank order: the accumulators are exact, so every
+     * rank gets the same sum. */
+    int64_t *mine = malloc(sizeof *mine * (size_t)(ntiles + 1));
+    starpu_data_handle_t *part = calloc((size_t)nranks, sizeof *part);
+    int32_t *own = malloc(sizeof *own * (size_t)(ntiles + 1));
+    if (!mine || !part || !own)
+        st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "exact reduction: out of memory");
+    for (int32_t q = 0; q < nranks && !st; q++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < ntiles; i++)
+            if (owner_of[i] == q) {
+                mine[n] = i;
+                own[n++] = q;
+            }
+        if (n == 0)
+            continue;
+        tsl_acc_map map = {.tiles = mine, .fill = fill, .user = user};
+        st = tsl_acc_tree_submit(ctx, n, own, accs, acc_map_fill, &map, &part[q]);
+    }
+    for (int32_t r = 0; r < nranks && !st; r++) {
+        if (!need[r])
+            continue;
+        if ((st = tsl_temp_handle_register(ctx, words, sizeof(int64_t), r, &totals[r])))
+            break;
+        /* Start from the rank's own partial where it has one (no message). */
+        int32_t first = part[r] ? r : -1;
+        for (int32_t q = 0; first < 0 && q < nranks; q++)
+            if (part[q])
+                first = q;
+        copy.handles[0] = part[first];
+        copy.handles[1] = totals[r];
+        st = tsl_task_submit(ctx, &copy);
+        for (int32_t q = 0; q < nranks && !st; q++) {
+            if (!part[q] || q == first)
+                continue;
+            tsl_task_desc merge = {
+                .codelet = &tsl_cl_sum_merge,
+                .args = &unused,
+                .args_size = sizeof unused,
+                .nhandles = 2,
+                .handles = {part[q], totals[r]},
+                .modes = {STARPU_R, STARPU_RW},
+                .flops = (double)(accs * TSL_ACC_LIMBS),
+            };
+            st = tsl_task_submit(ctx, &merge);
+        }
+    }
+    for (int32_t q = 0; part && q < nranks; q++)
+        if (part[q])
+            tsl_temp_handle_release(ctx, part[q]);
+    free(mine);
+    free(part);
+    free(own);
+    free(has);
     return st;
 }
 

@@ -1,5 +1,6 @@
 /* Batch normalization on tiled tensors with exact statistics over every sample and spatial
- * tile (DESIGN rule 6): per-tile exact accumulators, a merge tree, finalize tasks, then one
+ * tile (DESIGN rule 6): per-tile exact accumulators, merged on each rank and then on every
+ * rank that needs the sums (one hop: tsl_acc_allreduce_submit), finalize tasks there, then one
  * elementwise task per tile. Nothing waits: the tasks run as their inputs arrive. */
 #include <math.h>
 #include <string.h>
@@ -71,6 +72,42 @@ static tsl_status submit(struct tsl_context *ctx, struct starpu_codelet *cl, con
     return tsl_task_submit(ctx, &desc);
 }
 
+/* The ranks that need a layer's sums: `a`'s tile owners and the owners of up to four more
+ * one-tile tensors (NULL skipped). need: ctx->size entries. */
+static void need_ranks(uint8_t *need, int32_t nranks, tsl_tensor_t a, tsl_tensor_t b,
+                       tsl_tensor_t c, tsl_tensor_t d, tsl_tensor_t e)
+{
+    memset(need, 0, (size_t)nranks);
+    for (int64_t i = 0; a && i < a->ntiles; i++)
+        need[a->tile_owner[i]] = 1;
+    tsl_tensor_t one[4] = {b, c, d, e};
+    for (int k = 0; k < 4; k++)
+        if (one[k])
+            need[one[k]->tile_owner[0]] = 1;
+}
+
+/* The saved statistics have a copy on every rank from the lowest to the highest that needs
+ * them (made on first use): each finalizes its own from its own sums, and its tasks read it. */
+static tsl_status saved_copies(tsl_tensor_t saved, const uint8_t *need)
+{
+    int32_t lo = -1, hi = -1;
+    for (int32_t r = 0; r < saved->ctx->size; r++)
+        if (need[r]) {
+            lo = lo < 0 ? r : lo;
+            hi = r;
+        }
+    if (saved->replicas || lo < 0 || (lo == hi && lo == saved->tile_owner[0]))
+        return TSL_OK;
+    return tsl_tensor_make_replicas_on(saved, lo, hi - lo + 1);
+}
+
+static void release_all(struct tsl_context *ctx, starpu_data_handle_t *h)
+{
+    for (int32_t r = 0; r < ctx->size; r++)
+        if (h[r])
+            tsl_temp_handle_release(ctx, h[r]);
+}
+
 /* ---- forward, training ---- */
 
 typedef struct stats_job {
@@ -94,7 +131,7 @@ static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
                                          STARPU_R, STARPU_R, STARPU_R};
     if (a.relu) {
         int32_t rank = job->dy->tile_owner[tile]; /* where acc, the task's output, lives */
-        h[3] = job->saved->handles[0];
+        h[3] = tsl_whole_handle(job->saved, rank);
         h[4] = tsl_whole_handle(job->gamma, rank);
         h[5] = tsl_whole_handle(job->beta, rank);
     }
@@ -122,25 +159,48 @@ static tsl_status forward_train(const char *fn, int relu, tsl_tensor_t x, tsl_te
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
     struct tsl_context *ctx = x->ctx;
     stats_job job = {.x = x};
-    starpu_data_handle_t total;
-    if ((st = tsl_acc_tree_submit(ctx, x->ntiles, x->tile_owner, 2 * x->shape.dims[1], stats_tile,
-                                  &job, &total)))
-        return st;
+    /* The sums on every rank that normalizes a tile or keeps a result: one hop from the tiles
+     * (tsl_acc_allreduce_submit); each such rank finalizes its own copy of the statistics. */
+    uint8_t *need = malloc((size_t)ctx->size);
+    starpu_data_handle_t *total = calloc((size_t)ctx->size, sizeof *total);
+    if (!need || !total) {
+        free(need);
+        free(total);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    need_ranks(need, ctx->size, y, saved, running_mean, running_var, NULL);
+    st = saved_copies(saved, need);
+    if (!st)
+        st = tsl_acc_allreduce_submit(ctx, x->ntiles, x->tile_owner, 2 * x->shape.dims[1],
+                                      stats_tile, &job, need, total);
     tsl_bn_args a = args_for(x, -1, eps, momentum);
     enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
-    starpu_data_handle_t fin[2] = {total, saved->handles[0]};
-    st = submit(ctx, &tsl_cl_bn_finalize, &a, 2, fin, rw, 0);
+    for (int32_t r = 0; r < ctx->size && !st; r++) {
+        if (!total[r])
+            continue;
+        if (tsl_whole_handle(saved, r) != saved->handles[0] || r == saved->tile_owner[0]) {
+            starpu_data_handle_t fin[2] = {total[r], tsl_whole_handle(saved, r)};
+            st = submit(ctx, &tsl_cl_bn_finalize, &a, 2, fin, rw, 0);
+        }
+        if (!st && r == saved->tile_owner[0] && tsl_whole_handle(saved, r) != saved->handles[0]) {
+            starpu_data_handle_t fin[2] = {total[r], saved->handles[0]};
+            st = submit(ctx, &tsl_cl_bn_finalize, &a, 2, fin, rw, 0);
+        }
+    }
     enum starpu_data_access_mode rrw[2] = {STARPU_R, STARPU_RW};
     for (int which = 0; which < 2 && !st; which++) {
         a.which = which;
-        starpu_data_handle_t h[2] = {total, (which ? running_var : running_mean)->handles[0]};
+        tsl_tensor_t running = which ? running_var : running_mean;
+        starpu_data_handle_t h[2] = {total[running->tile_owner[0]], running->handles[0]};
         st = submit(ctx, &tsl_cl_bn_running, &a, 2, h, rrw, 0);
     }
-    tsl_temp_handle_release(ctx, total);
+    release_all(ctx, total);
+    free(need);
+    free(total);
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
         tsl_bn_args t = args_for(x, i, eps, momentum);
         t.relu = relu;
-        starpu_data_handle_t h[5] = {x->handles[i], saved->handles[0],
+        starpu_data_handle_t h[5] = {x->handles[i], tsl_whole_handle(saved, y->tile_owner[i]),
                                      tsl_whole_handle(gamma, y->tile_owner[i]),
                                      tsl_whole_handle(beta, y->tile_owner[i]), y->handles[i]};
         enum starpu_data_access_mode m[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W};
@@ -237,10 +297,20 @@ static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_
         job.gamma = gamma;
         job.beta = beta;
     }
-    starpu_data_handle_t total, coef = NULL;
-    if ((st = tsl_acc_tree_submit(ctx, x->ntiles, dy->tile_owner, 2 * x->shape.dims[1], stats_tile,
-                                  &job, &total)))
-        return st;
+    /* The sums on every rank that makes an input gradient tile or a parameter gradient, one
+     * hop from the tiles; each input-gradient rank computes its own coefficients. */
+    uint8_t *need = malloc((size_t)ctx->size);
+    starpu_data_handle_t *total = calloc((size_t)ctx->size, sizeof *total);
+    starpu_data_handle_t *coef = calloc((size_t)ctx->size, sizeof *coef);
+    if (!need || !total || !coef) {
+        free(need);
+        free(total);
+        free(coef);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    need_ranks(need, ctx->size, dx, dgamma, dbeta, NULL, NULL);
+    st = tsl_acc_allreduce_submit(ctx, x->ntiles, dy->tile_owner, 2 * x->shape.dims[1], stats_tile,
+                                  &job, need, total);
     tsl_bn_args a = args_for(x, -1, 0, 0);
     enum starpu_data_access_mode rrw[3] = {STARPU_R, STARPU_R, STARPU_W};
     for (int which = 0; which < 2 && !st; which++) {
@@ -248,28 +318,32 @@ static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_
         if (!grad)
             continue;
         a.which = which;
-        starpu_data_handle_t h[3] = {total, saved->handles[0], grad->handles[0]};
+        int32_t r = grad->tile_owner[0];
+        starpu_data_handle_t h[3] = {total[r], tsl_whole_handle(saved, r), grad->handles[0]};
         st = submit(ctx, &tsl_cl_bn_param_grad, &a, 3, h, rrw, 0);
     }
-    if (!st && dx) {
-        st = tsl_temp_handle_register(ctx, 2 * x->shape.dims[1], sizeof(double),
-                                      saved->tile_owner[0], &coef);
-        if (!st) {
-            starpu_data_handle_t h[3] = {total, saved->handles[0], coef};
+    for (int64_t i = 0; dx && i < dx->ntiles && !st; i++) {
+        int32_t r = dx->tile_owner[i];
+        if (coef[r])
+            continue;
+        if (!(st = tsl_temp_handle_register(ctx, 2 * x->shape.dims[1], sizeof(double), r,
+                                            &coef[r]))) {
+            starpu_data_handle_t h[3] = {total[r], tsl_whole_handle(saved, r), coef[r]};
             st = submit(ctx, &tsl_cl_bn_bwd_coef, &a, 3, h, rrw, 0);
         }
     }
-    tsl_temp_handle_release(ctx, total);
+    release_all(ctx, total);
     for (int64_t i = 0; dx && i < x->ntiles && !st; i++) {
         tsl_bn_args t = args_for(x, i, 0, 0);
         t.relu = beta != NULL;
+        int32_t r = dx->tile_owner[i];
         starpu_data_handle_t h[7] = {x->handles[i],
                                      dy->handles[i],
-                                     saved->handles[0],
-                                     tsl_whole_handle(gamma, dx->tile_owner[i]),
-                                     coef,
+                                     tsl_whole_handle(saved, r),
+                                     tsl_whole_handle(gamma, r),
+                                     coef[r],
                                      dx->handles[i],
-                                     beta ? tsl_whole_handle(beta, dx->tile_owner[i]) : NULL};
+                                     beta ? tsl_whole_handle(beta, r) : NULL};
         enum starpu_data_access_mode m[7] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R,
                                              STARPU_R, STARPU_W, STARPU_R};
         st = submit(ctx, &tsl_cl_bn_bwd_data, &t, beta ? 7 : 6, h, m,
@@ -280,8 +354,10 @@ static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_
                 starpu_mpi_cache_flush(ctx->comm, read->handles[i]);
         }
     }
-    if (coef)
-        tsl_temp_handle_release(ctx, coef);
+    release_all(ctx, coef);
+    free(need);
+    free(total);
+    free(coef);
     tsl_tensor_t small[3] = {saved, gamma, beta};
     for (int k = 0; k < 3; k++)
         if (small[k])
