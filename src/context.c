@@ -306,6 +306,7 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     }
     ctx->idle_hook = config->yield_when_idle ? starpu_idle_hook_register(idle_yield, NULL) : -1;
     st = context_bind_comm(ctx, MPI_COMM_WORLD);
+    ctx->yield_after_task = ctx->idle_hook >= 0 && ctx->size > 1;
     if (st) {
         starpu_mpi_shutdown();
         tsl_host_cache_uninstall(NULL);

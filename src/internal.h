@@ -19,11 +19,12 @@
 struct tsl_tensor;
 
 struct tsl_context {
-    int owns_runtime;  /* initialised StarPU + StarPU-MPI, shuts them down */
-    int finalize_mpi;  /* initialised MPI, finalises it */
-    int idle_hook;     /* StarPU idle hook that yields the core (tsl_context_create), or -1 */
-    MPI_Comm comm;     /* StarPU-MPI transfers (WORLD when owning, the host's otherwise) */
-    MPI_Comm ctl_comm; /* duplicate for tessel's own control messages (bcast, barrier) */
+    int owns_runtime;     /* initialised StarPU + StarPU-MPI, shuts them down */
+    int finalize_mpi;     /* initialised MPI, finalises it */
+    int idle_hook;        /* StarPU idle hook that yields the core (tsl_context_create), or -1 */
+    int yield_after_task; /* workers yield after each task (task.c: task_done) */
+    MPI_Comm comm;        /* StarPU-MPI transfers (WORLD when owning, the host's otherwise) */
+    MPI_Comm ctl_comm;    /* duplicate for tessel's own control messages (bcast, barrier) */
     int rank;
     int size;
     char *scheduler;

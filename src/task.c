@@ -1,12 +1,21 @@
 /* The one place tile tasks are submitted: starpu_mpi_task_build / submit / post_build, so
  * that every task this rank runs is counted (tsl_context_wait) and every call looks alike. */
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
 
+/* Run by the worker right after each task. With yielding threads on several ranks, it also
+ * gives the core away for a moment: the task may have made data another rank waits for, and
+ * the StarPU-MPI thread that posts the send shares the core with this worker wherever ranks
+ * have few cores; without the yield it runs when the scheduler next preempts the worker, which
+ * is busy with the next task (a tick, 3.5-5 ms here, per batch-norm layer of a data-parallel
+ * step: bench/RESULTS.md). */
 static void task_done(void *arg)
 {
     struct tsl_context *ctx = arg;
+    if (ctx->yield_after_task)
+        sched_yield();
     pthread_mutex_lock(&ctx->pending_lock);
     if (--ctx->pending_tasks == 0)
         pthread_cond_broadcast(&ctx->pending_done);
