@@ -154,6 +154,64 @@ TEST(PoolKernel, ForwardAndBackwardAgainstReferences)
             }
 }
 
+// Max pooling of f32 tiles whose windows stay inside the input takes loops of its own
+// (channels innermost on channels-last tiles); they must give what the general loops give on
+// the same values in f64: ties (the first maximum gets the gradient), NaNs (they win),
+// overlapping windows (stride below kernel), both layouts, 1-D to 3-D, and a tile of a larger
+// tensor (input and output origins). Gradients are small integers, so sums are exact in both.
+TEST(PoolKernel, MaxF32InsideWindowsEqualTheGeneralLoops)
+{
+    std::mt19937_64 rng(21);
+    std::uniform_int_distribution<int> level(-3, 3), grad(-4, 4), pick(0, 40);
+    struct C {
+        int spatial;
+        std::vector<int64_t> in;
+        int64_t k, s;
+    };
+    const C cases[] = {{1, {13}, 3, 2},
+                       {2, {8, 9}, 2, 2},
+                       {2, {7, 7}, 3, 1},
+                       {3, {5, 6, 4}, 2, 2},
+                       {3, {6, 5, 7}, 3, 2}};
+    for (const C &c : cases)
+        for (int last : {0, 1})
+            for (int tile : {0, 1}) {
+                SCOPED_TRACE(std::to_string(c.spatial) + "-D, k " + std::to_string(c.k) + ", s " +
+                             std::to_string(c.s) + (last ? ", channels-last" : "") +
+                             (tile ? ", a tile" : ""));
+                const int64_t samples = 2, channels = 3;
+                P p = make(c.spatial, TSL_POOL_MAX, 1, samples * channels, c.in, c.k, c.s, 0);
+                p.a.channels_last = last;
+                p.a.channels = channels;
+                if (tile) /* the tile holding outputs from 1 of a tensor one stride larger */
+                    for (int d = 0; d < c.spatial; d++) {
+                        p.a.global_in[d] = c.in[d] + c.s;
+                        p.a.in_origin[d] = c.s;
+                        p.a.out_origin[d] = 1;
+                    }
+                std::vector<double> x((size_t)(p.a.planes * p.in_plane));
+                for (auto &v : x)
+                    v = pick(rng) == 0 ? NAN : 0.5 * level(rng); // many ties, some NaNs
+                std::vector<double> dy((size_t)(p.a.planes * p.out_plane));
+                for (auto &v : dy)
+                    v = grad(rng);
+                std::vector<double> y(dy.size(), 7), dx(x.size(), 7);
+                tsl_pool_forward_kernel(&p.a, x.data(), y.data());
+                tsl_pool_backward_kernel(&p.a, x.data(), dy.data(), dx.data());
+                P f = p;
+                f.a.dtype = TSL_F32;
+                std::vector<float> xf(x.begin(), x.end()), dyf(dy.begin(), dy.end());
+                std::vector<float> yf(y.size(), 7), dxf(x.size(), 7);
+                tsl_pool_forward_kernel(&f.a, xf.data(), yf.data());
+                tsl_pool_backward_kernel(&f.a, xf.data(), dyf.data(), dxf.data());
+                for (size_t i = 0; i < y.size(); i++)
+                    ASSERT_TRUE((std::isnan(y[i]) && std::isnan(yf[i])) || (double)yf[i] == y[i])
+                        << "y[" << i << "] " << yf[i] << " vs " << y[i];
+                for (size_t i = 0; i < x.size(); i++)
+                    ASSERT_EQ((double)dxf[i], dx[i]) << "dx[" << i << "]";
+            }
+}
+
 TEST(PoolKernel, NearestUpsampling)
 {
     tsl_pool_args a{};
