@@ -99,6 +99,7 @@ tsl_status tsl_bucket_create(struct tsl_context *ctx, int32_t n, struct tsl_tens
                              fn);
     struct tsl_bucket *b = calloc(1, sizeof *b);
     if (b) {
+        b->ctx = ctx; /* (first: tsl_bucket_destroy reads it) */
         b->grads = malloc(sizeof *b->grads * (size_t)n);
         b->offset = malloc(sizeof *b->offset * (size_t)(n + 1));
         b->added = calloc((size_t)n, 1);
@@ -108,7 +109,6 @@ tsl_status tsl_bucket_create(struct tsl_context *ctx, int32_t n, struct tsl_tens
         tsl_bucket_destroy(b);
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
-    b->ctx = ctx;
     b->n = n;
     b->owner = grads[0]->tile_owner[0];
     b->offset[0] = 0;
