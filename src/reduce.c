@@ -7,6 +7,23 @@
 #include "internal.h"
 #include "tessel/tensor.h"
 
+/* dst (an accumulator of `accs` sums) absorbs src, exactly. */
+static tsl_status acc_merge(struct tsl_context *ctx, starpu_data_handle_t src,
+                            starpu_data_handle_t dst, int64_t accs)
+{
+    char unused = 0;
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_sum_merge,
+        .args = &unused,
+        .args_size = sizeof unused,
+        .nhandles = 2,
+        .handles = {src, dst},
+        .modes = {STARPU_R, STARPU_RW},
+        .flops = (double)(accs * TSL_ACC_LIMBS),
+    };
+    return tsl_task_submit(ctx, &desc);
+}
+
 /* A rank's own tiles as a list of their own (tsl_acc_allreduce_submit): fill through the
  * tile numbers of the whole. */
 typedef struct tsl_acc_map {
@@ -43,17 +60,7 @@ tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const in
     /* Pairwise merge tree: level by level, acc[i] absorbs acc[i + step]. */
     for (int64_t step = 1; step < ntiles && !st; step *= 2) {
         for (int64_t i = 0; i + step < ntiles && !st; i += 2 * step) {
-            char unused = 0;
-            tsl_task_desc desc = {
-                .codelet = &tsl_cl_sum_merge,
-                .args = &unused,
-                .args_size = sizeof unused,
-                .nhandles = 2,
-                .handles = {acc[i + step], acc[i]},
-                .modes = {STARPU_R, STARPU_RW},
-                .flops = (double)(accs * TSL_ACC_LIMBS),
-            };
-            st = tsl_task_submit(ctx, &desc);
+            st = acc_merge(ctx, acc[i + step], acc[i], accs);
             tsl_temp_handle_release(ctx, acc[i + step]);
             acc[i + step] = NULL;
         }
@@ -160,16 +167,7 @@ tsl_status tsl_acc_allreduce_submit(struct tsl_context *ctx, int64_t ntiles,
         for (int32_t q = 0; q < nranks && !st; q++) {
             if (!part[q] || q == first)
                 continue;
-            tsl_task_desc merge = {
-                .codelet = &tsl_cl_sum_merge,
-                .args = &unused,
-                .args_size = sizeof unused,
-                .nhandles = 2,
-                .handles = {part[q], totals[r]},
-                .modes = {STARPU_R, STARPU_RW},
-                .flops = (double)(accs * TSL_ACC_LIMBS),
-            };
-            st = tsl_task_submit(ctx, &merge);
+            st = acc_merge(ctx, part[q], totals[r], accs);
         }
     }
     for (int32_t q = 0; part && q < nranks; q++)
