@@ -587,6 +587,14 @@ tsl_status tsl_context_agree(struct tsl_context *ctx, int root, tsl_status statu
     return (tsl_status)value;
 }
 
+tsl_status tsl_context_agree_all(struct tsl_context *ctx, tsl_status status)
+{
+    int mine = status == TSL_OK ? ctx->size : ctx->rank, first = ctx->size;
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ctx->ctl_comm) != MPI_SUCCESS)
+        return tsl_error(ctx, TSL_ERR_RUNTIME, "MPI_Allreduce of a status failed");
+    return first == ctx->size ? TSL_OK : tsl_context_agree(ctx, first, status);
+}
+
 tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *received)
 {
     const char *fn = "tsl_context_comm_bytes";

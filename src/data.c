@@ -64,9 +64,8 @@ static double uniform_unit(uint64_t *state)
 
 /* About N(0, 1): the centred sum of the four 16-bit parts of one draw (Irwin-Hall, bounded
  * by +-3.46). Integer sum and one product, so it is the same number on every machine. */
-static double noise_unit(uint64_t *state)
+static double noise_of(uint64_t r)
 {
-    uint64_t r = splitmix_next(state);
     int64_t sum = (int64_t)(r & 0xffff) + (int64_t)((r >> 16) & 0xffff) +
                   (int64_t)((r >> 32) & 0xffff) + (int64_t)(r >> 48);
     return (double)(sum - 2 * 65535) * NOISE_SCALE;
@@ -450,17 +449,16 @@ static tsl_status fashion_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_s
     return TSL_OK;
 }
 
-static void fashion_read(const struct tsl_dataset *ds, const int64_t *indices, int64_t count,
-                         float *x, int64_t *y)
+static void fashion_read_box(const struct tsl_dataset *ds, int64_t index, const int64_t *start,
+                             const int64_t *extent, float *x, int64_t *y)
 {
-    int64_t numel = ds->info.sample_numel;
-    for (int64_t i = 0; i < count; i++) {
-        const uint8_t *src = ds->pixels + indices[i] * numel;
-        for (int64_t k = 0; x && k < numel; k++)
-            x[i * numel + k] = ds->pixel_value[src[k]];
-        if (y)
-            y[i] = ds->labels[indices[i]];
-    }
+    int64_t width = ds->info.sample_shape.dims[2];
+    const uint8_t *src = ds->pixels + index * ds->info.sample_numel;
+    for (int64_t i = 0; x && i < extent[1]; i++)
+        for (int64_t j = 0; j < extent[2]; j++)
+            x[i * extent[2] + j] = ds->pixel_value[src[(start[1] + i) * width + start[2] + j]];
+    if (y)
+        *y = ds->labels[index];
 }
 
 /* ---- synthetic segmentation volumes ---- */
@@ -469,69 +467,112 @@ static void fashion_read(const struct tsl_dataset *ds, const int64_t *indices, i
  * of the volume per object in 1-D, 2-D and 3-D. */
 static const double object_radius[3][2] = {{0.04, 0.10}, {0.08, 0.20}, {0.12, 0.25}};
 
-/* Paint one sphere or box of a random class into `labels` (extent[0] x extent[1] x
- * extent[2], the unused leading axes of size 1). */
-static void paint_object(const synthetic_params *p, uint64_t *state, const int64_t extent[3],
-                         int64_t *labels)
+/* One painted object: a sphere or box of one class, its centre and radii in voxels, and the
+ * voxels [low, high) per axis that can lie inside (axes of a 1-D or 2-D set that do not
+ * exist are [0, 1)). */
+typedef struct synthetic_object {
+    int box;
+    int64_t label;
+    double centre[3], radius[3];
+    int64_t low[3], high[3];
+} synthetic_object;
+
+/* Draw one object from `state` (the order of draws defines the dataset). */
+static void draw_object(const synthetic_params *p, uint64_t *state, synthetic_object *o)
 {
-    int box = (int)uniform_below(state, 2);
-    int64_t label = 1 + (int64_t)uniform_below(state, (uint64_t)p->classes - 1);
+    o->box = (int)uniform_below(state, 2);
+    o->label = 1 + (int64_t)uniform_below(state, (uint64_t)p->classes - 1);
     const double *range = object_radius[p->dims - 1];
     double size = (double)p->size;
     double sphere_radius = size * (range[0] + (range[1] - range[0]) * uniform_unit(state));
-    double centre[3] = {0.5, 0.5, 0.5}, radius[3] = {1, 1, 1};
-    int64_t low[3] = {0, 0, 0}, high[3] = {1, 1, 1};
-    for (int axis = 3 - p->dims; axis < 3; axis++) {
-        centre[axis] = size * uniform_unit(state);
-        radius[axis] =
-            box ? size * (range[0] + (range[1] - range[0]) * uniform_unit(state)) : sphere_radius;
-        if (radius[axis] < 1.0)
-            radius[axis] = 1.0;
-        double first = floor(centre[axis] - radius[axis]), last = ceil(centre[axis] + radius[axis]);
-        low[axis] = first < 0 ? 0 : (int64_t)first;
-        high[axis] = last >= size ? p->size : (int64_t)last + 1;
+    for (int axis = 0; axis < 3; axis++) {
+        o->centre[axis] = 0.5;
+        o->radius[axis] = 1;
+        o->low[axis] = 0;
+        o->high[axis] = 1;
     }
-    for (int64_t i = low[0]; i < high[0]; i++)
-        for (int64_t j = low[1]; j < high[1]; j++)
-            for (int64_t k = low[2]; k < high[2]; k++) {
-                double t[3] = {((double)i + 0.5 - centre[0]) / radius[0],
-                               ((double)j + 0.5 - centre[1]) / radius[1],
-                               ((double)k + 0.5 - centre[2]) / radius[2]};
-                int inside = box ? fabs(t[0]) <= 1 && fabs(t[1]) <= 1 && fabs(t[2]) <= 1
-                                 : t[0] * t[0] + t[1] * t[1] + t[2] * t[2] <= 1;
-                if (inside)
-                    labels[(i * extent[1] + j) * extent[2] + k] = label;
-            }
+    for (int axis = 3 - p->dims; axis < 3; axis++) {
+        o->centre[axis] = size * uniform_unit(state);
+        o->radius[axis] = o->box ? size * (range[0] + (range[1] - range[0]) * uniform_unit(state))
+                                 : sphere_radius;
+        if (o->radius[axis] < 1.0)
+            o->radius[axis] = 1.0;
+        double first = floor(o->centre[axis] - o->radius[axis]);
+        double last = ceil(o->centre[axis] + o->radius[axis]);
+        o->low[axis] = first < 0 ? 0 : (int64_t)first;
+        o->high[axis] = last >= size ? p->size : (int64_t)last + 1;
+    }
 }
 
-/* Sample `index`: objects painted in order (later ones on top), then every channel of every
- * voxel is its class id plus noise. `x` may be NULL (labels only). */
-static void synthetic_sample(const synthetic_params *p, int64_t index, float *x, int64_t *labels)
+/* The objects of sample `index`, and the generator state after them (where the noise draws
+ * start: the k-th draw is mix(state + (k + 1) G), so any voxel's noise is found directly). */
+static uint64_t draw_objects(const synthetic_params *p, int64_t index, synthetic_object *objects)
 {
-    int64_t extent[3] = {1, 1, 1};
-    for (int d = 0; d < p->dims; d++)
-        extent[3 - p->dims + d] = p->size;
-    int64_t voxels = extent[0] * extent[1] * extent[2];
     uint64_t state = splitmix_stream(p->split_key, (uint64_t)index);
-    memset(labels, 0, (size_t)voxels * sizeof *labels);
     for (int32_t o = 0; o < p->objects; o++)
-        paint_object(p, &state, extent, labels);
-    for (int32_t c = 0; x && c < p->channels; c++)
-        for (int64_t v = 0; v < voxels; v++)
-            x[c * voxels + v] = (float)((double)labels[v] + p->noise * noise_unit(&state));
+        draw_object(p, &state, &objects[o]);
+    return state;
+}
+
+/* Labels of the box start .. start + extent - 1 (three axes, C order into `labels`): the
+ * objects painted in order, later ones on top, on background 0. */
+static void paint_box(int32_t nobjects, const synthetic_object *objects, const int64_t start[3],
+                      const int64_t extent[3], int64_t *labels)
+{
+    memset(labels, 0, (size_t)(extent[0] * extent[1] * extent[2]) * sizeof *labels);
+    for (int32_t n = 0; n < nobjects; n++) {
+        const synthetic_object *o = &objects[n];
+        int64_t low[3], high[3];
+        int empty = 0;
+        for (int a = 0; a < 3; a++) {
+            low[a] = o->low[a] > start[a] ? o->low[a] : start[a];
+            high[a] = o->high[a] < start[a] + extent[a] ? o->high[a] : start[a] + extent[a];
+            empty |= low[a] >= high[a];
+        }
+        if (empty)
+            continue;
+        for (int64_t i = low[0]; i < high[0]; i++)
+            for (int64_t j = low[1]; j < high[1]; j++)
+                for (int64_t k = low[2]; k < high[2]; k++) {
+                    double t[3] = {((double)i + 0.5 - o->centre[0]) / o->radius[0],
+                                   ((double)j + 0.5 - o->centre[1]) / o->radius[1],
+                                   ((double)k + 0.5 - o->centre[2]) / o->radius[2]};
+                    int inside = o->box ? fabs(t[0]) <= 1 && fabs(t[1]) <= 1 && fabs(t[2]) <= 1
+                                        : t[0] * t[0] + t[1] * t[1] + t[2] * t[2] <= 1;
+                    if (inside)
+                        labels[((i - start[0]) * extent[1] + j - start[1]) * extent[2] + k -
+                               start[2]] = o->label;
+                }
+    }
 }
 
 /* The label of a whole sample: the class covering the most voxels apart from background
- * (the smaller class on a tie), or 0 when nothing was painted. */
-static int64_t sample_label(const int64_t *labels, int64_t voxels, int32_t classes)
+ * (the smaller class on a tie), or 0 when nothing was painted. Painted a row at a time, so
+ * it needs no whole-volume buffer. */
+static tsl_status sample_label(const synthetic_params *p, int32_t nobjects,
+                               const synthetic_object *objects, int64_t *label)
 {
+    int64_t side[3] = {1, 1, 1};
+    for (int d = 0; d < p->dims; d++)
+        side[3 - p->dims + d] = p->size;
+    int64_t *row = malloc((size_t)side[2] * sizeof *row);
+    if (!row)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "synthetic: out of memory");
     int64_t count[256] = {0}, best = 0;
-    for (int64_t v = 0; v < voxels; v++)
-        count[labels[v]]++;
-    for (int32_t c = 1; c < classes; c++)
+    int64_t extent[3] = {1, 1, side[2]};
+    for (int64_t i = 0; i < side[0]; i++)
+        for (int64_t j = 0; j < side[1]; j++) {
+            int64_t start[3] = {i, j, 0};
+            paint_box(nobjects, objects, start, extent, row);
+            for (int64_t k = 0; k < side[2]; k++)
+                count[row[k]]++;
+        }
+    free(row);
+    for (int32_t c = 1; c < p->classes; c++)
         if (count[c] > count[best] || (best == 0 && count[c] > 0))
             best = c;
-    return best;
+    *label = best;
+    return TSL_OK;
 }
 
 static tsl_status synthetic_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_split split)
@@ -579,20 +620,51 @@ static tsl_status synthetic_open(struct tsl_dataset *ds, dataset_spec *spec, tsl
     return TSL_OK;
 }
 
-static tsl_status synthetic_read(const struct tsl_dataset *ds, const int64_t *indices,
-                                 int64_t count, float *x, int64_t *y)
+/* Box `start`, `extent` (C, then the spatial axes) of sample `index`: every channel of every
+ * voxel is its class id plus noise; y the box's labels, or the sample's one label. */
+static tsl_status synthetic_read_box(const struct tsl_dataset *ds, int64_t index,
+                                     const int64_t *start, const int64_t *extent, float *x,
+                                     int64_t *y)
 {
     const synthetic_params *p = &ds->synthetic;
-    int64_t voxels = ds->info.sample_numel / p->channels, *scratch = NULL;
-    if ((!y || p->per_sample) && !(scratch = malloc((size_t)voxels * sizeof *scratch)))
-        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "synthetic: out of memory");
-    for (int64_t i = 0; i < count; i++) {
-        int64_t *labels = y && !p->per_sample ? y + i * ds->info.label_numel : scratch;
-        synthetic_sample(p, indices[i], x ? x + i * ds->info.sample_numel : NULL, labels);
-        if (y && p->per_sample)
-            y[i] = sample_label(scratch, voxels, p->classes);
+    synthetic_object objects[64];
+    uint64_t state = draw_objects(p, index, objects);
+    if (y && p->per_sample) {
+        tsl_status st = sample_label(p, p->objects, objects, y);
+        if (st)
+            return st;
     }
-    free(scratch);
+    if (!x && (!y || p->per_sample))
+        return TSL_OK;
+    /* The spatial box on three axes, the missing leading ones of size 1. */
+    int64_t side[3] = {1, 1, 1}, box_start[3] = {0, 0, 0}, box_extent[3] = {1, 1, 1};
+    for (int d = 0; d < p->dims; d++) {
+        side[3 - p->dims + d] = p->size;
+        box_start[3 - p->dims + d] = start[1 + d];
+        box_extent[3 - p->dims + d] = extent[1 + d];
+    }
+    int64_t voxels = side[0] * side[1] * side[2];
+    int64_t box_voxels = box_extent[0] * box_extent[1] * box_extent[2];
+    int64_t *labels = y && !p->per_sample ? y : malloc((size_t)box_voxels * sizeof *labels);
+    if (!labels)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "synthetic: out of memory");
+    paint_box(p->objects, objects, box_start, box_extent, labels);
+    for (int64_t c = 0; x && c < extent[0]; c++) {
+        uint64_t first = state + (uint64_t)((start[0] + c) * voxels + 1) * GOLDEN_GAMMA;
+        float *xc = x + c * box_voxels;
+        for (int64_t i = 0; i < box_extent[0]; i++)
+            for (int64_t j = 0; j < box_extent[1]; j++) {
+                int64_t v0 =
+                    ((box_start[0] + i) * side[1] + box_start[1] + j) * side[2] + box_start[2];
+                int64_t b0 = (i * box_extent[1] + j) * box_extent[2];
+                for (int64_t k = 0; k < box_extent[2]; k++) {
+                    uint64_t r = splitmix_mix(first + (uint64_t)(v0 + k) * GOLDEN_GAMMA);
+                    xc[b0 + k] = (float)((double)labels[b0 + k] + p->noise * noise_of(r));
+                }
+            }
+    }
+    if (labels != y)
+        free(labels);
     return TSL_OK;
 }
 
@@ -773,24 +845,66 @@ static tsl_status npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_split
     return TSL_OK;
 }
 
-static tsl_status npy_read(const struct tsl_dataset *ds, const int64_t *indices, int64_t count,
-                           float *x, int64_t *y)
+/* Box `start`, `extent` of row `row` of an array whose rows have shape `shape` (ndim axes):
+ * one pread per run of consecutive elements (the box's innermost axis, merged with the axes
+ * it spans whole). */
+static tsl_status npy_read_box(const npy_array *a, int64_t row, int32_t ndim, const int64_t *shape,
+                               const int64_t *start, const int64_t *extent, void *dst)
 {
-    const npy_array *xf = &ds->x_file, *yf = &ds->y_file;
-    int64_t label_numel = ds->info.label_numel;
-    tsl_status st = TSL_OK;
-    for (int64_t i = 0; i < count && !st; i++) {
-        int64_t row = indices[i];
-        if (x)
-            st = pread_exact(xf, x + i * ds->info.sample_numel, xf->row_bytes,
-                             xf->header.data_offset + row * xf->row_bytes);
-        if (!st && y)
-            st = pread_exact(yf, y + i * label_numel, yf->row_bytes,
-                             yf->header.data_offset + row * yf->row_bytes);
-        if (!st && y)
-            st = check_labels(yf, y + i * label_numel, label_numel, row * label_numel,
-                              ds->info.classes);
+    int64_t elem = (int64_t)tsl_dtype_size(a->header.dtype);
+    int32_t outer = ndim - 1; /* axes [outer, ndim) form one run */
+    int64_t run = extent[outer];
+    while (outer > 0 && extent[outer] == shape[outer]) {
+        outer--;
+        run *= extent[outer];
     }
+    int64_t stride[TSL_MAX_DIMS], at[TSL_MAX_DIMS] = {0}, runs = 1, s = 1;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= shape[d];
+    }
+    for (int32_t d = 0; d < outer; d++)
+        runs *= extent[d];
+    char *out = dst;
+    for (int64_t r = 0; r < runs; r++) {
+        int64_t offset = 0;
+        for (int32_t d = 0; d < ndim; d++)
+            offset += (start[d] + (d < outer ? at[d] : 0)) * stride[d];
+        tsl_status st = pread_exact(a, out + r * run * elem, run * elem,
+                                    a->header.data_offset + row * a->row_bytes + offset * elem);
+        if (st)
+            return st;
+        for (int32_t d = outer - 1; d >= 0 && ++at[d] == extent[d]; d--)
+            at[d] = 0;
+    }
+    return TSL_OK;
+}
+
+static tsl_status npy_read_sample_box(const struct tsl_dataset *ds, int64_t index,
+                                      const int64_t *start, const int64_t *extent, float *x,
+                                      int64_t *y)
+{
+    const tsl_dataset_info *info = &ds->info;
+    tsl_status st = TSL_OK;
+    if (x)
+        st = npy_read_box(&ds->x_file, index, info->sample_shape.ndim, info->sample_shape.dims,
+                          start, extent, x);
+    if (st || !y)
+        return st;
+    int32_t ndim = info->label_shape.ndim;
+    int64_t whole[1] = {0}, one[1] = {1}, count = 1;
+    for (int32_t d = 0; d < ndim; d++)
+        count *= extent[1 + d];
+    st = ndim ? npy_read_box(&ds->y_file, index, ndim, info->label_shape.dims, start + 1,
+                             extent + 1, y)
+              : npy_read_box(&ds->y_file, index, 1, one, whole, one, y);
+    for (int64_t i = 0; i < count && !st; i++)
+        if (y[i] < 0 || y[i] >= info->classes)
+            st = tsl_error(NULL, TSL_ERR_FORMAT,
+                           "npy: label %lld of sample %lld in '%s' is outside [0, %lld) (was the "
+                           "file changed after the dataset was opened?)",
+                           (long long)y[i], (long long)index, ds->y_file.path,
+                           (long long)info->classes);
     return st;
 }
 
@@ -856,26 +970,64 @@ tsl_status tsl_dataset_get_info(tsl_dataset_t ds, tsl_dataset_info *info)
     return TSL_OK;
 }
 
+/* One sample's box, arguments checked. */
+static tsl_status read_box(const struct tsl_dataset *ds, int64_t index, const int64_t *start,
+                           const int64_t *extent, float *x, int64_t *y)
+{
+    switch (ds->kind) {
+    case DATASET_FASHION_MNIST:
+        fashion_read_box(ds, index, start, extent, x, y);
+        return TSL_OK;
+    case DATASET_SYNTHETIC:
+        return synthetic_read_box(ds, index, start, extent, x, y);
+    case DATASET_NPY:
+        return npy_read_sample_box(ds, index, start, extent, x, y);
+    }
+    return tsl_error(NULL, TSL_ERR_STATE, "tsl_dataset_read: corrupt dataset handle");
+}
+
+static tsl_status check_index(const struct tsl_dataset *ds, int64_t index, int64_t position,
+                              const char *fn)
+{
+    if (index < 0 || index >= ds->info.samples)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: sample index %lld (position %lld) is outside [0, %lld)", fn,
+                         (long long)index, (long long)position, (long long)ds->info.samples);
+    return TSL_OK;
+}
+
 tsl_status tsl_dataset_read(tsl_dataset_t ds, const int64_t *indices, int64_t count, float *x,
                             int64_t *y)
 {
+    const char *fn = "tsl_dataset_read";
     if (!ds || count < 0 || (count > 0 && !indices))
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                         "tsl_dataset_read: need a dataset, count >= 0 and the indices");
-    for (int64_t i = 0; i < count; i++)
-        if (indices[i] < 0 || indices[i] >= ds->info.samples)
-            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                             "tsl_dataset_read: sample index %lld (position %lld) is outside "
-                             "[0, %lld)",
-                             (long long)indices[i], (long long)i, (long long)ds->info.samples);
-    switch (ds->kind) {
-    case DATASET_FASHION_MNIST:
-        fashion_read(ds, indices, count, x, y);
-        return TSL_OK;
-    case DATASET_SYNTHETIC:
-        return synthetic_read(ds, indices, count, x, y);
-    case DATASET_NPY:
-        return npy_read(ds, indices, count, x, y);
-    }
-    return tsl_error(NULL, TSL_ERR_STATE, "tsl_dataset_read: corrupt dataset handle");
+                         "%s: need a dataset, count >= 0 and the indices", fn);
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < count && !st; i++)
+        st = check_index(ds, indices[i], i, fn);
+    int64_t start[TSL_MAX_DIMS] = {0};
+    const int64_t *whole = ds->info.sample_shape.dims;
+    for (int64_t i = 0; i < count && !st; i++)
+        st = read_box(ds, indices[i], start, whole, x ? x + i * ds->info.sample_numel : NULL,
+                      y ? y + i * ds->info.label_numel : NULL);
+    return st;
+}
+
+tsl_status tsl_dataset_read_box(tsl_dataset_t ds, int64_t index, const int64_t *start,
+                                const int64_t *extent, float *x, int64_t *y)
+{
+    const char *fn = "tsl_dataset_read_box";
+    if (!ds || !start || !extent)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    tsl_status st = check_index(ds, index, 0, fn);
+    const tsl_shape *shape = &ds->info.sample_shape;
+    for (int32_t d = 0; d < shape->ndim && !st; d++)
+        if (start[d] < 0 || extent[d] < 1 || start[d] + extent[d] > shape->dims[d])
+            st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                           "%s: axis %d of the box is [%lld, %lld), outside the sample's [0, "
+                           "%lld)",
+                           fn, (int)d, (long long)start[d], (long long)(start[d] + extent[d]),
+                           (long long)shape->dims[d]);
+    return st ? st : read_box(ds, index, start, extent, x, y);
 }

@@ -43,6 +43,13 @@ struct tsl_context {
     pthread_cond_t pending_done;
     int64_t pending_tasks;
 
+    /* Dataset reads (tsl_tensors_read_samples) submitted on this rank and not run yet, and
+     * the first that failed inside its task: reported by tsl_context_check_reads(). Under
+     * pending_lock; pending_done is broadcast when reads_pending reaches 0. */
+    int64_t reads_pending;
+    tsl_status read_status;
+    char read_error[TSL_ERROR_MAX];
+
     /* Live tensors, destroyed with the context if the user forgot them. */
     struct tsl_tensor **tensors;
     int64_t ntensors;
@@ -171,6 +178,10 @@ tsl_status tsl_context_next_tag(struct tsl_context *ctx, int64_t *tag);
 
 void tsl_context_track_tensor(struct tsl_context *ctx, struct tsl_tensor *tensor);
 void tsl_context_untrack_tensor(struct tsl_context *ctx, struct tsl_tensor *tensor);
+
+/* Collective: TSL_OK on every rank when every rank passes TSL_OK; otherwise the status and
+ * message of the lowest rank that failed, on every rank. */
+tsl_status tsl_context_agree_all(struct tsl_context *ctx, tsl_status status);
 
 /* Agree on a status across ranks: every rank returns the status of `root` and, when it is
  * an error, root's message. Used after a step only root can do (file I/O). */

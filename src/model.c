@@ -738,13 +738,26 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
     return st;
 }
 
-/* Scatter a batch from rank 0 into the input (and the labels when given). */
-static tsl_status load_batch(struct tsl_model *m, instance *in, const float *x,
-                             const int64_t *labels, int with_labels)
+/* Where a batch comes from: x and labels on rank 0 (scattered), or a dataset and sample
+ * indices (every rank reads its own tiles). */
+typedef struct batch_source {
+    const float *x;
+    const int64_t *labels;
+    tsl_dataset_t dataset;
+    const int64_t *indices;
+    int read; /* from the dataset */
+} batch_source;
+
+/* The batch into the input (and the labels when asked). */
+static tsl_status load_batch(struct tsl_model *m, instance *in, const batch_source *src,
+                             int with_labels)
 {
-    tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, x);
+    if (src->read)
+        return tsl_tensors_read_samples(in->act[m->g->input], with_labels ? in->labels : NULL,
+                                        src->dataset, src->indices);
+    tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, src->x);
     if (!st && with_labels)
-        st = tsl_tensor_scatter_labels(in->labels, 0, labels);
+        st = tsl_tensor_scatter_labels(in->labels, 0, src->labels);
     return st;
 }
 
@@ -759,26 +772,28 @@ static tsl_status count_correct(struct tsl_model *m, instance *in, int64_t *corr
     return st;
 }
 
-static tsl_status check_batch(struct tsl_model *m, int64_t batch, const float *x,
-                              const int64_t *labels, int need_labels, const char *fn)
+static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_source *src,
+                              int need_labels, const char *fn)
 {
     if (!m)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: model is NULL", fn);
     tsl_status st = TSL_OK;
     if (batch < 1)
         st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: batch %lld < 1", fn, (long long)batch);
-    else if (m->ctx->rank == 0 && (!x || (need_labels && !labels)))
+    else if (src->read)
+        return TSL_OK; /* checked by every rank in tsl_tensors_read_samples() */
+    else if (m->ctx->rank == 0 && (!src->x || (need_labels && !src->labels)))
         st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: the batch data is NULL on rank 0", fn);
     return tsl_context_agree(m->ctx, 0, st);
 }
 
 /* Forward, loss and backward: gradients land in the parameters' grad tensors. */
-static tsl_status gradients(struct tsl_model *m, int64_t batch, const float *x,
-                            const int64_t *labels, double *loss, instance **used)
+static tsl_status gradients(struct tsl_model *m, int64_t batch, const batch_source *src,
+                            double *loss, instance **used)
 {
     instance *in;
     tsl_status st = instance_for(m, batch, &in);
-    if (st || (st = load_batch(m, in, x, labels, 1)) || (st = forward(m, in, 1)))
+    if (st || (st = load_batch(m, in, src, 1)) || (st = forward(m, in, 1)))
         return st;
     memset(in->written, 0, (size_t)m->g->nvalues);
     double l = 0;
@@ -808,22 +823,25 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, const float *x,
 tsl_status tsl_model_gradients(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
                                double *loss)
 {
-    tsl_status st = check_batch(m, batch, x, labels, 1, "tsl_model_gradients");
+    batch_source src = {.x = x, .labels = labels};
+    tsl_status st = check_batch(m, batch, &src, 1, "tsl_model_gradients");
     instance *in;
-    return st ? st : gradients(m, batch, x, labels, loss, &in);
+    return st ? st : gradients(m, batch, &src, loss, &in);
 }
 
-tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
-                                tsl_optimizer_t opt, double *loss, int64_t *correct)
+static tsl_status train_step(tsl_model_t m, int64_t batch, const batch_source *src,
+                             tsl_optimizer_t opt, double *loss, int64_t *correct, const char *fn)
 {
-    const char *fn = "tsl_model_train_step";
-    tsl_status st = check_batch(m, batch, x, labels, 1, fn);
+    tsl_status st = check_batch(m, batch, src, 1, fn);
     if (st)
         return st;
     if (!opt)
         return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
     instance *in;
-    if ((st = gradients(m, batch, x, labels, loss, &in)))
+    if ((st = gradients(m, batch, src, loss, &in)))
+        return st;
+    /* A sample that could not be read stops the step before any parameter changes. */
+    if (src->read && (st = tsl_context_check_reads(m->ctx)))
         return st;
     if (correct && (st = count_correct(m, in, correct)))
         return st;
@@ -846,16 +864,33 @@ tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, co
     return st; /* the next forward reads the updated shards back (sync_replicas) */
 }
 
-tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
-                              double *loss, int64_t *correct)
+tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                                tsl_optimizer_t opt, double *loss, int64_t *correct)
 {
-    tsl_status st = check_batch(m, batch, x, labels, 1, "tsl_model_evaluate");
+    batch_source src = {.x = x, .labels = labels};
+    return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step");
+}
+
+tsl_status tsl_model_train_step_read(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
+                                     const int64_t *indices, tsl_optimizer_t opt, double *loss,
+                                     int64_t *correct)
+{
+    batch_source src = {.dataset = dataset, .indices = indices, .read = 1};
+    return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step_read");
+}
+
+static tsl_status evaluate(tsl_model_t m, int64_t batch, const batch_source *src, double *loss,
+                           int64_t *correct, const char *fn)
+{
+    tsl_status st = check_batch(m, batch, src, 1, fn);
     instance *in;
-    if (st || (st = instance_for(m, batch, &in)) || (st = load_batch(m, in, x, labels, 1)) ||
+    if (st || (st = instance_for(m, batch, &in)) || (st = load_batch(m, in, src, 1)) ||
         (st = forward(m, in, 0)))
         return st;
     double l = 0;
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, NULL, &l);
+    if (!st && src->read)
+        st = tsl_context_check_reads(m->ctx);
     if (!st && loss)
         *loss = l;
     if (!st && correct)
@@ -863,12 +898,27 @@ tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, cons
     return st;
 }
 
+tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                              double *loss, int64_t *correct)
+{
+    batch_source src = {.x = x, .labels = labels};
+    return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate");
+}
+
+tsl_status tsl_model_evaluate_read(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
+                                   const int64_t *indices, double *loss, int64_t *correct)
+{
+    batch_source src = {.dataset = dataset, .indices = indices, .read = 1};
+    return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate_read");
+}
+
 tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32_t train,
                              float *out)
 {
-    tsl_status st = check_batch(m, batch, x, NULL, 0, "tsl_model_forward");
+    batch_source src = {.x = x};
+    tsl_status st = check_batch(m, batch, &src, 0, "tsl_model_forward");
     instance *in;
-    if (st || (st = instance_for(m, batch, &in)) || (st = load_batch(m, in, x, NULL, 0)) ||
+    if (st || (st = instance_for(m, batch, &in)) || (st = load_batch(m, in, &src, 0)) ||
         (st = forward(m, in, train)))
         return st;
     return tsl_tensor_gather(in->act[m->g->output], 0, out);

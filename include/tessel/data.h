@@ -4,8 +4,10 @@
  *        directories, opened from a one-line spec; batches read into caller buffers; a
  *        deterministic epoch order; a loader that prefetches the next batch on a thread.
  *
- * Nothing here needs a context, StarPU or MPI: a dataset is read on one process (the rank
- * that then scatters a batch into tiled tensors).
+ * Nothing here needs a context, StarPU or MPI: a dataset is read by one process (the rank
+ * that then scatters a batch into tiled tensors), or by every rank, each reading the boxes
+ * of the samples its tiles hold (tsl_dataset_read_box(), tsl_tensors_read_samples() in
+ * tessel/io.h).
  *
  * Spec syntax: `NAME[:OPTIONS]`, OPTIONS a comma-separated list of `key=value`; the first
  * option may be a bare value, which means `dir=value`.
@@ -107,6 +109,24 @@ tsl_status tsl_dataset_get_info(tsl_dataset_t dataset, tsl_dataset_info *info);
  */
 tsl_status tsl_dataset_read(tsl_dataset_t dataset, const int64_t *indices, int64_t count, float *x,
                             int64_t *y);
+
+/**
+ * @brief Read one box of one sample: @p x gets the sample's elements start[d] ..
+ * start[d] + extent[d] - 1 along each axis d of sample_shape (C, then the spatial sizes),
+ * in C order (the product of @p extent floats); @p y gets the labels of the same spatial box
+ * (axes 1 .. of @p start and @p extent over label_shape), or the sample's one label for a
+ * classification set. The values are exactly those of tsl_dataset_read()'s sample, and
+ * nothing outside the box is read: `.npy` files are read a run of consecutive elements at a
+ * time, synthetic samples generate only the box (the one label of a classification set
+ * counts the whole volume's labels, a row at a time). Thread-safe like tsl_dataset_read().
+ * @param[in]  index  sample index in [0, samples)
+ * @param[in]  start  sample_shape.ndim first positions
+ * @param[in]  extent sample_shape.ndim sizes, each >= 1, the box inside the sample
+ * @param[out] x      the box's floats, or NULL to skip them
+ * @param[out] y      the box's labels (or the one label), or NULL to skip them
+ */
+tsl_status tsl_dataset_read_box(tsl_dataset_t dataset, int64_t index, const int64_t *start,
+                                const int64_t *extent, float *x, int64_t *y);
 
 /**
  * @brief The order in which an epoch visits the samples: order[i] = i without shuffling,

@@ -1,7 +1,8 @@
 /**
  * @file io.h
- * @brief `.npy` files: header parsing, whole-array read and write, and tensors read from
- *        and written to files through scatter and gather.
+ * @brief `.npy` files: header parsing, whole-array read and write, tensors read from
+ *        and written to files through scatter and gather, and tensors filled from a
+ *        dataset by the owners of their tiles.
  *
  * Supported: format versions 1.0, 2.0 and 3.0; little-endian (or byte-sized) f32, f64,
  * i32, i64 and u8; C order; 1 to TSL_MAX_DIMS dimensions, none of them zero. Anything else
@@ -14,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessel/data.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
 
@@ -73,6 +75,33 @@ tsl_status tsl_tensor_read_npy(tsl_tensor_t *tensor, tsl_context_t ctx, const ch
 /** @brief Gather @p tensor on @p root and write it there as a `.npy` file. Collective;
  *  an error on root is returned on every rank. */
 tsl_status tsl_tensor_write_npy(tsl_tensor_t tensor, const char *path, int32_t root);
+
+/**
+ * @brief Fill @p x and @p labels with samples of @p dataset, each tile read by its owner: a
+ * task per tile reads the tile's box of each of its samples (tsl_dataset_read_box()), so no
+ * rank holds or sends more of a sample than its own tiles. Row n of both tensors is sample
+ * indices[n]. Collective: every rank passes the same indices and an opened copy of the same
+ * dataset (checked against rank 0's; otherwise an error on every rank before any task).
+ * Asynchronous: the tiles are ready for the tasks submitted after this call.
+ * @param[in,out] x       (N, the dataset's sample shape) f32, any grid, owners and layout;
+ *                        or NULL
+ * @param[in,out] labels  (N, the dataset's label shape) u8, i32 or i64 (narrowed as by
+ *                        tsl_tensor_scatter() of labels); or NULL (not both)
+ * @param[in]     dataset read on every rank that owns a tile; must outlive the read tasks
+ * @param[in]     indices N sample indices in [0, samples)
+ *
+ * A box that cannot be read inside its task (a `.npy` file changed or gone since it was
+ * opened) leaves its tile NaN or invalid labels; tsl_context_check_reads() reports it.
+ */
+tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
+                                    const int64_t *indices);
+
+/**
+ * @brief Wait for this rank's tsl_tensors_read_samples() tasks submitted so far and agree
+ * whether any failed: collective; the first failure of the lowest failing rank is returned
+ * on every rank with its message (and then forgotten), TSL_OK when every read succeeded.
+ */
+tsl_status tsl_context_check_reads(tsl_context_t ctx);
 
 #ifdef __cplusplus
 }

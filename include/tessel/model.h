@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "tessel/context.h"
+#include "tessel/data.h"
 #include "tessel/graph.h"
 #include "tessel/ops.h"
 #include "tessel/plan.h"
@@ -73,10 +74,29 @@ tsl_status tsl_model_train_step(tsl_model_t model, int64_t batch, const float *x
                                 const int64_t *labels, tsl_optimizer_t opt, double *loss,
                                 int64_t *correct);
 
+/**
+ * @brief tsl_model_train_step() on samples indices[0 .. batch - 1] of @p dataset, each rank
+ * reading only the boxes of the samples its input and label tiles hold
+ * (tsl_tensors_read_samples()): no rank holds or sends a whole batch, and a sample larger
+ * than one process's memory can be trained on. Collective: every rank passes the same
+ * indices and its own opened copy of the same dataset, whose sample and label shapes fit the
+ * model. A sample that cannot be read is an error on every rank, returned before the
+ * optimizer changes any parameter (batch-norm running statistics of that forward may have
+ * taken its NaN values).
+ */
+tsl_status tsl_model_train_step_read(tsl_model_t model, tsl_dataset_t dataset, int64_t batch,
+                                     const int64_t *indices, tsl_optimizer_t opt, double *loss,
+                                     int64_t *correct);
+
 /** @brief Forward in inference mode (running statistics) and the loss and argmax hits of one
  *  batch, as tsl_model_train_step() without changing anything. */
 tsl_status tsl_model_evaluate(tsl_model_t model, int64_t batch, const float *x,
                               const int64_t *labels, double *loss, int64_t *correct);
+
+/** @brief tsl_model_evaluate() on samples indices[0 .. batch - 1] of @p dataset, read as
+ *  by tsl_model_train_step_read(). */
+tsl_status tsl_model_evaluate_read(tsl_model_t model, tsl_dataset_t dataset, int64_t batch,
+                                   const int64_t *indices, double *loss, int64_t *correct);
 
 /** @brief Forward only (training mode when @p train, else inference) and the output gathered
  *  on rank 0 into @p out (batch x output shape floats; ignored elsewhere). */

@@ -258,6 +258,14 @@ static tsl_status agree(tsl_status st)
     return (tsl_status)v;
 }
 
+/* The worst status of any rank, on every rank. */
+static tsl_status agree_all(tsl_status st)
+{
+    int v = st, worst = 0;
+    MPI_Allreduce(&v, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return (tsl_status)worst;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -276,41 +284,26 @@ static void peak_memory(double *max_mib, double *rank0_mib)
     *rank0_mib = mine;
 }
 
-/* Loss and accuracy over a whole split, in batches of `batch` (the last one may be smaller). */
+/* Loss and accuracy over a whole split, in batches of `batch` (the last one may be smaller);
+ * every rank reads its own tiles of each batch. */
 static tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info *info,
                            int64_t batch, double *loss, double *accuracy)
 {
-    int rank = rank_of_process;
-    float *x = NULL;
-    int64_t *y = NULL, *idx = NULL;
-    tsl_status st = TSL_OK;
-    if (rank == 0) {
-        x = malloc(sizeof *x * (size_t)(batch * info->sample_numel));
-        y = malloc(sizeof *y * (size_t)(batch * info->label_numel));
-        idx = malloc(sizeof *idx * (size_t)batch);
-        if (!x || !y || !idx)
-            st = TSL_ERR_OUT_OF_MEMORY;
-    }
+    int64_t *idx = malloc(sizeof *idx * (size_t)batch);
+    tsl_status st = agree_all(idx ? TSL_OK : TSL_ERR_OUT_OF_MEMORY);
     double loss_sum = 0;
     int64_t hits = 0;
-    for (int64_t first = 0; first < info->samples && !(st = agree(st)); first += batch) {
+    for (int64_t first = 0; first < info->samples && !st; first += batch) {
         int64_t count = info->samples - first < batch ? info->samples - first : batch;
-        if (rank == 0) {
-            for (int64_t i = 0; i < count; i++)
-                idx[i] = first + i;
-            st = tsl_dataset_read(ds, idx, count, x, y);
-        }
-        if ((st = agree(st)))
-            break;
+        for (int64_t i = 0; i < count; i++)
+            idx[i] = first + i;
         double l = 0;
         int64_t c = 0;
-        if ((st = tsl_model_evaluate(model, count, x, y, &l, &c)))
+        if ((st = tsl_model_evaluate_read(model, ds, count, idx, &l, &c)))
             break;
         loss_sum += l * (double)count;
         hits += c;
     }
-    free(x);
-    free(y);
     free(idx);
     if (!st) {
         *loss = loss_sum / (double)info->samples;
@@ -557,7 +550,7 @@ int command_train(int argc, char **argv)
     int64_t nlosses = 0, first_step = 0;
     tsl_status st = TSL_OK;
     tsl_optimizer_t opt = NULL;
-    tsl_loader_t loader = NULL;
+    int64_t *order = NULL; /* the epoch's sample order */
     if ((code = session_context(&s, &o)))
         goto end;
     if (o.resume && ((code = checkpoint_read(o.resume, &resumed, &p, snapshot, sizeof snapshot)) ||
@@ -621,14 +614,13 @@ int command_train(int argc, char **argv)
     int64_t losses_cap = 0;
     int stop = o.max_steps && p.steps >= o.max_steps;
     while (p.epoch < o.epochs && !stop) {
-        /* The loader starts (again) where training stands: it is dropped while the test split
-         * is evaluated, so that rank 0 does not hold a training batch next to a test batch. */
-        if (rank == 0 && !loader &&
-            !(st = tsl_loader_create(&loader, s.train, o.batch, o.seed, o.shuffle, 1)) &&
-            (p.epoch || p.batch))
-            st = tsl_loader_seek(loader, p.epoch, p.batch);
-        if ((st = agree(st))) {
-            code = fail(st, "starting the data loader");
+        /* Every rank knows the epoch's order and reads its own tiles of each batch. */
+        if (!order && !(order = malloc((size_t)s.train_info.samples * sizeof *order)))
+            st = TSL_ERR_OUT_OF_MEMORY;
+        if (!st)
+            st = tsl_dataset_epoch_order(order, s.train_info.samples, o.seed, p.epoch, o.shuffle);
+        if ((st = agree_all(st))) {
+            code = fail(st, "ordering the epoch's samples");
             goto end;
         }
         double t0 = now() - p.seconds, last_print = 0;
@@ -641,17 +633,10 @@ int command_train(int argc, char **argv)
             goto end;
         }
         while (p.batch < steps_per_epoch) {
-            tsl_batch b;
-            memset(&b, 0, sizeof b);
-            if (rank == 0)
-                st = tsl_loader_next(loader, &b);
-            if ((st = agree(st))) {
-                code = fail(st, "reading a batch");
-                goto end;
-            }
             double loss = 0, step_start = now();
             int64_t correct = 0;
-            if ((st = tsl_model_train_step(s.model, o.batch, b.x, b.y, opt, &loss, &correct))) {
+            if ((st = tsl_model_train_step_read(s.model, s.train, o.batch,
+                                                order + p.batch * o.batch, opt, &loss, &correct))) {
                 code = fail(st, "a training step");
                 goto end;
             }
@@ -721,8 +706,6 @@ int command_train(int argc, char **argv)
         m->samples_per_second = (double)p.seen / m->seconds;
         m->train_loss = p.loss_sum / (double)(p.seen / o.batch);
         m->train_accuracy = (double)p.hits / (double)(p.seen * s.train_info.label_numel);
-        tsl_loader_destroy(loader);
-        loader = NULL;
         if ((st = evaluate(s.model, s.test, &s.test_info, o.batch, &m->test_loss,
                            &m->test_accuracy))) {
             code = fail(st, "evaluating");
@@ -777,7 +760,7 @@ end:
     free(p.epochs);
     free(losses);
     free(step_secs);
-    tsl_loader_destroy(loader);
+    free(order);
     tsl_optimizer_destroy(opt);
     session_end(&s);
     return code;

@@ -68,6 +68,18 @@ tsl_model_t make_model(const int64_t *sample, int32_t ndim, int64_t classes, uin
     return m;
 }
 
+// SGD with lr 0.05 and momentum 0.9 (NULL and a failure on error).
+tsl_optimizer_t momentum_sgd()
+{
+    tsl_sgd_config c;
+    tsl_sgd_config_init(&c);
+    c.lr = 0.05;
+    c.momentum = 0.9;
+    tsl_optimizer_t opt = nullptr;
+    EXPECT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &c), TSL_OK);
+    return opt;
+}
+
 // 3x3 convolutions padded by 1, for 2-D samples.
 tsl_conv_params same_3x3()
 {
@@ -435,12 +447,8 @@ TEST(Model, SpatialPlansMatchSampleTiles)
                 if (dp)
                     res->push_back(values(dp));
             }
-            tsl_sgd_config c;
-            tsl_sgd_config_init(&c);
-            c.lr = 0.05;
-            c.momentum = 0.9;
-            tsl_optimizer_t opt;
-            ASSERT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &c), TSL_OK);
+            tsl_optimizer_t opt = momentum_sgd();
+            ASSERT_NE(opt, nullptr);
             for (int k = 0; k < 3; k++)
                 ASSERT_EQ(tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt, nullptr, nullptr),
                           TSL_OK)
@@ -743,4 +751,92 @@ TEST(Model, WritesThroughModelParamReachEveryRanksCopy)
     tsl_optimizer_destroy(opt);
     tsl_model_destroy(m);
     tsl_graph_destroy(g);
+}
+
+// A step whose ranks read their own tiles of the batch from the dataset is the step that
+// scatters the same batch from rank 0, to the bit: loss, hits and every parameter after three
+// steps, and the evaluation after them.
+TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
+{
+    struct Net {
+        const char *name, *data;
+        std::vector<std::string> plans[3]; // at 1, 2 and 4 ranks
+    };
+    const Net nets[] = {
+        {"unet3d",
+         "synthetic:dims=3,size=8,samples=6,classes=3",
+         {{"tiles=2"}, {"space=2", "data=2"}, {"space=2x2", "data=2,space=2"}}},
+        {"cnn3d",
+         "synthetic:dims=3,size=8,samples=6,classes=3,labels=sample",
+         {{"-"}, {"space=1x2"}, {"data=2,space=2"}}},
+    };
+    if (size > 4 || size == 3)
+        GTEST_SKIP() << "plans for 1, 2 and 4 ranks";
+    const int64_t n = 2;
+    for (const Net &net : nets) {
+        tsl_dataset_t ds;
+        ASSERT_EQ(tsl_dataset_open(&ds, net.data, TSL_SPLIT_TRAIN), TSL_OK) << tsl_last_error();
+        tsl_dataset_info info;
+        tsl_dataset_get_info(ds, &info);
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_zoo_graph(net.name, info.sample_shape.ndim, info.sample_shape.dims,
+                                info.classes, &g),
+                  TSL_OK);
+        const int64_t steps[3][2] = {{5, 0}, {2, 2}, {3, 1}};
+        Batch b;
+        b.x.resize((size_t)(n * info.sample_numel));
+        b.y.resize((size_t)(n * info.label_numel));
+        for (const std::string &text : net.plans[size == 1 ? 0 : size == 2 ? 1 : 2]) {
+            SCOPED_TRACE(std::string(net.name) + " with plan " + text);
+            tsl_plan plan;
+            if (text != "-")
+                ASSERT_EQ(tsl_plan_parse(text.c_str(), &plan), TSL_OK);
+            std::vector<std::vector<float>> result[2];
+            double losses[2][4];
+            int64_t hits[2][4];
+            for (int read = 0; read < 2; read++) {
+                tsl_model_t m = nullptr;
+                ASSERT_EQ(
+                    tsl_model_create_plan(&m, ctx, g, seed + 950, text == "-" ? nullptr : &plan),
+                    TSL_OK)
+                    << tsl_context_last_error(ctx);
+                tsl_optimizer_t opt = momentum_sgd();
+                ASSERT_NE(opt, nullptr);
+                for (int k = 0; k < 4; k++) {
+                    const int64_t *idx = steps[k % 3];
+                    if (!read && rank == 0)
+                        ASSERT_EQ(tsl_dataset_read(ds, idx, n, b.x.data(), b.y.data()), TSL_OK);
+                    tsl_status st =
+                        k == 3 ? (read ? tsl_model_evaluate_read(m, ds, n, idx, &losses[read][k],
+                                                                 &hits[read][k])
+                                       : tsl_model_evaluate(m, n, b.x.data(), b.y.data(),
+                                                            &losses[read][k], &hits[read][k]))
+                        : read ? tsl_model_train_step_read(m, ds, n, idx, opt, &losses[read][k],
+                                                           &hits[read][k])
+                               : tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt,
+                                                      &losses[read][k], &hits[read][k]);
+                    ASSERT_EQ(st, TSL_OK) << tsl_context_last_error(ctx);
+                }
+                for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+                    tsl_tensor_t p;
+                    ASSERT_EQ(tsl_model_param(m, i, &p, nullptr), TSL_OK);
+                    result[read].push_back(values(p));
+                }
+                tsl_optimizer_destroy(opt);
+                tsl_model_destroy(m);
+            }
+            for (int k = 0; k < 4; k++) {
+                EXPECT_EQ(losses[1][k], losses[0][k]) << "step " << k;
+                EXPECT_EQ(hits[1][k], hits[0][k]) << "step " << k;
+            }
+            ASSERT_EQ(result[1].size(), result[0].size());
+            for (size_t i = 0; i < result[0].size(); i++)
+                EXPECT_EQ(std::memcmp(result[1][i].data(), result[0][i].data(),
+                                      result[0][i].size() * sizeof(float)),
+                          0)
+                    << "parameter " << i;
+        }
+        tsl_graph_destroy(g);
+        tsl_dataset_destroy(ds);
+    }
 }

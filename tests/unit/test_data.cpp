@@ -665,6 +665,118 @@ TEST(DatasetRead, BadIndicesAreRefused)
     tsl_dataset_destroy(ds);
 }
 
+// ---------------------------------------------------------------- boxes of a sample
+
+// Random boxes of random samples: each equals the same box cut out of the whole sample read
+// by tsl_dataset_read() (bit for bit), labels too, and the outputs outside the box stay as
+// poisoned.
+void expect_boxes_are_cuts(tsl_dataset_t ds, int rounds, uint64_t salt)
+{
+    tsl_dataset_info info;
+    ASSERT_EQ(tsl_dataset_get_info(ds, &info), TSL_OK);
+    std::mt19937_64 rng(test_seed() + salt);
+    const int32_t nd = info.sample_shape.ndim;
+    std::vector<float> whole((size_t)info.sample_numel);
+    std::vector<int64_t> labels((size_t)info.label_numel);
+    for (int r = 0; r < rounds; r++) {
+        int64_t index = (int64_t)(rng() % (uint64_t)info.samples);
+        ASSERT_EQ(tsl_dataset_read(ds, &index, 1, whole.data(), labels.data()), TSL_OK);
+        int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS], numel = 1, label_numel = 1;
+        for (int32_t d = 0; d < nd; d++) {
+            int64_t n = info.sample_shape.dims[d];
+            // Whole axes now and then, so runs that merge axes are met too.
+            start[d] = rng() % 3 == 0 ? 0 : (int64_t)(rng() % (uint64_t)n);
+            extent[d] =
+                start[d] == 0 && rng() % 2 ? n : 1 + (int64_t)(rng() % (uint64_t)(n - start[d]));
+            numel *= extent[d];
+            if (d > 0 && info.label_shape.ndim > 0)
+                label_numel *= extent[d];
+        }
+        std::vector<float> x((size_t)numel + 1, NAN);
+        std::vector<int64_t> y((size_t)label_numel + 1, -7);
+        ASSERT_EQ(tsl_dataset_read_box(ds, index, start, extent, x.data(), y.data()), TSL_OK)
+            << tsl_last_error();
+        EXPECT_TRUE(std::isnan(x[(size_t)numel]));
+        EXPECT_EQ(y[(size_t)label_numel], -7);
+        int64_t at[TSL_MAX_DIMS] = {0};
+        for (int64_t i = 0; i < numel; i++) {
+            int64_t offset = 0, label_offset = 0;
+            for (int32_t d = 0; d < nd; d++) {
+                offset = offset * info.sample_shape.dims[d] + start[d] + at[d];
+                if (d > 0)
+                    label_offset = label_offset * info.sample_shape.dims[d] + start[d] + at[d];
+            }
+            ASSERT_EQ(std::memcmp(&x[(size_t)i], &whole[(size_t)offset], sizeof(float)), 0)
+                << "sample " << index << ", box element " << i;
+            if (info.label_shape.ndim > 0 && at[0] == 0)
+                ASSERT_EQ(y[(size_t)(i % label_numel)], labels[(size_t)label_offset])
+                    << "sample " << index << ", box element " << i;
+            for (int32_t d = nd - 1; d >= 0 && ++at[d] == extent[d]; d--)
+                at[d] = 0;
+        }
+        if (info.label_shape.ndim == 0)
+            EXPECT_EQ(y[0], labels[0]);
+        // One output alone.
+        std::vector<float> x_only((size_t)numel);
+        ASSERT_EQ(tsl_dataset_read_box(ds, index, start, extent, x_only.data(), nullptr), TSL_OK);
+        EXPECT_EQ(std::memcmp(x_only.data(), x.data(), (size_t)numel * sizeof(float)), 0);
+        std::vector<int64_t> y_only((size_t)label_numel);
+        ASSERT_EQ(tsl_dataset_read_box(ds, index, start, extent, nullptr, y_only.data()), TSL_OK);
+        EXPECT_TRUE(std::equal(y_only.begin(), y_only.end(), y.begin()));
+    }
+}
+
+TEST(DatasetBox, SyntheticBoxesAreCutsOfTheWholeSample)
+{
+    for (const char *spec :
+         {"synthetic:dims=1,size=41,samples=5", "synthetic:dims=2,size=23,channels=3,samples=5",
+          "synthetic:dims=3,size=13,channels=2,samples=5,objects=9",
+          "synthetic:dims=3,size=11,samples=5,labels=sample,classes=5",
+          "synthetic:dims=2,size=19,samples=5,labels=sample,seed=77"}) {
+        SCOPED_TRACE(spec);
+        for (tsl_split split : {TSL_SPLIT_TRAIN, TSL_SPLIT_TEST}) {
+            tsl_dataset_t ds;
+            ASSERT_EQ(open_dataset(&ds, spec, split), TSL_OK) << tsl_last_error();
+            expect_boxes_are_cuts(ds, 25, (uint64_t)split);
+            tsl_dataset_destroy(ds);
+        }
+    }
+}
+
+TEST(DatasetBox, FashionMnistBoxesAreCutsOfTheWholeSample)
+{
+    tsl_dataset_t ds;
+    ASSERT_EQ(open_dataset(&ds, "fashion-mnist", TSL_SPLIT_TEST), TSL_OK) << tsl_last_error();
+    expect_boxes_are_cuts(ds, 40, 3);
+    tsl_dataset_destroy(ds);
+}
+
+TEST(DatasetBox, BoxesOutsideTheSampleAreRefused)
+{
+    tsl_dataset_t ds;
+    ASSERT_EQ(open_dataset(&ds, "synthetic:dims=2,size=8,channels=2,samples=3", TSL_SPLIT_TRAIN),
+              TSL_OK);
+    std::vector<float> x(2 * 64);
+    std::vector<int64_t> y(64);
+    const int64_t start[3] = {0, 2, 3}, fits[3] = {2, 6, 5};
+    EXPECT_EQ(tsl_dataset_read_box(ds, 2, start, fits, x.data(), y.data()), TSL_OK);
+    const int64_t too_long[3] = {2, 7, 5}, empty[3] = {2, 0, 5}, channel[3] = {3, 6, 5};
+    EXPECT_EQ(tsl_dataset_read_box(ds, 2, start, too_long, x.data(), y.data()),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("axis 1 of the box is [2, 9)"), std::string::npos)
+        << tsl_last_error();
+    EXPECT_EQ(tsl_dataset_read_box(ds, 2, start, empty, x.data(), y.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_read_box(ds, 2, start, channel, x.data(), y.data()), TSL_ERR_INVALID_ARG);
+    const int64_t negative[3] = {0, -1, 0};
+    EXPECT_EQ(tsl_dataset_read_box(ds, 2, negative, fits, x.data(), y.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_read_box(ds, 3, start, fits, x.data(), y.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("index 3"), std::string::npos);
+    EXPECT_EQ(tsl_dataset_read_box(ds, 0, nullptr, fits, x.data(), y.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_read_box(nullptr, 0, start, fits, x.data(), y.data()),
+              TSL_ERR_INVALID_ARG);
+    tsl_dataset_destroy(ds);
+}
+
 // ---------------------------------------------------------------- .npy directories
 
 class DatasetNpy : public TempDir
@@ -744,6 +856,18 @@ TEST_F(DatasetNpy, RoundTripClassificationAndSegmentation)
     ASSERT_EQ(tsl_dataset_get_info(ds, &info), TSL_OK);
     EXPECT_EQ(info.classes, 12);
     tsl_dataset_destroy(ds);
+}
+
+TEST_F(DatasetNpy, BoxesAreCutsOfTheWholeSample)
+{
+    for (bool per_voxel : {false, true}) {
+        SCOPED_TRACE(per_voxel ? "labels per voxel" : "one label per sample");
+        write_pair("", 7, per_voxel, 4);
+        tsl_dataset_t ds;
+        ASSERT_EQ(open_dataset(&ds, "npy:" + dir, TSL_SPLIT_TRAIN), TSL_OK) << tsl_last_error();
+        expect_boxes_are_cuts(ds, 60, per_voxel ? 11 : 12);
+        tsl_dataset_destroy(ds);
+    }
 }
 
 TEST_F(DatasetNpy, FilesThatDoNotFit)

@@ -1,0 +1,267 @@
+// Samples read by the owners of their tiles (tsl_tensors_read_samples): for every grid, owner
+// map, layout and label type, the tiles hold exactly the batch that tsl_dataset_read() gives
+// whole, poisoned tiles included; ranks that disagree on the batch, tensors that do not fit
+// the dataset, and a file that breaks after it was opened are errors on every rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include "mpi_test_env.h"
+
+using namespace tsltest;
+
+namespace
+{
+
+std::vector<uint8_t> gather_bytes(tsl_tensor_t t, size_t elem)
+{
+    tsl_shape s;
+    tsl_tensor_shape(t, &s);
+    std::vector<uint8_t> v((size_t)tsl_shape_numel(&s) * elem);
+    EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK)
+        << tsl_context_last_error(ctx);
+    return v;
+}
+
+// Scatter `value` bytes repeated into every element (a poison the read must overwrite).
+void poison(tsl_tensor_t t, size_t elem, uint8_t value)
+{
+    tsl_shape s;
+    tsl_tensor_shape(t, &s);
+    std::vector<uint8_t> v((size_t)tsl_shape_numel(&s) * elem, value);
+    ASSERT_EQ(tsl_tensor_scatter(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
+}
+
+// A directory on the shared file system, made by rank 0, removed at the end.
+struct SharedDir {
+    std::string path;
+    SharedDir()
+    {
+        char name[64] = {0};
+        if (rank == 0) {
+            std::snprintf(name, sizeof name, "/tmp/tessel-read-XXXXXX");
+            EXPECT_NE(mkdtemp(name), nullptr);
+        }
+        MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+        path = name;
+    }
+    ~SharedDir()
+    {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0)
+            std::system(("rm -rf " + path).c_str());
+    }
+};
+
+// x: n x 2 x 5 x 7 normal floats, y: n x 5 x 7 labels in [0, 3), written by rank 0.
+void write_npy_pair(const std::string &dir, int64_t n)
+{
+    if (rank == 0) {
+        std::mt19937_64 gen(seed + 900);
+        std::normal_distribution<float> normal;
+        std::vector<float> x((size_t)n * 70);
+        std::vector<int64_t> y((size_t)n * 35);
+        for (float &v : x)
+            v = normal(gen);
+        for (int64_t &v : y)
+            v = (int64_t)(gen() % 3);
+        tsl_shape xs, ys;
+        const int64_t xd[4] = {n, 2, 5, 7}, yd[3] = {n, 5, 7};
+        tsl_shape_make(&xs, 4, xd);
+        tsl_shape_make(&ys, 3, yd);
+        EXPECT_EQ(tsl_npy_write((dir + "/x.npy").c_str(), TSL_F32, &xs, x.data()), TSL_OK);
+        EXPECT_EQ(tsl_npy_write((dir + "/y.npy").c_str(), TSL_I64, &ys, y.data()), TSL_OK);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+size_t dtype_size(tsl_dtype dt)
+{
+    return dt == TSL_U8 ? 1 : dt == TSL_I32 ? 4 : 8;
+}
+
+} // namespace
+
+TEST(Read, OwnersReadTheirTilesOfTheBatch)
+{
+    SharedDir dir;
+    write_npy_pair(dir.path, 5);
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  rr = tsl_owner_callback(round_robin, nullptr);
+    struct Case {
+        std::string spec;
+        std::vector<int32_t> x_splits, y_splits;
+        tsl_owner_map owners;
+        tsl_layout layout;
+        tsl_dtype labels;
+    };
+    const Case cases[] = {
+        {"synthetic:dims=3,size=9,channels=2,samples=6",
+         {1, 1, 2, 2, 1},
+         {1, 3, 1, 1},
+         block,
+         TSL_LAYOUT_PLAIN,
+         TSL_I64},
+        {"synthetic:dims=3,size=9,channels=2,samples=6",
+         {2, 1, 3, 1, 2},
+         {2, 2, 1, 2},
+         rev,
+         TSL_LAYOUT_CHANNELS_LAST,
+         TSL_U8},
+        {"synthetic:dims=2,size=11,channels=3,samples=4,seed=5",
+         {3, 3, 2, 1},
+         {1, 4, 1},
+         rr,
+         TSL_LAYOUT_CHANNELS_LAST,
+         TSL_I32},
+        {"synthetic:dims=3,size=8,samples=6,labels=sample",
+         {4, 1, 1, 2, 1},
+         {2},
+         rr,
+         TSL_LAYOUT_PLAIN,
+         TSL_U8},
+        {"synthetic:dims=1,size=30,samples=4", {1, 1, 4}, {2, 3}, rev, TSL_LAYOUT_PLAIN, TSL_I64},
+        {"npy:" + dir.path, {2, 2, 2, 3}, {1, 2, 3}, rev, TSL_LAYOUT_PLAIN, TSL_I32},
+        {"npy:" + dir.path, {1, 1, 3, 2}, {3, 1, 1}, rr, TSL_LAYOUT_CHANNELS_LAST, TSL_U8},
+        {"fashion-mnist", {4, 1, 2, 3}, {3}, block, TSL_LAYOUT_PLAIN, TSL_U8},
+    };
+    std::mt19937_64 gen(seed + 901);
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.spec);
+        tsl_dataset_t ds;
+        ASSERT_EQ(tsl_dataset_open(&ds, c.spec.c_str(), TSL_SPLIT_TRAIN), TSL_OK)
+            << tsl_last_error();
+        tsl_dataset_info info;
+        tsl_dataset_get_info(ds, &info);
+        const int64_t n = 7; // more rows than some sets have samples: repeats
+        std::vector<int64_t> indices((size_t)n);
+        for (int64_t &i : indices)
+            i = (int64_t)(gen() % (uint64_t)info.samples);
+        std::vector<int64_t> xd = {n}, yd = {n};
+        for (int32_t d = 0; d < info.sample_shape.ndim; d++)
+            xd.push_back(info.sample_shape.dims[d]);
+        for (int32_t d = 0; d < info.label_shape.ndim; d++)
+            yd.push_back(info.label_shape.dims[d]);
+        tsl_tensor_t x = make_tensor(TSL_F32, xd, c.x_splits, c.owners, c.layout);
+        tsl_tensor_t y = make_tensor(c.labels, yd, c.y_splits, c.owners);
+        size_t ysize = dtype_size(c.labels);
+        poison(x, 4, 0xff); // NaN
+        poison(y, ysize, 0x5a);
+        ASSERT_EQ(tsl_tensors_read_samples(x, y, ds, indices.data()), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_context_check_reads(ctx), TSL_OK) << tsl_context_last_error(ctx);
+        std::vector<uint8_t> got_x = gather_bytes(x, 4), got_y = gather_bytes(y, ysize);
+        if (rank == 0) {
+            std::vector<float> want_x((size_t)(n * info.sample_numel));
+            std::vector<int64_t> want_y((size_t)(n * info.label_numel));
+            EXPECT_EQ(tsl_dataset_read(ds, indices.data(), n, want_x.data(), want_y.data()),
+                      TSL_OK);
+            EXPECT_EQ(std::memcmp(got_x.data(), want_x.data(), want_x.size() * 4), 0);
+            size_t wrong = want_y.size(); // the first wrong label (EXPECT: rank 0 goes on)
+            for (size_t i = 0; i < want_y.size() && wrong == want_y.size(); i++) {
+                int64_t v = c.labels == TSL_U8    ? got_y[i]
+                            : c.labels == TSL_I32 ? ((const int32_t *)got_y.data())[i]
+                                                  : ((const int64_t *)got_y.data())[i];
+                if (v != want_y[i])
+                    wrong = i;
+            }
+            EXPECT_EQ(wrong, want_y.size()) << "the first wrong label";
+        }
+        // x alone, then labels alone.
+        poison(x, 4, 0xff);
+        ASSERT_EQ(tsl_tensors_read_samples(x, nullptr, ds, indices.data()), TSL_OK);
+        ASSERT_EQ(tsl_tensors_read_samples(nullptr, y, ds, indices.data()), TSL_OK);
+        ASSERT_EQ(tsl_context_check_reads(ctx), TSL_OK);
+        EXPECT_EQ(gather_bytes(x, 4), got_x);
+        EXPECT_EQ(gather_bytes(y, ysize), got_y);
+        tsl_tensor_destroy(x);
+        tsl_tensor_destroy(y);
+        tsl_dataset_destroy(ds);
+    }
+}
+
+TEST(Read, BatchesThatDoNotFitAreErrorsOnEveryRank)
+{
+    tsl_dataset_t ds;
+    ASSERT_EQ(tsl_dataset_open(&ds, "synthetic:dims=2,size=6,samples=5", TSL_SPLIT_TRAIN), TSL_OK);
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_tensor_t x = make_tensor(TSL_F32, {3, 1, 6, 6}, {1, 1, 2, 1}, block);
+    tsl_tensor_t y = make_tensor(TSL_I64, {3, 6, 6}, {1, 2, 1}, block);
+    tsl_tensor_t wrong = make_tensor(TSL_F32, {3, 1, 6, 5}, {1}, block);
+    tsl_tensor_t f64 = make_tensor(TSL_F64, {3, 1, 6, 6}, {1}, block);
+    std::vector<int64_t> indices = {4, 0, 2};
+    EXPECT_EQ(tsl_tensors_read_samples(wrong, y, ds, indices.data()), TSL_ERR_SHAPE);
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("x must be (3 samples"),
+              std::string::npos)
+        << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_tensors_read_samples(x, f64, ds, indices.data()), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_tensors_read_samples(f64, y, ds, indices.data()), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_tensors_read_samples(x, y, nullptr, indices.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tensors_read_samples(x, y, ds, nullptr), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_tensors_read_samples(nullptr, nullptr, ds, indices.data()), TSL_ERR_INVALID_ARG);
+    std::vector<int64_t> outside = {4, 5, 0};
+    EXPECT_EQ(tsl_tensors_read_samples(x, y, ds, outside.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("index 5 (position 1)"),
+              std::string::npos);
+    // Only the last rank reads other samples: every rank refuses, before any task.
+    std::vector<int64_t> mine = indices;
+    if (rank == size - 1 && size > 1)
+        mine[2] = 3;
+    tsl_status st = tsl_tensors_read_samples(x, y, ds, mine.data());
+    if (size > 1) {
+        EXPECT_EQ(st, TSL_ERR_INVALID_ARG);
+        EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("reads other samples"),
+                  std::string::npos)
+            << tsl_context_last_error(ctx);
+    } else {
+        EXPECT_EQ(st, TSL_OK);
+    }
+    EXPECT_EQ(tsl_context_check_reads(ctx), TSL_OK);
+    for (tsl_tensor_t t : {x, y, wrong, f64})
+        tsl_tensor_destroy(t);
+    tsl_dataset_destroy(ds);
+}
+
+TEST(Read, AFileBrokenAfterOpeningIsAnErrorOnEveryRank)
+{
+    SharedDir dir;
+    write_npy_pair(dir.path, 4);
+    tsl_dataset_t ds;
+    ASSERT_EQ(tsl_dataset_open(&ds, ("npy:" + dir.path).c_str(), TSL_SPLIT_TRAIN), TSL_OK)
+        << tsl_last_error();
+    // The file loses its last sample after every rank opened it.
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) { // samples 3 and the last two floats of 2 go
+        struct stat st;
+        EXPECT_EQ(stat((dir.path + "/x.npy").c_str(), &st), 0);
+        EXPECT_EQ(truncate((dir.path + "/x.npy").c_str(), st.st_size - 70 * 4 - 8), 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    tsl_owner_map rr = tsl_owner_callback(round_robin, nullptr);
+    tsl_tensor_t x = make_tensor(TSL_F32, {4, 2, 5, 7}, {4, 1, 1, 1}, rr);
+    std::vector<int64_t> indices = {0, 1, 3, 2};
+    ASSERT_EQ(tsl_tensors_read_samples(x, nullptr, ds, indices.data()), TSL_OK);
+    EXPECT_EQ(tsl_context_check_reads(ctx), TSL_ERR_IO);
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("ended early"), std::string::npos)
+        << tsl_context_last_error(ctx);
+    std::vector<uint8_t> got = gather_bytes(x, 4);
+    if (rank == 0) {
+        const float *v = (const float *)got.data();
+        EXPECT_FALSE(std::isnan(v[0]));     // sample 0 read
+        EXPECT_TRUE(std::isnan(v[2 * 70])); // sample 3 lost: poisoned, not stale
+        EXPECT_TRUE(std::isnan(v[3 * 70 - 1]));
+    }
+    // The failure is reported once; the next good read is clean.
+    std::vector<int64_t> good = {0, 1, 1, 0};
+    ASSERT_EQ(tsl_tensors_read_samples(x, nullptr, ds, good.data()), TSL_OK);
+    EXPECT_EQ(tsl_context_check_reads(ctx), TSL_OK);
+    tsl_tensor_destroy(x);
+    tsl_dataset_destroy(ds);
+}
