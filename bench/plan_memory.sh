@@ -11,6 +11,7 @@
 # usage: bench/plan_memory.sh BUILD_DIR MODEL DIMS "SIZES" "RANKS:PLAN ..."
 #   PLAN "-" for the default plan; for example
 #   bench/plan_memory.sh build unet2d 2 "1024 1536" "1:- 4:stages=4 4:space=2x2"
+# TRAIN_ARGS (environment): more `tessel train` options, e.g. "--host-cache-mib 0".
 set -euo pipefail
 build=$1 model=$2 dims=$3 sizes=$4 runs=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STARPU_SILENT=1
@@ -36,7 +37,7 @@ for size in $sizes; do
         json=$work/m.json
         STARPU_NCPU=$((ranks == 1 ? 2 : 1)) mpirun --oversubscribe --bind-to none -np "$ranks" \
             "$build/tessel" train --model "$model" --data "$data" --batch 1 --epochs 1 --seed 1 \
-            "${planarg[@]}" --metrics-json "$json" > "$work/out.txt" 2>&1 ||
+            "${planarg[@]}" ${TRAIN_ARGS:-} --metrics-json "$json" > "$work/out.txt" 2>&1 ||
             { echo "failed: $model $size $ranks $plan"; tail -5 "$work/out.txt"; continue; }
         python3 - "$json" "$model" "$size" "$ranks" "$plan" "$dims" "$estimate" "$received" "$live" <<'PY'
 import json, sys
