@@ -77,6 +77,7 @@ struct tsl_tensor {
      * place there; NULL otherwise. */
     struct tsl_bucket *bucket;
     int32_t bucket_member;
+    int transient; /* StarPU allocates the owned tiles (tsl_tensor_create_transient) */
 };
 
 /* Small gradients reduced together (bucket.c): every rank packs its partials of the members
@@ -209,6 +210,11 @@ typedef struct tsl_task_desc {
     const char *name;
 } tsl_task_desc;
 
+/* Count one more asynchronous operation of this rank that tsl_context_wait() waits for; the
+ * operation's completion callback is tsl_pending_done(ctx). */
+void tsl_pending_add(struct tsl_context *ctx);
+void tsl_pending_done(void *ctx);
+
 /* Submit a tile task with starpu_mpi_task_insert semantics: the owner of the written
  * handle runs it, StarPU-MPI moves what it reads. Counts it in ctx->pending_tasks. */
 tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc);
@@ -273,10 +279,13 @@ void tsl_rooted_order(const int32_t *owner_of, int64_t n, int32_t owner,
  * changed; f32) into dst, cut along its first dimension only: per dst tile, box-copy tasks
  * add each rank's pieces where they live (into the tile itself on its owner, else into one
  * temporary per rank), and a tree of axpy tasks rooted at the tile's owner adds the ranks'
- * sums (reduce-scatter by placement: one piece per rank crosses). Tasks get `priority`. */
+ * sums (reduce-scatter by placement: one piece per rank crosses). Tasks get `priority`.
+ * With `views` (the partials' memory is allocated: tessel's tiles, not StarPU's temporaries)
+ * and at most one partial per rank, no piece is cut out: each partial is partitioned into
+ * views that travel straight to the tiles' owners, which add them. */
 tsl_status tsl_sum_into_tiles(struct tsl_context *ctx, int64_t n,
                               const starpu_data_handle_t *partials, const int32_t *owner_of,
-                              struct tsl_tensor *dst, int priority);
+                              struct tsl_tensor *dst, int priority, int views);
 
 /* Submits the task of sample tile `tile` that writes the partial weight gradient `dw_part`
  * and, when not NULL, the partial bias gradient `db_part`. */

@@ -275,13 +275,136 @@ void tsl_rooted_order(const int32_t *owner_of, int64_t n, int32_t owner,
         out[i] = partials[(root + i) % n];
 }
 
+/* One partial per rank, at most. */
+static int one_partial_per_rank(const int32_t *owner_of, int64_t n, int32_t nranks)
+{
+    uint8_t *seen = calloc((size_t)nranks, 1);
+    int ok = seen != NULL;
+    for (int64_t i = 0; i < n && ok; i++) {
+        ok = !seen[owner_of[i]];
+        seen[owner_of[i]] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+static tsl_status submit_sum_task(struct tsl_context *ctx, struct starpu_codelet *cl, int nhandles,
+                                  starpu_data_handle_t a, starpu_data_handle_t b,
+                                  starpu_data_handle_t c, enum starpu_data_access_mode last,
+                                  const tsl_elementwise_args *args, int priority)
+{
+    tsl_task_desc desc = {
+        .codelet = cl,
+        .args = args,
+        .args_size = sizeof *args,
+        .nhandles = nhandles,
+        .handles = {a, b, c},
+        .modes = {STARPU_R, nhandles == 3 ? STARPU_R : last, last},
+        .flops = cl == &tsl_cl_copy ? 0 : (double)args->count,
+        .priority = priority,
+    };
+    return tsl_task_submit(ctx, &desc);
+}
+
+/* tsl_sum_into_tiles when every rank holds one partial: each partial is partitioned on its
+ * rank into one piece per destination tile (views of its memory: nothing is cut out), every
+ * piece goes straight to the tile's owner, which adds the pieces into the tile (its own
+ * piece plus the first received in one task, then one add per received piece). Other ranks
+ * hold a stand-in handle of each piece with the same tag. */
+static tsl_status sum_views(struct tsl_context *ctx, int64_t n,
+                            const starpu_data_handle_t *partials, const int32_t *owner_of,
+                            struct tsl_tensor *dst, int priority)
+{
+    const int64_t nt = dst->ntiles;
+    const int32_t nranks = ctx->size;
+    starpu_data_handle_t *piece = calloc((size_t)(n * nt), sizeof *piece);
+    uint32_t *lengths = calloc((size_t)nt, sizeof *lengths);
+    int64_t *of_rank = malloc((size_t)nranks * sizeof *of_rank);
+    if (!piece || !lengths || !of_rank) {
+        free(piece);
+        free(lengths);
+        free(of_rank);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "sum into tiles: out of memory");
+    }
+    for (int64_t k = 0; k < nt; k++)
+        lengths[k] = (uint32_t)tsl_tensor_tile_numel(dst, k);
+    for (int32_t r = 0; r < nranks; r++)
+        of_rank[r] = -1;
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < n && !st; i++) {
+        int32_t q = owner_of[i];
+        of_rank[q] = i;
+        if (q == ctx->rank) {
+            struct starpu_data_filter f = {
+                .filter_func = starpu_vector_filter_list,
+                .nchildren = (unsigned)nt,
+                .filter_arg_ptr = lengths,
+            };
+            starpu_data_partition_plan(partials[i], &f, piece + i * nt);
+            starpu_data_partition_submit(partials[i], (unsigned)nt, piece + i * nt);
+        }
+        for (int64_t k = 0; k < nt && !st; k++) {
+            int64_t tag;
+            if ((st = tsl_context_next_tag(ctx, &tag)))
+                break;
+            if (q != ctx->rank)
+                starpu_vector_data_register(&piece[i * nt + k], -1, 0, lengths[k], dst->elem_size);
+            starpu_mpi_data_register_comm(piece[i * nt + k], tag, q, ctx->comm);
+        }
+    }
+    tsl_elementwise_args args = {.dtype = dst->dtype, .alpha = 1.0};
+    starpu_data_handle_t *list = malloc((size_t)n * sizeof *list);
+    if (!list && !st)
+        st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "sum into tiles: out of memory");
+    for (int64_t k = 0; k < nt && !st; k++) {
+        /* The owner's piece first, then the other ranks' after the owner, in turn. */
+        int32_t owner = dst->tile_owner[k];
+        int64_t m = 0;
+        for (int32_t j = 0; j < nranks; j++) {
+            int32_t q = (owner + j) % nranks;
+            if (of_rank[q] >= 0)
+                list[m++] = piece[of_rank[q] * nt + k];
+        }
+        args.count = lengths[k];
+        st = m == 1 ? submit_sum_task(ctx, &tsl_cl_copy, 2, list[0], dst->handles[k], NULL,
+                                      STARPU_W, &args, priority)
+                    : submit_sum_task(ctx, &tsl_cl_add, 3, list[0], list[1], dst->handles[k],
+                                      STARPU_W, &args, priority);
+        for (int64_t j = 2; j < m && !st; j++)
+            st = submit_sum_task(ctx, &tsl_cl_axpy, 2, list[j], dst->handles[k], NULL, STARPU_RW,
+                                 &args, priority);
+    }
+    free(list);
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t k = 0; k < nt; k++) {
+            starpu_data_handle_t h = piece[i * nt + k];
+            if (!h)
+                continue;
+            starpu_mpi_cache_flush(ctx->comm, h);
+            if (owner_of[i] != ctx->rank)
+                starpu_data_unregister_submit(h);
+        }
+        if (owner_of[i] == ctx->rank && piece[i * nt]) {
+            starpu_data_unpartition_submit(partials[i], (unsigned)nt, piece + i * nt, -1);
+            starpu_data_partition_clean(partials[i], (unsigned)nt, piece + i * nt);
+        }
+    }
+    free(piece);
+    free(lengths);
+    free(of_rank);
+    return st;
+}
+
 tsl_status tsl_sum_into_tiles(struct tsl_context *ctx, int64_t n,
                               const starpu_data_handle_t *partials, const int32_t *owner_of,
-                              struct tsl_tensor *dst, int priority)
+                              struct tsl_tensor *dst, int priority, int views)
 {
     const int32_t nranks = ctx->size;
-    if (ctx->tag_count - ctx->tags_used < (int64_t)nranks * dst->ntiles)
+    if (ctx->tag_count - ctx->tags_used < (int64_t)(nranks > n ? nranks : n) * dst->ntiles)
         return tsl_error(ctx, TSL_ERR_RESOURCE, "sum into tiles: StarPU-MPI tags exhausted");
+    if (views && n > 1 && dst->ntiles > 1 && one_partial_per_rank(owner_of, n, nranks) &&
+        !getenv("TSL_GATHER_COPIES"))
+        return sum_views(ctx, n, partials, owner_of, dst, priority);
     starpu_data_handle_t *local = calloc((size_t)nranks, sizeof *local);
     starpu_data_handle_t *order = calloc((size_t)nranks, sizeof *order);
     if (!local || !order) {
@@ -390,7 +513,8 @@ tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src)
 {
     tsl_status st = sum_rows_check(dst, src, "tsl_tensor_sum_rows");
     return st ? st
-              : tsl_sum_into_tiles(dst->ctx, src->ntiles, src->handles, src->tile_owner, dst, 0);
+              : tsl_sum_into_tiles(dst->ctx, src->ntiles, src->handles, src->tile_owner, dst, 0,
+                                   !src->transient);
 }
 
 tsl_status tsl_tensors_sum_rows(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src)
@@ -422,7 +546,7 @@ tsl_status tsl_tensors_sum_rows(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *
     for (int32_t i = 0; i < count && !st; i++)
         if (dst[i]->ntiles > 1)
             st = tsl_sum_into_tiles(ctx, src[i]->ntiles, src[i]->handles, src[i]->tile_owner,
-                                    dst[i], 0);
+                                    dst[i], 0, !src[i]->transient);
     for (int32_t owner = 0; owner < ctx->size && !st; owner++) {
         int32_t n = 0;
         for (int32_t i = 0; i < count; i++)

@@ -11,15 +11,28 @@
  * have few cores; without the yield it runs when the scheduler next preempts the worker, which
  * is busy with the next task (a tick, 3.5-5 ms here, per batch-norm layer of a data-parallel
  * step: bench/RESULTS.md). */
+void tsl_pending_add(struct tsl_context *ctx)
+{
+    pthread_mutex_lock(&ctx->pending_lock);
+    ctx->pending_tasks++;
+    pthread_mutex_unlock(&ctx->pending_lock);
+}
+
+void tsl_pending_done(void *arg)
+{
+    struct tsl_context *ctx = arg;
+    pthread_mutex_lock(&ctx->pending_lock);
+    if (--ctx->pending_tasks == 0)
+        pthread_cond_broadcast(&ctx->pending_done);
+    pthread_mutex_unlock(&ctx->pending_lock);
+}
+
 static void task_done(void *arg)
 {
     struct tsl_context *ctx = arg;
     if (ctx->yield_after_task)
         sched_yield();
-    pthread_mutex_lock(&ctx->pending_lock);
-    if (--ctx->pending_tasks == 0)
-        pthread_cond_broadcast(&ctx->pending_done);
-    pthread_mutex_unlock(&ctx->pending_lock);
+    tsl_pending_done(ctx);
 }
 
 /* The same argument list goes to the build and post-build calls. */
@@ -52,9 +65,7 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
     struct starpu_task *task =
         starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
     if (task) {
-        pthread_mutex_lock(&ctx->pending_lock);
-        ctx->pending_tasks++;
-        pthread_mutex_unlock(&ctx->pending_lock);
+        tsl_pending_add(ctx);
         int ret = starpu_task_submit(task);
         if (ret != 0) {
             task_done(ctx);

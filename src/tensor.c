@@ -164,6 +164,7 @@ static tsl_status tensor_create(tsl_tensor_t *out, tsl_context_t ctx, tsl_dtype 
     t->ctx = ctx;
     t->dtype = dtype;
     t->layout = layout;
+    t->transient = transient;
     t->elem_size = tsl_dtype_size(dtype);
     t->shape = *shape;
     for (int d = shape->ndim; d < TSL_MAX_DIMS; d++)
@@ -789,6 +790,90 @@ tsl_status tsl_copy_region(tsl_tensor_t dst, tsl_tensor_t src, const int64_t *sr
     return TSL_OK;
 }
 
+/* A whole copy (one tile, tessel's memory) of a plain tensor cut along its first dimension
+ * only: every tile is one run of the copy's memory. */
+static int gathers_whole(const struct tsl_tensor *dst, const struct tsl_tensor *src)
+{
+    if (dst->ntiles != 1 || src->ntiles < 2 || dst->transient || dst->layout != TSL_LAYOUT_PLAIN ||
+        src->layout != TSL_LAYOUT_PLAIN)
+        return 0;
+    for (int d = 1; d < src->shape.ndim; d++)
+        if (src->grid.splits[d] != 1)
+            return 0;
+    return getenv("TSL_GATHER_COPIES") == NULL;
+}
+
+/* Gather into a whole copy without copying what arrives: on the copy's owner, the copy is
+ * partitioned into one child per source tile; each remote tile is received straight into its
+ * child (an explicit StarPU-MPI send from the tile's owner), the owner's own tiles are copied
+ * by a task, and the children are gathered back (no copy: they are views of the copy's
+ * memory). Every rank drops any cached value of the copy. */
+static tsl_status gather_whole(struct tsl_tensor *dst, struct tsl_tensor *src)
+{
+    struct tsl_context *ctx = dst->ctx;
+    const int64_t n = src->ntiles;
+    const int32_t owner = dst->tile_owner[0];
+    if (ctx->tag_count - ctx->tags_used < 2 * n)
+        return tsl_error(ctx, TSL_ERR_RESOURCE,
+                         "tsl_tensor_redistribute: StarPU-MPI tags exhausted");
+    starpu_data_handle_t *children = NULL;
+    uint32_t *lengths = NULL;
+    if (ctx->rank == owner) {
+        children = calloc((size_t)n, sizeof *children);
+        lengths = calloc((size_t)n, sizeof *lengths);
+        if (!children || !lengths) {
+            free(children);
+            free(lengths);
+            return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_tensor_redistribute: out of memory");
+        }
+        for (int64_t i = 0; i < n; i++)
+            lengths[i] = (uint32_t)tsl_tensor_tile_numel(src, i);
+        struct starpu_data_filter f = {
+            .filter_func = starpu_vector_filter_list,
+            .nchildren = (unsigned)n,
+            .filter_arg_ptr = lengths,
+        };
+        starpu_data_partition_plan(dst->handles[0], &f, children);
+        starpu_data_partition_submit(dst->handles[0], (unsigned)n, children);
+    }
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < n && !st; i++) {
+        int64_t child_tag, message_tag;
+        if ((st = tsl_context_next_tag(ctx, &child_tag)) ||
+            (st = tsl_context_next_tag(ctx, &message_tag)))
+            break;
+        int32_t from = src->tile_owner[i];
+        if (ctx->rank == owner)
+            starpu_mpi_data_register_comm(children[i], child_tag, owner, ctx->comm);
+        if (from == owner) {
+            if (ctx->rank == owner)
+                st = submit_copy(ctx, src->handles[i], children[i]);
+        } else if (ctx->rank == owner) {
+            tsl_pending_add(ctx);
+            if (starpu_mpi_irecv_detached(children[i], from, message_tag, ctx->comm,
+                                          tsl_pending_done, ctx) != 0) {
+                tsl_pending_done(ctx);
+                st = tsl_error(ctx, TSL_ERR_RUNTIME, "tsl_tensor_redistribute: irecv failed");
+            }
+        } else if (ctx->rank == from) {
+            tsl_pending_add(ctx);
+            if (starpu_mpi_isend_detached(src->handles[i], owner, message_tag, ctx->comm,
+                                          tsl_pending_done, ctx) != 0) {
+                tsl_pending_done(ctx);
+                st = tsl_error(ctx, TSL_ERR_RUNTIME, "tsl_tensor_redistribute: isend failed");
+            }
+        }
+    }
+    if (ctx->rank == owner) {
+        starpu_data_unpartition_submit(dst->handles[0], (unsigned)n, children, STARPU_MAIN_RAM);
+        starpu_data_partition_clean(dst->handles[0], (unsigned)n, children);
+    }
+    free(children);
+    free(lengths);
+    starpu_mpi_cache_flush(ctx->comm, dst->handles[0]);
+    return st;
+}
+
 tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
 {
     tsl_status st = tsl_tensor_check(dst, "tsl_tensor_redistribute");
@@ -806,6 +891,8 @@ tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src)
     if (src->shape.ndim != dst->shape.ndim ||
         memcmp(src->shape.dims, dst->shape.dims, sizeof src->shape.dims) != 0)
         return tsl_error(ctx, TSL_ERR_SHAPE, "tsl_tensor_redistribute: shapes differ");
+    if (gathers_whole(dst, src))
+        return gather_whole(dst, src);
     const int64_t zero[TSL_MAX_DIMS] = {0, 0, 0, 0, 0};
     return tsl_copy_region(dst, src, zero, zero, src->shape.dims);
 }

@@ -55,7 +55,7 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
             starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
     }
     if (!st && sharded) {
-        st = tsl_sum_into_tiles(ctx, x->ntiles, pw, dy->tile_owner, dw, TSL_REDUCE_PRIORITY);
+        st = tsl_sum_into_tiles(ctx, x->ntiles, pw, dy->tile_owner, dw, TSL_REDUCE_PRIORITY, 0);
         for (size_t i = 0; i < n; i++)
             if (pw[i])
                 tsl_temp_handle_release(ctx, pw[i]);
