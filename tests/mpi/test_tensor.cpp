@@ -909,60 +909,65 @@ TEST(Tensor, PackedSumsAndCopiesOfManySmallTensors)
 
 // Sum over rows, reduce-scatter by placement: dst (uneven shards) equals the sum of src's rows
 // (rows on every rank, several per rank), and each rank's piece of a row crosses ranks once.
+// Two rows per rank go through cut pieces and trees; one row per rank through views of the
+// rows sent as they are (each rank's row crossing once per shard it does not own).
 TEST(Tensor, SumRowsReducesRowsOntoShardOwners)
 {
-    const int64_t rows_per_rank = 2, P = rows_per_rank * size;
     const std::vector<int64_t> shapes[] = {{7, 5}, {13}, {3, 2, 4}};
-    for (const auto &shape : shapes) {
-        for (int64_t shards : {(int64_t)1, std::min<int64_t>(shape[0], size + 1)}) {
-            SCOPED_TRACE("shape[0] " + std::to_string(shape[0]) + ", shards " +
-                         std::to_string(shards));
-            std::vector<int64_t> sdims = {P};
-            sdims.insert(sdims.end(), shape.begin(), shape.end());
-            std::vector<int32_t> ssplits(sdims.size(), 1), dsplits(shape.size(), 1);
-            ssplits[0] = (int32_t)P;
-            dsplits[0] = (int32_t)shards;
-            tsl_tensor_t src = make_tensor(TSL_F32, sdims, ssplits, tsl_owner_block(nullptr));
-            // Shards dealt from the last rank down, so trees end away from rank 0 too.
-            tsl_tensor_t dst = make_tensor(TSL_F32, shape, dsplits,
-                                           tsl_owner_callback(reverse_round_robin, nullptr));
-            int64_t numel = 1;
-            for (int64_t d : shape)
-                numel *= d;
-            std::vector<float> in((size_t)(P * numel));
-            std::mt19937_64 gen(seed + 77);
-            std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-            for (float &v : in)
-                v = u(gen);
-            ASSERT_EQ(tsl_tensor_scatter(src, 0, rank == 0 ? in.data() : nullptr), TSL_OK);
-            ASSERT_EQ(tsl_tensor_fill_constant(dst, 1e30), TSL_OK); // poison
-            ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
-            int64_t sent0, recv0, sent1, recv1;
-            ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent0, &recv0), TSL_OK);
-            ASSERT_EQ(tsl_tensor_sum_rows(dst, src), TSL_OK) << tsl_context_last_error(ctx);
-            ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
-            ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent1, &recv1), TSL_OK);
-            std::vector<float> got = gather_all({dst})[0];
-            if (rank == 0) {
-                for (int64_t j = 0; j < numel; j++) {
-                    double ref = 0;
-                    for (int64_t p = 0; p < P; p++)
-                        ref += in[(size_t)(p * numel + j)];
-                    ASSERT_NEAR(got[(size_t)j], ref, 1e-5 * (1 + std::fabs(ref)))
-                        << "element " << j;
+    for (int64_t rows_per_rank : {2, 1})
+        for (const auto &shape : shapes) {
+            const int64_t P = rows_per_rank * size;
+            for (int64_t shards : {(int64_t)1, std::min<int64_t>(shape[0], size + 1)}) {
+                SCOPED_TRACE("rows per rank " + std::to_string(rows_per_rank) + ", shape[0] " +
+                             std::to_string(shape[0]) + ", shards " + std::to_string(shards));
+                std::vector<int64_t> sdims = {P};
+                sdims.insert(sdims.end(), shape.begin(), shape.end());
+                std::vector<int32_t> ssplits(sdims.size(), 1), dsplits(shape.size(), 1);
+                ssplits[0] = (int32_t)P;
+                dsplits[0] = (int32_t)shards;
+                tsl_tensor_t src = make_tensor(TSL_F32, sdims, ssplits, tsl_owner_block(nullptr));
+                // Shards dealt from the last rank down, so trees end away from rank 0 too.
+                tsl_tensor_t dst = make_tensor(TSL_F32, shape, dsplits,
+                                               tsl_owner_callback(reverse_round_robin, nullptr));
+                int64_t numel = 1;
+                for (int64_t d : shape)
+                    numel *= d;
+                std::vector<float> in((size_t)(P * numel));
+                std::mt19937_64 gen(seed + 77);
+                std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+                for (float &v : in)
+                    v = u(gen);
+                ASSERT_EQ(tsl_tensor_scatter(src, 0, rank == 0 ? in.data() : nullptr), TSL_OK);
+                ASSERT_EQ(tsl_tensor_fill_constant(dst, 1e30), TSL_OK); // poison
+                ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+                int64_t sent0, recv0, sent1, recv1;
+                ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent0, &recv0), TSL_OK);
+                ASSERT_EQ(tsl_tensor_sum_rows(dst, src), TSL_OK) << tsl_context_last_error(ctx);
+                ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+                ASSERT_EQ(tsl_context_comm_bytes(ctx, &sent1, &recv1), TSL_OK);
+                std::vector<float> got = gather_all({dst})[0];
+                if (rank == 0) {
+                    for (int64_t j = 0; j < numel; j++) {
+                        double ref = 0;
+                        for (int64_t p = 0; p < P; p++)
+                            ref += in[(size_t)(p * numel + j)];
+                        ASSERT_NEAR(got[(size_t)j], ref, 1e-5 * (1 + std::fabs(ref)))
+                            << "element " << j;
+                    }
                 }
+                // Each rank's partial sum of a shard crosses ranks once: at most (size - 1) whole
+                // tensors in all (less where a rank holds no piece), never a gathered sum.
+                int64_t mine = sent1 - sent0, total = 0;
+                MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+                EXPECT_LE(total, (size - 1) * numel * 4);
+                if (size > 1)
+                    EXPECT_GT(total, 0);
+                if (rows_per_rank == 1 && shards > 1) // every view of every row but the owner's
+                    EXPECT_EQ(total, (size - 1) * numel * 4);
+                tsl_tensor_destroy(src);
+                tsl_tensor_destroy(dst);
             }
-            // Each rank's partial sum of a shard crosses ranks once: at most (size - 1) whole
-            // tensors in all (less where a rank holds no piece), never a gathered sum.
-            int64_t mine = sent1 - sent0, total = 0;
-            MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-            EXPECT_LE(total, (size - 1) * numel * 4);
-            if (size > 1)
-                EXPECT_GT(total, 0);
-            tsl_tensor_destroy(src);
-            tsl_tensor_destroy(dst);
         }
-    }
     // Misfits are errors before anything runs.
     tsl_tensor_t a = make_tensor(TSL_F32, {2, 6}, {1, 1}, tsl_owner_single(0));
     tsl_tensor_t b = make_tensor(TSL_F32, {6}, {2}, tsl_owner_single(0));
