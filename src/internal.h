@@ -215,6 +215,16 @@ typedef struct tsl_task_desc {
 void tsl_pending_add(struct tsl_context *ctx);
 void tsl_pending_done(void *ctx);
 
+/* Views of a vector handle (StarPU asynchronous partitioning): `n` consecutive pieces of
+ * lengths[i] elements each, usable by what is submitted after tsl_views_begin() until
+ * tsl_views_end() gathers them back (no copy: they share the handle's memory) and frees
+ * them. tsl_views_enabled() is 0 when TSL_GATHER_COPIES is set in the environment (the
+ * copying paths, for comparison). */
+int tsl_views_enabled(void);
+void tsl_views_begin(starpu_data_handle_t whole, int64_t n, uint32_t *lengths,
+                     starpu_data_handle_t *views);
+void tsl_views_end(starpu_data_handle_t whole, int64_t n, starpu_data_handle_t *views);
+
 /* Submit a tile task with starpu_mpi_task_insert semantics: the owner of the written
  * handle runs it, StarPU-MPI moves what it reads. Counts it in ctx->pending_tasks. */
 tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc);

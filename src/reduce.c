@@ -334,15 +334,8 @@ static tsl_status sum_views(struct tsl_context *ctx, int64_t n,
     for (int64_t i = 0; i < n && !st; i++) {
         int32_t q = owner_of[i];
         of_rank[q] = i;
-        if (q == ctx->rank) {
-            struct starpu_data_filter f = {
-                .filter_func = starpu_vector_filter_list,
-                .nchildren = (unsigned)nt,
-                .filter_arg_ptr = lengths,
-            };
-            starpu_data_partition_plan(partials[i], &f, piece + i * nt);
-            starpu_data_partition_submit(partials[i], (unsigned)nt, piece + i * nt);
-        }
+        if (q == ctx->rank)
+            tsl_views_begin(partials[i], nt, lengths, piece + i * nt);
         for (int64_t k = 0; k < nt && !st; k++) {
             int64_t tag;
             if ((st = tsl_context_next_tag(ctx, &tag)))
@@ -384,10 +377,8 @@ static tsl_status sum_views(struct tsl_context *ctx, int64_t n,
             if (owner_of[i] != ctx->rank)
                 starpu_data_unregister_submit(h);
         }
-        if (owner_of[i] == ctx->rank && piece[i * nt]) {
-            starpu_data_unpartition_submit(partials[i], (unsigned)nt, piece + i * nt, -1);
-            starpu_data_partition_clean(partials[i], (unsigned)nt, piece + i * nt);
-        }
+        if (owner_of[i] == ctx->rank && piece[i * nt])
+            tsl_views_end(partials[i], nt, piece + i * nt);
     }
     free(piece);
     free(lengths);
@@ -403,7 +394,7 @@ tsl_status tsl_sum_into_tiles(struct tsl_context *ctx, int64_t n,
     if (ctx->tag_count - ctx->tags_used < (int64_t)(nranks > n ? nranks : n) * dst->ntiles)
         return tsl_error(ctx, TSL_ERR_RESOURCE, "sum into tiles: StarPU-MPI tags exhausted");
     if (views && n > 1 && dst->ntiles > 1 && one_partial_per_rank(owner_of, n, nranks) &&
-        !getenv("TSL_GATHER_COPIES"))
+        tsl_views_enabled())
         return sum_views(ctx, n, partials, owner_of, dst, priority);
     starpu_data_handle_t *local = calloc((size_t)nranks, sizeof *local);
     starpu_data_handle_t *order = calloc((size_t)nranks, sizeof *order);

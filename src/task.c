@@ -1,6 +1,7 @@
 /* The one place tile tasks are submitted: starpu_mpi_task_build / submit / post_build, so
  * that every task this rank runs is counted (tsl_context_wait) and every call looks alike. */
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -136,4 +137,28 @@ tsl_status tsl_submit_tiles(struct starpu_codelet *codelet, int ntensors,
                 starpu_mpi_cache_flush(ctx->comm, tensors[k]->handles[i]);
     }
     return TSL_OK;
+}
+
+int tsl_views_enabled(void)
+{
+    return getenv("TSL_GATHER_COPIES") == NULL;
+}
+
+void tsl_views_begin(starpu_data_handle_t whole, int64_t n, uint32_t *lengths,
+                     starpu_data_handle_t *views)
+{
+    struct starpu_data_filter f = {
+        .filter_func = starpu_vector_filter_list,
+        .nchildren = (unsigned)n,
+        .filter_arg_ptr = lengths,
+    };
+    starpu_data_partition_plan(whole, &f, views);
+    starpu_data_partition_submit(whole, (unsigned)n, views);
+}
+
+void tsl_views_end(starpu_data_handle_t whole, int64_t n, starpu_data_handle_t *views)
+{
+    /* Gathered where the handle's data is (-1: also for StarPU's own temporaries). */
+    starpu_data_unpartition_submit(whole, (unsigned)n, views, -1);
+    starpu_data_partition_clean(whole, (unsigned)n, views);
 }

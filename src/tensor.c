@@ -800,7 +800,7 @@ static int gathers_whole(const struct tsl_tensor *dst, const struct tsl_tensor *
     for (int d = 1; d < src->shape.ndim; d++)
         if (src->grid.splits[d] != 1)
             return 0;
-    return getenv("TSL_GATHER_COPIES") == NULL;
+    return tsl_views_enabled();
 }
 
 /* Gather into a whole copy without copying what arrives: on the copy's owner, the copy is
@@ -828,13 +828,7 @@ static tsl_status gather_whole(struct tsl_tensor *dst, struct tsl_tensor *src)
         }
         for (int64_t i = 0; i < n; i++)
             lengths[i] = (uint32_t)tsl_tensor_tile_numel(src, i);
-        struct starpu_data_filter f = {
-            .filter_func = starpu_vector_filter_list,
-            .nchildren = (unsigned)n,
-            .filter_arg_ptr = lengths,
-        };
-        starpu_data_partition_plan(dst->handles[0], &f, children);
-        starpu_data_partition_submit(dst->handles[0], (unsigned)n, children);
+        tsl_views_begin(dst->handles[0], n, lengths, children);
     }
     tsl_status st = TSL_OK;
     for (int64_t i = 0; i < n && !st; i++) {
@@ -864,10 +858,8 @@ static tsl_status gather_whole(struct tsl_tensor *dst, struct tsl_tensor *src)
             }
         }
     }
-    if (ctx->rank == owner) {
-        starpu_data_unpartition_submit(dst->handles[0], (unsigned)n, children, STARPU_MAIN_RAM);
-        starpu_data_partition_clean(dst->handles[0], (unsigned)n, children);
-    }
+    if (ctx->rank == owner)
+        tsl_views_end(dst->handles[0], n, children);
     free(children);
     free(lengths);
     starpu_mpi_cache_flush(ctx->comm, dst->handles[0]);
