@@ -416,8 +416,10 @@ tsl_status tsl_context_destroy(tsl_context_t ctx)
         tsl_host_cache_stats cs;
         tsl_host_cache_uninstall(&cs);
         tsl_log(ctx, TSL_LOG_DEBUG,
-                "host cache: %lld buffers allocated, %lld reused, at most %.1f MiB kept",
-                (long long)cs.allocated, (long long)cs.reused, cs.most_cached / 1048576.0);
+                "host cache: %lld buffers allocated, %lld reused, %lld given back early, at "
+                "most %.1f MiB kept, at most %.1f MiB in use",
+                (long long)cs.allocated, (long long)cs.reused, (long long)cs.evicted,
+                cs.most_cached / 1048576.0, cs.high_water / 1048576.0);
         if (ctx->finalize_mpi)
             MPI_Finalize();
     }

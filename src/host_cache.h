@@ -10,12 +10,21 @@
 typedef struct tsl_host_cache_stats {
     int64_t allocated;  /* blocks obtained from the C library */
     int64_t reused;     /* blocks handed out again from the cache */
+    int64_t evicted;    /* kept blocks given back to stay near the high-water mark */
     size_t most_cached; /* most bytes kept at once */
+    size_t in_use;      /* bytes handed out and not freed (now) */
+    size_t high_water;  /* most bytes in use at once; in use + kept stays within it plus
+                         * a quarter of the limit */
 } tsl_host_cache_stats;
 
 /* Route StarPU's allocations through the cache, keeping at most @p limit (> 0) bytes of
  * freed blocks; call before StarPU starts. */
 void tsl_host_cache_install(size_t limit);
+
+/* The hooks installed with starpu_malloc_set_hooks() (also called directly by the unit tests):
+ * a block of @p dim bytes (pinned if @p flags asks and CUDA workers exist), and its release. */
+int tsl_host_cache_malloc(unsigned node, void **out, size_t dim, int flags);
+int tsl_host_cache_free(unsigned node, void *ptr, size_t dim, int flags);
 
 /* Counters so far and the bytes kept now; returns 0 (zeros everywhere) if not installed. */
 int tsl_host_cache_query(tsl_host_cache_stats *stats, size_t *kept);

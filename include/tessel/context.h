@@ -58,7 +58,9 @@ typedef struct tsl_context_config {
     /** Bytes of freed main-memory buffers kept for reuse (tsl_context_create() only): StarPU
      *  frees an activation or gradient tile when the backward releases it and allocates it
      *  again the next step; a kept buffer spares the page faults of fresh memory. Blocks over
-     *  a quarter of this are never kept, so a rank's peak grows by at most this much. A
+     *  a quarter of this are never kept, and the kept blocks plus those in use never exceed the
+     *  most ever in use at once by more than that quarter (a new block first gives kept ones
+     *  back), so a rank's peak grows by at most a quarter of this. A
      *  data-parallel run with large weights gains from a limit of a few times its gradient
      *  bytes: a gradient reduction cuts, receives and frees pieces of the same sizes every
      *  step (bench/RESULTS.md). 0 keeps none. Default 32 MiB. An application that owns StarPU
