@@ -27,7 +27,8 @@ typedef struct cache_entry {
     int args[4];
     int widx;                 /* index of the weights (or weight gradient) in mem */
     dnnl_primitive_t reorder; /* NULL, or plain weights <-> wprim */
-    dnnl_memory_t wprim;      /* weights in the primitive's layout (owns its buffer) */
+    dnnl_memory_t wprim;      /* weights in the primitive's layout, over the thread's wbuf */
+    size_t wprim_bytes;
     struct cache_entry *next;
 } cache_entry;
 
@@ -41,6 +42,9 @@ typedef struct thread_cache {
     size_t part_floats;
     float *wtmp; /* a chunk's weight and bias gradients */
     size_t wtmp_floats;
+    void *wbuf; /* weights in a primitive's layout: filled or emptied by every call, so one
+                 * buffer serves all of the thread's primitives */
+    size_t wbuf_bytes;
 } thread_cache;
 
 static pthread_key_t cache_key;
@@ -65,6 +69,7 @@ static void cache_free(void *p)
     free(c->scratch);
     free(c->part);
     free(c->wtmp);
+    free(c->wbuf);
     free(c);
 }
 
@@ -237,7 +242,8 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
     TSL_CODELET_CHECK(want, "conv: no weights descriptor");
     if (!dnnl_memory_desc_equal(want, &user_wei)) {
         /* Weights in: plain -> primitive layout; weight gradient out: the other way. */
-        DNNL_OK(dnnl_memory_create(&e->wprim, want, c->engine, DNNL_MEMORY_ALLOCATE));
+        DNNL_OK(dnnl_memory_create(&e->wprim, want, c->engine, DNNL_MEMORY_NONE));
+        e->wprim_bytes = dnnl_memory_desc_get_size(want);
         dnnl_primitive_desc_t rpd;
         if (kind == BWD_WEIGHTS)
             DNNL_OK(dnnl_reorder_primitive_desc_create(&rpd, want, c->engine, &user_wei, c->engine,
@@ -267,6 +273,16 @@ static void run(const tsl_conv_args *a, int kind, void *const *buffers)
     }
     thread_cache *c = local_cache();
     dnnl_memory_t user = e->mem[e->widx];
+    if (e->reorder) {
+        if (c->wbuf_bytes < e->wprim_bytes) {
+            free(c->wbuf);
+            c->wbuf = NULL;
+            TSL_CODELET_CHECK(posix_memalign(&c->wbuf, 64, e->wprim_bytes) == 0,
+                              "conv: out of memory for reordered weights");
+            c->wbuf_bytes = e->wprim_bytes;
+        }
+        DNNL_OK(dnnl_memory_set_data_handle(e->wprim, c->wbuf));
+    }
     if (e->reorder && kind != BWD_WEIGHTS) {
         dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, e->wprim}};
         DNNL_OK(dnnl_primitive_execute(e->reorder, c->stream, 2, r));
