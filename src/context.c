@@ -303,9 +303,9 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
         setenv("STARPU_COMM_STATS", "1", 1);
     char binding[160];
     share_node_cores(&conf, config, binding, sizeof binding);
-    /* Before StarPU starts, so that every buffer it allocates and frees passes the cache. */
-    if (config->host_cache_bytes > 0)
-        tsl_host_cache_install((size_t)config->host_cache_bytes);
+    /* Before StarPU starts, so that every buffer it allocates and frees passes the cache
+     * (which also counts them: with a limit of 0 it keeps nothing, and still counts). */
+    tsl_host_cache_install((size_t)config->host_cache_bytes);
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf);
     if (ret != 0) {
         tsl_host_cache_uninstall(NULL);
@@ -503,6 +503,23 @@ tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_
     *kept_bytes = (int64_t)kept;
     *reused = stats.reused;
     *allocated = stats.allocated;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_buffer_bytes(tsl_context_t ctx, int64_t *in_use, int64_t *most)
+{
+    CHECK_CTX(ctx, in_use, "tsl_context_buffer_bytes");
+    if (!most)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_context_buffer_bytes: output pointer is NULL");
+    tsl_host_cache_stats stats;
+    size_t kept;
+    if (!ctx->owns_runtime || !tsl_host_cache_query(&stats, &kept))
+        return tsl_error(ctx, TSL_ERR_UNSUPPORTED,
+                         "tsl_context_buffer_bytes: StarPU's buffers are counted only by a "
+                         "context that owns StarPU (tsl_context_create)");
+    *in_use = (int64_t)stats.in_use;
+    *most = (int64_t)stats.high_water;
     return TSL_OK;
 }
 

@@ -26,8 +26,11 @@
  * starpu_free() passes no size. Blocks are pinned (starpu_memory_pin) when StarPU asks for
  * pinned memory and CUDA workers exist, as StarPU's own allocator does with cudaHostAlloc.
  *
- * TSL_POISON_ALLOC=1 in the environment (read when the cache is installed, so not with a
- * limit of 0) fills every block handed out with 0xff bytes (NaN as f32), so a kernel that
+ * With a limit of 0 nothing is kept, and the hooks still count the bytes in use and their
+ * high-water mark (tsl_context_buffer_bytes).
+ *
+ * TSL_POISON_ALLOC=1 in the environment (read when the cache is installed) fills every block
+ * handed out with 0xff bytes (NaN as f32), so a kernel that
  * reads memory it never wrote shows up in the results. */
 #include <errno.h>
 #include <pthread.h>
@@ -201,7 +204,7 @@ int tsl_host_cache_free(unsigned node, void *ptr, size_t dim, int flags)
     size_t size = h->dim;
     pthread_mutex_lock(&cache.lock);
     cache.in_use -= size < cache.in_use ? size : cache.in_use;
-    if (size <= cache.max_block && cache.cached + size <= cache.limit) {
+    if (cache.limit > 0 && size <= cache.max_block && cache.cached + size <= cache.limit) {
         struct bin *b = find_bin(size, h->pinned, 1);
         if (b && b->count == b->cap) {
             int32_t cap = b->cap ? 2 * b->cap : 4;

@@ -17,8 +17,8 @@ typedef struct tsl_host_cache_stats {
                          * a quarter of the limit */
 } tsl_host_cache_stats;
 
-/* Route StarPU's allocations through the cache, keeping at most @p limit (> 0) bytes of
- * freed blocks; call before StarPU starts. */
+/* Route StarPU's allocations through the cache, keeping at most @p limit bytes of freed blocks
+ * (0: none, only counting); call before StarPU starts. */
 void tsl_host_cache_install(size_t limit);
 
 /* The hooks installed with starpu_malloc_set_hooks() (also called directly by the unit tests):

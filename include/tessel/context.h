@@ -151,11 +151,24 @@ tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *rec
 /**
  * @brief This rank's cache of freed main-memory buffers (tsl_context_config::host_cache_bytes):
  * bytes it keeps now, and since the context started the buffers it handed out again and
- * those it had to allocate. Zeros for a context without a cache (attached, or a limit of 0).
- * Not collective.
+ * those it had to allocate. With a limit of 0 it keeps and reuses none; zeros for an attached
+ * context. Not collective.
  */
 tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_t *reused,
                                   int64_t *allocated);
+
+/**
+ * @brief Bytes of StarPU's main-memory data buffers on this rank: held now (@p in_use) and the
+ * most held at once since the context started (@p most). They are the memory of every tile
+ * this rank holds, whether tessel allocated it or StarPU did when a task first wrote it
+ * (activations, gradients), of halo slabs, of copies of other ranks' tiles that StarPU-MPI
+ * received, and of reduction pieces; not the freed blocks the host cache keeps, nor the
+ * libraries' own memory (oneDNN scratch, MPI buffers). So @p most is a rank's measured peak of
+ * training data, which tsl_plan_estimate_peak() estimates beforehand and the process's peak
+ * resident memory adds the runtime to. Counted only by a context that owns StarPU
+ * (tsl_context_create()); an attached context gets ::TSL_ERR_UNSUPPORTED. Not collective.
+ */
+tsl_status tsl_context_buffer_bytes(tsl_context_t ctx, int64_t *in_use, int64_t *most);
 
 /** @brief Number of StarPU-MPI tags the context has handed out so far. Not collective. */
 tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);

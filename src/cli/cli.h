@@ -31,9 +31,10 @@ int fail(tsl_status st, const char *what);
 typedef struct epoch_metrics {
     double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
     double peak_mib;
-    /* Largest rank's tile memory, and bytes sent and received per training step (-1 without
+    /* Largest rank's tile memory, its most StarPU buffer memory at once so far
+     * (tsl_context_buffer_bytes), and bytes sent and received per training step (-1 without
      * --comm-stats); not kept in checkpoints. */
-    double owned_mib, sent_per_step, received_per_step;
+    double owned_mib, buffer_peak_mib, sent_per_step, received_per_step;
     double busy; /* fraction of worker time spent executing tasks, all ranks (-1: not measured) */
 } epoch_metrics;
 

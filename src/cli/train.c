@@ -358,9 +358,9 @@ static int write_metrics_to(FILE *f, const void *arg)
                 "    {\"epoch\": %lld, \"train_loss\": %.9g, \"train_accuracy\": %.9g, "
                 "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
                 "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f, "
-                "\"tile_memory_mib\": %.3f",
+                "\"tile_memory_mib\": %.3f, \"buffer_peak_mib\": %.3f",
                 (long long)e + 1, m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy,
-                m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib);
+                m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib);
         if (m->sent_per_step >= 0)
             fprintf(f,
                     ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f, "
@@ -715,16 +715,22 @@ int command_train(int argc, char **argv)
         peak_memory(&m->peak_mib, &rank0_mib);
         int64_t owned = 0;
         tsl_context_owned_bytes(s.ctx, &owned);
-        double owned_mib = (double)owned / 1048576.0;
-        MPI_Allreduce(&owned_mib, &m->owned_mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        int64_t buffers = 0, buffers_most = 0;
+        tsl_context_buffer_bytes(s.ctx, &buffers, &buffers_most);
+        double mine[2] = {(double)owned / 1048576.0, (double)buffers_most / 1048576.0}, most[2];
+        MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        m->owned_mib = most[0];
+        m->buffer_peak_mib = most[1];
         if (rank == 0) {
             if (tty)
                 printf("\n");
             printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
-                   "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB)",
+                   "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB, buffers at "
+                   "most %.1f MiB)",
                    (long long)e + 1, o.epochs, p.batch < steps_per_epoch ? " (stopped early)" : "",
                    m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy,
-                   m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib);
+                   m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib,
+                   m->buffer_peak_mib);
             if (m->sent_per_step >= 0)
                 printf(", per step %.2f MiB sent, %.2f MiB received, workers busy %.0f%%",
                        m->sent_per_step / 1048576.0, m->received_per_step / 1048576.0,

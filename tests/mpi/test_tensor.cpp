@@ -234,6 +234,49 @@ TEST(Context, HostCacheHandsFreedTilesOutAgain)
     EXPECT_LE(kept, 32 << 20); // the default limit
 }
 
+// StarPU's main-memory buffers are counted exactly: a rank's tile adds its bytes when the
+// tensor is created and gives them back when it is destroyed; a one-tile copy gathered on rank
+// 0 adds the whole tensor there; copies of remote tiles received for it are gone once the
+// tensors are; the most at once covers what was held together.
+TEST(Context, BufferBytesCountEveryTileAndReceivedCopy)
+{
+    int64_t in0 = -1, most0 = -1, in = -1, most = -1;
+    EXPECT_EQ(tsl_context_buffer_bytes(ctx, nullptr, &most0), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_context_buffer_bytes(ctx, &in0, nullptr), TSL_ERR_INVALID_ARG);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_buffer_bytes(ctx, &in0, &most0), TSL_OK);
+    EXPECT_GE(in0, 0);
+    EXPECT_GE(most0, in0);
+    const int64_t rows = 1200, cols = 53, whole = rows * cols * 4, mine = whole / size;
+    tsl_shape s = {2, {rows, cols}};
+    tsl_tile_grid grid = tsl_tile_grid_single();
+    grid.splits[0] = size;
+    tsl_tensor_t t = nullptr, copy = nullptr;
+    ASSERT_EQ(tsl_tensor_create(&t, ctx, TSL_F32, &s, &grid, nullptr), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(t, 3.0), TSL_OK);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_buffer_bytes(ctx, &in, &most), TSL_OK);
+    EXPECT_EQ(in - in0, mine);
+    EXPECT_GE(most, in);
+    tsl_tile_grid one = tsl_tile_grid_single();
+    tsl_owner_map on0 = tsl_owner_single(0);
+    ASSERT_EQ(tsl_tensor_create(&copy, ctx, TSL_F32, &s, &one, &on0), TSL_OK);
+    ASSERT_EQ(tsl_tensor_redistribute(copy, t), TSL_OK);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    std::vector<float> out(rank == 0 ? rows * cols : 0);
+    ASSERT_EQ(tsl_tensor_gather(copy, 0, rank == 0 ? out.data() : nullptr), TSL_OK);
+    for (size_t i = 0; i < out.size(); i++)
+        ASSERT_EQ(out[i], 3.0f) << i;
+    ASSERT_EQ(tsl_context_buffer_bytes(ctx, &in, &most), TSL_OK);
+    EXPECT_GE(in - in0, mine + (rank == 0 ? whole : 0));
+    EXPECT_GE(most - in0, mine + (rank == 0 ? whole : 0));
+    ASSERT_EQ(tsl_tensor_destroy(copy), TSL_OK);
+    ASSERT_EQ(tsl_tensor_destroy(t), TSL_OK);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_buffer_bytes(ctx, &in, &most), TSL_OK);
+    EXPECT_EQ(in, in0) << "buffers left behind";
+}
+
 // Ranks on one node run their CPU workers on cores of their own (tsl_node_share(), whose rule
 // the unit tests check for every node shape), unless the environment or the launcher binds
 // them: with at least two cores per rank a run of cores each, with fewer (the harness's
