@@ -316,7 +316,7 @@ static int parse_state(const char *text, run_settings *s, run_progress *p)
         }
         if (!bad)
             p->epochs[e] =
-                (epoch_metrics){v[0], v[1], v[2], v[3], v[4], v[5], v[6], -1, -1, -1, -1, -1};
+                (epoch_metrics){v[0], v[1], v[2], v[3], v[4], v[5], v[6], -1, -1, -1, -1, -1, NULL};
     }
     cJSON_Delete(root);
     return bad ? -1 : 0;

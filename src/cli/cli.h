@@ -36,7 +36,12 @@ typedef struct epoch_metrics {
      * --comm-stats); not kept in checkpoints. */
     double owned_mib, buffer_peak_mib, sent_per_step, received_per_step;
     double busy; /* fraction of worker time spent executing tasks, all ranks (-1: not measured) */
+    /* Rank 0 only, NULL elsewhere and for epochs read from a checkpoint: RANK_FIELDS values
+     * per rank (peak MiB, tile MiB, most buffer MiB, bytes sent and received per step). */
+    double *ranks;
 } epoch_metrics;
+
+#define RANK_FIELDS 5
 
 /* What decides a training run's trajectory; recorded in every checkpoint. */
 typedef struct run_settings {

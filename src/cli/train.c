@@ -37,7 +37,7 @@ typedef struct train_options {
     unsigned long long seed;
     int shuffle;
     unsigned given; /* SET_* of the options on the command line */
-    int comm_stats;
+    int comm_stats, rank_report;
 } train_options;
 
 static void usage_train(FILE *out)
@@ -49,7 +49,8 @@ static void usage_train(FILE *out)
         "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
         "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
         "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
-        "                    [--sched NAME] [--host-cache-mib M] [--spin]\n"
+        "                    [--sched NAME] [--host-cache-mib M] [--spin] [--comm-stats]\n"
+        "                    [--rank-report]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
         "                      or npy:DIR (see the README)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
@@ -87,6 +88,10 @@ static void usage_train(FILE *out)
         "  --comm-stats        count the bytes StarPU-MPI moves and the time workers spend\n"
         "                      executing tasks: per-step traffic of the busiest rank and the\n"
         "                      workers' busy fraction in the summaries and the metrics\n"
+        "  --rank-report       after each epoch's summary, a line per rank: peak memory,\n"
+        "                      tiles, most buffer memory at once, and with --comm-stats the\n"
+        "                      bytes it sent and received per step (the metrics file has them\n"
+        "                      always)\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n"
         "  --host-cache-mib M  MiB of freed tile buffers each rank keeps for reuse (default\n"
         "                      32, 0 none): spares fresh pages for each step's activations;\n"
@@ -149,6 +154,10 @@ static int parse_train(int argc, char **argv, train_options *o, int eval)
         if (!eval && strcmp(a, "--comm-stats") == 0) {
             o->comm_stats = 1;
             o->common.config.comm_stats = 1;
+            continue;
+        }
+        if (!eval && strcmp(a, "--rank-report") == 0) {
+            o->rank_report = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -338,6 +347,7 @@ typedef struct metrics_file {
     const epoch_metrics *m;
     int64_t n, steps, first_step, nlosses;
     const double *losses, *step_seconds;
+    int nranks;
 } metrics_file;
 
 static int write_metrics_to(FILE *f, const void *arg)
@@ -366,6 +376,21 @@ static int write_metrics_to(FILE *f, const void *arg)
                     ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f, "
                     "\"workers_busy\": %.4f",
                     m->sent_per_step, m->received_per_step, m->busy);
+        if (m->ranks) {
+            fprintf(f, ", \"ranks\": [");
+            for (int r = 0; r < mf->nranks; r++) {
+                const double *v = m->ranks + (size_t)r * RANK_FIELDS;
+                fprintf(f,
+                        "%s{\"peak_memory_mib\": %.1f, \"tile_memory_mib\": %.3f, "
+                        "\"buffer_peak_mib\": %.3f",
+                        r ? ", " : "", v[0], v[1], v[2]);
+                if (v[3] >= 0)
+                    fprintf(f, ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f",
+                            v[3], v[4]);
+                fprintf(f, "}");
+            }
+            fprintf(f, "]");
+        }
         fprintf(f, "}%s\n", e + 1 < mf->n ? "," : "");
     }
     fprintf(f, "  ],\n  \"first_step\": %lld,\n  \"step_losses\": [",
@@ -550,7 +575,8 @@ int command_train(int argc, char **argv)
     int64_t nlosses = 0, first_step = 0;
     tsl_status st = TSL_OK;
     tsl_optimizer_t opt = NULL;
-    int64_t *order = NULL; /* the epoch's sample order */
+    int64_t *order = NULL;   /* the epoch's sample order */
+    int64_t metrics_cap = 0; /* entries of p.epochs whose `ranks` may need freeing */
     if ((code = session_context(&s, &o)))
         goto end;
     if (o.resume && ((code = checkpoint_read(o.resume, &resumed, &p, snapshot, sizeof snapshot)) ||
@@ -581,7 +607,9 @@ int command_train(int argc, char **argv)
         code = fail(TSL_ERR_OUT_OF_MEMORY, "allocating metrics");
         goto end;
     }
+    memset(grown + p.nepochs, 0, (size_t)(cap + 1 - p.nepochs) * sizeof *grown);
     p.epochs = grown;
+    metrics_cap = cap + 1;
     settings_of(&o, &settings);
     if ((st = create_optimizer(&o, s.ctx, &opt))) {
         code = fail(st, "creating the optimizer");
@@ -684,6 +712,7 @@ int command_train(int argc, char **argv)
         }
         epoch_metrics *m = &p.epochs[e];
         m->sent_per_step = m->received_per_step = m->busy = -1;
+        double row[RANK_FIELDS] = {0, 0, 0, -1, -1};
         if (o.comm_stats) { /* the busiest rank's traffic per step, evaluation left out */
             int64_t sent1, recv1;
             if ((st = tsl_context_wait(s.ctx)) ||
@@ -698,6 +727,8 @@ int command_train(int argc, char **argv)
             double mine[2] = {(double)(sent1 - sent0) / (double)steps_here,
                               (double)(recv1 - recv0) / (double)steps_here},
                    most[2];
+            row[3] = mine[0];
+            row[4] = mine[1];
             MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             m->sent_per_step = most[0];
             m->received_per_step = most[1];
@@ -721,6 +752,19 @@ int command_train(int argc, char **argv)
         MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         m->owned_mib = most[0];
         m->buffer_peak_mib = most[1];
+        row[0] = rank0_mib; /* this rank's own peak */
+        row[1] = mine[0];
+        row[2] = mine[1];
+        int nranks = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+        if (rank == 0)
+            m->ranks = malloc(sizeof *m->ranks * RANK_FIELDS * (size_t)nranks);
+        if ((st = agree(rank == 0 && !m->ranks ? TSL_ERR_OUT_OF_MEMORY : TSL_OK))) {
+            code = fail(st, "gathering per-rank metrics");
+            goto end;
+        }
+        MPI_Gather(row, RANK_FIELDS, MPI_DOUBLE, m->ranks, RANK_FIELDS, MPI_DOUBLE, 0,
+                   MPI_COMM_WORLD);
         if (rank == 0) {
             if (tty)
                 printf("\n");
@@ -736,6 +780,15 @@ int command_train(int argc, char **argv)
                        m->sent_per_step / 1048576.0, m->received_per_step / 1048576.0,
                        100 * m->busy);
             printf(" (largest rank)\n");
+            for (int r = 0; o.rank_report && r < nranks; r++) {
+                const double *v = m->ranks + (size_t)r * RANK_FIELDS;
+                printf("  rank %d: peak memory %.0f MiB, tiles %.1f MiB, buffers at most %.1f MiB",
+                       r, v[0], v[1], v[2]);
+                if (v[3] >= 0)
+                    printf(", per step %.2f MiB sent, %.2f MiB received", v[3] / 1048576.0,
+                           v[4] / 1048576.0);
+                printf("\n");
+            }
             fflush(stdout);
         }
         p.nepochs = e + 1;
@@ -753,8 +806,10 @@ int command_train(int argc, char **argv)
         goto end;
     }
     if (o.metrics_json) {
-        metrics_file mf = {&o,         p.epochs, p.nepochs, p.steps,
-                           first_step, nlosses,  losses,    step_secs};
+        int nranks = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+        metrics_file mf = {&o,      p.epochs, p.nepochs, p.steps, first_step,
+                           nlosses, losses,   step_secs, nranks};
         int bad = rank == 0 && write_file_atomic(o.metrics_json, write_metrics_to, &mf);
         if ((st = agree(bad ? TSL_ERR_IO : TSL_OK))) {
             fprintf(stderr, "tessel train: cannot write '%s'\n", o.metrics_json);
@@ -763,6 +818,8 @@ int command_train(int argc, char **argv)
         }
     }
 end:
+    for (int64_t k = 0; k < metrics_cap; k++)
+        free(p.epochs[k].ranks);
     free(p.epochs);
     free(losses);
     free(step_secs);
