@@ -634,6 +634,44 @@ tsl_status tsl_graph_estimate(tsl_graph_t g, int64_t batch, double *flops,
     return TSL_OK;
 }
 
+int tsl_graph_last_reader(const struct tsl_graph *g, int32_t v, int32_t o)
+{
+    for (int32_t j = o + 1; j < g->nops; j++)
+        for (int32_t k = 0; k < g->ops[j].ninputs; k++)
+            if (g->ops[j].inputs[k] == v)
+                return 0;
+    return 1;
+}
+
+int tsl_graph_op_reads_input_backward(const tsl_graph_op *op)
+{
+    switch (op->kind) {
+    case TSL_OP_CONV:
+    case TSL_OP_LINEAR:
+    case TSL_OP_BATCHNORM:
+    case TSL_OP_POOL:
+        return 1;
+    case TSL_OP_ACTIVATION:
+        return op->act == TSL_ACT_RELU || op->act == TSL_ACT_LEAKY_RELU;
+    default:
+        return 0;
+    }
+}
+
+int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused)
+{
+    if (v == g->output || v == g->input)
+        return 1;
+    int32_t p = g->values[v].producer;
+    if (g->ops[p].kind == TSL_OP_ACTIVATION && !(fused && fused[p]))
+        return 1; /* sigmoid and tanh read their output */
+    for (int32_t r = 0; r < g->nops; r++)
+        for (int32_t k = 0; k < g->ops[r].ninputs; k++)
+            if (g->ops[r].inputs[k] == v && tsl_graph_op_reads_input_backward(&g->ops[r]))
+                return 1;
+    return 0;
+}
+
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
 {
     if (o < 0 || o >= g->nops || g->ops[o].kind != TSL_OP_BATCHNORM)

@@ -58,6 +58,21 @@ struct tsl_graph {
 /* The shape of a (batch, sample...) tensor. */
 void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out);
 
+/* Whether no op after op o reads value v (ops run in order, forward). */
+int tsl_graph_last_reader(const struct tsl_graph *g, int32_t v, int32_t o);
+
+/* Whether op's backward reads its input x (the value itself, not a gradient): convolution,
+ * linear, batch norm, pooling, ReLU and leaky ReLU. */
+int tsl_graph_op_reads_input_backward(const tsl_graph_op *op);
+
+/* Whether a training step reads value v after the forward pass: the graph's input and output,
+ * an unfused activation's output (sigmoid and tanh read it), and any input of an op whose
+ * backward reads it (tsl_graph_op_reads_input_backward). `fused` (nops entries, may be NULL)
+ * marks the ReLUs fused into their batch norms. A value no backward reads (a transposed
+ * convolution's output that only a concatenation reads, a batch norm's output that only an
+ * addition reads) is released by the executor after its last forward reader. */
+int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused);
+
 /* The ReLU op that the executor fuses into batch-norm op o, or -1: the batch norm's output is
  * not the graph's output and its only reader is that ReLU, on the same pipeline stage
  * (op_stage may be NULL: one stage). The batch norm's output then has no tensor of its own:

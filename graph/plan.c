@@ -704,9 +704,10 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     int32_t *relu_of = calloc((size_t)n + 1, sizeof *relu_of);
     uint8_t *fused = calloc((size_t)n + 1, 1);
     uint8_t *written = calloc((size_t)nv + 1, 1), *spare = calloc((size_t)nv + 1, 1);
+    uint8_t *gone = calloc((size_t)nv + 1, 1); /* released after the forward's last reader */
     int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
-    tsl_status st = op_stage && relu_of && fused && written && spare && size && live
+    tsl_status st = op_stage && relu_of && fused && written && spare && gone && size && live
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -725,10 +726,20 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             if (relu_of[o] >= 0)
                 fused[relu_of[o]] = 1;
         }
-        /* Forward: every op's output made (a batch norm's with a fused ReLU is the ReLU's). */
-        for (int32_t o = 0; o < n; o++)
+        /* Forward: every op's output made (a batch norm's with a fused ReLU is the ReLU's);
+         * a value no backward reads goes after its last forward reader. */
+        for (int32_t o = 0; o < n; o++) {
             if (relu_of[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, 1);
+            for (int32_t k = 0; k < g->ops[o].ninputs; k++) {
+                int32_t v = g->ops[o].inputs[k];
+                if (!gone[v] && tsl_graph_last_reader(g, v, o) &&
+                    !tsl_graph_value_read_backward(g, v, fused)) {
+                    gone[v] = 1;
+                    live_add(live, bytes, size, v, nranks, -1);
+                }
+            }
+        }
         /* Backward, as the executor runs it: an op's input gradients are made (a spare for a
          * value's second contribution); then the op's output, its gradient and spare are
          * released, since no later op in the backward reads them (the model's output stays,
@@ -754,7 +765,7 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
                     live_add(live, bytes, size, v, nranks, 1);
                 }
             }
-            int copies = (y != out) + written[y] * (y != g->input) + spare[y];
+            int copies = (y != out && !gone[y]) + written[y] * (y != g->input) + spare[y];
             for (int c = 0; c < copies; c++)
                 live_add(live, bytes, size, y, nranks, -1);
         }
@@ -764,25 +775,10 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     free(fused);
     free(written);
     free(spare);
+    free(gone);
     free(size);
     free(live);
     return st;
-}
-
-/* Whether op's backward reads its input x (the value itself, not a gradient). */
-static int reads_input_backward(const tsl_graph_op *op)
-{
-    switch (op->kind) {
-    case TSL_OP_CONV:
-    case TSL_OP_LINEAR:
-    case TSL_OP_BATCHNORM:
-    case TSL_OP_POOL:
-        return 1;
-    case TSL_OP_ACTIVATION:
-        return op->act == TSL_ACT_RELU || op->act == TSL_ACT_LEAKY_RELU;
-    default:
-        return 0;
-    }
 }
 
 tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
@@ -830,7 +826,7 @@ static tsl_status estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t
             int64_t in = 4 * batch * tsl_shape_numel(&g->values[v].shape);
             int64_t out = 4 * batch * tsl_shape_numel(&g->values[op->output].shape);
             fwd[so] += in;
-            if (reads_input_backward(op))
+            if (tsl_graph_op_reads_input_backward(op))
                 bwd_inputs[so] += in;
             if (v != g->input) {
                 bwd[sv] += op->kind == TSL_OP_CONCAT ? in : out;

@@ -511,18 +511,10 @@ static tsl_status batchnorm_forward(struct tsl_model *m, instance *in, int32_t i
     return st || r < 0 ? st : tsl_activation_forward(TSL_ACT_RELU, 0, y, y);
 }
 
-/* Whether op i is the last op reading value v. */
-static int last_reader(const struct tsl_graph *g, int32_t v, int32_t i)
-{
-    for (int32_t j = i + 1; j < g->nops; j++)
-        for (int32_t k = 0; k < g->ops[j].ninputs; k++)
-            if (g->ops[j].inputs[k] == v)
-                return 0;
-    return 1;
-}
-
 /* Without training nothing reads an activation after its last reader: it is released then
- * (all but the output), so inference holds a few layers' activations at a time. */
+ * (all but the output), so inference holds a few layers' activations at a time. Training
+ * releases there the activations no backward reads (tsl_graph_value_read_backward: a U-Net's
+ * up-convolution outputs, which only a concatenation reads); the others wait for the backward. */
 static tsl_status forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;
@@ -587,8 +579,9 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
         }
         if (!st && y != y_final)
             st = tsl_tensor_redistribute(y_final, y);
-        for (int32_t k = 0; k < o->ninputs && !st && !train; k++)
-            if (o->inputs[k] != g->output && last_reader(g, o->inputs[k], i))
+        for (int32_t k = 0; k < o->ninputs && !st; k++)
+            if (o->inputs[k] != g->output && tsl_graph_last_reader(g, o->inputs[k], i) &&
+                (!train || !tsl_graph_value_read_backward(g, o->inputs[k], m->fused)))
                 tsl_tensor_release(in->act[o->inputs[k]]);
     }
     return st;

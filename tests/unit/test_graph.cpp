@@ -13,6 +13,10 @@
 extern "C" {
 #include "tessel/graph.h"
 #include "tessel/plan.h"
+
+extern "C" {
+#include "../../graph/graph_internal.h"
+}
 }
 
 namespace
@@ -639,8 +643,10 @@ TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
 
 // The most tiles live at once, worked out by hand for x -> a = conv(x) -> b = conv(a),
 // c = conv(a) -> e = b + c (output), in planes of 8x8 floats (P): the forward makes x, a, b, c
-// and e (13 P); the backward makes e's gradient, then b's and c's (add), a's (c's conv), a
-// spare for a's second contribution (b's conv): 21 P, then releases as ops finish. The
+// and e (13 P) and releases b and c, which no backward reads (the addition's does not), after
+// the addition (9 P); the backward makes e's gradient, then b's and c's (add), a's (c's conv,
+// which releases c's gradient), a spare for a's second contribution (b's conv): 19 P, then
+// releases as ops finish. The
 // parameters and labels (live all the step) are what the all-tiles estimate has beyond its 27 P
 // of values (x; a, its gradient and spare; b, c and e with their gradients).
 TEST(Plan, PeakFollowsTheExecutorsOrder)
@@ -658,7 +664,7 @@ TEST(Plan, PeakFollowsTheExecutorsOrder)
         ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, batch, 2, &all), TSL_OK);
         ASSERT_EQ(tsl_plan_estimate_peak(nullptr, g, 1, 1, batch, 2, &peak), TSL_OK)
             << tsl_last_error();
-        EXPECT_EQ(peak - (all - 27 * plane), 21 * plane) << batch;
+        EXPECT_EQ(peak - (all - 27 * plane), 19 * plane) << batch;
     }
     int64_t bytes[1];
     EXPECT_EQ(tsl_plan_estimate_peak(nullptr, g, 0, 1, 1, 2, bytes), TSL_ERR_INVALID_ARG);
@@ -671,6 +677,64 @@ TEST(Plan, PeakFollowsTheExecutorsOrder)
             << tsl_last_error();
     }
     tsl_graph_destroy(g);
+}
+
+// The values a training step reads after the forward pass. Those it does not read: a U-Net's
+// up-convolution outputs (transposed convolutions), which only a concatenation reads; the
+// global average pooling before a classifier, which only the flattening reads; in ResNet the
+// batch norms whose output only a residual addition reads.
+TEST(Plan, ValuesNoBackwardReads)
+{
+    typedef std::pair<tsl_op_kind, tsl_op_kind> producer_reader;
+    struct Case {
+        const char *model;
+        int64_t sample[4];
+        int ndims;
+        std::vector<producer_reader> want; // at least these, nothing else
+        int at_least_bn_add;
+    };
+    const producer_reader up = {TSL_OP_CONV, TSL_OP_CONCAT}, gap = {TSL_OP_POOL, TSL_OP_FLATTEN},
+                          bn_add = {TSL_OP_BATCHNORM, TSL_OP_ADD};
+    const Case cases[] = {
+        {"unet2d", {1, 16, 16}, 3, {up, up}, 0},
+        {"unet3d", {1, 8, 8, 8}, 4, {up, up}, 0},
+        {"cnn3d", {1, 8, 8, 8}, 4, {gap}, 0},
+        {"resnet", {3, 16, 16}, 3, {gap}, 3},
+    };
+    for (const Case &c : cases) {
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_zoo_graph(c.model, c.ndims, c.sample, 3, &g), TSL_OK) << c.model;
+        std::vector<uint8_t> fused((size_t)g->nops, 0);
+        for (int32_t o = 0; o < g->nops; o++)
+            if (tsl_graph_fused_relu(g, o, nullptr) >= 0)
+                fused[(size_t)tsl_graph_fused_relu(g, o, nullptr)] = 1;
+        std::vector<producer_reader> got;
+        int bn_adds = 0;
+        for (int32_t v = 0; v < g->nvalues; v++) {
+            if (tsl_graph_value_read_backward(g, v, fused.data()))
+                continue;
+            const tsl_graph_op &p = g->ops[g->values[v].producer];
+            std::vector<tsl_op_kind> readers;
+            for (int32_t r = 0; r < g->nops; r++)
+                for (int32_t k = 0; k < g->ops[r].ninputs; k++)
+                    if (g->ops[r].inputs[k] == v)
+                        readers.push_back(g->ops[r].kind);
+            ASSERT_EQ(readers.size(), 1u) << c.model << ": value " << v;
+            if (p.kind == TSL_OP_CONV)
+                EXPECT_TRUE(p.transposed) << c.model << ": value " << v;
+            if (producer_reader(p.kind, readers[0]) == bn_add)
+                bn_adds++;
+            else
+                got.push_back({p.kind, readers[0]});
+        }
+        EXPECT_EQ(got, c.want) << c.model;
+        EXPECT_GE(bn_adds, c.at_least_bn_add) << c.model;
+        if (!c.at_least_bn_add)
+            EXPECT_EQ(bn_adds, 0) << c.model;
+        EXPECT_TRUE(tsl_graph_value_read_backward(g, g->input, fused.data()));
+        EXPECT_TRUE(tsl_graph_value_read_backward(g, g->output, fused.data()));
+        tsl_graph_destroy(g);
+    }
 }
 
 TEST(Plan, StagesByHandAreKeptAndInherited)
