@@ -459,9 +459,8 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
     tsl_halo_keep_release(ctx, keep);
     if (keep) {
         keep->nslabs = calloc((size_t)y->ntiles, sizeof *keep->nslabs);
-        keep->reader = calloc((size_t)y->ntiles, sizeof *keep->reader);
         keep->slabs = calloc((size_t)y->ntiles * TSL_CONV_MAX_SLABS, sizeof *keep->slabs);
-        if (!keep->nslabs || !keep->reader || !keep->slabs) {
+        if (!keep->nslabs || !keep->slabs) {
             tsl_halo_keep_release(ctx, keep);
             keep = NULL; /* keep nothing; the backward cuts its own slabs */
         } else {
@@ -483,12 +482,7 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
             st = submit_window_forward(x, w, b, y, i, &t, slabs, STARPU_W);
         if (keep && !st) { /* the weight gradient reads them again */
             keep->nslabs[i] = ns;
-            keep->reader[i] = y->tile_owner[i];
             memcpy(keep->slabs + i * TSL_CONV_MAX_SLABS, slabs, (size_t)ns * sizeof *slabs);
-            /* Sent slabs: the reader's copy is the one kept (tsl_halo_keep). */
-            for (int32_t k = 0; k < ns && starpu_mpi_cache_is_enabled(); k++)
-                if (x->tile_owner[src[k]] == ctx->rank && y->tile_owner[i] != ctx->rank)
-                    starpu_data_invalidate_submit(slabs[k]);
         } else {
             tsl_halo_release(ctx, slabs, ns);
         }
@@ -577,8 +571,7 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
         a = task_args(&g->args, tile_samples(g->x, tile));
     } else if ((st = window_args(&g->args, g->x, g->dy, tile, &a, src))) {
         return st;
-    } else if (kept && keep->nslabs[tile] == a.window.nslabs &&
-               keep->reader[tile] == g->dy->tile_owner[tile]) { /* the forward's slabs */
+    } else if (kept && keep->nslabs[tile] == a.window.nslabs) { /* the forward's slabs */
         memcpy(slabs, keep->slabs + tile * TSL_CONV_MAX_SLABS,
                (size_t)a.window.nslabs * sizeof *slabs);
         memset(keep->slabs + tile * TSL_CONV_MAX_SLABS, 0, (size_t)a.window.nslabs * sizeof *slabs);

@@ -212,6 +212,5 @@ void tsl_halo_keep_release(struct tsl_context *ctx, tsl_halo_keep *keep)
         tsl_halo_release(ctx, keep->slabs, keep->ntiles * TSL_CONV_MAX_SLABS);
     free(keep->slabs);
     free(keep->nslabs);
-    free(keep->reader);
     memset(keep, 0, sizeof *keep);
 }

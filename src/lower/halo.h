@@ -74,15 +74,11 @@ tsl_status tsl_halo_returns_finish(tsl_halo_returns *r, struct tsl_tensor *dx, i
 /* Halo slabs a forward pass keeps for the backward pass of the same op on the same input (the
  * weight gradient reads the same windows), so they are cut and sent once per step. Only a
  * caller that knows the input does not change in between may keep them (the model executor);
- * tsl_halo_keep_release() drops what is left. Zero-initialise before first use.
- * A kept slab that crossed ranks lives on as the reader's received copy: the rank that packed
- * it drops its own copy once sent (StarPU-MPI's cache remembers the send, so the backward
- * receives nothing again), and only the rank that read it may read it again. */
+ * tsl_halo_keep_release() drops what is left. Zero-initialise before first use. */
 typedef struct tsl_halo_keep {
     struct tsl_tensor *x; /* the input the slabs were cut from; NULL when nothing is kept */
     int64_t ntiles;
     int32_t *nslabs;             /* [ntiles] */
-    int32_t *reader;             /* [ntiles]: the rank whose forward task read tile i's slabs */
     starpu_data_handle_t *slabs; /* [ntiles * TSL_CONV_MAX_SLABS]; NULL once used */
 } tsl_halo_keep;
 
