@@ -155,17 +155,15 @@ int tsl_host_cache_malloc(unsigned node, void **out, size_t dim, int flags)
     int pinned = wants_pinning(flags);
     void *raw = NULL, *evicted = NULL;
     pthread_mutex_lock(&cache.lock);
+    if (cache.in_use + dim > cache.high_water)
+        cache.high_water = cache.in_use + dim;
     struct bin *b = find_bin(dim, pinned, 0);
     if (b && b->count > 0) {
         raw = b->blocks[--b->count];
         cache.cached -= dim;
         cache.stats.reused++;
-        if (cache.in_use + dim > cache.high_water) /* possible within the slack */
-            cache.high_water = cache.in_use + dim;
     } else {
         cache.stats.allocated++;
-        if (cache.in_use + dim > cache.high_water)
-            cache.high_water = cache.in_use + dim;
         evicted = evict_over_high_water(dim);
     }
     cache.in_use += dim;
