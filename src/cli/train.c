@@ -584,7 +584,8 @@ int command_train(int argc, char **argv)
         goto end;
     if ((code = session_open(&s, &o, 1)))
         goto end;
-    int rank = rank_of_process;
+    int rank = rank_of_process, nranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     int64_t steps_per_epoch = s.train_info.samples / o.batch;
     if (steps_per_epoch < 1) {
         fprintf(stderr,
@@ -755,8 +756,6 @@ int command_train(int argc, char **argv)
         row[0] = rank0_mib; /* this rank's own peak */
         row[1] = mine[0];
         row[2] = mine[1];
-        int nranks = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &nranks);
         if (rank == 0)
             m->ranks = malloc(sizeof *m->ranks * RANK_FIELDS * (size_t)nranks);
         if ((st = agree(rank == 0 && !m->ranks ? TSL_ERR_OUT_OF_MEMORY : TSL_OK))) {
@@ -806,8 +805,6 @@ int command_train(int argc, char **argv)
         goto end;
     }
     if (o.metrics_json) {
-        int nranks = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &nranks);
         metrics_file mf = {&o,      p.epochs, p.nepochs, p.steps, first_step,
                            nlosses, losses,   step_secs, nranks};
         int bad = rank == 0 && write_file_atomic(o.metrics_json, write_metrics_to, &mf);
