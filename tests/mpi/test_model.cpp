@@ -244,12 +244,8 @@ TEST(Model, TrainingStepsLowerTheLossAndAccuracyMatchesTheOutput)
     const int64_t n = 12, classes = 3;
     tsl_model_t m = make_model(sample, 3, classes, seed + 410);
     Batch b = make_batch(n, 64, classes, seed + 411);
-    tsl_sgd_config sc;
-    tsl_sgd_config_init(&sc);
-    sc.lr = 0.05;
-    sc.momentum = 0.9;
-    tsl_optimizer_t opt = nullptr;
-    ASSERT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &sc), TSL_OK);
+    tsl_optimizer_t opt = momentum_sgd();
+    ASSERT_NE(opt, nullptr);
     double first = 0, last = 0;
     for (int step = 0; step < 15; step++) {
         double loss = 0;
