@@ -134,6 +134,13 @@ static void descs(const tsl_conv_args *a, dnnl_memory_desc_t *src, dnnl_memory_d
         dnnl_format_tag_t tag =
             a->groups > 1 ? grouped_io[a->spatial - 1] : plain_io[a->spatial - 1];
         DNNL_OK(dnnl_memory_desc_init_by_tag(wei, wn, wd, dnnl_f32, tag));
+    } else if (a->w_in_channels > 0) {
+        /* A run of the input channels of plain (O, w_in_channels, k...) weights: strided. */
+        dnnl_dims_t ws;
+        ws[wn - 1] = 1;
+        for (int i = wn - 2; i >= 0; i--)
+            ws[i] = ws[i + 1] * (i == 0 ? a->w_in_channels : wd[i + 1]);
+        DNNL_OK(dnnl_memory_desc_init_by_strides(wei, wn, wd, dnnl_f32, ws));
     } else {
         DNNL_OK(dnnl_memory_desc_init_by_tag(wei, wn, wd, dnnl_f32, plain(wn)));
     }
@@ -169,7 +176,7 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
     dnnl_memory_desc_t src, user_wei, wei, bias, dst;
     descs(a, &src, &user_wei, &bias, &dst);
     wei = user_wei;
-    if (a->channels_last) /* let the primitive choose its weights layout */
+    if (a->channels_last || a->w_in_channels > 0) /* the primitive chooses its weights layout */
         DNNL_OK(dnnl_memory_desc_init_by_tag(&wei, user_wei.ndims, user_wei.dims, dnnl_f32,
                                              dnnl_format_tag_any));
     dnnl_dims_t strides, dil, pad_l, pad_r;
@@ -182,11 +189,21 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
     const dnnl_memory_desc_t *b_md = a->has_bias ? &bias : NULL;
     const void *back = NULL;
     dnnl_primitive_desc_t fpd, pd;
+    /* Accumulating forward: a sum post-op adds to what y holds. */
+    dnnl_primitive_attr_t attr = NULL;
+    if (kind == FWD && a->accumulate) {
+        dnnl_post_ops_t po;
+        DNNL_OK(dnnl_post_ops_create(&po));
+        DNNL_OK(dnnl_post_ops_append_sum(po, 1.0f));
+        DNNL_OK(dnnl_primitive_attr_create(&attr));
+        DNNL_OK(dnnl_primitive_attr_set_post_ops(attr, po));
+        dnnl_post_ops_destroy(po);
+    }
     if (!a->transposed) {
         DNNL_OK(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
                                                            dnnl_convolution_direct, &src, &wei,
                                                            b_md, &dst, strides, dil, pad_l, pad_r));
-        DNNL_OK(dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL));
+        DNNL_OK(dnnl_primitive_desc_create(&fpd, &fd, attr, c->engine, NULL));
         if (kind == BWD_DATA)
             DNNL_OK(dnnl_dilated_convolution_backward_data_desc_init(
                 &cd, dnnl_convolution_direct, &src, &wei, &dst, strides, dil, pad_l, pad_r));
@@ -198,7 +215,7 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
         DNNL_OK(dnnl_dilated_deconvolution_forward_desc_init(
             &tfd, dnnl_forward_training, dnnl_deconvolution_direct, &src, &wei, b_md, &dst, strides,
             dil, pad_l, pad_r));
-        DNNL_OK(dnnl_primitive_desc_create(&fpd, &tfd, NULL, c->engine, NULL));
+        DNNL_OK(dnnl_primitive_desc_create(&fpd, &tfd, attr, c->engine, NULL));
         if (kind == BWD_DATA)
             DNNL_OK(dnnl_dilated_deconvolution_backward_data_desc_init(
                 &tcd, dnnl_deconvolution_direct, &src, &wei, &dst, strides, dil, pad_l, pad_r));
@@ -208,6 +225,8 @@ static cache_entry *lookup(const tsl_conv_args *a, int kind)
                 pad_r));
         back = &tcd;
     }
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
     const dnnl_memory_desc_t *md[4];
     if (kind == FWD) {
         pd = fpd;
@@ -316,9 +335,30 @@ static void add_bias(const tsl_conv_args *a, const float *b, float *y)
     }
 }
 
+/* Values per input channel of a weight tensor (the kernel's volume). */
+static int64_t kernel_volume(const tsl_conv_args *a)
+{
+    int64_t k = 1;
+    for (int d = 0; d < a->spatial; d++)
+        k *= a->kernel[d];
+    return k;
+}
+
+/* Where a run of the weights' input channels starts (the weights themselves without one). */
+static size_t weights_at(const tsl_conv_args *a)
+{
+    return a->w_in_channels > 0 ? (size_t)(a->w_in_offset * kernel_volume(a)) : 0;
+}
+
 void tsl_conv_forward_kernel(const tsl_conv_args *a, const float *x, const float *w, const float *b,
                              float *y)
 {
+    TSL_CODELET_CHECK(a->w_in_channels == 0 ||
+                          (!a->transposed && a->groups == 1 && a->w_in_offset >= 0 &&
+                           a->w_in_offset + a->in_channels <= a->w_in_channels),
+                      "conv: a run of the weights' input channels needs one group, no "
+                      "transposition, and to lie inside the weights");
+    w += weights_at(a);
     if (a->transposed && a->has_bias) {
         /* oneDNN's transposed convolution with a bias keeps a scratchpad as large as its
          * output (32 MiB per worker for a U-Net 3D up-convolution tile of 64x64x128 voxels and
@@ -339,15 +379,18 @@ void tsl_conv_backward_data_kernel(const tsl_conv_args *a, const float *dy, cons
 {
     tsl_conv_args key = *a;
     key.has_bias = 0;
-    void *buffers[3] = {(void *)dy, (void *)w, dx};
+    key.accumulate = 0;
+    void *buffers[3] = {(void *)dy, (void *)(w + weights_at(a)), dx};
     run(&key, BWD_DATA, buffers);
 }
 
 void tsl_conv_backward_weights_kernel(const tsl_conv_args *a, const float *x, const float *dy,
                                       float *dw, float *db)
 {
-    void *buffers[4] = {(void *)x, (void *)dy, dw, db};
-    run(a, BWD_WEIGHTS, buffers);
+    tsl_conv_args key = *a;
+    key.accumulate = 0;
+    void *buffers[4] = {(void *)x, (void *)dy, dw + weights_at(a), db};
+    run(&key, BWD_WEIGHTS, buffers);
 }
 
 /* ---- spatial tiles ---- */
@@ -630,8 +673,9 @@ static void window_forward(const tsl_conv_args *a, const tsl_conv_window *w, con
         thread_cache *tc = local_cache();
         float *buf = grow(&tc->part, &tc->part_floats,
                           (size_t)(a->samples * a->out_channels * box_volume(a->spatial, &box)));
+        c.a.accumulate = 0; /* computed apart, then copied or added */
         tsl_conv_forward_kernel(&c.a, in, wt, b, buf);
-        copy_box(a, a->out_channels, &box, &box, buf, &outer, y, 0);
+        copy_box(a, a->out_channels, &box, &box, buf, &outer, y, (int)a->accumulate);
     }
 }
 
@@ -703,9 +747,12 @@ void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_win
                                       const float *tile, const float *const *slabs, const float *dy,
                                       float *dw, float *db)
 {
-    int64_t rows = chunk_rows(a), count = a->out_channels * (a->in_channels / a->groups);
-    for (int d = 0; d < a->spatial; d++)
-        count *= a->kernel[d];
+    int64_t rows = chunk_rows(a), k = kernel_volume(a), ci = a->in_channels / a->groups;
+    int64_t count = a->out_channels * ci * k;
+    /* A run of the weights' input channels: each output channel's part of dw is a run of
+     * ci * k values, w_in_channels * k apart. */
+    int64_t stride = a->w_in_channels > 0 ? a->w_in_channels * k : ci * k;
+    float *dw_at = dw + weights_at(a);
     for (int64_t r0 = 0; r0 < a->out_size[0]; r0 += rows) {
         chunk c;
         chunk_at(a, w, r0, a->out_size[0] - r0 < rows ? a->out_size[0] - r0 : rows, &c);
@@ -717,9 +764,12 @@ void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_win
         }
         thread_cache *tc = local_cache();
         float *tmp = grow(&tc->wtmp, &tc->wtmp_floats, (size_t)(count + a->out_channels));
+        c.a.w_in_channels = 0; /* tmp holds this run of input channels only */
+        c.a.w_in_offset = 0;
         tsl_conv_backward_weights_kernel(&c.a, in, dyc, tmp, db ? tmp + count : NULL);
-        for (int64_t i = 0; i < count; i++)
-            dw[i] += tmp[i];
+        for (int64_t o = 0; o < a->out_channels; o++)
+            for (int64_t i = 0; i < ci * k; i++)
+                dw_at[o * stride + i] += tmp[o * ci * k + i];
         for (int64_t o = 0; db && o < a->out_channels; o++)
             db[o] += tmp[count + o];
     }

@@ -18,9 +18,15 @@ typedef struct tsl_conv_args {
     int64_t in_channels, out_channels, groups;
     int64_t in_size[3], out_size[3], kernel[3];
     int64_t stride[3], padding[3], dilation[3]; /* dilation 1 = dense */
+    /* Input channels of the weights when x is a run of them (a convolution over a channel
+     * concatenation, each part on its own): x's in_channels are the weights' inputs from
+     * w_in_offset of w_in_channels. 0: the weights take exactly x's channels. Convolutions
+     * with one group only. */
+    int64_t w_in_channels, w_in_offset;
+    int64_t accumulate; /* forward: y += conv(x, w) (+ b) instead of y = */
 } tsl_conv_args;
 
-/* y = conv(x, w) + b. */
+/* y = conv(x, w) + b (y += with a->accumulate). */
 void tsl_conv_forward_kernel(const tsl_conv_args *a, const float *x, const float *w, const float *b,
                              float *y);
 /* dx = conv^T(dy, w). */

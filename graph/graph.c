@@ -634,13 +634,69 @@ tsl_status tsl_graph_estimate(tsl_graph_t g, int64_t batch, double *flops,
     return TSL_OK;
 }
 
-int tsl_graph_last_reader(const struct tsl_graph *g, int32_t v, int32_t o)
+int tsl_graph_last_reader(const struct tsl_graph *g, int32_t v, int32_t o, const int32_t *fold)
 {
-    for (int32_t j = o + 1; j < g->nops; j++)
+    for (int32_t j = 0; j < g->nops; j++)
         for (int32_t k = 0; k < g->ops[j].ninputs; k++)
-            if (g->ops[j].inputs[k] == v)
+            if (g->ops[j].inputs[k] == v && (fold && fold[j] >= 0 ? fold[j] : j) > o)
                 return 0;
     return 1;
+}
+
+int32_t tsl_graph_exec_inputs(const struct tsl_graph *g, int32_t o, const int32_t *fold,
+                              int32_t *inputs)
+{
+    const tsl_graph_op *op = &g->ops[o];
+    if (fold && fold[o] >= 0)
+        return 0; /* its convolution reads them */
+    if (fold && op->kind == TSL_OP_CONV && op->ninputs == 1) {
+        int32_t c = g->values[op->inputs[0]].producer;
+        if (fold[c] == o) {
+            memcpy(inputs, g->ops[c].inputs, sizeof *inputs * (size_t)g->ops[c].ninputs);
+            return g->ops[c].ninputs;
+        }
+    }
+    memcpy(inputs, op->inputs, sizeof *inputs * (size_t)op->ninputs);
+    return op->ninputs;
+}
+
+/* The only op reading op o's output (not the graph's output), when o is a `kind` op; else -1. */
+static int32_t sole_reader(const struct tsl_graph *g, int32_t o, tsl_op_kind kind)
+{
+    if (o < 0 || o >= g->nops || g->ops[o].kind != kind)
+        return -1;
+    int32_t v = g->ops[o].output, reader = -1, reads = 0;
+    if (v == g->output)
+        return -1;
+    for (int32_t r = 0; r < g->nops; r++)
+        for (int32_t k = 0; k < g->ops[r].ninputs; k++)
+            if (g->ops[r].inputs[k] == v) {
+                reader = r;
+                reads++;
+            }
+    return reads == 1 ? reader : -1;
+}
+
+int32_t tsl_graph_folded_concat(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
+{
+    int32_t reader = sole_reader(g, o, TSL_OP_CONCAT);
+    if (reader < 0)
+        return -1;
+    int32_t v = g->ops[o].output;
+    const tsl_graph_op *c = &g->ops[reader];
+    const tsl_shape *in = &g->values[v].shape, *out = &g->values[c->output].shape;
+    if (c->kind != TSL_OP_CONV || c->transposed || c->conv.groups != 1 || in->ndim < 2 ||
+        in->ndim != out->ndim)
+        return -1;
+    for (int d = 1; d < in->ndim; d++) /* the parts then share the output's tile grid */
+        if (in->dims[d] != out->dims[d])
+            return -1;
+    for (int32_t k = 0; op_stage && k < g->ops[o].ninputs; k++)
+        if (op_stage[g->values[g->ops[o].inputs[k]].producer] != op_stage[reader])
+            return -1;
+    if (op_stage && op_stage[o] != op_stage[reader])
+        return -1;
+    return reader;
 }
 
 int tsl_graph_op_reads_input_backward(const tsl_graph_op *op)
@@ -658,7 +714,8 @@ int tsl_graph_op_reads_input_backward(const tsl_graph_op *op)
     }
 }
 
-int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused)
+int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused,
+                                  const int32_t *fold)
 {
     if (v == g->output || v == g->input)
         return 1;
@@ -667,25 +724,16 @@ int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const ui
         return 1; /* sigmoid and tanh read their output */
     for (int32_t r = 0; r < g->nops; r++)
         for (int32_t k = 0; k < g->ops[r].ninputs; k++)
-            if (g->ops[r].inputs[k] == v && tsl_graph_op_reads_input_backward(&g->ops[r]))
+            if (g->ops[r].inputs[k] == v &&
+                tsl_graph_op_reads_input_backward(&g->ops[fold && fold[r] >= 0 ? fold[r] : r]))
                 return 1;
     return 0;
 }
 
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
 {
-    if (o < 0 || o >= g->nops || g->ops[o].kind != TSL_OP_BATCHNORM)
-        return -1;
-    int32_t v = g->ops[o].output, reader = -1, reads = 0;
-    if (v == g->output)
-        return -1;
-    for (int32_t r = 0; r < g->nops; r++)
-        for (int32_t k = 0; k < g->ops[r].ninputs; k++)
-            if (g->ops[r].inputs[k] == v) {
-                reader = r;
-                reads++;
-            }
-    if (reads != 1 || g->ops[reader].kind != TSL_OP_ACTIVATION ||
+    int32_t reader = sole_reader(g, o, TSL_OP_BATCHNORM);
+    if (reader < 0 || g->ops[reader].kind != TSL_OP_ACTIVATION ||
         g->ops[reader].act != TSL_ACT_RELU || (op_stage && op_stage[reader] != op_stage[o]))
         return -1;
     return reader;

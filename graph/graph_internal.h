@@ -58,8 +58,23 @@ struct tsl_graph {
 /* The shape of a (batch, sample...) tensor. */
 void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out);
 
-/* Whether no op after op o reads value v (ops run in order, forward). */
-int tsl_graph_last_reader(const struct tsl_graph *g, int32_t v, int32_t o);
+/* Whether no op after op o reads value v (ops run in order, forward). fold (nops entries, may
+ * be NULL: none) marks the concatenations the executor folds into their convolution
+ * (tsl_graph_folded_concat()): their reads count as the convolution's. */
+int tsl_graph_last_reader(const struct tsl_graph *g, int32_t v, int32_t o, const int32_t *fold);
+
+/* The values op o reads as the executor runs it, into inputs (TSL_GRAPH_MAX_INPUTS entries);
+ * returns their count: none for a folded concatenation, its parts for the convolution that
+ * reads it in place, else the op's inputs. fold as for tsl_graph_last_reader(). */
+int32_t tsl_graph_exec_inputs(const struct tsl_graph *g, int32_t o, const int32_t *fold,
+                              int32_t *inputs);
+
+/* The convolution that reads concatenation op o in place (tsl_conv_concat_forward()), or -1:
+ * the concatenation's output is not the graph's output, its only reader is a convolution (one
+ * group, not transposed) whose output has the concatenation's spatial size (so its parts
+ * share the output's tile grid), all on one pipeline stage (op_stage may be NULL: one stage).
+ * The concatenation then has no tensor of its own, nor a gradient. */
+int32_t tsl_graph_folded_concat(const struct tsl_graph *g, int32_t o, const int32_t *op_stage);
 
 /* Whether op's backward reads its input x (the value itself, not a gradient): convolution,
  * linear, batch norm, pooling, ReLU and leaky ReLU. */
@@ -68,10 +83,12 @@ int tsl_graph_op_reads_input_backward(const tsl_graph_op *op);
 /* Whether a training step reads value v after the forward pass: the graph's input and output,
  * an unfused activation's output (sigmoid and tanh read it), and any input of an op whose
  * backward reads it (tsl_graph_op_reads_input_backward). `fused` (nops entries, may be NULL)
- * marks the ReLUs fused into their batch norms. A value no backward reads (a transposed
+ * marks the ReLUs fused into their batch norms, `fold` (may be NULL) the folded
+ * concatenations (tsl_graph_last_reader()). A value no backward reads (a transposed
  * convolution's output that only a concatenation reads, a batch norm's output that only an
  * addition reads) is released by the executor after its last forward reader. */
-int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused);
+int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused,
+                                  const int32_t *fold);
 
 /* The ReLU op that the executor fuses into batch-norm op o, or -1: the batch norm's output is
  * not the graph's output and its only reader is that ReLU, on the same pipeline stage

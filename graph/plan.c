@@ -315,19 +315,22 @@ static void param_ops(const struct tsl_graph *g, int32_t *op_of)
 
 /* Activation-sized tensors the executor keeps for value v: the activation and, except for
  * the input, its gradient; a spare gradient where several ops read the value (the model adds
- * their contributions there) or where a concatenation reads the input (its part of the
- * gradient is thrown away there); none for a batch norm's output that its fused ReLU
- * replaces (tsl_graph_fused_relu()). */
+ * their contributions there) or where an unfolded concatenation reads the input (its part of
+ * the gradient is thrown away there); none for a batch norm's output that its fused ReLU
+ * replaces (tsl_graph_fused_relu()), nor for a concatenation its convolution reads in place
+ * (tsl_graph_folded_concat()). */
 static int64_t value_copies(const struct tsl_graph *g, int32_t v, const int32_t *op_stage)
 {
-    if (tsl_graph_fused_relu(g, g->values[v].producer, op_stage) >= 0)
+    int32_t p = g->values[v].producer;
+    if (tsl_graph_fused_relu(g, p, op_stage) >= 0 || tsl_graph_folded_concat(g, p, op_stage) >= 0)
         return 0;
     int32_t readers = 0, concat = 0;
     for (int32_t o = 0; o < g->nops; o++)
         for (int32_t k = 0; k < g->ops[o].ninputs; k++)
             if (g->ops[o].inputs[k] == v) {
                 readers++;
-                concat |= g->ops[o].kind == TSL_OP_CONCAT;
+                concat |=
+                    g->ops[o].kind == TSL_OP_CONCAT && tsl_graph_folded_concat(g, o, op_stage) < 0;
             }
     return v == g->input ? 1 + concat : 2 + (readers > 1);
 }
@@ -703,11 +706,12 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     int32_t *op_stage = calloc((size_t)n + 1, sizeof *op_stage);
     int32_t *relu_of = calloc((size_t)n + 1, sizeof *relu_of);
     uint8_t *fused = calloc((size_t)n + 1, 1);
+    int32_t *fold = calloc((size_t)n + 1, sizeof *fold);
     uint8_t *written = calloc((size_t)nv + 1, 1), *spare = calloc((size_t)nv + 1, 1);
     uint8_t *gone = calloc((size_t)nv + 1, 1); /* released after the forward's last reader */
     int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
-    tsl_status st = op_stage && relu_of && fused && written && spare && gone && size && live
+    tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && size && live
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -725,16 +729,19 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             relu_of[o] = tsl_graph_fused_relu(g, o, op_stage);
             if (relu_of[o] >= 0)
                 fused[relu_of[o]] = 1;
+            fold[o] = tsl_graph_folded_concat(g, o, op_stage);
         }
-        /* Forward: every op's output made (a batch norm's with a fused ReLU is the ReLU's);
-         * a value no backward reads goes after its last forward reader. */
+        /* Forward: every op's output made (a batch norm's with a fused ReLU is the ReLU's, a
+         * folded concatenation's none); a value no backward reads goes after its last forward
+         * reader. */
         for (int32_t o = 0; o < n; o++) {
-            if (relu_of[o] < 0)
+            if (relu_of[o] < 0 && fold[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, 1);
-            for (int32_t k = 0; k < g->ops[o].ninputs; k++) {
-                int32_t v = g->ops[o].inputs[k];
-                if (!gone[v] && tsl_graph_last_reader(g, v, o) &&
-                    !tsl_graph_value_read_backward(g, v, fused)) {
+            int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
+            for (int32_t k = 0; k < nin; k++) {
+                int32_t v = ins[k];
+                if (!gone[v] && tsl_graph_last_reader(g, v, o, fold) &&
+                    !tsl_graph_value_read_backward(g, v, fused, fold)) {
                     gone[v] = 1;
                     live_add(live, bytes, size, v, nranks, -1);
                 }
@@ -749,11 +756,12 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
         live_add(live, bytes, size, out, nranks, 1);
         for (int32_t o = n - 1; o >= 0; o--) {
             const tsl_graph_op *op = &g->ops[o];
-            if (fused[o])
+            if (fused[o] || fold[o] >= 0)
                 continue;
             int32_t y = relu_of[o] >= 0 ? g->ops[relu_of[o]].output : op->output;
-            for (int32_t k = 0; k < op->ninputs && written[y] && op->kind != TSL_OP_INPUT; k++) {
-                int32_t v = op->inputs[k];
+            int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
+            for (int32_t k = 0; k < nin && written[y] && op->kind != TSL_OP_INPUT; k++) {
+                int32_t v = ins[k];
                 if (v == g->input) {
                     if (op->kind == TSL_OP_CONCAT && !spare[v]) /* its part goes to a spare */
                         spare[v] = 1, live_add(live, bytes, size, v, nranks, 1);
@@ -773,6 +781,7 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     free(op_stage);
     free(relu_of);
     free(fused);
+    free(fold);
     free(written);
     free(spare);
     free(gone);

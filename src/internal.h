@@ -322,11 +322,13 @@ tsl_status tsl_param_gradients(struct tsl_tensor *x, struct tsl_tensor *dy, stru
 typedef double (*tsl_tile_args_fn)(int64_t tile, void *args, void *user);
 
 /* Forward of a sample-tiled op with parameters: per tile of x (and y, tiled alike), one task
- * reading x, w (whole: tsl_whole_handle) and b (one tile, or NULL) and writing y, with the
- * arguments `fill` writes into `args` (src/lower/param_grads.c). */
+ * reading x, w (whole: tsl_whole_handle) and b (one tile, or NULL) and writing y (reading it
+ * too with `accumulate`: the codelet adds), with the arguments `fill` writes into `args`
+ * (src/lower/param_grads.c). */
 tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, struct tsl_tensor *x,
                                 struct tsl_tensor *w, struct tsl_tensor *b, struct tsl_tensor *y,
-                                void *args, size_t args_size, tsl_tile_args_fn fill, void *user);
+                                int accumulate, void *args, size_t args_size, tsl_tile_args_fn fill,
+                                void *user);
 
 /* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
  * (StarPU allocates it where a task first needs it). */
@@ -386,13 +388,15 @@ void tsl_optimizer_pending_free(tsl_optimizer_pending *pending);
 
 struct tsl_halo_keep;
 
-/* tsl_conv_forward / tsl_conv_transpose_forward that keep the input's halo slabs in `keep`
- * (lower/halo.h; NULL keeps nothing), and the backward that uses and drops them. */
-tsl_status tsl_conv_forward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
-                                    tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y,
-                                    struct tsl_halo_keep *keep);
-tsl_status tsl_conv_backward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
-                                     tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
-                                     tsl_tensor_t dw, tsl_tensor_t db, struct tsl_halo_keep *keep);
+/* tsl_conv_forward / tsl_conv_transpose_forward (count 1) and tsl_conv_concat_forward that
+ * keep each input's halo slabs in keeps[k] (lower/halo.h; NULL keeps nothing), and the
+ * backward that uses and drops them. */
+tsl_status tsl_conv_forward_keeping(const tsl_conv_params *p, int transposed, int32_t count,
+                                    const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t b,
+                                    tsl_tensor_t y, struct tsl_halo_keep *keeps);
+tsl_status tsl_conv_backward_keeping(const tsl_conv_params *p, int transposed, int32_t count,
+                                     const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t dy,
+                                     const tsl_tensor_t *dxs, tsl_tensor_t dw, tsl_tensor_t db,
+                                     struct tsl_halo_keep *keeps);
 
 #endif /* TESSEL_SRC_INTERNAL_H */

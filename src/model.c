@@ -28,7 +28,8 @@ typedef struct instance {
                                 input and output grids differ (see needs_regrid) */
     tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
     tsl_tensor_t *saved;     /* [nops]: batch-norm statistics */
-    tsl_halo_keep *keep;     /* [nops]: a convolution's input halo slabs, forward to backward */
+    tsl_halo_keep *keep;     /* [nops * TSL_GRAPH_MAX_INPUTS]: a convolution's input halo slabs
+                                (one set per part of a folded concatenation), forward to backward */
     tsl_tensor_t labels;
     uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
 } instance;
@@ -49,6 +50,8 @@ struct tsl_model {
     int32_t *relu_of; /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
                          or -1 */
     uint8_t *fused;   /* [nops]: a ReLU that its batch norm computes */
+    int32_t *fold;    /* [nops]: the convolution that reads concatenation o's parts in place
+                         (tsl_graph_folded_concat()), or -1 */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -79,7 +82,7 @@ static void instance_free(struct tsl_model *m, instance *in)
     free(in->grad);
     free(in->scratch);
     free(in->flat);
-    for (int32_t o = 0; in->keep && o < m->g->nops; o++)
+    for (int32_t o = 0; in->keep && o < m->g->nops * TSL_GRAPH_MAX_INPUTS; o++)
         tsl_halo_keep_release(m->ctx, &in->keep[o]);
     free(in->keep);
     free(in->rx);
@@ -147,7 +150,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->scratch = calloc((size_t)g->nvalues, sizeof *in->scratch);
     in->saved = calloc((size_t)g->nops, sizeof *in->saved);
     in->flat = calloc((size_t)g->nvalues, sizeof *in->flat);
-    in->keep = calloc((size_t)g->nops, sizeof *in->keep);
+    in->keep = calloc((size_t)g->nops * TSL_GRAPH_MAX_INPUTS, sizeof *in->keep);
     in->rx = calloc((size_t)g->nops, sizeof *in->rx);
     in->ry = calloc((size_t)g->nops, sizeof *in->ry);
     in->rdx = calloc((size_t)g->nops, sizeof *in->rdx);
@@ -162,8 +165,8 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     /* Pipelines run each rank's micro-batches through the layers in order (priorities). */
     int pipelined = m->has_plan && (m->plan.stages > 1 || m->plan.micro > 1);
     for (int32_t v = 0; v < g->nvalues && !st; v++) {
-        if (m->relu_of[g->values[v].producer] >= 0)
-            continue; /* the fused ReLU's output holds it */
+        if (m->relu_of[g->values[v].producer] >= 0 || m->fold[g->values[v].producer] >= 0)
+            continue; /* the fused ReLU's output holds it; a folded concatenation is not made */
         int32_t at = value_stage(m, v);
         st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
         if (!st && v != g->input)
@@ -317,8 +320,9 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     m->op_stage = calloc((size_t)graph->nops + 1, sizeof *m->op_stage);
     m->relu_of = calloc((size_t)graph->nops + 1, sizeof *m->relu_of);
     m->fused = calloc((size_t)graph->nops + 1, sizeof *m->fused);
+    m->fold = calloc((size_t)graph->nops + 1, sizeof *m->fold);
     if (!grids || !owners || !sharded || !bucket_of || !m->replicated || !m->op_stage ||
-        !m->relu_of || !m->fused)
+        !m->relu_of || !m->fused || !m->fold)
         st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     /* Without stages of the graph's own, the split for one sample per batch and Adam. */
     else if ((st = tsl_plan_stages(pl, graph, 1, 2, m->op_stage)) ||
@@ -331,6 +335,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         m->relu_of[op] = tsl_graph_fused_relu(m->g, op, m->op_stage);
         if (m->relu_of[op] >= 0)
             m->fused[m->relu_of[op]] = 1;
+        m->fold[op] = tsl_graph_folded_concat(m->g, op, m->op_stage);
     }
     for (int32_t i = 0; i < graph->nparams && !st; i++) {
         const tsl_graph_param *p = &graph->params[i];
@@ -381,6 +386,7 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     free(m->op_stage);
     free(m->relu_of);
     free(m->fused);
+    free(m->fold);
     tsl_graph_destroy(m->g);
     free(m);
     return TSL_OK;
@@ -511,6 +517,21 @@ static tsl_status batchnorm_forward(struct tsl_model *m, instance *in, int32_t i
     return st || r < 0 ? st : tsl_activation_forward(TSL_ACT_RELU, 0, y, y);
 }
 
+/* The inputs of convolution op i into xs, returning their count: the parts of the
+ * concatenation it reads in place (tsl_graph_folded_concat()), else x. */
+static int32_t conv_inputs(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                           tsl_tensor_t *xs)
+{
+    int32_t ins[TSL_GRAPH_MAX_INPUTS], n = tsl_graph_exec_inputs(m->g, i, m->fold, ins);
+    if (m->fold[m->g->values[m->g->ops[i].inputs[0]].producer] != i) {
+        xs[0] = x; /* perhaps moved to the output's grid */
+        return 1;
+    }
+    for (int32_t k = 0; k < n; k++)
+        xs[k] = in->act[ins[k]];
+    return n;
+}
+
 /* Without training nothing reads an activation after its last reader: it is released then
  * (all but the output), so inference holds a few layers' activations at a time. Training
  * releases there the activations no backward reads (tsl_graph_value_read_backward: a U-Net's
@@ -534,11 +555,16 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
         switch (o->kind) {
         case TSL_OP_INPUT:
             break;
-        case TSL_OP_CONV:
-            /* Training keeps the input's halo slabs for the weight gradient. */
-            st = tsl_conv_forward_keeping(&o->conv, o->transposed, x, op_param(m, o, 0, 0),
-                                          op_param(m, o, 1, 0), y, train ? &in->keep[i] : NULL);
+        case TSL_OP_CONV: {
+            /* Training keeps the input's halo slabs for the weight gradient. A folded
+             * concatenation's parts are read in place. */
+            tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+            int32_t n = conv_inputs(m, in, i, x, xs);
+            st = tsl_conv_forward_keeping(&o->conv, o->transposed, n, xs, op_param(m, o, 0, 0),
+                                          op_param(m, o, 1, 0), y,
+                                          train ? &in->keep[i * TSL_GRAPH_MAX_INPUTS] : NULL);
             break;
+        }
         case TSL_OP_BATCHNORM:
             st = batchnorm_forward(m, in, i, x, train);
             break;
@@ -554,6 +580,8 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
                            : tsl_upsample_nearest_forward(o->scale, x, y);
             break;
         case TSL_OP_CONCAT: {
+            if (m->fold[i] >= 0)
+                break; /* its convolution reads the parts */
             tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
             for (int32_t k = 0; k < o->ninputs; k++)
                 xs[k] = in->act[o->inputs[k]];
@@ -579,10 +607,11 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
         }
         if (!st && y != y_final)
             st = tsl_tensor_redistribute(y_final, y);
-        for (int32_t k = 0; k < o->ninputs && !st; k++)
-            if (o->inputs[k] != g->output && tsl_graph_last_reader(g, o->inputs[k], i) &&
-                (!train || !tsl_graph_value_read_backward(g, o->inputs[k], m->fused)))
-                tsl_tensor_release(in->act[o->inputs[k]]);
+        int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, i, m->fold, ins);
+        for (int32_t k = 0; k < nin && !st; k++)
+            if (ins[k] != g->output && tsl_graph_last_reader(g, ins[k], i, m->fold) &&
+                (!train || !tsl_graph_value_read_backward(g, ins[k], m->fused, m->fold)))
+                tsl_tensor_release(in->act[ins[k]]);
     }
     return st;
 }
@@ -619,8 +648,9 @@ static tsl_status grad_target(struct tsl_model *m, instance *in, int32_t v, tsl_
 static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
 {
     const tsl_graph_op *o = &m->g->ops[i];
-    if (o->kind == TSL_OP_INPUT || m->fused[i])
-        return TSL_OK; /* a fused ReLU's backward is its batch norm's */
+    if (o->kind == TSL_OP_INPUT || m->fused[i] || m->fold[i] >= 0)
+        return TSL_OK; /* a fused ReLU's backward is its batch norm's, a folded concatenation's
+                          its convolution's */
     /* A batch norm with a fused ReLU takes the ReLU's output gradient. */
     int32_t out = m->relu_of[i] >= 0 ? m->g->ops[m->relu_of[i]].output : o->output;
     if (!in->written[out]) {
@@ -635,11 +665,13 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
     tsl_tensor_t dx[TSL_GRAPH_MAX_INPUTS];
     int acc[TSL_GRAPH_MAX_INPUTS];
     tsl_status st = TSL_OK;
-    for (int32_t k = 0; k < o->ninputs && !st; k++)
-        st = grad_target(m, in, o->inputs[k], &dx[k], &acc[k]);
+    /* The values it reads: a folded concatenation's parts for its convolution. */
+    int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(m->g, i, m->fold, ins);
+    for (int32_t k = 0; k < nin && !st; k++)
+        st = grad_target(m, in, ins[k], &dx[k], &acc[k]);
     if (st)
         return st;
-    tsl_tensor_t x = in->act[o->inputs[0]];
+    tsl_tensor_t x = in->act[ins[0]];
     /* An input moved to the output's tile grid (forward kept the copy): its gradient is made
      * on that grid too and moved back below. */
     tsl_tensor_t dx0 = dx[0], cdx = NULL;
@@ -664,10 +696,14 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
     switch (o->kind) {
     case TSL_OP_INPUT:
         break;
-    case TSL_OP_CONV:
-        st = tsl_conv_backward_keeping(&o->conv, o->transposed, x, op_param(m, o, 0, 0), dy, dx[0],
-                                       op_param(m, o, 0, 1), op_param(m, o, 1, 1), &in->keep[i]);
+    case TSL_OP_CONV: {
+        tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+        int32_t n = conv_inputs(m, in, i, x, xs);
+        st = tsl_conv_backward_keeping(&o->conv, o->transposed, n, xs, op_param(m, o, 0, 0), dy, dx,
+                                       op_param(m, o, 0, 1), op_param(m, o, 1, 1),
+                                       &in->keep[i * TSL_GRAPH_MAX_INPUTS]);
         break;
+    }
     case TSL_OP_BATCHNORM:
         st = m->relu_of[i] >= 0
                  ? tsl_batchnorm_relu_backward(x, dy, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
@@ -725,9 +761,9 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
         st = tsl_tensor_redistribute(dx0, cdx);
         dx[0] = dx0;
     }
-    for (int32_t k = 0; k < o->ninputs && !st; k++)
+    for (int32_t k = 0; k < nin && !st; k++)
         if (acc[k])
-            st = tsl_tensor_axpy(in->grad[o->inputs[k]], 1.0, dx[k]);
+            st = tsl_tensor_axpy(in->grad[ins[k]], 1.0, dx[k]);
     return st;
 }
 

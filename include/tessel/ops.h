@@ -244,6 +244,31 @@ tsl_status tsl_conv_transpose_backward(const tsl_conv_params *params, tsl_tensor
                                        tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
                                        tsl_tensor_t dw, tsl_tensor_t db);
 
+/** Most inputs of tsl_conv_concat_forward(). */
+#define TSL_CONV_MAX_INPUTS 8
+
+/**
+ * @brief y = conv(concat(xs[0], ..., xs[count - 1]), w) + b, the channel concatenation
+ * (tsl_concat_channels()) never made: each input runs through its run of the weights' input
+ * channels (w is (C_out, the inputs' channels summed, kernel...)), the later ones adding to y.
+ * The U-Net decoder's convolution of its skip connection and up-sampled path, without the
+ * concatenated copy. The inputs agree in every dimension but channels and in their tile grid;
+ * one group, 1 to TSL_CONV_MAX_INPUTS inputs; tiling rules of tsl_conv_forward(). Equals the
+ * convolution of the concatenation up to float rounding (the sum's order).
+ */
+tsl_status tsl_conv_concat_forward(const tsl_conv_params *params, int32_t count,
+                                   const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t b,
+                                   tsl_tensor_t y);
+
+/**
+ * @brief Backward of tsl_conv_concat_forward(): dxs[k] (a NULL array or entry: not wanted)
+ * the gradient of xs[k], what tsl_split_channels() would cut from the concatenation's; dw
+ * and db (when not NULL; db needs dw) as tsl_conv_backward().
+ */
+tsl_status tsl_conv_concat_backward(const tsl_conv_params *params, int32_t count,
+                                    const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t dy,
+                                    const tsl_tensor_t *dxs, tsl_tensor_t dw, tsl_tensor_t db);
+
 /** Pooling kinds. */
 typedef enum tsl_pool_kind {
     TSL_POOL_MAX = 0,

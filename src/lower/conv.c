@@ -121,10 +121,11 @@ tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *
     return TSL_OK;
 }
 
-/* Check the tensors against the settings; fill the per-tile arguments' shared part. */
-static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
-                        tsl_tensor_t b, tsl_tensor_t y, const char *what, const char *fn,
-                        tsl_conv_args *args)
+/* Check the tensors against the settings; fill the per-tile arguments' shared part. The
+ * input's shape is xs (x's own, or that of the concatenation x is the first part of). */
+static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
+                        const tsl_shape *xs, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y,
+                        const char *what, const char *fn, tsl_conv_args *args)
 {
     tsl_status st = tsl_tensor_check(x, fn);
     if (st || (st = tsl_tensor_check(w, fn)) || (st = tsl_tensor_check(y, fn)))
@@ -138,8 +139,8 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
         (b && b->dtype != TSL_F32))
         return tsl_error(ctx, TSL_ERR_DTYPE, "%s: convolutions take f32 tensors", fn);
     tsl_shape want;
-    st = transposed ? tsl_conv_transpose_output_shape(&x->shape, &w->shape, p, &want)
-                    : tsl_conv_output_shape(&x->shape, &w->shape, p, &want);
+    st = transposed ? tsl_conv_transpose_output_shape(xs, &w->shape, p, &want)
+                    : tsl_conv_output_shape(xs, &w->shape, p, &want);
     if (st)
         return tsl_error(ctx, st, "%s", tsl_last_error());
     if (memcmp(want.dims, y->shape.dims, sizeof want.dims) != 0 || want.ndim != y->shape.ndim)
@@ -173,7 +174,7 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
     args->has_bias = b != NULL;
     args->transposed = transposed;
     args->channels_last = x->layout == TSL_LAYOUT_CHANNELS_LAST;
-    args->in_channels = x->shape.dims[1];
+    args->in_channels = xs->dims[1];
     args->out_channels = want.dims[1];
     args->groups = p->groups;
     for (int d = 0; d < p->spatial; d++) {
@@ -183,6 +184,56 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
         args->stride[d] = p->stride[d];
         args->padding[d] = p->padding[d];
         args->dilation[d] = p->dilation[d];
+    }
+    return TSL_OK;
+}
+
+/* Check a convolution over the channel concatenation of xs[0..n) (one input when n is 1) and
+ * fill each part's arguments: its run of the weights' input channels, the bias and a
+ * written y for the first, the others adding to y. */
+static tsl_status check_parts(const tsl_conv_params *p, int transposed, int32_t n,
+                              const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t b,
+                              tsl_tensor_t y, const char *what, const char *fn, tsl_conv_args *args)
+{
+    if (n < 1 || n > TSL_CONV_MAX_INPUTS || !xs)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d inputs (want 1 to %d)", fn, (int)n,
+                         TSL_CONV_MAX_INPUTS);
+    tsl_status st = tsl_tensor_check(xs[0], fn);
+    if (st)
+        return st;
+    tsl_shape whole = xs[0]->shape;
+    for (int32_t k = 1; k < n; k++) {
+        if ((st = tsl_tensor_check(xs[k], fn)))
+            return st;
+        tsl_tensor_t x = xs[k];
+        int same = x->ctx == xs[0]->ctx && x->shape.ndim == whole.ndim &&
+                   x->layout == xs[0]->layout && x->dtype == xs[0]->dtype;
+        for (int d = 0; same && d < whole.ndim; d++)
+            same = (d == 1 || x->shape.dims[d] == whole.dims[d]) &&
+                   x->grid.splits[d] == xs[0]->grid.splits[d];
+        if (!same)
+            return tsl_error(xs[0]->ctx, TSL_ERR_SHAPE,
+                             "%s: input %d differs from input 0 in context, type, layout, a "
+                             "dimension other than channels, or its tile grid",
+                             fn, (int)k);
+        whole.dims[1] += x->shape.dims[1];
+    }
+    if (n > 1 && (transposed || p->groups != 1))
+        return tsl_error(xs[0]->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: a convolution over concatenated inputs takes one group and no "
+                         "transposition",
+                         fn);
+    if ((st = check(p, transposed, xs[0], &whole, w, b, y, what, fn, &args[0])))
+        return st;
+    for (int32_t k = 0, at = 0; k < n; at += (int32_t)xs[k]->shape.dims[1], k++) {
+        args[k] = args[0];
+        if (n == 1)
+            break;
+        args[k].in_channels = xs[k]->shape.dims[1];
+        args[k].w_in_channels = whole.dims[1];
+        args[k].w_in_offset = at;
+        args[k].has_bias = k == 0 && b;
+        args[k].accumulate = k > 0;
     }
     return TSL_OK;
 }
@@ -444,7 +495,8 @@ static int forward_split(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
         part_args(a, whole, &out, &parts[n], &t, pick);
         for (int32_t k = 0; k < t.window.nslabs; k++)
             used[k] = slabs[pick[k]];
-        *st = submit_window_forward(x, w, b, y, i, &t, used, n == 0 ? STARPU_W : STARPU_RW);
+        *st = submit_window_forward(x, w, b, y, i, &t, used,
+                                    n == 0 && !a->accumulate ? STARPU_W : STARPU_RW);
     }
     return 1;
 }
@@ -479,7 +531,8 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
         }
         int32_t ns = t.window.nslabs;
         if (!forward_split(a, x, w, b, y, i, &t, src, slabs, &st))
-            st = submit_window_forward(x, w, b, y, i, &t, slabs, STARPU_W);
+            st = submit_window_forward(x, w, b, y, i, &t, slabs,
+                                       a->accumulate ? STARPU_RW : STARPU_W);
         if (keep && !st) { /* the weight gradient reads them again */
             keep->nslabs[i] = ns;
             memcpy(keep->slabs + i * TSL_CONV_MAX_SLABS, slabs, (size_t)ns * sizeof *slabs);
@@ -535,50 +588,65 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
     return st ? st : fin;
 }
 
-static tsl_status forward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
-                          tsl_tensor_t b, tsl_tensor_t y, const char *fn, tsl_halo_keep *keep)
+/* Forward over the channel concatenation of xs[0..n): one pass per part, each through its
+ * run of the weights' input channels, the later ones adding to y. */
+static tsl_status forward(const tsl_conv_params *p, int transposed, int32_t n,
+                          const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y,
+                          const char *fn, tsl_halo_keep *keeps)
 {
-    tsl_conv_args a;
-    tsl_status st = check(p, transposed, x, w, b, y, "y", fn, &a);
-    if (st)
-        return st;
-    if (y == x)
-        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
-    if (spatially_tiled(x))
-        return (st = check_windows(&a, x, y)) ? st : forward_windowed(&a, x, w, b, y, keep);
-    tsl_conv_task_args t = task_args(&a, 0);
-    return tsl_weighted_forward(&tsl_cl_conv_forward, x, w, b, y, &t, sizeof t, conv_tile_args, x);
+    tsl_conv_args a[TSL_CONV_MAX_INPUTS];
+    tsl_status st = check_parts(p, transposed, n, xs, w, b, y, "y", fn, a);
+    for (int32_t k = 0; k < n && !st; k++)
+        if (y == xs[k])
+            return tsl_error(y->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    int windowed = !st && spatially_tiled(xs[0]);
+    for (int32_t k = 0; windowed && k < n && !st; k++)
+        st = check_windows(&a[k], xs[k], y);
+    for (int32_t k = 0; k < n && !st; k++) {
+        tsl_tensor_t bk = k == 0 ? b : NULL;
+        if (windowed) {
+            st = forward_windowed(&a[k], xs[k], w, bk, y, keeps ? &keeps[k] : NULL);
+        } else {
+            tsl_conv_task_args t = task_args(&a[k], 0);
+            st = tsl_weighted_forward(&tsl_cl_conv_forward, xs[k], w, bk, y, (int)a[k].accumulate,
+                                      &t, sizeof t, conv_tile_args, xs[k]);
+        }
+    }
+    return st;
 }
 
 typedef struct conv_grads {
-    tsl_conv_args args;
-    tsl_tensor_t x, dy;
-    tsl_halo_keep *keep; /* the forward's slabs of x, or NULL */
+    int32_t n; /* inputs (the parts of a concatenation) */
+    tsl_conv_args args[TSL_CONV_MAX_INPUTS];
+    tsl_tensor_t x[TSL_CONV_MAX_INPUTS], dy;
+    tsl_halo_keep *keep; /* [n]: the forward's slabs of each x, or NULL */
 } conv_grads;
 
-static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
-                               starpu_data_handle_t db_part, void *user)
+/* The weight-gradient task of input k's part for one tile: the first writes dw_part (its run
+ * of input channels) and db_part, the others their runs of dw_part. */
+static tsl_status part_partial(conv_grads *g, int32_t k, int64_t tile, starpu_data_handle_t dw_part,
+                               starpu_data_handle_t db_part)
 {
-    conv_grads *g = user;
-    struct tsl_context *ctx = g->x->ctx;
+    tsl_tensor_t x = g->x[k];
+    struct tsl_context *ctx = x->ctx;
     tsl_conv_task_args a;
     int64_t src[TSL_CONV_MAX_SLABS];
     starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
     tsl_status st = TSL_OK;
-    tsl_halo_keep *keep = g->keep;
-    int kept = keep && keep->x == g->x && keep->ntiles == g->dy->ntiles;
-    if (!spatially_tiled(g->x)) {
-        a = task_args(&g->args, tile_samples(g->x, tile));
-    } else if ((st = window_args(&g->args, g->x, g->dy, tile, &a, src))) {
+    tsl_halo_keep *keep = g->keep ? &g->keep[k] : NULL;
+    int kept = keep && keep->x == x && keep->ntiles == g->dy->ntiles;
+    if (!spatially_tiled(x)) {
+        a = task_args(&g->args[k], tile_samples(x, tile));
+    } else if ((st = window_args(&g->args[k], x, g->dy, tile, &a, src))) {
         return st;
     } else if (kept && keep->nslabs[tile] == a.window.nslabs) { /* the forward's slabs */
         memcpy(slabs, keep->slabs + tile * TSL_CONV_MAX_SLABS,
                (size_t)a.window.nslabs * sizeof *slabs);
         memset(keep->slabs + tile * TSL_CONV_MAX_SLABS, 0, (size_t)a.window.nslabs * sizeof *slabs);
-    } else if ((st = tsl_halo_pack_window(g->x, g->args.spatial, &a.window, src, slabs))) {
+    } else if ((st = tsl_halo_pack_window(x, g->args[k].spatial, &a.window, src, slabs))) {
         return st;
     }
-    a.conv.has_bias = db_part != NULL;
+    a.conv.has_bias = k == 0 && db_part != NULL;
     int32_t ns = a.windowed ? a.window.nslabs : 0, n = 0;
     tsl_task_desc desc = {
         .codelet = &tsl_cl_conv_backward_weights,
@@ -586,17 +654,17 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
         .args_size = sizeof a,
         .flops = conv_flops(&a.conv),
     };
-    desc.handles[n] = g->x->handles[tile];
+    desc.handles[n] = x->handles[tile];
     desc.modes[n++] = STARPU_R;
-    for (int32_t k = 0; k < ns; k++) {
-        desc.handles[n] = slabs[k];
+    for (int32_t j = 0; j < ns; j++) {
+        desc.handles[n] = slabs[j];
         desc.modes[n++] = STARPU_R;
     }
     desc.handles[n] = g->dy->handles[tile];
     desc.modes[n++] = STARPU_R;
     desc.handles[n] = dw_part;
-    desc.modes[n++] = STARPU_W;
-    if (db_part) {
+    desc.modes[n++] = k == 0 ? STARPU_W : STARPU_RW;
+    if (a.conv.has_bias) {
         desc.handles[n] = db_part;
         desc.modes[n++] = STARPU_W;
     }
@@ -606,51 +674,90 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
     return st;
 }
 
-static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_t x, tsl_tensor_t w,
-                           tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db,
-                           const char *fn, tsl_halo_keep *keep)
+static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
+                               starpu_data_handle_t db_part, void *user)
+{
+    conv_grads *g = user;
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < g->n && !st; k++)
+        st = part_partial(g, k, tile, dw_part, db_part);
+    return st;
+}
+
+/* dx of one input (its run of the weights' input channels in a). */
+static tsl_status backward_data(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
+                                tsl_tensor_t dy, tsl_tensor_t dx)
+{
+    if (spatially_tiled(x))
+        return backward_data_windowed(a, x, w, dy, dx);
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < x->ntiles && !st; i++) {
+        tsl_conv_task_args t = task_args(a, tile_samples(x, i));
+        tsl_task_desc desc = {
+            .codelet = &tsl_cl_conv_backward_data,
+            .args = &t,
+            .args_size = sizeof t,
+            .nhandles = 3,
+            .handles = {dy->handles[i], tsl_whole_handle(w, dx->tile_owner[i]), dx->handles[i]},
+            .modes = {STARPU_R, STARPU_R, STARPU_W},
+            .flops = conv_flops(&t.conv),
+        };
+        st = tsl_task_submit(x->ctx, &desc);
+    }
+    return st;
+}
+
+/* Backward over the channel concatenation of xs[0..n): dxs[k] (each may be NULL) through
+ * input k's run of the weights, dw (and db) summed over the tiles of every part. */
+static tsl_status backward(const tsl_conv_params *p, int transposed, int32_t n,
+                           const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t dy,
+                           const tsl_tensor_t *dxs, tsl_tensor_t dw, tsl_tensor_t db,
+                           const char *fn, tsl_halo_keep *keeps)
 {
     conv_grads g;
-    tsl_status st = check(p, transposed, x, w, NULL, dy, "dy", fn, &g.args);
+    memset(&g, 0, sizeof g);
+    tsl_status st = check_parts(p, transposed, n, xs, w, NULL, dy, "dy", fn, g.args);
     if (st)
         return st;
-    struct tsl_context *ctx = x->ctx;
-    if ((dx && (st = tsl_tensor_check_same_layout(dx, x, fn))) ||
-        (dw && (st = tsl_tensor_check_same_layout(dw, w, fn))))
+    struct tsl_context *ctx = xs[0]->ctx;
+    if (dw && (st = tsl_tensor_check_same_layout(dw, w, fn)))
         return st;
+    for (int32_t k = 0; k < n; k++) {
+        tsl_tensor_t dx = dxs ? dxs[k] : NULL;
+        if (dx && (st = tsl_tensor_check_same_layout(dx, xs[k], fn)))
+            return st;
+        for (int32_t j = 0; dx && j < n; j++)
+            if (dx == xs[j] || (j != k && dxs[j] == dx))
+                return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                                 "%s: a gradient may not overwrite an input or another gradient",
+                                 fn);
+        if (dx == dy)
+            return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input",
+                             fn);
+        g.x[k] = xs[k];
+    }
     if (db && (db->ctx != ctx || db->dtype != TSL_F32 || db->shape.ndim != 1 ||
-               db->shape.dims[0] != g.args.out_channels || db->ntiles != 1))
+               db->shape.dims[0] != g.args[0].out_channels || db->ntiles != 1))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: db must be one tile of %lld f32 values", fn,
-                         (long long)g.args.out_channels);
+                         (long long)g.args[0].out_channels);
     if (db && !dw)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: db needs dw (computed together)", fn);
-    if (dx == x || dx == dy || dw == w)
+    if (dw == w)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
-    g.x = x;
+    g.n = n;
     g.dy = dy;
-    g.keep = keep;
-    if (spatially_tiled(x) && (st = check_windows(&g.args, x, dy)))
-        return st;
-    st = dw ? tsl_param_gradients(x, dy, dw, db, conv_partial, &g) : TSL_OK;
-    tsl_halo_keep_release(ctx, keep); /* used (or not needed): gone either way */
+    g.keep = keeps;
+    for (int32_t k = 0; k < n && !st; k++)
+        if (spatially_tiled(xs[k]))
+            st = check_windows(&g.args[k], xs[k], dy);
     if (st)
         return st;
-    if (dx && !st && spatially_tiled(x))
-        st = backward_data_windowed(&g.args, x, w, dy, dx);
-    else
-        for (int64_t i = 0; dx && i < x->ntiles && !st; i++) {
-            tsl_conv_task_args a = task_args(&g.args, tile_samples(x, i));
-            tsl_task_desc desc = {
-                .codelet = &tsl_cl_conv_backward_data,
-                .args = &a,
-                .args_size = sizeof a,
-                .nhandles = 3,
-                .handles = {dy->handles[i], tsl_whole_handle(w, dx->tile_owner[i]), dx->handles[i]},
-                .modes = {STARPU_R, STARPU_R, STARPU_W},
-                .flops = conv_flops(&a.conv),
-            };
-            st = tsl_task_submit(ctx, &desc);
-        }
+    st = dw ? tsl_param_gradients(xs[0], dy, dw, db, conv_partial, &g) : TSL_OK;
+    for (int32_t k = 0; keeps && k < n; k++) /* used (or not needed): gone either way */
+        tsl_halo_keep_release(ctx, &keeps[k]);
+    for (int32_t k = 0; k < n && !st; k++)
+        if (dxs && dxs[k])
+            st = backward_data(&g.args[k], xs[k], w, dy, dxs[k]);
     tsl_whole_flush(w);
     return st;
 }
@@ -658,40 +765,58 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, tsl_tensor_
 tsl_status tsl_conv_forward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                             tsl_tensor_t b, tsl_tensor_t y)
 {
-    return forward(p, 0, x, w, b, y, "tsl_conv_forward", NULL);
+    return forward(p, 0, 1, &x, w, b, y, "tsl_conv_forward", NULL);
 }
 
 tsl_status tsl_conv_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                              tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db)
 {
-    return backward(p, 0, x, w, dy, dx, dw, db, "tsl_conv_backward", NULL);
+    return backward(p, 0, 1, &x, w, dy, &dx, dw, db, "tsl_conv_backward", NULL);
 }
 
 tsl_status tsl_conv_transpose_forward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                                       tsl_tensor_t b, tsl_tensor_t y)
 {
-    return forward(p, 1, x, w, b, y, "tsl_conv_transpose_forward", NULL);
+    return forward(p, 1, 1, &x, w, b, y, "tsl_conv_transpose_forward", NULL);
 }
 
 tsl_status tsl_conv_transpose_backward(const tsl_conv_params *p, tsl_tensor_t x, tsl_tensor_t w,
                                        tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw,
                                        tsl_tensor_t db)
 {
-    return backward(p, 1, x, w, dy, dx, dw, db, "tsl_conv_transpose_backward", NULL);
+    return backward(p, 1, 1, &x, w, dy, &dx, dw, db, "tsl_conv_transpose_backward", NULL);
 }
 
-tsl_status tsl_conv_forward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
-                                    tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y,
-                                    struct tsl_halo_keep *keep)
+tsl_status tsl_conv_concat_forward(const tsl_conv_params *p, int32_t count, const tsl_tensor_t *xs,
+                                   tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y)
 {
-    return forward(p, transposed, x, w, b, y,
-                   transposed ? "tsl_conv_transpose_forward" : "tsl_conv_forward", keep);
+    return forward(p, 0, count, xs, w, b, y, "tsl_conv_concat_forward", NULL);
 }
 
-tsl_status tsl_conv_backward_keeping(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
-                                     tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
-                                     tsl_tensor_t dw, tsl_tensor_t db, struct tsl_halo_keep *keep)
+tsl_status tsl_conv_concat_backward(const tsl_conv_params *p, int32_t count, const tsl_tensor_t *xs,
+                                    tsl_tensor_t w, tsl_tensor_t dy, const tsl_tensor_t *dxs,
+                                    tsl_tensor_t dw, tsl_tensor_t db)
 {
-    return backward(p, transposed, x, w, dy, dx, dw, db,
-                    transposed ? "tsl_conv_transpose_backward" : "tsl_conv_backward", keep);
+    return backward(p, 0, count, xs, w, dy, dxs, dw, db, "tsl_conv_concat_backward", NULL);
+}
+
+tsl_status tsl_conv_forward_keeping(const tsl_conv_params *p, int transposed, int32_t count,
+                                    const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t b,
+                                    tsl_tensor_t y, struct tsl_halo_keep *keeps)
+{
+    const char *fn = count > 1    ? "tsl_conv_concat_forward"
+                     : transposed ? "tsl_conv_transpose_forward"
+                                  : "tsl_conv_forward";
+    return forward(p, transposed, count, xs, w, b, y, fn, keeps);
+}
+
+tsl_status tsl_conv_backward_keeping(const tsl_conv_params *p, int transposed, int32_t count,
+                                     const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t dy,
+                                     const tsl_tensor_t *dxs, tsl_tensor_t dw, tsl_tensor_t db,
+                                     struct tsl_halo_keep *keeps)
+{
+    const char *fn = count > 1    ? "tsl_conv_concat_backward"
+                     : transposed ? "tsl_conv_transpose_backward"
+                                  : "tsl_conv_backward";
+    return backward(p, transposed, count, xs, w, dy, dxs, dw, db, fn, keeps);
 }

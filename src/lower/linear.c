@@ -105,8 +105,8 @@ tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, ts
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
     linear_forward_job job = {x, w, b != NULL};
     tsl_linear_args a;
-    return tsl_weighted_forward(&tsl_cl_linear_forward, x, w, b, y, &a, sizeof a, linear_tile_args,
-                                &job);
+    return tsl_weighted_forward(&tsl_cl_linear_forward, x, w, b, y, 0, &a, sizeof a,
+                                linear_tile_args, &job);
 }
 
 /* dw = dy^T x and db = column sums of dy: one partial per sample tile, reduced by a tree. */

@@ -96,9 +96,10 @@ tsl_status tsl_grad_sum(struct tsl_tensor *g, int64_t n, starpu_data_handle_t *p
 }
 
 tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, tsl_tensor_t x, tsl_tensor_t w,
-                                tsl_tensor_t b, tsl_tensor_t y, void *args, size_t args_size,
-                                tsl_tile_args_fn fill, void *user)
+                                tsl_tensor_t b, tsl_tensor_t y, int accumulate, void *args,
+                                size_t args_size, tsl_tile_args_fn fill, void *user)
 {
+    enum starpu_data_access_mode out = accumulate ? STARPU_RW : STARPU_W;
     tsl_status st = TSL_OK;
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
         tsl_task_desc desc = {
@@ -108,7 +109,7 @@ tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, tsl_tensor_t x, 
             .nhandles = b ? 4 : 3,
             .handles = {x->handles[i], tsl_whole_handle(w, y->tile_owner[i]),
                         b ? tsl_whole_handle(b, y->tile_owner[i]) : y->handles[i], y->handles[i]},
-            .modes = {STARPU_R, STARPU_R, b ? STARPU_R : STARPU_W, STARPU_W},
+            .modes = {STARPU_R, STARPU_R, b ? STARPU_R : out, out},
             .flops = fill(i, args, user),
         };
         st = tsl_task_submit(x->ctx, &desc);

@@ -1031,6 +1031,165 @@ TEST(Convolution, SpatialTilesMatchOneTile)
     }
 }
 
+// One convolution over concatenated inputs: the parts' channels, x's other dimensions, the
+// tile grid, kernel, stride and padding (every spatial dimension alike).
+struct ConcatCase {
+    std::vector<int64_t> channels, dims; // dims: N, spatial...
+    std::vector<int32_t> splits;
+    int64_t cout, k, stride, padding;
+    tsl_layout layout;
+    bool first_dx; // the first part's gradient wanted (else NULL: the network input)
+};
+
+// y, dx of each part, dw and db gathered on rank 0: through tsl_conv_concat_* (concat 0), or
+// through the materialised concatenation, tsl_conv_* and tsl_split_channels (concat 1).
+static std::vector<std::vector<float>> concat_conv_results(const ConcatCase &c,
+                                                           const std::vector<int32_t> &splits,
+                                                           const tsl_owner_map &xo,
+                                                           const tsl_owner_map &yo, int concat)
+{
+    int sp = (int)c.dims.size() - 1;
+    tsl_conv_params p;
+    EXPECT_EQ(tsl_conv_params_init(&p, sp), TSL_OK);
+    for (int d = 0; d < sp; d++) {
+        p.stride[d] = c.stride;
+        p.padding[d] = c.padding;
+    }
+    int64_t cin = 0;
+    for (int64_t ch : c.channels)
+        cin += ch;
+    auto dims_of = [&](int64_t ch) {
+        std::vector<int64_t> d = {c.dims[0], ch};
+        d.insert(d.end(), c.dims.begin() + 1, c.dims.end());
+        return d;
+    };
+    std::vector<int64_t> wd = {c.cout, cin};
+    for (int d = 0; d < sp; d++)
+        wd.push_back(c.k);
+    tsl_owner_map last = tsl_owner_single(size - 1);
+    const int32_t n = (int32_t)c.channels.size();
+    std::vector<tsl_tensor_t> xs, dxs;
+    for (int32_t k = 0; k < n; k++) {
+        xs.push_back(make_tensor(TSL_F32, dims_of(c.channels[k]), splits, xo, c.layout));
+        dxs.push_back(make_tensor(TSL_F32, dims_of(c.channels[k]), splits, xo, c.layout));
+        EXPECT_EQ(tsl_tensor_fill_uniform(xs[k], seed + 140 + k, -1, 1), TSL_OK);
+        EXPECT_EQ(tsl_tensor_fill_constant(dxs[k], 1e6), TSL_OK); // poison
+    }
+    tsl_tensor_t w = make_tensor(TSL_F32, wd, {}, last), dw = make_tensor(TSL_F32, wd, {}, last);
+    tsl_tensor_t b = make_tensor(TSL_F32, {c.cout}, {}, last);
+    tsl_tensor_t db = make_tensor(TSL_F32, {c.cout}, {}, tsl_owner_single(0));
+    tsl_shape xsh, wsh, ysh;
+    tsl_tensor_t xc = make_tensor(TSL_F32, dims_of(cin), splits, xo, c.layout);
+    tsl_tensor_t dxc = make_tensor(TSL_F32, dims_of(cin), splits, xo, c.layout);
+    tsl_tensor_shape(xc, &xsh);
+    tsl_tensor_shape(w, &wsh);
+    EXPECT_EQ(tsl_conv_output_shape(&xsh, &wsh, &p, &ysh), TSL_OK);
+    std::vector<int64_t> yd(ysh.dims, ysh.dims + ysh.ndim);
+    tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo, c.layout);
+    tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo, c.layout);
+    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 150, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 151, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 152, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : {y, dw, db})
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK);
+    std::vector<tsl_tensor_t> want_dx = dxs;
+    if (!c.first_dx)
+        want_dx[0] = nullptr;
+    if (concat) {
+        EXPECT_EQ(tsl_concat_channels(n, xs.data(), xc), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_conv_forward(&p, xc, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_conv_backward(&p, xc, w, dy, dxc, dw, db), TSL_OK)
+            << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_split_channels(dxc, n, dxs.data()), TSL_OK) << tsl_context_last_error(ctx);
+    } else {
+        EXPECT_EQ(tsl_conv_concat_forward(&p, n, xs.data(), w, b, y), TSL_OK)
+            << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_conv_concat_backward(&p, n, xs.data(), w, dy, want_dx.data(), dw, db), TSL_OK)
+            << tsl_context_last_error(ctx);
+    }
+    std::vector<std::vector<float>> got = gather_all({y, dw, db});
+    for (int32_t k = c.first_dx ? 0 : 1; k < n; k++)
+        got.push_back(gather_all({dxs[k]})[0]);
+    for (int32_t k = 0; k < n; k++) {
+        tsl_tensor_destroy(xs[k]);
+        tsl_tensor_destroy(dxs[k]);
+    }
+    for (tsl_tensor_t t : {w, dw, b, db, xc, dxc, y, dy})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
+// A convolution over a concatenation without making it (each part through its run of the
+// weights, the U-Net decoder's first convolution) equals the convolution of the materialised
+// concatenation on one tile: sample tiles and 1-D, 2-D and 3-D spatial tiles (even and
+// uneven), kernels 1, 3 and 5, stride 1 and 2, padding 0 to 2, both layouts, two and three
+// parts, a part without a gradient; tiles dealt in blocks, outputs in reverse.
+TEST(Convolution, ConcatenatedInputsMatchTheMaterialisedConcatenation)
+{
+    const tsl_layout P = TSL_LAYOUT_PLAIN, CL = TSL_LAYOUT_CHANNELS_LAST;
+    std::vector<ConcatCase> cases = {
+        {{2, 3}, {4, 9}, {4, 1, 1}, 3, 3, 1, 1, P, true},
+        {{2, 3}, {2, 23}, {1, 1, 3}, 4, 3, 1, 1, CL, true},
+        {{1, 2, 2}, {2, 22}, {1, 1, 4}, 3, 5, 2, 2, P, false},
+        {{3, 2}, {1, 13, 11}, {1, 1, 2, 3}, 4, 3, 1, 1, CL, true},
+        {{2, 2}, {2, 12, 13}, {2, 1, 2, 2}, 2, 1, 1, 0, P, true},
+        {{2, 1}, {1, 9, 8, 7}, {1, 1, 2, 2, 2}, 3, 3, 1, 1, CL, false},
+        {{2, 2}, {1, 10, 9, 8}, {1, 1, 2, 1, 3}, 2, 3, 2, 1, P, true},
+    };
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  root = tsl_owner_single(0);
+    for (size_t n = 0; n < cases.size(); n++) {
+        const ConcatCase &c = cases[n];
+        SCOPED_TRACE("case " + std::to_string(n));
+        std::vector<std::vector<float>> ref = concat_conv_results(c, {}, root, root, 1);
+        std::vector<std::vector<float>> got = concat_conv_results(c, c.splits, block, rev, 0);
+        if (rank == 0) {
+            ASSERT_EQ(got.size(), ref.size());
+            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
+            EXPECT_LT(max_norm_rel_diff(got[1], ref[1]), 1e-5) << "dw";
+            EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "db";
+            for (size_t k = 3; k < got.size(); k++)
+                EXPECT_LT(max_rel_diff(got[k], ref[k]), 1e-5) << "dx of part " << k - 3;
+        }
+    }
+}
+
+// Inputs that cannot be concatenated, or a convolution that cannot read them apart, are
+// refused before anything runs.
+TEST(Convolution, ConcatenatedInputsThatDoNotFitAreErrors)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_conv_params p;
+    ASSERT_EQ(tsl_conv_params_init(&p, 1), TSL_OK);
+    p.padding[0] = 1;
+    tsl_tensor_t a = make_tensor(TSL_F32, {1, 2, 12}, {1, 1, 2}, block);
+    tsl_tensor_t b = make_tensor(TSL_F32, {1, 2, 12}, {1, 1, 2}, block);
+    tsl_tensor_t other = make_tensor(TSL_F32, {1, 2, 12}, {1, 1, 3}, block);
+    tsl_tensor_t longer = make_tensor(TSL_F32, {1, 2, 13}, {1, 1, 2}, block);
+    tsl_tensor_t w = make_tensor(TSL_F32, {4, 4, 3}, {}, block);
+    tsl_tensor_t w3 = make_tensor(TSL_F32, {4, 3, 3}, {}, block);
+    tsl_tensor_t y = make_tensor(TSL_F32, {1, 4, 12}, {1, 1, 2}, block);
+    tsl_tensor_t ab[2] = {a, b}, ao[2] = {a, other}, al[2] = {a, longer}, ay[2] = {a, y};
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 2, ab, w, nullptr, y), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 2, ab, w3, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 2, ao, w, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "tile grid"), nullptr);
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 2, al, w, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 2, ay, w, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 0, ab, w, nullptr, y), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_conv_concat_forward(&p, TSL_CONV_MAX_INPUTS + 1, ab, w, nullptr, y),
+              TSL_ERR_INVALID_ARG);
+    tsl_tensor_t dab[2] = {b, a};
+    EXPECT_EQ(tsl_conv_concat_backward(&p, 2, ab, w, y, dab, nullptr, nullptr),
+              TSL_ERR_INVALID_ARG);
+    p.groups = 2;
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 2, ab, w3, nullptr, y), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "one group"), nullptr);
+    for (tsl_tensor_t t : {a, b, other, longer, w, w3, y})
+        tsl_tensor_destroy(t);
+}
+
 // Only halo slabs move: the bytes StarPU-MPI sends for a convolution on spatial tiles are the
 // slabs whose source tile lives on another rank than the output tile, plus the weights and
 // bias sent once to each other rank with work, and no rank receives a whole activation tile.

@@ -441,6 +441,16 @@ void run_codelet(struct starpu_codelet &cl, const tsl_conv_task_args &args,
     free(packed);
 }
 
+// Every element of got within tol (1 + |want|) of want; the first miss is reported.
+template <typename G, typename W>
+void expect_near_all(const std::vector<G> &got, const std::vector<W> &want, double tol,
+                     const char *name)
+{
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t i = 0; i < want.size(); i++)
+        ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << name << " " << i;
+}
+
 bool overlap(int sp, const tsl_conv_box &a, const tsl_conv_box &b, tsl_conv_box *out)
 {
     for (int d = 0; d < sp; d++) {
@@ -666,12 +676,9 @@ TEST(ConvKernel, SpatialTilesWithHaloSlabsMatchTheWholeConvolution)
                     for (int64_t o = 0; o < c.cout; o++)
                         db_sum[o] += dbt[o];
                 }
-                for (size_t i = 0; i < dx.size(); i++)
-                    ASSERT_NEAR(dx_sum[i], dx[i], 1e-5 * (1 + std::fabs(dx[i]))) << "dx " << i;
-                for (size_t i = 0; i < dw.size(); i++)
-                    ASSERT_NEAR(dw_sum[i], dw[i], 1e-4 * (1 + std::fabs(dw[i]))) << "dw " << i;
-                for (int64_t o = 0; o < c.cout; o++)
-                    ASSERT_NEAR(db_sum[o], db[o], 1e-4 * (1 + std::fabs(db[o]))) << "db " << o;
+                expect_near_all(dx_sum, dx, 1e-5, "dx");
+                expect_near_all(dw_sum, dw, 1e-4, "dw");
+                expect_near_all(db_sum, db, 1e-4, "db");
             }
     tsl_conv_set_chunk_floats(0);
 }
@@ -692,4 +699,110 @@ TEST(ConvKernelDeathTest, MissingHaloSlabAborts)
     EXPECT_DEATH(
         tsl_conv_window_forward(&a, &win, tile.data(), nullptr, w.data(), nullptr, y.data()),
         "halo slabs are missing");
+}
+
+// A convolution over a channel concatenation run part by part: each part through its run of
+// the weights' input channels (w_in_offset of w_in_channels), the later parts adding to y,
+// each part's dx from its run, and the parts' weight gradients filling their runs of one dw,
+// equal the convolution of the concatenated input. Whole tiles and windows (halo-less, the
+// padding in the window) in chunks of every size, both layouts, 1-D to 3-D, three parts.
+TEST(ConvKernel, RunsOfInputChannelsAddUpToTheConcatenation)
+{
+    std::mt19937_64 rng(20261126);
+    struct Case {
+        int spatial;
+        int64_t n, cout;
+        std::vector<int64_t> parts, size;
+        int64_t k, stride, pad;
+    };
+    const Case cases[] = {
+        {1, 2, 3, {2, 3}, {17}, 3, 1, 1},
+        {2, 1, 4, {3, 1, 2}, {9, 8}, 3, 2, 1},
+        {3, 1, 2, {2, 2}, {5, 6, 4}, 3, 1, 1},
+        {2, 2, 3, {1, 2}, {7, 6}, 1, 1, 0},
+    };
+    for (size_t cap : {(size_t)0, (size_t)1, (size_t)96})
+        for (const Case &c : cases)
+            for (int cl = 0; cl < 2; cl++) {
+                tsl_conv_set_chunk_floats(cap);
+                SCOPED_TRACE(std::to_string(c.spatial) + "-D case, channels-last " +
+                             std::to_string(cl) + ", chunk floats " + std::to_string(cap));
+                int64_t cin = 0;
+                for (int64_t ch : c.parts)
+                    cin += ch;
+                Problem p = make(c.spatial, c.n, cin, c.cout, 1, c.size, c.k, c.stride, c.pad, 1);
+                p.a.has_bias = 1;
+                p.a.channels_last = cl;
+                auto x = randf(rng, p.x_size), w = randf(rng, p.w_size), dy = randf(rng, p.y_size);
+                auto b = randf(rng, (size_t)c.cout);
+                std::vector<float> y(p.y_size), dx(p.x_size), dw(p.w_size), db((size_t)c.cout);
+                tsl_conv_forward_kernel(&p.a, x.data(), w.data(), b.data(), y.data());
+                tsl_conv_backward_data_kernel(&p.a, dy.data(), w.data(), dx.data());
+                tsl_conv_backward_weights_kernel(&p.a, x.data(), dy.data(), dw.data(), db.data());
+                // The window of the whole output: the padding becomes zeros of the window.
+                tsl_conv_window win{};
+                tsl_conv_args wa = p.a;
+                for (int d = 0; d < c.spatial; d++) {
+                    win.global[d] = p.a.in_size[d];
+                    win.window.lo[d] = -c.pad;
+                    win.window.size[d] = (p.a.out_size[d] - 1) * c.stride + c.k;
+                    win.tile.size[d] = p.a.in_size[d];
+                    wa.in_size[d] = win.window.size[d];
+                    wa.padding[d] = 0;
+                }
+                for (int windowed = 0; windowed < 2; windowed++) {
+                    SCOPED_TRACE(windowed ? "window" : "whole tile");
+                    std::vector<float> yp(p.y_size, NAN), dwp(p.w_size, NAN),
+                        dbp((size_t)c.cout, NAN);
+                    int64_t at0 = 0;
+                    for (size_t k = 0; k < c.parts.size(); k++) {
+                        const int64_t ch = c.parts[k];
+                        tsl_conv_args a = windowed ? wa : p.a;
+                        a.in_channels = ch;
+                        a.w_in_channels = cin;
+                        a.w_in_offset = at0;
+                        a.accumulate = k > 0;
+                        a.has_bias = k == 0;
+                        // This part's channels of x, and its gradient.
+                        std::vector<float> xk((size_t)(c.n * ch * p.in_pos)), dxk(xk.size(), NAN);
+                        for (int64_t n = 0; n < c.n; n++)
+                            for (int64_t q = 0; q < ch; q++)
+                                for (int64_t i = 0; i < p.in_pos; i++)
+                                    xk[(size_t)(cl ? (n * p.in_pos + i) * ch + q
+                                                   : (n * ch + q) * p.in_pos + i)] =
+                                        x[(size_t)(cl ? (n * p.in_pos + i) * cin + at0 + q
+                                                      : (n * cin + at0 + q) * p.in_pos + i)];
+                        float *dbk = k == 0 ? dbp.data() : nullptr;
+                        if (windowed) {
+                            tsl_conv_window_forward(&a, &win, xk.data(), nullptr, w.data(),
+                                                    b.data(), yp.data());
+                            tsl_conv_window_backward_data(&a, &win, dy.data(), w.data(), dxk.data(),
+                                                          nullptr);
+                            tsl_conv_window_backward_weights(&a, &win, xk.data(), nullptr,
+                                                             dy.data(), dwp.data(), dbk);
+                        } else {
+                            tsl_conv_forward_kernel(&a, xk.data(), w.data(), b.data(), yp.data());
+                            tsl_conv_backward_data_kernel(&a, dy.data(), w.data(), dxk.data());
+                            tsl_conv_backward_weights_kernel(&a, xk.data(), dy.data(), dwp.data(),
+                                                             dbk);
+                        }
+                        for (int64_t n = 0; n < c.n; n++)
+                            for (int64_t q = 0; q < ch; q++)
+                                for (int64_t i = 0; i < p.in_pos; i++) {
+                                    float want =
+                                        dx[(size_t)(cl ? (n * p.in_pos + i) * cin + at0 + q
+                                                       : (n * cin + at0 + q) * p.in_pos + i)];
+                                    float got = dxk[(size_t)(cl ? (n * p.in_pos + i) * ch + q
+                                                                : (n * ch + q) * p.in_pos + i)];
+                                    ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)))
+                                        << "dx of part " << k;
+                                }
+                        at0 += ch;
+                    }
+                    expect_near_all(yp, y, 1e-5, "y");
+                    expect_near_all(dwp, dw, 1e-4, "dw");
+                    expect_near_all(dbp, db, 1e-4, "db");
+                }
+            }
+    tsl_conv_set_chunk_floats(0);
 }

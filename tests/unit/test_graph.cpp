@@ -493,12 +493,18 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
             std::vector<int64_t> bytes((size_t)stages);
             ASSERT_EQ(tsl_plan_estimate(&p, g, stages, 1, 1, 2, bytes.data()), TSL_OK);
             largest_peak_of[b] = largest_peak(p, g, stages);
-            // One rank per stage, nothing sharded: the ranks together hold the one-rank total.
-            int64_t one = 0, sum = 0;
+            // One rank per stage, nothing sharded: the ranks together hold the one-rank total,
+            // plus the concatenations one rank reads in place (its convolution's) and a cut
+            // between stages makes (a tensor and its gradient).
+            int64_t one = 0, sum = 0, unfolded = 0;
             ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, 1, 2, &one), TSL_OK);
             for (int64_t x : bytes)
                 sum += x;
-            EXPECT_EQ(sum, one) << b;
+            for (int32_t o = 0; o < nops; o++)
+                if (tsl_graph_folded_concat(g, o, nullptr) >= 0 &&
+                    tsl_graph_folded_concat(g, o, stage.data()) < 0)
+                    unfolded += 2 * 4 * tsl_shape_numel(&g->values[g->ops[o].output].shape);
+            EXPECT_EQ(sum, one + unfolded) << b;
         }
         EXPECT_LT(largest_peak_of[TSL_BALANCE_MEMORY], largest_peak_of[TSL_BALANCE_LAYERS]);
         EXPECT_LE(largest_peak_of[TSL_BALANCE_MEMORY], largest_peak_of[TSL_BALANCE_TIME]);
@@ -641,6 +647,20 @@ TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
     }
 }
 
+// The one-rank peak estimate of g, batch 1 and 3, is `peak` planes of 8x8 floats beyond
+// the parameters and labels (the all-tiles estimate less its `values` planes of values).
+static void expect_peak_planes(tsl_graph_t g, int64_t values, int64_t peak_planes)
+{
+    for (int64_t batch : {1, 3}) {
+        const int64_t plane = 8 * 8 * 4 * batch;
+        int64_t all = -1, peak = -1;
+        ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, batch, 2, &all), TSL_OK);
+        ASSERT_EQ(tsl_plan_estimate_peak(nullptr, g, 1, 1, batch, 2, &peak), TSL_OK)
+            << tsl_last_error();
+        EXPECT_EQ(peak - (all - values * plane), peak_planes * plane) << batch;
+    }
+}
+
 // The most tiles live at once, worked out by hand for x -> a = conv(x) -> b = conv(a),
 // c = conv(a) -> e = b + c (output), in planes of 8x8 floats (P): the forward makes x, a, b, c
 // and e (13 P) and releases b and c, which no backward reads (the addition's does not), after
@@ -658,14 +678,7 @@ TEST(Plan, PeakFollowsTheExecutorsOrder)
     ASSERT_EQ(conv3(g, "c", a, 2, &c), TSL_OK);
     ASSERT_EQ(tsl_graph_add(g, b, c, &e), TSL_OK);
     ASSERT_EQ(tsl_graph_set_output(g, e), TSL_OK);
-    for (int64_t batch : {1, 3}) {
-        const int64_t plane = 8 * 8 * 4 * batch;
-        int64_t all = -1, peak = -1;
-        ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, batch, 2, &all), TSL_OK);
-        ASSERT_EQ(tsl_plan_estimate_peak(nullptr, g, 1, 1, batch, 2, &peak), TSL_OK)
-            << tsl_last_error();
-        EXPECT_EQ(peak - (all - 27 * plane), 19 * plane) << batch;
-    }
+    expect_peak_planes(g, 27, 19);
     int64_t bytes[1];
     EXPECT_EQ(tsl_plan_estimate_peak(nullptr, g, 0, 1, 1, 2, bytes), TSL_ERR_INVALID_ARG);
     tsl_graph_destroy(g);
@@ -711,7 +724,7 @@ TEST(Plan, ValuesNoBackwardReads)
         std::vector<producer_reader> got;
         int bn_adds = 0;
         for (int32_t v = 0; v < g->nvalues; v++) {
-            if (tsl_graph_value_read_backward(g, v, fused.data()))
+            if (tsl_graph_value_read_backward(g, v, fused.data(), nullptr))
                 continue;
             const tsl_graph_op &p = g->ops[g->values[v].producer];
             std::vector<tsl_op_kind> readers;
@@ -731,8 +744,102 @@ TEST(Plan, ValuesNoBackwardReads)
         EXPECT_GE(bn_adds, c.at_least_bn_add) << c.model;
         if (!c.at_least_bn_add)
             EXPECT_EQ(bn_adds, 0) << c.model;
-        EXPECT_TRUE(tsl_graph_value_read_backward(g, g->input, fused.data()));
-        EXPECT_TRUE(tsl_graph_value_read_backward(g, g->output, fused.data()));
+        EXPECT_TRUE(tsl_graph_value_read_backward(g, g->input, fused.data(), nullptr));
+        EXPECT_TRUE(tsl_graph_value_read_backward(g, g->output, fused.data(), nullptr));
+        tsl_graph_destroy(g);
+    }
+}
+
+// A concatenation whose only reader is a convolution keeping its spatial size, on one stage,
+// is read in place by that convolution (tsl_graph_folded_concat()): no tensor, no gradient.
+// Hand count for x -> a = conv(x), b = conv(a), c = concat(a, b), d = conv(c) (planes of
+// 8x8 floats per channel, P): the values hold x 3 P, a 4 P with its gradient and spare, b 4 P
+// with its gradient, d 2 P with its gradient, c nothing: 27 P. The peak: forward x, a, b, d
+// (13 P, a and b stay for d's weight gradient); backward d's gradient (15), d's backward makes
+// a's and b's gradients (23) and drops d's gradient (21), b's backward a's spare (25). Made,
+// c would add 16 P to the values and lift the peak to 33 P.
+TEST(Plan, ConcatenationsFoldIntoTheirConvolution)
+{
+    int32_t a, b, c, d;
+    tsl_graph_t g = input_and_conv(4, &a);
+    ASSERT_NE(g, nullptr);
+    ASSERT_EQ(conv3(g, "b", a, 4, &b), TSL_OK);
+    const int32_t ab[2] = {a, b};
+    ASSERT_EQ(tsl_graph_concat(g, 2, ab, &c), TSL_OK);
+    ASSERT_EQ(conv3(g, "d", c, 2, &d), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, d), TSL_OK);
+    const int32_t concat = g->values[c].producer, reader = g->values[d].producer;
+    EXPECT_EQ(tsl_graph_folded_concat(g, concat, nullptr), reader);
+    EXPECT_EQ(tsl_graph_folded_concat(g, reader, nullptr), -1); // not a concatenation
+    int32_t ins[8];
+    std::vector<int32_t> fold((size_t)g->nops, -1);
+    fold[(size_t)concat] = reader;
+    ASSERT_EQ(tsl_graph_exec_inputs(g, reader, fold.data(), ins), 2);
+    EXPECT_EQ(ins[0], a);
+    EXPECT_EQ(ins[1], b);
+    EXPECT_EQ(tsl_graph_exec_inputs(g, concat, fold.data(), ins), 0);
+    EXPECT_FALSE(tsl_graph_last_reader(g, b, concat, fold.data())); // d reads it, later
+    EXPECT_TRUE(tsl_graph_last_reader(g, b, concat, nullptr));
+    EXPECT_TRUE(tsl_graph_value_read_backward(g, b, nullptr, fold.data()));
+    EXPECT_FALSE(tsl_graph_value_read_backward(g, b, nullptr, nullptr));
+    expect_peak_planes(g, 27, 25);
+    // Across pipeline stages the parts stay apart: concatenated on the reader's stage.
+    std::vector<int32_t> stage((size_t)g->nops, 0);
+    EXPECT_EQ(tsl_graph_folded_concat(g, concat, stage.data()), reader);
+    stage[(size_t)g->values[b].producer] = 1;
+    stage[(size_t)concat] = stage[(size_t)reader] = 1;
+    EXPECT_EQ(tsl_graph_folded_concat(g, concat, stage.data()), -1);
+    tsl_graph_destroy(g);
+
+    // Readers that cannot take the parts apart: the output itself, two readers, a strided,
+    // a transposed or a grouped convolution, pooling.
+    for (int variant = 0; variant < 6; variant++) {
+        SCOPED_TRACE("variant " + std::to_string(variant));
+        g = input_and_conv(4, &a);
+        ASSERT_NE(g, nullptr);
+        ASSERT_EQ(conv3(g, "b", a, 4, &b), TSL_OK);
+        ASSERT_EQ(tsl_graph_concat(g, 2, ab, &c), TSL_OK);
+        int64_t k[2] = {3, 3};
+        tsl_conv_params cp;
+        tsl_conv_params_init(&cp, 2);
+        cp.padding[0] = cp.padding[1] = 1;
+        int32_t out = c;
+        if (variant == 1) {
+            int32_t e;
+            ASSERT_EQ(conv3(g, "d", c, 2, &d), TSL_OK);
+            ASSERT_EQ(conv3(g, "e", c, 2, &e), TSL_OK);
+            ASSERT_EQ(tsl_graph_add(g, d, e, &out), TSL_OK);
+        } else if (variant == 2 || variant == 3 || variant == 4) {
+            if (variant == 2)
+                cp.stride[0] = cp.stride[1] = 2;
+            if (variant == 4)
+                cp.groups = 2;
+            ASSERT_EQ(tsl_graph_conv(g, "d", c, 2, k, &cp, variant == 3, 1, &out), TSL_OK);
+        } else if (variant == 5) {
+            tsl_pool_params pp;
+            ASSERT_EQ(tsl_pool_params_init(&pp, TSL_POOL_MAX, 2, 2), TSL_OK);
+            ASSERT_EQ(tsl_graph_pool(g, c, &pp, &out), TSL_OK);
+        }
+        ASSERT_EQ(tsl_graph_set_output(g, out), TSL_OK);
+        EXPECT_EQ(tsl_graph_folded_concat(g, g->values[c].producer, nullptr), -1);
+        tsl_graph_destroy(g);
+    }
+
+    // The zoo's U-Nets: every concatenation folds into the decoder's first convolution, whose
+    // backward then reads the up-convolution's output.
+    for (const char *name : {"unet2d", "unet3d"}) {
+        int64_t sample[4] = {1, 8, 8, 8};
+        ASSERT_EQ(tsl_zoo_graph(name, name[4] == '2' ? 3 : 4, sample, 3, &g), TSL_OK);
+        int concats = 0;
+        for (int32_t o = 0; o < g->nops; o++) {
+            if (g->ops[o].kind != TSL_OP_CONCAT)
+                continue;
+            concats++;
+            int32_t r = tsl_graph_folded_concat(g, o, nullptr);
+            ASSERT_GE(r, 0) << name;
+            EXPECT_EQ(g->ops[r].kind, TSL_OP_CONV);
+        }
+        EXPECT_EQ(concats, 2) << name;
         tsl_graph_destroy(g);
     }
 }
