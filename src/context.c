@@ -139,6 +139,36 @@ int tsl_node_share(int local, int nlocal, int cores, int yielding, int *first, i
     return 1;
 }
 
+/* starpu_mpi_init_conf(), the node's ranks in turn. StarPU's first start with a STARPU_HOME
+ * measures the memory bus and writes the results there; ranks of one node starting together
+ * with a fresh STARPU_HOME read each other's half-written files, and StarPU aborts
+ * (check_bus_affinity_file). So the node's first rank starts first and the others once it has
+ * (they then read finished files). A StarPU built with FxT synchronises the ranks inside its
+ * start, so there every rank starts at once, as before. */
+static int start_starpu(struct starpu_conf *conf)
+{
+    MPI_Comm node = MPI_COMM_NULL;
+    int local = 0;
+#ifndef STARPU_USE_FXT
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1 && MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                         &node) == MPI_SUCCESS)
+        MPI_Comm_rank(node, &local);
+    else
+        node = MPI_COMM_NULL;
+#endif
+    if (node != MPI_COMM_NULL && local > 0)
+        MPI_Barrier(node); /* the first rank has started */
+    int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
+    if (node != MPI_COMM_NULL) {
+        if (local == 0)
+            MPI_Barrier(node);
+        MPI_Comm_free(&node);
+    }
+    return ret;
+}
+
 /* Ranks sharing a node get cores of their own (DESIGN rule 7: one task, one core). StarPU
  * binds a process's workers from the node's first core on and its StarPU-MPI thread to the
  * next free one, knowing nothing of the other processes: without this, the workers of every
@@ -306,7 +336,7 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     /* Before StarPU starts, so that every buffer it allocates and frees passes the cache
      * (which also counts them: with a limit of 0 it keeps nothing, and still counts). */
     tsl_host_cache_install((size_t)config->host_cache_bytes);
-    int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf);
+    int ret = start_starpu(&conf);
     if (ret != 0) {
         tsl_host_cache_uninstall(NULL);
         if (ctx->finalize_mpi)
