@@ -84,9 +84,10 @@ int tsl_graph_op_reads_input_backward(const tsl_graph_op *op);
  * an unfused activation's output (sigmoid and tanh read it), and any input of an op whose
  * backward reads it (tsl_graph_op_reads_input_backward). `fused` (nops entries, may be NULL)
  * marks the ReLUs fused into their batch norms, `fold` (may be NULL) the folded
- * concatenations (tsl_graph_last_reader()). A value no backward reads (a transposed
- * convolution's output that only a concatenation reads, a batch norm's output that only an
- * addition reads) is released by the executor after its last forward reader. */
+ * concatenations (tsl_graph_last_reader()), whose parts their convolution's backward reads. A
+ * value no backward reads (a transposed convolution's output that only an unfolded
+ * concatenation reads, a batch norm's output that only an addition reads) is released by the
+ * executor after its last forward reader. */
 int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused,
                                   const int32_t *fold);
 

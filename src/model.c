@@ -534,8 +534,9 @@ static int32_t conv_inputs(struct tsl_model *m, instance *in, int32_t i, tsl_ten
 
 /* Without training nothing reads an activation after its last reader: it is released then
  * (all but the output), so inference holds a few layers' activations at a time. Training
- * releases there the activations no backward reads (tsl_graph_value_read_backward: a U-Net's
- * up-convolution outputs, which only a concatenation reads); the others wait for the backward. */
+ * releases there the activations no backward reads (tsl_graph_value_read_backward: ResNet's
+ * batch norms before the additions, an up-convolution's output that only an unfolded
+ * concatenation reads); the others wait for the backward. */
 static tsl_status forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;

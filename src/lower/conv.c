@@ -671,6 +671,8 @@ static tsl_status part_partial(conv_grads *g, int32_t k, int64_t tile, starpu_da
     desc.nhandles = n;
     st = tsl_task_submit(ctx, &desc);
     tsl_halo_release(ctx, slabs, ns);
+    if (k > 0 && x->tile_owner[tile] != g->dy->tile_owner[tile]) /* (the first: by the caller) */
+        starpu_mpi_cache_flush(ctx->comm, x->handles[tile]);
     return st;
 }
 
