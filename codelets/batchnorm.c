@@ -789,8 +789,7 @@ struct starpu_codelet tsl_cl_bn_running = {
 struct starpu_codelet tsl_cl_bn_normalize = {
     .cpu_funcs = {normalize_cpu},
     .cpu_funcs_name = {"bn_normalize_cpu"},
-    .nbuffers = 5,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS, /* a sixth, read only to order the task, is ignored */
     .model = &normalize_model,
     .name = "tsl_bn_normalize",
 };

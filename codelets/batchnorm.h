@@ -69,7 +69,8 @@ void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *
 extern struct starpu_codelet tsl_cl_bn_stats;     /* R x, W acc */
 extern struct starpu_codelet tsl_cl_bn_finalize;  /* R acc, W saved */
 extern struct starpu_codelet tsl_cl_bn_running;   /* R acc, RW running statistic */
-extern struct starpu_codelet tsl_cl_bn_normalize; /* R x, R saved, R gamma, R beta, W y */
+extern struct starpu_codelet tsl_cl_bn_normalize; /* R x, R saved, R gamma, R beta, W y
+                                                     [, R any: orders the task after its writer] */
 extern struct starpu_codelet tsl_cl_bn_infer;     /* R x, R rmean, R rvar, R g, R b, W y */
 /* R x, R dy, W acc, [R saved, R gamma, R beta if relu] */
 extern struct starpu_codelet tsl_cl_bn_bwd_stats;

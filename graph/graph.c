@@ -730,6 +730,23 @@ int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const ui
     return 0;
 }
 
+int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t *op_stage)
+{
+    if (v < 0 || v >= g->nvalues || v == g->output || v == g->input)
+        return -1;
+    int32_t r = g->values[v].producer;
+    if (g->ops[r].kind != TSL_OP_ACTIVATION || g->ops[r].ninputs != 1)
+        return -1;
+    int32_t b = g->values[g->ops[r].inputs[0]].producer;
+    if (tsl_graph_fused_relu(g, b, op_stage) != r)
+        return -1;
+    for (int32_t j = 0; op_stage && j < g->nops; j++)
+        for (int32_t k = 0; k < g->ops[j].ninputs; k++)
+            if (g->ops[j].inputs[k] == v && op_stage[j] != op_stage[b])
+                return -1;
+    return b;
+}
+
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
 {
     int32_t reader = sole_reader(g, o, TSL_OP_BATCHNORM);

@@ -708,13 +708,15 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     uint8_t *fused = calloc((size_t)n + 1, 1);
     int32_t *fold = calloc((size_t)n + 1, sizeof *fold);
     uint8_t *written = calloc((size_t)nv + 1, 1), *spare = calloc((size_t)nv + 1, 1);
-    uint8_t *gone = calloc((size_t)nv + 1, 1); /* released after the forward's last reader */
+    uint8_t *gone = calloc((size_t)nv + 1, 1);    /* released after the forward's last reader */
+    uint8_t *dropped = calloc((size_t)nv + 1, 1); /* and made again for the backward */
     int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
-    tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && size && live
-                        ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
-                                         op_stage, live, fn)
-                        : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    tsl_status st =
+        op_stage && relu_of && fused && fold && written && spare && gone && dropped && size && live
+            ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given, op_stage,
+                             live, fn)
+            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
         tsl_graph_value_shape(g, g->input, &input);
@@ -732,16 +734,19 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             fold[o] = tsl_graph_folded_concat(g, o, op_stage);
         }
         /* Forward: every op's output made (a batch norm's with a fused ReLU is the ReLU's, a
-         * folded concatenation's none); a value no backward reads goes after its last forward
-         * reader. */
+         * folded concatenation's none); a value no backward reads, or one the backward makes
+         * again (tsl_graph_recomputed()), goes after its last forward reader. */
         for (int32_t o = 0; o < n; o++) {
             if (relu_of[o] < 0 && fold[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, 1);
             int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
             for (int32_t k = 0; k < nin; k++) {
                 int32_t v = ins[k];
-                if (!gone[v] && tsl_graph_last_reader(g, v, o, fold) &&
-                    !tsl_graph_value_read_backward(g, v, fused, fold)) {
+                if (gone[v] || !tsl_graph_last_reader(g, v, o, fold))
+                    continue;
+                int later = tsl_graph_value_read_backward(g, v, fused, fold);
+                dropped[v] = later && tsl_graph_recomputed(g, v, op_stage) >= 0;
+                if (!later || dropped[v]) {
                     gone[v] = 1;
                     live_add(live, bytes, size, v, nranks, -1);
                 }
@@ -760,6 +765,11 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
                 continue;
             int32_t y = relu_of[o] >= 0 ? g->ops[relu_of[o]].output : op->output;
             int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
+            for (int32_t k = 0; k < nin && written[y] && tsl_graph_op_reads_input_backward(op); k++)
+                if (dropped[ins[k]]) { /* made again */
+                    dropped[ins[k]] = gone[ins[k]] = 0;
+                    live_add(live, bytes, size, ins[k], nranks, 1);
+                }
             for (int32_t k = 0; k < nin && written[y] && op->kind != TSL_OP_INPUT; k++) {
                 int32_t v = ins[k];
                 if (v == g->input) {
@@ -785,6 +795,7 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     free(written);
     free(spare);
     free(gone);
+    free(dropped);
     free(size);
     free(live);
     return st;

@@ -384,6 +384,16 @@ tsl_status tsl_optimizer_apply_state(tsl_optimizer_t opt, tsl_optimizer_pending 
 
 void tsl_optimizer_pending_free(tsl_optimizer_pending *pending);
 
+/* y = ReLU(batch norm of x) with the batch statistics a training forward saved
+ * (tsl_batchnorm_relu_forward_train): the forward's y bit for bit, from the same tasks. For an
+ * executor that drops y after the forward and makes it again for the backward. Each tile's
+ * task also reads a tile of `after` (may be NULL) on its rank, so it waits for that tile's
+ * writer: its inputs are ready since the forward, and without it the backward's first tasks
+ * would make every dropped value again at once. */
+tsl_status tsl_batchnorm_relu_recompute(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                        tsl_tensor_t saved, tsl_tensor_t y, double eps,
+                                        tsl_tensor_t after);
+
 /* ---- convolutions that keep their halo slabs from forward to backward (lower/conv.c) ---- */
 
 struct tsl_halo_keep;

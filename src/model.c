@@ -32,6 +32,8 @@ typedef struct instance {
                                 (one set per part of a folded concatenation), forward to backward */
     tsl_tensor_t labels;
     uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
+    uint8_t *dropped; /* [nvalues]: dropped after the forward, to make again for the backward
+                         (tsl_graph_recomputed) */
 } instance;
 
 struct tsl_model {
@@ -47,11 +49,12 @@ struct tsl_model {
     int32_t *replicated; /* [nparams] */
     struct tsl_bucket **buckets;
     int32_t nbuckets;
-    int32_t *relu_of; /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
-                         or -1 */
-    uint8_t *fused;   /* [nops]: a ReLU that its batch norm computes */
-    int32_t *fold;    /* [nops]: the convolution that reads concatenation o's parts in place
-                         (tsl_graph_folded_concat()), or -1 */
+    int32_t *relu_of;  /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
+                          or -1 */
+    uint8_t *fused;    /* [nops]: a ReLU that its batch norm computes */
+    int32_t *fold;     /* [nops]: the convolution that reads concatenation o's parts in place
+                          (tsl_graph_folded_concat()), or -1 */
+    int32_t recompute; /* tsl_model_set_recompute() */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -91,6 +94,7 @@ static void instance_free(struct tsl_model *m, instance *in)
     free(in->rdy);
     free(in->saved);
     free(in->written);
+    free(in->dropped);
     memset(in, 0, sizeof *in);
 }
 
@@ -156,8 +160,9 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->rdx = calloc((size_t)g->nops, sizeof *in->rdx);
     in->rdy = calloc((size_t)g->nops, sizeof *in->rdy);
     in->written = calloc((size_t)g->nvalues, 1);
+    in->dropped = calloc((size_t)g->nvalues, 1);
     if (!in->act || !in->grad || !in->scratch || !in->saved || !in->flat || !in->rx || !in->ry ||
-        !in->rdx || !in->rdy || !in->keep || !in->written) {
+        !in->rdx || !in->rdy || !in->keep || !in->written || !in->dropped) {
         instance_free(m, in);
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }
@@ -299,6 +304,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     if (!m)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     m->ctx = ctx;
+    m->recompute = 1;
     m->g = tsl_graph_copy(graph);
     m->params = calloc((size_t)graph->nparams + 1, sizeof *m->params);
     m->pgrads = calloc((size_t)graph->nparams + 1, sizeof *m->pgrads);
@@ -390,6 +396,21 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     tsl_graph_destroy(m->g);
     free(m);
     return TSL_OK;
+}
+
+tsl_status tsl_model_set_recompute(tsl_model_t m, int32_t on)
+{
+    if (!m)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_model_set_recompute: model is NULL");
+    m->recompute = on != 0;
+    return TSL_OK;
+}
+
+/* Whether training drops value v after its last forward reader and makes it again for the
+ * backward (tsl_graph_recomputed()). */
+static int recomputed(const struct tsl_model *m, int32_t v)
+{
+    return m->recompute && tsl_graph_recomputed(m->g, v, m->op_stage) >= 0;
 }
 
 tsl_status tsl_model_param(tsl_model_t m, int32_t index, tsl_tensor_t *param, tsl_tensor_t *grad)
@@ -541,6 +562,7 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;
     tsl_status st = sync_replicas(m);
+    memset(in->dropped, 0, (size_t)g->nvalues);
     for (int32_t i = 0; i < g->nops && !st; i++) {
         const tsl_graph_op *o = &g->ops[i];
         tsl_tensor_t y = in->act[o->output], x = o->ninputs ? in->act[o->inputs[0]] : NULL;
@@ -609,10 +631,16 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
         if (!st && y != y_final)
             st = tsl_tensor_redistribute(y_final, y);
         int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, i, m->fold, ins);
-        for (int32_t k = 0; k < nin && !st; k++)
-            if (ins[k] != g->output && tsl_graph_last_reader(g, ins[k], i, m->fold) &&
-                (!train || !tsl_graph_value_read_backward(g, ins[k], m->fused, m->fold)))
-                tsl_tensor_release(in->act[ins[k]]);
+        for (int32_t k = 0; k < nin && !st; k++) {
+            int32_t v = ins[k];
+            if (v == g->output || !tsl_graph_last_reader(g, v, i, m->fold))
+                continue;
+            int later = train && tsl_graph_value_read_backward(g, v, m->fused, m->fold);
+            if (later && recomputed(m, v))
+                in->dropped[v] = 1; /* made again for the backward */
+            if (!later || in->dropped[v])
+                tsl_tensor_release(in->act[v]);
+        }
     }
     return st;
 }
@@ -644,6 +672,18 @@ static tsl_status grad_target(struct tsl_model *m, instance *in, int32_t v, tsl_
     }
     *accumulate = 1;
     return scratch_of(m, in, v, t);
+}
+
+/* Value v, dropped after the forward, from its batch norm's input and saved statistics, once
+ * `after` (the gradient the backward reading v starts from) is written. */
+static tsl_status remake(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t after)
+{
+    int32_t b = tsl_graph_recomputed(m->g, v, m->op_stage);
+    const tsl_graph_op *o = &m->g->ops[b];
+    in->dropped[v] = 0;
+    return tsl_batchnorm_relu_recompute(in->act[o->inputs[0]], op_param(m, o, 0, 0),
+                                        op_param(m, o, 1, 0), in->saved[b], in->act[v], o->eps,
+                                        after);
 }
 
 static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
@@ -692,6 +732,12 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
         else
             cdx = NULL;
     }
+    /* Inputs dropped after the forward are made again before a backward that reads them. */
+    for (int32_t k = 0; k < nin && !st && tsl_graph_op_reads_input_backward(o); k++)
+        if (in->dropped[ins[k]])
+            st = remake(m, in, ins[k], dy);
+    if (st)
+        return st;
     /* Ops whose backward has no optional dx compute into scratch space for the input. */
     int need_dx0 = dx[0] != NULL;
     switch (o->kind) {

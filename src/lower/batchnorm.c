@@ -139,6 +139,51 @@ static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
 }
 
 /* Training forward, with ReLU fused into the normalize tasks when `relu`. */
+/* A tile of `after` owned by `rank`: tile i when after is tiled as many times, else the first
+ * such tile; NULL when none (or no tensor). */
+static starpu_data_handle_t tile_on(tsl_tensor_t after, int64_t ntiles, int64_t i, int32_t rank)
+{
+    if (!after)
+        return NULL;
+    if (after->ntiles == ntiles && after->tile_owner[i] == rank)
+        return after->handles[i];
+    for (int64_t j = 0; j < after->ntiles; j++)
+        if (after->tile_owner[j] == rank)
+            return after->handles[j];
+    return NULL;
+}
+
+/* y from x with the statistics in saved: a task per tile on y's owner (with ReLU fused when
+ * relu is set), each also reading a tile of `after` on that rank when given, so that it runs
+ * only once that tile is written. */
+static tsl_status normalize(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                            tsl_tensor_t saved, tsl_tensor_t y, int relu, double eps,
+                            double momentum, tsl_tensor_t after)
+{
+    struct tsl_context *ctx = x->ctx;
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < x->ntiles && !st; i++) {
+        tsl_bn_args t = args_for(x, i, eps, momentum);
+        t.relu = relu;
+        starpu_data_handle_t h[6] = {x->handles[i],
+                                     tsl_whole_handle(saved, y->tile_owner[i]),
+                                     tsl_whole_handle(gamma, y->tile_owner[i]),
+                                     tsl_whole_handle(beta, y->tile_owner[i]),
+                                     y->handles[i],
+                                     tile_on(after, y->ntiles, i, y->tile_owner[i])};
+        enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
+                                             STARPU_R, STARPU_W, STARPU_R};
+        st = submit(ctx, &tsl_cl_bn_normalize, &t, h[5] ? 6 : 5, h, m,
+                    4.0 * (double)tsl_tensor_tile_numel(x, i));
+        if (x->tile_owner[i] != y->tile_owner[i])
+            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+    }
+    /* Keep x's cached copies: backward reads them on the same ranks. Drop the small ones. */
+    tsl_whole_flush(gamma);
+    tsl_whole_flush(beta);
+    return st;
+}
+
 static tsl_status forward_train(const char *fn, int relu, tsl_tensor_t x, tsl_tensor_t gamma,
                                 tsl_tensor_t beta, tsl_tensor_t running_mean,
                                 tsl_tensor_t running_var, tsl_tensor_t saved, tsl_tensor_t y,
@@ -197,22 +242,7 @@ static tsl_status forward_train(const char *fn, int relu, tsl_tensor_t x, tsl_te
     release_all(ctx, total);
     free(need);
     free(total);
-    for (int64_t i = 0; i < x->ntiles && !st; i++) {
-        tsl_bn_args t = args_for(x, i, eps, momentum);
-        t.relu = relu;
-        starpu_data_handle_t h[5] = {x->handles[i], tsl_whole_handle(saved, y->tile_owner[i]),
-                                     tsl_whole_handle(gamma, y->tile_owner[i]),
-                                     tsl_whole_handle(beta, y->tile_owner[i]), y->handles[i]};
-        enum starpu_data_access_mode m[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W};
-        st = submit(ctx, &tsl_cl_bn_normalize, &t, 5, h, m,
-                    4.0 * (double)tsl_tensor_tile_numel(x, i));
-        if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
-    }
-    /* Keep x's cached copies: backward reads them on the same ranks. Drop the small ones. */
-    tsl_whole_flush(gamma);
-    tsl_whole_flush(beta);
-    return st;
+    return st ? st : normalize(x, gamma, beta, saved, y, relu, eps, momentum, NULL);
 }
 
 tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
@@ -231,6 +261,22 @@ tsl_status tsl_batchnorm_relu_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, 
 {
     return forward_train("tsl_batchnorm_relu_forward_train", 1, x, gamma, beta, running_mean,
                          running_var, saved, y, eps, momentum);
+}
+
+tsl_status tsl_batchnorm_relu_recompute(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                        tsl_tensor_t saved, tsl_tensor_t y, double eps,
+                                        tsl_tensor_t after)
+{
+    const char *fn = "batch norm + ReLU recomputed";
+    tsl_status st = check_x(x, fn);
+    if (st || (st = check_vector(gamma, x, 0, "gamma", fn)) ||
+        (st = check_vector(beta, x, 0, "beta", fn)) ||
+        (st = check_vector(saved, x, 1, "saved", fn)) || (st = tsl_tensor_check(y, fn)) ||
+        (st = tsl_tensor_check_same_layout(y, x, fn)))
+        return st;
+    if (y == x)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    return normalize(x, gamma, beta, saved, y, 1, eps, 0, after);
 }
 
 tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,

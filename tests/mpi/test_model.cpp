@@ -52,6 +52,20 @@ std::vector<float> values(tsl_tensor_t t)
     return v;
 }
 
+// Every gradient (grads) or every parameter and buffer of m, gathered on every rank, appended
+// to res in graph order.
+void push_params(tsl_model_t m, tsl_graph_t g, bool grads, std::vector<std::vector<float>> *res)
+{
+    for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+        tsl_tensor_t p, dp;
+        ASSERT_EQ(tsl_model_param(m, i, &p, &dp), TSL_OK);
+        if (!grads)
+            res->push_back(values(p));
+        else if (dp)
+            res->push_back(values(dp));
+    }
+}
+
 void set_values(tsl_tensor_t t, const std::vector<float> &v)
 {
     ASSERT_EQ(tsl_tensor_scatter(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
@@ -436,24 +450,14 @@ TEST(Model, SpatialPlansMatchSampleTiles)
             std::vector<float> y((size_t)out_numel);
             ASSERT_EQ(tsl_model_forward(m, n, b.x.data(), 1, y.data()), TSL_OK);
             res->push_back(rank == 0 ? y : std::vector<float>());
-            int32_t np = tsl_graph_param_count(g);
-            for (int32_t i = 0; i < np; i++) {
-                tsl_tensor_t dp;
-                ASSERT_EQ(tsl_model_param(m, i, nullptr, &dp), TSL_OK);
-                if (dp)
-                    res->push_back(values(dp));
-            }
+            push_params(m, g, true, res);
             tsl_optimizer_t opt = momentum_sgd();
             ASSERT_NE(opt, nullptr);
             for (int k = 0; k < 3; k++)
                 ASSERT_EQ(tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt, nullptr, nullptr),
                           TSL_OK)
                     << tsl_context_last_error(ctx);
-            for (int32_t i = 0; i < np; i++) {
-                tsl_tensor_t p;
-                ASSERT_EQ(tsl_model_param(m, i, &p, nullptr), TSL_OK);
-                res->push_back(values(p));
-            }
+            push_params(m, g, false, res);
             tsl_optimizer_destroy(opt);
             tsl_model_destroy(m);
         };
@@ -511,6 +515,77 @@ TEST(Model, SpatialPlansMatchSampleTiles)
 }
 
 // Plans that do not fit the run or the model are clear errors.
+// Batch-norm + ReLU outputs dropped after the forward and made again for the backward
+// (tsl_model_set_recompute) change no bit: the same loss, gradients and parameters after two
+// steps as keeping them, on spatial plans (halo slabs of the remade tiles) and sample tiles.
+TEST(Model, RecomputedReluOutputsChangeNoBit)
+{
+    struct Net {
+        const char *name;
+        std::vector<int64_t> sample;
+        bool segmentation;
+        const char *plan; // at 1, 2, 4 ranks: "", then by size
+    };
+    const char *space = size == 2 ? "space=2" : size == 4 ? "space=2x2" : "";
+    const Net nets[] = {{"unet3d", {1, 8, 8, 8}, true, space}, {"resnet", {2, 12, 10}, false, ""}};
+    const int64_t n = 2, classes = 3;
+    for (const Net &net : nets) {
+        SCOPED_TRACE(std::string(net.name) + " plan '" + net.plan + "'");
+        int64_t per = 1;
+        for (int64_t d : net.sample)
+            per *= d;
+        Batch b = make_batch(n, per, classes, seed + 700);
+        if (net.segmentation) {
+            b.y.resize((size_t)(n * per / net.sample[0]));
+            for (size_t i = 0; i < b.y.size(); i++)
+                b.y[i] = (int64_t)((i * 5 + i / 3) % classes);
+        }
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(
+            tsl_zoo_graph(net.name, (int32_t)net.sample.size(), net.sample.data(), classes, &g),
+            TSL_OK);
+        tsl_plan plan;
+        ASSERT_EQ(tsl_plan_parse(net.plan, &plan), TSL_OK);
+        auto run = [&](int recompute, std::vector<double> *losses,
+                       std::vector<std::vector<float>> *res) {
+            tsl_model_t m = nullptr;
+            ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 701, *net.plan ? &plan : nullptr),
+                      TSL_OK)
+                << tsl_context_last_error(ctx);
+            ASSERT_EQ(tsl_model_set_recompute(m, recompute), TSL_OK);
+            double loss = 0;
+            ASSERT_EQ(tsl_model_gradients(m, n, b.x.data(), b.y.data(), &loss), TSL_OK)
+                << tsl_context_last_error(ctx);
+            losses->push_back(loss);
+            push_params(m, g, true, res);
+            tsl_optimizer_t opt = momentum_sgd();
+            ASSERT_NE(opt, nullptr);
+            for (int k = 0; k < 2; k++) {
+                ASSERT_EQ(tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt, &loss, nullptr),
+                          TSL_OK)
+                    << tsl_context_last_error(ctx);
+                losses->push_back(loss);
+            }
+            push_params(m, g, false, res);
+            tsl_optimizer_destroy(opt);
+            tsl_model_destroy(m);
+        };
+        std::vector<double> kept_losses, remade_losses;
+        std::vector<std::vector<float>> kept, remade;
+        run(0, &kept_losses, &kept);
+        run(1, &remade_losses, &remade);
+        EXPECT_EQ(remade_losses, kept_losses);
+        ASSERT_EQ(remade.size(), kept.size());
+        for (size_t k = 0; k < kept.size(); k++) {
+            ASSERT_EQ(remade[k].size(), kept[k].size()) << k;
+            EXPECT_EQ(std::memcmp(remade[k].data(), kept[k].data(), kept[k].size() * 4), 0)
+                << (k < kept.size() / 2 ? "gradient " : "parameter ") << k;
+        }
+        tsl_graph_destroy(g);
+    }
+    EXPECT_EQ(tsl_model_set_recompute(nullptr, 1), TSL_ERR_INVALID_ARG);
+}
+
 TEST(Model, PlansThatDoNotFitAreErrors)
 {
     int64_t sample[3] = {1, 8, 8};

@@ -844,6 +844,48 @@ TEST(Plan, ConcatenationsFoldIntoTheirConvolution)
     }
 }
 
+// Batch norms with a fused ReLU: the executor drops the ReLU's output after its last forward
+// reader and makes it again before the first backward reading it (tsl_graph_recomputed()).
+// Hand count for x -> a = conv(x) -> r1 = relu(bn(a)) -> b = conv(r1) -> r2 = relu(bn(b)) ->
+// c = conv(r2) (output), planes of 8x8 floats per channel (P): values x 3, a, r1, b, r2 4 P
+// each with their gradients, c 2 P with its gradient: 39 P. Forward: x, a, r1, b (r1 dropped
+// after b's conv), r2, c (r2 dropped): 13 P. Backward: c's gradient (15), r2 made again (19)
+// and its gradient (23), c's gradient gone (21), b's gradient (25), r2 and its gradient gone
+// (17), r1 made again and its gradient (25), and so on: 25 P. Keeping r1 and r2 instead, the
+// forward ends at 21 P and the backward peaks at 29 P.
+TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
+{
+    int32_t a, r1, b, r2, c, v;
+    tsl_graph_t g = input_and_conv(4, &a);
+    ASSERT_NE(g, nullptr);
+    ASSERT_EQ(tsl_graph_batchnorm(g, "bn1", a, 1e-5, 0.1, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &r1), TSL_OK);
+    ASSERT_EQ(conv3(g, "b", r1, 4, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_batchnorm(g, "bn2", b, 1e-5, 0.1, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &r2), TSL_OK);
+    ASSERT_EQ(conv3(g, "c", r2, 2, &c), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, c), TSL_OK);
+    EXPECT_EQ(tsl_graph_recomputed(g, r1, nullptr), g->values[a].producer + 1);
+    EXPECT_EQ(tsl_graph_recomputed(g, r2, nullptr), g->values[b].producer + 1);
+    for (int32_t w : {g->input, a, b, c, v}) // not a fused ReLU's output (v: the batch norm's)
+        EXPECT_EQ(tsl_graph_recomputed(g, w, nullptr), -1) << w;
+    expect_peak_planes(g, 39, 25);
+    // A reader on another stage than the batch norm: kept.
+    std::vector<int32_t> stage((size_t)g->nops, 0);
+    stage[(size_t)g->values[c].producer] = 1;
+    EXPECT_EQ(tsl_graph_recomputed(g, r2, stage.data()), -1);
+    EXPECT_GE(tsl_graph_recomputed(g, r1, stage.data()), 0);
+    tsl_graph_destroy(g);
+    // The graph's output is never dropped.
+    g = input_and_conv(4, &a);
+    ASSERT_NE(g, nullptr);
+    ASSERT_EQ(tsl_graph_batchnorm(g, "bn1", a, 1e-5, 0.1, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &r1), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, r1), TSL_OK);
+    EXPECT_EQ(tsl_graph_recomputed(g, r1, nullptr), -1);
+    tsl_graph_destroy(g);
+}
+
 TEST(Plan, StagesByHandAreKeptAndInherited)
 {
     int64_t sample[3] = {1, 16, 16};
