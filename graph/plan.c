@@ -47,9 +47,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {"data",  "space", "stages",  "micro",
-                                       "tiles", "shard", "balance", "bucket"};
-    enum { NKEYS = 8 };
+    static const char *const keys[] = {"data",  "space",   "stages", "micro",    "tiles",
+                                       "shard", "balance", "bucket", "recompute"};
+    enum { NKEYS = 9 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -58,7 +58,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (!eq)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
-                             "micro, balance, tiles, shard, bucket)",
+                             "micro, balance, tiles, shard, bucket, recompute)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -68,7 +68,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (k < 0)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
-                             "balance, tiles, shard, bucket)",
+                             "balance, tiles, shard, bucket, recompute)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -107,6 +107,11 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                                  "plan '%s': bucket='%.*s' is not an integer in [0, %ld]", text,
                                  (int)vlen, v, PLAN_MAX_VALUE);
             p.bucket = (int32_t)value;
+        } else if (k == 8) {
+            if (vlen != 1 || (v[0] != '0' && v[0] != '1'))
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                 "plan '%s': recompute='%.*s' is not 0 or 1", text, (int)vlen, v);
+            p.recompute = v[0] == '1';
         } else {
             long value = plan_int(v, vlen);
             if (value < 0)
@@ -157,6 +162,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
         PART("%sshard=%d", n ? "," : "", (int)p->shard);
     if (p->bucket != TSL_PLAN_BUCKET_DEFAULT)
         PART("%sbucket=%d", n ? "," : "", (int)p->bucket);
+    if (p->recompute)
+        PART("%srecompute=1", n ? "," : "");
     if (!n)
         PART("data=1");
 #undef PART
@@ -745,7 +752,8 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
                 if (gone[v] || !tsl_graph_last_reader(g, v, o, fold))
                     continue;
                 int later = tsl_graph_value_read_backward(g, v, fused, fold);
-                dropped[v] = later && tsl_graph_recomputed(g, v, op_stage) >= 0;
+                dropped[v] =
+                    later && plan && plan->recompute && tsl_graph_recomputed(g, v, op_stage) >= 0;
                 if (!later || dropped[v]) {
                     gone[v] = 1;
                     live_add(live, bytes, size, v, nranks, -1);

@@ -54,7 +54,7 @@ struct tsl_model {
     uint8_t *fused;    /* [nops]: a ReLU that its batch norm computes */
     int32_t *fold;     /* [nops]: the convolution that reads concatenation o's parts in place
                           (tsl_graph_folded_concat()), or -1 */
-    int32_t recompute; /* tsl_model_set_recompute() */
+    int32_t recompute; /* the plan's recompute= */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -258,6 +258,7 @@ static tsl_status adopt_plan(struct tsl_model *m, const tsl_plan *plan)
         return tsl_error(m->ctx, st, "tsl_model_create_plan: %s", tsl_last_error());
     m->plan = *plan;
     m->has_plan = 1;
+    m->recompute = plan->recompute != 0;
     return TSL_OK;
 }
 
@@ -304,7 +305,6 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     if (!m)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     m->ctx = ctx;
-    m->recompute = 1;
     m->g = tsl_graph_copy(graph);
     m->params = calloc((size_t)graph->nparams + 1, sizeof *m->params);
     m->pgrads = calloc((size_t)graph->nparams + 1, sizeof *m->pgrads);
@@ -395,14 +395,6 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     free(m->fold);
     tsl_graph_destroy(m->g);
     free(m);
-    return TSL_OK;
-}
-
-tsl_status tsl_model_set_recompute(tsl_model_t m, int32_t on)
-{
-    if (!m)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_model_set_recompute: model is NULL");
-    m->recompute = on != 0;
     return TSL_OK;
 }
 

@@ -57,16 +57,6 @@ tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, tsl_grap
 /** @brief Wait for the model's tasks and free it (NULL is a no-op). */
 tsl_status tsl_model_destroy(tsl_model_t model);
 
-/**
- * @brief Whether training drops the output of every batch norm with a fused ReLU after its
- * last forward reader and makes it again, from the batch norm's input and saved statistics
- * (one elementwise pass, the same bits), before the first backward that reads it (@p on, the
- * default), or keeps it from the forward to the backward (0): a conv-bn-relu network's
- * activations then hold each layer's convolution output only, not also its ReLU output.
- * Not collective; every rank must set the same. tsl_plan_estimate_peak() assumes the default.
- */
-tsl_status tsl_model_set_recompute(tsl_model_t model, int32_t on);
-
 /** @brief Parameter @p index (graph order) and its gradient tensor (NULL for buffers such as
  *  running statistics). Either output may be NULL. Not collective. */
 tsl_status tsl_model_param(tsl_model_t model, int32_t index, tsl_tensor_t *param,

@@ -2,9 +2,10 @@
  * @file plan.h
  * @brief Parallel plans: how a model's tensors are tiled and which ranks own the tiles.
  *
- * A plan string is `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K`;
+ * A plan string is
+ * `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`;
  * every part is optional and defaults to 1 (balance= to memory, shard= to
- * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT):
+ * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0):
  * D sample groups (data parallelism), an A x B x C (or A x B, or A) rank grid over the spatial
  * dimensions (spatial parallelism, halo exchange), S pipeline stages with M micro-batches
  * (layer parallelism: consecutive ops split into S stages as B says, see tsl_plan_stages()),
@@ -12,7 +13,10 @@
  * worker of a rank has a tile), and E: the fewest elements a convolution or linear weight
  * needs to be cut into shards over the ranks (tsl_plan_param_placement()), and K: the most
  * elements of the small parameters whose gradients travel packed in one bucket
- * (tsl_plan_buckets(); 0: every small parameter on its own). A plan runs on
+ * (tsl_plan_buckets(); 0: every small parameter on its own), and R: 1 to have training drop
+ * each batch norm's fused ReLU output after the forward and make it again for the backward
+ * (less memory for an elementwise pass per layer, the same bits; tsl_graph_recomputed()),
+ * 0 to keep it. A plan runs on
  * D x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x A x B x C, each
  * stage's tensors split over its G ranks as data= and space= say. Pure C: no StarPU, no MPI.
  */
@@ -55,6 +59,7 @@ typedef struct tsl_plan {
     int32_t tiles;      /**< T: tiles per rank along the longest spatial dimension */
     int32_t shard;      /**< E: fewest elements of a weight cut into shards */
     int32_t bucket;     /**< K: most elements of one bucket of small gradients (0: none) */
+    int32_t recompute;  /**< R: 1: batch-norm + ReLU outputs made again for the backward */
 } tsl_plan;
 
 /** @brief The plan of one rank group with nothing split: every part 1, shard= its default. */

@@ -514,10 +514,9 @@ TEST(Model, SpatialPlansMatchSampleTiles)
     }
 }
 
-// Plans that do not fit the run or the model are clear errors.
-// Batch-norm + ReLU outputs dropped after the forward and made again for the backward
-// (tsl_model_set_recompute) change no bit: the same loss, gradients and parameters after two
-// steps as keeping them, on spatial plans (halo slabs of the remade tiles) and sample tiles.
+// Batch-norm + ReLU outputs dropped after the forward and made again for the backward (plan
+// part recompute=1) change no bit: the same loss, gradients and parameters after two steps as
+// keeping them, on spatial plans (halo slabs of the remade tiles) and sample tiles.
 TEST(Model, RecomputedReluOutputsChangeNoBit)
 {
     struct Net {
@@ -527,7 +526,9 @@ TEST(Model, RecomputedReluOutputsChangeNoBit)
         const char *plan; // at 1, 2, 4 ranks: "", then by size
     };
     const char *space = size == 2 ? "space=2" : size == 4 ? "space=2x2" : "";
-    const Net nets[] = {{"unet3d", {1, 8, 8, 8}, true, space}, {"resnet", {2, 12, 10}, false, ""}};
+    const char *data = size == 2 ? "data=2" : size == 4 ? "data=4" : "";
+    const Net nets[] = {{"unet3d", {1, 8, 8, 8}, true, space},
+                        {"resnet", {2, 12, 10}, false, data}};
     const int64_t n = 2, classes = 3;
     for (const Net &net : nets) {
         SCOPED_TRACE(std::string(net.name) + " plan '" + net.plan + "'");
@@ -549,10 +550,9 @@ TEST(Model, RecomputedReluOutputsChangeNoBit)
         auto run = [&](int recompute, std::vector<double> *losses,
                        std::vector<std::vector<float>> *res) {
             tsl_model_t m = nullptr;
-            ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 701, *net.plan ? &plan : nullptr),
-                      TSL_OK)
+            plan.recompute = recompute;
+            ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 701, &plan), TSL_OK)
                 << tsl_context_last_error(ctx);
-            ASSERT_EQ(tsl_model_set_recompute(m, recompute), TSL_OK);
             double loss = 0;
             ASSERT_EQ(tsl_model_gradients(m, n, b.x.data(), b.y.data(), &loss), TSL_OK)
                 << tsl_context_last_error(ctx);
@@ -583,9 +583,9 @@ TEST(Model, RecomputedReluOutputsChangeNoBit)
         }
         tsl_graph_destroy(g);
     }
-    EXPECT_EQ(tsl_model_set_recompute(nullptr, 1), TSL_ERR_INVALID_ARG);
 }
 
+// Plans that do not fit the run or the model are clear errors.
 TEST(Model, PlansThatDoNotFitAreErrors)
 {
     int64_t sample[3] = {1, 8, 8};

@@ -227,6 +227,13 @@ TEST(Plan, ParsesEveryPartAndFormatsBack)
     EXPECT_EQ(p.bucket, 1000);
     ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
     EXPECT_STREQ(text, "data=2,bucket=1000");
+    EXPECT_EQ(p.recompute, 0);
+    ASSERT_EQ(tsl_plan_parse("recompute=1,space=2", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.recompute, 1);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "space=2,recompute=1");
+    ASSERT_EQ(tsl_plan_parse("recompute=0", &p), TSL_OK);
+    EXPECT_EQ(p.recompute, 0);
 }
 
 TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
@@ -251,6 +258,9 @@ TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
         {"bucket=-1", "bucket='-1' is not an integer in [0,"},
         {"bucket=", "bucket='' is not an integer"},
         {"bucket=small", "bucket='small'"},
+        {"recompute=2", "recompute='2' is not 0 or 1"},
+        {"recompute=yes", "recompute='yes'"},
+        {"recompute=", "recompute='' is not 0 or 1"},
     };
     for (auto &b : bad) {
         EXPECT_EQ(tsl_plan_parse(b[0], &p), TSL_ERR_INVALID_ARG) << b[0];
@@ -647,15 +657,17 @@ TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
     }
 }
 
-// The one-rank peak estimate of g, batch 1 and 3, is `peak` planes of 8x8 floats beyond
-// the parameters and labels (the all-tiles estimate less its `values` planes of values).
-static void expect_peak_planes(tsl_graph_t g, int64_t values, int64_t peak_planes)
+// The one-rank peak estimate of g under plan (NULL: none), batch 1 and 3, is `peak` planes of
+// 8x8 floats beyond the parameters and labels (the all-tiles estimate less its `values`
+// planes of values).
+static void expect_peak_planes(tsl_graph_t g, int64_t values, int64_t peak_planes,
+                               const tsl_plan *plan = nullptr)
 {
     for (int64_t batch : {1, 3}) {
         const int64_t plane = 8 * 8 * 4 * batch;
         int64_t all = -1, peak = -1;
-        ASSERT_EQ(tsl_plan_estimate(nullptr, g, 1, 1, batch, 2, &all), TSL_OK);
-        ASSERT_EQ(tsl_plan_estimate_peak(nullptr, g, 1, 1, batch, 2, &peak), TSL_OK)
+        ASSERT_EQ(tsl_plan_estimate(plan, g, 1, 1, batch, 2, &all), TSL_OK);
+        ASSERT_EQ(tsl_plan_estimate_peak(plan, g, 1, 1, batch, 2, &peak), TSL_OK)
             << tsl_last_error();
         EXPECT_EQ(peak - (all - values * plane), peak_planes * plane) << batch;
     }
@@ -844,8 +856,9 @@ TEST(Plan, ConcatenationsFoldIntoTheirConvolution)
     }
 }
 
-// Batch norms with a fused ReLU: the executor drops the ReLU's output after its last forward
-// reader and makes it again before the first backward reading it (tsl_graph_recomputed()).
+// Batch norms with a fused ReLU: with recompute=1 the executor drops the ReLU's output after
+// its last forward reader and makes it again before the first backward reading it
+// (tsl_graph_recomputed()).
 // Hand count for x -> a = conv(x) -> r1 = relu(bn(a)) -> b = conv(r1) -> r2 = relu(bn(b)) ->
 // c = conv(r2) (output), planes of 8x8 floats per channel (P): values x 3, a, r1, b, r2 4 P
 // each with their gradients, c 2 P with its gradient: 39 P. Forward: x, a, r1, b (r1 dropped
@@ -869,7 +882,10 @@ TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
     EXPECT_EQ(tsl_graph_recomputed(g, r2, nullptr), g->values[b].producer + 1);
     for (int32_t w : {g->input, a, b, c, v}) // not a fused ReLU's output (v: the batch norm's)
         EXPECT_EQ(tsl_graph_recomputed(g, w, nullptr), -1) << w;
-    expect_peak_planes(g, 39, 25);
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse("recompute=1", &plan), TSL_OK);
+    expect_peak_planes(g, 39, 25, &plan);
+    expect_peak_planes(g, 39, 29); // kept
     // A reader on another stage than the batch norm: kept.
     std::vector<int32_t> stage((size_t)g->nops, 0);
     stage[(size_t)g->values[c].producer] = 1;
