@@ -172,6 +172,10 @@ int command_plan(int argc, char **argv)
     tsl_tile_grid grid;
     tsl_owner_map owners;
     const tsl_plan *pp = plan_text ? &plan : NULL;
+    /* One rank with the plan's memory policy (recompute=), for the ratios. */
+    tsl_plan solo;
+    tsl_plan_init(&solo);
+    solo.recompute = pp ? pp->recompute : 0;
     int code = 0;
     if (!bytes || !received || !peak || !op_stage)
         code = fail(TSL_ERR_OUT_OF_MEMORY, "estimating");
@@ -180,8 +184,8 @@ int command_plan(int argc, char **argv)
              (st = tsl_plan_estimate_peak(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
                                           peak)) ||
              (st = tsl_plan_estimate_received(pp, g, (int32_t)ranks, batch, states, received)) ||
-             (st = tsl_plan_estimate(NULL, g, 1, 1, batch, states, &one)) ||
-             (st = tsl_plan_estimate_peak(NULL, g, 1, 1, batch, states, &one_peak)) ||
+             (st = tsl_plan_estimate(&solo, g, 1, 1, batch, states, &one)) ||
+             (st = tsl_plan_estimate_peak(&solo, g, 1, 1, batch, states, &one_peak)) ||
              (st = tsl_plan_stages(pp, g, batch, states, op_stage)) ||
              (st = tsl_plan_tensor_tiling(pp, &info.sample_shape, (int32_t)ranks, 0,
                                           (int32_t)workers, batch, &info.sample_shape, 1, &grid,
