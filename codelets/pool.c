@@ -114,8 +114,80 @@ static int64_t window_start(const geom *g, int64_t o0, int64_t o1, int64_t o2)
     return (q0 * g->in[1] + q1) * g->in[2] + q2;
 }
 
-/* Runs of `inner` values (1, or the channels of a channels-last tile) per position. */
-static void max_forward_f32(const tsl_pool_args *a, const geom *g, const float *x, float *y)
+/* Window positions as indices (tsl_pool_forward_index_kernel()): (k0 * k[1] + k1) * k[2] + k2,
+ * or -1 where a window holds only padding (255 in u8 indices). */
+static void store_index(int dtype, void *ix, int64_t i, int64_t k)
+{
+    if (dtype == TSL_U8)
+        ((uint8_t *)ix)[i] = k < 0 ? UINT8_MAX : (uint8_t)k;
+    else
+        ((int32_t *)ix)[i] = (int32_t)k;
+}
+
+static int64_t load_index(int dtype, const void *ix, int64_t i)
+{
+    if (dtype == TSL_U8)
+        return ((const uint8_t *)ix)[i] == UINT8_MAX ? -1 : ((const uint8_t *)ix)[i];
+    return ((const int32_t *)ix)[i];
+}
+
+/* The position in a tile of the input element at kernel position k of output (o0, o1, o2)'s
+ * window (the window may start in the padding; the element itself is inside). */
+static int64_t index_position(const geom *g, int64_t o0, int64_t o1, int64_t o2, int64_t k)
+{
+    int64_t k2 = k % g->k[2], k1 = k / g->k[2] % g->k[1], k0 = k / (g->k[2] * g->k[1]);
+    return window_start(g, o0, o1, o2) + (k0 * g->in[1] + k1) * g->in[2] + k2;
+}
+
+/* One output position's `inner` values (1, or a channels-last tile's channels) of y and the
+ * indices from window w, channels innermost: y as the loop below (the last NaN, else the
+ * maximum), the index the backward's choice (the first NaN, else the first maximum). */
+static void max_index_f32(const tsl_pool_args *a, const geom *g, const float *w, float *yo,
+                          void *ix, int64_t at)
+{
+    enum { CHUNK = 256 };
+    const int64_t inner = a->channels_last ? a->channels : 1;
+    for (int64_t c0 = 0; c0 < inner; c0 += CHUNK) {
+        const int64_t cn = inner - c0 < CHUNK ? inner - c0 : CHUNK;
+        float bv[CHUNK];
+        int32_t bk[CHUNK];
+        float *restrict yc = yo + c0;
+        int32_t k = 0;
+        for (int64_t k0 = 0; k0 < g->k[0]; k0++)
+            for (int64_t k1 = 0; k1 < g->k[1]; k1++)
+                for (int64_t k2 = 0; k2 < g->k[2]; k2++, k++) {
+                    const float *restrict xr =
+                        w + ((k0 * g->in[1] + k1) * g->in[2] + k2) * inner + c0;
+                    if (k == 0) {
+                        for (int64_t c = 0; c < cn; c++) {
+                            yc[c] = bv[c] = xr[c];
+                            bk[c] = 0;
+                        }
+                        continue;
+                    }
+                    for (int64_t c = 0; c < cn; c++) {
+                        float t = xr[c];
+                        if (t > yc[c] || isnan(t))
+                            yc[c] = t;
+                        if (t > bv[c] || (isnan(t) && !isnan(bv[c]))) {
+                            bv[c] = t;
+                            bk[c] = k;
+                        }
+                    }
+                }
+        if (a->index_dtype == TSL_U8)
+            for (int64_t c = 0; c < cn; c++)
+                ((uint8_t *)ix)[at + c0 + c] = (uint8_t)bk[c];
+        else
+            for (int64_t c = 0; c < cn; c++)
+                ((int32_t *)ix)[at + c0 + c] = bk[c];
+    }
+}
+
+/* Runs of `inner` values (1, or the channels of a channels-last tile) per position. With `ix`,
+ * also each output's index, the backward's choice: a NaN first, else the first maximum. */
+static void max_forward_f32(const tsl_pool_args *a, const geom *g, const float *x, float *y,
+                            void *ix)
 {
     const int64_t inner = a->channels_last ? a->channels : 1, outer = a->planes / inner;
     for (int64_t n = 0; n < outer; n++) {
@@ -125,7 +197,12 @@ static void max_forward_f32(const tsl_pool_args *a, const geom *g, const float *
             for (int64_t o1 = 0; o1 < g->out[1]; o1++)
                 for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
                     const float *w = xp + window_start(g, o0, o1, o2) * inner;
-                    float *restrict yo = yp + ((o0 * g->out[1] + o1) * g->out[2] + o2) * inner;
+                    int64_t out = ((o0 * g->out[1] + o1) * g->out[2] + o2) * inner;
+                    float *restrict yo = yp + out;
+                    if (ix) {
+                        max_index_f32(a, g, w, yo, ix, n * g->out_plane * inner + out);
+                        continue;
+                    }
                     for (int64_t c = 0; c < inner; c++)
                         yo[c] = -INFINITY;
                     for (int64_t k0 = 0; k0 < g->k[0]; k0++)
@@ -177,11 +254,12 @@ static void max_backward_f32(const tsl_pool_args *a, const geom *g, const float 
     }
 }
 
-void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
+/* y (and with `ix` a max pooling's indices) from x. */
+static void pool_forward(const tsl_pool_args *a, const void *x, void *y, void *ix)
 {
     geom g = geometry(a);
     if (a->kind == TSL_POOL_MAX && a->dtype == TSL_F32 && windows_inside(&g)) {
-        max_forward_f32(a, &g, x, y);
+        max_forward_f32(a, &g, x, y, ix);
         return;
     }
     for (int64_t pl = 0; pl < a->planes; pl++) {
@@ -193,11 +271,19 @@ void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
                     double v;
                     if (a->kind == TSL_POOL_MAX) {
                         v = -INFINITY;
+                        double bv = -INFINITY;
+                        int64_t best = -1;
                         FOR_WINDOW(g, o0, o1, o2, idx, {
                             double t = tsl_load(a->dtype, x, xb + idx);
                             if (t > v || isnan(t))
                                 v = t;
+                            if (best < 0 || t > bv || (isnan(t) && !isnan(bv))) {
+                                bv = t;
+                                best = (k0 * g.k[1] + k1) * g.k[2] + k2;
+                            }
                         });
+                        if (ix)
+                            store_index(a->index_dtype, ix, yb + out * g.cs, best);
                     } else {
                         v = 0;
                         FOR_WINDOW(g, o0, o1, o2, idx, v += tsl_load(a->dtype, x, xb + idx));
@@ -206,6 +292,53 @@ void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
                     tsl_store(a->dtype, y, yb + out * g.cs, v);
                 }
     }
+}
+
+void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y)
+{
+    pool_forward(a, x, y, NULL);
+}
+
+void tsl_pool_forward_index_kernel(const tsl_pool_args *a, const void *x, void *y, void *ix)
+{
+    pool_forward(a, x, y, ix);
+}
+
+/* Plane by plane, each output in order: the same additions in the same order as
+ * tsl_pool_backward_kernel(), so the same bits. */
+void tsl_pool_backward_index_kernel(const tsl_pool_args *a, const void *ix, const void *dy,
+                                    void *dx)
+{
+    geom g = geometry(a);
+    const int64_t inner = a->channels_last ? a->channels : 1, outer = a->planes / inner;
+    const size_t esize = a->dtype == TSL_F32 ? sizeof(float) : sizeof(double);
+    memset(dx, 0, esize * (size_t)(a->planes * g.in_plane));
+    /* Each kernel position's offset from a window's start (else divisions per element). */
+    const int64_t kvol = g.k[0] * g.k[1] * g.k[2];
+    int64_t *offset = malloc(sizeof *offset * (size_t)kvol);
+    for (int64_t k = 0; offset && k < kvol; k++)
+        offset[k] = index_position(&g, 0, 0, 0, k) - window_start(&g, 0, 0, 0);
+    for (int64_t n = 0; n < outer; n++)
+        for (int64_t o0 = 0; o0 < g.out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g.out[1]; o1++)
+                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
+                    int64_t out =
+                        n * g.out_plane * inner + ((o0 * g.out[1] + o1) * g.out[2] + o2) * inner;
+                    int64_t start = window_start(&g, o0, o1, o2);
+                    for (int64_t c = 0; c < inner; c++) {
+                        int64_t k = load_index(a->index_dtype, ix, out + c);
+                        if (k < 0)
+                            continue;
+                        int64_t pos =
+                            offset ? start + offset[k] : index_position(&g, o0, o1, o2, k);
+                        int64_t at = (n * g.in_plane + pos) * inner + c;
+                        if (a->dtype == TSL_F32)
+                            ((float *)dx)[at] += ((const float *)dy)[out + c];
+                        else
+                            ((double *)dx)[at] += ((const double *)dy)[out + c];
+                    }
+                }
+    free(offset);
 }
 
 void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void *dy, void *dx)
@@ -337,6 +470,20 @@ static void pool_backward_cpu(void *buffers[], void *cl_arg)
     tsl_pool_backward_kernel(&a, BUF(0), BUF(1), BUF(2));
 }
 
+static void pool_forward_index_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_pool_forward_index_kernel(&a, BUF(0), BUF(1), BUF(2));
+}
+
+static void pool_backward_index_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    tsl_pool_backward_index_kernel(&a, BUF(0), BUF(1), BUF(2));
+}
+
 static void upsample_forward_cpu(void *buffers[], void *cl_arg)
 {
     tsl_pool_args a;
@@ -404,8 +551,10 @@ static int unpack_window(void *cl_arg, void *buffers[], int first, tsl_pool_task
     return ns;
 }
 
-/* x window -> y (pooling or upsampling forward). */
-static void window_forward_cpu(void *buffers[], void *cl_arg, int upsampling)
+enum window_kind { WINDOW_POOL, WINDOW_POOL_INDEX, WINDOW_UPSAMPLE };
+
+/* x window -> y (pooling or upsampling forward), and a max pooling's indices after y. */
+static void window_forward_cpu(void *buffers[], void *cl_arg, enum window_kind kind)
 {
     tsl_pool_task_args t;
     void *slabs[TSL_CONV_MAX_SLABS];
@@ -416,8 +565,10 @@ static void window_forward_cpu(void *buffers[], void *cl_arg, int upsampling)
     float *win = direct ? BUF(0) : window_alloc(&t);
     if (!direct)
         tsl_conv_window_assemble(&c, &t.window, BUF(0), (const float *const *)slabs, win);
-    if (upsampling)
+    if (kind == WINDOW_UPSAMPLE)
         tsl_upsample_forward_kernel(&t.pool, win, BUF(1 + ns));
+    else if (kind == WINDOW_POOL_INDEX)
+        tsl_pool_forward_index_kernel(&t.pool, win, BUF(1 + ns), BUF(2 + ns));
     else
         tsl_pool_forward_kernel(&t.pool, win, BUF(1 + ns));
     if (!direct)
@@ -426,12 +577,17 @@ static void window_forward_cpu(void *buffers[], void *cl_arg, int upsampling)
 
 static void pool_window_forward_cpu(void *buffers[], void *cl_arg)
 {
-    window_forward_cpu(buffers, cl_arg, 0);
+    window_forward_cpu(buffers, cl_arg, WINDOW_POOL);
+}
+
+static void pool_window_forward_index_cpu(void *buffers[], void *cl_arg)
+{
+    window_forward_cpu(buffers, cl_arg, WINDOW_POOL_INDEX);
 }
 
 static void upsample_window_forward_cpu(void *buffers[], void *cl_arg)
 {
-    window_forward_cpu(buffers, cl_arg, 1);
+    window_forward_cpu(buffers, cl_arg, WINDOW_UPSAMPLE);
 }
 
 /* x window, dy -> dx tile and gradient slabs. */
@@ -456,22 +612,35 @@ static void pool_window_backward_cpu(void *buffers[], void *cl_arg)
     free(dwin);
 }
 
-/* dy -> dx tile and gradient slabs. */
-static void upsample_window_backward_cpu(void *buffers[], void *cl_arg)
+/* [indices,] dy -> dx tile and gradient slabs: upsampling, or max pooling from its indices
+ * (`index`). */
+static void window_backward_dy_cpu(void *buffers[], void *cl_arg, int index)
 {
     tsl_pool_task_args t;
     void *dslabs[TSL_CONV_MAX_SLABS];
-    unpack_window(cl_arg, buffers, 2, &t, dslabs); /* dx slabs follow dy and dx */
+    unpack_window(cl_arg, buffers, 2 + index, &t, dslabs); /* dx slabs follow dy and dx */
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
-    if (window_is_tile(&t)) {
-        tsl_upsample_backward_kernel(&t.pool, BUF(0), BUF(1));
+    int direct = window_is_tile(&t);
+    float *dwin = direct ? BUF(1 + index) : window_alloc(&t);
+    if (index)
+        tsl_pool_backward_index_kernel(&t.pool, BUF(0), BUF(1), dwin);
+    else
+        tsl_upsample_backward_kernel(&t.pool, BUF(0), dwin);
+    if (direct)
         return;
-    }
-    float *dwin = window_alloc(&t);
-    tsl_upsample_backward_kernel(&t.pool, BUF(0), dwin);
-    tsl_conv_window_scatter(&c, &t.window, dwin, BUF(1), (float *const *)dslabs);
+    tsl_conv_window_scatter(&c, &t.window, dwin, BUF(1 + index), (float *const *)dslabs);
     free(dwin);
+}
+
+static void upsample_window_backward_cpu(void *buffers[], void *cl_arg)
+{
+    window_backward_dy_cpu(buffers, cl_arg, 0);
+}
+
+static void pool_window_backward_index_cpu(void *buffers[], void *cl_arg)
+{
+    window_backward_dy_cpu(buffers, cl_arg, 1);
 }
 
 static struct starpu_perfmodel pool_window_fwd_model = {.type = STARPU_HISTORY_BASED,
@@ -497,6 +666,27 @@ struct starpu_codelet tsl_cl_pool_window_backward = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &pool_window_bwd_model,
     .name = "tsl_pool_window_bwd",
+};
+
+static struct starpu_perfmodel pool_window_fwd_index_model = {
+    .type = STARPU_HISTORY_BASED, .symbol = "tsl_pool_window_fwd_index"};
+static struct starpu_perfmodel pool_window_bwd_index_model = {
+    .type = STARPU_HISTORY_BASED, .symbol = "tsl_pool_window_bwd_index"};
+
+struct starpu_codelet tsl_cl_pool_window_forward_index = {
+    .cpu_funcs = {pool_window_forward_index_cpu},
+    .cpu_funcs_name = {"pool_window_forward_index_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pool_window_fwd_index_model,
+    .name = "tsl_pool_window_fwd_index",
+};
+
+struct starpu_codelet tsl_cl_pool_window_backward_index = {
+    .cpu_funcs = {pool_window_backward_index_cpu},
+    .cpu_funcs_name = {"pool_window_backward_index_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pool_window_bwd_index_model,
+    .name = "tsl_pool_window_bwd_index",
 };
 
 struct starpu_codelet tsl_cl_upsample_window_forward = {
@@ -544,6 +734,29 @@ struct starpu_codelet tsl_cl_pool_backward = {
     .modes = {STARPU_R, STARPU_R, STARPU_W},
     .model = &pool_bwd_model,
     .name = "tsl_pool_bwd",
+};
+
+static struct starpu_perfmodel pool_fwd_index_model = {.type = STARPU_HISTORY_BASED,
+                                                       .symbol = "tsl_pool_fwd_index"};
+static struct starpu_perfmodel pool_bwd_index_model = {.type = STARPU_HISTORY_BASED,
+                                                       .symbol = "tsl_pool_bwd_index"};
+
+struct starpu_codelet tsl_cl_pool_forward_index = {
+    .cpu_funcs = {pool_forward_index_cpu},
+    .cpu_funcs_name = {"pool_forward_index_cpu"},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_W, STARPU_W},
+    .model = &pool_fwd_index_model,
+    .name = "tsl_pool_fwd_index",
+};
+
+struct starpu_codelet tsl_cl_pool_backward_index = {
+    .cpu_funcs = {pool_backward_index_cpu},
+    .cpu_funcs_name = {"pool_backward_index_cpu"},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .model = &pool_bwd_index_model,
+    .name = "tsl_pool_bwd_index",
 };
 
 struct starpu_codelet tsl_cl_upsample_forward = {

@@ -15,7 +15,7 @@ typedef struct tsl_pool_args {
     int32_t kind; /* tsl_pool_kind; for upsampling a tsl_upsample_mode */
     int32_t count_include_pad;
     int32_t channels_last; /* tiles stored N D H W C: a plane's positions are `channels` apart */
-    int32_t unused;        /* no padding bytes */
+    int32_t index_dtype;   /* max pooling indices: TSL_U8 or TSL_I32 (the index kernels) */
     int64_t channels;      /* the tile's channels (planes = samples x channels) */
     int64_t planes;
     int64_t in_size[3], out_size[3];
@@ -38,6 +38,15 @@ typedef enum tsl_upsample_mode {
 void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y);
 /* dx from dy (and x, for max pooling); overwrites dx. */
 void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void *dy, void *dx);
+/* Max pooling: y as tsl_pool_forward_kernel(), and in `ix` (laid out as y, a->index_dtype) the
+ * kernel position, (k0 * kernel[1] + k1) * kernel[2] + k2, of the element each output's
+ * gradient goes to (the backward's choice: a NaN first, else the first maximum), -1 (u8: 255)
+ * where a window holds only padding. */
+void tsl_pool_forward_index_kernel(const tsl_pool_args *a, const void *x, void *y, void *ix);
+/* dx from the indices and dy, the same bits as tsl_pool_backward_kernel() from x; overwrites
+ * dx. */
+void tsl_pool_backward_index_kernel(const tsl_pool_args *a, const void *ix, const void *dy,
+                                    void *dx);
 /* Upsampling by a->kernel (the scale) in mode a->kind; the backward overwrites dx, summing each
  * plane's contributions in a fixed order (deterministic). */
 void tsl_upsample_forward_kernel(const tsl_pool_args *a, const void *x, void *y);
@@ -55,11 +64,16 @@ typedef struct tsl_pool_task_args {
 extern struct starpu_codelet tsl_cl_pool_window_forward; /* R x, [R slabs], W y */
 extern struct starpu_codelet
     tsl_cl_pool_window_backward; /* R x, [R slabs], R dy, W dx, [W dslabs] */
-extern struct starpu_codelet tsl_cl_upsample_window_forward;  /* R x, [R slabs], W y */
+extern struct starpu_codelet tsl_cl_pool_window_forward_index; /* R x, [R slabs], W y, W indices */
+extern struct starpu_codelet
+    tsl_cl_pool_window_backward_index;                       /* R indices, R dy, W dx, [W dslabs] */
+extern struct starpu_codelet tsl_cl_upsample_window_forward; /* R x, [R slabs], W y */
 extern struct starpu_codelet tsl_cl_upsample_window_backward; /* R dy, W dx, [W dslabs] */
 
 extern struct starpu_codelet tsl_cl_pool_forward;             /* R x, W y */
 extern struct starpu_codelet tsl_cl_pool_backward;            /* R x, R dy, W dx */
+extern struct starpu_codelet tsl_cl_pool_forward_index;       /* R x, W y, W indices */
+extern struct starpu_codelet tsl_cl_pool_backward_index;      /* R indices, R dy, W dx */
 extern struct starpu_codelet tsl_cl_upsample_forward;         /* R x, W y */
 extern struct starpu_codelet tsl_cl_upsample_backward;        /* R dy, W dx */
 extern struct starpu_codelet tsl_cl_upsample_linear_forward;  /* R x, W y */

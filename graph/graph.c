@@ -705,13 +705,24 @@ int tsl_graph_op_reads_input_backward(const tsl_graph_op *op)
     case TSL_OP_CONV:
     case TSL_OP_LINEAR:
     case TSL_OP_BATCHNORM:
-    case TSL_OP_POOL:
         return 1;
+    case TSL_OP_POOL:
+        return tsl_graph_pool_index_bytes(op) == 0;
     case TSL_OP_ACTIVATION:
         return op->act == TSL_ACT_RELU || op->act == TSL_ACT_LEAKY_RELU;
     default:
         return 0;
     }
+}
+
+int32_t tsl_graph_pool_index_bytes(const tsl_graph_op *op)
+{
+    if (op->kind != TSL_OP_POOL || op->pool.kind != TSL_POOL_MAX)
+        return 0;
+    int64_t positions = 1;
+    for (int d = 0; d < op->pool.spatial; d++)
+        positions *= op->pool.kernel[d];
+    return positions > 255 ? 4 : 1;
 }
 
 int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused,

@@ -77,8 +77,13 @@ int32_t tsl_graph_exec_inputs(const struct tsl_graph *g, int32_t o, const int32_
 int32_t tsl_graph_folded_concat(const struct tsl_graph *g, int32_t o, const int32_t *op_stage);
 
 /* Whether op's backward reads its input x (the value itself, not a gradient): convolution,
- * linear, batch norm, pooling, ReLU and leaky ReLU. */
+ * linear, batch norm, average pooling, ReLU and leaky ReLU. Max pooling's training keeps its
+ * indices instead (tsl_pool_forward_indices(); tsl_graph_pool_index_bytes()). */
 int tsl_graph_op_reads_input_backward(const tsl_graph_op *op);
+
+/* Bytes per output element of the indices a training forward of op keeps for its backward:
+ * 1 (u8) or 4 (i32) for max pooling, by its kernel's positions; 0 for other ops. */
+int32_t tsl_graph_pool_index_bytes(const tsl_graph_op *op);
 
 /* Whether a training step reads value v after the forward pass: the graph's input and output,
  * an unfused activation's output (sigmoid and tanh read it), and any input of an op whose

@@ -678,6 +678,13 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
         st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
                         &shape, 1, 4 * value_copies(g, v, op_stage), bytes);
     }
+    for (int32_t o = 0; o < g->nops && !st; o++) { /* max pooling's indices */
+        int32_t ib = tsl_graph_pool_index_bytes(&g->ops[o]);
+        tsl_graph_value_shape(g, g->ops[o].output, &shape);
+        if (ib)
+            st =
+                add_tensor(plan, &input, nranks, op_stage[o], workers, batch, &shape, 1, ib, bytes);
+    }
     free(op_stage);
     return st;
 }
@@ -718,12 +725,13 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     uint8_t *gone = calloc((size_t)nv + 1, 1);    /* released after the forward's last reader */
     uint8_t *dropped = calloc((size_t)nv + 1, 1); /* and made again for the backward */
     int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
+    int64_t *isize = calloc((size_t)n * (size_t)nranks + 1, sizeof *isize); /* max pool indices */
     int64_t *live = calloc((size_t)nranks, sizeof *live);
-    tsl_status st =
-        op_stage && relu_of && fused && fold && written && spare && gone && dropped && size && live
-            ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given, op_stage,
-                             live, fn)
-            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
+                            size && isize && live
+                        ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
+                                         op_stage, live, fn)
+                        : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
         tsl_graph_value_shape(g, g->input, &input);
@@ -731,6 +739,13 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
         tsl_graph_value_shape(g, v, &shape);
         st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
                         &shape, 1, 4, size + (int64_t)v * nranks);
+    }
+    for (int32_t o = 0; o < n && !st; o++) {
+        int32_t ib = tsl_graph_pool_index_bytes(&g->ops[o]);
+        tsl_graph_value_shape(g, g->ops[o].output, &shape);
+        if (ib)
+            st = add_tensor(plan, &input, nranks, op_stage[o], workers, batch, &shape, 1, ib,
+                            isize + (int64_t)o * nranks);
     }
     if (!st) {
         memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
@@ -746,6 +761,7 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
         for (int32_t o = 0; o < n; o++) {
             if (relu_of[o] < 0 && fold[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, 1);
+            live_add(live, bytes, isize, o, nranks, 1); /* a max pooling's indices */
             int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
             for (int32_t k = 0; k < nin; k++) {
                 int32_t v = ins[k];
@@ -794,6 +810,7 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             int copies = (y != out && !gone[y]) + written[y] * (y != g->input) + spare[y];
             for (int c = 0; c < copies; c++)
                 live_add(live, bytes, size, y, nranks, -1);
+            live_add(live, bytes, isize, o, nranks, -1);
         }
     }
     free(op_stage);
@@ -805,6 +822,7 @@ static tsl_status estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     free(gone);
     free(dropped);
     free(size);
+    free(isize);
     free(live);
     return st;
 }

@@ -28,6 +28,7 @@ typedef struct instance {
                                 input and output grids differ (see needs_regrid) */
     tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
     tsl_tensor_t *saved;     /* [nops]: batch-norm statistics */
+    tsl_tensor_t *pidx;      /* [nops]: a max pooling's indices, from forward to backward */
     tsl_halo_keep *keep;     /* [nops * TSL_GRAPH_MAX_INPUTS]: a convolution's input halo slabs
                                 (one set per part of a folded concatenation), forward to backward */
     tsl_tensor_t labels;
@@ -75,6 +76,8 @@ static void instance_free(struct tsl_model *m, instance *in)
     for (int32_t o = 0; o < m->g->nops; o++) {
         if (in->saved)
             tsl_tensor_destroy(in->saved[o]);
+        if (in->pidx)
+            tsl_tensor_destroy(in->pidx[o]);
         tsl_tensor_t *slots[4] = {in->rx, in->ry, in->rdx, in->rdy};
         for (int k = 0; k < 4; k++)
             if (slots[k])
@@ -93,6 +96,7 @@ static void instance_free(struct tsl_model *m, instance *in)
     free(in->rdx);
     free(in->rdy);
     free(in->saved);
+    free(in->pidx);
     free(in->written);
     free(in->dropped);
     memset(in, 0, sizeof *in);
@@ -135,6 +139,12 @@ static int32_t stage_rank(const struct tsl_model *m, int32_t stage)
     return stage * (m->ctx->size / stages);
 }
 
+/* Whether the plan pipelines micro-batches (their tasks then go in sample order). */
+static int pipelined(const struct tsl_model *m)
+{
+    return m->has_plan && (m->plan.stages > 1 || m->plan.micro > 1);
+}
+
 /* Whether a tensor is cut along a spatial dimension (from dimension 2). */
 static int spatially_cut(tsl_tensor_t t)
 {
@@ -153,6 +163,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->grad = calloc((size_t)g->nvalues, sizeof *in->grad);
     in->scratch = calloc((size_t)g->nvalues, sizeof *in->scratch);
     in->saved = calloc((size_t)g->nops, sizeof *in->saved);
+    in->pidx = calloc((size_t)g->nops, sizeof *in->pidx);
     in->flat = calloc((size_t)g->nvalues, sizeof *in->flat);
     in->keep = calloc((size_t)g->nops * TSL_GRAPH_MAX_INPUTS, sizeof *in->keep);
     in->rx = calloc((size_t)g->nops, sizeof *in->rx);
@@ -161,14 +172,13 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->rdy = calloc((size_t)g->nops, sizeof *in->rdy);
     in->written = calloc((size_t)g->nvalues, 1);
     in->dropped = calloc((size_t)g->nvalues, 1);
-    if (!in->act || !in->grad || !in->scratch || !in->saved || !in->flat || !in->rx || !in->ry ||
-        !in->rdx || !in->rdy || !in->keep || !in->written || !in->dropped) {
+    if (!in->act || !in->grad || !in->scratch || !in->saved || !in->pidx || !in->flat || !in->rx ||
+        !in->ry || !in->rdx || !in->rdy || !in->keep || !in->written || !in->dropped) {
         instance_free(m, in);
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }
     tsl_status st = TSL_OK;
     /* Pipelines run each rank's micro-batches through the layers in order (priorities). */
-    int pipelined = m->has_plan && (m->plan.stages > 1 || m->plan.micro > 1);
     for (int32_t v = 0; v < g->nvalues && !st; v++) {
         if (m->relu_of[g->values[v].producer] >= 0 || m->fold[g->values[v].producer] >= 0)
             continue; /* the fused ReLU's output holds it; a folded concatenation is not made */
@@ -176,7 +186,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
         if (!st && v != g->input)
             st = batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
-        if (!st && pipelined) {
+        if (!st && pipelined(m)) {
             tsl_tensor_order_by_samples(in->act[v]);
             if (in->grad[v])
                 tsl_tensor_order_by_samples(in->grad[v]);
@@ -513,6 +523,20 @@ static tsl_status on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_ten
     return st;
 }
 
+/* Max pooling op i's indices for its output y as the op computes it (made on first use):
+ * training keeps them instead of the input (tsl_graph_op_reads_input_backward()). */
+static tsl_status indices_of(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t y)
+{
+    if (in->pidx[i])
+        return TSL_OK;
+    tsl_dtype dtype = tsl_graph_pool_index_bytes(&m->g->ops[i]) == 4 ? TSL_I32 : TSL_U8;
+    tsl_status st = tsl_tensor_create_transient(&in->pidx[i], m->ctx, dtype, &y->shape, &y->grid,
+                                                &y->owners, y->layout);
+    if (!st && pipelined(m))
+        tsl_tensor_order_by_samples(in->pidx[i]);
+    return st;
+}
+
 /* Batch-norm op i on x, with its ReLU when fused (into the ReLU's output; inference then
  * applies the ReLU in place). */
 static tsl_status batchnorm_forward(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -588,7 +612,11 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
                 st = tsl_activation_forward(o->act, o->slope, x, y);
             break;
         case TSL_OP_POOL:
-            st = tsl_pool_forward(&o->pool, x, y);
+            if (train && tsl_graph_pool_index_bytes(o)) {
+                if (!(st = indices_of(m, in, i, y)))
+                    st = tsl_pool_forward_indices(&o->pool, x, y, in->pidx[i]);
+            } else
+                st = tsl_pool_forward(&o->pool, x, y);
             break;
         case TSL_OP_UPSAMPLE:
             st = o->linear ? tsl_upsample_linear_forward(o->scale, x, y)
@@ -763,7 +791,8 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
             st = tsl_activation_backward(o->act, o->slope, x, y, dy, dx[0]);
             break;
         case TSL_OP_POOL:
-            st = tsl_pool_backward(&o->pool, x, dy, dx[0]);
+            st = in->pidx[i] ? tsl_pool_backward_indices(&o->pool, in->pidx[i], dy, dx[0])
+                             : tsl_pool_backward(&o->pool, x, dy, dx[0]);
             break;
         case TSL_OP_UPSAMPLE:
             st = o->linear ? tsl_upsample_linear_backward(o->scale, dy, dx[0])
@@ -869,6 +898,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, const batch_sour
     in->written[m->g->output] = 1;
     for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
         st = op_backward(m, in, i); /* a bucket reduces once all its members are in */
+        tsl_tensor_release(in->pidx[i]);
         if (!st && !m->fused[i]) {
             int32_t out =
                 m->relu_of[i] >= 0 ? m->g->ops[m->relu_of[i]].output : m->g->ops[i].output;

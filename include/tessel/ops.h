@@ -295,9 +295,10 @@ tsl_status tsl_pool_params_init(tsl_pool_params *params, tsl_pool_kind kind, int
 tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *params, tsl_shape *y);
 
 /**
- * @brief y = pool(x). @p x and @p y may be cut along N and C (with the same splits), not
- * along spatial dimensions (that needs halo exchange). A global average pool is an average
- * pool whose kernel is the whole spatial extent.
+ * @brief y = pool(x). @p x and @p y may be cut along N and C (with the same splits) and, f32
+ * only, along spatial dimensions with the same tile grid: each output tile's task then reads
+ * its input tile and the halo slabs pack tasks cut from the neighbouring tiles. A global
+ * average pool is an average pool whose kernel is the whole spatial extent.
  */
 tsl_status tsl_pool_forward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t y);
 
@@ -305,6 +306,23 @@ tsl_status tsl_pool_forward(const tsl_pool_params *params, tsl_tensor_t x, tsl_t
  *  gradient, as PyTorch). dx is overwritten. */
 tsl_status tsl_pool_backward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t dy,
                              tsl_tensor_t dx);
+
+/**
+ * @brief Max pooling that keeps, for the backward, where each output's gradient goes instead
+ * of the input: y as tsl_pool_forward(), and @p indices (y's shape, tile grid, owners and
+ * layout; ::TSL_U8 for kernels of at most 255 positions, else ::TSL_I32) the position in
+ * each output's window, (k0 * kernel[1] + k1) * kernel[2] + k2, of the element
+ * tsl_pool_backward() gives its gradient (a NaN first, else the first maximum). Tiling as
+ * tsl_pool_forward(), spatial tiles included. Only ::TSL_POOL_MAX.
+ */
+tsl_status tsl_pool_forward_indices(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t y,
+                                    tsl_tensor_t indices);
+
+/** @brief dx from dy and the indices tsl_pool_forward_indices() wrote: the same values, bit
+ *  for bit, as tsl_pool_backward() from x, without x (nor, on spatial tiles, its halo). dx,
+ *  the input's gradient, is overwritten and sets the input's shape and tiles. */
+tsl_status tsl_pool_backward_indices(const tsl_pool_params *params, tsl_tensor_t indices,
+                                     tsl_tensor_t dy, tsl_tensor_t dx);
 
 /** @brief Nearest upsampling by integer factors @p scale[spatial] (>= 1): y has each
  *  spatial size times its factor. Tiling as for pooling. */

@@ -157,10 +157,11 @@ static tsl_status window_args(const tsl_pool_args *a, int pooling, tsl_tensor_t 
 }
 
 /* Spatial tiles. Forward (pooling and upsampling): per output tile, pack the halo of `small`
- * and run one task on the window. Backward: pooling reads the x window and dy, upsampling dy
+ * and run one task on the window (max pooling with `ix` also writes its indices tile).
+ * Backward: pooling reads the x window and dy, upsampling and max pooling from indices `ix` dy
  * only; each writes its dx tile's part and gradient slabs that go back to the neighbours. */
 static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, tsl_tensor_t small,
-                           tsl_tensor_t big, tsl_tensor_t x, tsl_tensor_t dx)
+                           tsl_tensor_t big, tsl_tensor_t x, tsl_tensor_t dx, tsl_tensor_t ix)
 {
     struct tsl_context *ctx = small->ctx;
     tsl_status st = TSL_OK;
@@ -172,13 +173,14 @@ static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, ts
     if (st || (backward && (st = tsl_halo_returns_init(&r, ctx, big->ntiles))))
         return st;
     struct starpu_codelet *cl =
-        pooling ? (backward ? &tsl_cl_pool_window_backward : &tsl_cl_pool_window_forward)
-                : (backward ? &tsl_cl_upsample_window_backward : &tsl_cl_upsample_window_forward);
+        ix ? (backward ? &tsl_cl_pool_window_backward_index : &tsl_cl_pool_window_forward_index)
+        : pooling ? (backward ? &tsl_cl_pool_window_backward : &tsl_cl_pool_window_forward)
+                  : (backward ? &tsl_cl_upsample_window_backward : &tsl_cl_upsample_window_forward);
     for (int64_t i = 0; i < big->ntiles && !st; i++) {
         starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
         window_args(a, pooling, small, big, i, &t, src);
         int32_t ns = t.window.nslabs, n = 0;
-        int read_x = !backward || pooling;
+        int read_x = !backward || (pooling && !ix);
         if (read_x && (st = tsl_halo_pack_window(x, a->spatial, &t.window, src, slabs)))
             break;
         if (backward &&
@@ -197,6 +199,10 @@ static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, ts
             }
         }
         if (backward) {
+            if (ix) {
+                desc.handles[n] = ix->handles[i];
+                desc.modes[n++] = STARPU_R;
+            }
             desc.handles[n] = big->handles[i];
             desc.modes[n++] = STARPU_R;
             desc.handles[n] = dx->handles[i];
@@ -208,6 +214,10 @@ static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, ts
         } else {
             desc.handles[n] = big->handles[i];
             desc.modes[n++] = STARPU_W;
+            if (ix) {
+                desc.handles[n] = ix->handles[i];
+                desc.modes[n++] = STARPU_W;
+            }
         }
         desc.nhandles = n;
         st = tsl_task_submit(ctx, &desc);
@@ -287,7 +297,7 @@ tsl_status tsl_pool_forward(const tsl_pool_params *p, tsl_tensor_t x, tsl_tensor
     tsl_pool_args a = args_of(x, y, p->spatial);
     fill_pool(&a, p);
     if (spatially_tiled(x))
-        return windowed(&a, 1, 0, x, y, x, NULL);
+        return windowed(&a, 1, 0, x, y, x, NULL, NULL);
     tsl_tensor_t t[2] = {x, y};
     enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
     return per_tile(&tsl_cl_pool_forward, a, x, 2, t, m);
@@ -310,10 +320,86 @@ tsl_status tsl_pool_backward(const tsl_pool_params *p, tsl_tensor_t x, tsl_tenso
     tsl_pool_args a = args_of(x, dy, p->spatial);
     fill_pool(&a, p);
     if (spatially_tiled(x))
-        return windowed(&a, 1, 1, x, dy, x, dx);
+        return windowed(&a, 1, 1, x, dy, x, dx, NULL);
     tsl_tensor_t t[3] = {x, dy, dx};
     enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
     return per_tile(&tsl_cl_pool_backward, a, x, 3, t, m);
+}
+
+/* Indices of max pooling p for output y: TSL_U8 (a kernel of at most 255 positions) or TSL_I32,
+ * y's shape, tile grid, owners and layout. Sets a->index_dtype. */
+static tsl_status check_indices(const tsl_pool_params *p, tsl_tensor_t y, tsl_tensor_t ix,
+                                tsl_pool_args *a, const char *fn)
+{
+    tsl_status st = tsl_tensor_check(ix, fn);
+    if (st)
+        return st;
+    struct tsl_context *ctx = y->ctx;
+    if (p->kind != TSL_POOL_MAX)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: only max pooling keeps indices", fn);
+    int64_t positions = 1;
+    for (int d = 0; d < p->spatial; d++)
+        positions *= p->kernel[d];
+    if (ix->ctx != ctx || (ix->dtype != TSL_U8 && ix->dtype != TSL_I32))
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: indices are u8 or i32 tensors of the context",
+                         fn);
+    if (ix->dtype == TSL_U8 && positions > UINT8_MAX)
+        return tsl_error(ctx, TSL_ERR_DTYPE,
+                         "%s: a kernel of %lld positions needs i32 indices (u8 holds up to 255)",
+                         fn, (long long)positions);
+    if (ix->shape.ndim != y->shape.ndim ||
+        memcmp(ix->shape.dims, y->shape.dims, sizeof y->shape.dims) ||
+        memcmp(ix->grid.splits, y->grid.splits, sizeof y->grid.splits) || ix->layout != y->layout)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: the indices need the output's shape, tile grid and layout", fn);
+    for (int64_t i = 0; i < y->ntiles; i++)
+        if (ix->tile_owner[i] != y->tile_owner[i])
+            return tsl_error(ctx, TSL_ERR_SHAPE,
+                             "%s: the indices' tiles need the output tiles' owners", fn);
+    a->index_dtype = ix->dtype;
+    return TSL_OK;
+}
+
+tsl_status tsl_pool_forward_indices(const tsl_pool_params *p, tsl_tensor_t x, tsl_tensor_t y,
+                                    tsl_tensor_t indices)
+{
+    const char *fn = "tsl_pool_forward_indices";
+    tsl_status st = tsl_tensor_check(x, fn);
+    if (st || (st = tsl_tensor_check(y, fn)))
+        return st;
+    tsl_shape want;
+    if ((st = tsl_pool_output_shape(&x->shape, p, &want)))
+        return tsl_error(x->ctx, st, "%s", tsl_last_error());
+    tsl_pool_args a = args_of(x, y, p->spatial);
+    fill_pool(&a, p);
+    if ((st = check_planes(x, y, &want, fn)) || (st = check_indices(p, y, indices, &a, fn)))
+        return st;
+    if (spatially_tiled(x))
+        return windowed(&a, 1, 0, x, y, x, NULL, indices);
+    tsl_tensor_t t[3] = {x, y, indices};
+    enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_W, STARPU_W};
+    return per_tile(&tsl_cl_pool_forward_index, a, x, 3, t, m);
+}
+
+tsl_status tsl_pool_backward_indices(const tsl_pool_params *p, tsl_tensor_t indices,
+                                     tsl_tensor_t dy, tsl_tensor_t dx)
+{
+    const char *fn = "tsl_pool_backward_indices";
+    tsl_status st = tsl_tensor_check(dx, fn);
+    if (st || (st = tsl_tensor_check(dy, fn)))
+        return st;
+    tsl_shape want;
+    if ((st = tsl_pool_output_shape(&dx->shape, p, &want)))
+        return tsl_error(dx->ctx, st, "%s", tsl_last_error());
+    tsl_pool_args a = args_of(dx, dy, p->spatial);
+    fill_pool(&a, p);
+    if ((st = check_planes(dx, dy, &want, fn)) || (st = check_indices(p, dy, indices, &a, fn)))
+        return st;
+    if (spatially_tiled(dx))
+        return windowed(&a, 1, 1, dx, dy, NULL, dx, indices);
+    tsl_tensor_t t[3] = {indices, dy, dx};
+    enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
+    return per_tile(&tsl_cl_pool_backward_index, a, dx, 3, t, m);
 }
 
 /* The shape x upsampled by `scale`. */
@@ -349,7 +435,7 @@ static tsl_status upsample(const char *fn, tsl_upsample_mode mode, int backward,
         a.kernel[d] = scale[d];
     if (spatially_tiled(small))
         return windowed(&a, 0, backward, small, big, backward ? NULL : small,
-                        backward ? small : NULL);
+                        backward ? small : NULL, NULL);
     struct starpu_codelet *codelets[2][2] = {
         {&tsl_cl_upsample_forward, &tsl_cl_upsample_backward},
         {&tsl_cl_upsample_linear_forward, &tsl_cl_upsample_linear_backward}};

@@ -1326,9 +1326,11 @@ struct WindowCase {
     int64_t k, stride, padding;
 };
 
+// indices: max pooling (op 0) through tsl_pool_forward_indices and tsl_pool_backward_indices,
+// on inputs of five levels (ties in most windows).
 static std::vector<std::vector<float>>
 window_results(const WindowCase &c, const std::vector<int32_t> &splits, const tsl_owner_map &xo,
-               const tsl_owner_map &yo, tsl_layout layout = TSL_LAYOUT_PLAIN)
+               const tsl_owner_map &yo, tsl_layout layout = TSL_LAYOUT_PLAIN, int indices = -1)
 {
     int sp = (int)c.xdims.size() - 2;
     tsl_pool_params p;
@@ -1353,11 +1355,25 @@ window_results(const WindowCase &c, const std::vector<int32_t> &splits, const ts
     tsl_tensor_t dx = make_tensor(TSL_F32, c.xdims, splits, xo, layout);
     tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo, layout);
     tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo, layout);
+    tsl_tensor_t ix = indices >= 0 ? make_tensor(TSL_U8, yd, splits, yo, layout) : nullptr;
     EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 110, -1, 1), TSL_OK);
     EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 111, -1, 1), TSL_OK);
     for (tsl_tensor_t t : {y, dx})
         EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK);
-    if (c.op < 3) {
+    if (indices >= 0) {
+        tsl_shape xs;
+        tsl_tensor_shape(x, &xs);
+        std::vector<float> xv((size_t)tsl_shape_numel(&xs));
+        std::mt19937_64 gen(seed + 120);
+        std::uniform_int_distribution<int> level(-2, 2);
+        for (auto &v : xv)
+            v = 0.5f * (float)level(gen);
+        EXPECT_EQ(tsl_tensor_scatter(x, 0, xv.data()), TSL_OK) << tsl_context_last_error(ctx);
+    }
+    if (indices == 1) {
+        EXPECT_EQ(tsl_pool_forward_indices(&p, x, y, ix), TSL_OK) << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_pool_backward_indices(&p, ix, dy, dx), TSL_OK) << tsl_context_last_error(ctx);
+    } else if (c.op < 3) {
         EXPECT_EQ(tsl_pool_forward(&p, x, y), TSL_OK) << tsl_context_last_error(ctx);
         EXPECT_EQ(tsl_pool_backward(&p, x, dy, dx), TSL_OK) << tsl_context_last_error(ctx);
     } else if (c.op == 3) {
@@ -1370,7 +1386,7 @@ window_results(const WindowCase &c, const std::vector<int32_t> &splits, const ts
             << tsl_context_last_error(ctx);
     }
     std::vector<std::vector<float>> got = gather_all({y, dx});
-    for (tsl_tensor_t t : {x, dx, y, dy})
+    for (tsl_tensor_t t : {x, dx, y, dy, ix})
         tsl_tensor_destroy(t);
     return got;
 }
@@ -1418,6 +1434,75 @@ TEST(Pooling, SpatialTilesMatchOneTile)
                         << (cl == &cl_one ? ", one tile" : ", tiled");
         }
     }
+}
+
+// Max pooling through indices (tsl_pool_forward_indices, tsl_pool_backward_indices): y and dx
+// exactly those of tsl_pool_forward and tsl_pool_backward from x on the same tiles, and those
+// of one tile: 1-D, 2-D and 3-D rank grids, even and uneven tiles, kernels 2, 3 and 5,
+// overlapping windows, padding, sample and channel tiles, plain and channels-last tiles,
+// inputs full of ties (the first maximum takes the gradient). Outputs poisoned first.
+TEST(Pooling, IndicesGiveTheBackwardFromTheInput)
+{
+    std::vector<WindowCase> cases = {
+        {{2, 3, 22}, {1, 1, 3}, 0, 3, 1, 1},
+        {{1, 2, 16}, {1, 1, 4}, 0, 2, 2, 0},
+        {{2, 2, 13, 11}, {1, 1, 2, 3}, 0, 3, 1, 1},
+        {{1, 2, 16, 12}, {1, 1, 2, 2}, 0, 2, 2, 0},
+        {{1, 2, 12, 11}, {1, 1, 2, 2}, 0, 5, 1, 2},
+        {{1, 2, 9, 8, 10}, {1, 1, 2, 2, 2}, 0, 3, 1, 1},
+        {{1, 2, 8, 8, 8}, {1, 1, 1, 2, 2}, 0, 2, 2, 0},
+        {{4, 6, 9, 8}, {2, 3, 1, 1}, 0, 3, 2, 1},
+    };
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  root = tsl_owner_single(0);
+    for (size_t n = 0; n < cases.size(); n++)
+        for (tsl_layout layout : {TSL_LAYOUT_PLAIN, TSL_LAYOUT_CHANNELS_LAST}) {
+            SCOPED_TRACE("case " + std::to_string(n) +
+                         (layout == TSL_LAYOUT_PLAIN ? ", plain" : ", channels-last"));
+            const WindowCase &c = cases[n];
+            auto one = window_results(c, {}, root, root, layout, 0);
+            auto from_x = window_results(c, c.splits, block, rev, layout, 0);
+            auto from_ix = window_results(c, c.splits, block, rev, layout, 1);
+            auto one_ix = window_results(c, {}, root, root, layout, 1);
+            if (rank == 0)
+                for (int k = 0; k < 2; k++) {
+                    EXPECT_EQ(from_ix[k], from_x[k]) << (k ? "dx" : "y") << ", tiled";
+                    EXPECT_EQ(one_ix[k], one[k]) << (k ? "dx" : "y") << ", one tile";
+                    EXPECT_LT(max_rel_diff(from_ix[k], one[k]), 1e-5) << (k ? "dx" : "y");
+                }
+        }
+}
+
+TEST(Pooling, IndicesThatDoNotFitAreErrors)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
+    tsl_pool_params mp, ap, big;
+    ASSERT_EQ(tsl_pool_params_init(&mp, TSL_POOL_MAX, 2, 2), TSL_OK);
+    ASSERT_EQ(tsl_pool_params_init(&ap, TSL_POOL_AVG, 2, 2), TSL_OK);
+    ASSERT_EQ(tsl_pool_params_init(&big, TSL_POOL_MAX, 2, 16), TSL_OK); /* 256 positions */
+    tsl_tensor_t x = make_tensor(TSL_F32, {2, 3, 16, 16}, {2, 1, 1, 1}, block);
+    tsl_tensor_t y = make_tensor(TSL_F32, {2, 3, 8, 8}, {2, 1, 1, 1}, block);
+    tsl_tensor_t y1 = make_tensor(TSL_F32, {2, 3, 1, 1}, {2, 1, 1, 1}, block);
+    tsl_tensor_t ix = make_tensor(TSL_U8, {2, 3, 8, 8}, {2, 1, 1, 1}, block);
+    tsl_tensor_t ix1 = make_tensor(TSL_U8, {2, 3, 1, 1}, {2, 1, 1, 1}, block);
+    tsl_tensor_t ix32 = make_tensor(TSL_I32, {2, 3, 1, 1}, {2, 1, 1, 1}, block);
+    tsl_tensor_t moved = make_tensor(TSL_U8, {2, 3, 8, 8}, {2, 1, 1, 1}, rev);
+    tsl_tensor_t small = make_tensor(TSL_U8, {2, 3, 8, 7}, {2, 1, 1, 1}, block);
+    tsl_tensor_t f = make_tensor(TSL_F32, {2, 3, 8, 8}, {2, 1, 1, 1}, block);
+    tsl_tensor_t cl =
+        make_tensor(TSL_U8, {2, 3, 8, 8}, {2, 1, 1, 1}, block, TSL_LAYOUT_CHANNELS_LAST);
+    EXPECT_EQ(tsl_pool_forward_indices(&ap, x, y, ix), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_pool_forward_indices(&big, x, y1, ix1), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_pool_forward_indices(&mp, x, y, f), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_pool_forward_indices(&mp, x, y, small), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_pool_forward_indices(&mp, x, y, cl), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_pool_backward_indices(&mp, nullptr, y, x), TSL_ERR_INVALID_ARG);
+    if (size > 1)
+        EXPECT_EQ(tsl_pool_backward_indices(&mp, moved, y, x), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_pool_forward_indices(&big, x, y1, ix32), TSL_OK) << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_pool_backward_indices(&big, ix32, y1, x), TSL_OK) << tsl_context_last_error(ctx);
+    for (tsl_tensor_t t : {x, y, y1, ix, ix1, ix32, moved, small, f, cl})
+        tsl_tensor_destroy(t);
 }
 
 TEST(Pooling, SampleAndChannelTilingsAreExact)

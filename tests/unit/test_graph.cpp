@@ -707,7 +707,9 @@ TEST(Plan, PeakFollowsTheExecutorsOrder)
 // The values a training step reads after the forward pass. Those it does not read: a U-Net's
 // up-convolution outputs (transposed convolutions), which only a concatenation reads; the
 // global average pooling before a classifier, which only the flattening reads; in ResNet the
-// batch norms whose output only a residual addition reads.
+// batch norms whose output only a residual addition reads; the ReLU outputs that max pooling
+// reads (it keeps indices), unless another reader's backward reads them (a U-Net's skips with
+// their concatenation folded into the convolution: not here, without folding).
 TEST(Plan, ValuesNoBackwardReads)
 {
     typedef std::pair<tsl_op_kind, tsl_op_kind> producer_reader;
@@ -719,11 +721,12 @@ TEST(Plan, ValuesNoBackwardReads)
         int at_least_bn_add;
     };
     const producer_reader up = {TSL_OP_CONV, TSL_OP_CONCAT}, gap = {TSL_OP_POOL, TSL_OP_FLATTEN},
-                          bn_add = {TSL_OP_BATCHNORM, TSL_OP_ADD};
+                          bn_add = {TSL_OP_BATCHNORM, TSL_OP_ADD},
+                          relu_max = {TSL_OP_ACTIVATION, TSL_OP_POOL};
     const Case cases[] = {
-        {"unet2d", {1, 16, 16}, 3, {up, up}, 0},
-        {"unet3d", {1, 8, 8, 8}, 4, {up, up}, 0},
-        {"cnn3d", {1, 8, 8, 8}, 4, {gap}, 0},
+        {"unet2d", {1, 16, 16}, 3, {relu_max, relu_max, up, up}, 0},
+        {"unet3d", {1, 8, 8, 8}, 4, {relu_max, relu_max, up, up}, 0},
+        {"cnn3d", {1, 8, 8, 8}, 4, {relu_max, relu_max, relu_max, gap}, 0},
         {"resnet", {3, 16, 16}, 3, {gap}, 3},
     };
     for (const Case &c : cases) {
@@ -744,7 +747,11 @@ TEST(Plan, ValuesNoBackwardReads)
                 for (int32_t k = 0; k < g->ops[r].ninputs; k++)
                     if (g->ops[r].inputs[k] == v)
                         readers.push_back(g->ops[r].kind);
-            ASSERT_EQ(readers.size(), 1u) << c.model << ": value " << v;
+            // One reader, or a max pooling and a concatenation (a U-Net's skip).
+            ASSERT_TRUE(
+                readers.size() == 1u ||
+                (readers.size() == 2u && readers[0] == TSL_OP_POOL && readers[1] == TSL_OP_CONCAT))
+                << c.model << ": value " << v;
             if (p.kind == TSL_OP_CONV)
                 EXPECT_TRUE(p.transposed) << c.model << ": value " << v;
             if (producer_reader(p.kind, readers[0]) == bn_add)
@@ -900,6 +907,44 @@ TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
     ASSERT_EQ(tsl_graph_set_output(g, r1), TSL_OK);
     EXPECT_EQ(tsl_graph_recomputed(g, r1, nullptr), -1);
     tsl_graph_destroy(g);
+}
+
+// Max pooling keeps u8 indices for its backward instead of its input.
+// Hand count for x -> a = conv(x) (4 channels) -> p = maxpool(a) (3x3, stride 1, padding 1:
+// 4 channels) -> d = conv(p) (2 channels, output), planes of 8x8 floats (P; the indices of p
+// take 1 P): values x 1, a and p 4 P with their gradients, d 2 P with its gradient, the
+// indices 1 P: 22 P. Forward: x, a, p and its indices (10 P), a released (6), d (8).
+// Backward: d's gradient (10), p's (14), d's gradient gone (12), a's gradient (16), p, its
+// gradient and indices gone (7): 16 P. Average pooling reads a instead: a stays, the forward
+// ends at 11 P and the backward peaks at 19 P, with 21 P of values.
+TEST(Plan, MaxPoolingKeepsIndicesInsteadOfItsInput)
+{
+    for (tsl_pool_kind kind : {TSL_POOL_MAX, TSL_POOL_AVG}) {
+        int32_t a, p, d;
+        tsl_graph_t g = input_and_conv(4, &a);
+        ASSERT_NE(g, nullptr);
+        tsl_pool_params pp;
+        ASSERT_EQ(tsl_pool_params_init(&pp, kind, 2, 3), TSL_OK);
+        pp.stride[0] = pp.stride[1] = 1;
+        pp.padding[0] = pp.padding[1] = 1;
+        ASSERT_EQ(tsl_graph_pool(g, a, &pp, &p), TSL_OK);
+        ASSERT_EQ(conv3(g, "d", p, 2, &d), TSL_OK);
+        ASSERT_EQ(tsl_graph_set_output(g, d), TSL_OK);
+        const tsl_graph_op &pool = g->ops[g->values[p].producer];
+        EXPECT_EQ(tsl_graph_pool_index_bytes(&pool), kind == TSL_POOL_MAX ? 1 : 0);
+        EXPECT_EQ(tsl_graph_op_reads_input_backward(&pool), kind != TSL_POOL_MAX);
+        EXPECT_EQ(tsl_graph_value_read_backward(g, a, nullptr, nullptr), kind != TSL_POOL_MAX);
+        if (kind == TSL_POOL_MAX)
+            expect_peak_planes(g, 22, 16);
+        else
+            expect_peak_planes(g, 21, 19);
+        tsl_graph_destroy(g);
+    }
+    // Kernels of more than 255 positions keep i32 indices.
+    tsl_graph_op big{};
+    big.kind = TSL_OP_POOL;
+    ASSERT_EQ(tsl_pool_params_init(&big.pool, TSL_POOL_MAX, 3, 7), TSL_OK);
+    EXPECT_EQ(tsl_graph_pool_index_bytes(&big), 4);
 }
 
 TEST(Plan, StagesByHandAreKeptAndInherited)

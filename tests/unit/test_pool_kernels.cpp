@@ -6,7 +6,9 @@
 // differences and the adjoint identity.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -210,6 +212,112 @@ TEST(PoolKernel, MaxF32InsideWindowsEqualTheGeneralLoops)
                 for (size_t i = 0; i < x.size(); i++)
                     ASSERT_EQ((double)dxf[i], dx[i]) << "dx[" << i << "]";
             }
+}
+
+// Max pooling's indices (tsl_pool_forward_index_kernel()): the same y as the plain forward,
+// each index the reference's first maximum as a kernel position, and the backward from the
+// indices the very bits of the backward from x: random (not integer) gradients on overlapping
+// windows, so the order of the additions shows; ties and NaNs; padding (the general loops) and
+// windows inside (the f32 loops); both layouts, a tile of a larger tensor, f32 and f64, u8 and
+// (a 7^3 kernel) i32 indices.
+TEST(PoolKernel, IndicesGiveTheBackwardsBits)
+{
+    std::mt19937_64 rng(34);
+    std::uniform_int_distribution<int> level(-3, 3), pick(0, 40);
+    std::normal_distribution<double> grad(0, 1);
+    struct C {
+        int spatial;
+        std::vector<int64_t> in;
+        int64_t k, s, pad;
+    };
+    const C cases[] = {{1, {13}, 3, 2, 1},     {2, {8, 7}, 3, 1, 1},    {2, {7, 7}, 3, 1, 0},
+                       {2, {6, 6}, 5, 3, 2},   {3, {5, 6, 4}, 3, 2, 1}, {3, {6, 5, 7}, 2, 2, 0},
+                       {3, {9, 8, 8}, 7, 1, 3}};
+    for (const C &c : cases)
+        for (int dtype : {TSL_F64, TSL_F32})
+            for (int last : {0, 1})
+                for (int tile : {0, 1})
+                    for (int nans : {0, 1}) {
+                        SCOPED_TRACE(std::to_string(c.spatial) + "-D, k " + std::to_string(c.k) +
+                                     ", s " + std::to_string(c.s) + ", pad " +
+                                     std::to_string(c.pad) + (dtype == TSL_F32 ? ", f32" : "") +
+                                     (last ? ", channels-last" : "") + (tile ? ", a tile" : "") +
+                                     (nans ? ", NaNs" : ""));
+                        const int64_t samples = 2, channels = 3;
+                        P p = make(c.spatial, TSL_POOL_MAX, 1, samples * channels, c.in, c.k, c.s,
+                                   c.pad);
+                        p.a.dtype = dtype;
+                        p.a.channels_last = last;
+                        p.a.channels = channels;
+                        int64_t kvol = 1;
+                        for (int d = 0; d < c.spatial; d++)
+                            kvol *= c.k;
+                        p.a.index_dtype = kvol > 255 ? TSL_I32 : TSL_U8;
+                        if (tile) { /* the outputs from 1 of a tensor whose end it holds */
+                            p.out_plane = 1;
+                            for (int d = 0; d < c.spatial; d++) {
+                                p.a.in_origin[d] = std::max<int64_t>(0, c.s - c.pad);
+                                p.a.global_in[d] = p.a.in_origin[d] + c.in[d];
+                                p.a.out_origin[d] = 1;
+                                p.a.out_size[d] = (p.a.global_in[d] + 2 * c.pad - c.k) / c.s;
+                                p.out_plane *= p.a.out_size[d];
+                            }
+                        }
+                        std::vector<double> x((size_t)(p.a.planes * p.in_plane));
+                        for (auto &v : x)
+                            v = nans && pick(rng) == 0 ? NAN : 0.5 * level(rng);
+                        std::vector<double> dy((size_t)(p.a.planes * p.out_plane));
+                        for (auto &v : dy)
+                            v = grad(rng);
+                        size_t es = dtype == TSL_F32 ? 4 : 8, is = kvol > 255 ? 4 : 1;
+                        std::vector<unsigned char> xb(x.size() * es), dyb(dy.size() * es);
+                        for (size_t i = 0; i < x.size(); i++)
+                            dtype == TSL_F32 ? (void)(((float *)xb.data())[i] = (float)x[i])
+                                             : (void)(((double *)xb.data())[i] = x[i]);
+                        for (size_t i = 0; i < dy.size(); i++)
+                            dtype == TSL_F32 ? (void)(((float *)dyb.data())[i] = (float)dy[i])
+                                             : (void)(((double *)dyb.data())[i] = dy[i]);
+                        std::vector<unsigned char> y1(dy.size() * es, 7), y2(dy.size() * es, 9);
+                        std::vector<unsigned char> dx1(xb.size(), 7), dx2(xb.size(), 9);
+                        std::vector<unsigned char> ix(dy.size() * is, 0xee);
+                        tsl_pool_forward_kernel(&p.a, xb.data(), y1.data());
+                        tsl_pool_backward_kernel(&p.a, xb.data(), dyb.data(), dx1.data());
+                        tsl_pool_forward_index_kernel(&p.a, xb.data(), y2.data(), ix.data());
+                        tsl_pool_backward_index_kernel(&p.a, ix.data(), dyb.data(), dx2.data());
+                        for (size_t i = 0; i < dy.size(); i++) {
+                            double a = dtype == TSL_F32 ? ((float *)y1.data())[i]
+                                                        : ((double *)y1.data())[i];
+                            double b = dtype == TSL_F32 ? ((float *)y2.data())[i]
+                                                        : ((double *)y2.data())[i];
+                            ASSERT_TRUE((std::isnan(a) && std::isnan(b)) || a == b)
+                                << "y[" << i << "] " << b << " vs " << a;
+                        }
+                        ASSERT_EQ(0, memcmp(dx1.data(), dx2.data(), dx1.size())) << "dx bits";
+                        if (nans || tile || last)
+                            continue;
+                        // Without NaNs on a whole plain tensor: the reference's first maximum.
+                        std::vector<int64_t> arg;
+                        reference(p, x, &arg);
+                        int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+                        for (int d = 0; d < c.spatial; d++) {
+                            in[d] = c.in[d];
+                            out[d] = p.a.out_size[d];
+                        }
+                        for (size_t i = 0; i < dy.size(); i++) {
+                            int64_t o = (int64_t)i % p.out_plane, at = arg[i] % p.in_plane;
+                            int64_t oc[3] = {o / (out[1] * out[2]), o / out[2] % out[1],
+                                             o % out[2]};
+                            int64_t q[3] = {at / (in[1] * in[2]), at / in[2] % in[1], at % in[2]};
+                            int64_t k = 0;
+                            for (int d = 0; d < 3; d++) {
+                                int64_t kd = d < c.spatial ? c.k : 1;
+                                int64_t lo = d < c.spatial ? oc[d] * c.s - c.pad : 0;
+                                k = k * kd + (q[d] - lo);
+                            }
+                            int64_t got = is == 1 ? ix[i] : ((int32_t *)ix.data())[i];
+                            ASSERT_EQ(got, k) << "index of output " << i;
+                        }
+                    }
 }
 
 TEST(PoolKernel, NearestUpsampling)
