@@ -5,9 +5,10 @@
 # JSON), the most StarPU buffer memory a rank held at once (measured: tiles, halo slabs,
 # received copies; tsl_context_buffer_bytes), next to `tessel plan`'s estimates for the same
 # run: the largest rank's tiles (all), the most of them live at once, and that plus received
-# copies (values crossing pipeline stages).
-# Prints one table row per run: model, size, ranks, plan, peak MiB, tile MiB, buffers MiB, the
-# three estimates in MiB, seconds per step.
+# copies (values crossing pipeline stages); and the most bytes of other ranks' data a rank
+# kept in StarPU-MPI's cache at once (tsl_context_cached_bytes: halo slabs, tiles).
+# Prints one table row per run: model, size, ranks, plan, peak MiB, tile MiB, buffers MiB,
+# remote copies MiB, the three estimates in MiB, seconds per step.
 #
 # usage: bench/plan_memory.sh BUILD_DIR MODEL DIMS "SIZES" "RANKS:PLAN ..."
 #   PLAN "-" for the default plan; for example
@@ -22,9 +23,9 @@ trap 'rm -rf "$work"' EXIT
 labels=""
 case $model in cnn* | resnet*) labels=",labels=sample" ;; esac # classifiers
 printf "| model | size | ranks | plan | peak MiB (largest rank) | tiles MiB (largest rank) |"
-printf " buffers at most MiB (largest rank) |"
+printf " buffers at most MiB (largest rank) | remote copies at most MiB (largest rank) |"
 printf " estimate: tiles | estimate: live at once | estimate: live + received | s/step |\n"
-printf "|---|---|---|---|---|---|---|---|---|---|---|\n"
+printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 for size in $sizes; do
     for run in $runs; do
         ranks=${run%%:*} plan=${run#*:}
@@ -47,7 +48,8 @@ m = json.load(open(sys.argv[1]))
 e = m["epochs"][0]
 size = sys.argv[3] + ("^3" if sys.argv[6] == "3" else "^2" if sys.argv[6] == "2" else "")
 print(f"| {sys.argv[2]} | {size} | {sys.argv[4]} | {sys.argv[5]} | {e['peak_memory_mib']:.0f} | "
-      f"{e['tile_memory_mib']:.0f} | {e['buffer_peak_mib']:.0f} | {float(sys.argv[7]):.0f} | {float(sys.argv[9]):.0f} | "
+      f"{e['tile_memory_mib']:.0f} | {e['buffer_peak_mib']:.0f} | {e['cached_peak_mib']:.1f} | "
+      f"{float(sys.argv[7]):.0f} | {float(sys.argv[9]):.0f} | "
       f"{float(sys.argv[8]):.0f} | "
       f"{e['seconds'] / m['steps']:.1f} |")
 PY

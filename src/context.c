@@ -96,6 +96,7 @@ static tsl_status context_alloc(const tsl_context_config *config, struct tsl_con
     ctx->idle_hook = -1;
     pthread_mutex_init(&ctx->pending_lock, NULL);
     pthread_cond_init(&ctx->pending_done, NULL);
+    pthread_mutex_init(&ctx->cache_lock, NULL);
     *out = ctx;
     return TSL_OK;
 }
@@ -104,6 +105,9 @@ static void context_free(struct tsl_context *ctx)
 {
     pthread_mutex_destroy(&ctx->pending_lock);
     pthread_cond_destroy(&ctx->pending_done);
+    pthread_mutex_destroy(&ctx->cache_lock);
+    free(ctx->cached);
+    free(ctx->cached_size);
     free(ctx->scheduler);
     free(ctx->tensors);
     free(ctx);
@@ -550,6 +554,20 @@ tsl_status tsl_context_buffer_bytes(tsl_context_t ctx, int64_t *in_use, int64_t 
                          "context that owns StarPU (tsl_context_create)");
     *in_use = (int64_t)stats.in_use;
     *most = (int64_t)stats.high_water;
+    return TSL_OK;
+}
+
+tsl_status tsl_context_cached_bytes(tsl_context_t ctx, int64_t *now, int64_t *most)
+{
+    CHECK_CTX(ctx, now, "tsl_context_cached_bytes");
+    if (!most)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_context_cached_bytes: output pointer is NULL");
+    pthread_mutex_lock(&ctx->cache_lock);
+    *now = ctx->cached_now;
+    *most = ctx->cached_most;
+    ctx->cached_most = ctx->cached_now;
+    pthread_mutex_unlock(&ctx->cache_lock);
     return TSL_OK;
 }
 

@@ -50,6 +50,14 @@ struct tsl_context {
     tsl_status read_status;
     char read_error[TSL_ERROR_MAX];
 
+    /* Other ranks' data StarPU-MPI keeps in its cache on this rank (tsl_context_cached_bytes):
+     * the handles tessel's tasks made it receive, their bytes, the most at once since the
+     * last query. Under cache_lock. */
+    pthread_mutex_t cache_lock;
+    starpu_data_handle_t *cached;
+    int64_t *cached_size;
+    int64_t ncached, cached_cap, cached_now, cached_most;
+
     /* Live tensors, destroyed with the context if the user forgot them. */
     struct tsl_tensor **tensors;
     int64_t ntensors;
@@ -332,6 +340,11 @@ tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, struct tsl_tenso
 
 /* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
  * (StarPU allocates it where a task first needs it). */
+/* starpu_mpi_cache_flush() of a handle, and the handle leaves tessel's count of the cache
+ * (tsl_context_cached_bytes). Every flush of a tessel handle goes through it; a handle is
+ * flushed before it is unregistered. */
+void tsl_cache_flush(struct tsl_context *ctx, starpu_data_handle_t handle);
+
 tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,
                                     int owner, starpu_data_handle_t *handle);
 

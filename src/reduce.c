@@ -373,7 +373,7 @@ static tsl_status sum_views(struct tsl_context *ctx, int64_t n,
             starpu_data_handle_t h = piece[i * nt + k];
             if (!h)
                 continue;
-            starpu_mpi_cache_flush(ctx->comm, h);
+            tsl_cache_flush(ctx, h);
             if (owner_of[i] != ctx->rank)
                 starpu_data_unregister_submit(h);
         }

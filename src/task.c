@@ -36,6 +36,73 @@ static void task_done(void *arg)
     tsl_pending_done(ctx);
 }
 
+/* ---- StarPU-MPI's cache of other ranks' data on this rank ----
+ *
+ * StarPU-MPI puts a remote handle in its receive cache when a task this rank runs reads it
+ * (starpu_mpi_task_build) and keeps the copy until a flush, or until the owner writes the data
+ * again. tessel notes each such handle as its task is built and drops it at its flush; entries
+ * StarPU-MPI cleared itself are dropped before each new one is counted, so the count is exact
+ * when the most is taken. */
+
+static int64_t cached_find(const struct tsl_context *ctx, starpu_data_handle_t h)
+{
+    for (int64_t i = 0; i < ctx->ncached; i++)
+        if (ctx->cached[i] == h)
+            return i;
+    return -1;
+}
+
+static void cached_drop(struct tsl_context *ctx, int64_t i)
+{
+    ctx->cached_now -= ctx->cached_size[i];
+    ctx->ncached--;
+    ctx->cached[i] = ctx->cached[ctx->ncached];
+    ctx->cached_size[i] = ctx->cached_size[ctx->ncached];
+}
+
+/* After building a task this rank runs: its remote read handles StarPU-MPI now caches. */
+static void cached_note(struct tsl_context *ctx, const struct starpu_data_descr *d, int n)
+{
+    pthread_mutex_lock(&ctx->cache_lock);
+    for (int k = 0; k < n; k++) {
+        starpu_data_handle_t h = d[k].handle;
+        if (!(d[k].mode & STARPU_R) || starpu_mpi_data_get_rank(h) == ctx->rank ||
+            cached_find(ctx, h) >= 0 || !starpu_mpi_cached_receive(h))
+            continue;
+        for (int64_t i = ctx->ncached - 1; i >= 0; i--)
+            if (!starpu_mpi_cached_receive(ctx->cached[i]))
+                cached_drop(ctx, i);
+        if (ctx->ncached == ctx->cached_cap) {
+            int64_t cap = ctx->cached_cap ? 2 * ctx->cached_cap : 64;
+            starpu_data_handle_t *hs = realloc(ctx->cached, sizeof *hs * (size_t)cap);
+            if (hs)
+                ctx->cached = hs;
+            int64_t *sz = hs ? realloc(ctx->cached_size, sizeof *sz * (size_t)cap) : NULL;
+            if (sz)
+                ctx->cached_size = sz;
+            if (!hs || !sz)
+                break; /* out of memory: this handle goes uncounted */
+            ctx->cached_cap = cap;
+        }
+        ctx->cached[ctx->ncached] = h;
+        ctx->cached_size[ctx->ncached++] = (int64_t)starpu_data_get_size(h);
+        ctx->cached_now += (int64_t)starpu_data_get_size(h);
+        if (ctx->cached_now > ctx->cached_most)
+            ctx->cached_most = ctx->cached_now;
+    }
+    pthread_mutex_unlock(&ctx->cache_lock);
+}
+
+void tsl_cache_flush(struct tsl_context *ctx, starpu_data_handle_t handle)
+{
+    pthread_mutex_lock(&ctx->cache_lock);
+    int64_t i = cached_find(ctx, handle);
+    if (i >= 0)
+        cached_drop(ctx, i);
+    pthread_mutex_unlock(&ctx->cache_lock);
+    starpu_mpi_cache_flush(ctx->comm, handle);
+}
+
 /* The same argument list goes to the build and post-build calls. */
 #define TASK_ARGS(desc, descrs)                                                                    \
     STARPU_VALUE, (desc)->args, (desc)->args_size, STARPU_DATA_MODE_ARRAY, (descrs),               \
@@ -66,6 +133,7 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
     struct starpu_task *task =
         starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
     if (task) {
+        cached_note(ctx, descrs, desc->nhandles);
         tsl_pending_add(ctx);
         int ret = starpu_task_submit(task);
         if (ret != 0) {
@@ -98,7 +166,7 @@ tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size
 
 void tsl_temp_handle_release(struct tsl_context *ctx, starpu_data_handle_t handle)
 {
-    starpu_mpi_cache_flush(ctx->comm, handle);
+    tsl_cache_flush(ctx, handle);
     starpu_data_unregister_submit(handle);
 }
 
@@ -134,7 +202,7 @@ tsl_status tsl_submit_tiles(struct starpu_codelet *codelet, int ntensors,
         int32_t runs_on = tensors[writer]->tile_owner[i];
         for (int k = 0; k < ntensors; k++)
             if (modes[k] == STARPU_R && tensors[k]->tile_owner[i] != runs_on)
-                starpu_mpi_cache_flush(ctx->comm, tensors[k]->handles[i]);
+                tsl_cache_flush(ctx, tensors[k]->handles[i]);
     }
     return TSL_OK;
 }

@@ -265,7 +265,7 @@ void tsl_tensor_release(struct tsl_tensor *t)
     if (!t)
         return;
     for (int64_t i = 0; i < t->ntiles; i++) {
-        starpu_mpi_cache_flush(t->ctx->comm, t->handles[i]);
+        tsl_cache_flush(t->ctx, t->handles[i]);
         if (t->tile_owner[i] == t->ctx->rank)
             starpu_data_invalidate_submit(t->handles[i]);
     }
@@ -280,7 +280,7 @@ tsl_status tsl_tensor_destroy(tsl_tensor_t t)
         tsl_tensor_destroy(t->replicas[r]); /* untracked: untracking again does nothing */
     free(t->replicas);
     for (int64_t i = 0; i < t->ntiles; i++) {
-        starpu_mpi_cache_flush(ctx->comm, t->handles[i]);
+        tsl_cache_flush(ctx, t->handles[i]);
         starpu_data_unregister(t->handles[i]);
         if (t->tile_memory[i])
             starpu_free(t->tile_memory[i]);
@@ -487,7 +487,7 @@ static tsl_status scatter(tsl_tensor_t t, int32_t root, const void *src, int nar
             tsl_tensor_tile_numel(t, i) * (int64_t)t->elem_size >= SCATTER_IN_PLACE_BYTES) {
             /* Root's own large tiles are written in place, without a staging copy (waiting for
              * the tile's earlier tasks); the other ranks drop any cached copy of them. */
-            starpu_mpi_cache_flush(ctx->comm, t->handles[i]);
+            tsl_cache_flush(ctx, t->handles[i]);
             if (ctx->rank == root) {
                 tsl_box_copy_args to_tile, to_whole;
                 whole_tile_box(t, i, &to_tile, &to_whole);
@@ -567,7 +567,7 @@ tsl_status tsl_tensor_gather(tsl_tensor_t t, int32_t root, void *dst)
         st = submit_copy(ctx, t->handles[i], h);
         if (st && !failed)
             failed = st;
-        starpu_mpi_cache_flush(ctx->comm, t->handles[i]);
+        tsl_cache_flush(ctx, t->handles[i]);
         if (ctx->rank == root)
             staging[i] = h;
         else
@@ -786,7 +786,7 @@ tsl_status tsl_copy_region(tsl_tensor_t dst, tsl_tensor_t src, const int64_t *sr
         }
     }
     for (int64_t i = 0; i < src->ntiles; i++)
-        starpu_mpi_cache_flush(ctx->comm, src->handles[i]);
+        tsl_cache_flush(ctx, src->handles[i]);
     return TSL_OK;
 }
 
@@ -862,7 +862,7 @@ static tsl_status gather_whole(struct tsl_tensor *dst, struct tsl_tensor *src)
         tsl_views_end(dst->handles[0], n, children);
     free(children);
     free(lengths);
-    starpu_mpi_cache_flush(ctx->comm, dst->handles[0]);
+    tsl_cache_flush(ctx, dst->handles[0]);
     return st;
 }
 
@@ -939,12 +939,12 @@ tsl_status tsl_tensor_sync_replicas(struct tsl_tensor *t)
 void tsl_whole_flush(const struct tsl_tensor *t)
 {
     if (!t->replicas || t->ntiles == 1) {
-        starpu_mpi_cache_flush(t->ctx->comm, t->handles[0]);
+        tsl_cache_flush(t->ctx, t->handles[0]);
         return;
     }
     for (int32_t r = 0; t->owners.group_size > 0 && r < t->ctx->size; r++)
         if (t->replicas[r])
-            starpu_mpi_cache_flush(t->ctx->comm, t->replicas[r]->handles[0]);
+            tsl_cache_flush(t->ctx, t->replicas[r]->handles[0]);
 }
 
 tsl_status tsl_tensor_wait(tsl_tensor_t t)

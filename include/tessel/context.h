@@ -170,6 +170,20 @@ tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_
  */
 tsl_status tsl_context_buffer_bytes(tsl_context_t ctx, int64_t *in_use, int64_t *most);
 
+/**
+ * @brief Bytes of other ranks' data that StarPU-MPI keeps in its cache on this rank: copies
+ * of remote tiles and halo slabs that tessel's tasks on this rank read, each from the
+ * submission of its first reader here to its flush after the last (or until its owner writes
+ * it again). @p now: held at the moment; @p most: the most held at once since the previous
+ * call (or the context's start), which the call starts counting again from @p now. Counted
+ * as StarPU-MPI's cache table holds them, in submission order: a copy counts from the
+ * submission of its first reader, before its bytes arrive, and stops at its flush, which may
+ * come before its last reader has run; the bytes themselves are among the buffers
+ * (tsl_context_buffer_bytes). 0 where StarPU-MPI's cache is off (STARPU_MPI_CACHE=0: copies
+ * are dropped after use). Not collective.
+ */
+tsl_status tsl_context_cached_bytes(tsl_context_t ctx, int64_t *now, int64_t *most);
+
 /** @brief Number of StarPU-MPI tags the context has handed out so far. Not collective. */
 tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);
 

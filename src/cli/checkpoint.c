@@ -315,8 +315,20 @@ static int parse_state(const char *text, run_settings *s, run_progress *p)
             v[k] = bad ? 0 : item->valuedouble;
         }
         if (!bad)
-            p->epochs[e] =
-                (epoch_metrics){v[0], v[1], v[2], v[3], v[4], v[5], v[6], -1, -1, -1, -1, -1, NULL};
+            p->epochs[e] = (epoch_metrics){.train_loss = v[0],
+                                           .train_accuracy = v[1],
+                                           .test_loss = v[2],
+                                           .test_accuracy = v[3],
+                                           .seconds = v[4],
+                                           .samples_per_second = v[5],
+                                           .peak_mib = v[6],
+                                           .owned_mib = -1,
+                                           .buffer_peak_mib = -1,
+                                           .sent_per_step = -1,
+                                           .received_per_step = -1,
+                                           .cached_peak_mib = -1,
+                                           .busy = -1,
+                                           .ranks = NULL};
     }
     cJSON_Delete(root);
     return bad ? -1 : 0;

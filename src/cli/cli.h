@@ -35,13 +35,17 @@ typedef struct epoch_metrics {
      * (tsl_context_buffer_bytes), and bytes sent and received per training step (-1 without
      * --comm-stats); not kept in checkpoints. */
     double owned_mib, buffer_peak_mib, sent_per_step, received_per_step;
+    /* Largest rank's most bytes of other ranks' data in StarPU-MPI's cache at once during the
+     * epoch (tsl_context_cached_bytes), MiB; not kept in checkpoints. */
+    double cached_peak_mib;
     double busy; /* fraction of worker time spent executing tasks, all ranks (-1: not measured) */
     /* Rank 0 only, NULL elsewhere and for epochs read from a checkpoint: RANK_FIELDS values
-     * per rank (peak MiB, tile MiB, most buffer MiB, bytes sent and received per step). */
+     * per rank (peak MiB, tile MiB, most buffer MiB, bytes sent and received per step, most
+     * cached remote MiB). */
     double *ranks;
 } epoch_metrics;
 
-#define RANK_FIELDS 5
+#define RANK_FIELDS 6
 
 /* What decides a training run's trajectory; recorded in every checkpoint. */
 typedef struct run_settings {

@@ -370,9 +370,10 @@ static int write_metrics_to(FILE *f, const void *arg)
                 "    {\"epoch\": %lld, \"train_loss\": %.9g, \"train_accuracy\": %.9g, "
                 "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
                 "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f, "
-                "\"tile_memory_mib\": %.3f, \"buffer_peak_mib\": %.3f",
+                "\"tile_memory_mib\": %.3f, \"buffer_peak_mib\": %.3f, \"cached_peak_mib\": %.3f",
                 (long long)e + 1, m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy,
-                m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib);
+                m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
+                m->cached_peak_mib);
         if (m->sent_per_step >= 0)
             fprintf(f,
                     ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f, "
@@ -384,8 +385,8 @@ static int write_metrics_to(FILE *f, const void *arg)
                 const double *v = m->ranks + (size_t)r * RANK_FIELDS;
                 fprintf(f,
                         "%s{\"peak_memory_mib\": %.1f, \"tile_memory_mib\": %.3f, "
-                        "\"buffer_peak_mib\": %.3f",
-                        r ? ", " : "", v[0], v[1], v[2]);
+                        "\"buffer_peak_mib\": %.3f, \"cached_peak_mib\": %.3f",
+                        r ? ", " : "", v[0], v[1], v[2], v[5]);
                 if (v[3] >= 0)
                     fprintf(f, ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f",
                             v[3], v[4]);
@@ -715,7 +716,7 @@ int command_train(int argc, char **argv)
         }
         epoch_metrics *m = &p.epochs[e];
         m->sent_per_step = m->received_per_step = m->busy = -1;
-        double row[RANK_FIELDS] = {0, 0, 0, -1, -1};
+        double row[RANK_FIELDS] = {0, 0, 0, -1, -1, 0};
         if (o.comm_stats) { /* the busiest rank's traffic per step, evaluation left out */
             int64_t sent1, recv1;
             if ((st = tsl_context_wait(s.ctx)) ||
@@ -749,15 +750,20 @@ int command_train(int argc, char **argv)
         peak_memory(&m->peak_mib, &rank0_mib);
         int64_t owned = 0;
         tsl_context_owned_bytes(s.ctx, &owned);
-        int64_t buffers = 0, buffers_most = 0;
+        int64_t buffers = 0, buffers_most = 0, cached = 0, cached_most = 0;
         tsl_context_buffer_bytes(s.ctx, &buffers, &buffers_most);
-        double mine[2] = {(double)owned / 1048576.0, (double)buffers_most / 1048576.0}, most[2];
-        MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        tsl_context_cached_bytes(s.ctx, &cached, &cached_most);
+        double mine[3] = {(double)owned / 1048576.0, (double)buffers_most / 1048576.0,
+                          (double)cached_most / 1048576.0},
+               most[3];
+        MPI_Allreduce(mine, most, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         m->owned_mib = most[0];
         m->buffer_peak_mib = most[1];
+        m->cached_peak_mib = most[2];
         row[0] = rank0_mib; /* this rank's own peak */
         row[1] = mine[0];
         row[2] = mine[1];
+        row[5] = mine[2];
         if (rank == 0)
             m->ranks = malloc(sizeof *m->ranks * RANK_FIELDS * (size_t)nranks);
         if ((st = agree(rank == 0 && !m->ranks ? TSL_ERR_OUT_OF_MEMORY : TSL_OK))) {
@@ -771,11 +777,11 @@ int command_train(int argc, char **argv)
                 printf("\n");
             printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
                    "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB, buffers at "
-                   "most %.1f MiB)",
+                   "most %.1f MiB, remote copies at most %.1f MiB)",
                    (long long)e + 1, o.epochs, p.batch < steps_per_epoch ? " (stopped early)" : "",
                    m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy,
-                   m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib,
-                   m->buffer_peak_mib);
+                   m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
+                   m->cached_peak_mib);
             if (m->sent_per_step >= 0)
                 printf(", per step %.2f MiB sent, %.2f MiB received, workers busy %.0f%%",
                        m->sent_per_step / 1048576.0, m->received_per_step / 1048576.0,
@@ -783,8 +789,9 @@ int command_train(int argc, char **argv)
             printf(" (largest rank)\n");
             for (int r = 0; o.rank_report && r < nranks; r++) {
                 const double *v = m->ranks + (size_t)r * RANK_FIELDS;
-                printf("  rank %d: peak memory %.0f MiB, tiles %.1f MiB, buffers at most %.1f MiB",
-                       r, v[0], v[1], v[2]);
+                printf("  rank %d: peak memory %.0f MiB, tiles %.1f MiB, buffers at most %.1f MiB, "
+                       "remote copies at most %.1f MiB",
+                       r, v[0], v[1], v[2], v[5]);
                 if (v[3] >= 0)
                     printf(", per step %.2f MiB sent, %.2f MiB received", v[3] / 1048576.0,
                            v[4] / 1048576.0);

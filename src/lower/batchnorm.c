@@ -176,7 +176,7 @@ static tsl_status normalize(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t bet
         st = submit(ctx, &tsl_cl_bn_normalize, &t, h[5] ? 6 : 5, h, m,
                     4.0 * (double)tsl_tensor_tile_numel(x, i));
         if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+            tsl_cache_flush(ctx, x->handles[i]);
     }
     /* Keep x's cached copies: backward reads them on the same ranks. Drop the small ones. */
     tsl_whole_flush(gamma);
@@ -308,7 +308,7 @@ tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
         st = submit(x->ctx, &tsl_cl_bn_infer, &t, 6, h, m,
                     4.0 * (double)tsl_tensor_tile_numel(x, i));
         if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(x->ctx->comm, x->handles[i]);
+            tsl_cache_flush(x->ctx, x->handles[i]);
     }
     tsl_tensor_t small[4] = {running_mean, running_var, gamma, beta};
     for (int k = 0; k < 4; k++)
@@ -397,7 +397,7 @@ static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_
         for (int k = 0; k < 2; k++) {
             tsl_tensor_t read = k ? dy : x;
             if (read->tile_owner[i] != dx->tile_owner[i])
-                starpu_mpi_cache_flush(ctx->comm, read->handles[i]);
+                tsl_cache_flush(ctx, read->handles[i]);
         }
     }
     release_all(ctx, coef);

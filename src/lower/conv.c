@@ -540,7 +540,7 @@ static tsl_status forward_windowed(const tsl_conv_args *a, tsl_tensor_t x, tsl_t
             tsl_halo_release(ctx, slabs, ns);
         }
         if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+            tsl_cache_flush(ctx, x->handles[i]);
     }
     tsl_whole_flush(w);
     if (b)
@@ -672,7 +672,7 @@ static tsl_status part_partial(conv_grads *g, int32_t k, int64_t tile, starpu_da
     st = tsl_task_submit(ctx, &desc);
     tsl_halo_release(ctx, slabs, ns);
     if (k > 0 && x->tile_owner[tile] != g->dy->tile_owner[tile]) /* (the first: by the caller) */
-        starpu_mpi_cache_flush(ctx->comm, x->handles[tile]);
+        tsl_cache_flush(ctx, x->handles[tile]);
     return st;
 }
 

@@ -250,7 +250,7 @@ static tsl_status weight_rows(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, 
     }
     for (int64_t i = 0; i < nt; i++)
         if (x->tile_owner[i] != dy->tile_owner[i])
-            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+            tsl_cache_flush(ctx, x->handles[i]);
     free(tiles);
     free(group_start);
     free(group_rank);

@@ -46,7 +46,7 @@ static tsl_status loss_tile(int64_t tile, starpu_data_handle_t acc, void *user)
     for (int k = 0; k < 2; k++) {
         tsl_tensor_t read = k ? p->target : p->x;
         if (read->tile_owner[tile] != p->acc_owner[tile])
-            starpu_mpi_cache_flush(read->ctx->comm, read->handles[tile]);
+            tsl_cache_flush(read->ctx, read->handles[tile]);
     }
     return TSL_OK;
 }

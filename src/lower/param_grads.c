@@ -52,7 +52,7 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
         if (!st)
             st = submit_partial(i, pw[i], db ? pb[i] : NULL, user);
         if (!st && x->tile_owner[i] != owner)
-            starpu_mpi_cache_flush(ctx->comm, x->handles[i]);
+            tsl_cache_flush(ctx, x->handles[i]);
     }
     if (!st && sharded) {
         st = tsl_sum_into_tiles(ctx, x->ntiles, pw, dy->tile_owner, dw, TSL_REDUCE_PRIORITY, 0);
@@ -114,7 +114,7 @@ tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, tsl_tensor_t x, 
         };
         st = tsl_task_submit(x->ctx, &desc);
         if (x->tile_owner[i] != y->tile_owner[i])
-            starpu_mpi_cache_flush(x->ctx->comm, x->handles[i]);
+            tsl_cache_flush(x->ctx, x->handles[i]);
     }
     tsl_whole_flush(w);
     if (b)

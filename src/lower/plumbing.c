@@ -138,7 +138,7 @@ tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst)
         };
         st = tsl_task_submit(ctx, &desc);
         if (!st && src->tile_owner[i] != dst->tile_owner[i])
-            starpu_mpi_cache_flush(ctx->comm, src->handles[i]);
+            tsl_cache_flush(ctx, src->handles[i]);
     }
     return st;
 }

@@ -267,7 +267,7 @@ static tsl_status per_tile(struct starpu_codelet *cl, tsl_pool_args a, tsl_tenso
             return st;
         for (int k = 0; k < n - 1; k++)
             if (tensors[k]->tile_owner[i] != tensors[n - 1]->tile_owner[i])
-                starpu_mpi_cache_flush(planes_of->ctx->comm, tensors[k]->handles[i]);
+                tsl_cache_flush(planes_of->ctx, tensors[k]->handles[i]);
     }
     return TSL_OK;
 }

@@ -1505,6 +1505,56 @@ TEST(Pooling, IndicesThatDoNotFitAreErrors)
         tsl_tensor_destroy(t);
 }
 
+// tsl_context_cached_bytes: a max pooling (3, stride 1, padding 1) of a (2, 3, 6, 4 x ranks + 1)
+// tensor cut along its last dimension, a tile per rank: each rank's task reads a column slab
+// of 2 x 3 x 6 floats from each neighbour (the only one at the ends), which StarPU-MPI caches
+// until the flush after that task: at most 1 or 2 slabs at once, none after. One rank reads
+// nothing remote. A whole remote tile read by a task (an addition whose output lives on the
+// next rank) counts as the tile.
+TEST(Context, CachedBytesCountTheRemoteDataATaskReads)
+{
+    int64_t now = -1, most = -1;
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_cached_bytes(ctx, &now, &most), TSL_OK); // starts a period
+    EXPECT_EQ(now, 0) << "copies left cached by earlier work";
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
+    const int64_t w = 4 * size + 1, slab = 2 * 3 * 6 * 4;
+    tsl_tensor_t x = make_tensor(TSL_F32, {2, 3, 6, w}, {1, 1, 1, size}, block);
+    tsl_tensor_t y = make_tensor(TSL_F32, {2, 3, 6, w}, {1, 1, 1, size}, block);
+    ASSERT_EQ(tsl_tensor_fill_uniform(x, seed + 130, -1, 1), TSL_OK);
+    tsl_pool_params p;
+    ASSERT_EQ(tsl_pool_params_init(&p, TSL_POOL_MAX, 2, 3), TSL_OK);
+    p.stride[0] = p.stride[1] = 1;
+    p.padding[0] = p.padding[1] = 1;
+    ASSERT_EQ(tsl_pool_forward(&p, x, y), TSL_OK) << tsl_context_last_error(ctx);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_cached_bytes(ctx, &now, &most), TSL_OK);
+    int64_t neighbours = size == 1 ? 0 : (rank == 0 || rank == size - 1 ? 1 : 2);
+    EXPECT_EQ(most, neighbours * slab) << "rank " << rank;
+    EXPECT_EQ(now, 0);
+    ASSERT_EQ(tsl_context_cached_bytes(ctx, &now, &most), TSL_OK);
+    EXPECT_EQ(most, 0) << "the previous call started a new period";
+    // Whole tiles: z = x + x with z's tiles on other ranks (reversed owners) reads both
+    // operands' tile from its owner, cached until tsl_tensor_add flushes it.
+    tsl_tensor_t z = make_tensor(TSL_F32, {2, 3, 6, w}, {1, 1, 1, size}, rev);
+    ASSERT_EQ(tsl_tensor_add(z, x, x), TSL_OK) << tsl_context_last_error(ctx);
+    ASSERT_EQ(tsl_context_wait(ctx), TSL_OK);
+    ASSERT_EQ(tsl_context_cached_bytes(ctx, &now, &most), TSL_OK);
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS], remote = 0;
+    int32_t coords[TSL_MAX_DIMS];
+    for (int64_t i = 0; i < size; i++) {
+        int32_t zo = -1, xo = -1;
+        ASSERT_EQ(tsl_tensor_tile_info(z, i, coords, &zo, start, extent), TSL_OK);
+        ASSERT_EQ(tsl_tensor_tile_info(x, i, coords, &xo, start, extent), TSL_OK);
+        if (zo == rank && xo != rank)
+            remote = std::max(remote, 2 * 3 * 6 * extent[3] * 4);
+    }
+    EXPECT_EQ(most, remote) << "rank " << rank;
+    EXPECT_EQ(now, 0);
+    for (tsl_tensor_t t : {x, y, z})
+        tsl_tensor_destroy(t);
+}
+
 TEST(Pooling, SampleAndChannelTilingsAreExact)
 {
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr);
