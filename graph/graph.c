@@ -6,6 +6,7 @@
 
 #include "error.h"
 #include "graph_internal.h"
+#include "op_table.h"
 
 /* Grow an array of `size`-byte elements to hold `need` of them. */
 static int grow(void **array, int32_t *cap, int32_t need, size_t size)
@@ -67,14 +68,6 @@ struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g)
     return c;
 }
 
-const char *tsl_op_kind_name(tsl_op_kind kind)
-{
-    static const char *names[TSL_OP_KIND_COUNT] = {"input",   "conv",     "batchnorm", "activation",
-                                                   "pool",    "upsample", "concat",    "add",
-                                                   "flatten", "linear"};
-    return (unsigned)kind < TSL_OP_KIND_COUNT ? names[kind] : "invalid";
-}
-
 static tsl_status check_graph(tsl_graph_t g, const int32_t *value, const char *fn)
 {
     if (!g || !value)
@@ -134,34 +127,17 @@ static tsl_status check_name(tsl_graph_t g, const char *name, const char *fn)
     return TSL_OK;
 }
 
-/* The per-sample shape with a batch of 1 in front (for the shape functions of ops.h). */
-static tsl_shape batched(const tsl_shape *s)
-{
-    tsl_shape b;
-    b.ndim = s->ndim + 1;
-    b.dims[0] = 1;
-    for (int d = 0; d < s->ndim; d++)
-        b.dims[d + 1] = s->dims[d];
-    for (int d = b.ndim; d < TSL_MAX_DIMS; d++)
-        b.dims[d] = 0;
-    return b;
-}
-
-static tsl_shape unbatched(const tsl_shape *b)
-{
-    tsl_shape s;
-    memset(&s, 0, sizeof s);
-    s.ndim = b->ndim - 1;
-    for (int d = 0; d < s.ndim; d++)
-        s.dims[d] = b->dims[d + 1];
-    return s;
-}
-
-/* Append an op with its output value of shape `shape`; params are added after. Nothing is
- * changed on failure. */
-static tsl_status add_op(tsl_graph_t g, const tsl_graph_op *op, const tsl_shape *shape,
+/* Append an op with its output value, of the shape the op table infers (`given`: its weight's
+ * shape, or the input's sample shape; NULL for other kinds); params are added after. Nothing
+ * is changed on failure. */
+static tsl_status add_op(tsl_graph_t g, const tsl_graph_op *op, const tsl_shape *given,
                          int32_t *value, const char *fn)
 {
+    tsl_shape y;
+    tsl_status st = tsl_op_info_of(op->kind)->infer(g, op, given, &y, fn);
+    if (st)
+        return st;
+    const tsl_shape *shape = &y;
     if (grow((void **)&g->ops, &g->cap_ops, g->nops + 1, sizeof *g->ops) ||
         grow((void **)&g->values, &g->cap_values, g->nvalues + 1, sizeof *g->values) ||
         grow((void **)&g->params, &g->cap_params, g->nparams + TSL_GRAPH_MAX_PARAMS,
@@ -218,9 +194,6 @@ tsl_status tsl_graph_input(tsl_graph_t g, int32_t ndim, const int64_t *dims, int
                          "%s: a sample has 1 to %d dimensions (C, spatial...), not %d", fn,
                          TSL_MAX_DIMS - 1, (int)ndim);
     tsl_shape s = shape_of(ndim, dims);
-    tsl_shape b = batched(&s);
-    if ((st = tsl_shape_check(&b)))
-        return tsl_error(NULL, st, "%s: %s", fn, tsl_last_error());
     tsl_graph_op op;
     memset(&op, 0, sizeof op);
     op.kind = TSL_OP_INPUT;
@@ -243,7 +216,8 @@ tsl_status tsl_graph_conv(tsl_graph_t g, const char *name, int32_t x, int64_t ou
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "%s: '%s' needs settings, a kernel and at least one output channel", fn,
                          name);
-    tsl_shape xs = batched(&g->values[x].shape), ys;
+    tsl_shape xs;
+    tsl_batch_shape(1, &g->values[x].shape, &xs);
     if (xs.ndim != p->spatial + 2)
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "%s: '%s' is a %d-D convolution but its input has %d spatial dimensions",
@@ -267,16 +241,11 @@ tsl_status tsl_graph_conv(tsl_graph_t g, const char *name, int32_t x, int64_t ou
         ws.dims[2 + d] = kernel[d];
         fan_in *= (double)kernel[d];
     }
-    st = transposed ? tsl_conv_transpose_output_shape(&xs, &ws, p, &ys)
-                    : tsl_conv_output_shape(&xs, &ws, p, &ys);
-    if (st)
-        return tsl_error(NULL, st, "%s: '%s': %s", fn, name, tsl_last_error());
     tsl_graph_op op = unary_op(TSL_OP_CONV, x, name);
     op.conv = *p;
     op.transposed = transposed != 0;
     op.bias = bias != 0;
-    tsl_shape y = unbatched(&ys);
-    if ((st = add_op(g, &op, &y, value, fn)))
+    if ((st = add_op(g, &op, &ws, value, fn)))
         return st;
     /* PyTorch's default initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both. */
     double bound = 1.0 / sqrt(fan_in);
@@ -301,9 +270,8 @@ tsl_status tsl_graph_batchnorm(tsl_graph_t g, const char *name, int32_t x, doubl
     tsl_graph_op op = unary_op(TSL_OP_BATCHNORM, x, name);
     op.eps = eps;
     op.momentum = momentum;
-    tsl_shape s = g->values[x].shape;
-    tsl_shape cs = shape_of(1, &s.dims[0]);
-    if ((st = add_op(g, &op, &s, value, fn)))
+    tsl_shape cs = shape_of(1, &g->values[x].shape.dims[0]);
+    if ((st = add_op(g, &op, NULL, value, fn)))
         return st;
     add_param(g, "weight", &cs, 1, TSL_INIT_ONES, 0);
     add_param(g, "bias", &cs, 1, TSL_INIT_ZEROS, 0);
@@ -325,8 +293,7 @@ tsl_status tsl_graph_activation(tsl_graph_t g, int32_t x, tsl_activation kind, d
     tsl_graph_op op = unary_op(TSL_OP_ACTIVATION, x, NULL);
     op.act = kind;
     op.slope = slope;
-    tsl_shape s = g->values[x].shape;
-    return add_op(g, &op, &s, value, fn);
+    return add_op(g, &op, NULL, value, fn);
 }
 
 tsl_status tsl_graph_pool(tsl_graph_t g, int32_t x, const tsl_pool_params *p, int32_t *value)
@@ -337,13 +304,9 @@ tsl_status tsl_graph_pool(tsl_graph_t g, int32_t x, const tsl_pool_params *p, in
         return st;
     if (!p)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: params is NULL", fn);
-    tsl_shape xs = batched(&g->values[x].shape), ys;
-    if ((st = tsl_pool_output_shape(&xs, p, &ys)))
-        return tsl_error(NULL, st, "%s: %s", fn, tsl_last_error());
     tsl_graph_op op = unary_op(TSL_OP_POOL, x, NULL);
     op.pool = *p;
-    tsl_shape y = unbatched(&ys);
-    return add_op(g, &op, &y, value, fn);
+    return add_op(g, &op, NULL, value, fn);
 }
 
 tsl_status tsl_graph_upsample(tsl_graph_t g, int32_t x, const int64_t *scale, int32_t linear,
@@ -364,16 +327,12 @@ tsl_status tsl_graph_upsample(tsl_graph_t g, int32_t x, const int64_t *scale, in
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scale %lld outside [1, 1024]", fn,
                              (long long)scale[d]);
         op.scale[d] = scale[d];
-        s.dims[1 + d] *= scale[d];
     }
-    tsl_shape b = batched(&s);
-    if ((st = tsl_shape_check(&b)))
-        return tsl_error(NULL, st, "%s: %s", fn, tsl_last_error());
     op.kind = TSL_OP_UPSAMPLE;
     op.ninputs = 1;
     op.inputs[0] = x;
     op.linear = linear != 0;
-    return add_op(g, &op, &s, value, fn);
+    return add_op(g, &op, NULL, value, fn);
 }
 
 tsl_status tsl_graph_concat(tsl_graph_t g, int32_t count, const int32_t *xs, int32_t *value)
@@ -389,25 +348,12 @@ tsl_status tsl_graph_concat(tsl_graph_t g, int32_t count, const int32_t *xs, int
     memset(&op, 0, sizeof op);
     op.kind = TSL_OP_CONCAT;
     op.ninputs = count;
-    tsl_shape s;
     for (int32_t k = 0; k < count; k++) {
         if ((st = check_value(g, xs[k], fn)))
             return st;
-        const tsl_shape *v = &g->values[xs[k]].shape;
-        if (k == 0) {
-            s = *v;
-        } else {
-            int ok = v->ndim == s.ndim && v->ndim >= 1;
-            for (int d = 1; ok && d < s.ndim; d++)
-                ok = v->dims[d] == s.dims[d];
-            if (!ok)
-                return tsl_error(NULL, TSL_ERR_SHAPE,
-                                 "%s: values must agree in every dimension but channels", fn);
-            s.dims[0] += v->dims[0];
-        }
         op.inputs[k] = xs[k];
     }
-    return add_op(g, &op, &s, value, fn);
+    return add_op(g, &op, NULL, value, fn);
 }
 
 tsl_status tsl_graph_add(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
@@ -416,17 +362,13 @@ tsl_status tsl_graph_add(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
     tsl_status st = check_graph(g, value, fn);
     if (st || (st = check_value(g, a, fn)) || (st = check_value(g, b, fn)))
         return st;
-    const tsl_shape *sa = &g->values[a].shape, *sb = &g->values[b].shape;
-    if (sa->ndim != sb->ndim || memcmp(sa->dims, sb->dims, sizeof sa->dims) != 0)
-        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: the two values differ in shape", fn);
     tsl_graph_op op;
     memset(&op, 0, sizeof op);
     op.kind = TSL_OP_ADD;
     op.ninputs = 2;
     op.inputs[0] = a;
     op.inputs[1] = b;
-    tsl_shape s = *sa;
-    return add_op(g, &op, &s, value, fn);
+    return add_op(g, &op, NULL, value, fn);
 }
 
 tsl_status tsl_graph_flatten(tsl_graph_t g, int32_t x, int32_t *value)
@@ -435,11 +377,8 @@ tsl_status tsl_graph_flatten(tsl_graph_t g, int32_t x, int32_t *value)
     tsl_status st = check_op(g, value, x, NULL, fn);
     if (st)
         return st;
-    tsl_shape s = g->values[x].shape;
-    int64_t features = tsl_shape_numel(&s);
-    tsl_shape f = shape_of(1, &features);
     tsl_graph_op op = unary_op(TSL_OP_FLATTEN, x, NULL);
-    return add_op(g, &op, &f, value, fn);
+    return add_op(g, &op, NULL, value, fn);
 }
 
 tsl_status tsl_graph_linear(tsl_graph_t g, const char *name, int32_t x, int64_t out_features,
@@ -462,7 +401,7 @@ tsl_status tsl_graph_linear(tsl_graph_t g, const char *name, int32_t x, int64_t 
     int64_t wd[2] = {out_features, xs->dims[0]};
     tsl_shape ws = shape_of(2, wd), ys = shape_of(1, &out_features);
     double bound = 1.0 / sqrt((double)xs->dims[0]);
-    if ((st = add_op(g, &op, &ys, value, fn)))
+    if ((st = add_op(g, &op, &ws, value, fn)))
         return st;
     add_param(g, "weight", &ws, 1, TSL_INIT_UNIFORM, bound);
     if (bias)
@@ -567,48 +506,11 @@ tsl_status tsl_graph_op_info(tsl_graph_t g, int32_t index, tsl_op_kind *kind, co
     return TSL_OK;
 }
 
-/* Forward flops of one op for one sample. */
-static double op_flops(const tsl_graph_t g, const tsl_graph_op *o)
-{
-    const tsl_shape *y = &g->values[o->output].shape;
-    double out = (double)tsl_shape_numel(y);
-    switch (o->kind) {
-    case TSL_OP_CONV: {
-        const tsl_shape *w = &g->params[o->params[0]].shape;
-        double per = 2.0 * (double)(tsl_shape_numel(w) / w->dims[0]); /* taps per output */
-        if (o->transposed) /* each input position meets each tap of its group */
-            return 2.0 * (double)tsl_shape_numel(&g->values[o->inputs[0]].shape) *
-                   (double)(tsl_shape_numel(w) / w->dims[0]);
-        return out * per + (o->bias ? out : 0);
-    }
-    case TSL_OP_LINEAR:
-        return 2.0 * out * (double)g->values[o->inputs[0]].shape.dims[0] + (o->bias ? out : 0);
-    case TSL_OP_BATCHNORM:
-        return 4.0 * out;
-    case TSL_OP_POOL: {
-        double k = 1;
-        for (int d = 0; d < o->pool.spatial; d++)
-            k *= (double)o->pool.kernel[d];
-        return out * k;
-    }
-    case TSL_OP_UPSAMPLE:
-        return o->linear ? 4.0 * out : out;
-    case TSL_OP_ACTIVATION:
-    case TSL_OP_ADD:
-        return out;
-    case TSL_OP_INPUT:
-    case TSL_OP_CONCAT:
-    case TSL_OP_FLATTEN:
-        return 0;
-    }
-    return 0;
-}
-
 tsl_status tsl_graph_op_flops(tsl_graph_t g, int32_t index, int64_t batch, double *flops)
 {
     if (!g || !flops || index < 0 || index >= g->nops || batch < 1)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_op_flops: bad argument");
-    *flops = op_flops(g, &g->ops[index]) * (double)batch;
+    *flops = tsl_op_info_of(g->ops[index].kind)->flops(g, &g->ops[index]) * (double)batch;
     return TSL_OK;
 }
 
@@ -620,7 +522,7 @@ tsl_status tsl_graph_estimate(tsl_graph_t g, int64_t batch, double *flops,
     double f = 0;
     int64_t act = 0, par = 0;
     for (int32_t i = 0; i < g->nops; i++)
-        f += op_flops(g, &g->ops[i]);
+        f += tsl_op_info_of(g->ops[i].kind)->flops(g, &g->ops[i]);
     for (int32_t v = 0; v < g->nvalues; v++)
         act += tsl_shape_numel(&g->values[v].shape) * (int64_t)sizeof(float);
     for (int32_t p = 0; p < g->nparams; p++)
@@ -699,40 +601,14 @@ int32_t tsl_graph_folded_concat(const struct tsl_graph *g, int32_t o, const int3
     return reader;
 }
 
-int tsl_graph_op_reads_input_backward(const tsl_graph_op *op)
-{
-    switch (op->kind) {
-    case TSL_OP_CONV:
-    case TSL_OP_LINEAR:
-    case TSL_OP_BATCHNORM:
-        return 1;
-    case TSL_OP_POOL:
-        return tsl_graph_pool_index_bytes(op) == 0;
-    case TSL_OP_ACTIVATION:
-        return op->act == TSL_ACT_RELU || op->act == TSL_ACT_LEAKY_RELU;
-    default:
-        return 0;
-    }
-}
-
-int32_t tsl_graph_pool_index_bytes(const tsl_graph_op *op)
-{
-    if (op->kind != TSL_OP_POOL || op->pool.kind != TSL_POOL_MAX)
-        return 0;
-    int64_t positions = 1;
-    for (int d = 0; d < op->pool.spatial; d++)
-        positions *= op->pool.kernel[d];
-    return positions > 255 ? 4 : 1;
-}
-
 int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused,
                                   const int32_t *fold)
 {
     if (v == g->output || v == g->input)
         return 1;
     int32_t p = g->values[v].producer;
-    if (g->ops[p].kind == TSL_OP_ACTIVATION && !(fused && fused[p]))
-        return 1; /* sigmoid and tanh read their output */
+    if (tsl_op_info_of(g->ops[p].kind)->keeps_output && !(fused && fused[p]))
+        return 1;
     for (int32_t r = 0; r < g->nops; r++)
         for (int32_t k = 0; k < g->ops[r].ninputs; k++)
             if (g->ops[r].inputs[k] == v &&

@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "graph_internal.h"
+#include "op_table.h"
 #include "tessel/io.h"
 
 #define FORMAT_NAME "tessel-model"
@@ -74,10 +75,7 @@ enum layer_op {
     L_CONV,
     L_CONV_TRANSPOSE,
     L_BATCHNORM,
-    L_RELU,
-    L_LEAKY_RELU,
-    L_SIGMOID,
-    L_TANH,
+    L_ACTIVATION, /* every row of the activation table, by its name */
     L_MAXPOOL,
     L_AVGPOOL,
     L_GLOBAL_AVGPOOL,
@@ -104,10 +102,7 @@ static const layer_spec specs[LAYER_OP_COUNT] = {
     [L_CONV] = {"conv", CONV_KEYS, 1, 1, 1, 1},
     [L_CONV_TRANSPOSE] = {"conv_transpose", CONV_KEYS | BIT(K_OUTPUT_PADDING), 1, 1, 1, 1},
     [L_BATCHNORM] = {"batchnorm", COMMON_KEYS | BIT(K_EPS) | BIT(K_MOMENTUM), 1, 1, 1, 0},
-    [L_RELU] = {"relu", COMMON_KEYS, 0, 1, 1, 0},
-    [L_LEAKY_RELU] = {"leaky_relu", COMMON_KEYS | BIT(K_SLOPE), 0, 1, 1, 0},
-    [L_SIGMOID] = {"sigmoid", COMMON_KEYS, 0, 1, 1, 0},
-    [L_TANH] = {"tanh", COMMON_KEYS, 0, 1, 1, 0},
+    [L_ACTIVATION] = {"activation", COMMON_KEYS, 0, 1, 1, 0},
     [L_MAXPOOL] = {"maxpool", POOL_KEYS, 0, 1, 1, 1},
     [L_AVGPOOL] = {"avgpool", POOL_KEYS | BIT(K_COUNT_INCLUDE_PAD), 0, 1, 1, 1},
     [L_GLOBAL_AVGPOOL] = {"global_avgpool", COMMON_KEYS, 0, 1, 1, 1},
@@ -122,8 +117,46 @@ static const layer_spec specs[LAYER_OP_COUNT] = {
 /* Defaults, as PyTorch's modules have them. */
 #define DEFAULT_EPS 1e-5
 #define DEFAULT_MOMENTUM 0.1
-#define DEFAULT_SLOPE 0.01
 static const int64_t zeros[3] = {0, 0, 0}, ones[3] = {1, 1, 1};
+
+/* The "op" of a layer: its spec's, or for an activation the activation table's name. */
+static const char *op_text(int32_t op, tsl_activation act)
+{
+    return op == L_ACTIVATION ? tsl_activation_info_of(act)->name : specs[op].op;
+}
+
+/* The keys a layer may have: its spec's, and "slope" for an activation that takes one. */
+static uint32_t op_keys(int32_t op, tsl_activation act)
+{
+    return specs[op].keys |
+           (op == L_ACTIVATION && tsl_activation_info_of(act)->takes_slope ? BIT(K_SLOPE) : 0);
+}
+
+/* The layer op named `name` (an activation's kind in *act), or -1. */
+static int32_t find_op(const char *name, tsl_activation *act)
+{
+    if (tsl_activation_find(name, act) == 0)
+        return L_ACTIVATION;
+    for (int32_t op = 0; op < LAYER_OP_COUNT; op++)
+        if (op != L_ACTIVATION && strcmp(specs[op].op, name) == 0)
+            return op;
+    return -1;
+}
+
+/* Every op a model file may name, comma-separated, in the specs' order. */
+static void op_list(char *text, size_t size)
+{
+    size_t n = 0;
+    text[0] = 0;
+    for (int32_t op = 0; op < LAYER_OP_COUNT; op++)
+        for (int k = 0; k < (op == L_ACTIVATION ? TSL_ACTIVATION_COUNT : 1); k++) {
+            int w =
+                snprintf(text + n, size - n, "%s%s", n ? ", " : "", op_text(op, (tsl_activation)k));
+            if (w < 0 || (size_t)w >= size - n)
+                return;
+            n += (size_t)w;
+        }
+}
 
 /* ---- reading ---- */
 
@@ -143,7 +176,8 @@ typedef struct layer {
     reader *r;
     const cJSON *json;
     int32_t index;
-    int32_t op; /* enum layer_op, or -1 while unknown */
+    int32_t op;         /* enum layer_op, or -1 while unknown */
+    tsl_activation act; /* L_ACTIVATION's kind */
     const char *name;
     int32_t ninputs;
     int32_t inputs[TSL_GRAPH_MAX_INPUTS];
@@ -166,7 +200,7 @@ static tsl_status fail(const reader *r, const layer *l, tsl_status st, const cha
         if (l->name && n > 0 && (size_t)n < sizeof where)
             n += snprintf(where + n, sizeof where - (size_t)n, " '%s'", l->name);
         if (l->op >= 0 && n > 0 && (size_t)n < sizeof where)
-            snprintf(where + n, sizeof where - (size_t)n, " (%s)", specs[l->op].op);
+            snprintf(where + n, sizeof where - (size_t)n, " (%s)", op_text(l->op, l->act));
         return tsl_error(NULL, st, "%s: %s: %s", r->source, where, what);
     }
     return tsl_error(NULL, st, "%s: %s", r->source, what);
@@ -348,7 +382,8 @@ static tsl_status read_name(layer *l)
     if (!item) {
         if (specs[l->op].named)
             return fail(r, l, TSL_ERR_FORMAT,
-                        "a %s layer needs a \"name\" (its parameters' prefix)", specs[l->op].op);
+                        "a %s layer needs a \"name\" (its parameters' prefix)",
+                        op_text(l->op, l->act));
         l->name = l->op == L_INPUT ? "input" : NULL;
     } else if (!cJSON_IsString(item) || !item->valuestring[0] ||
                strlen(item->valuestring) >= TSL_GRAPH_NAME_MAX) {
@@ -483,18 +518,12 @@ static tsl_status build_layer(layer *l, int32_t *value)
             (st = get_number(l, K_MOMENTUM, DEFAULT_MOMENTUM, &momentum)))
             return st;
         return built(l, tsl_graph_batchnorm(g, l->name, l->inputs[0], eps, momentum, value));
-    case L_LEAKY_RELU:
-        if ((st = get_number(l, K_SLOPE, DEFAULT_SLOPE, &slope)))
+    case L_ACTIVATION: {
+        const tsl_activation_info *info = tsl_activation_info_of(l->act);
+        if (info->takes_slope && (st = get_number(l, K_SLOPE, info->default_slope, &slope)))
             return st;
-        return built(l, tsl_graph_activation(g, l->inputs[0], TSL_ACT_LEAKY_RELU, slope, value));
-    case L_RELU:
-    case L_SIGMOID:
-    case L_TANH:
-        return built(l, tsl_graph_activation(g, l->inputs[0],
-                                             l->op == L_RELU      ? TSL_ACT_RELU
-                                             : l->op == L_SIGMOID ? TSL_ACT_SIGMOID
-                                                                  : TSL_ACT_TANH,
-                                             0, value));
+        return built(l, tsl_graph_activation(g, l->inputs[0], l->act, slope, value));
+    }
     case L_MAXPOOL:
     case L_AVGPOOL:
     case L_GLOBAL_AVGPOOL:
@@ -553,24 +582,20 @@ static tsl_status read_layer(reader *r, const cJSON *json)
     const cJSON *op = cJSON_GetObjectItemCaseSensitive(json, "op");
     if (!cJSON_IsString(op))
         return fail(r, &l, TSL_ERR_FORMAT, "needs \"op\", a string");
-    while (++l.op < LAYER_OP_COUNT && strcmp(specs[l.op].op, op->valuestring) != 0)
-        ;
-    if (l.op == LAYER_OP_COUNT) {
-        l.op = -1;
-        return fail(r, &l, TSL_ERR_FORMAT,
-                    "unknown op '%s' (ops: input, conv, conv_transpose, batchnorm, relu, "
-                    "leaky_relu, sigmoid, tanh, maxpool, avgpool, global_avgpool, "
-                    "upsample_nearest, upsample_linear, concat, add, flatten, linear)",
-                    op->valuestring);
+    l.op = find_op(op->valuestring, &l.act);
+    if (l.op < 0) {
+        char known[512];
+        op_list(known, sizeof known);
+        return fail(r, &l, TSL_ERR_FORMAT, "unknown op '%s' (ops: %s)", op->valuestring, known);
     }
     if ((l.index == 0) != (l.op == L_INPUT))
         return fail(r, &l, TSL_ERR_FORMAT,
                     l.index == 0 ? "the first layer must be the input ({\"op\": \"input\"})"
                                  : "a network has one input, the first layer");
     char what[64];
-    snprintf(what, sizeof what, "a%s %s layer", strchr("aeiou", specs[l.op].op[0]) ? "n" : "",
-             specs[l.op].op);
-    tsl_status st = check_keys(r, &l, json, specs[l.op].keys, key_names, KEY_COUNT, what);
+    const char *text = op_text(l.op, l.act);
+    snprintf(what, sizeof what, "a%s %s layer", strchr("aeiou", text[0]) ? "n" : "", text);
+    tsl_status st = check_keys(r, &l, json, op_keys(l.op, l.act), key_names, KEY_COUNT, what);
     int32_t value = -1;
     if (st || (st = read_name(&l)) || (st = read_inputs(&l)) || (st = read_spatial(&l)))
         return st;
@@ -844,11 +869,6 @@ static int is_global_avgpool(const struct tsl_graph *g, const tsl_graph_op *o)
 
 static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *o)
 {
-    static const enum layer_op activations[TSL_ACTIVATION_COUNT] = {[TSL_ACT_RELU] = L_RELU,
-                                                                    [TSL_ACT_LEAKY_RELU] =
-                                                                        L_LEAKY_RELU,
-                                                                    [TSL_ACT_SIGMOID] = L_SIGMOID,
-                                                                    [TSL_ACT_TANH] = L_TANH};
     _Static_assert(TSL_OP_KIND_COUNT == 10, "layer_op_of() and add_attributes() take every kind");
     switch (o->kind) {
     case TSL_OP_INPUT:
@@ -858,7 +878,7 @@ static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *
     case TSL_OP_BATCHNORM:
         return L_BATCHNORM;
     case TSL_OP_ACTIVATION:
-        return activations[o->act];
+        return L_ACTIVATION;
     case TSL_OP_POOL:
         return o->pool.kind == TSL_POOL_MAX ? L_MAXPOOL
                : is_global_avgpool(g, o)    ? L_GLOBAL_AVGPOOL
@@ -952,8 +972,10 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
     case L_BATCHNORM:
         return add_number(j, K_EPS, o->eps, DEFAULT_EPS) ||
                add_number(j, K_MOMENTUM, o->momentum, DEFAULT_MOMENTUM);
-    case L_LEAKY_RELU:
-        return add_number(j, K_SLOPE, o->slope, DEFAULT_SLOPE);
+    case L_ACTIVATION: {
+        const tsl_activation_info *info = tsl_activation_info_of(o->act);
+        return info->takes_slope && add_number(j, K_SLOPE, o->slope, info->default_slope);
+    }
     case L_MAXPOOL:
     case L_AVGPOOL:
         return add_ints(j, K_KERNEL, p->kernel, p->spatial, NULL) ||
@@ -1000,7 +1022,7 @@ static char (*layer_names(const struct tsl_graph *g))[TSL_GRAPH_NAME_MAX]
         if (!wanted[i])
             continue;
         for (int32_t attempt = 0, taken = 1; taken; attempt++) {
-            const char *op = specs[layer_op_of(g, o)].op;
+            const char *op = op_text(layer_op_of(g, o), o->act);
             if (attempt)
                 snprintf(names[i], sizeof names[i], "%s_%d_%d", op, (int)i, (int)attempt);
             else
@@ -1026,7 +1048,7 @@ static cJSON *layer_json(const struct tsl_graph *g, int32_t i,
     if (!failed && names[i][0])
         failed = !cJSON_AddStringToObject(j, "name", names[i]);
     if (!failed)
-        failed = !cJSON_AddStringToObject(j, "op", specs[op].op);
+        failed = !cJSON_AddStringToObject(j, "op", op_text(op, o->act));
     int previous = o->ninputs == 1 && g->values[o->inputs[0]].producer == i - 1;
     if (!failed && o->ninputs > 0 && !previous) {
         cJSON *inputs = cJSON_AddArrayToObject(j, "inputs");

@@ -81,8 +81,31 @@ static tsl_status check_scheduler(const char *name, const char *fn)
                      name, known);
 }
 
+/* Errors and log lines made for a context (common/error.h): kept as its last error, and
+ * written through its level, rank and callback. */
+static void sink_record(struct tsl_context *ctx, const char *message)
+{
+    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", message);
+}
+
+static int sink_wants(struct tsl_context *ctx, tsl_log_level level)
+{
+    return level <= ctx->log_level;
+}
+
+static void sink_emit(struct tsl_context *ctx, tsl_log_level level, const char *message)
+{
+    if (ctx->log_fn)
+        ctx->log_fn(level, ctx->rank, message, ctx->log_user);
+    else
+        fprintf(stderr, "tessel[%d] %s: %s\n", ctx->rank, tsl_log_level_name(level), message);
+}
+
+static const tsl_log_sink context_sink = {sink_record, sink_wants, sink_emit};
+
 static tsl_status context_alloc(const tsl_context_config *config, struct tsl_context **out)
 {
+    tsl_log_sink_register(&context_sink);
     struct tsl_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "context: out of memory");

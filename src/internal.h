@@ -14,8 +14,6 @@
 #include "tessel/ops.h"
 #include "tessel/tensor.h"
 
-#define TSL_ERROR_MAX 512
-
 struct tsl_tensor;
 
 struct tsl_context {

@@ -574,6 +574,143 @@ static int32_t conv_inputs(struct tsl_model *m, instance *in, int32_t i, tsl_ten
  * releases there the activations no backward reads (tsl_graph_value_read_backward: ResNet's
  * batch norms before the additions, an up-convolution's output that only an unfolded
  * concatenation reads); the others wait for the backward. */
+/* ---- the execution table: how each op kind runs forward and backward ---- */
+
+/* Forward of op i from x (its first input, on y's tile grid when the op regrids) into y. */
+typedef tsl_status (*forward_fn)(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, int train);
+/* Backward of op i: dx[k] (NULL: not wanted) for the values it reads (tsl_graph_exec_inputs),
+ * and its parameters' gradients. */
+typedef tsl_status (*backward_fn)(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+
+static tsl_status forward_none(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, int train)
+{
+    return TSL_OK;
+}
+
+/* Training keeps the input's halo slabs for the weight gradient. A folded concatenation's
+ * parts are read in place. */
+static tsl_status forward_conv(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+    int32_t n = conv_inputs(m, in, i, x, xs);
+    return tsl_conv_forward_keeping(&o->conv, o->transposed, n, xs, op_param(m, o, 0, 0),
+                                    op_param(m, o, 1, 0), y,
+                                    train ? &in->keep[i * TSL_GRAPH_MAX_INPUTS] : NULL);
+}
+
+static tsl_status forward_batchnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    tsl_tensor_t y, int train)
+{
+    return batchnorm_forward(m, in, i, x, train);
+}
+
+static tsl_status forward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (m->fused[i])
+        return TSL_OK; /* its batch norm wrote y */
+    return tsl_activation_forward(o->act, o->slope, x, y);
+}
+
+static tsl_status forward_pool(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (!train || !tsl_graph_pool_index_bytes(o))
+        return tsl_pool_forward(&o->pool, x, y);
+    tsl_status st = indices_of(m, in, i, y);
+    return st ? st : tsl_pool_forward_indices(&o->pool, x, y, in->pidx[i]);
+}
+
+static tsl_status forward_upsample(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return o->linear ? tsl_upsample_linear_forward(o->scale, x, y)
+                     : tsl_upsample_nearest_forward(o->scale, x, y);
+}
+
+static tsl_status forward_concat(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (m->fold[i] >= 0)
+        return TSL_OK; /* its convolution reads the parts */
+    tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+    for (int32_t k = 0; k < o->ninputs; k++)
+        xs[k] = in->act[o->inputs[k]];
+    return tsl_concat_channels(o->ninputs, xs, y);
+}
+
+static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                              tsl_tensor_t y, int train)
+{
+    return tsl_tensor_add(y, x, in->act[m->g->ops[i].inputs[1]]);
+}
+
+static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, int train)
+{
+    if (flat_needed(x, y)) {
+        tsl_tensor_t flat;
+        tsl_status st = flat_of(m, in, m->g->ops[i].inputs[0], &flat);
+        if (st || (st = tsl_tensor_redistribute(flat, x)))
+            return st;
+        x = flat;
+    }
+    return tsl_reshape_samples(x, y);
+}
+
+static tsl_status forward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_linear_forward(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0), y);
+}
+
+static tsl_status backward_conv(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_batchnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                      tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_pool(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_upsample(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_concat(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+
+static const struct {
+    forward_fn forward;
+    backward_fn backward; /* NULL: nothing to do (the input) */
+} exec_table[] = {
+    [TSL_OP_INPUT] = {forward_none, NULL},
+    [TSL_OP_CONV] = {forward_conv, backward_conv},
+    [TSL_OP_BATCHNORM] = {forward_batchnorm, backward_batchnorm},
+    [TSL_OP_ACTIVATION] = {forward_activation, backward_activation},
+    [TSL_OP_POOL] = {forward_pool, backward_pool},
+    [TSL_OP_UPSAMPLE] = {forward_upsample, backward_upsample},
+    [TSL_OP_CONCAT] = {forward_concat, backward_concat},
+    [TSL_OP_ADD] = {forward_add, backward_add},
+    [TSL_OP_FLATTEN] = {forward_flatten, backward_flatten},
+    [TSL_OP_LINEAR] = {forward_linear, backward_linear},
+};
+_Static_assert(sizeof exec_table / sizeof exec_table[0] == TSL_OP_KIND_COUNT,
+               "one row of the execution table per op kind");
+
 static tsl_status forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;
@@ -591,63 +728,7 @@ static tsl_status forward(struct tsl_model *m, instance *in, int train)
             x = cx ? cx : x;
             y = cy ? cy : y;
         }
-        switch (o->kind) {
-        case TSL_OP_INPUT:
-            break;
-        case TSL_OP_CONV: {
-            /* Training keeps the input's halo slabs for the weight gradient. A folded
-             * concatenation's parts are read in place. */
-            tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
-            int32_t n = conv_inputs(m, in, i, x, xs);
-            st = tsl_conv_forward_keeping(&o->conv, o->transposed, n, xs, op_param(m, o, 0, 0),
-                                          op_param(m, o, 1, 0), y,
-                                          train ? &in->keep[i * TSL_GRAPH_MAX_INPUTS] : NULL);
-            break;
-        }
-        case TSL_OP_BATCHNORM:
-            st = batchnorm_forward(m, in, i, x, train);
-            break;
-        case TSL_OP_ACTIVATION:
-            if (!m->fused[i]) /* else its batch norm wrote y */
-                st = tsl_activation_forward(o->act, o->slope, x, y);
-            break;
-        case TSL_OP_POOL:
-            if (train && tsl_graph_pool_index_bytes(o)) {
-                if (!(st = indices_of(m, in, i, y)))
-                    st = tsl_pool_forward_indices(&o->pool, x, y, in->pidx[i]);
-            } else
-                st = tsl_pool_forward(&o->pool, x, y);
-            break;
-        case TSL_OP_UPSAMPLE:
-            st = o->linear ? tsl_upsample_linear_forward(o->scale, x, y)
-                           : tsl_upsample_nearest_forward(o->scale, x, y);
-            break;
-        case TSL_OP_CONCAT: {
-            if (m->fold[i] >= 0)
-                break; /* its convolution reads the parts */
-            tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
-            for (int32_t k = 0; k < o->ninputs; k++)
-                xs[k] = in->act[o->inputs[k]];
-            st = tsl_concat_channels(o->ninputs, xs, y);
-            break;
-        }
-        case TSL_OP_ADD:
-            st = tsl_tensor_add(y, x, in->act[o->inputs[1]]);
-            break;
-        case TSL_OP_FLATTEN:
-            if (flat_needed(x, y)) {
-                tsl_tensor_t flat;
-                if ((st = flat_of(m, in, o->inputs[0], &flat)) ||
-                    (st = tsl_tensor_redistribute(flat, x)))
-                    break;
-                x = flat;
-            }
-            st = tsl_reshape_samples(x, y);
-            break;
-        case TSL_OP_LINEAR:
-            st = tsl_linear_forward(x, op_param(m, o, 0, 0), op_param(m, o, 1, 0), y);
-            break;
-        }
+        st = exec_table[o->kind].forward(m, in, i, x, y, train);
         if (!st && y != y_final)
             st = tsl_tensor_redistribute(y_final, y);
         int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, i, m->fold, ins);
@@ -706,10 +787,98 @@ static tsl_status remake(struct tsl_model *m, instance *in, int32_t v, tsl_tenso
                                         after);
 }
 
+static tsl_status backward_conv(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+    int32_t n = conv_inputs(m, in, i, x, xs);
+    return tsl_conv_backward_keeping(&o->conv, o->transposed, n, xs, op_param(m, o, 0, 0), dy, dx,
+                                     op_param(m, o, 0, 1), op_param(m, o, 1, 1),
+                                     &in->keep[i * TSL_GRAPH_MAX_INPUTS]);
+}
+
+static tsl_status backward_batchnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (m->relu_of[i] >= 0)
+        return tsl_batchnorm_relu_backward(x, dy, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
+                                           in->saved[i], dx[0], op_param(m, o, 0, 1),
+                                           op_param(m, o, 1, 1));
+    return tsl_batchnorm_backward(x, dy, op_param(m, o, 0, 0), in->saved[i], dx[0],
+                                  op_param(m, o, 0, 1), op_param(m, o, 1, 1));
+}
+
+static tsl_status backward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                      tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_activation_backward(o->act, o->slope, x, y, dy, dx[0]);
+}
+
+static tsl_status backward_pool(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return in->pidx[i] ? tsl_pool_backward_indices(&o->pool, in->pidx[i], dy, dx[0])
+                       : tsl_pool_backward(&o->pool, x, dy, dx[0]);
+}
+
+static tsl_status backward_upsample(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return o->linear ? tsl_upsample_linear_backward(o->scale, dy, dx[0])
+                     : tsl_upsample_nearest_backward(o->scale, dy, dx[0]);
+}
+
+/* The network input's part (no gradient wanted) goes to throw-away space. */
+static tsl_status backward_concat(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < o->ninputs && !st; k++)
+        if (!dx[k])
+            st = scratch_of(m, in, o->inputs[k], &dx[k]);
+    return st ? st : tsl_split_channels(dy, o->ninputs, dx);
+}
+
+static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < 2 && !st; k++)
+        if (dx[k])
+            st = tsl_tensor_redistribute(dx[k], dy);
+    return st;
+}
+
+static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    if (!flat_needed(x, y))
+        return tsl_reshape_samples(dy, dx[0]);
+    tsl_tensor_t flat;
+    tsl_status st = flat_of(m, in, m->g->ops[i].inputs[0], &flat);
+    if (st || (st = tsl_reshape_samples(dy, flat)))
+        return st;
+    return tsl_tensor_redistribute(dx[0], flat);
+}
+
+static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_linear_backward(x, op_param(m, o, 0, 0), dy, dx[0], op_param(m, o, 0, 1),
+                               op_param(m, o, 1, 1));
+}
+
 static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
 {
     const tsl_graph_op *o = &m->g->ops[i];
-    if (o->kind == TSL_OP_INPUT || m->fused[i] || m->fold[i] >= 0)
+    if (!exec_table[o->kind].backward || m->fused[i] || m->fold[i] >= 0)
         return TSL_OK; /* a fused ReLU's backward is its batch norm's, a folded concatenation's
                           its convolution's */
     /* A batch norm with a fused ReLU takes the ReLU's output gradient. */
@@ -758,73 +927,9 @@ static tsl_status op_backward(struct tsl_model *m, instance *in, int32_t i)
             st = remake(m, in, ins[k], dy);
     if (st)
         return st;
-    /* Ops whose backward has no optional dx compute into scratch space for the input. */
-    int need_dx0 = dx[0] != NULL;
-    switch (o->kind) {
-    case TSL_OP_INPUT:
-        break;
-    case TSL_OP_CONV: {
-        tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
-        int32_t n = conv_inputs(m, in, i, x, xs);
-        st = tsl_conv_backward_keeping(&o->conv, o->transposed, n, xs, op_param(m, o, 0, 0), dy, dx,
-                                       op_param(m, o, 0, 1), op_param(m, o, 1, 1),
-                                       &in->keep[i * TSL_GRAPH_MAX_INPUTS]);
-        break;
-    }
-    case TSL_OP_BATCHNORM:
-        st = m->relu_of[i] >= 0
-                 ? tsl_batchnorm_relu_backward(x, dy, op_param(m, o, 0, 0), op_param(m, o, 1, 0),
-                                               in->saved[i], dx[0], op_param(m, o, 0, 1),
-                                               op_param(m, o, 1, 1))
-                 : tsl_batchnorm_backward(x, dy, op_param(m, o, 0, 0), in->saved[i], dx[0],
-                                          op_param(m, o, 0, 1), op_param(m, o, 1, 1));
-        break;
-    case TSL_OP_LINEAR:
-        st = tsl_linear_backward(x, op_param(m, o, 0, 0), dy, dx[0], op_param(m, o, 0, 1),
-                                 op_param(m, o, 1, 1));
-        break;
-    default:
-        if (!need_dx0 && o->ninputs == 1)
-            return TSL_OK; /* nothing upstream needs it */
-        switch (o->kind) {
-        case TSL_OP_ACTIVATION:
-            st = tsl_activation_backward(o->act, o->slope, x, y, dy, dx[0]);
-            break;
-        case TSL_OP_POOL:
-            st = in->pidx[i] ? tsl_pool_backward_indices(&o->pool, in->pidx[i], dy, dx[0])
-                             : tsl_pool_backward(&o->pool, x, dy, dx[0]);
-            break;
-        case TSL_OP_UPSAMPLE:
-            st = o->linear ? tsl_upsample_linear_backward(o->scale, dy, dx[0])
-                           : tsl_upsample_nearest_backward(o->scale, dy, dx[0]);
-            break;
-        case TSL_OP_FLATTEN:
-            if (flat_needed(x, y)) {
-                tsl_tensor_t flat;
-                if (!(st = flat_of(m, in, o->inputs[0], &flat)) &&
-                    !(st = tsl_reshape_samples(dy, flat)))
-                    st = tsl_tensor_redistribute(dx[0], flat);
-            } else {
-                st = tsl_reshape_samples(dy, dx[0]);
-            }
-            break;
-        case TSL_OP_CONCAT:
-            /* The network input's part (no gradient wanted) goes to throw-away space. */
-            for (int32_t k = 0; k < o->ninputs && !st; k++)
-                if (!dx[k])
-                    st = scratch_of(m, in, o->inputs[k], &dx[k]);
-            if (!st)
-                st = tsl_split_channels(dy, o->ninputs, dx);
-            break;
-        case TSL_OP_ADD:
-            for (int32_t k = 0; k < 2 && !st; k++)
-                if (dx[k])
-                    st = tsl_tensor_redistribute(dx[k], dy);
-            break;
-        default:
-            break;
-        }
-    }
+    /* Ops without parameters have nothing to do when no input wants a gradient. */
+    if (o->nparams || dx[0] || o->ninputs > 1)
+        st = exec_table[o->kind].backward(m, in, i, x, y, dy, dx);
     if (cdx && !st) {
         st = tsl_tensor_redistribute(dx0, cdx);
         dx[0] = dx0;

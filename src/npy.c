@@ -13,11 +13,6 @@
 #define NPY_MAGIC_LEN 6
 #define NPY_MAX_HEADER ((size_t)1 << 24) /* far beyond any real header; refuses garbage */
 
-void tsl_free(void *ptr)
-{
-    free(ptr);
-}
-
 /* ---- a tiny parser for the Python dict literal numpy writes ---- */
 
 typedef struct parser {

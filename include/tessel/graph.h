@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "tessel/ops.h"
+#include "tessel/op_params.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
 

@@ -14,23 +14,13 @@
 
 #include <stdint.h>
 
+#include "tessel/op_params.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/** Elementwise activations. */
-typedef enum tsl_activation {
-    TSL_ACT_RELU = 0,       /**< max(x, 0) */
-    TSL_ACT_LEAKY_RELU = 1, /**< x if x > 0, slope * x otherwise */
-    TSL_ACT_SIGMOID = 2,    /**< 1 / (1 + exp(-x)) */
-    TSL_ACT_TANH = 3,       /**< tanh(x) */
-} tsl_activation;
-
-/** Number of activation kinds. */
-#define TSL_ACTIVATION_COUNT 4
 
 /**
  * @brief y = act(x). @p y may be @p x (in place).
@@ -186,31 +176,6 @@ tsl_status tsl_batchnorm_relu_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tens
                                        tsl_tensor_t beta, tsl_tensor_t saved, tsl_tensor_t dx,
                                        tsl_tensor_t dgamma, tsl_tensor_t dbeta);
 
-/** Convolution settings, as PyTorch's nn.Conv1d/2d/3d. */
-typedef struct tsl_conv_params {
-    int32_t spatial;     /**< 1, 2 or 3 spatial dimensions */
-    int64_t stride[3];   /**< >= 1 per spatial dimension */
-    int64_t padding[3];  /**< zeros added on both sides, >= 0 */
-    int64_t dilation[3]; /**< >= 1 (1 = dense) */
-    int64_t groups;      /**< >= 1, dividing the input and output channels */
-    /** transposed convolutions only: extra output size on one side, below the stride or the
-     *  dilation (as PyTorch's output_padding); 0 for convolutions */
-    int64_t output_padding[3];
-} tsl_conv_params;
-
-/** @brief Stride 1, padding 0, dilation 1, one group, for @p spatial dimensions. */
-tsl_status tsl_conv_params_init(tsl_conv_params *params, int32_t spatial);
-
-/**
- * @brief Output shape of a convolution of input @p x (N, C_in, spatial...) with weights
- * @p w (C_out, C_in / groups, kernel...): each spatial size is
- * floor((L + 2 padding - dilation (k - 1) - 1) / stride) + 1. Pure; checks every setting
- * (negative padding, a kernel larger than the padded input, channels that do not match)
- * and returns an error before anything runs.
- */
-tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w,
-                                 const tsl_conv_params *params, tsl_shape *y);
-
 /**
  * @brief y = conv(x, w) + b, f32. @p x and @p y (shape from tsl_conv_output_shape()) are cut
  * along N only, with the same N splits; @p w and @p b (C_out values, or NULL) are one tile
@@ -225,14 +190,6 @@ tsl_status tsl_conv_forward(const tsl_conv_params *params, tsl_tensor_t x, tsl_t
  */
 tsl_status tsl_conv_backward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
                              tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db);
-
-/**
- * @brief Output shape of a transposed convolution (PyTorch's nn.ConvTranspose1d/2d/3d) of
- * @p x (N, C_in, spatial...) with weights @p w (C_in, C_out / groups, kernel...): each
- * spatial size is (L - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1.
- */
-tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *w,
-                                           const tsl_conv_params *params, tsl_shape *y);
 
 /** @brief y = conv_transpose(x, w) + b (the U-Net up-path); tiling rules of
  *  tsl_conv_forward(). */
@@ -268,31 +225,6 @@ tsl_status tsl_conv_concat_forward(const tsl_conv_params *params, int32_t count,
 tsl_status tsl_conv_concat_backward(const tsl_conv_params *params, int32_t count,
                                     const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t dy,
                                     const tsl_tensor_t *dxs, tsl_tensor_t dw, tsl_tensor_t db);
-
-/** Pooling kinds. */
-typedef enum tsl_pool_kind {
-    TSL_POOL_MAX = 0,
-    TSL_POOL_AVG = 1,
-} tsl_pool_kind;
-
-/** Pooling settings, as PyTorch's MaxPool/AvgPool 1d/2d/3d (floor mode, no dilation). */
-typedef struct tsl_pool_params {
-    int32_t spatial;           /**< 1, 2 or 3 */
-    tsl_pool_kind kind;        /**< max or average */
-    int64_t kernel[3];         /**< >= 1 */
-    int64_t stride[3];         /**< >= 1 */
-    int64_t padding[3];        /**< 0 <= padding <= kernel / 2 */
-    int32_t count_include_pad; /**< average: padded zeros count in the divisor (default 1) */
-} tsl_pool_params;
-
-/** @brief @p kind pooling with a cubic @p kernel, stride = kernel, no padding, as PyTorch's
- *  defaults. */
-tsl_status tsl_pool_params_init(tsl_pool_params *params, tsl_pool_kind kind, int32_t spatial,
-                                int64_t kernel);
-
-/** @brief Output shape of pooling @p x (N, C, spatial...): floor((L + 2 padding - kernel) /
- *  stride) + 1 per spatial dimension. Checks every setting. */
-tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *params, tsl_shape *y);
 
 /**
  * @brief y = pool(x). @p x and @p y may be cut along N and C (with the same splits) and, f32

@@ -4,13 +4,15 @@
 
 #include "../../codelets/nn_ops.h"
 #include "../internal.h"
+#include "op_table.h"
 
 static tsl_status check_kind(struct tsl_context *ctx, tsl_activation kind, double slope,
                              const char *fn)
 {
-    if (kind < TSL_ACT_RELU || kind > TSL_ACT_TANH)
+    const tsl_activation_info *info = tsl_activation_info_of(kind);
+    if (!info)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: unknown activation %d", fn, (int)kind);
-    if (kind == TSL_ACT_LEAKY_RELU && !isfinite(slope))
+    if (info->takes_slope && !isfinite(slope))
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: slope must be finite", fn);
     return TSL_OK;
 }
@@ -29,7 +31,7 @@ tsl_status tsl_activation_forward(tsl_activation kind, double slope, tsl_tensor_
         modes[0] = STARPU_RW;
     return tsl_submit_tiles(&tsl_cl_act_forward, x == y ? 1 : 2, tensors, modes, &args, sizeof args,
                             offsetof(tsl_act_args, count),
-                            kind == TSL_ACT_SIGMOID || kind == TSL_ACT_TANH ? 4.0 : 1.0);
+                            tsl_activation_info_of(kind)->forward_flops);
 }
 
 tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor_t x,
@@ -39,12 +41,11 @@ tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor
     tsl_status st = tsl_tensor_check(dy, fn);
     if (st || (st = tsl_tensor_check(dx, fn)) || (st = check_kind(dy->ctx, kind, slope, fn)))
         return st;
-    int uses_input = kind == TSL_ACT_RELU || kind == TSL_ACT_LEAKY_RELU;
-    tsl_tensor_t saved = uses_input ? x : y;
+    const tsl_activation_info *info = tsl_activation_info_of(kind);
+    tsl_tensor_t saved = info->backward_reads_output ? y : x;
     if (!saved)
         return tsl_error(dy->ctx, TSL_ERR_INVALID_ARG, "%s: %s needs the forward %s", fn,
-                         uses_input ? "ReLU" : "this activation",
-                         uses_input ? "input x" : "output y");
+                         info->name, info->backward_reads_output ? "output y" : "input x");
     if ((st = tsl_tensor_check_float(dy, fn)) || (st = tsl_tensor_check_same_layout(dx, dy, fn)) ||
         (st = tsl_tensor_check_same_layout(dx, saved, fn)))
         return st;
@@ -57,5 +58,5 @@ tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor
     if (dx == dy)
         modes[1] = STARPU_RW;
     return tsl_submit_tiles(&tsl_cl_act_backward, dx == dy ? 2 : 3, tensors, modes, &args,
-                            sizeof args, offsetof(tsl_act_args, count), 2.0);
+                            sizeof args, offsetof(tsl_act_args, count), info->backward_flops);
 }

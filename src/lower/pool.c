@@ -9,57 +9,6 @@
 #include "halo.h"
 #include "tessel/ops.h"
 
-tsl_status tsl_pool_params_init(tsl_pool_params *p, tsl_pool_kind kind, int32_t spatial,
-                                int64_t kernel)
-{
-    if (!p || spatial < 1 || spatial > 3 || kernel < 1 ||
-        (kind != TSL_POOL_MAX && kind != TSL_POOL_AVG))
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                         "tsl_pool_params_init: NULL, unknown kind, %d spatial dimensions or "
-                         "kernel %lld",
-                         (int)spatial, (long long)kernel);
-    memset(p, 0, sizeof *p);
-    p->spatial = spatial;
-    p->kind = kind;
-    p->count_include_pad = 1;
-    for (int d = 0; d < spatial; d++)
-        p->kernel[d] = p->stride[d] = kernel;
-    return TSL_OK;
-}
-
-tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *p, tsl_shape *y)
-{
-    const char *fn = "pooling";
-    if (!x || !p || !y)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
-    tsl_status st = tsl_shape_check(x);
-    if (st)
-        return st;
-    if (p->spatial < 1 || p->spatial > 3 || (p->kind != TSL_POOL_MAX && p->kind != TSL_POOL_AVG))
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad kind or spatial dimensions", fn);
-    if (x->ndim != p->spatial + 2)
-        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: x needs %d dimensions, has %d", fn,
-                         p->spatial + 2, (int)x->ndim);
-    tsl_shape out = *x;
-    for (int d = 0; d < p->spatial; d++) {
-        if (p->kernel[d] < 1 || p->stride[d] < 1 || p->padding[d] < 0 ||
-            2 * p->padding[d] > p->kernel[d])
-            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                             "%s: dimension %d needs kernel >= 1, stride >= 1 and 0 <= padding "
-                             "<= kernel / 2",
-                             fn, d);
-        int64_t room = x->dims[2 + d] + 2 * p->padding[d];
-        if (p->kernel[d] > room)
-            return tsl_error(NULL, TSL_ERR_SHAPE,
-                             "%s: kernel %lld larger than the padded input (%lld) along "
-                             "dimension %d",
-                             fn, (long long)p->kernel[d], (long long)room, d);
-        out.dims[2 + d] = (room - p->kernel[d]) / p->stride[d] + 1;
-    }
-    *y = out;
-    return TSL_OK;
-}
-
 /* x and y: same context and dtype (float), y of shape `want`, both cut along N and C only,
  * with the same splits. */
 static tsl_status check_planes(tsl_tensor_t x, tsl_tensor_t y, const tsl_shape *want,

@@ -1,11 +1,23 @@
-/* Status strings, per-thread and per-context error messages, logging. */
+/* Status strings, per-thread error messages, logging; per-context ones through the sink a
+ * context registers (common/error.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "error.h"
 
 static _Thread_local char thread_last_error[TSL_ERROR_MAX];
+static const tsl_log_sink *context_sink;
+
+void tsl_log_sink_register(const tsl_log_sink *sink)
+{
+    __atomic_store_n(&context_sink, sink, __ATOMIC_RELEASE);
+}
+
+static const tsl_log_sink *sink_for(struct tsl_context *ctx)
+{
+    return ctx ? __atomic_load_n(&context_sink, __ATOMIC_ACQUIRE) : NULL;
+}
 
 const char *tsl_status_string(tsl_status status)
 {
@@ -44,8 +56,9 @@ const char *tsl_last_error(void)
 void tsl_error_set_message(struct tsl_context *ctx, const char *message)
 {
     snprintf(thread_last_error, sizeof thread_last_error, "%s", message);
-    if (ctx)
-        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", message);
+    const tsl_log_sink *sink = sink_for(ctx);
+    if (sink)
+        sink->record(ctx, message);
 }
 
 tsl_status tsl_error(struct tsl_context *ctx, tsl_status status, const char *fmt, ...)
@@ -60,7 +73,7 @@ tsl_status tsl_error(struct tsl_context *ctx, tsl_status status, const char *fmt
     return status;
 }
 
-static const char *level_name(tsl_log_level level)
+const char *tsl_log_level_name(tsl_log_level level)
 {
     switch (level) {
     case TSL_LOG_ERROR:
@@ -77,18 +90,16 @@ static const char *level_name(tsl_log_level level)
 
 void tsl_log(struct tsl_context *ctx, tsl_log_level level, const char *fmt, ...)
 {
-    tsl_log_level threshold = ctx ? ctx->log_level : TSL_LOG_WARN;
-    if (level > threshold)
+    const tsl_log_sink *sink = sink_for(ctx);
+    if (sink ? !sink->wants(ctx, level) : level > TSL_LOG_WARN)
         return;
     char message[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    int rank = ctx ? ctx->rank : -1;
-    if (ctx && ctx->log_fn) {
-        ctx->log_fn(level, rank, message, ctx->log_user);
-        return;
-    }
-    fprintf(stderr, "tessel[%d] %s: %s\n", rank, level_name(level), message);
+    if (sink)
+        sink->emit(ctx, level, message);
+    else
+        fprintf(stderr, "tessel[-1] %s: %s\n", tsl_log_level_name(level), message);
 }

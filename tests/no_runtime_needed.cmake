@@ -1,0 +1,16 @@
+# BINARY (the graph tests' executable) needs no StarPU, MPI, oneDNN or BLAS library: graph/
+# and the bottom floor link alone (DESIGN.md, "Where things live").
+execute_process(COMMAND readelf -d "${BINARY}" OUTPUT_VARIABLE dynamic RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "readelf -d ${BINARY} failed")
+endif()
+string(REGEX MATCHALL "Shared library: \\[[^]]+\\]" needed "${dynamic}")
+if(NOT needed)
+  message(FATAL_ERROR "${BINARY}: no NEEDED entries read")
+endif()
+foreach(entry IN LISTS needed)
+  if(entry MATCHES "starpu|mpi|dnnl|openblas|blas|tessel")
+    message(FATAL_ERROR "${BINARY} needs ${entry}: graph/ must link without the runtime")
+  endif()
+endforeach()
+message(STATUS "${BINARY} needs: ${needed}")
