@@ -23,10 +23,11 @@ typedef enum tsl_activation {
     TSL_ACT_LEAKY_RELU = 1, /**< x if x > 0, slope * x otherwise */
     TSL_ACT_SIGMOID = 2,    /**< 1 / (1 + exp(-x)) */
     TSL_ACT_TANH = 3,       /**< tanh(x) */
+    TSL_ACT_GELU = 4,       /**< x Phi(x), Phi the standard normal CDF (PyTorch's exact GELU) */
 } tsl_activation;
 
 /** Number of activation kinds. */
-#define TSL_ACTIVATION_COUNT 4
+#define TSL_ACTIVATION_COUNT 5
 
 /** Convolution settings, as PyTorch's nn.Conv1d/2d/3d. */
 typedef struct tsl_conv_params {

@@ -1,5 +1,5 @@
 /* Model files: a network as JSON (docs/model-format.md), read with cJSON into graph builder
- * calls, and written back from a graph. Pure C. */
+ * calls. Pure C. */
 #include <errno.h>
 #include <locale.h>
 #include <math.h>
@@ -12,151 +12,9 @@
 #include <cjson/cJSON.h>
 
 #include "error.h"
-#include "graph_internal.h"
+#include "json_internal.h"
 #include "op_table.h"
 #include "tessel/io.h"
-
-#define FORMAT_NAME "tessel-model"
-#define MAX_FILE_BYTES (16 << 20) /* a model file is a few kilobytes */
-#define MAX_ATTRIBUTE 2147483647  /* sizes, counts and factors fit in 31 bits */
-
-/* ---- the vocabulary: keys and layer ops ---- */
-
-enum key {
-    K_NAME,
-    K_OP,
-    K_INPUTS,
-    K_SHAPE,
-    K_OUT,
-    K_KERNEL,
-    K_STRIDE,
-    K_PADDING,
-    K_DILATION,
-    K_GROUPS,
-    K_OUTPUT_PADDING,
-    K_BIAS,
-    K_EPS,
-    K_MOMENTUM,
-    K_SLOPE,
-    K_SCALE,
-    K_COUNT_INCLUDE_PAD,
-    K_STAGE,
-    KEY_COUNT
-};
-
-static const char *const key_names[KEY_COUNT] = {"name",
-                                                 "op",
-                                                 "inputs",
-                                                 "shape",
-                                                 "out",
-                                                 "kernel",
-                                                 "stride",
-                                                 "padding",
-                                                 "dilation",
-                                                 "groups",
-                                                 "output_padding",
-                                                 "bias",
-                                                 "eps",
-                                                 "momentum",
-                                                 "slope",
-                                                 "scale",
-                                                 "count_include_pad",
-                                                 "stage"};
-
-#define BIT(k) (1u << (k))
-#define COMMON_KEYS (BIT(K_NAME) | BIT(K_OP) | BIT(K_INPUTS) | BIT(K_STAGE))
-#define CONV_KEYS                                                                                  \
-    (COMMON_KEYS | BIT(K_OUT) | BIT(K_KERNEL) | BIT(K_STRIDE) | BIT(K_PADDING) | BIT(K_DILATION) | \
-     BIT(K_GROUPS) | BIT(K_BIAS))
-#define POOL_KEYS (COMMON_KEYS | BIT(K_KERNEL) | BIT(K_STRIDE) | BIT(K_PADDING))
-
-enum layer_op {
-    L_INPUT,
-    L_CONV,
-    L_CONV_TRANSPOSE,
-    L_BATCHNORM,
-    L_ACTIVATION, /* every row of the activation table, by its name */
-    L_MAXPOOL,
-    L_AVGPOOL,
-    L_GLOBAL_AVGPOOL,
-    L_UPSAMPLE_NEAREST,
-    L_UPSAMPLE_LINEAR,
-    L_CONCAT,
-    L_ADD,
-    L_FLATTEN,
-    L_LINEAR,
-    LAYER_OP_COUNT
-};
-
-typedef struct layer_spec {
-    const char *op;
-    uint32_t keys;       /* the keys a layer of this op may have */
-    int32_t named;       /* the graph keeps its name (its parameters are named after it) */
-    int32_t min_inputs;  /* 0: the input layer */
-    int32_t max_inputs;  /* ... */
-    int32_t needs_space; /* its input needs 1 to 3 spatial dimensions */
-} layer_spec;
-
-static const layer_spec specs[LAYER_OP_COUNT] = {
-    [L_INPUT] = {"input", BIT(K_NAME) | BIT(K_OP) | BIT(K_SHAPE), 0, 0, 0, 0},
-    [L_CONV] = {"conv", CONV_KEYS, 1, 1, 1, 1},
-    [L_CONV_TRANSPOSE] = {"conv_transpose", CONV_KEYS | BIT(K_OUTPUT_PADDING), 1, 1, 1, 1},
-    [L_BATCHNORM] = {"batchnorm", COMMON_KEYS | BIT(K_EPS) | BIT(K_MOMENTUM), 1, 1, 1, 0},
-    [L_ACTIVATION] = {"activation", COMMON_KEYS, 0, 1, 1, 0},
-    [L_MAXPOOL] = {"maxpool", POOL_KEYS, 0, 1, 1, 1},
-    [L_AVGPOOL] = {"avgpool", POOL_KEYS | BIT(K_COUNT_INCLUDE_PAD), 0, 1, 1, 1},
-    [L_GLOBAL_AVGPOOL] = {"global_avgpool", COMMON_KEYS, 0, 1, 1, 1},
-    [L_UPSAMPLE_NEAREST] = {"upsample_nearest", COMMON_KEYS | BIT(K_SCALE), 0, 1, 1, 1},
-    [L_UPSAMPLE_LINEAR] = {"upsample_linear", COMMON_KEYS | BIT(K_SCALE), 0, 1, 1, 1},
-    [L_CONCAT] = {"concat", COMMON_KEYS, 0, 1, TSL_GRAPH_MAX_INPUTS, 0},
-    [L_ADD] = {"add", COMMON_KEYS, 0, 2, 2, 0},
-    [L_FLATTEN] = {"flatten", COMMON_KEYS, 0, 1, 1, 0},
-    [L_LINEAR] = {"linear", COMMON_KEYS | BIT(K_OUT) | BIT(K_BIAS), 1, 1, 1, 0},
-};
-
-/* Defaults, as PyTorch's modules have them. */
-#define DEFAULT_EPS 1e-5
-#define DEFAULT_MOMENTUM 0.1
-static const int64_t zeros[3] = {0, 0, 0}, ones[3] = {1, 1, 1};
-
-/* The "op" of a layer: its spec's, or for an activation the activation table's name. */
-static const char *op_text(int32_t op, tsl_activation act)
-{
-    return op == L_ACTIVATION ? tsl_activation_info_of(act)->name : specs[op].op;
-}
-
-/* The keys a layer may have: its spec's, and "slope" for an activation that takes one. */
-static uint32_t op_keys(int32_t op, tsl_activation act)
-{
-    return specs[op].keys |
-           (op == L_ACTIVATION && tsl_activation_info_of(act)->takes_slope ? BIT(K_SLOPE) : 0);
-}
-
-/* The layer op named `name` (an activation's kind in *act), or -1. */
-static int32_t find_op(const char *name, tsl_activation *act)
-{
-    if (tsl_activation_find(name, act) == 0)
-        return L_ACTIVATION;
-    for (int32_t op = 0; op < LAYER_OP_COUNT; op++)
-        if (op != L_ACTIVATION && strcmp(specs[op].op, name) == 0)
-            return op;
-    return -1;
-}
-
-/* Every op a model file may name, comma-separated, in the specs' order. */
-static void op_list(char *text, size_t size)
-{
-    size_t n = 0;
-    text[0] = 0;
-    for (int32_t op = 0; op < LAYER_OP_COUNT; op++)
-        for (int k = 0; k < (op == L_ACTIVATION ? TSL_ACTIVATION_COUNT : 1); k++) {
-            int w =
-                snprintf(text + n, size - n, "%s%s", n ? ", " : "", op_text(op, (tsl_activation)k));
-            if (w < 0 || (size_t)w >= size - n)
-                return;
-            n += (size_t)w;
-        }
-}
 
 /* ---- reading ---- */
 
@@ -200,7 +58,7 @@ static tsl_status fail(const reader *r, const layer *l, tsl_status st, const cha
         if (l->name && n > 0 && (size_t)n < sizeof where)
             n += snprintf(where + n, sizeof where - (size_t)n, " '%s'", l->name);
         if (l->op >= 0 && n > 0 && (size_t)n < sizeof where)
-            snprintf(where + n, sizeof where - (size_t)n, " (%s)", op_text(l->op, l->act));
+            snprintf(where + n, sizeof where - (size_t)n, " (%s)", json_op_text(l->op, l->act));
         return tsl_error(NULL, st, "%s: %s: %s", r->source, where, what);
     }
     return tsl_error(NULL, st, "%s: %s", r->source, what);
@@ -269,10 +127,10 @@ static int json_int(const cJSON *item, int64_t min, int64_t *out)
 /* An integer attribute (>= min), `fallback` when absent. */
 static tsl_status get_int(const layer *l, enum key k, int64_t min, int64_t fallback, int64_t *out)
 {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, key_names[k]);
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[k]);
     *out = fallback;
     if (item && json_int(item, min, out))
-        return fail(l->r, l, TSL_ERR_FORMAT, "'%s' must be an integer >= %lld", key_names[k],
+        return fail(l->r, l, TSL_ERR_FORMAT, "'%s' must be an integer >= %lld", json_key_names[k],
                     (long long)min);
     return TSL_OK;
 }
@@ -282,10 +140,10 @@ static tsl_status get_int(const layer *l, enum key k, int64_t min, int64_t fallb
 static tsl_status get_ints(const layer *l, enum key k, int64_t min, const int64_t *fallback,
                            int64_t *out)
 {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, key_names[k]);
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[k]);
     if (!item) {
         if (!fallback)
-            return fail(l->r, l, TSL_ERR_FORMAT, "'%s' is required", key_names[k]);
+            return fail(l->r, l, TSL_ERR_FORMAT, "'%s' is required", json_key_names[k]);
         memcpy(out, fallback, sizeof *out * (size_t)l->spatial);
         return TSL_OK;
     }
@@ -304,30 +162,30 @@ static tsl_status get_ints(const layer *l, enum key k, int64_t min, const int64_
         return fail(l->r, l, TSL_ERR_FORMAT,
                     "'%s' must be an integer >= %lld or an array of %d of them (one per spatial "
                     "dimension of its input)",
-                    key_names[k], (long long)min, (int)l->spatial);
+                    json_key_names[k], (long long)min, (int)l->spatial);
     return TSL_OK;
 }
 
 static tsl_status get_bool(const layer *l, enum key k, int32_t fallback, int32_t *out)
 {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, key_names[k]);
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[k]);
     *out = fallback;
     if (!item)
         return TSL_OK;
     if (!cJSON_IsBool(item))
-        return fail(l->r, l, TSL_ERR_FORMAT, "'%s' must be true or false", key_names[k]);
+        return fail(l->r, l, TSL_ERR_FORMAT, "'%s' must be true or false", json_key_names[k]);
     *out = cJSON_IsTrue(item);
     return TSL_OK;
 }
 
 static tsl_status get_number(const layer *l, enum key k, double fallback, double *out)
 {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, key_names[k]);
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[k]);
     *out = fallback;
     if (!item)
         return TSL_OK;
     if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble))
-        return fail(l->r, l, TSL_ERR_FORMAT, "'%s' must be a finite number", key_names[k]);
+        return fail(l->r, l, TSL_ERR_FORMAT, "'%s' must be a finite number", json_key_names[k]);
     *out = item->valuedouble;
     return TSL_OK;
 }
@@ -380,10 +238,10 @@ static tsl_status read_name(layer *l)
     const reader *r = l->r;
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, "name");
     if (!item) {
-        if (specs[l->op].named)
+        if (json_specs[l->op].named)
             return fail(r, l, TSL_ERR_FORMAT,
                         "a %s layer needs a \"name\" (its parameters' prefix)",
-                        op_text(l->op, l->act));
+                        json_op_text(l->op, l->act));
         l->name = l->op == L_INPUT ? "input" : NULL;
     } else if (!cJSON_IsString(item) || !item->valuestring[0] ||
                strlen(item->valuestring) >= TSL_GRAPH_NAME_MAX) {
@@ -401,7 +259,7 @@ static tsl_status read_name(layer *l)
 static tsl_status read_inputs(layer *l)
 {
     const reader *r = l->r;
-    const layer_spec *spec = &specs[l->op];
+    const layer_spec *spec = &json_specs[l->op];
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, "inputs");
     l->ninputs = 0;
     if (spec->max_inputs == 0)
@@ -469,12 +327,12 @@ static tsl_status read_conv(layer *l, int32_t *value)
     tsl_conv_params_init(&p, l->spatial);
     tsl_status st = get_out(l, &out);
     if (st || (st = get_ints(l, K_KERNEL, 1, NULL, kernel)) ||
-        (st = get_ints(l, K_STRIDE, 1, ones, p.stride)) ||
-        (st = get_ints(l, K_PADDING, 0, zeros, p.padding)) ||
-        (st = get_ints(l, K_DILATION, 1, ones, p.dilation)) ||
+        (st = get_ints(l, K_STRIDE, 1, json_ones, p.stride)) ||
+        (st = get_ints(l, K_PADDING, 0, json_zeros, p.padding)) ||
+        (st = get_ints(l, K_DILATION, 1, json_ones, p.dilation)) ||
         (st = get_int(l, K_GROUPS, 1, 1, &p.groups)) || (st = get_bool(l, K_BIAS, 1, &bias)))
         return st;
-    if (transposed && (st = get_ints(l, K_OUTPUT_PADDING, 0, zeros, p.output_padding)))
+    if (transposed && (st = get_ints(l, K_OUTPUT_PADDING, 0, json_zeros, p.output_padding)))
         return st;
     return built(l, tsl_graph_conv(l->r->graph, l->name, l->inputs[0], out, kernel, &p, transposed,
                                    bias, value));
@@ -491,7 +349,7 @@ static tsl_status read_pool(layer *l, int32_t *value)
             p.kernel[d] = p.stride[d] = in->dims[1 + d];
     } else if ((st = get_ints(l, K_KERNEL, 1, NULL, p.kernel)) ||
                (st = get_ints(l, K_STRIDE, 1, p.kernel, p.stride)) ||
-               (st = get_ints(l, K_PADDING, 0, zeros, p.padding)) ||
+               (st = get_ints(l, K_PADDING, 0, json_zeros, p.padding)) ||
                (l->op == L_AVGPOOL &&
                 (st = get_bool(l, K_COUNT_INCLUDE_PAD, 1, &p.count_include_pad)))) {
         return st;
@@ -558,7 +416,7 @@ static tsl_status read_spatial(layer *l)
     const reader *r = l->r;
     const tsl_shape *s = &r->graph->values[l->inputs[0]].shape;
     l->spatial = s->ndim - 1;
-    if (!specs[l->op].needs_space || (l->spatial >= 1 && l->spatial <= 3))
+    if (!json_specs[l->op].needs_space || (l->spatial >= 1 && l->spatial <= 3))
         return TSL_OK;
     char text[128];
     shape_text(s, text, sizeof text);
@@ -582,10 +440,10 @@ static tsl_status read_layer(reader *r, const cJSON *json)
     const cJSON *op = cJSON_GetObjectItemCaseSensitive(json, "op");
     if (!cJSON_IsString(op))
         return fail(r, &l, TSL_ERR_FORMAT, "needs \"op\", a string");
-    l.op = find_op(op->valuestring, &l.act);
+    l.op = json_find_op(op->valuestring, &l.act);
     if (l.op < 0) {
         char known[512];
-        op_list(known, sizeof known);
+        json_op_list(known, sizeof known);
         return fail(r, &l, TSL_ERR_FORMAT, "unknown op '%s' (ops: %s)", op->valuestring, known);
     }
     if ((l.index == 0) != (l.op == L_INPUT))
@@ -593,9 +451,10 @@ static tsl_status read_layer(reader *r, const cJSON *json)
                     l.index == 0 ? "the first layer must be the input ({\"op\": \"input\"})"
                                  : "a network has one input, the first layer");
     char what[64];
-    const char *text = op_text(l.op, l.act);
+    const char *text = json_op_text(l.op, l.act);
     snprintf(what, sizeof what, "a%s %s layer", strchr("aeiou", text[0]) ? "n" : "", text);
-    tsl_status st = check_keys(r, &l, json, op_keys(l.op, l.act), key_names, KEY_COUNT, what);
+    tsl_status st =
+        check_keys(r, &l, json, json_op_keys(l.op, l.act), json_key_names, KEY_COUNT, what);
     int32_t value = -1;
     if (st || (st = read_name(&l)) || (st = read_inputs(&l)) || (st = read_spatial(&l)))
         return st;
@@ -794,352 +653,5 @@ tsl_status tsl_model_graph(const char *name_or_path, int32_t ndim, const int64_t
         return tsl_error(NULL, st,
                          "%s; a model file is named by a path with '/' or ending in .json",
                          tsl_last_error());
-    return st;
-}
-
-/* ---- writing ---- */
-
-/* A growing string; `failed` once an allocation failed. */
-typedef struct text {
-    char *data;
-    size_t length, capacity;
-    int failed;
-} text;
-
-static void text_add(text *t, const char *s, size_t n)
-{
-    if (t->failed)
-        return;
-    if (t->length + n + 1 > t->capacity) {
-        size_t capacity = t->capacity ? 2 * t->capacity : 4096;
-        while (capacity < t->length + n + 1)
-            capacity *= 2;
-        char *p = realloc(t->data, capacity);
-        if (!p) {
-            t->failed = 1;
-            return;
-        }
-        t->data = p;
-        t->capacity = capacity;
-    }
-    memcpy(t->data + t->length, s, n);
-    t->length += n;
-    t->data[t->length] = '\0';
-}
-
-static void text_put(text *t, const char *s)
-{
-    text_add(t, s, strlen(s));
-}
-
-/* Append cJSON's compact text of `item` with a space after each ',' and ':' between tokens:
- * one layer per line, readable. */
-static void text_put_json(text *t, const cJSON *item)
-{
-    char *compact = item ? cJSON_PrintUnformatted(item) : NULL;
-    if (!compact) {
-        t->failed = 1;
-        return;
-    }
-    int in_string = 0;
-    for (const char *c = compact; *c; c++) {
-        text_add(t, c, 1);
-        if (in_string && *c == '\\' && c[1])
-            text_add(t, ++c, 1);
-        else if (*c == '"')
-            in_string = !in_string;
-        else if (!in_string && (*c == ',' || *c == ':'))
-            text_add(t, " ", 1);
-    }
-    cJSON_free(compact);
-}
-
-/* An average pool over the whole spatial extent, with the settings "global_avgpool" reads. */
-static int is_global_avgpool(const struct tsl_graph *g, const tsl_graph_op *o)
-{
-    const tsl_pool_params *p = &o->pool;
-    const tsl_shape *in = &g->values[o->inputs[0]].shape;
-    if (p->kind != TSL_POOL_AVG || !p->count_include_pad)
-        return 0;
-    for (int32_t d = 0; d < p->spatial; d++)
-        if (p->kernel[d] != in->dims[1 + d] || p->stride[d] != p->kernel[d] || p->padding[d])
-            return 0;
-    return 1;
-}
-
-static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *o)
-{
-    _Static_assert(TSL_OP_KIND_COUNT == 10, "layer_op_of() and add_attributes() take every kind");
-    switch (o->kind) {
-    case TSL_OP_INPUT:
-        return L_INPUT;
-    case TSL_OP_CONV:
-        return o->transposed ? L_CONV_TRANSPOSE : L_CONV;
-    case TSL_OP_BATCHNORM:
-        return L_BATCHNORM;
-    case TSL_OP_ACTIVATION:
-        return L_ACTIVATION;
-    case TSL_OP_POOL:
-        return o->pool.kind == TSL_POOL_MAX ? L_MAXPOOL
-               : is_global_avgpool(g, o)    ? L_GLOBAL_AVGPOOL
-                                            : L_AVGPOOL;
-    case TSL_OP_UPSAMPLE:
-        return o->linear ? L_UPSAMPLE_LINEAR : L_UPSAMPLE_NEAREST;
-    case TSL_OP_CONCAT:
-        return L_CONCAT;
-    case TSL_OP_ADD:
-        return L_ADD;
-    case TSL_OP_FLATTEN:
-        return L_FLATTEN;
-    case TSL_OP_LINEAR:
-        return L_LINEAR;
-    }
-    return LAYER_OP_COUNT;
-}
-
-/* A per-dimension attribute: left out when it is `fallback` everywhere, one number when the
- * dimensions agree, an array otherwise. */
-static int add_ints(cJSON *o, enum key k, const int64_t *v, int32_t n, const int64_t *fallback)
-{
-    int same = 1, is_fallback = fallback != NULL;
-    for (int32_t d = 0; d < n; d++) {
-        same = same && v[d] == v[0];
-        is_fallback = is_fallback && v[d] == fallback[d];
-    }
-    if (is_fallback)
-        return 0;
-    if (same)
-        return !cJSON_AddNumberToObject(o, key_names[k], (double)v[0]);
-    cJSON *array = cJSON_AddArrayToObject(o, key_names[k]);
-    int failed = !array;
-    for (int32_t d = 0; d < n && !failed; d++)
-        failed = !cJSON_AddItemToArray(array, cJSON_CreateNumber((double)v[d]));
-    return failed;
-}
-
-/* A finite double as the shortest text that reads back to the same bits (cJSON's own
- * printing accepts a last-digit difference), with '.' whatever the locale. */
-static int add_number(cJSON *o, enum key k, double v, double fallback)
-{
-    if (v == fallback)
-        return 0;
-    char number[40];
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(number, sizeof number, "%.*g", digits, v);
-        if (strtod(number, NULL) == v)
-            break;
-    }
-    char point = localeconv()->decimal_point[0];
-    for (char *c = number; *c; c++)
-        if (*c == point)
-            *c = '.';
-    return !cJSON_AddRawToObject(o, key_names[k], number);
-}
-
-static int add_bool(cJSON *o, enum key k, int32_t v, int32_t fallback)
-{
-    return (v != 0) != (fallback != 0) && !cJSON_AddBoolToObject(o, key_names[k], v != 0);
-}
-
-/* "out": the output channels or features; "classes" for the layer that makes the output. */
-static int add_out(cJSON *o, const struct tsl_graph *g, const tsl_graph_op *op)
-{
-    if (op->output == g->output)
-        return !cJSON_AddStringToObject(o, "out", "classes");
-    return !cJSON_AddNumberToObject(o, "out", (double)g->values[op->output].shape.dims[0]);
-}
-
-/* The attributes of op `o` that differ from what the reader assumes; nonzero when out of
- * memory. */
-static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_op *o,
-                          enum layer_op op)
-{
-    const tsl_conv_params *c = &o->conv;
-    const tsl_pool_params *p = &o->pool;
-    int32_t spatial = g->values[o->output].shape.ndim - 1;
-    switch (op) {
-    case L_CONV:
-    case L_CONV_TRANSPOSE:
-        return add_out(j, g, o) ||
-               add_ints(j, K_KERNEL, g->params[o->params[0]].shape.dims + 2, c->spatial, NULL) ||
-               add_ints(j, K_STRIDE, c->stride, c->spatial, ones) ||
-               add_ints(j, K_PADDING, c->padding, c->spatial, zeros) ||
-               add_ints(j, K_DILATION, c->dilation, c->spatial, ones) ||
-               add_ints(j, K_GROUPS, &c->groups, 1, ones) ||
-               (op == L_CONV_TRANSPOSE &&
-                add_ints(j, K_OUTPUT_PADDING, c->output_padding, c->spatial, zeros)) ||
-               add_bool(j, K_BIAS, o->bias, 1);
-    case L_BATCHNORM:
-        return add_number(j, K_EPS, o->eps, DEFAULT_EPS) ||
-               add_number(j, K_MOMENTUM, o->momentum, DEFAULT_MOMENTUM);
-    case L_ACTIVATION: {
-        const tsl_activation_info *info = tsl_activation_info_of(o->act);
-        return info->takes_slope && add_number(j, K_SLOPE, o->slope, info->default_slope);
-    }
-    case L_MAXPOOL:
-    case L_AVGPOOL:
-        return add_ints(j, K_KERNEL, p->kernel, p->spatial, NULL) ||
-               add_ints(j, K_STRIDE, p->stride, p->spatial, p->kernel) ||
-               add_ints(j, K_PADDING, p->padding, p->spatial, zeros) ||
-               (op == L_AVGPOOL && add_bool(j, K_COUNT_INCLUDE_PAD, p->count_include_pad, 1));
-    case L_UPSAMPLE_NEAREST:
-    case L_UPSAMPLE_LINEAR:
-        return add_ints(j, K_SCALE, o->scale, spatial, NULL);
-    case L_LINEAR:
-        return add_out(j, g, o) || add_bool(j, K_BIAS, o->bias, 1);
-    default:
-        return 0;
-    }
-}
-
-/* Names for the layers: the op's own, or for an unnamed op that a layer other than the next
- * one reads (or the output), "<op>_<index>" made unique; "" when none is needed. */
-static char (*layer_names(const struct tsl_graph *g))[TSL_GRAPH_NAME_MAX]
-{
-    char(*names)[TSL_GRAPH_NAME_MAX] = calloc((size_t)g->nops, sizeof *names);
-    if (!names)
-        return NULL;
-    int32_t *wanted = calloc((size_t)g->nops, sizeof *wanted);
-    if (!wanted) {
-        free(names);
-        return NULL;
-    }
-    wanted[g->values[g->output].producer] = 1;
-    for (int32_t i = 0; i < g->nops; i++) {
-        const tsl_graph_op *o = &g->ops[i];
-        for (int32_t k = 0; k < o->ninputs; k++) {
-            int32_t producer = g->values[o->inputs[k]].producer;
-            if (o->ninputs > 1 || producer != i - 1)
-                wanted[producer] = 1;
-        }
-    }
-    for (int32_t i = 0; i < g->nops; i++) {
-        const tsl_graph_op *o = &g->ops[i];
-        if (o->name[0]) {
-            memcpy(names[i], o->name, sizeof names[i]);
-            continue;
-        }
-        if (!wanted[i])
-            continue;
-        for (int32_t attempt = 0, taken = 1; taken; attempt++) {
-            const char *op = op_text(layer_op_of(g, o), o->act);
-            if (attempt)
-                snprintf(names[i], sizeof names[i], "%s_%d_%d", op, (int)i, (int)attempt);
-            else
-                snprintf(names[i], sizeof names[i], "%s_%d", op, (int)i);
-            taken = 0;
-            for (int32_t j = 0; j < g->nops && !taken; j++)
-                taken = j != i &&
-                        (strcmp(g->ops[j].name, names[i]) == 0 || strcmp(names[j], names[i]) == 0);
-        }
-    }
-    free(wanted);
-    return names;
-}
-
-/* One layer as a JSON object. */
-static cJSON *layer_json(const struct tsl_graph *g, int32_t i,
-                         const char (*names)[TSL_GRAPH_NAME_MAX])
-{
-    const tsl_graph_op *o = &g->ops[i];
-    enum layer_op op = layer_op_of(g, o);
-    cJSON *j = cJSON_CreateObject();
-    int failed = !j || op == LAYER_OP_COUNT;
-    if (!failed && names[i][0])
-        failed = !cJSON_AddStringToObject(j, "name", names[i]);
-    if (!failed)
-        failed = !cJSON_AddStringToObject(j, "op", op_text(op, o->act));
-    int previous = o->ninputs == 1 && g->values[o->inputs[0]].producer == i - 1;
-    if (!failed && o->ninputs > 0 && !previous) {
-        cJSON *inputs = cJSON_AddArrayToObject(j, "inputs");
-        failed = !inputs;
-        for (int32_t k = 0; k < o->ninputs && !failed; k++)
-            failed = !cJSON_AddItemToArray(
-                inputs, cJSON_CreateString(names[g->values[o->inputs[k]].producer]));
-    }
-    if (!failed)
-        failed = add_attributes(j, g, o, op);
-    if (!failed && o->stage > 0)
-        failed = !cJSON_AddNumberToObject(j, "stage", o->stage - 1);
-    if (failed) {
-        cJSON_Delete(j);
-        return NULL;
-    }
-    return j;
-}
-
-tsl_status tsl_graph_print_json(tsl_graph_t g, char **out)
-{
-    const char *fn = "tsl_graph_print_json";
-    if (!g || !out)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
-    *out = NULL;
-    if (g->output < 0)
-        return tsl_error(NULL, TSL_ERR_STATE, "%s: the graph has no output", fn);
-    for (int32_t i = 0; i < g->nops; i++)
-        if (!isfinite(g->ops[i].eps))
-            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                             "%s: '%s' has eps %g, and JSON has no infinities", fn, g->ops[i].name,
-                             g->ops[i].eps);
-    char(*names)[TSL_GRAPH_NAME_MAX] = layer_names(g);
-    text t = {NULL, 0, 0, names == NULL};
-    char header[128];
-    snprintf(header, sizeof header,
-             "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"layers\": [\n", FORMAT_NAME,
-             TSL_MODEL_FORMAT_VERSION);
-    text_put(&t, header);
-    for (int32_t i = 0; i < g->nops && !t.failed; i++) {
-        cJSON *json = layer_json(g, i, (const char(*)[TSL_GRAPH_NAME_MAX])names);
-        text_put(&t, "    ");
-        text_put_json(&t, json);
-        text_put(&t, i + 1 < g->nops ? ",\n" : "\n");
-        cJSON_Delete(json);
-    }
-    text_put(&t, "  ],\n  \"output\": ");
-    cJSON *output = names ? cJSON_CreateString(names[g->values[g->output].producer]) : NULL;
-    text_put_json(&t, output);
-    text_put(&t, "\n}\n");
-    cJSON_Delete(output);
-    free(names);
-    if (t.failed) {
-        free(t.data);
-        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    *out = t.data;
-    return TSL_OK;
-}
-
-tsl_status tsl_graph_write_json(tsl_graph_t g, const char *path)
-{
-    if (!g || !path)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_write_json: NULL argument");
-    char *json;
-    tsl_status st = tsl_graph_print_json(g, &json);
-    if (st)
-        return st;
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    if (!tmp) {
-        tsl_free(json);
-        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_graph_write_json: out of memory");
-    }
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        st = tsl_error(NULL, TSL_ERR_IO, "%s: cannot create '%s': %s", path, tmp, strerror(errno));
-    } else {
-        size_t length = strlen(json);
-        int ok = fwrite(json, 1, length, f) == length;
-        ok = fflush(f) == 0 && ok;
-        ok = fsync(fileno(f)) == 0 && ok;
-        ok = fclose(f) == 0 && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            st = tsl_error(NULL, TSL_ERR_IO, "%s: cannot write the model file: %s", path,
-                           strerror(errno));
-            unlink(tmp);
-        }
-    }
-    free(tmp);
-    tsl_free(json);
     return st;
 }

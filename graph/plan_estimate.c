@@ -1,0 +1,371 @@
+/* Per-rank memory estimates of a plan (tsl_plan_estimate(), tsl_plan_estimate_peak(),
+ * tsl_plan_estimate_received()). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "graph_internal.h"
+#include "plan_internal.h"
+#include "tessel/plan.h"
+
+/* Add `per` times each shard's element count to its owner's count: the parameter `s` cut
+ * along its first dimension into `splits` shards, owned as tsl_owner_block(NULL) deals them. */
+void tsl_plan_add_shards(const tsl_shape *s, int32_t splits, int32_t nranks, int64_t per,
+                         int64_t *count)
+{
+    int64_t row = tsl_shape_numel(s) / s->dims[0];
+    for (int32_t k = 0; k < splits; k++) {
+        int64_t start, extent;
+        tsl_tile_extent(s->dims[0], splits, k, &start, &extent);
+        count[(int64_t)k * nranks / splits] += per * row * extent;
+    }
+}
+
+/* Add a (batch, sample...) tensor's tile bytes to the owners' counts. */
+static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                             int32_t stage, int32_t workers, int64_t batch, const tsl_shape *sample,
+                             int32_t first, int64_t elem, int64_t *bytes)
+{
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    tsl_status st = tsl_plan_tensor_tiling(plan, input, nranks, stage, workers, batch, sample,
+                                           first, &grid, &owners);
+    if (st)
+        return st;
+    tsl_shape whole;
+    tsl_batch_shape(batch, sample, &whole);
+    int64_t ntiles = 1;
+    for (int d = 0; d < whole.ndim; d++)
+        ntiles *= grid.splits[d];
+    for (int64_t t = 0; t < ntiles && !st; t++) {
+        int32_t coords[TSL_MAX_DIMS] = {0};
+        int64_t rest = t, count = elem;
+        for (int d = whole.ndim - 1; d >= 0; d--) {
+            coords[d] = (int32_t)(rest % grid.splits[d]);
+            rest /= grid.splits[d];
+            int64_t start, extent;
+            tsl_tile_extent(whole.dims[d], grid.splits[d], coords[d], &start, &extent);
+            count *= extent;
+        }
+        int32_t rank;
+        if (!(st = tsl_owner_map_rank(&owners, coords, whole.ndim, &grid, nranks, &rank)))
+            bytes[rank] += count;
+    }
+    return st;
+}
+
+/* What the estimates share: the op stages (op_stage, nops entries: `given`, or else
+ * tsl_plan_stages()) and the tensors that live
+ * for the whole step, added to bytes: the labels (tsl_graph_label_dtype) on the output's
+ * stage, and every parameter where tsl_plan_param_placement() puts it, with its gradient and
+ * optimizer states, plus each sharded weight's whole value on every rank of its stage and
+ * each replicated one's (tsl_plan_buckets()). */
+static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                 int32_t workers, int64_t batch, int32_t optimizer_states,
+                                 const int32_t *given, int32_t *op_stage, int64_t *bytes,
+                                 const char *fn)
+{
+    int32_t out = tsl_graph_output(g);
+    if (out < 0 || g->input < 0)
+        return tsl_error(NULL, TSL_ERR_STATE, "%s: the graph needs an input and an output", fn);
+    tsl_shape input, shape;
+    tsl_graph_value_shape(g, g->input, &input);
+    tsl_status st = plan ? tsl_plan_check(plan, &input, nranks) : TSL_OK;
+    int32_t np = tsl_graph_param_count(g);
+    tsl_tile_grid *grids = calloc((size_t)np + 1, sizeof *grids);
+    tsl_owner_map *owners = calloc((size_t)np + 1, sizeof *owners);
+    int32_t *sharded = calloc((size_t)np + 1, sizeof *sharded);
+    int32_t *bucket_of = calloc((size_t)np + 1, sizeof *bucket_of),
+            *replicated = calloc((size_t)np + 1, sizeof *replicated), nbuckets = 0;
+    if (!st && (!grids || !owners || !sharded || !bucket_of || !replicated))
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (!st && given)
+        memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
+    else if (!st)
+        st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
+    if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
+        tsl_graph_value_shape(g, out, &shape);
+        tsl_shape labels;
+        memset(&labels, 0, sizeof labels);
+        labels.ndim = shape.ndim - 1;
+        for (int d = 1; d < shape.ndim; d++)
+            labels.dims[d - 1] = shape.dims[d];
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[out].producer], workers, batch,
+                        &labels, 0, tsl_graph_label_dtype(shape.dims[0]) == TSL_U8 ? 1 : 4, bytes);
+    }
+    if (!st && np > 0 &&
+        !(st = tsl_plan_param_placement(plan, g, nranks, op_stage, grids, owners, sharded)))
+        st = tsl_plan_buckets(plan, g, nranks, owners, sharded, bucket_of, replicated, &nbuckets);
+    int32_t group;
+    tsl_plan_stage_count(plan, nranks, &group);
+    for (int32_t i = 0; i < np && !st; i++) {
+        int32_t trainable;
+        if ((st = tsl_graph_param_info(g, i, NULL, &shape, &trainable)))
+            break;
+        int64_t copies = trainable ? 2 + optimizer_states : 1, numel = tsl_shape_numel(&shape);
+        if (!sharded[i]) {
+            const int32_t zero[TSL_MAX_DIMS] = {0};
+            int32_t rank;
+            if (!(st = tsl_owner_map_rank(&owners[i], zero, shape.ndim, &grids[i], nranks, &rank)))
+                bytes[rank] += 4 * numel * copies;
+            for (int32_t r = rank / group * group; replicated[i] && r < (rank / group + 1) * group;
+                 r++) /* each rank's whole copy */
+                bytes[r] += 4 * numel;
+            continue;
+        }
+        int32_t first = owners[i].first_rank,
+                size = owners[i].group_size > 0 ? owners[i].group_size : nranks;
+        tsl_plan_add_shards(&shape, grids[i].splits[0], size, 4 * copies, bytes + first);
+        for (int32_t r = first; r < first + size; r++) /* each rank's whole copy */
+            bytes[r] += 4 * numel;
+    }
+    free(grids);
+    free(owners);
+    free(sharded);
+    free(bucket_of);
+    free(replicated);
+    return st;
+}
+
+tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
+                             int64_t batch, int32_t optimizer_states, int64_t *bytes)
+{
+    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate: bad argument");
+    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
+    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
+    tsl_status st =
+        op_stage ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, NULL, op_stage,
+                                  bytes, "tsl_plan_estimate")
+                 : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
+    tsl_shape input, shape;
+    if (!st) /* else no input: the error stays the setup's */
+        tsl_graph_value_shape(g, g->input, &input);
+    for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
+        tsl_graph_value_shape(g, v, &shape);
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
+                        &shape, 1, 4 * tsl_plan_value_copies(g, v, op_stage), bytes);
+    }
+    for (int32_t o = 0; o < g->nops && !st; o++) { /* max pooling's indices */
+        int32_t ib = tsl_graph_pool_index_bytes(&g->ops[o]);
+        tsl_graph_value_shape(g, g->ops[o].output, &shape);
+        if (ib)
+            st =
+                add_tensor(plan, &input, nranks, op_stage[o], workers, batch, &shape, 1, ib, bytes);
+    }
+    free(op_stage);
+    return st;
+}
+
+/* Add (sign 1) or take away (-1) value v's activation-sized tile bytes, size[v * nranks + r],
+ * and keep each rank's largest total in peak. */
+static void live_add(int64_t *live, int64_t *peak, const int64_t *size, int32_t v, int32_t nranks,
+                     int sign)
+{
+    for (int32_t r = 0; r < nranks; r++) {
+        live[r] += sign * size[(int64_t)v * nranks + r];
+        peak[r] = live[r] > peak[r] ? live[r] : peak[r];
+    }
+}
+
+tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                  int32_t workers, int64_t batch, int32_t optimizer_states,
+                                  int64_t *bytes)
+{
+    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_peak: bad argument");
+    return tsl_plan_peak_for_stages(plan, g, nranks, workers, batch, optimizer_states, NULL, bytes);
+}
+
+/* tsl_plan_estimate_peak() for the op stages `given` (NULL: tsl_plan_stages()). */
+tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                    int32_t workers, int64_t batch, int32_t optimizer_states,
+                                    const int32_t *given, int64_t *bytes)
+{
+    const char *fn = "tsl_plan_estimate_peak";
+    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
+    int32_t nv = g->nvalues, n = g->nops;
+    int32_t *op_stage = calloc((size_t)n + 1, sizeof *op_stage);
+    int32_t *relu_of = calloc((size_t)n + 1, sizeof *relu_of);
+    uint8_t *fused = calloc((size_t)n + 1, 1);
+    int32_t *fold = calloc((size_t)n + 1, sizeof *fold);
+    uint8_t *written = calloc((size_t)nv + 1, 1), *spare = calloc((size_t)nv + 1, 1);
+    uint8_t *gone = calloc((size_t)nv + 1, 1);    /* released after the forward's last reader */
+    uint8_t *dropped = calloc((size_t)nv + 1, 1); /* and made again for the backward */
+    int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
+    int64_t *isize = calloc((size_t)n * (size_t)nranks + 1, sizeof *isize); /* max pool indices */
+    int64_t *live = calloc((size_t)nranks, sizeof *live);
+    tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
+                            size && isize && live
+                        ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
+                                         op_stage, live, fn)
+                        : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    tsl_shape input, shape;
+    if (!st) /* else no input: the error stays the setup's */
+        tsl_graph_value_shape(g, g->input, &input);
+    for (int32_t v = 0; v < nv && !st; v++) {
+        tsl_graph_value_shape(g, v, &shape);
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
+                        &shape, 1, 4, size + (int64_t)v * nranks);
+    }
+    for (int32_t o = 0; o < n && !st; o++) {
+        int32_t ib = tsl_graph_pool_index_bytes(&g->ops[o]);
+        tsl_graph_value_shape(g, g->ops[o].output, &shape);
+        if (ib)
+            st = add_tensor(plan, &input, nranks, op_stage[o], workers, batch, &shape, 1, ib,
+                            isize + (int64_t)o * nranks);
+    }
+    if (!st) {
+        memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
+        for (int32_t o = 0; o < n; o++) {
+            relu_of[o] = tsl_graph_fused_relu(g, o, op_stage);
+            if (relu_of[o] >= 0)
+                fused[relu_of[o]] = 1;
+            fold[o] = tsl_graph_folded_concat(g, o, op_stage);
+        }
+        /* Forward: every op's output made (a batch norm's with a fused ReLU is the ReLU's, a
+         * folded concatenation's none); a value no backward reads, or one the backward makes
+         * again (tsl_graph_recomputed()), goes after its last forward reader. */
+        for (int32_t o = 0; o < n; o++) {
+            if (relu_of[o] < 0 && fold[o] < 0)
+                live_add(live, bytes, size, g->ops[o].output, nranks, 1);
+            live_add(live, bytes, isize, o, nranks, 1); /* a max pooling's indices */
+            int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
+            for (int32_t k = 0; k < nin; k++) {
+                int32_t v = ins[k];
+                if (gone[v] || !tsl_graph_last_reader(g, v, o, fold))
+                    continue;
+                int later = tsl_graph_value_read_backward(g, v, fused, fold);
+                dropped[v] =
+                    later && plan && plan->recompute && tsl_graph_recomputed(g, v, op_stage) >= 0;
+                if (!later || dropped[v]) {
+                    gone[v] = 1;
+                    live_add(live, bytes, size, v, nranks, -1);
+                }
+            }
+        }
+        /* Backward, as the executor runs it: an op's input gradients are made (a spare for a
+         * value's second contribution); then the op's output, its gradient and spare are
+         * released, since no later op in the backward reads them (the model's output stays,
+         * the accuracy reads it). */
+        int32_t out = tsl_graph_output(g);
+        written[out] = 1;
+        live_add(live, bytes, size, out, nranks, 1);
+        for (int32_t o = n - 1; o >= 0; o--) {
+            const tsl_graph_op *op = &g->ops[o];
+            if (fused[o] || fold[o] >= 0)
+                continue;
+            int32_t y = relu_of[o] >= 0 ? g->ops[relu_of[o]].output : op->output;
+            int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
+            for (int32_t k = 0; k < nin && written[y] && tsl_graph_op_reads_input_backward(op); k++)
+                if (dropped[ins[k]]) { /* made again */
+                    dropped[ins[k]] = gone[ins[k]] = 0;
+                    live_add(live, bytes, size, ins[k], nranks, 1);
+                }
+            for (int32_t k = 0; k < nin && written[y] && op->kind != TSL_OP_INPUT; k++) {
+                int32_t v = ins[k];
+                if (v == g->input) {
+                    if (op->kind == TSL_OP_CONCAT && !spare[v]) /* its part goes to a spare */
+                        spare[v] = 1, live_add(live, bytes, size, v, nranks, 1);
+                } else if (!written[v]) {
+                    written[v] = 1;
+                    live_add(live, bytes, size, v, nranks, 1);
+                } else if (!spare[v]) {
+                    spare[v] = 1;
+                    live_add(live, bytes, size, v, nranks, 1);
+                }
+            }
+            int copies = (y != out && !gone[y]) + written[y] * (y != g->input) + spare[y];
+            for (int c = 0; c < copies; c++)
+                live_add(live, bytes, size, y, nranks, -1);
+            live_add(live, bytes, isize, o, nranks, -1);
+        }
+    }
+    free(op_stage);
+    free(relu_of);
+    free(fused);
+    free(fold);
+    free(written);
+    free(spare);
+    free(gone);
+    free(dropped);
+    free(size);
+    free(isize);
+    free(live);
+    return st;
+}
+
+tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                      int64_t batch, int32_t optimizer_states, int64_t *bytes)
+{
+    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_received: bad argument");
+    return tsl_plan_received_for_stages(plan, g, nranks, batch, optimizer_states, NULL, bytes);
+}
+
+/* tsl_plan_estimate_received() for the op stages `given` (NULL: tsl_plan_stages()). */
+tsl_status tsl_plan_received_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                        int64_t batch, int32_t optimizer_states,
+                                        const int32_t *given, int64_t *bytes)
+{
+    memset(bytes, 0, sizeof *bytes * (size_t)nranks);
+    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
+    if (stages == 1)
+        return TSL_OK;
+    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
+    /* Per stage: the most one op receives forward; the inputs its ops read again backward,
+     * all received when the backward is submitted; one op's backward copies (received output
+     * gradients, and a concatenation's part packed to be sent). */
+    int64_t *fwd = calloc((size_t)stages, sizeof *fwd), *bwd = calloc((size_t)stages, sizeof *bwd);
+    int64_t *fwd_most = calloc((size_t)stages, sizeof *fwd_most),
+            *bwd_most = calloc((size_t)stages, sizeof *bwd_most),
+            *bwd_inputs = calloc((size_t)stages, sizeof *bwd_inputs);
+    tsl_status st =
+        op_stage && fwd && bwd && fwd_most && bwd_most && bwd_inputs
+            ? TSL_OK
+            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_received: out of memory");
+    if (!st && given)
+        memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
+    else if (!st)
+        st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
+    for (int32_t o = 0; o < g->nops && !st; o++) {
+        const tsl_graph_op *op = &g->ops[o];
+        int32_t so = op_stage[o];
+        memset(fwd, 0, sizeof *fwd * (size_t)stages);
+        memset(bwd, 0, sizeof *bwd * (size_t)stages);
+        for (int32_t k = 0; k < op->ninputs; k++) {
+            int32_t v = op->inputs[k], sv = op_stage[g->values[v].producer];
+            if (sv == so)
+                continue;
+            int64_t in = 4 * batch * tsl_shape_numel(&g->values[v].shape);
+            int64_t out = 4 * batch * tsl_shape_numel(&g->values[op->output].shape);
+            fwd[so] += in;
+            if (tsl_graph_op_reads_input_backward(op))
+                bwd_inputs[so] += in;
+            if (v != g->input) {
+                bwd[sv] += op->kind == TSL_OP_CONCAT ? in : out;
+                if (op->kind == TSL_OP_CONCAT) /* the part is cut on its owner, then sent */
+                    bwd[so] += in;
+            }
+        }
+        for (int32_t s = 0; s < stages; s++) {
+            fwd_most[s] = fwd[s] > fwd_most[s] ? fwd[s] : fwd_most[s];
+            bwd_most[s] = bwd[s] > bwd_most[s] ? bwd[s] : bwd_most[s];
+        }
+    }
+    for (int32_t s = 0; s < stages && !st; s++) {
+        int64_t back = bwd_inputs[s] + bwd_most[s];
+        int64_t most = (fwd_most[s] > back ? fwd_most[s] : back) / group;
+        for (int32_t r = s * group; r < (s + 1) * group; r++)
+            bytes[r] = most;
+    }
+    free(op_stage);
+    free(fwd);
+    free(bwd);
+    free(fwd_most);
+    free(bwd_most);
+    free(bwd_inputs);
+    return st;
+}

@@ -1,0 +1,32 @@
+/* What the plan files (plan_parse.c, plan_tiling.c, plan_stages.c, plan_estimate.c) share.
+ * Pure C. */
+#ifndef TESSEL_GRAPH_PLAN_INTERNAL_H
+#define TESSEL_GRAPH_PLAN_INTERNAL_H
+
+#include "graph_internal.h"
+#include "tessel/plan.h"
+
+/* The stages of a plan (1 for NULL) and the ranks of each (*group). */
+int32_t tsl_plan_stage_count(const tsl_plan *plan, int32_t nranks, int32_t *group);
+
+/* The op of each parameter (op_of: nparams entries). */
+void tsl_plan_param_ops(const struct tsl_graph *g, int32_t *op_of);
+
+/* Add `per` times each shard's element count to its owner's count: the parameter `s` cut
+ * along its first dimension into `splits` shards, owned as tsl_owner_block(NULL) deals them. */
+void tsl_plan_add_shards(const tsl_shape *s, int32_t splits, int32_t nranks, int64_t per,
+                         int64_t *count);
+
+/* Activation-sized tensors the executor keeps for value v (plan_stages.c says which). */
+int64_t tsl_plan_value_copies(const struct tsl_graph *g, int32_t v, const int32_t *op_stage);
+
+/* tsl_plan_estimate_peak() and tsl_plan_estimate_received() for the op stages `given` (NULL:
+ * tsl_plan_stages()). */
+tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                    int32_t workers, int64_t batch, int32_t optimizer_states,
+                                    const int32_t *given, int64_t *bytes);
+tsl_status tsl_plan_received_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                        int64_t batch, int32_t optimizer_states,
+                                        const int32_t *given, int64_t *bytes);
+
+#endif /* TESSEL_GRAPH_PLAN_INTERNAL_H */

@@ -1,0 +1,196 @@
+/* How a plan tiles tensors and places parameters (include/tessel/plan.h): tile grids and
+ * owners per tensor, parameter shards and buckets. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "graph_internal.h"
+#include "plan_internal.h"
+#include "tessel/plan.h"
+
+/* The wanted tiles per spatial dimension of the input: space[d], times T on the longest. */
+static int wanted_splits(const tsl_plan *plan, const tsl_shape *input, int32_t splits[3])
+{
+    int spatial = input->ndim - 1, longest = 0;
+    for (int d = 0; d < 3; d++) {
+        splits[d] = plan && d < spatial ? plan->space[d] : 1;
+        if (d < spatial && input->dims[1 + d] > input->dims[1 + longest])
+            longest = d;
+    }
+    if (plan && spatial > 0)
+        splits[longest] *= plan->tiles;
+    return splits[0] * splits[1] * splits[2] > 1;
+}
+
+/* The stages of a plan (1 for NULL) and the ranks of each. */
+int32_t tsl_plan_stage_count(const tsl_plan *plan, int32_t nranks, int32_t *group)
+{
+    int32_t stages = plan && plan->stages > 1 ? plan->stages : 1;
+    *group = nranks / stages > 0 ? nranks / stages : 1;
+    return stages;
+}
+
+/* `map` on stage s's ranks (unchanged with one stage). */
+static tsl_owner_map on_stage(tsl_owner_map map, int32_t stages, int32_t group, int32_t s)
+{
+    return stages > 1 ? tsl_owner_on_ranks(map, s * group, group) : map;
+}
+
+tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                                  int32_t stage, int32_t workers, int64_t batch,
+                                  const tsl_shape *sample, int32_t first, tsl_tile_grid *grid,
+                                  tsl_owner_map *owners)
+{
+    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
+    if (!input || !sample || !grid || !owners || batch < 1 || nranks < 1 || stage < 0 ||
+        stage >= stages)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_tensor_tiling: bad argument");
+    int64_t micro = plan ? plan->micro : 1;
+    int32_t splits[3];
+    *grid = tsl_tile_grid_single();
+    if (!wanted_splits(plan, input, splits) || sample->ndim <= first) {
+        int64_t tiles = (int64_t)group * (workers > 0 ? workers : 1) * micro;
+        grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
+        *owners = on_stage(tsl_owner_block(NULL), stages, group, stage);
+        return TSL_OK;
+    }
+    int32_t procs[TSL_MAX_DIMS] = {0};
+    int64_t sample_tiles = (int64_t)plan->data * micro;
+    grid->splits[0] = (int32_t)(sample_tiles < batch ? sample_tiles : batch);
+    procs[0] = plan->data;
+    for (int d = 1; d <= sample->ndim && d < TSL_MAX_DIMS; d++) {
+        int sp = d - 1 - first; /* spatial index, or < 0 for channels */
+        procs[d] = sp >= 0 ? plan->space[sp] : 1;
+        if (sp >= 0) {
+            int64_t size = sample->dims[d - 1];
+            grid->splits[d] = (int32_t)(splits[sp] < size ? splits[sp] : size);
+        }
+    }
+    *owners = on_stage(tsl_owner_block(procs), stages, group, stage);
+    return TSL_OK;
+}
+
+void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ndim = sample->ndim + 1;
+    out->dims[0] = batch;
+    for (int d = 0; d < sample->ndim; d++)
+        out->dims[d + 1] = sample->dims[d];
+}
+
+/* Whether parameter i is the weight of a convolution or linear layer. */
+static int is_weight(const struct tsl_graph *g, int32_t i)
+{
+    for (int32_t o = 0; o < g->nops; o++)
+        if ((g->ops[o].kind == TSL_OP_CONV || g->ops[o].kind == TSL_OP_LINEAR) &&
+            g->ops[o].nparams > 0 && g->ops[o].params[0] == i)
+            return 1;
+    return 0;
+}
+
+tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                    const int32_t *op_stage, tsl_tile_grid *grids,
+                                    tsl_owner_map *owners, int32_t *sharded)
+{
+    const char *fn = "tsl_plan_param_placement";
+    if (!g || nranks < 1 || (g->nparams > 0 && (!grids || !owners)))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
+    if (stages > 1 && !op_stage)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: a plan with %d stages needs op stages", fn,
+                         (int)stages);
+    for (int32_t o = 0; op_stage && o < g->nops; o++)
+        if (op_stage[o] < 0 || op_stage[o] >= stages)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: op %d is on stage %d of %d", fn,
+                             (int)o, (int)op_stage[o], (int)stages);
+    int64_t min = plan ? plan->shard : TSL_PLAN_SHARD_DEFAULT;
+    int64_t *load = calloc((size_t)nranks, sizeof *load);
+    int32_t *op_of = calloc((size_t)g->nparams + 1, sizeof *op_of),
+            *cut = calloc((size_t)g->nparams + 1, sizeof *cut);
+    if (!load || !op_of || !cut) {
+        free(load);
+        free(op_of);
+        free(cut);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    tsl_plan_param_ops(g, op_of);
+    for (int32_t i = 0; i < g->nparams; i++) {
+        const tsl_shape *s = &g->params[i].shape;
+        int32_t stage = op_stage ? op_stage[op_of[i]] : 0;
+        grids[i] = tsl_tile_grid_single();
+        owners[i] = on_stage(tsl_owner_single(0), stages, group, stage);
+        int64_t numel = tsl_shape_numel(s);
+        if (group > 1 && s->dims[0] > 1 && numel >= min && is_weight(g, i)) {
+            grids[i].splits[0] = (int32_t)(s->dims[0] < group ? s->dims[0] : group);
+            owners[i] = on_stage(tsl_owner_block(NULL), stages, group, stage);
+            cut[i] = 1;
+            tsl_plan_add_shards(s, grids[i].splits[0], group, 1, load + (int64_t)stage * group);
+        }
+    }
+    for (int32_t i = 0; i < g->nparams; i++) {
+        if (sharded)
+            sharded[i] = cut[i];
+        if (cut[i])
+            continue;
+        int32_t first = (op_stage ? op_stage[op_of[i]] : 0) * group, best = first;
+        for (int32_t r = first + 1; r < first + group; r++)
+            if (load[r] < load[best])
+                best = r;
+        owners[i] = tsl_owner_single(best);
+        load[best] += tsl_shape_numel(&g->params[i].shape);
+    }
+    free(load);
+    free(op_of);
+    free(cut);
+    return TSL_OK;
+}
+
+tsl_status tsl_plan_buckets(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                            const tsl_owner_map *owners, const int32_t *sharded, int32_t *bucket_of,
+                            int32_t *replicated, int32_t *nbuckets)
+{
+    const char *fn = "tsl_plan_buckets";
+    if (!g || nranks < 1 || !nbuckets || (g->nparams > 0 && (!owners || !sharded || !bucket_of)))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    int32_t group;
+    tsl_plan_stage_count(plan, nranks, &group);
+    int64_t cap = plan ? plan->bucket : TSL_PLAN_BUCKET_DEFAULT;
+    *nbuckets = 0;
+    int32_t *op_of = calloc((size_t)g->nparams + 1, sizeof *op_of),
+            *current = malloc(sizeof *current * (size_t)nranks);
+    int64_t *fill = calloc((size_t)nranks, sizeof *fill);
+    if (!op_of || !current || !fill) {
+        free(op_of);
+        free(current);
+        free(fill);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    tsl_plan_param_ops(g, op_of);
+    for (int32_t r = 0; r < nranks; r++)
+        current[r] = -1;
+    for (int32_t i = g->nparams - 1; i >= 0; i--) {
+        const tsl_graph_param *p = &g->params[i];
+        const tsl_graph_op *o = &g->ops[op_of[i]];
+        int packed = group > 1 && cap > 0 && !sharded[i] && p->trainable;
+        bucket_of[i] = -1;
+        if (replicated)
+            replicated[i] = packed;
+        if (!packed || (o->kind != TSL_OP_CONV && o->kind != TSL_OP_LINEAR))
+            continue;
+        int32_t r = owners[i].rank;
+        int64_t numel = tsl_shape_numel(&p->shape);
+        if (current[r] < 0 || (fill[r] > 0 && fill[r] + numel > cap)) {
+            current[r] = (*nbuckets)++;
+            fill[r] = 0;
+        }
+        bucket_of[i] = current[r];
+        fill[r] += numel;
+    }
+    free(op_of);
+    free(current);
+    free(fill);
+    return TSL_OK;
+}
