@@ -18,25 +18,6 @@
 #define STATE_VERSION 1
 #define SNAPSHOT_PREFIX "step-"
 
-int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg)
-{
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return -1;
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    int bad = write(f, arg) != 0;
-    bad |= ferror(f);
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 /* Make a directory's entries (a rename, a new file) durable. */
 static int sync_dir(const char *dir)
 {
@@ -63,21 +44,6 @@ static int remove_tree(const char *path)
     if (lstat(path, &sb) != 0)
         return errno == ENOENT ? 0 : -1;
     return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 typedef struct state_file {

@@ -1,7 +1,10 @@
-/* Shared parts of the tessel command (src/cli/). */
+/* Shared parts of the tessel command (src/cli/): option parsing, the context, data and model
+ * of a run, failure reports and files written whole (common.c), checkpoints (checkpoint.c),
+ * and one entry point per command (info.c, demo.c, train.c, eval.c, plan.c). */
 #ifndef TESSEL_CLI_H
 #define TESSEL_CLI_H
 
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -12,20 +15,161 @@
 /* This process's rank once a context exists (for messages). */
 extern int32_t rank_of_process;
 
-/* Options every command takes (--ncpu, --sched). */
+/* ---- option parsing (getopt_long: --opt value and --opt=value) ---- */
+
+/* Option ids: the ones several commands share; each command numbers its own from
+ * OPT_COMMAND_FIRST. */
+enum {
+    OPT_HELP = 'h',
+    OPT_NCPU = 256,
+    OPT_SCHED,
+    OPT_HOST_CACHE_MIB,
+    OPT_SPIN,
+    OPT_MODEL,
+    OPT_DATA,
+    OPT_BATCH,
+    OPT_LOAD_PARAMS,
+    OPT_PLAN,
+    OPT_COMMAND_FIRST = 512
+};
+
+/* getopt_long table rows: --help (and -h), the options every StarPU command takes, and those
+ * tessel train and tessel eval share. */
+#define CLI_HELP_OPTION                                                                            \
+    {                                                                                              \
+        "help", no_argument, NULL, OPT_HELP                                                        \
+    }
+#define CLI_COMMON_OPTIONS                                                                         \
+    {"ncpu", required_argument, NULL, OPT_NCPU}, {"sched", required_argument, NULL, OPT_SCHED},    \
+        {"host-cache-mib", required_argument, NULL, OPT_HOST_CACHE_MIB},                           \
+    {                                                                                              \
+        "spin", no_argument, NULL, OPT_SPIN                                                        \
+    }
+#define CLI_RUN_OPTIONS                                                                            \
+    {"model", required_argument, NULL, OPT_MODEL}, {"data", required_argument, NULL, OPT_DATA},    \
+        {"batch", required_argument, NULL, OPT_BATCH},                                             \
+        {"load-params", required_argument, NULL, OPT_LOAD_PARAMS},                                 \
+    {                                                                                              \
+        "plan", required_argument, NULL, OPT_PLAN                                                  \
+    }
+
+/* What an option handler says of an option. */
+enum {
+    OPTION_OK = 0,
+    OPTION_BAD_VALUE, /* "bad value 'V' for --NAME" is printed */
+    OPTION_UNKNOWN,   /* "unknown option" and the usage are printed */
+    OPTION_FAILED     /* the handler printed why */
+};
+
+/* Options every command that starts StarPU takes (--ncpu, --sched, --host-cache-mib, --spin). */
 typedef struct common_options {
     tsl_context_config config;
 } common_options;
 
-/* Consume a common option at argv[*i]: 1 if consumed (advancing *i), 0 if not ours, -1 on a
- * bad value (message printed). */
-int parse_common(int argc, char **argv, int *i, common_options *opts);
+/* One command's options. */
+typedef struct cli_parser {
+    const char *command;          /* "tessel train": the messages' prefix */
+    const struct option *options; /* getopt_long's table, ending with a row of zeros */
+    void (*usage)(FILE *out);
+    common_options *common; /* where the common options go; NULL: the command has none */
+    /* Take option `id` (an option that takes no value gets NULL); returns an OPTION_* code. */
+    int (*handle)(const struct cli_parser *parser, int id, const char *value);
+    void *state; /* the handler's */
+} cli_parser;
+
+/* Parse argv[2..] (argv[1] is the command) with the parser's table, in order, stopping at the
+ * first error. Returns 0, -1 when --help printed the usage (exit 0), or EXIT_USAGE (message
+ * printed). */
+int cli_parse(const cli_parser *parser, int argc, char **argv);
 
 /* A whole decimal integer in [min, max]; 0 on success, -1 otherwise. */
 int parse_int_arg(const char *text, long min, long max, long *value);
 
+/* A finite number of at least `min`; 0 on success, -1 otherwise. */
+int parse_double_arg(const char *text, double min, double *value);
+
 /* Report a failed call; returns the exit code (2 for a rejected argument, 1 otherwise). */
 int fail(tsl_status st, const char *what);
+
+/* ---- tessel train and tessel eval: a zoo network or model file on a dataset ---- */
+
+/* Options that decide a run's trajectory: given with --resume, they must match the
+ * checkpoint; left out, they are taken from it. */
+enum {
+    SET_MODEL = 1 << 0,
+    SET_DATA = 1 << 1,
+    SET_BATCH = 1 << 2,
+    SET_OPTIMIZER = 1 << 3,
+    SET_LR = 1 << 4,
+    SET_MOMENTUM = 1 << 5,
+    SET_SEED = 1 << 6,
+    SET_SHUFFLE = 1 << 7,
+    SET_EPOCHS = 1 << 8
+};
+
+typedef struct train_options {
+    common_options common;
+    const char *model, *data, *optimizer, *load_params, *save_params, *metrics_json;
+    const char *checkpoint, *resume, *plan_text;
+    tsl_plan plan;
+    long epochs, batch, max_steps, checkpoint_every;
+    double lr, momentum;
+    unsigned long long seed;
+    int shuffle;
+    unsigned given; /* SET_* of the options on the command line */
+    int comm_stats, rank_report;
+} train_options;
+
+/* The defaults of tessel train and tessel eval. */
+void train_options_init(train_options *o);
+
+/* Take an option of CLI_COMMON_OPTIONS' and CLI_RUN_OPTIONS' (parser->state is the
+ * train_options); OPTION_UNKNOWN for any other. */
+int parse_run_option(const cli_parser *parser, int id, const char *value);
+
+/* After parsing: --data is required unless resuming. 0 or EXIT_USAGE (message printed). */
+int check_run_options(const cli_parser *parser, const train_options *o);
+
+/* Context, datasets (every rank opens them: each needs the shapes; only rank 0 reads
+ * batches) and the model. */
+typedef struct session {
+    tsl_context_t ctx;
+    tsl_dataset_t train, test;
+    tsl_dataset_info train_info, test_info;
+    tsl_model_t model;
+} session;
+
+/* Start StarPU (and MPI) with the common options; sets rank_of_process. Returns an exit code
+ * (message printed); session_end() cleans up either way. */
+int session_context(session *s, const train_options *o);
+
+/* Open the data (the training split only when `need_train`) and create the model, with the
+ * plan's stages and the --load-params parameters. Returns an exit code (message printed). */
+int session_open(session *s, const train_options *o, int need_train);
+
+void session_end(session *s);
+
+/* Loss and accuracy over a whole split, in batches of `batch` (the last one may be smaller);
+ * every rank reads its own tiles of each batch. */
+tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info *info,
+                    int64_t batch, double *loss, double *accuracy);
+
+/* Rank 0's status on every rank (a step only rank 0 can do: reading data, writing files). */
+tsl_status agree(tsl_status st);
+
+/* The worst status of any rank, on every rank. */
+tsl_status agree_all(tsl_status st);
+
+/* ---- files ---- */
+
+/* Write `s` as a JSON string literal (quoted, escaped). */
+void json_string(FILE *f, const char *s);
+
+/* Write `write(f, arg)` to `path` under a temporary name, sync it and rename it: a crash never
+ * leaves a partial file. 0 on success, -1 otherwise. */
+int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg);
+
+/* ---- checkpoints (checkpoint.c) ---- */
 
 /* Per-epoch metrics of a training run. */
 typedef struct epoch_metrics {
@@ -66,13 +210,6 @@ typedef struct run_progress {
     epoch_metrics *epochs; /* capacity: the run's epoch count */
 } run_progress;
 
-/* Write `s` as a JSON string literal (quoted, escaped). */
-void json_string(FILE *f, const char *s);
-
-/* Write `write(f, arg)` to `path` under a temporary name, sync it and rename it: a crash never
- * leaves a partial file. 0 on success, -1 otherwise. */
-int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg);
-
 /* Save a checkpoint into DIR (collective): DIR/step-NNNNNNNNNNNN holds the parameters, the
  * optimizer state and state.json; DIR/latest names it. The snapshot is written under a
  * temporary name and renamed, then `latest` is replaced atomically, then older snapshots go:
@@ -86,6 +223,10 @@ int checkpoint_save(tsl_model_t model, tsl_optimizer_t opt, const char *dir,
 int checkpoint_read(const char *dir, run_settings *settings, run_progress *progress, char *snapshot,
                     size_t size);
 
+/* ---- the commands: argv[1] is the command's name; each returns the exit code ---- */
+
+int command_info(int argc, char **argv);
+int command_demo(int argc, char **argv);
 int command_train(int argc, char **argv);
 int command_eval(int argc, char **argv);
 int command_plan(int argc, char **argv);

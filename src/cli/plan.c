@@ -99,53 +99,81 @@ static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t
     return 0;
 }
 
-int command_plan(int argc, char **argv)
+enum { OPT_RANKS = OPT_COMMAND_FIRST, OPT_WORKERS, OPT_OPTIMIZER };
+
+typedef struct plan_options {
+    const char *model, *data, *plan_text, *optimizer;
+    long ranks, batch, workers;
+} plan_options;
+
+/* tessel plan starts no StarPU: --ncpu is the workers of the ranks it plans for. */
+static int parse_plan_option(const cli_parser *parser, int id, const char *v)
 {
-    const char *model = "cnn", *data = NULL, *plan_text = NULL, *optimizer = "adam";
-    long ranks = 0, batch = 64, workers = 1;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage_plan(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "tessel plan: '%s' needs a value (or is unknown)\n", a);
-            usage_plan(stderr);
-            return EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        int bad = 0;
-        if (strcmp(a, "--model") == 0)
-            model = v;
-        else if (strcmp(a, "--data") == 0)
-            data = v;
-        else if (strcmp(a, "--plan") == 0)
-            plan_text = v;
-        else if (strcmp(a, "--ranks") == 0)
-            bad = parse_int_arg(v, 1, 1 << 20, &ranks);
-        else if (strcmp(a, "--batch") == 0)
-            bad = parse_int_arg(v, 1, 1L << 24, &batch);
-        else if (strcmp(a, "--ncpu") == 0)
-            bad = parse_int_arg(v, 1, 4096, &workers);
-        else if (strcmp(a, "--optimizer") == 0) {
-            bad = strcmp(v, "sgd") && strcmp(v, "adam");
-            optimizer = v;
-        } else {
-            fprintf(stderr, "tessel plan: unknown option '%s'\n", a);
-            usage_plan(stderr);
-            return EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "tessel plan: bad value '%s' for %s\n", v, a);
-            return EXIT_USAGE;
-        }
+    plan_options *o = parser->state;
+    int bad = 0;
+    switch (id) {
+    case OPT_MODEL:
+        o->model = v;
+        break;
+    case OPT_DATA:
+        o->data = v;
+        break;
+    case OPT_PLAN:
+        o->plan_text = v;
+        break;
+    case OPT_RANKS:
+        bad = parse_int_arg(v, 1, 1 << 20, &o->ranks);
+        break;
+    case OPT_BATCH:
+        bad = parse_int_arg(v, 1, 1L << 24, &o->batch);
+        break;
+    case OPT_WORKERS:
+        bad = parse_int_arg(v, 1, 4096, &o->workers);
+        break;
+    case OPT_OPTIMIZER:
+        bad = strcmp(v, "sgd") && strcmp(v, "adam");
+        o->optimizer = v;
+        break;
+    default:
+        return OPTION_UNKNOWN;
     }
-    if (!data) {
+    return bad ? OPTION_BAD_VALUE : OPTION_OK;
+}
+
+/* Parse the options; returns -1 to exit 0 (help), an exit code > 0, or 0. */
+static int parse_plan(int argc, char **argv, plan_options *o)
+{
+    static const struct option options[] = {{"help", no_argument, NULL, OPT_HELP},
+                                            {"model", required_argument, NULL, OPT_MODEL},
+                                            {"data", required_argument, NULL, OPT_DATA},
+                                            {"plan", required_argument, NULL, OPT_PLAN},
+                                            {"ranks", required_argument, NULL, OPT_RANKS},
+                                            {"batch", required_argument, NULL, OPT_BATCH},
+                                            {"ncpu", required_argument, NULL, OPT_WORKERS},
+                                            {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+                                            {0}};
+    *o = (plan_options){.model = "cnn", .optimizer = "adam", .batch = 64, .workers = 1};
+    cli_parser parser = {"tessel plan", options, usage_plan, NULL, parse_plan_option, o};
+    int code = cli_parse(&parser, argc, argv);
+    if (code)
+        return code;
+    if (!o->data) {
         fprintf(stderr, "tessel plan: --data is required\n");
         usage_plan(stderr);
         return EXIT_USAGE;
     }
+    return 0;
+}
+
+int command_plan(int argc, char **argv)
+{
+    plan_options o;
+    int parsed = parse_plan(argc, argv, &o);
+    if (parsed)
+        return parsed < 0 ? 0 : parsed;
+    const char *model = o.model, *data = o.data, *plan_text = o.plan_text;
+    const char *optimizer = o.optimizer;
+    long ranks = o.ranks, batch = o.batch, workers = o.workers;
     tsl_plan plan;
     if (plan_text && tsl_plan_parse(plan_text, &plan) != TSL_OK) {
         fprintf(stderr, "tessel plan: %s\n", tsl_last_error());

@@ -1,6 +1,6 @@
-/* tessel train and tessel eval: a zoo network on a dataset. Every rank takes part in every
- * step (the model's tile tasks span the ranks); rank 0 reads the data, prints and writes
- * files. */
+/* tessel train: a zoo network or model file trained on a dataset, with checkpoints
+ * (checkpoint.c) and metrics. Every rank takes part in every step (the model's tile tasks
+ * span the ranks); rank 0 reads the data, prints and writes files. */
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -12,33 +12,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-/* Options that decide a run's trajectory: given with --resume, they must match the
- * checkpoint; left out, they are taken from it. */
-enum {
-    SET_MODEL = 1 << 0,
-    SET_DATA = 1 << 1,
-    SET_BATCH = 1 << 2,
-    SET_OPTIMIZER = 1 << 3,
-    SET_LR = 1 << 4,
-    SET_MOMENTUM = 1 << 5,
-    SET_SEED = 1 << 6,
-    SET_SHUFFLE = 1 << 7,
-    SET_EPOCHS = 1 << 8
-};
-
-typedef struct train_options {
-    common_options common;
-    const char *model, *data, *optimizer, *load_params, *save_params, *metrics_json;
-    const char *checkpoint, *resume, *plan_text;
-    tsl_plan plan;
-    long epochs, batch, max_steps, checkpoint_every;
-    double lr, momentum;
-    unsigned long long seed;
-    int shuffle;
-    unsigned given; /* SET_* of the options on the command line */
-    int comm_stats, rank_report;
-} train_options;
 
 static void usage_train(FILE *out)
 {
@@ -109,141 +82,121 @@ static void usage_train(FILE *out)
         fprintf(out, "  %-8s %s\n", names[i], desc[i]);
 }
 
-static void usage_eval(FILE *out)
+enum {
+    OPT_EPOCHS = OPT_COMMAND_FIRST,
+    OPT_MAX_STEPS,
+    OPT_LR,
+    OPT_MOMENTUM,
+    OPT_OPTIMIZER,
+    OPT_SEED,
+    OPT_SHUFFLE,
+    OPT_SAVE_PARAMS,
+    OPT_METRICS_JSON,
+    OPT_CHECKPOINT,
+    OPT_CHECKPOINT_EVERY,
+    OPT_RESUME,
+    OPT_COMM_STATS,
+    OPT_RANK_REPORT
+};
+
+/* An option of tessel train's own (those it shares with tessel eval first). */
+static int parse_train_option(const cli_parser *parser, int id, const char *v)
 {
-    fprintf(out, "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
-                 "                   [--plan PLAN] [--ncpu N] [--sched NAME] [--spin]\n"
-                 "  loss and accuracy of saved parameters on the data's test split\n");
+    train_options *o = parser->state;
+    int got = parse_run_option(parser, id, v);
+    if (got != OPTION_UNKNOWN)
+        return got;
+    int bad = 0;
+    switch (id) {
+    case OPT_COMM_STATS:
+        o->comm_stats = 1;
+        o->common.config.comm_stats = 1;
+        return OPTION_OK;
+    case OPT_RANK_REPORT:
+        o->rank_report = 1;
+        return OPTION_OK;
+    case OPT_EPOCHS:
+        bad = parse_int_arg(v, 1, 1000000, &o->epochs);
+        o->given |= SET_EPOCHS;
+        break;
+    case OPT_MAX_STEPS:
+        bad = parse_int_arg(v, 1, 1L << 40, &o->max_steps);
+        break;
+    case OPT_LR:
+        bad = parse_double_arg(v, 1e-300, &o->lr);
+        o->given |= SET_LR;
+        break;
+    case OPT_MOMENTUM:
+        bad = parse_double_arg(v, 0, &o->momentum);
+        o->given |= SET_MOMENTUM;
+        break;
+    case OPT_OPTIMIZER:
+        bad = strcmp(v, "sgd") && strcmp(v, "adam");
+        o->optimizer = v;
+        o->given |= SET_OPTIMIZER;
+        break;
+    case OPT_SEED: {
+        char *end;
+        errno = 0;
+        o->seed = strtoull(v, &end, 10);
+        bad = end == v || *end || errno || *v == '-';
+        o->given |= SET_SEED;
+        break;
+    }
+    case OPT_SHUFFLE:
+        bad = strcmp(v, "on") && strcmp(v, "off");
+        o->shuffle = strcmp(v, "on") == 0;
+        o->given |= SET_SHUFFLE;
+        break;
+    case OPT_SAVE_PARAMS:
+        o->save_params = v;
+        break;
+    case OPT_METRICS_JSON:
+        o->metrics_json = v;
+        break;
+    case OPT_CHECKPOINT:
+        o->checkpoint = v;
+        break;
+    case OPT_CHECKPOINT_EVERY:
+        bad = parse_int_arg(v, 1, 1L << 40, &o->checkpoint_every);
+        break;
+    case OPT_RESUME:
+        o->resume = v;
+        break;
+    default:
+        return OPTION_UNKNOWN;
+    }
+    return bad ? OPTION_BAD_VALUE : OPTION_OK;
 }
 
-static int parse_double_arg(const char *text, double min, double *value)
+/* Parse and check the options; returns -1 to exit 0 (help), an exit code > 0, or 0. */
+static int parse_train(int argc, char **argv, train_options *o)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || *end || errno || !isfinite(v) || v < min)
-        return -1;
-    *value = v;
-    return 0;
-}
-
-/* Parse train/eval options; returns -1 to exit 0 (help), an exit code > 0, or 0. */
-static int parse_train(int argc, char **argv, train_options *o, int eval)
-{
-    memset(o, 0, sizeof *o);
-    tsl_context_config_init(&o->common.config);
-    o->model = "cnn";
-    o->optimizer = "adam";
-    o->epochs = 1;
-    o->batch = 64;
-    o->lr = -1;
-    o->momentum = 0.9;
-    o->seed = 1;
-    o->shuffle = 1;
-    const char *cmd = eval ? "tessel eval" : "tessel train";
-    void (*usage)(FILE *) = eval ? usage_eval : usage_train;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        int used = parse_common(argc, argv, &i, &o->common);
-        if (used < 0)
-            return EXIT_USAGE;
-        if (used)
-            continue;
-        if (!eval && strcmp(a, "--comm-stats") == 0) {
-            o->comm_stats = 1;
-            o->common.config.comm_stats = 1;
-            continue;
-        }
-        if (!eval && strcmp(a, "--rank-report") == 0) {
-            o->rank_report = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "%s: '%s' needs a value (or is unknown)\n", cmd, a);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        int bad = 0;
-        if (strcmp(a, "--model") == 0) {
-            o->model = v;
-            o->given |= SET_MODEL;
-        } else if (strcmp(a, "--data") == 0) {
-            o->data = v;
-            o->given |= SET_DATA;
-        } else if (strcmp(a, "--batch") == 0) {
-            bad = parse_int_arg(v, 1, 1L << 24, &o->batch);
-            o->given |= SET_BATCH;
-        } else if (strcmp(a, "--load-params") == 0)
-            o->load_params = v;
-        else if (strcmp(a, "--plan") == 0) {
-            if (tsl_plan_parse(v, &o->plan) != TSL_OK) {
-                fprintf(stderr, "%s: %s\n", cmd, tsl_last_error());
-                return EXIT_USAGE;
-            }
-            o->plan_text = v;
-        } else if (eval)
-            bad = 2;
-        else if (strcmp(a, "--epochs") == 0) {
-            bad = parse_int_arg(v, 1, 1000000, &o->epochs);
-            o->given |= SET_EPOCHS;
-        } else if (strcmp(a, "--max-steps") == 0)
-            bad = parse_int_arg(v, 1, 1L << 40, &o->max_steps);
-        else if (strcmp(a, "--lr") == 0) {
-            bad = parse_double_arg(v, 1e-300, &o->lr);
-            o->given |= SET_LR;
-        } else if (strcmp(a, "--momentum") == 0) {
-            bad = parse_double_arg(v, 0, &o->momentum);
-            o->given |= SET_MOMENTUM;
-        } else if (strcmp(a, "--optimizer") == 0) {
-            bad = strcmp(v, "sgd") && strcmp(v, "adam");
-            o->optimizer = v;
-            o->given |= SET_OPTIMIZER;
-        } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            bad = end == v || *end || errno || *v == '-';
-            o->given |= SET_SEED;
-        } else if (strcmp(a, "--shuffle") == 0) {
-            bad = strcmp(v, "on") && strcmp(v, "off");
-            o->shuffle = strcmp(v, "on") == 0;
-            o->given |= SET_SHUFFLE;
-        } else if (strcmp(a, "--save-params") == 0)
-            o->save_params = v;
-        else if (strcmp(a, "--metrics-json") == 0)
-            o->metrics_json = v;
-        else if (strcmp(a, "--checkpoint") == 0)
-            o->checkpoint = v;
-        else if (strcmp(a, "--checkpoint-every") == 0)
-            bad = parse_int_arg(v, 1, 1L << 40, &o->checkpoint_every);
-        else if (strcmp(a, "--resume") == 0)
-            o->resume = v;
-        else
-            bad = 2;
-        if (bad == 2) {
-            fprintf(stderr, "%s: unknown option '%s'\n", cmd, a);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "%s: bad value '%s' for %s\n", cmd, v, a);
-            return EXIT_USAGE;
-        }
-    }
-    if (!o->data && !o->resume) {
-        fprintf(stderr, "%s: --data is required\n", cmd);
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    if (eval && !o->load_params) {
-        fprintf(stderr, "%s: --load-params is required\n", cmd);
-        return EXIT_USAGE;
-    }
+    static const struct option options[] = {
+        CLI_HELP_OPTION,
+        CLI_COMMON_OPTIONS,
+        CLI_RUN_OPTIONS,
+        {"epochs", required_argument, NULL, OPT_EPOCHS},
+        {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+        {"lr", required_argument, NULL, OPT_LR},
+        {"momentum", required_argument, NULL, OPT_MOMENTUM},
+        {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"shuffle", required_argument, NULL, OPT_SHUFFLE},
+        {"save-params", required_argument, NULL, OPT_SAVE_PARAMS},
+        {"metrics-json", required_argument, NULL, OPT_METRICS_JSON},
+        {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+        {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+        {"resume", required_argument, NULL, OPT_RESUME},
+        {"comm-stats", no_argument, NULL, OPT_COMM_STATS},
+        {"rank-report", no_argument, NULL, OPT_RANK_REPORT},
+        {0}};
+    train_options_init(o);
+    cli_parser parser = {"tessel train", options, usage_train, &o->common, parse_train_option, o};
+    const char *cmd = parser.command;
+    int code = cli_parse(&parser, argc, argv);
+    if (code || (code = check_run_options(&parser, o)))
+        return code;
     if (o->momentum >= 1) {
         fprintf(stderr, "%s: --momentum must be below 1\n", cmd);
         return EXIT_USAGE;
@@ -259,22 +212,6 @@ static int parse_train(int argc, char **argv, train_options *o, int eval)
     if (o->lr < 0)
         o->lr = strcmp(o->optimizer, "sgd") == 0 ? 0.01 : 0.001;
     return 0;
-}
-
-/* Rank 0's status on every rank (a step only rank 0 can do: reading data, writing files). */
-static tsl_status agree(tsl_status st)
-{
-    int v = st;
-    MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return (tsl_status)v;
-}
-
-/* The worst status of any rank, on every rank. */
-static tsl_status agree_all(tsl_status st)
-{
-    int v = st, worst = 0;
-    MPI_Allreduce(&v, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return (tsl_status)worst;
 }
 
 static double now(void)
@@ -293,34 +230,6 @@ static void peak_memory(double *max_mib, double *rank0_mib)
     MPI_Reduce(&mine, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     *max_mib = max;
     *rank0_mib = mine;
-}
-
-/* Loss and accuracy over a whole split, in batches of `batch` (the last one may be smaller);
- * every rank reads its own tiles of each batch. */
-static tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info *info,
-                           int64_t batch, double *loss, double *accuracy)
-{
-    int64_t *idx = malloc(sizeof *idx * (size_t)batch);
-    tsl_status st = agree_all(idx ? TSL_OK : TSL_ERR_OUT_OF_MEMORY);
-    double loss_sum = 0;
-    int64_t hits = 0;
-    for (int64_t first = 0; first < info->samples && !st; first += batch) {
-        int64_t count = info->samples - first < batch ? info->samples - first : batch;
-        for (int64_t i = 0; i < count; i++)
-            idx[i] = first + i;
-        double l = 0;
-        int64_t c = 0;
-        if ((st = tsl_model_evaluate_read(model, ds, count, idx, &l, &c)))
-            break;
-        loss_sum += l * (double)count;
-        hits += c;
-    }
-    free(idx);
-    if (!st) {
-        *loss = loss_sum / (double)info->samples;
-        *accuracy = (double)hits / (double)(info->samples * info->label_numel);
-    }
-    return st;
 }
 
 /* One progress line: a bar on a terminal (rewritten in place), plain lines otherwise. */
@@ -408,90 +317,6 @@ static int write_metrics_to(FILE *f, const void *arg)
     return 0;
 }
 
-/* Context, datasets (every rank opens them: each needs the shapes; only rank 0 reads
- * batches) and the model. */
-typedef struct session {
-    tsl_context_t ctx;
-    tsl_dataset_t train, test;
-    tsl_dataset_info train_info, test_info;
-    tsl_model_t model;
-} session;
-
-static void session_end(session *s)
-{
-    tsl_model_destroy(s->model);
-    tsl_dataset_destroy(s->train);
-    tsl_dataset_destroy(s->test);
-    if (s->ctx)
-        tsl_context_destroy(s->ctx);
-}
-
-static int session_context(session *s, const train_options *o)
-{
-    memset(s, 0, sizeof *s);
-    tsl_status st = tsl_context_create(&s->ctx, &o->common.config);
-    if (st)
-        return fail(st, "starting StarPU");
-    tsl_context_rank(s->ctx, &rank_of_process);
-    return 0;
-}
-
-/* Give the graph the stages the plan cuts it into for this run's batch and optimizer (the
- * model alone would split for one sample and Adam; stages the graph has are kept). */
-static tsl_status set_stages(tsl_graph_t g, const train_options *o)
-{
-    int32_t n = tsl_graph_op_count(g), states = strcmp(o->optimizer, "adam") == 0 ? 2
-                                                : o->momentum > 0                 ? 1
-                                                                                  : 0;
-    int32_t *stage = calloc((size_t)n + 1, sizeof *stage);
-    if (!stage)
-        return TSL_ERR_OUT_OF_MEMORY;
-    tsl_status st = tsl_plan_stages(&o->plan, g, o->batch, states, stage);
-    for (int32_t i = 0; i < n && !st; i++) {
-        int32_t out;
-        if (!(st = tsl_graph_op_info(g, i, NULL, NULL, &out)))
-            st = tsl_graph_set_stage(g, out, stage[i]);
-    }
-    free(stage);
-    return st;
-}
-
-static int session_open(session *s, const train_options *o, int need_train)
-{
-    tsl_status st = TSL_OK;
-    if ((need_train && (st = tsl_dataset_open(&s->train, o->data, TSL_SPLIT_TRAIN))) ||
-        (!st && (st = tsl_dataset_open(&s->test, o->data, TSL_SPLIT_TEST))))
-        return fail(st, "opening the data");
-    if (s->train)
-        tsl_dataset_get_info(s->train, &s->train_info);
-    tsl_dataset_get_info(s->test, &s->test_info);
-    const tsl_dataset_info *info = s->train ? &s->train_info : &s->test_info;
-    tsl_graph_t g;
-    if ((st = tsl_model_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims,
-                              info->classes, &g)))
-        return fail(st, "building the model");
-    tsl_shape out;
-    tsl_graph_value_shape(g, tsl_graph_output(g), &out);
-    if (out.ndim - 1 != info->label_shape.ndim) {
-        tsl_graph_destroy(g);
-        fprintf(stderr, "tessel: model '%s' is a %s network but the data has %s labels\n", o->model,
-                out.ndim == 1 ? "classification" : "segmentation",
-                info->label_shape.ndim ? "per-voxel" : "per-sample");
-        return EXIT_USAGE;
-    }
-    if (o->plan_text && o->plan.stages > 1 && (st = set_stages(g, o))) {
-        tsl_graph_destroy(g);
-        return fail(st, "splitting the model into stages");
-    }
-    st = tsl_model_create_plan(&s->model, s->ctx, g, o->seed, o->plan_text ? &o->plan : NULL);
-    tsl_graph_destroy(g);
-    if (st)
-        return fail(st, "creating the model");
-    if (o->load_params && (st = tsl_model_load_params(s->model, o->load_params)))
-        return fail(st, "loading parameters");
-    return 0;
-}
-
 /* Take the trajectory settings the command line left out from the checkpoint; those given
  * must match it (--epochs may differ: it extends or shortens the run). */
 static int merge_resumed(train_options *o, const run_settings *r)
@@ -563,297 +388,379 @@ static tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, ts
     return tsl_optimizer_create_adam(opt, ctx, &c);
 }
 
-int command_train(int argc, char **argv)
-{
+/* A training run: its options, context, data and model, what its checkpoints keep (settings
+ * and progress), and what this process alone keeps (per-step losses and times, the epoch's
+ * sample order). */
+typedef struct train_run {
     train_options o;
-    int code = parse_train(argc, argv, &o, 0);
-    if (code)
-        return code < 0 ? 0 : code;
     session s;
-    run_settings resumed, settings;
+    run_settings resumed, settings; /* resumed: the checkpoint's (o's strings may point there) */
     run_progress p;
-    memset(&p, 0, sizeof p);
+    tsl_optimizer_t opt;
     char snapshot[4096];
-    double *losses = NULL, *step_secs = NULL; /* per step: the loss, the wall time */
-    int64_t nlosses = 0, first_step = 0;
-    tsl_status st = TSL_OK;
-    tsl_optimizer_t opt = NULL;
-    int64_t *order = NULL;   /* the epoch's sample order */
-    int64_t metrics_cap = 0; /* entries of p.epochs whose `ranks` may need freeing */
-    if ((code = session_context(&s, &o)))
-        goto end;
-    if (o.resume && ((code = checkpoint_read(o.resume, &resumed, &p, snapshot, sizeof snapshot)) ||
-                     (code = merge_resumed(&o, &resumed))))
-        goto end;
-    if ((code = session_open(&s, &o, 1)))
-        goto end;
-    int rank = rank_of_process, nranks = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    int64_t steps_per_epoch = s.train_info.samples / o.batch;
-    if (steps_per_epoch < 1) {
+    double *losses, *step_secs; /* per step: the loss, the wall time */
+    int64_t nlosses, losses_cap, first_step;
+    int64_t *order;      /* the epoch's sample order */
+    int64_t metrics_cap; /* entries of p.epochs whose `ranks` may need freeing */
+    int64_t steps_per_epoch;
+    int rank, nranks, tty;
+} train_run;
+
+/* Context, checkpoint (with --resume), data, model, room for the metrics, optimizer. Returns an
+ * exit code (message printed). */
+static int train_start(train_run *r)
+{
+    train_options *o = &r->o;
+    run_progress *p = &r->p;
+    int code;
+    tsl_status st;
+    if ((code = session_context(&r->s, o)))
+        return code;
+    if (o->resume &&
+        ((code = checkpoint_read(o->resume, &r->resumed, p, r->snapshot, sizeof r->snapshot)) ||
+         (code = merge_resumed(o, &r->resumed))))
+        return code;
+    if ((code = session_open(&r->s, o, 1)))
+        return code;
+    r->rank = rank_of_process;
+    r->nranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &r->nranks);
+    r->steps_per_epoch = r->s.train_info.samples / o->batch;
+    if (r->steps_per_epoch < 1) {
         fprintf(stderr,
                 "tessel train: the training split has %lld samples, fewer than one "
                 "batch of %ld\n",
-                (long long)s.train_info.samples, o.batch);
-        code = EXIT_USAGE;
-        goto end;
+                (long long)r->s.train_info.samples, o->batch);
+        return EXIT_USAGE;
     }
-    if (p.batch >= steps_per_epoch) {
+    if (p->batch >= r->steps_per_epoch) {
         fprintf(stderr, "tessel train: the checkpoint stands at batch %lld of an epoch of %lld\n",
-                (long long)p.batch, (long long)steps_per_epoch);
-        code = 1;
-        goto end;
+                (long long)p->batch, (long long)r->steps_per_epoch);
+        return 1;
     }
     /* Room for every epoch's metrics (a resumed run may go on for more epochs). */
-    int64_t cap = o.epochs > p.nepochs ? o.epochs : p.nepochs;
-    epoch_metrics *grown = realloc(p.epochs, (size_t)(cap + 1) * sizeof *grown);
-    if (!grown) {
-        code = fail(TSL_ERR_OUT_OF_MEMORY, "allocating metrics");
-        goto end;
-    }
-    memset(grown + p.nepochs, 0, (size_t)(cap + 1 - p.nepochs) * sizeof *grown);
-    p.epochs = grown;
-    metrics_cap = cap + 1;
-    settings_of(&o, &settings);
-    if ((st = create_optimizer(&o, s.ctx, &opt))) {
-        code = fail(st, "creating the optimizer");
-        goto end;
-    }
-    if (o.resume && (st = tsl_model_load_checkpoint(s.model, opt, snapshot))) {
-        code = fail(st, "resuming from the checkpoint");
-        goto end;
-    }
-    int tty = rank == 0 && isatty(fileno(stdout));
-    if (rank == 0) {
-        int32_t ranks, ncpu;
-        tsl_context_size(s.ctx, &ranks);
-        tsl_context_worker_count(s.ctx, TSL_WORKER_CPU, &ncpu);
-        printf("tessel train: model %s, data %s (%lld training, %lld test samples), %d ranks x "
-               "%d CPU workers, %s lr %g, batch %ld, seed %llu\n",
-               o.model, o.data, (long long)s.train_info.samples, (long long)s.test_info.samples,
-               (int)ranks, (int)ncpu, o.optimizer, o.lr, o.batch, o.seed);
-        if (o.plan_text) {
-            char text[160];
-            tsl_plan_format(&o.plan, text, sizeof text);
-            printf("plan %s\n", text);
-        }
-        if (o.resume)
-            printf("resuming from %s: epoch %lld, step %lld of the epoch, %lld steps taken\n",
-                   snapshot, (long long)p.epoch + 1, (long long)p.batch, (long long)p.steps);
-        fflush(stdout);
-    }
-    first_step = p.steps;
-    int64_t losses_cap = 0;
-    int stop = o.max_steps && p.steps >= o.max_steps;
-    while (p.epoch < o.epochs && !stop) {
-        /* Every rank knows the epoch's order and reads its own tiles of each batch. */
-        if (!order && !(order = malloc((size_t)s.train_info.samples * sizeof *order)))
-            st = TSL_ERR_OUT_OF_MEMORY;
-        if (!st)
-            st = tsl_dataset_epoch_order(order, s.train_info.samples, o.seed, p.epoch, o.shuffle);
-        if ((st = agree_all(st))) {
-            code = fail(st, "ordering the epoch's samples");
-            goto end;
-        }
-        double t0 = now() - p.seconds, last_print = 0;
-        int64_t e = p.epoch, steps_here = 0, sent0 = 0, recv0 = 0;
-        double exec = 0, alive = 0;
-        if (o.comm_stats && ((st = tsl_context_wait(s.ctx)) ||
-                             (st = tsl_context_worker_seconds(s.ctx, &exec, &alive)) ||
-                             (st = tsl_context_comm_bytes(s.ctx, &sent0, &recv0)))) {
-            code = fail(st, "reading communication statistics");
-            goto end;
-        }
-        while (p.batch < steps_per_epoch) {
-            double loss = 0, step_start = now();
-            int64_t correct = 0;
-            if ((st = tsl_model_train_step_read(s.model, s.train, o.batch,
-                                                order + p.batch * o.batch, opt, &loss, &correct))) {
-                code = fail(st, "a training step");
-                goto end;
-            }
-            if (nlosses == losses_cap) {
-                losses_cap = losses_cap ? 2 * losses_cap : 1024;
-                double *more = realloc(losses, (size_t)losses_cap * sizeof *more);
-                if (more)
-                    losses = more;
-                double *more_secs =
-                    more ? realloc(step_secs, (size_t)losses_cap * sizeof *more) : NULL;
-                if (!more_secs) {
-                    code = fail(TSL_ERR_OUT_OF_MEMORY, "recording losses");
-                    goto end;
-                }
-                step_secs = more_secs;
-            }
-            step_secs[nlosses] = now() - step_start; /* the step returns with its loss */
-            losses[nlosses++] = loss;
-            p.loss_sum += loss;
-            p.hits += correct;
-            p.seen += o.batch;
-            p.steps++;
-            p.batch++;
-            steps_here++;
-            stop = o.max_steps && p.steps >= o.max_steps;
-            double t = now() - t0;
-            int last = p.batch == steps_per_epoch || stop;
-            if (rank == 0 && (last || (tty ? t - last_print > 0.2
-                                           : p.batch % (steps_per_epoch / 10 + 1) == 0))) {
-                last_print = t;
-                double rate = (double)p.seen / t;
-                progress(tty, e + 1, o.epochs, p.batch, steps_per_epoch,
-                         p.loss_sum / (double)(p.seen / o.batch), rate,
-                         (double)(steps_per_epoch - p.batch) * (double)o.batch / rate);
-            }
-            int every = o.checkpoint_every && p.steps % o.checkpoint_every == 0;
-            if (o.checkpoint && p.batch < steps_per_epoch && (every || stop)) {
-                /* Mid-epoch: the epoch's partial sums travel with the checkpoint. */
-                p.seconds = now() - t0;
-                if ((code = checkpoint_save(s.model, opt, o.checkpoint, &settings, &p)))
-                    goto end;
-            }
-            if (stop)
-                break;
-        }
-        epoch_metrics *m = &p.epochs[e];
-        m->sent_per_step = m->received_per_step = m->busy = -1;
-        double row[RANK_FIELDS] = {0, 0, 0, -1, -1, 0};
-        if (o.comm_stats) { /* the busiest rank's traffic per step, evaluation left out */
-            int64_t sent1, recv1;
-            if ((st = tsl_context_wait(s.ctx)) ||
-                (st = tsl_context_worker_seconds(s.ctx, &exec, &alive)) ||
-                (st = tsl_context_comm_bytes(s.ctx, &sent1, &recv1))) {
-                code = fail(st, "reading communication statistics");
-                goto end;
-            }
-            double times[2] = {exec, alive}, sums[2];
-            MPI_Allreduce(times, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            m->busy = sums[1] > 0 ? sums[0] / sums[1] : 0;
-            double mine[2] = {(double)(sent1 - sent0) / (double)steps_here,
-                              (double)(recv1 - recv0) / (double)steps_here},
-                   most[2];
-            row[3] = mine[0];
-            row[4] = mine[1];
-            MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            m->sent_per_step = most[0];
-            m->received_per_step = most[1];
-        }
-        m->seconds = now() - t0;
-        m->samples_per_second = (double)p.seen / m->seconds;
-        m->train_loss = p.loss_sum / (double)(p.seen / o.batch);
-        m->train_accuracy = (double)p.hits / (double)(p.seen * s.train_info.label_numel);
-        if ((st = evaluate(s.model, s.test, &s.test_info, o.batch, &m->test_loss,
-                           &m->test_accuracy))) {
-            code = fail(st, "evaluating");
-            goto end;
-        }
-        double rank0_mib;
-        peak_memory(&m->peak_mib, &rank0_mib);
-        int64_t owned = 0;
-        tsl_context_owned_bytes(s.ctx, &owned);
-        int64_t buffers = 0, buffers_most = 0, cached = 0, cached_most = 0;
-        tsl_context_buffer_bytes(s.ctx, &buffers, &buffers_most);
-        tsl_context_cached_bytes(s.ctx, &cached, &cached_most);
-        double mine[3] = {(double)owned / 1048576.0, (double)buffers_most / 1048576.0,
-                          (double)cached_most / 1048576.0},
-               most[3];
-        MPI_Allreduce(mine, most, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        m->owned_mib = most[0];
-        m->buffer_peak_mib = most[1];
-        m->cached_peak_mib = most[2];
-        row[0] = rank0_mib; /* this rank's own peak */
-        row[1] = mine[0];
-        row[2] = mine[1];
-        row[5] = mine[2];
-        if (rank == 0)
-            m->ranks = malloc(sizeof *m->ranks * RANK_FIELDS * (size_t)nranks);
-        if ((st = agree(rank == 0 && !m->ranks ? TSL_ERR_OUT_OF_MEMORY : TSL_OK))) {
-            code = fail(st, "gathering per-rank metrics");
-            goto end;
-        }
-        MPI_Gather(row, RANK_FIELDS, MPI_DOUBLE, m->ranks, RANK_FIELDS, MPI_DOUBLE, 0,
-                   MPI_COMM_WORLD);
-        if (rank == 0) {
-            if (tty)
-                printf("\n");
-            printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
-                   "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB, buffers at "
-                   "most %.1f MiB, remote copies at most %.1f MiB)",
-                   (long long)e + 1, o.epochs, p.batch < steps_per_epoch ? " (stopped early)" : "",
-                   m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy,
-                   m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
-                   m->cached_peak_mib);
-            if (m->sent_per_step >= 0)
-                printf(", per step %.2f MiB sent, %.2f MiB received, workers busy %.0f%%",
-                       m->sent_per_step / 1048576.0, m->received_per_step / 1048576.0,
-                       100 * m->busy);
-            printf(" (largest rank)\n");
-            for (int r = 0; o.rank_report && r < nranks; r++) {
-                const double *v = m->ranks + (size_t)r * RANK_FIELDS;
-                printf("  rank %d: peak memory %.0f MiB, tiles %.1f MiB, buffers at most %.1f MiB, "
-                       "remote copies at most %.1f MiB",
-                       r, v[0], v[1], v[2], v[5]);
-                if (v[3] >= 0)
-                    printf(", per step %.2f MiB sent, %.2f MiB received", v[3] / 1048576.0,
-                           v[4] / 1048576.0);
-                printf("\n");
-            }
-            fflush(stdout);
-        }
-        p.nepochs = e + 1;
-        if (p.batch < steps_per_epoch)
-            break; /* stopped by --max-steps: the checkpoint keeps the epoch open */
-        p.epoch++;
-        p.batch = 0;
-        p.loss_sum = p.seconds = 0;
-        p.hits = p.seen = 0;
-        if (o.checkpoint && (code = checkpoint_save(s.model, opt, o.checkpoint, &settings, &p)))
-            goto end;
-    }
-    if (o.save_params && (st = tsl_model_save_params(s.model, o.save_params))) {
-        code = fail(st, "saving parameters");
-        goto end;
-    }
-    if (o.metrics_json) {
-        metrics_file mf = {&o,      p.epochs, p.nepochs, p.steps, first_step,
-                           nlosses, losses,   step_secs, nranks};
-        int bad = rank == 0 && write_file_atomic(o.metrics_json, write_metrics_to, &mf);
-        if ((st = agree(bad ? TSL_ERR_IO : TSL_OK))) {
-            fprintf(stderr, "tessel train: cannot write '%s'\n", o.metrics_json);
-            code = 1;
-            goto end;
-        }
-    }
-end:
-    for (int64_t k = 0; k < metrics_cap; k++)
-        free(p.epochs[k].ranks);
-    free(p.epochs);
-    free(losses);
-    free(step_secs);
-    free(order);
-    tsl_optimizer_destroy(opt);
-    session_end(&s);
-    return code;
+    int64_t cap = o->epochs > p->nepochs ? o->epochs : p->nepochs;
+    epoch_metrics *grown = realloc(p->epochs, (size_t)(cap + 1) * sizeof *grown);
+    if (!grown)
+        return fail(TSL_ERR_OUT_OF_MEMORY, "allocating metrics");
+    memset(grown + p->nepochs, 0, (size_t)(cap + 1 - p->nepochs) * sizeof *grown);
+    p->epochs = grown;
+    r->metrics_cap = cap + 1;
+    settings_of(o, &r->settings);
+    if ((st = create_optimizer(o, r->s.ctx, &r->opt)))
+        return fail(st, "creating the optimizer");
+    if (o->resume && (st = tsl_model_load_checkpoint(r->s.model, r->opt, r->snapshot)))
+        return fail(st, "resuming from the checkpoint");
+    r->tty = r->rank == 0 && isatty(fileno(stdout));
+    return 0;
 }
 
-int command_eval(int argc, char **argv)
+/* Rank 0: what is trained on what, the plan, and where a resumed run stands. */
+static void print_start(const train_run *r)
 {
-    train_options o;
-    int code = parse_train(argc, argv, &o, 1);
+    const train_options *o = &r->o;
+    const run_progress *p = &r->p;
+    int32_t ranks, ncpu;
+    tsl_context_size(r->s.ctx, &ranks);
+    tsl_context_worker_count(r->s.ctx, TSL_WORKER_CPU, &ncpu);
+    printf("tessel train: model %s, data %s (%lld training, %lld test samples), %d ranks x "
+           "%d CPU workers, %s lr %g, batch %ld, seed %llu\n",
+           o->model, o->data, (long long)r->s.train_info.samples, (long long)r->s.test_info.samples,
+           (int)ranks, (int)ncpu, o->optimizer, o->lr, o->batch, o->seed);
+    if (o->plan_text) {
+        char text[160];
+        tsl_plan_format(&o->plan, text, sizeof text);
+        printf("plan %s\n", text);
+    }
+    if (o->resume)
+        printf("resuming from %s: epoch %lld, step %lld of the epoch, %lld steps taken\n",
+               r->snapshot, (long long)p->epoch + 1, (long long)p->batch, (long long)p->steps);
+    fflush(stdout);
+}
+
+/* Keep a step's loss and its wall time since `step_start`. Returns an exit code. */
+static int record_step(train_run *r, double loss, double step_start)
+{
+    if (r->nlosses == r->losses_cap) {
+        r->losses_cap = r->losses_cap ? 2 * r->losses_cap : 1024;
+        double *more = realloc(r->losses, (size_t)r->losses_cap * sizeof *more);
+        if (more)
+            r->losses = more;
+        double *more_secs =
+            more ? realloc(r->step_secs, (size_t)r->losses_cap * sizeof *more) : NULL;
+        if (!more_secs)
+            return fail(TSL_ERR_OUT_OF_MEMORY, "recording losses");
+        r->step_secs = more_secs;
+    }
+    r->step_secs[r->nlosses] = now() - step_start; /* the step returns with its loss */
+    r->losses[r->nlosses++] = loss;
+    return 0;
+}
+
+/* The steps of the current epoch from its next batch, until its end or --max-steps (*stop),
+ * with progress lines and mid-epoch checkpoints. Returns an exit code. */
+static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
+{
+    const train_options *o = &r->o;
+    run_progress *p = &r->p;
+    int64_t e = p->epoch, steps_per_epoch = r->steps_per_epoch;
+    double last_print = 0;
+    int code;
+    while (p->batch < steps_per_epoch) {
+        double loss = 0, step_start = now();
+        int64_t correct = 0;
+        tsl_status st =
+            tsl_model_train_step_read(r->s.model, r->s.train, o->batch,
+                                      r->order + p->batch * o->batch, r->opt, &loss, &correct);
+        if (st)
+            return fail(st, "a training step");
+        if ((code = record_step(r, loss, step_start)))
+            return code;
+        p->loss_sum += loss;
+        p->hits += correct;
+        p->seen += o->batch;
+        p->steps++;
+        p->batch++;
+        (*steps_here)++;
+        *stop = o->max_steps && p->steps >= o->max_steps;
+        double t = now() - t0;
+        int last = p->batch == steps_per_epoch || *stop;
+        if (r->rank == 0 && (last || (r->tty ? t - last_print > 0.2
+                                             : p->batch % (steps_per_epoch / 10 + 1) == 0))) {
+            last_print = t;
+            double rate = (double)p->seen / t;
+            progress(r->tty, e + 1, o->epochs, p->batch, steps_per_epoch,
+                     p->loss_sum / (double)(p->seen / o->batch), rate,
+                     (double)(steps_per_epoch - p->batch) * (double)o->batch / rate);
+        }
+        int every = o->checkpoint_every && p->steps % o->checkpoint_every == 0;
+        if (o->checkpoint && p->batch < steps_per_epoch && (every || *stop)) {
+            /* Mid-epoch: the epoch's partial sums travel with the checkpoint. */
+            p->seconds = now() - t0;
+            if ((code = checkpoint_save(r->s.model, r->opt, o->checkpoint, &r->settings, p)))
+                return code;
+        }
+        if (*stop)
+            break;
+    }
+    return 0;
+}
+
+/* With --comm-stats, at the start of an epoch: the bytes moved so far (the workers' times
+ * are read to start their count afresh). Returns an exit code. */
+static int traffic_start(train_run *r, int64_t *sent0, int64_t *recv0)
+{
+    double exec = 0, alive = 0;
+    tsl_status st;
+    if ((st = tsl_context_wait(r->s.ctx)) ||
+        (st = tsl_context_worker_seconds(r->s.ctx, &exec, &alive)) ||
+        (st = tsl_context_comm_bytes(r->s.ctx, sent0, recv0)))
+        return fail(st, "reading communication statistics");
+    return 0;
+}
+
+/* With --comm-stats, at the end of an epoch's steps: the busiest rank's traffic per step
+ * (evaluation left out) and the workers' busy fraction into m, this rank's traffic into
+ * row[3] and row[4]. Returns an exit code. */
+static int traffic_end(train_run *r, epoch_metrics *m, double *row, int64_t sent0, int64_t recv0,
+                       int64_t steps_here)
+{
+    int64_t sent1, recv1;
+    double exec = 0, alive = 0;
+    tsl_status st;
+    if ((st = tsl_context_wait(r->s.ctx)) ||
+        (st = tsl_context_worker_seconds(r->s.ctx, &exec, &alive)) ||
+        (st = tsl_context_comm_bytes(r->s.ctx, &sent1, &recv1)))
+        return fail(st, "reading communication statistics");
+    double times[2] = {exec, alive}, sums[2];
+    MPI_Allreduce(times, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    m->busy = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    double mine[2] = {(double)(sent1 - sent0) / (double)steps_here,
+                      (double)(recv1 - recv0) / (double)steps_here},
+           most[2];
+    row[3] = mine[0];
+    row[4] = mine[1];
+    MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    m->sent_per_step = most[0];
+    m->received_per_step = most[1];
+    return 0;
+}
+
+/* Rank 0: an epoch's summary line, and with --rank-report a line per rank. */
+static void print_epoch(const train_run *r, int64_t e, const epoch_metrics *m)
+{
+    const train_options *o = &r->o;
+    if (r->tty)
+        printf("\n");
+    printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
+           "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB, buffers at "
+           "most %.1f MiB, remote copies at most %.1f MiB)",
+           (long long)e + 1, o->epochs, r->p.batch < r->steps_per_epoch ? " (stopped early)" : "",
+           m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy, m->seconds,
+           m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
+           m->cached_peak_mib);
+    if (m->sent_per_step >= 0)
+        printf(", per step %.2f MiB sent, %.2f MiB received, workers busy %.0f%%",
+               m->sent_per_step / 1048576.0, m->received_per_step / 1048576.0, 100 * m->busy);
+    printf(" (largest rank)\n");
+    for (int k = 0; o->rank_report && k < r->nranks; k++) {
+        const double *v = m->ranks + (size_t)k * RANK_FIELDS;
+        printf("  rank %d: peak memory %.0f MiB, tiles %.1f MiB, buffers at most %.1f MiB, "
+               "remote copies at most %.1f MiB",
+               k, v[0], v[1], v[2], v[5]);
+        if (v[3] >= 0)
+            printf(", per step %.2f MiB sent, %.2f MiB received", v[3] / 1048576.0,
+                   v[4] / 1048576.0);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* After epoch e's steps: its metrics (traffic, losses, test evaluation, memory of every
+ * rank, gathered on rank 0), and its summary. Returns an exit code. */
+static int finish_epoch(train_run *r, int64_t e, double t0, int64_t sent0, int64_t recv0,
+                        int64_t steps_here)
+{
+    const train_options *o = &r->o;
+    const run_progress *p = &r->p;
+    epoch_metrics *m = &r->p.epochs[e];
+    int code;
+    tsl_status st;
+    m->sent_per_step = m->received_per_step = m->busy = -1;
+    double row[RANK_FIELDS] = {0, 0, 0, -1, -1, 0};
+    if (o->comm_stats && (code = traffic_end(r, m, row, sent0, recv0, steps_here)))
+        return code;
+    m->seconds = now() - t0;
+    m->samples_per_second = (double)p->seen / m->seconds;
+    m->train_loss = p->loss_sum / (double)(p->seen / o->batch);
+    m->train_accuracy = (double)p->hits / (double)(p->seen * r->s.train_info.label_numel);
+    if ((st = evaluate(r->s.model, r->s.test, &r->s.test_info, o->batch, &m->test_loss,
+                       &m->test_accuracy)))
+        return fail(st, "evaluating");
+    double rank0_mib;
+    peak_memory(&m->peak_mib, &rank0_mib);
+    int64_t owned = 0;
+    tsl_context_owned_bytes(r->s.ctx, &owned);
+    int64_t buffers = 0, buffers_most = 0, cached = 0, cached_most = 0;
+    tsl_context_buffer_bytes(r->s.ctx, &buffers, &buffers_most);
+    tsl_context_cached_bytes(r->s.ctx, &cached, &cached_most);
+    double mine[3] = {(double)owned / 1048576.0, (double)buffers_most / 1048576.0,
+                      (double)cached_most / 1048576.0},
+           most[3];
+    MPI_Allreduce(mine, most, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    m->owned_mib = most[0];
+    m->buffer_peak_mib = most[1];
+    m->cached_peak_mib = most[2];
+    row[0] = rank0_mib; /* this rank's own peak */
+    row[1] = mine[0];
+    row[2] = mine[1];
+    row[5] = mine[2];
+    if (r->rank == 0)
+        m->ranks = malloc(sizeof *m->ranks * RANK_FIELDS * (size_t)r->nranks);
+    if ((st = agree(r->rank == 0 && !m->ranks ? TSL_ERR_OUT_OF_MEMORY : TSL_OK)))
+        return fail(st, "gathering per-rank metrics");
+    MPI_Gather(row, RANK_FIELDS, MPI_DOUBLE, m->ranks, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (r->rank == 0)
+        print_epoch(r, e, m);
+    return 0;
+}
+
+/* One epoch from where the run stands: its order, its steps (until --max-steps: *stop), its
+ * metrics. Returns an exit code. */
+static int train_epoch(train_run *r, int *stop)
+{
+    const train_options *o = &r->o;
+    run_progress *p = &r->p;
+    int code;
+    tsl_status st = TSL_OK;
+    /* Every rank knows the epoch's order and reads its own tiles of each batch. */
+    if (!r->order && !(r->order = malloc((size_t)r->s.train_info.samples * sizeof *r->order)))
+        st = TSL_ERR_OUT_OF_MEMORY;
+    if (!st)
+        st = tsl_dataset_epoch_order(r->order, r->s.train_info.samples, o->seed, p->epoch,
+                                     o->shuffle);
+    if ((st = agree_all(st)))
+        return fail(st, "ordering the epoch's samples");
+    double t0 = now() - p->seconds;
+    int64_t e = p->epoch, steps_here = 0, sent0 = 0, recv0 = 0;
+    if (o->comm_stats && (code = traffic_start(r, &sent0, &recv0)))
+        return code;
+    if ((code = run_steps(r, t0, &steps_here, stop)) ||
+        (code = finish_epoch(r, e, t0, sent0, recv0, steps_here)))
+        return code;
+    p->nepochs = e + 1;
+    return 0;
+}
+
+/* The epochs up to --epochs or --max-steps, with a checkpoint after each whole one. Returns
+ * an exit code. */
+static int train_epochs(train_run *r)
+{
+    const train_options *o = &r->o;
+    run_progress *p = &r->p;
+    int code;
+    int stop = o->max_steps && p->steps >= o->max_steps;
+    while (p->epoch < o->epochs && !stop) {
+        if ((code = train_epoch(r, &stop)))
+            return code;
+        if (p->batch < r->steps_per_epoch)
+            break; /* stopped by --max-steps: the checkpoint keeps the epoch open */
+        p->epoch++;
+        p->batch = 0;
+        p->loss_sum = p->seconds = 0;
+        p->hits = p->seen = 0;
+        if (o->checkpoint &&
+            (code = checkpoint_save(r->s.model, r->opt, o->checkpoint, &r->settings, p)))
+            return code;
+    }
+    return 0;
+}
+
+/* --save-params and --metrics-json. Returns an exit code. */
+static int train_finish(train_run *r)
+{
+    const train_options *o = &r->o;
+    tsl_status st;
+    if (o->save_params && (st = tsl_model_save_params(r->s.model, o->save_params)))
+        return fail(st, "saving parameters");
+    if (o->metrics_json) {
+        metrics_file mf = {o,          r->p.epochs, r->p.nepochs, r->p.steps, r->first_step,
+                           r->nlosses, r->losses,   r->step_secs, r->nranks};
+        int bad = r->rank == 0 && write_file_atomic(o->metrics_json, write_metrics_to, &mf);
+        if ((st = agree(bad ? TSL_ERR_IO : TSL_OK))) {
+            fprintf(stderr, "tessel train: cannot write '%s'\n", o->metrics_json);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void train_end(train_run *r)
+{
+    for (int64_t k = 0; k < r->metrics_cap; k++)
+        free(r->p.epochs[k].ranks);
+    free(r->p.epochs);
+    free(r->losses);
+    free(r->step_secs);
+    free(r->order);
+    tsl_optimizer_destroy(r->opt);
+    session_end(&r->s);
+}
+
+int command_train(int argc, char **argv)
+{
+    train_run r;
+    memset(&r, 0, sizeof r);
+    int code = parse_train(argc, argv, &r.o);
     if (code)
         return code < 0 ? 0 : code;
-    session s;
-    if ((code = session_context(&s, &o)) || (code = session_open(&s, &o, 0))) {
-        session_end(&s);
-        return code;
+    if (!(code = train_start(&r))) {
+        if (r.rank == 0)
+            print_start(&r);
+        r.first_step = r.p.steps;
+        if (!(code = train_epochs(&r)))
+            code = train_finish(&r);
     }
-    double loss = 0, accuracy = 0;
-    tsl_status st = evaluate(s.model, s.test, &s.test_info, o.batch, &loss, &accuracy);
-    if (st)
-        code = fail(st, "evaluating");
-    else if (rank_of_process == 0)
-        printf("tessel eval: model %s, data %s: test loss %.4f, accuracy %.2f%% (%lld "
-               "samples)\n",
-               o.model, o.data, loss, 100 * accuracy, (long long)s.test_info.samples);
-    session_end(&s);
+    train_end(&r);
     return code;
 }

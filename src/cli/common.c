@@ -1,0 +1,374 @@
+/* What the commands of tessel share (cli.h): option parsing through getopt_long, failure
+ * reports, the options, context, data and model of tessel train and tessel eval, evaluation,
+ * agreement between ranks, and files written whole. */
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+int32_t rank_of_process;
+
+/* ---- option parsing ---- */
+
+int parse_int_arg(const char *text, long min, long max, long *value)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || errno || v < min || v > max)
+        return -1;
+    *value = v;
+    return 0;
+}
+
+int parse_double_arg(const char *text, double min, double *value)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno || !isfinite(v) || v < min)
+        return -1;
+    *value = v;
+    return 0;
+}
+
+/* A common option (value NULL when it is missing); OPTION_UNKNOWN when `id` is not one. */
+static int parse_common(int id, const char *value, common_options *opts)
+{
+    long v;
+    switch (id) {
+    case OPT_NCPU:
+        if (!value || parse_int_arg(value, 0, 4096, &v)) {
+            fprintf(stderr, "tessel: --ncpu needs a number of workers\n");
+            return OPTION_FAILED;
+        }
+        opts->config.ncpu = (int32_t)v;
+        return OPTION_OK;
+    case OPT_HOST_CACHE_MIB:
+        if (!value || parse_int_arg(value, 0, 1L << 30, &v)) {
+            fprintf(stderr, "tessel: --host-cache-mib needs a number of MiB (0 or more)\n");
+            return OPTION_FAILED;
+        }
+        opts->config.host_cache_bytes = (int64_t)v << 20;
+        return OPTION_OK;
+    case OPT_SPIN:
+        opts->config.yield_when_idle = 0;
+        return OPTION_OK;
+    case OPT_SCHED:
+        if (!value) {
+            fprintf(stderr, "tessel: --sched needs a scheduler name\n");
+            return OPTION_FAILED;
+        }
+        opts->config.scheduler = value;
+        return OPTION_OK;
+    }
+    return OPTION_UNKNOWN;
+}
+
+/* "--NAME" of option `id` in the parser's table. */
+static const char *option_name(const cli_parser *p, int id, char *buf, size_t cap)
+{
+    for (const struct option *o = p->options; o->name; o++)
+        if (o->val == id) {
+            snprintf(buf, cap, "--%s", o->name);
+            return buf;
+        }
+    snprintf(buf, cap, "-%c", id);
+    return buf;
+}
+
+static int unknown_option(const cli_parser *p, const char *text)
+{
+    fprintf(stderr, "%s: unknown option '%s'\n", p->command, text);
+    p->usage(stderr);
+    return EXIT_USAGE;
+}
+
+/* Hand option `id` to the common options, then to the command's handler, and report what
+ * they refuse. */
+static int take_option(const cli_parser *p, int id, const char *value, const char *text)
+{
+    char name[64];
+    int got = p->common ? parse_common(id, value, p->common) : OPTION_UNKNOWN;
+    if (got == OPTION_UNKNOWN)
+        got = p->handle(p, id, value);
+    switch (got) {
+    case OPTION_OK:
+        return 0;
+    case OPTION_BAD_VALUE:
+        fprintf(stderr, "%s: bad value '%s' for %s\n", p->command, value,
+                option_name(p, id, name, sizeof name));
+        return EXIT_USAGE;
+    case OPTION_UNKNOWN:
+        return unknown_option(p, text);
+    }
+    return EXIT_USAGE;
+}
+
+int cli_parse(const cli_parser *p, int argc, char **argv)
+{
+    /* The command's name is getopt's argv[0]; '-' returns other arguments in place (as 1),
+     * ':' tells a missing value (':') from an unknown option ('?'). */
+    int args = argc - 1;
+    char **arg = argv + 1;
+    char name[64];
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        int before = optind;
+        int id = getopt_long(args, arg, "-:h", p->options, NULL);
+        if (id == -1) {
+            /* "--" ends getopt's options; tessel has no arguments after options. */
+            if (before < args && strcmp(arg[before], "--") == 0)
+                return unknown_option(p, "--");
+            break;
+        }
+        const char *text = arg[optind - 1];
+        if (id == OPT_HELP) {
+            p->usage(stdout);
+            return -1;
+        }
+        if (id == 1) /* not an option */
+            return unknown_option(p, optarg);
+        if (id == '?') {
+            if (optopt == 0) /* an unknown long option (or an ambiguous abbreviation) */
+                return unknown_option(p, text);
+            if (strncmp(text, "--", 2) != 0) { /* an unknown short option */
+                snprintf(name, sizeof name, "-%c", optopt);
+                return unknown_option(p, name);
+            }
+            fprintf(stderr, "%s: %s takes no value\n", p->command,
+                    option_name(p, optopt, name, sizeof name));
+            return EXIT_USAGE;
+        }
+        if (id == ':') { /* a value-taking option at the end, without its value */
+            if (p->common && parse_common(optopt, NULL, p->common) == OPTION_FAILED)
+                return EXIT_USAGE;
+            fprintf(stderr, "%s: '%s' needs a value\n", p->command, text);
+            p->usage(stderr);
+            return EXIT_USAGE;
+        }
+        int code = take_option(p, id, optarg, text);
+        if (code)
+            return code;
+    }
+    return 0;
+}
+
+/* Report a failed call; a rejected argument is a usage error (exit 2), anything else 1. */
+int fail(tsl_status st, const char *what)
+{
+    fprintf(stderr, "tessel[%d]: %s failed: %s (%s)\n", rank_of_process, what, tsl_last_error(),
+            tsl_status_string(st));
+    return st == TSL_ERR_INVALID_ARG ? EXIT_USAGE : 1;
+}
+
+/* ---- tessel train and tessel eval ---- */
+
+void train_options_init(train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    tsl_context_config_init(&o->common.config);
+    o->model = "cnn";
+    o->optimizer = "adam";
+    o->epochs = 1;
+    o->batch = 64;
+    o->lr = -1;
+    o->momentum = 0.9;
+    o->seed = 1;
+    o->shuffle = 1;
+}
+
+int parse_run_option(const cli_parser *parser, int id, const char *value)
+{
+    train_options *o = parser->state;
+    switch (id) {
+    case OPT_MODEL:
+        o->model = value;
+        o->given |= SET_MODEL;
+        return OPTION_OK;
+    case OPT_DATA:
+        o->data = value;
+        o->given |= SET_DATA;
+        return OPTION_OK;
+    case OPT_BATCH:
+        o->given |= SET_BATCH;
+        return parse_int_arg(value, 1, 1L << 24, &o->batch) ? OPTION_BAD_VALUE : OPTION_OK;
+    case OPT_LOAD_PARAMS:
+        o->load_params = value;
+        return OPTION_OK;
+    case OPT_PLAN:
+        if (tsl_plan_parse(value, &o->plan) != TSL_OK) {
+            fprintf(stderr, "%s: %s\n", parser->command, tsl_last_error());
+            return OPTION_FAILED;
+        }
+        o->plan_text = value;
+        return OPTION_OK;
+    }
+    return OPTION_UNKNOWN;
+}
+
+int check_run_options(const cli_parser *parser, const train_options *o)
+{
+    if (!o->data && !o->resume) {
+        fprintf(stderr, "%s: --data is required\n", parser->command);
+        parser->usage(stderr);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+tsl_status agree(tsl_status st)
+{
+    int v = st;
+    MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return (tsl_status)v;
+}
+
+tsl_status agree_all(tsl_status st)
+{
+    int v = st, worst = 0;
+    MPI_Allreduce(&v, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return (tsl_status)worst;
+}
+
+tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info *info,
+                    int64_t batch, double *loss, double *accuracy)
+{
+    int64_t *idx = malloc(sizeof *idx * (size_t)batch);
+    tsl_status st = agree_all(idx ? TSL_OK : TSL_ERR_OUT_OF_MEMORY);
+    double loss_sum = 0;
+    int64_t hits = 0;
+    for (int64_t first = 0; first < info->samples && !st; first += batch) {
+        int64_t count = info->samples - first < batch ? info->samples - first : batch;
+        for (int64_t i = 0; i < count; i++)
+            idx[i] = first + i;
+        double l = 0;
+        int64_t c = 0;
+        if ((st = tsl_model_evaluate_read(model, ds, count, idx, &l, &c)))
+            break;
+        loss_sum += l * (double)count;
+        hits += c;
+    }
+    free(idx);
+    if (!st) {
+        *loss = loss_sum / (double)info->samples;
+        *accuracy = (double)hits / (double)(info->samples * info->label_numel);
+    }
+    return st;
+}
+
+void session_end(session *s)
+{
+    tsl_model_destroy(s->model);
+    tsl_dataset_destroy(s->train);
+    tsl_dataset_destroy(s->test);
+    if (s->ctx)
+        tsl_context_destroy(s->ctx);
+}
+
+int session_context(session *s, const train_options *o)
+{
+    memset(s, 0, sizeof *s);
+    tsl_status st = tsl_context_create(&s->ctx, &o->common.config);
+    if (st)
+        return fail(st, "starting StarPU");
+    tsl_context_rank(s->ctx, &rank_of_process);
+    return 0;
+}
+
+/* Give the graph the stages the plan cuts it into for this run's batch and optimizer (the
+ * model alone would split for one sample and Adam; stages the graph has are kept). */
+static tsl_status set_stages(tsl_graph_t g, const train_options *o)
+{
+    int32_t n = tsl_graph_op_count(g), states = strcmp(o->optimizer, "adam") == 0 ? 2
+                                                : o->momentum > 0                 ? 1
+                                                                                  : 0;
+    int32_t *stage = calloc((size_t)n + 1, sizeof *stage);
+    if (!stage)
+        return TSL_ERR_OUT_OF_MEMORY;
+    tsl_status st = tsl_plan_stages(&o->plan, g, o->batch, states, stage);
+    for (int32_t i = 0; i < n && !st; i++) {
+        int32_t out;
+        if (!(st = tsl_graph_op_info(g, i, NULL, NULL, &out)))
+            st = tsl_graph_set_stage(g, out, stage[i]);
+    }
+    free(stage);
+    return st;
+}
+
+int session_open(session *s, const train_options *o, int need_train)
+{
+    tsl_status st = TSL_OK;
+    if ((need_train && (st = tsl_dataset_open(&s->train, o->data, TSL_SPLIT_TRAIN))) ||
+        (!st && (st = tsl_dataset_open(&s->test, o->data, TSL_SPLIT_TEST))))
+        return fail(st, "opening the data");
+    if (s->train)
+        tsl_dataset_get_info(s->train, &s->train_info);
+    tsl_dataset_get_info(s->test, &s->test_info);
+    const tsl_dataset_info *info = s->train ? &s->train_info : &s->test_info;
+    tsl_graph_t g;
+    if ((st = tsl_model_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims,
+                              info->classes, &g)))
+        return fail(st, "building the model");
+    tsl_shape out;
+    tsl_graph_value_shape(g, tsl_graph_output(g), &out);
+    if (out.ndim - 1 != info->label_shape.ndim) {
+        tsl_graph_destroy(g);
+        fprintf(stderr, "tessel: model '%s' is a %s network but the data has %s labels\n", o->model,
+                out.ndim == 1 ? "classification" : "segmentation",
+                info->label_shape.ndim ? "per-voxel" : "per-sample");
+        return EXIT_USAGE;
+    }
+    if (o->plan_text && o->plan.stages > 1 && (st = set_stages(g, o))) {
+        tsl_graph_destroy(g);
+        return fail(st, "splitting the model into stages");
+    }
+    st = tsl_model_create_plan(&s->model, s->ctx, g, o->seed, o->plan_text ? &o->plan : NULL);
+    tsl_graph_destroy(g);
+    if (st)
+        return fail(st, "creating the model");
+    if (o->load_params && (st = tsl_model_load_params(s->model, o->load_params)))
+        return fail(st, "loading parameters");
+    return 0;
+}
+
+/* ---- files ---- */
+
+int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return -1;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int bad = write(f, arg) != 0;
+    bad |= ferror(f);
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
