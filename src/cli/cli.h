@@ -223,6 +223,14 @@ int checkpoint_save(tsl_model_t model, tsl_optimizer_t opt, const char *dir,
 int checkpoint_read(const char *dir, run_settings *settings, run_progress *progress, char *snapshot,
                     size_t size);
 
+/* Take the trajectory settings the command line left out from the checkpoint's `r`; those
+ * given must match it (--epochs may differ: it extends or shortens the run). Returns an exit
+ * code (message printed on rank 0). */
+int merge_resumed(train_options *o, const run_settings *r);
+
+/* The settings of the run `o` describes, for its checkpoints. */
+void settings_of(const train_options *o, run_settings *r);
+
 /* ---- the commands: argv[1] is the command's name; each returns the exit code ---- */
 
 int command_info(int argc, char **argv);

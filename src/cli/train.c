@@ -317,62 +317,6 @@ static int write_metrics_to(FILE *f, const void *arg)
     return 0;
 }
 
-/* Take the trajectory settings the command line left out from the checkpoint; those given
- * must match it (--epochs may differ: it extends or shortens the run). */
-static int merge_resumed(train_options *o, const run_settings *r)
-{
-    const char *diff = NULL;
-    if ((o->given & SET_MODEL) && strcmp(o->model, r->model))
-        diff = "--model";
-    else if ((o->given & SET_DATA) && strcmp(o->data, r->data))
-        diff = "--data";
-    else if ((o->given & SET_BATCH) && o->batch != r->batch)
-        diff = "--batch";
-    else if ((o->given & SET_OPTIMIZER) && strcmp(o->optimizer, r->optimizer))
-        diff = "--optimizer";
-    else if ((o->given & SET_LR) && o->lr != r->lr)
-        diff = "--lr";
-    else if ((o->given & SET_MOMENTUM) && o->momentum != r->momentum)
-        diff = "--momentum";
-    else if ((o->given & SET_SEED) && o->seed != r->seed)
-        diff = "--seed";
-    else if ((o->given & SET_SHUFFLE) && o->shuffle != r->shuffle)
-        diff = "--shuffle";
-    if (diff) {
-        if (rank_of_process == 0)
-            fprintf(stderr,
-                    "tessel train: %s differs from the checkpoint being resumed; leave it out "
-                    "to use the checkpoint's value\n",
-                    diff);
-        return EXIT_USAGE;
-    }
-    o->model = r->model;
-    o->data = r->data;
-    o->batch = r->batch;
-    o->optimizer = r->optimizer;
-    o->lr = r->lr;
-    o->momentum = r->momentum;
-    o->seed = r->seed;
-    o->shuffle = r->shuffle;
-    if (!(o->given & SET_EPOCHS))
-        o->epochs = r->epochs;
-    return 0;
-}
-
-static void settings_of(const train_options *o, run_settings *r)
-{
-    memset(r, 0, sizeof *r);
-    snprintf(r->model, sizeof r->model, "%s", o->model);
-    snprintf(r->data, sizeof r->data, "%s", o->data);
-    snprintf(r->optimizer, sizeof r->optimizer, "%s", o->optimizer);
-    r->batch = o->batch;
-    r->epochs = o->epochs;
-    r->lr = o->lr;
-    r->momentum = o->momentum;
-    r->seed = o->seed;
-    r->shuffle = o->shuffle;
-}
-
 static tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optimizer_t *opt)
 {
     if (strcmp(o->optimizer, "sgd") == 0) {
