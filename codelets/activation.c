@@ -1,8 +1,8 @@
 /* Activations, forward and backward: plain loops the compiler vectorises. */
 #include <math.h>
 
-#include "check.h"
-#include "nn_ops.h"
+#include "activation.h"
+#include "codelet.h"
 
 #define ACT_FORWARD(T, EXP, TANH)                                                                  \
     do {                                                                                           \
@@ -101,28 +101,19 @@ static void act_backward_cpu(void *buffers[], void *cl_arg)
     tsl_act_backward(&a, BUF(0), BUF(1), BUF(last));
 }
 
-static struct starpu_perfmodel act_forward_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_act_fwd",
-};
-static struct starpu_perfmodel act_backward_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_act_bwd",
-};
+/* The footprint: the tile sizes, the activation, the dtype and in-place or not. */
+static uint32_t act_variant(struct starpu_task *task)
+{
+    tsl_act_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.kind);
+    h = tsl_hash_i64(h, a.dtype);
+    return tsl_hash_i64(h, a.in_place);
+}
 
 /* Modes come with each task (in place or not). */
-struct starpu_codelet tsl_cl_act_forward = {
-    .cpu_funcs = {act_forward_cpu},
-    .cpu_funcs_name = {"act_forward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &act_forward_model,
-    .name = "tsl_act_fwd",
-};
-
-struct starpu_codelet tsl_cl_act_backward = {
-    .cpu_funcs = {act_backward_cpu},
-    .cpu_funcs_name = {"act_backward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &act_backward_model,
-    .name = "tsl_act_bwd",
-};
+TSL_CODELET(tsl_cl_act_forward, "tsl_act_fwd", act_forward_cpu, NULL, act_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_act_backward, "tsl_act_bwd", act_backward_cpu, NULL, act_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);

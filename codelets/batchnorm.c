@@ -9,8 +9,7 @@
 #include <string.h>
 
 #include "batchnorm.h"
-#include "check.h"
-#include "scalar.h"
+#include "codelet.h"
 
 #define ROW_INLINE static inline __attribute__((always_inline))
 
@@ -664,7 +663,7 @@ void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *
 #define ACC_OK(i, a)                                                                               \
     (NX(i) * (int64_t)sizeof(int64_t) == 2 * (a).channels * (int64_t)sizeof(tsl_acc))
 
-static void stats_cpu(void *buffers[], void *cl_arg)
+static void bn_stats_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -672,7 +671,7 @@ static void stats_cpu(void *buffers[], void *cl_arg)
     tsl_bn_stats_tile(&a, BUF(0), BUF(1));
 }
 
-static void finalize_cpu(void *buffers[], void *cl_arg)
+static void bn_finalize_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -680,7 +679,7 @@ static void finalize_cpu(void *buffers[], void *cl_arg)
     tsl_bn_finalize(&a, BUF(0), BUF(1));
 }
 
-static void running_cpu(void *buffers[], void *cl_arg)
+static void bn_running_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -688,7 +687,7 @@ static void running_cpu(void *buffers[], void *cl_arg)
     tsl_bn_running(&a, BUF(0), BUF(1));
 }
 
-static void normalize_cpu(void *buffers[], void *cl_arg)
+static void bn_normalize_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -696,7 +695,7 @@ static void normalize_cpu(void *buffers[], void *cl_arg)
     tsl_bn_normalize_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4));
 }
 
-static void infer_cpu(void *buffers[], void *cl_arg)
+static void bn_infer_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -705,7 +704,7 @@ static void infer_cpu(void *buffers[], void *cl_arg)
 }
 
 /* Buffers x, dy, the accumulators, then saved, gamma and beta when ReLU is fused. */
-static void bwd_stats_cpu(void *buffers[], void *cl_arg)
+static void bn_bwd_stats_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -717,7 +716,7 @@ static void bwd_stats_cpu(void *buffers[], void *cl_arg)
                                a.relu ? BUF(5) : NULL, BUF(2));
 }
 
-static void bwd_coef_cpu(void *buffers[], void *cl_arg)
+static void bn_bwd_coef_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -726,7 +725,7 @@ static void bwd_coef_cpu(void *buffers[], void *cl_arg)
     tsl_bn_backward_coef(&a, BUF(0), BUF(1), BUF(2));
 }
 
-static void param_grad_cpu(void *buffers[], void *cl_arg)
+static void bn_param_grad_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -736,7 +735,7 @@ static void param_grad_cpu(void *buffers[], void *cl_arg)
 }
 
 /* Buffers x, dy, saved, gamma, coef, dx, then beta when ReLU is fused. */
-static void bwd_data_cpu(void *buffers[], void *cl_arg)
+static void bn_bwd_data_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -746,95 +745,39 @@ static void bwd_data_cpu(void *buffers[], void *cl_arg)
                               BUF(5));
 }
 
-#define BN_MODEL(var, sym)                                                                         \
-    static struct starpu_perfmodel var = {.type = STARPU_HISTORY_BASED, .symbol = sym}
-BN_MODEL(stats_model, "tsl_bn_stats");
-BN_MODEL(finalize_model, "tsl_bn_finalize");
-BN_MODEL(running_model, "tsl_bn_running");
-BN_MODEL(param_grad_model, "tsl_bn_param_grad");
-BN_MODEL(normalize_model, "tsl_bn_normalize");
-BN_MODEL(infer_model, "tsl_bn_infer");
-BN_MODEL(bwd_stats_model, "tsl_bn_bwd_stats");
-BN_MODEL(bwd_coef_model, "tsl_bn_bwd_coef");
-BN_MODEL(bwd_data_model, "tsl_bn_bwd_data");
+/* The footprint: the tile sizes, the dtype, the fused ReLU, the layout, the statistic or
+ * gradient a task updates and the tile's channels. */
+static uint32_t bn_variant(struct starpu_task *task)
+{
+    tsl_bn_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.dtype);
+    h = tsl_hash_i64(h, a.relu);
+    h = tsl_hash_i64(h, a.channels_last);
+    h = tsl_hash_i64(h, a.which);
+    return tsl_hash_i64(h, a.cext);
+}
 
-struct starpu_codelet tsl_cl_bn_stats = {
-    .cpu_funcs = {stats_cpu},
-    .cpu_funcs_name = {"bn_stats_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &stats_model,
-    .name = "tsl_bn_stats",
-};
-
-struct starpu_codelet tsl_cl_bn_finalize = {
-    .cpu_funcs = {finalize_cpu},
-    .cpu_funcs_name = {"bn_finalize_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &finalize_model,
-    .name = "tsl_bn_finalize",
-};
-
-struct starpu_codelet tsl_cl_bn_running = {
-    .cpu_funcs = {running_cpu},
-    .cpu_funcs_name = {"bn_running_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_RW},
-    .model = &running_model,
-    .name = "tsl_bn_running",
-};
-
-/* Fused ReLU or not, from the arguments. */
-struct starpu_codelet tsl_cl_bn_normalize = {
-    .cpu_funcs = {normalize_cpu},
-    .cpu_funcs_name = {"bn_normalize_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS, /* a sixth, read only to order the task, is ignored */
-    .model = &normalize_model,
-    .name = "tsl_bn_normalize",
-};
-
-struct starpu_codelet tsl_cl_bn_infer = {
-    .cpu_funcs = {infer_cpu},
-    .cpu_funcs_name = {"bn_infer_cpu"},
-    .nbuffers = 6,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
-    .model = &infer_model,
-    .name = "tsl_bn_infer",
-};
-
-/* Buffers (and modes, given with each task) differ with a fused ReLU: see bwd_stats_cpu. */
-struct starpu_codelet tsl_cl_bn_bwd_stats = {
-    .cpu_funcs = {bwd_stats_cpu},
-    .cpu_funcs_name = {"bn_bwd_stats_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &bwd_stats_model,
-    .name = "tsl_bn_bwd_stats",
-};
-
-struct starpu_codelet tsl_cl_bn_bwd_coef = {
-    .cpu_funcs = {bwd_coef_cpu},
-    .cpu_funcs_name = {"bn_bwd_coef_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
-    .model = &bwd_coef_model,
-    .name = "tsl_bn_bwd_coef",
-};
-
-struct starpu_codelet tsl_cl_bn_param_grad = {
-    .cpu_funcs = {param_grad_cpu},
-    .cpu_funcs_name = {"bn_param_grad_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
-    .model = &param_grad_model,
-    .name = "tsl_bn_param_grad",
-};
-
-/* Buffers differ with a fused ReLU: see bwd_data_cpu. */
-struct starpu_codelet tsl_cl_bn_bwd_data = {
-    .cpu_funcs = {bwd_data_cpu},
-    .cpu_funcs_name = {"bn_bwd_data_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &bwd_data_model,
-    .name = "tsl_bn_bwd_data",
-};
+TSL_CODELET(tsl_cl_bn_stats, "tsl_bn_stats", bn_stats_cpu, NULL, bn_variant, .nbuffers = 2,
+            .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_finalize, "tsl_bn_finalize", bn_finalize_cpu, NULL, bn_variant, .nbuffers = 2,
+            .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_running, "tsl_bn_running", bn_running_cpu, NULL, bn_variant, .nbuffers = 2,
+            .modes = {STARPU_R, STARPU_RW});
+/* Fused ReLU or not, from the arguments; a sixth buffer, read only to order the task, is
+ * ignored. */
+TSL_CODELET(tsl_cl_bn_normalize, "tsl_bn_normalize", bn_normalize_cpu, NULL, bn_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_bn_infer, "tsl_bn_infer", bn_infer_cpu, NULL, bn_variant, .nbuffers = 6,
+            .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+/* Buffers (and modes, given with each task) differ with a fused ReLU: see bn_bwd_stats_cpu. */
+TSL_CODELET(tsl_cl_bn_bwd_stats, "tsl_bn_bwd_stats", bn_bwd_stats_cpu, NULL, bn_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_bn_bwd_coef, "tsl_bn_bwd_coef", bn_bwd_coef_cpu, NULL, bn_variant, .nbuffers = 3,
+            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_param_grad, "tsl_bn_param_grad", bn_param_grad_cpu, NULL, bn_variant,
+            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+/* Buffers differ with a fused ReLU: see bn_bwd_data_cpu. */
+TSL_CODELET(tsl_cl_bn_bwd_data, "tsl_bn_bwd_data", bn_bwd_data_cpu, NULL, bn_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);

@@ -18,7 +18,7 @@
 #include <starpu.h>
 #include <stdint.h>
 
-#include "tile_ops.h"
+#include "reduce.h"
 
 typedef struct tsl_bn_args {
     int32_t dtype;       /* of x, y, dy, dx, gamma, beta, running stats: f32 or f64 */

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "codelet.h"
 #include "conv.h"
-#include "tile_ops.h"
+#include "copy.h"
 
 #define DNNL_OK(call) TSL_CODELET_CHECK((call) == dnnl_success, #call)
 
@@ -788,7 +788,7 @@ static int unpack(void *cl_arg, void *buffers[], int first, tsl_conv_task_args *
     return ns;
 }
 
-static void forward_cpu(void *buffers[], void *cl_arg)
+static void conv_forward_cpu(void *buffers[], void *cl_arg)
 {
     tsl_conv_task_args t;
     void *slabs[TSL_CONV_MAX_SLABS];
@@ -804,7 +804,7 @@ static void forward_cpu(void *buffers[], void *cl_arg)
         tsl_conv_forward_kernel(&t.conv, x, w, b, y);
 }
 
-static void backward_data_cpu(void *buffers[], void *cl_arg)
+static void conv_backward_data_cpu(void *buffers[], void *cl_arg)
 {
     tsl_conv_task_args t;
     void *dslabs[TSL_CONV_MAX_SLABS];
@@ -816,7 +816,7 @@ static void backward_data_cpu(void *buffers[], void *cl_arg)
         tsl_conv_backward_data_kernel(&t.conv, BUF(0), BUF(1), BUF(2));
 }
 
-static void backward_weights_cpu(void *buffers[], void *cl_arg)
+static void conv_backward_weights_cpu(void *buffers[], void *cl_arg)
 {
     tsl_conv_task_args t;
     void *slabs[TSL_CONV_MAX_SLABS];
@@ -830,33 +830,31 @@ static void backward_weights_cpu(void *buffers[], void *cl_arg)
         tsl_conv_backward_weights_kernel(&t.conv, x, dy, dw, db);
 }
 
-static struct starpu_perfmodel forward_model = {.type = STARPU_HISTORY_BASED,
-                                                .symbol = "tsl_conv_fwd"};
-static struct starpu_perfmodel backward_data_model = {.type = STARPU_HISTORY_BASED,
-                                                      .symbol = "tsl_conv_bwd_data"};
-static struct starpu_perfmodel backward_weights_model = {.type = STARPU_HISTORY_BASED,
-                                                         .symbol = "tsl_conv_bwd_weights"};
+/* The footprint: the tile sizes and the problem: kind, layout, bias, channels, sizes, kernel,
+ * strides, padding, dilation, accumulation, and for a spatial tile its window's halo slabs and
+ * whether it computes a part of its output tile. Positions (offsets, origins) stay out. */
+static uint32_t conv_variant(struct starpu_task *task)
+{
+    tsl_conv_task_args t;
+    starpu_codelet_unpack_args(task->cl_arg, &t);
+    const tsl_conv_args *a = &t.conv;
+    uint32_t h = starpu_task_data_footprint(task);
+    const int64_t flags[] = {a->spatial,       a->has_bias,    a->transposed,   a->channels_last,
+                             a->samples,       a->in_channels, a->out_channels, a->groups,
+                             a->w_in_channels, a->accumulate,  t.windowed,      t.part,
+                             t.window.nslabs};
+    h = tsl_hash_i64s(h, flags, (int)(sizeof flags / sizeof flags[0]));
+    h = tsl_hash_i64s(h, a->in_size, 3);
+    h = tsl_hash_i64s(h, a->out_size, 3);
+    h = tsl_hash_i64s(h, a->kernel, 3);
+    h = tsl_hash_i64s(h, a->stride, 3);
+    h = tsl_hash_i64s(h, a->padding, 3);
+    return tsl_hash_i64s(h, a->dilation, 3);
+}
 
-struct starpu_codelet tsl_cl_conv_forward = {
-    .cpu_funcs = {forward_cpu},
-    .cpu_funcs_name = {"conv_forward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &forward_model,
-    .name = "tsl_conv_fwd",
-};
-
-struct starpu_codelet tsl_cl_conv_backward_data = {
-    .cpu_funcs = {backward_data_cpu},
-    .cpu_funcs_name = {"conv_backward_data_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &backward_data_model,
-    .name = "tsl_conv_bwd_data",
-};
-
-struct starpu_codelet tsl_cl_conv_backward_weights = {
-    .cpu_funcs = {backward_weights_cpu},
-    .cpu_funcs_name = {"conv_backward_weights_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &backward_weights_model,
-    .name = "tsl_conv_bwd_weights",
-};
+TSL_CODELET(tsl_cl_conv_forward, "tsl_conv_fwd", conv_forward_cpu, NULL, conv_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_conv_backward_data, "tsl_conv_bwd_data", conv_backward_data_cpu, NULL,
+            conv_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_conv_backward_weights, "tsl_conv_bwd_weights", conv_backward_weights_cpu, NULL,
+            conv_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);

@@ -2,8 +2,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "check.h"
-#include "tile_ops.h"
+#include "codelet.h"
+#include "copy.h"
 
 void tsl_layout_order(int32_t layout, int32_t ndim, int32_t *order)
 {
@@ -232,42 +232,32 @@ static void pack_cpu(void *buffers[], void *cl_arg)
              bytes);
 }
 
-static struct starpu_perfmodel pack_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_pack",
-};
+/* The footprint: the buffer sizes and packing or unpacking. */
+static uint32_t pack_variant(struct starpu_task *task)
+{
+    tsl_pack_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    return tsl_hash_i64(starpu_task_data_footprint(task), a.unpack);
+}
 
-struct starpu_codelet tsl_cl_pack = {
-    .cpu_funcs = {pack_cpu},
-    .cpu_funcs_name = {"pack_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &pack_model,
-    .name = "tsl_pack",
-};
+/* The footprint: the tile sizes, the element size, both layouts, copy or accumulate, label
+ * narrowing and the box. */
+static uint32_t box_copy_variant(struct starpu_task *task)
+{
+    tsl_box_copy_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.elem_size);
+    h = tsl_hash_i64(h, a.src_layout);
+    h = tsl_hash_i64(h, a.dst_layout);
+    h = tsl_hash_i64(h, a.accumulate);
+    h = tsl_hash_i64(h, a.narrow_labels);
+    return tsl_hash_i64s(h, a.box, a.ndim >= 0 && a.ndim <= TSL_MAX_DIMS ? a.ndim : 0);
+}
 
-static struct starpu_perfmodel box_copy_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_box_copy",
-};
-
-static struct starpu_perfmodel copy_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_copy",
-};
-
-struct starpu_codelet tsl_cl_box_copy = {
-    .cpu_funcs = {box_copy_cpu},
-    .cpu_funcs_name = {"box_copy_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &box_copy_model,
-    .name = "tsl_box_copy",
-};
-
-struct starpu_codelet tsl_cl_copy = {
-    .cpu_funcs = {copy_cpu},
-    .cpu_funcs_name = {"copy_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &copy_model,
-    .name = "tsl_copy",
-};
+TSL_CODELET(tsl_cl_pack, "tsl_pack", pack_cpu, NULL, pack_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_box_copy, "tsl_box_copy", box_copy_cpu, NULL, box_copy_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_copy, "tsl_copy", copy_cpu, NULL, NULL, .nbuffers = 2,
+            .modes = {STARPU_R, STARPU_W});

@@ -2,8 +2,8 @@
  * vectorises. */
 #include <stdint.h>
 
-#include "check.h"
-#include "tile_ops.h"
+#include "codelet.h"
+#include "elementwise.h"
 
 #define VEC_PTR(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
@@ -77,43 +77,19 @@ static void mark_cpu(void *buffers[], void *cl_arg)
         tile[i] = value;
 }
 
-static struct starpu_perfmodel scale_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsl_scale"};
-static struct starpu_perfmodel axpy_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsl_axpy"};
-static struct starpu_perfmodel add_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsl_add"};
-static struct starpu_perfmodel mark_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsl_mark"};
+/* The footprint: the tile sizes and the dtype. */
+static uint32_t elementwise_variant(struct starpu_task *task)
+{
+    tsl_elementwise_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    return tsl_hash_i64(starpu_task_data_footprint(task), a.dtype);
+}
 
-struct starpu_codelet tsl_cl_scale = {
-    .cpu_funcs = {scale_cpu},
-    .cpu_funcs_name = {"scale_cpu"},
-    .nbuffers = 1,
-    .modes = {STARPU_RW},
-    .model = &scale_model,
-    .name = "tsl_scale",
-};
-
-struct starpu_codelet tsl_cl_axpy = {
-    .cpu_funcs = {axpy_cpu},
-    .cpu_funcs_name = {"axpy_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_RW},
-    .model = &axpy_model,
-    .name = "tsl_axpy",
-};
-
+TSL_CODELET(tsl_cl_scale, "tsl_scale", scale_cpu, NULL, elementwise_variant, .nbuffers = 1,
+            .modes = {STARPU_RW});
+TSL_CODELET(tsl_cl_axpy, "tsl_axpy", axpy_cpu, NULL, elementwise_variant, .nbuffers = 2,
+            .modes = {STARPU_R, STARPU_RW});
 /* Modes come with each task: dst is W, or RW when it aliases an input. */
-struct starpu_codelet tsl_cl_add = {
-    .cpu_funcs = {add_cpu},
-    .cpu_funcs_name = {"add_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &add_model,
-    .name = "tsl_add",
-};
-
-struct starpu_codelet tsl_cl_mark = {
-    .cpu_funcs = {mark_cpu},
-    .cpu_funcs_name = {"mark_cpu"},
-    .nbuffers = 1,
-    .modes = {STARPU_W},
-    .model = &mark_model,
-    .name = "tsl_mark",
-};
+TSL_CODELET(tsl_cl_add, "tsl_add", add_cpu, NULL, elementwise_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_mark, "tsl_mark", mark_cpu, NULL, NULL, .nbuffers = 1, .modes = {STARPU_W});

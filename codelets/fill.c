@@ -2,9 +2,11 @@
  * element i of a tensor depends only on (seed, i), whatever the tile grid. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
-#include "check.h"
-#include "tile_ops.h"
+#include "codelet.h"
+#include "copy.h"
+#include "fill.h"
 
 /* SplitMix64 finaliser: a bijective 64-bit mix with full avalanche. */
 static inline uint64_t mix64(uint64_t z)
@@ -110,19 +112,19 @@ static void fill_cpu(void *buffers[], void *cl_arg)
     tsl_fill_tile(&args, tile);
 }
 
-static struct starpu_perfmodel fill_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_fill",
-};
+/* The footprint: the tile size, the fill mode, the dtype and the tile's layout. */
+static uint32_t fill_variant(struct starpu_task *task)
+{
+    tsl_fill_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.mode);
+    h = tsl_hash_i64(h, a.dtype);
+    return tsl_hash_i64(h, a.layout);
+}
 
-struct starpu_codelet tsl_cl_fill = {
-    .cpu_funcs = {fill_cpu},
-    .cpu_funcs_name = {"fill_cpu"},
-    .nbuffers = 1,
-    .modes = {STARPU_W},
-    .model = &fill_model,
-    .name = "tsl_fill",
-};
+TSL_CODELET(tsl_cl_fill, "tsl_fill", fill_cpu, NULL, fill_variant, .nbuffers = 1,
+            .modes = {STARPU_W});
 
 /* Zeros a whole vector tile: the value StarPU gives a transient tile that a task reads before
  * any task wrote it (tsl_tensor_create_transient(), initialisation codelet of its handles). */
@@ -135,6 +137,7 @@ static void zero_cpu(void *buffers[], void *cl_arg)
            (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]));
 }
 
+/* No perf model: StarPU runs it as a reduction's initialisation, not as a task of its own. */
 struct starpu_codelet tsl_cl_zero = {
     .cpu_funcs = {zero_cpu},
     .cpu_funcs_name = {"zero_cpu"},

@@ -2,9 +2,8 @@
  * OpenBLAS to a single thread, parallelism comes from tiles). */
 #include <cblas.h>
 
-#include "check.h"
+#include "codelet.h"
 #include "linear.h"
-#include "scalar.h"
 #include "tessel/tensor.h"
 
 void tsl_linear_forward_kernel(const tsl_linear_args *a, const void *x, const void *w,
@@ -105,7 +104,7 @@ void tsl_linear_weight_rows_kernel(const tsl_linear_rows_args *a, const void *co
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define NX(i) ((int64_t)STARPU_VECTOR_GET_NX(buffers[i]))
 
-static void forward_cpu(void *buffers[], void *cl_arg)
+static void linear_forward_cpu(void *buffers[], void *cl_arg)
 {
     tsl_linear_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -115,7 +114,7 @@ static void forward_cpu(void *buffers[], void *cl_arg)
     tsl_linear_forward_kernel(&a, BUF(0), BUF(1), a.has_bias ? BUF(2) : NULL, BUF(yb));
 }
 
-static void backward_data_cpu(void *buffers[], void *cl_arg)
+static void linear_backward_data_cpu(void *buffers[], void *cl_arg)
 {
     tsl_linear_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -124,7 +123,7 @@ static void backward_data_cpu(void *buffers[], void *cl_arg)
     tsl_linear_backward_data_kernel(&a, BUF(0), BUF(1), BUF(2));
 }
 
-static void backward_weights_cpu(void *buffers[], void *cl_arg)
+static void linear_backward_weights_cpu(void *buffers[], void *cl_arg)
 {
     tsl_linear_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -132,7 +131,7 @@ static void backward_weights_cpu(void *buffers[], void *cl_arg)
     tsl_linear_backward_weights_kernel(&a, BUF(0), BUF(1), BUF(2), a.has_bias ? BUF(3) : NULL);
 }
 
-static void weight_rows_cpu(void *buffers[], void *cl_arg)
+static void linear_weight_rows_cpu(void *buffers[], void *cl_arg)
 {
     tsl_linear_rows_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
@@ -151,53 +150,36 @@ static void weight_rows_cpu(void *buffers[], void *cl_arg)
     tsl_linear_weight_rows_kernel(&a, x, dy, BUF(at), a.has_bias ? BUF(at + 1) : NULL);
 }
 
-static struct starpu_perfmodel forward_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_linear_fwd",
-};
-static struct starpu_perfmodel backward_data_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_linear_bwd_data",
-};
-static struct starpu_perfmodel backward_weights_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_linear_bwd_weights",
-};
+/* The footprint: the tile sizes, the dtype, the bias and the layer's shape. */
+static uint32_t linear_variant(struct starpu_task *task)
+{
+    tsl_linear_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.dtype);
+    h = tsl_hash_i64(h, a.has_bias);
+    h = tsl_hash_i64(h, a.in);
+    return tsl_hash_i64(h, a.out);
+}
 
-struct starpu_codelet tsl_cl_linear_forward = {
-    .cpu_funcs = {forward_cpu},
-    .cpu_funcs_name = {"linear_forward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &forward_model,
-    .name = "tsl_linear_fwd",
-};
+/* The footprint: the tile sizes, the dtype, the bias, the layer's shape and the row block. */
+static uint32_t weight_rows_variant(struct starpu_task *task)
+{
+    tsl_linear_rows_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.dtype);
+    h = tsl_hash_i64(h, a.has_bias);
+    h = tsl_hash_i64(h, a.in);
+    h = tsl_hash_i64(h, a.out);
+    return tsl_hash_i64(h, a.nrows);
+}
 
-struct starpu_codelet tsl_cl_linear_backward_data = {
-    .cpu_funcs = {backward_data_cpu},
-    .cpu_funcs_name = {"linear_backward_data_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
-    .model = &backward_data_model,
-    .name = "tsl_linear_bwd_data",
-};
-
-static struct starpu_perfmodel weight_rows_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_linear_weight_rows",
-};
-
-struct starpu_codelet tsl_cl_linear_weight_rows = {
-    .cpu_funcs = {weight_rows_cpu},
-    .cpu_funcs_name = {"linear_weight_rows_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &weight_rows_model,
-    .name = "tsl_linear_weight_rows",
-};
-
-struct starpu_codelet tsl_cl_linear_backward_weights = {
-    .cpu_funcs = {backward_weights_cpu},
-    .cpu_funcs_name = {"linear_backward_weights_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &backward_weights_model,
-    .name = "tsl_linear_bwd_weights",
-};
+TSL_CODELET(tsl_cl_linear_forward, "tsl_linear_fwd", linear_forward_cpu, NULL, linear_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_linear_backward_data, "tsl_linear_bwd_data", linear_backward_data_cpu, NULL,
+            linear_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_linear_weight_rows, "tsl_linear_weight_rows", linear_weight_rows_cpu, NULL,
+            weight_rows_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_linear_backward_weights, "tsl_linear_bwd_weights", linear_backward_weights_cpu,
+            NULL, linear_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);

@@ -8,8 +8,8 @@
  * 2 (x - t) * scale. */
 #include <math.h>
 
-#include "check.h"
-#include "scalar.h"
+#include "codelet.h"
+#include "loss.h"
 
 /* Where logit (s, c, v) of a tile lives: sample s, class c, position v; plain tiles keep a
  * class's positions together, channels-last tiles a position's classes. */
@@ -17,7 +17,6 @@
 #define LOGIT_BASE(a, s, v)                                                                        \
     ((a)->channels_last ? ((s) * (a)->inner + (v)) * (a)->classes                                  \
                         : (s) * (a)->classes * (a)->inner + (v))
-#include "loss_ops.h"
 
 static inline int64_t load_label(int dtype, const void *p, int64_t i)
 {
@@ -232,40 +231,6 @@ static void dice_grad_cpu(void *buffers[], void *cl_arg)
                        (void *)STARPU_VECTOR_GET_PTR(buffers[3]));
 }
 
-static struct starpu_perfmodel dice_stats_model = {.type = STARPU_HISTORY_BASED,
-                                                   .symbol = "tsl_dice_stats"};
-static struct starpu_perfmodel dice_coef_model = {.type = STARPU_HISTORY_BASED,
-                                                  .symbol = "tsl_dice_coef"};
-static struct starpu_perfmodel dice_grad_model = {.type = STARPU_HISTORY_BASED,
-                                                  .symbol = "tsl_dice_grad"};
-
-struct starpu_codelet tsl_cl_dice_stats = {
-    .cpu_funcs = {dice_stats_cpu},
-    .cpu_funcs_name = {"dice_stats_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
-    .model = &dice_stats_model,
-    .name = "tsl_dice_stats",
-};
-
-struct starpu_codelet tsl_cl_dice_coef = {
-    .cpu_funcs = {dice_coef_cpu},
-    .cpu_funcs_name = {"dice_coef_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &dice_coef_model,
-    .name = "tsl_dice_coef",
-};
-
-struct starpu_codelet tsl_cl_dice_grad = {
-    .cpu_funcs = {dice_grad_cpu},
-    .cpu_funcs_name = {"dice_grad_cpu"},
-    .nbuffers = 4,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
-    .model = &dice_grad_model,
-    .name = "tsl_dice_grad",
-};
-
 static void loss_cpu(void *buffers[], void *cl_arg)
 {
     tsl_loss_args a;
@@ -280,16 +245,25 @@ static void loss_cpu(void *buffers[], void *cl_arg)
     tsl_acc_normalize(acc);
 }
 
-static struct starpu_perfmodel loss_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_loss",
-};
+/* The footprint: the tile sizes, the loss, the dtypes, the layout and the classes. */
+static uint32_t loss_variant(struct starpu_task *task)
+{
+    tsl_loss_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.kind);
+    h = tsl_hash_i64(h, a.dtype);
+    h = tsl_hash_i64(h, a.label_dtype);
+    h = tsl_hash_i64(h, a.channels_last);
+    return tsl_hash_i64(h, a.classes);
+}
 
 /* R x, R target, W accumulator, optionally W gradient. */
-struct starpu_codelet tsl_cl_loss = {
-    .cpu_funcs = {loss_cpu},
-    .cpu_funcs_name = {"loss_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &loss_model,
-    .name = "tsl_loss",
-};
+TSL_CODELET(tsl_cl_loss, "tsl_loss", loss_cpu, NULL, loss_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_dice_stats, "tsl_dice_stats", dice_stats_cpu, NULL, loss_variant, .nbuffers = 3,
+            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_dice_coef, "tsl_dice_coef", dice_coef_cpu, NULL, loss_variant, .nbuffers = 2,
+            .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_dice_grad, "tsl_dice_grad", dice_grad_cpu, NULL, loss_variant, .nbuffers = 4,
+            .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});

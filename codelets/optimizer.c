@@ -3,9 +3,8 @@
  * results are stored in the parameter's dtype. */
 #include <math.h>
 
-#include "check.h"
-#include "scalar.h"
-#include "nn_ops.h"
+#include "codelet.h"
+#include "optimizer.h"
 
 /* One element of SGD: the new parameter value; *b is the momentum buffer's value (in: the
  * previous one, not read on the first step), when there is one. */
@@ -116,16 +115,18 @@ static void update_cpu(void *buffers[], void *cl_arg)
     tsl_update(&a, ptr[0], ptr[1], ptr[2], ptr[3]);
 }
 
-static struct starpu_perfmodel update_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_update",
-};
+/* The footprint: the tile sizes, the optimizer and its branches (Nesterov, AdamW), the dtype.
+ * Whether there is a momentum buffer shows in the buffers. */
+static uint32_t update_variant(struct starpu_task *task)
+{
+    tsl_update_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, a.kind);
+    h = tsl_hash_i64(h, a.dtype);
+    return tsl_hash_i64(h, a.kind == TSL_OPT_SGD ? a.sgd.nesterov : a.adam.decoupled);
+}
 
 /* RW param, R grad, then RW state tiles: modes come with each task. */
-struct starpu_codelet tsl_cl_update = {
-    .cpu_funcs = {update_cpu},
-    .cpu_funcs_name = {"update_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &update_model,
-    .name = "tsl_update",
-};
+TSL_CODELET(tsl_cl_update, "tsl_update", update_cpu, NULL, update_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);

@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "codelet.h"
 #include "pool.h"
-#include "scalar.h"
 #include "tessel/ops.h"
 
 /* Sizes padded to three dimensions (unused ones 1, kernel 1, stride 1, padding 0). */
@@ -643,156 +642,67 @@ static void pool_window_backward_index_cpu(void *buffers[], void *cl_arg)
     window_backward_dy_cpu(buffers, cl_arg, 1);
 }
 
-static struct starpu_perfmodel pool_window_fwd_model = {.type = STARPU_HISTORY_BASED,
-                                                        .symbol = "tsl_pool_window_fwd"};
-static struct starpu_perfmodel pool_window_bwd_model = {.type = STARPU_HISTORY_BASED,
-                                                        .symbol = "tsl_pool_window_bwd"};
-static struct starpu_perfmodel up_window_fwd_model = {.type = STARPU_HISTORY_BASED,
-                                                      .symbol = "tsl_upsample_window_fwd"};
-static struct starpu_perfmodel up_window_bwd_model = {.type = STARPU_HISTORY_BASED,
-                                                      .symbol = "tsl_upsample_window_bwd"};
+/* The footprint of a pooling or upsampling: the tile sizes, the dtype, the kind (max, average,
+ * nearest, linear, ...), padding counted or not, the layout, the index dtype, the sizes, the
+ * kernel (the scale), strides and padding. Positions (origins) stay out. */
+static uint32_t pool_hash(uint32_t h, const tsl_pool_args *a)
+{
+    const int64_t flags[] = {a->dtype,         a->spatial,     a->kind,     a->count_include_pad,
+                             a->channels_last, a->index_dtype, a->channels, a->planes};
+    h = tsl_hash_i64s(h, flags, (int)(sizeof flags / sizeof flags[0]));
+    h = tsl_hash_i64s(h, a->in_size, 3);
+    h = tsl_hash_i64s(h, a->out_size, 3);
+    h = tsl_hash_i64s(h, a->kernel, 3);
+    h = tsl_hash_i64s(h, a->stride, 3);
+    return tsl_hash_i64s(h, a->padding, 3);
+}
 
-struct starpu_codelet tsl_cl_pool_window_forward = {
-    .cpu_funcs = {pool_window_forward_cpu},
-    .cpu_funcs_name = {"pool_window_forward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &pool_window_fwd_model,
-    .name = "tsl_pool_window_fwd",
-};
+static uint32_t pool_variant(struct starpu_task *task)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    return pool_hash(starpu_task_data_footprint(task), &a);
+}
 
-struct starpu_codelet tsl_cl_pool_window_backward = {
-    .cpu_funcs = {pool_window_backward_cpu},
-    .cpu_funcs_name = {"pool_window_backward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &pool_window_bwd_model,
-    .name = "tsl_pool_window_bwd",
-};
+/* A spatial tile's: the same, and its window's halo slabs. */
+static uint32_t pool_window_variant(struct starpu_task *task)
+{
+    tsl_pool_task_args t;
+    starpu_codelet_unpack_args(task->cl_arg, &t);
+    return tsl_hash_i64(pool_hash(starpu_task_data_footprint(task), &t.pool), t.window.nslabs);
+}
 
-static struct starpu_perfmodel pool_window_fwd_index_model = {
-    .type = STARPU_HISTORY_BASED, .symbol = "tsl_pool_window_fwd_index"};
-static struct starpu_perfmodel pool_window_bwd_index_model = {
-    .type = STARPU_HISTORY_BASED, .symbol = "tsl_pool_window_bwd_index"};
+TSL_CODELET(tsl_cl_pool_window_forward, "tsl_pool_window_fwd", pool_window_forward_cpu, NULL,
+            pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_pool_window_backward, "tsl_pool_window_bwd", pool_window_backward_cpu, NULL,
+            pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_pool_window_forward_index, "tsl_pool_window_fwd_index",
+            pool_window_forward_index_cpu, NULL, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_pool_window_backward_index, "tsl_pool_window_bwd_index",
+            pool_window_backward_index_cpu, NULL, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_upsample_window_forward, "tsl_upsample_window_fwd", upsample_window_forward_cpu,
+            NULL, pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_upsample_window_backward, "tsl_upsample_window_bwd",
+            upsample_window_backward_cpu, NULL, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
 
-struct starpu_codelet tsl_cl_pool_window_forward_index = {
-    .cpu_funcs = {pool_window_forward_index_cpu},
-    .cpu_funcs_name = {"pool_window_forward_index_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &pool_window_fwd_index_model,
-    .name = "tsl_pool_window_fwd_index",
-};
-
-struct starpu_codelet tsl_cl_pool_window_backward_index = {
-    .cpu_funcs = {pool_window_backward_index_cpu},
-    .cpu_funcs_name = {"pool_window_backward_index_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &pool_window_bwd_index_model,
-    .name = "tsl_pool_window_bwd_index",
-};
-
-struct starpu_codelet tsl_cl_upsample_window_forward = {
-    .cpu_funcs = {upsample_window_forward_cpu},
-    .cpu_funcs_name = {"upsample_window_forward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &up_window_fwd_model,
-    .name = "tsl_upsample_window_fwd",
-};
-
-struct starpu_codelet tsl_cl_upsample_window_backward = {
-    .cpu_funcs = {upsample_window_backward_cpu},
-    .cpu_funcs_name = {"upsample_window_backward_cpu"},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &up_window_bwd_model,
-    .name = "tsl_upsample_window_bwd",
-};
-
-static struct starpu_perfmodel pool_fwd_model = {.type = STARPU_HISTORY_BASED,
-                                                 .symbol = "tsl_pool_fwd"};
-static struct starpu_perfmodel pool_bwd_model = {.type = STARPU_HISTORY_BASED,
-                                                 .symbol = "tsl_pool_bwd"};
-static struct starpu_perfmodel up_fwd_model = {.type = STARPU_HISTORY_BASED,
-                                               .symbol = "tsl_upsample_fwd"};
-static struct starpu_perfmodel up_bwd_model = {.type = STARPU_HISTORY_BASED,
-                                               .symbol = "tsl_upsample_bwd"};
-static struct starpu_perfmodel up_linear_fwd_model = {.type = STARPU_HISTORY_BASED,
-                                                      .symbol = "tsl_upsample_linear_fwd"};
-static struct starpu_perfmodel up_linear_bwd_model = {.type = STARPU_HISTORY_BASED,
-                                                      .symbol = "tsl_upsample_linear_bwd"};
-
-struct starpu_codelet tsl_cl_pool_forward = {
-    .cpu_funcs = {pool_forward_cpu},
-    .cpu_funcs_name = {"pool_forward_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &pool_fwd_model,
-    .name = "tsl_pool_fwd",
-};
-
-struct starpu_codelet tsl_cl_pool_backward = {
-    .cpu_funcs = {pool_backward_cpu},
-    .cpu_funcs_name = {"pool_backward_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
-    .model = &pool_bwd_model,
-    .name = "tsl_pool_bwd",
-};
-
-static struct starpu_perfmodel pool_fwd_index_model = {.type = STARPU_HISTORY_BASED,
-                                                       .symbol = "tsl_pool_fwd_index"};
-static struct starpu_perfmodel pool_bwd_index_model = {.type = STARPU_HISTORY_BASED,
-                                                       .symbol = "tsl_pool_bwd_index"};
-
-struct starpu_codelet tsl_cl_pool_forward_index = {
-    .cpu_funcs = {pool_forward_index_cpu},
-    .cpu_funcs_name = {"pool_forward_index_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_W, STARPU_W},
-    .model = &pool_fwd_index_model,
-    .name = "tsl_pool_fwd_index",
-};
-
-struct starpu_codelet tsl_cl_pool_backward_index = {
-    .cpu_funcs = {pool_backward_index_cpu},
-    .cpu_funcs_name = {"pool_backward_index_cpu"},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
-    .model = &pool_bwd_index_model,
-    .name = "tsl_pool_bwd_index",
-};
-
-struct starpu_codelet tsl_cl_upsample_forward = {
-    .cpu_funcs = {upsample_forward_cpu},
-    .cpu_funcs_name = {"upsample_forward_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &up_fwd_model,
-    .name = "tsl_upsample_fwd",
-};
-
-struct starpu_codelet tsl_cl_upsample_backward = {
-    .cpu_funcs = {upsample_backward_cpu},
-    .cpu_funcs_name = {"upsample_backward_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &up_bwd_model,
-    .name = "tsl_upsample_bwd",
-};
-
+TSL_CODELET(tsl_cl_pool_forward, "tsl_pool_fwd", pool_forward_cpu, NULL, pool_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_pool_backward, "tsl_pool_bwd", pool_backward_cpu, NULL, pool_variant,
+            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_pool_forward_index, "tsl_pool_fwd_index", pool_forward_index_cpu, NULL,
+            pool_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_W, STARPU_W});
+TSL_CODELET(tsl_cl_pool_backward_index, "tsl_pool_bwd_index", pool_backward_index_cpu, NULL,
+            pool_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_upsample_forward, "tsl_upsample_fwd", upsample_forward_cpu, NULL, pool_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_upsample_backward, "tsl_upsample_bwd", upsample_backward_cpu, NULL, pool_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 /* Linear upsampling runs the same CPU functions (the mode travels in the arguments) under perf
  * models of its own: its tasks cost more than nearest ones of the same shape. */
-struct starpu_codelet tsl_cl_upsample_linear_forward = {
-    .cpu_funcs = {upsample_forward_cpu},
-    .cpu_funcs_name = {"upsample_forward_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &up_linear_fwd_model,
-    .name = "tsl_upsample_linear_fwd",
-};
-
-struct starpu_codelet tsl_cl_upsample_linear_backward = {
-    .cpu_funcs = {upsample_backward_cpu},
-    .cpu_funcs_name = {"upsample_backward_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &up_linear_bwd_model,
-    .name = "tsl_upsample_linear_bwd",
-};
+TSL_CODELET(tsl_cl_upsample_linear_forward, "tsl_upsample_linear_fwd", upsample_forward_cpu, NULL,
+            pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_upsample_linear_backward, "tsl_upsample_linear_bwd", upsample_backward_cpu, NULL,
+            pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});

@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "check.h"
-#include "tile_ops.h"
+#include "codelet.h"
+#include "reduce.h"
 
 #define LIMB_BITS 32
 #define LIMB_MASK ((int64_t)0xffffffff)
@@ -594,29 +594,15 @@ static void sum_merge_cpu(void *buffers[], void *cl_arg)
         tsl_acc_merge(&dst[k], &src[k]);
 }
 
-static struct starpu_perfmodel sum_partial_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_sum_partial",
-};
-static struct starpu_perfmodel sum_merge_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tsl_sum_merge",
-};
+/* The footprint: the tile size and its dtype (each takes its own path). */
+static uint32_t sum_partial_variant(struct starpu_task *task)
+{
+    tsl_sum_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    return tsl_hash_i64(starpu_task_data_footprint(task), a.dtype);
+}
 
-struct starpu_codelet tsl_cl_sum_partial = {
-    .cpu_funcs = {sum_partial_cpu},
-    .cpu_funcs_name = {"sum_partial_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &sum_partial_model,
-    .name = "tsl_sum_partial",
-};
-
-struct starpu_codelet tsl_cl_sum_merge = {
-    .cpu_funcs = {sum_merge_cpu},
-    .cpu_funcs_name = {"sum_merge_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_RW},
-    .model = &sum_merge_model,
-    .name = "tsl_sum_merge",
-};
+TSL_CODELET(tsl_cl_sum_partial, "tsl_sum_partial", sum_partial_cpu, NULL, sum_partial_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_sum_merge, "tsl_sum_merge", sum_merge_cpu, NULL, NULL, .nbuffers = 2,
+            .modes = {STARPU_R, STARPU_RW});

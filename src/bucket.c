@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codelets/tile_ops.h"
+#include "codelets/copy.h"
+#include "codelets/fill.h"
 #include "internal.h"
 #include "tessel/tensor.h"
 

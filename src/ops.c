@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codelets/tile_ops.h"
+#include "codelets/elementwise.h"
+#include "codelets/reduce.h"
 #include "internal.h"
 
 /* One task per tile of `out`, reading the same tile of each distinct input and writing

@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codelets/tile_ops.h"
+#include "codelets/copy.h"
+#include "codelets/elementwise.h"
+#include "codelets/reduce.h"
 #include "internal.h"
 #include "tessel/tensor.h"
 

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codelets/tile_ops.h"
+#include "codelets/copy.h"
+#include "codelets/elementwise.h"
+#include "codelets/fill.h"
 #include "internal.h"
 #include "tessel/starpu.h"
 

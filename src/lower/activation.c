@@ -2,8 +2,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../../codelets/nn_ops.h"
-#include "../internal.h"
+#include "codelets/activation.h"
+#include "internal.h"
 #include "op_table.h"
 
 static tsl_status check_kind(struct tsl_context *ctx, tsl_activation kind, double slope,

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../codelets/batchnorm.h"
-#include "../internal.h"
+#include "codelets/batchnorm.h"
+#include "internal.h"
 
 /* A (C) vector, one tile, of x's dtype; or (2, C) f64 for the saved statistics. */
 static tsl_status check_vector(tsl_tensor_t v, tsl_tensor_t x, int saved, const char *what,

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../codelets/conv.h"
-#include "../internal.h"
+#include "codelets/conv.h"
+#include "internal.h"
 #include "halo.h"
 #include "tessel/ops.h"
 

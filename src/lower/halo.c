@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../codelets/tile_ops.h"
+#include "codelets/copy.h"
 #include "halo.h"
 
 /* Intersection of two spatial boxes; 0 when empty. */

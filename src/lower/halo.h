@@ -7,8 +7,8 @@
 
 #include <string.h>
 
-#include "../../codelets/conv.h"
-#include "../internal.h"
+#include "codelets/conv.h"
+#include "internal.h"
 
 /* The halo of tile `tile` of x for `window` (spatial, global coordinates): the other tiles
  * of the same sample and channel range whose box meets window ∩ global input, and those

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../codelets/linear.h"
-#include "../internal.h"
+#include "codelets/linear.h"
+#include "internal.h"
 
 static int is_matrix(tsl_tensor_t t)
 {

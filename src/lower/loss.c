@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../codelets/loss_ops.h"
-#include "../internal.h"
+#include "codelets/loss.h"
+#include "codelets/reduce.h"
+#include "internal.h"
 
 typedef struct loss_plan {
     tsl_loss_args args;

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../codelets/nn_ops.h"
-#include "../internal.h"
+#include "codelets/optimizer.h"
+#include "internal.h"
 
 typedef struct param_state {
     tsl_tensor_t param;

@@ -12,7 +12,7 @@
  * and every rank reads it back into its whole copy (allgather by placement). */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "internal.h"
 
 tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw, tsl_tensor_t db,
                                tsl_partial_grad_fn submit_partial, void *user)

@@ -3,8 +3,8 @@
  * between tiles, so any tile grids and owners work and results are exact. */
 #include <string.h>
 
-#include "../../codelets/tile_ops.h"
-#include "../internal.h"
+#include "codelets/copy.h"
+#include "internal.h"
 
 /* `part` matches `whole` in every dimension but C (dimension 1). */
 static tsl_status check_part(tsl_tensor_t whole, tsl_tensor_t part, const char *fn)

@@ -4,8 +4,8 @@
  * with gradient slabs added back into the neighbours in the backward pass. */
 #include <string.h>
 
-#include "../../codelets/pool.h"
-#include "../internal.h"
+#include "codelets/pool.h"
+#include "internal.h"
 #include "halo.h"
 #include "tessel/ops.h"
 

@@ -13,8 +13,9 @@
 #include "mpi_test_env.h"
 
 extern "C" {
-#include "../../codelets/nn_ops.h"
-#include "../../codelets/pool.h"
+#include "codelets/activation.h"
+#include "codelets/optimizer.h"
+#include "codelets/pool.h"
 }
 
 using namespace tsltest;

@@ -13,7 +13,7 @@
 #include <vector>
 
 extern "C" {
-#include "../../codelets/batchnorm.h"
+#include "codelets/batchnorm.h"
 }
 
 namespace

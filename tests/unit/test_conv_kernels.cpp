@@ -12,7 +12,7 @@
 #include <vector>
 
 extern "C" {
-#include "../../codelets/conv.h"
+#include "codelets/conv.h"
 #include "tessel/ops.h"
 }
 

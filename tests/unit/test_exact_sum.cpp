@@ -11,7 +11,8 @@
 #include <vector>
 
 extern "C" {
-#include "../../codelets/tile_ops.h"
+#include "codelets/fill.h"
+#include "codelets/reduce.h"
 }
 
 namespace

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "../../src/node_share.h"
+#include "src/node_share.h"
 #include "tessel/tessel.h"
 
 namespace

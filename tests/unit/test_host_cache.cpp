@@ -10,7 +10,7 @@
 #include <vector>
 
 extern "C" {
-#include "../../src/host_cache.h"
+#include "src/host_cache.h"
 }
 
 namespace

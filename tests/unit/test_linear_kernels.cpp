@@ -7,7 +7,7 @@
 #include <vector>
 
 extern "C" {
-#include "../../codelets/linear.h"
+#include "codelets/linear.h"
 #include "tessel/tensor.h"
 }
 

@@ -9,8 +9,9 @@
 #include <vector>
 
 extern "C" {
-#include "../../codelets/loss_ops.h"
-#include "../../codelets/tile_ops.h"
+#include "codelets/copy.h"
+#include "codelets/loss.h"
+#include "codelets/reduce.h"
 }
 
 namespace

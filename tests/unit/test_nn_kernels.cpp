@@ -9,7 +9,8 @@
 #include <vector>
 
 extern "C" {
-#include "../../codelets/nn_ops.h"
+#include "codelets/activation.h"
+#include "codelets/optimizer.h"
 }
 
 namespace

@@ -18,7 +18,7 @@
 #include <vector>
 
 extern "C" {
-#include "../../codelets/pool.h"
+#include "codelets/pool.h"
 #include "tessel/ops.h"
 }
 

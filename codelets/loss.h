@@ -1,11 +1,11 @@
-/* Loss kernels and codelet (codelets/loss.c). */
-#ifndef TESSEL_CODELETS_LOSS_OPS_H
-#define TESSEL_CODELETS_LOSS_OPS_H
+/* Loss family (codelets/loss.c): cross-entropy, MSE, argmax hits and soft Dice. */
+#ifndef TESSEL_CODELETS_LOSS_H
+#define TESSEL_CODELETS_LOSS_H
 
 #include <starpu.h>
 #include <stdint.h>
 
-#include "tile_ops.h"
+#include "reduce.h"
 
 typedef enum tsl_loss_kind {
     TSL_LOSS_CROSS_ENTROPY = 0,
@@ -51,4 +51,4 @@ extern struct starpu_codelet tsl_cl_dice_stats; /* R x, R labels, W acc */
 extern struct starpu_codelet tsl_cl_dice_coef;  /* R acc, W coef */
 extern struct starpu_codelet tsl_cl_dice_grad;  /* R x, R labels, R coef, W grad */
 
-#endif /* TESSEL_CODELETS_LOSS_OPS_H */
+#endif /* TESSEL_CODELETS_LOSS_H */

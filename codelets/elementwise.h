@@ -1,0 +1,30 @@
+/* Elementwise family (codelets/elementwise.c): scale, axpy, add, and placement marks. */
+#ifndef TESSEL_CODELETS_ELEMENTWISE_H
+#define TESSEL_CODELETS_ELEMENTWISE_H
+
+#include <starpu.h>
+#include <stdint.h>
+
+#include "tessel/tensor.h"
+
+typedef struct tsl_elementwise_args {
+    int32_t dtype; /* TSL_F32 or TSL_F64 */
+    int64_t count;
+    double alpha;
+} tsl_elementwise_args;
+
+extern struct starpu_codelet tsl_cl_scale; /* RW x:      x = alpha x */
+extern struct starpu_codelet tsl_cl_axpy;  /* R x, RW y: y += alpha x */
+extern struct starpu_codelet tsl_cl_add;   /* R a, R b, W|RW dst: dst = a + b */
+
+/* ---- placement marks ---- */
+
+typedef struct tsl_mark_args {
+    int32_t rank; /* rank the task was placed on */
+    int64_t count;
+} tsl_mark_args;
+
+/* W tile (i32): every element = rank * 1000 + worker id. */
+extern struct starpu_codelet tsl_cl_mark;
+
+#endif /* TESSEL_CODELETS_ELEMENTWISE_H */
