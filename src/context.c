@@ -20,7 +20,7 @@
 #define TSL_DEFAULT_TAG_COUNT ((int64_t)1 << 40)
 #define TSL_DEFAULT_HOST_CACHE_BYTES ((int64_t)32 << 20)
 
-/* Rank of this process for codelet abort messages (codelets/check.h). */
+/* Rank of this process for codelet abort messages (codelets/codelet.h). */
 int tsl_codelet_rank = -1;
 
 tsl_status tsl_context_config_init(tsl_context_config *config)
