@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "graph/graph_internal.h"
+#include "graph_internal.h"
 #include "internal.h"
 #include "lower/halo.h"
 #include "tessel/io.h"

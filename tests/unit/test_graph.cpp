@@ -15,7 +15,7 @@ extern "C" {
 #include "tessel/plan.h"
 
 extern "C" {
-#include "graph/graph_internal.h"
+#include "graph_internal.h"
 }
 }
 

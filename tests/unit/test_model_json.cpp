@@ -14,7 +14,7 @@
 #include <vector>
 
 extern "C" {
-#include "graph/graph_internal.h" // to compare every attribute of two graphs
+#include "graph_internal.h" // to compare every attribute of two graphs
 #include "tessel/graph.h"
 #include "tessel/io.h"
 }
