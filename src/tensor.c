@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelets/copy.h"
 #include "codelets/elementwise.h"
 #include "codelets/fill.h"
 #include "internal.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codelets/tile_ops.h"
+#include "codelets/copy.h"
 #include "internal.h"
 #include "tessel/starpu.h"
 
