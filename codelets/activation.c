@@ -4,7 +4,7 @@
 #include "activation.h"
 #include "codelet.h"
 
-#define ACT_FORWARD(T, EXP, TANH)                                                                  \
+#define ACT_FORWARD(T, EXP, TANH, ERFC)                                                            \
     do {                                                                                           \
         const T *in = x;                                                                           \
         T *out = y;                                                                                \
@@ -26,6 +26,10 @@
             for (int64_t i = 0; i < n; i++)                                                        \
                 out[i] = TANH(in[i]);                                                              \
             return;                                                                                \
+        case TSL_ACT_GELU: /* x Phi(x); erfc keeps Phi accurate far into the left tail */          \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                out[i] = (T)0.5 * in[i] * ERFC(-in[i] * (T)M_SQRT1_2);                             \
+            return;                                                                                \
         }                                                                                          \
     } while (0)
 
@@ -33,13 +37,13 @@ void tsl_act_forward(const tsl_act_args *a, const void *x, void *y)
 {
     int64_t n = a->count;
     if (a->dtype == TSL_F32)
-        ACT_FORWARD(float, expf, tanhf);
+        ACT_FORWARD(float, expf, tanhf, erfcf);
     else if (a->dtype == TSL_F64)
-        ACT_FORWARD(double, exp, tanh);
+        ACT_FORWARD(double, exp, tanh, erfc);
     TSL_CODELET_CHECK(0, "activation forward: unknown kind or dtype");
 }
 
-#define ACT_BACKWARD(T)                                                                            \
+#define ACT_BACKWARD(T, EXP, ERFC)                                                                 \
     do {                                                                                           \
         const T *v = in;                                                                           \
         const T *g = dy;                                                                           \
@@ -66,6 +70,14 @@ void tsl_act_forward(const tsl_act_args *a, const void *x, void *y)
             for (int64_t i = 0; i < n; i++)                                                        \
                 out[i] = g[i] * ((T)1 - v[i] * v[i]);                                              \
             return;                                                                                \
+        case TSL_ACT_GELU: /* Phi(x) + x phi(x), from x */                                         \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T xi = v[i];                                                                       \
+                T cdf = (T)0.5 * ERFC(-xi * (T)M_SQRT1_2);                                         \
+                T pdf = (T)(0.5 * M_2_SQRTPI * M_SQRT1_2) * EXP((T)-0.5 * xi * xi);                \
+                out[i] = g[i] * (cdf + xi * pdf);                                                  \
+            }                                                                                      \
+            return;                                                                                \
         }                                                                                          \
     } while (0)
 
@@ -73,9 +85,9 @@ void tsl_act_backward(const tsl_act_args *a, const void *in, const void *dy, voi
 {
     int64_t n = a->count;
     if (a->dtype == TSL_F32)
-        ACT_BACKWARD(float);
+        ACT_BACKWARD(float, expf, erfcf);
     else if (a->dtype == TSL_F64)
-        ACT_BACKWARD(double);
+        ACT_BACKWARD(double, exp, erfc);
     TSL_CODELET_CHECK(0, "activation backward: unknown kind or dtype");
 }
 

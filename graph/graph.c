@@ -292,7 +292,7 @@ tsl_status tsl_graph_activation(tsl_graph_t g, int32_t x, tsl_activation kind, d
                          (int)kind);
     tsl_graph_op op = unary_op(TSL_OP_ACTIVATION, x, NULL);
     op.act = kind;
-    op.slope = slope;
+    op.slope = tsl_activation_info_of(kind)->takes_slope ? slope : 0; /* kept only where read */
     return add_op(g, &op, NULL, value, fn);
 }
 

@@ -16,6 +16,7 @@ extern "C" {
 
 extern "C" {
 #include "graph_internal.h"
+#include "op_table.h"
 }
 }
 
@@ -972,4 +973,53 @@ TEST(Plan, StagesByHandAreKeptAndInherited)
     ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK); // computed again
     EXPECT_EQ(stage[(size_t)nops - 1], 1);
     tsl_graph_destroy(g);
+}
+
+// The op table has a row for every kind and every activation: names of their own, and every
+// fact filled in; an activation is found by its name.
+TEST(OpTable, EveryKindHasItsFacts)
+{
+    std::map<std::string, int> names;
+    for (int k = 0; k < TSL_OP_KIND_COUNT; k++) {
+        const tsl_op_info *info = tsl_op_info_of((tsl_op_kind)k);
+        ASSERT_NE(info, nullptr) << k;
+        ASSERT_NE(info->name, nullptr) << k;
+        EXPECT_STREQ(tsl_op_kind_name((tsl_op_kind)k), info->name);
+        EXPECT_TRUE(info->infer && info->flops && info->reads_input_backward) << info->name;
+        EXPECT_EQ(names[info->name]++, 0) << info->name << " twice";
+    }
+    EXPECT_EQ(tsl_op_info_of((tsl_op_kind)TSL_OP_KIND_COUNT), nullptr);
+    EXPECT_STREQ(tsl_op_kind_name((tsl_op_kind)TSL_OP_KIND_COUNT), "invalid");
+    names.clear();
+    for (int k = 0; k < TSL_ACTIVATION_COUNT; k++) {
+        const tsl_activation_info *info = tsl_activation_info_of((tsl_activation)k);
+        ASSERT_NE(info, nullptr) << k;
+        EXPECT_EQ(names[info->name]++, 0) << info->name << " twice";
+        EXPECT_GT(info->forward_flops, 0) << info->name;
+        EXPECT_GT(info->backward_flops, 0) << info->name;
+        tsl_activation found = (tsl_activation)-1;
+        EXPECT_EQ(tsl_activation_find(info->name, &found), 0) << info->name;
+        EXPECT_EQ(found, (tsl_activation)k) << info->name;
+    }
+    tsl_activation none;
+    EXPECT_EQ(tsl_activation_find("no_such_activation", &none), -1);
+    EXPECT_EQ(tsl_activation_info_of((tsl_activation)TSL_ACTIVATION_COUNT), nullptr);
+}
+
+// Every activation's flops in a graph come from its row: the output's elements times the
+// row's forward flops.
+TEST(OpTable, ActivationFlopsComeFromTheTable)
+{
+    for (int k = 0; k < TSL_ACTIVATION_COUNT; k++) {
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+        int64_t sample[3] = {3, 5, 7};
+        int32_t v;
+        ASSERT_EQ(tsl_graph_input(g, 3, sample, &v), TSL_OK);
+        ASSERT_EQ(tsl_graph_activation(g, v, (tsl_activation)k, 0.5, &v), TSL_OK);
+        double flops = 0;
+        ASSERT_EQ(tsl_graph_op_flops(g, 1, 4, &flops), TSL_OK);
+        EXPECT_EQ(flops, 4 * 105 * tsl_activation_info_of((tsl_activation)k)->forward_flops) << k;
+        tsl_graph_destroy(g);
+    }
 }

@@ -71,7 +71,7 @@ std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spat
     case TSL_OP_BATCHNORM:
         return a.eps == b.eps && a.momentum == b.momentum ? "" : "eps or momentum";
     case TSL_OP_ACTIVATION:
-        if (a.act != b.act || (a.act == TSL_ACT_LEAKY_RELU && a.slope != b.slope))
+        if (a.act != b.act || a.slope != b.slope)
             return "activation";
         return "";
     case TSL_OP_POOL: {
@@ -381,6 +381,57 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     EXPECT_STREQ(name, "");
     tsl_graph_destroy(read);
     tsl_graph_destroy(g);
+}
+
+// Every op kind is in every_op_graph(), so a new kind must be written and read back to pass.
+TEST_F(ModelJson, EveryOpGraphHasEveryKind)
+{
+    tsl_graph_t g = every_op_graph();
+    std::vector<int> seen(TSL_OP_KIND_COUNT, 0);
+    for (int32_t i = 0; i < tsl_graph_op_count(g); i++) {
+        tsl_op_kind kind;
+        ASSERT_EQ(tsl_graph_op_info(g, i, &kind, nullptr, nullptr), TSL_OK);
+        ASSERT_LT((int)kind, TSL_OP_KIND_COUNT);
+        seen[kind]++;
+    }
+    for (int k = 0; k < TSL_OP_KIND_COUNT; k++)
+        EXPECT_GT(seen[k], 0) << "op kind " << tsl_op_kind_name((tsl_op_kind)k);
+    tsl_graph_destroy(g);
+}
+
+// Every activation kind is written under a name of its own and read back as itself, with its
+// slope where it takes one.
+TEST_F(ModelJson, EveryActivationRoundTrips)
+{
+    std::vector<std::string> names;
+    for (int k = 0; k < TSL_ACTIVATION_COUNT; k++) {
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+        int64_t sample[2] = {2, 9};
+        int32_t v;
+        ASSERT_EQ(tsl_graph_input(g, 2, sample, &v), TSL_OK);
+        ASSERT_EQ(tsl_graph_activation(g, v, (tsl_activation)k, 0.375, &v), TSL_OK);
+        ASSERT_EQ(tsl_graph_flatten(g, v, &v), TSL_OK);
+        ASSERT_EQ(tsl_graph_linear(g, "head", v, 3, 1, &v), TSL_OK);
+        ASSERT_EQ(tsl_graph_set_output(g, v), TSL_OK);
+        std::string file = path("act" + std::to_string(k) + ".json");
+        ASSERT_EQ(tsl_graph_write_json(g, file.c_str()), TSL_OK) << tsl_last_error();
+        std::string text = read_text(file);
+        size_t at = text.find("\"op\": \"", text.find("\"op\": \"input\"") + 1); // layer 1
+        ASSERT_NE(at, std::string::npos) << text;
+        std::string name = text.substr(at + 7, text.find('"', at + 7) - at - 7);
+        for (const std::string &other : names)
+            EXPECT_NE(name, other) << "two activation kinds written as one";
+        names.push_back(name);
+        tsl_graph_t read = nullptr;
+        ASSERT_EQ(tsl_graph_read_json(file.c_str(), 2, sample, 3, &read), TSL_OK)
+            << tsl_last_error();
+        EXPECT_EQ(graph_difference(g, read), "") << name;
+        EXPECT_EQ(read->ops[1].act, (tsl_activation)k) << name;
+        EXPECT_EQ(read->ops[1].slope != 0, text.find("\"slope\"") != std::string::npos) << text;
+        tsl_graph_destroy(read);
+        tsl_graph_destroy(g);
+    }
 }
 
 TEST_F(ModelJson, WrittenNamesDoNotCollide)
