@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessel/export.h"
 #include "tessel/status.h"
 
 #ifdef __cplusplus
@@ -82,7 +83,7 @@ typedef struct tsl_context_config {
 /** @brief Fill @p config with defaults: StarPU decides workers and scheduler,
  *  tags [2^40, 2^40 + 2^40), warnings and errors logged to stderr, 32 MiB host cache,
  *  waiting threads yield their core. */
-tsl_status tsl_context_config_init(tsl_context_config *config);
+TSL_API tsl_status tsl_context_config_init(tsl_context_config *config);
 
 /**
  * @brief Create a context that owns StarPU and StarPU-MPI on MPI_COMM_WORLD.
@@ -95,7 +96,7 @@ tsl_status tsl_context_config_init(tsl_context_config *config);
  * @param[out] ctx    the new context, owned by the caller (tsl_context_destroy())
  * @param[in]  config configuration, or NULL for the defaults
  */
-tsl_status tsl_context_create(tsl_context_t *ctx, const tsl_context_config *config);
+TSL_API tsl_status tsl_context_create(tsl_context_t *ctx, const tsl_context_config *config);
 
 /**
  * @brief Destroy a context. Waits for the context's outstanding work; for an owning
@@ -103,23 +104,24 @@ tsl_status tsl_context_create(tsl_context_t *ctx, const tsl_context_config *conf
  * initialised it. Tensors still alive are destroyed first (with a warning).
  * An attached context leaves StarPU and MPI running. Passing NULL is a no-op.
  */
-tsl_status tsl_context_destroy(tsl_context_t ctx);
+TSL_API tsl_status tsl_context_destroy(tsl_context_t ctx);
 
 /** @brief This process's rank in the context's communicator. Not collective. */
-tsl_status tsl_context_rank(tsl_context_t ctx, int32_t *rank);
+TSL_API tsl_status tsl_context_rank(tsl_context_t ctx, int32_t *rank);
 
 /** @brief Number of ranks in the context's communicator. Not collective. */
-tsl_status tsl_context_size(tsl_context_t ctx, int32_t *size);
+TSL_API tsl_status tsl_context_size(tsl_context_t ctx, int32_t *size);
 
 /** @brief Number of StarPU workers of one kind on this rank. Not collective. */
-tsl_status tsl_context_worker_count(tsl_context_t ctx, tsl_worker_kind kind, int32_t *count);
+TSL_API tsl_status tsl_context_worker_count(tsl_context_t ctx, tsl_worker_kind kind,
+                                            int32_t *count);
 
 /** @brief Whether the context owns StarPU (1) or is attached to a host's StarPU (0). */
-tsl_status tsl_context_owns_runtime(tsl_context_t ctx, int32_t *owns);
+TSL_API tsl_status tsl_context_owns_runtime(tsl_context_t ctx, int32_t *owns);
 
 /** @brief Name of the StarPU scheduler in use ("lws", "dmdas", ...). Not collective.
  *  @param[out] name static string owned by StarPU */
-tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name);
+TSL_API tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name);
 
 /**
  * @brief Bytes of the tiles this rank owns, over all live tensors of the context (not
@@ -128,7 +130,7 @@ tsl_status tsl_context_scheduler(tsl_context_t ctx, const char **name);
  * first written and frees when the backward is done with them), allocated or not.
  * Not collective.
  */
-tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
+TSL_API tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
 
 /**
  * @brief Worker time on this rank since the previous call (or since StarPU started
@@ -137,7 +139,7 @@ tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
  * halos, dependencies). The first call switches StarPU's profiling on (then it only starts
  * measuring). Not collective.
  */
-tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, double *total);
+TSL_API tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, double *total);
 
 /**
  * @brief Bytes StarPU-MPI has sent from this rank and received by it since it started (data
@@ -146,7 +148,7 @@ tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, doub
  * (tsl_context_config::comm_stats or STARPU_COMM_STATS=1), else ::TSL_ERR_STATE. Take the
  * difference of two calls around tsl_context_wait() to measure a piece of work.
  */
-tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *received);
+TSL_API tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *received);
 
 /**
  * @brief This rank's cache of freed main-memory buffers (tsl_context_config::host_cache_bytes):
@@ -154,8 +156,8 @@ tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *rec
  * those it had to allocate. With a limit of 0 it keeps and reuses none; zeros for an attached
  * context. Not collective.
  */
-tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_t *reused,
-                                  int64_t *allocated);
+TSL_API tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_t *reused,
+                                          int64_t *allocated);
 
 /**
  * @brief Bytes of StarPU's main-memory data buffers on this rank: held now (@p in_use) and the
@@ -168,7 +170,7 @@ tsl_status tsl_context_host_cache(tsl_context_t ctx, int64_t *kept_bytes, int64_
  * resident memory adds the runtime to. Counted only by a context that owns StarPU
  * (tsl_context_create()); an attached context gets ::TSL_ERR_UNSUPPORTED. Not collective.
  */
-tsl_status tsl_context_buffer_bytes(tsl_context_t ctx, int64_t *in_use, int64_t *most);
+TSL_API tsl_status tsl_context_buffer_bytes(tsl_context_t ctx, int64_t *in_use, int64_t *most);
 
 /**
  * @brief Bytes of other ranks' data that StarPU-MPI keeps in its cache on this rank: copies
@@ -182,24 +184,24 @@ tsl_status tsl_context_buffer_bytes(tsl_context_t ctx, int64_t *in_use, int64_t 
  * (tsl_context_buffer_bytes). 0 where StarPU-MPI's cache is off (STARPU_MPI_CACHE=0: copies
  * are dropped after use). Not collective.
  */
-tsl_status tsl_context_cached_bytes(tsl_context_t ctx, int64_t *now, int64_t *most);
+TSL_API tsl_status tsl_context_cached_bytes(tsl_context_t ctx, int64_t *now, int64_t *most);
 
 /** @brief Number of StarPU-MPI tags the context has handed out so far. Not collective. */
-tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);
+TSL_API tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);
 
 /** @brief Change the log level. Not collective. */
-tsl_status tsl_context_set_log_level(tsl_context_t ctx, tsl_log_level level);
+TSL_API tsl_status tsl_context_set_log_level(tsl_context_t ctx, tsl_log_level level);
 
 /** @brief Message of the last error raised on this context, or "" if none.
  *  Valid until the next failing call on the context. Not collective. */
-const char *tsl_context_last_error(tsl_context_t ctx);
+TSL_API const char *tsl_context_last_error(tsl_context_t ctx);
 
 /**
  * @brief Wait until every task tessel submitted on this context has completed on all
  * ranks, then synchronise the ranks. On an attached context this waits only for
  * tessel's own tasks, never for the host's.
  */
-tsl_status tsl_context_wait(tsl_context_t ctx);
+TSL_API tsl_status tsl_context_wait(tsl_context_t ctx);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@
 
 #include <stdint.h>
 
+#include "tessel/export.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
 
@@ -90,13 +91,13 @@ typedef struct tsl_dataset_info {
  * Fashion-MNIST and `.npy` data are read into memory here; synthetic samples are
  * generated when read.
  */
-tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec, tsl_split split);
+TSL_API tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec, tsl_split split);
 
 /** @brief Free a dataset. NULL is a no-op. No loader may still use it. */
-tsl_status tsl_dataset_destroy(tsl_dataset_t dataset);
+TSL_API tsl_status tsl_dataset_destroy(tsl_dataset_t dataset);
 
 /** @brief Number of samples and classes, sample and label shapes. */
-tsl_status tsl_dataset_get_info(tsl_dataset_t dataset, tsl_dataset_info *info);
+TSL_API tsl_status tsl_dataset_get_info(tsl_dataset_t dataset, tsl_dataset_info *info);
 
 /**
  * @brief Read samples into caller buffers: sample indices[i] goes to
@@ -107,8 +108,8 @@ tsl_status tsl_dataset_get_info(tsl_dataset_t dataset, tsl_dataset_info *info);
  * @param[out] x       count * sample_numel floats, or NULL to skip the samples
  * @param[out] y       count * label_numel labels, or NULL to skip the labels
  */
-tsl_status tsl_dataset_read(tsl_dataset_t dataset, const int64_t *indices, int64_t count, float *x,
-                            int64_t *y);
+TSL_API tsl_status tsl_dataset_read(tsl_dataset_t dataset, const int64_t *indices, int64_t count,
+                                    float *x, int64_t *y);
 
 /**
  * @brief Read one box of one sample: @p x gets the sample's elements start[d] ..
@@ -125,8 +126,8 @@ tsl_status tsl_dataset_read(tsl_dataset_t dataset, const int64_t *indices, int64
  * @param[out] x      the box's floats, or NULL to skip them
  * @param[out] y      the box's labels (or the one label), or NULL to skip them
  */
-tsl_status tsl_dataset_read_box(tsl_dataset_t dataset, int64_t index, const int64_t *start,
-                                const int64_t *extent, float *x, int64_t *y);
+TSL_API tsl_status tsl_dataset_read_box(tsl_dataset_t dataset, int64_t index, const int64_t *start,
+                                        const int64_t *extent, float *x, int64_t *y);
 
 /**
  * @brief The order in which an epoch visits the samples: order[i] = i without shuffling,
@@ -140,8 +141,8 @@ tsl_status tsl_dataset_read_box(tsl_dataset_t dataset, int64_t index, const int6
  * @param[out] order   @p count indices
  * @param[in]  shuffle 0: identity order; otherwise shuffled
  */
-tsl_status tsl_dataset_epoch_order(int64_t *order, int64_t count, uint64_t seed, int64_t epoch,
-                                   int32_t shuffle);
+TSL_API tsl_status tsl_dataset_epoch_order(int64_t *order, int64_t count, uint64_t seed,
+                                           int64_t epoch, int32_t shuffle);
 
 /** Opaque batch loader handle. */
 typedef struct tsl_loader *tsl_loader_t;
@@ -179,8 +180,9 @@ typedef struct tsl_batch {
  * @param[in]  drop_last  non-zero: an epoch's final incomplete batch is skipped (a dataset
  *                        smaller than one batch is then an error)
  */
-tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_t batch_size,
-                             uint64_t seed, int32_t shuffle, int32_t drop_last);
+TSL_API tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset,
+                                     int64_t batch_size, uint64_t seed, int32_t shuffle,
+                                     int32_t drop_last);
 
 /**
  * @brief The next batch; after an epoch's last batch comes the first batch of the next
@@ -188,20 +190,20 @@ tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_
  * returned here with its message, and again by every later call.
  * @param[out] batch the batch; its pointers stay valid until the next call or destroy
  */
-tsl_status tsl_loader_next(tsl_loader_t loader, tsl_batch *batch);
+TSL_API tsl_status tsl_loader_next(tsl_loader_t loader, tsl_batch *batch);
 
 /**
  * @brief Make batch @p batch of epoch @p epoch (both from 0) the next one tsl_loader_next()
  * hands out, as if the earlier batches had been taken: resuming a run from a checkpoint.
  * Invalidates the pointers of the last batch. Clears an earlier read error.
  */
-tsl_status tsl_loader_seek(tsl_loader_t loader, int64_t epoch, int64_t batch);
+TSL_API tsl_status tsl_loader_seek(tsl_loader_t loader, int64_t epoch, int64_t batch);
 
 /** @brief Batches per epoch. */
-tsl_status tsl_loader_batches_per_epoch(tsl_loader_t loader, int64_t *batches);
+TSL_API tsl_status tsl_loader_batches_per_epoch(tsl_loader_t loader, int64_t *batches);
 
 /** @brief Stop the thread and free the loader and its buffers. NULL is a no-op. */
-tsl_status tsl_loader_destroy(tsl_loader_t loader);
+TSL_API tsl_status tsl_loader_destroy(tsl_loader_t loader);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "tessel/export.h"
 #include "tessel/op_params.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
@@ -50,60 +51,62 @@ typedef enum tsl_op_kind {
 #define TSL_GRAPH_NAME_MAX 96
 
 /** @brief An empty graph. */
-tsl_status tsl_graph_create(tsl_graph_t *graph);
+TSL_API tsl_status tsl_graph_create(tsl_graph_t *graph);
 
 /** @brief Free a graph (NULL is a no-op). */
-void tsl_graph_destroy(tsl_graph_t graph);
+TSL_API void tsl_graph_destroy(tsl_graph_t graph);
 
 /**
  * @brief The network's input, per-sample shape (C, spatial...) with 1 to 4 dimensions. A
  * graph has exactly one input. @p value receives its id.
  */
-tsl_status tsl_graph_input(tsl_graph_t graph, int32_t ndim, const int64_t *sample_dims,
-                           int32_t *value);
+TSL_API tsl_status tsl_graph_input(tsl_graph_t graph, int32_t ndim, const int64_t *sample_dims,
+                                   int32_t *value);
 
 /**
  * @brief Convolution (or transposed convolution when @p transposed) named @p name: creates
  * parameters `name.weight` ((C_out, C_in / groups, k...), or (C_in, C_out / groups, k...)
  * transposed) and, with @p bias, `name.bias`. @p kernel has params->spatial entries.
  */
-tsl_status tsl_graph_conv(tsl_graph_t graph, const char *name, int32_t x, int64_t out_channels,
-                          const int64_t *kernel, const tsl_conv_params *params, int32_t transposed,
-                          int32_t bias, int32_t *value);
+TSL_API tsl_status tsl_graph_conv(tsl_graph_t graph, const char *name, int32_t x,
+                                  int64_t out_channels, const int64_t *kernel,
+                                  const tsl_conv_params *params, int32_t transposed, int32_t bias,
+                                  int32_t *value);
 
 /** @brief Batch normalization over channels: parameters `name.weight` (ones),
  *  `name.bias` (zeros) and buffers `name.running_mean`, `name.running_var`. */
-tsl_status tsl_graph_batchnorm(tsl_graph_t graph, const char *name, int32_t x, double eps,
-                               double momentum, int32_t *value);
+TSL_API tsl_status tsl_graph_batchnorm(tsl_graph_t graph, const char *name, int32_t x, double eps,
+                                       double momentum, int32_t *value);
 
 /** @brief Activation (tsl_activation_forward()). */
-tsl_status tsl_graph_activation(tsl_graph_t graph, int32_t x, tsl_activation kind, double slope,
-                                int32_t *value);
+TSL_API tsl_status tsl_graph_activation(tsl_graph_t graph, int32_t x, tsl_activation kind,
+                                        double slope, int32_t *value);
 
 /** @brief Pooling (tsl_pool_forward()). */
-tsl_status tsl_graph_pool(tsl_graph_t graph, int32_t x, const tsl_pool_params *params,
-                          int32_t *value);
+TSL_API tsl_status tsl_graph_pool(tsl_graph_t graph, int32_t x, const tsl_pool_params *params,
+                                  int32_t *value);
 
 /** @brief Upsampling by @p scale (one factor per spatial dimension); @p linear selects
  *  (bi/tri)linear instead of nearest. */
-tsl_status tsl_graph_upsample(tsl_graph_t graph, int32_t x, const int64_t *scale, int32_t linear,
-                              int32_t *value);
+TSL_API tsl_status tsl_graph_upsample(tsl_graph_t graph, int32_t x, const int64_t *scale,
+                                      int32_t linear, int32_t *value);
 
 /** @brief Concatenation of @p count values along channels (same spatial shape). */
-tsl_status tsl_graph_concat(tsl_graph_t graph, int32_t count, const int32_t *xs, int32_t *value);
+TSL_API tsl_status tsl_graph_concat(tsl_graph_t graph, int32_t count, const int32_t *xs,
+                                    int32_t *value);
 
 /** @brief a + b (same shape). */
-tsl_status tsl_graph_add(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
+TSL_API tsl_status tsl_graph_add(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
 
 /** @brief Flatten (C, spatial...) to one feature dimension. */
-tsl_status tsl_graph_flatten(tsl_graph_t graph, int32_t x, int32_t *value);
+TSL_API tsl_status tsl_graph_flatten(tsl_graph_t graph, int32_t x, int32_t *value);
 
 /** @brief Fully connected layer on a flat value: `name.weight` (out, in), `name.bias`. */
-tsl_status tsl_graph_linear(tsl_graph_t graph, const char *name, int32_t x, int64_t out_features,
-                            int32_t bias, int32_t *value);
+TSL_API tsl_status tsl_graph_linear(tsl_graph_t graph, const char *name, int32_t x,
+                                    int64_t out_features, int32_t bias, int32_t *value);
 
 /** @brief Mark @p value as the network's output (logits). Exactly one output. */
-tsl_status tsl_graph_set_output(tsl_graph_t graph, int32_t value);
+TSL_API tsl_status tsl_graph_set_output(tsl_graph_t graph, int32_t value);
 
 /**
  * @brief Put the op that makes @p value on pipeline stage @p stage of a plan with stages=
@@ -111,42 +114,43 @@ tsl_status tsl_graph_set_output(tsl_graph_t graph, int32_t value);
  * instead of a computed split: an op without one is on its predecessor's stage (the input on
  * stage 0).
  */
-tsl_status tsl_graph_set_stage(tsl_graph_t graph, int32_t value, int32_t stage);
+TSL_API tsl_status tsl_graph_set_stage(tsl_graph_t graph, int32_t value, int32_t stage);
 
 /** @brief The stage tsl_graph_set_stage() gave the op of @p value, or -1 when none. */
-int32_t tsl_graph_stage(tsl_graph_t graph, int32_t value);
+TSL_API int32_t tsl_graph_stage(tsl_graph_t graph, int32_t value);
 
 /** @brief Forward flops of op @p index for @p batch samples (multiply-adds count 2). */
-tsl_status tsl_graph_op_flops(tsl_graph_t graph, int32_t index, int64_t batch, double *flops);
+TSL_API tsl_status tsl_graph_op_flops(tsl_graph_t graph, int32_t index, int64_t batch,
+                                      double *flops);
 
 /** @brief Counts. Not NULL-safe for @p graph. */
-int32_t tsl_graph_value_count(tsl_graph_t graph);
-int32_t tsl_graph_op_count(tsl_graph_t graph);
-int32_t tsl_graph_param_count(tsl_graph_t graph);
+TSL_API int32_t tsl_graph_value_count(tsl_graph_t graph);
+TSL_API int32_t tsl_graph_op_count(tsl_graph_t graph);
+TSL_API int32_t tsl_graph_param_count(tsl_graph_t graph);
 
 /** @brief Per-sample shape of a value. */
-tsl_status tsl_graph_value_shape(tsl_graph_t graph, int32_t value, tsl_shape *shape);
+TSL_API tsl_status tsl_graph_value_shape(tsl_graph_t graph, int32_t value, tsl_shape *shape);
 
 /** @brief The output value, or a negative status if none is set. */
-int32_t tsl_graph_output(tsl_graph_t graph);
+TSL_API int32_t tsl_graph_output(tsl_graph_t graph);
 
 /** @brief Name and shape of parameter @p index (in creation order); @p trainable is 0 for
  *  buffers (running statistics). Outputs may be NULL. */
-tsl_status tsl_graph_param_info(tsl_graph_t graph, int32_t index, const char **name,
-                                tsl_shape *shape, int32_t *trainable);
+TSL_API tsl_status tsl_graph_param_info(tsl_graph_t graph, int32_t index, const char **name,
+                                        tsl_shape *shape, int32_t *trainable);
 
 /** @brief Kind, name (may be "") and output value of op @p index (ops are in creation order,
  *  which is a topological order). */
-tsl_status tsl_graph_op_info(tsl_graph_t graph, int32_t index, tsl_op_kind *kind, const char **name,
-                             int32_t *output);
+TSL_API tsl_status tsl_graph_op_info(tsl_graph_t graph, int32_t index, tsl_op_kind *kind,
+                                     const char **name, int32_t *output);
 
 /**
  * @brief Estimates for a batch of @p batch samples: forward flops (multiply-adds count 2),
  * bytes of all activations (one float each), and bytes of the parameters and buffers.
  * Any output may be NULL.
  */
-tsl_status tsl_graph_estimate(tsl_graph_t graph, int64_t batch, double *forward_flops,
-                              int64_t *activation_bytes, int64_t *param_bytes);
+TSL_API tsl_status tsl_graph_estimate(tsl_graph_t graph, int64_t batch, double *forward_flops,
+                                      int64_t *activation_bytes, int64_t *param_bytes);
 
 /**
  * @brief A network of the model zoo for samples of shape (C, spatial...) (@p ndim entries)
@@ -154,14 +158,14 @@ tsl_status tsl_graph_estimate(tsl_graph_t graph, int64_t batch, double *forward_
  * tsl_zoo_names(); an unknown name or a sample the network cannot take (too small to pool,
  * wrong dimensionality) is an error that says so.
  */
-tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *sample_dims,
-                         int64_t classes, tsl_graph_t *graph);
+TSL_API tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *sample_dims,
+                                 int64_t classes, tsl_graph_t *graph);
 
 /** @brief The zoo's network names, and a one-line description of each (same order). */
-const char *const *tsl_zoo_names(int32_t *count, const char *const **descriptions);
+TSL_API const char *const *tsl_zoo_names(int32_t *count, const char *const **descriptions);
 
 /** @brief Name of an op kind ("conv", ...), or "invalid". */
-const char *tsl_op_kind_name(tsl_op_kind kind);
+TSL_API const char *tsl_op_kind_name(tsl_op_kind kind);
 
 /* ---- model files (docs/model-format.md) ---- */
 
@@ -189,12 +193,12 @@ const char *tsl_op_kind_name(tsl_op_kind kind);
  *         model file), TSL_ERR_UNSUPPORTED (a newer format version), or the graph builder's
  *         status (TSL_ERR_SHAPE, TSL_ERR_INVALID_ARG) for a layer it rejects
  */
-tsl_status tsl_graph_read_json(const char *path, int32_t ndim, const int64_t *sample_dims,
-                               int64_t classes, tsl_graph_t *graph);
+TSL_API tsl_status tsl_graph_read_json(const char *path, int32_t ndim, const int64_t *sample_dims,
+                                       int64_t classes, tsl_graph_t *graph);
 
 /** @brief tsl_graph_read_json() from the text of a model file (NUL-terminated). */
-tsl_status tsl_graph_parse_json(const char *text, int32_t ndim, const int64_t *sample_dims,
-                                int64_t classes, tsl_graph_t *graph);
+TSL_API tsl_status tsl_graph_parse_json(const char *text, int32_t ndim, const int64_t *sample_dims,
+                                        int64_t classes, tsl_graph_t *graph);
 
 /**
  * @brief Write @p graph as a model file, atomically (a temporary file in the same folder,
@@ -207,19 +211,19 @@ tsl_status tsl_graph_parse_json(const char *text, int32_t ndim, const int64_t *s
  * @return TSL_OK, TSL_ERR_INVALID_ARG (NULL, or an infinite batch-norm eps: JSON has no
  *         infinities), TSL_ERR_STATE (no output set), TSL_ERR_IO
  */
-tsl_status tsl_graph_write_json(tsl_graph_t graph, const char *path);
+TSL_API tsl_status tsl_graph_write_json(tsl_graph_t graph, const char *path);
 
 /** @brief tsl_graph_write_json() into a new NUL-terminated string @p text (free it with
  *  tsl_free(), tessel/io.h). */
-tsl_status tsl_graph_print_json(tsl_graph_t graph, char **text);
+TSL_API tsl_status tsl_graph_print_json(tsl_graph_t graph, char **text);
 
 /**
  * @brief The network @p name_or_path for the data: a model file when the text names one
  * (it contains '/' or ends in ".json"; tsl_graph_read_json()), a network of the zoo otherwise
  * (tsl_zoo_graph()). What `tessel train --model` takes.
  */
-tsl_status tsl_model_graph(const char *name_or_path, int32_t ndim, const int64_t *sample_dims,
-                           int64_t classes, tsl_graph_t *graph);
+TSL_API tsl_status tsl_model_graph(const char *name_or_path, int32_t ndim,
+                                   const int64_t *sample_dims, int64_t classes, tsl_graph_t *graph);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "tessel/data.h"
+#include "tessel/export.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
 
@@ -39,7 +40,7 @@ typedef struct tsl_npy_header {
  * @param[in]  size      how many bytes are available (the header must fit in them)
  * @param[out] header    what the header says
  */
-tsl_status tsl_npy_parse_header(const void *bytes, size_t size, tsl_npy_header *header);
+TSL_API tsl_status tsl_npy_parse_header(const void *bytes, size_t size, tsl_npy_header *header);
 
 /**
  * @brief Read a whole `.npy` file.
@@ -47,7 +48,7 @@ tsl_status tsl_npy_parse_header(const void *bytes, size_t size, tsl_npy_header *
  * @param[out] header what its header says
  * @param[out] data   header->data_bytes bytes, C order; free with tsl_free()
  */
-tsl_status tsl_npy_read(const char *path, tsl_npy_header *header, void **data);
+TSL_API tsl_status tsl_npy_read(const char *path, tsl_npy_header *header, void **data);
 
 /**
  * @brief Write a whole array as a `.npy` file, format version 1.0 (a header of at most
@@ -55,11 +56,11 @@ tsl_status tsl_npy_read(const char *path, tsl_npy_header *header, void **data);
  * a temporary name, synced and renamed, so a failure never leaves a partial file under
  * @p path.
  */
-tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *shape,
-                         const void *data);
+TSL_API tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *shape,
+                                 const void *data);
 
 /** @brief Free memory returned by tessel (tsl_npy_read()). NULL is a no-op. */
-void tsl_free(void *ptr);
+TSL_API void tsl_free(void *ptr);
 
 /**
  * @brief Read a `.npy` file on @p root and scatter it into a new tensor. Collective; an
@@ -68,13 +69,13 @@ void tsl_free(void *ptr);
  * @param[in]  grid   tile grid, or NULL for one tile; must fit the file's shape
  * @param[in]  owners owner map, or NULL for tsl_owner_block(NULL)
  */
-tsl_status tsl_tensor_read_npy(tsl_tensor_t *tensor, tsl_context_t ctx, const char *path,
-                               int32_t root, const tsl_tile_grid *grid,
-                               const tsl_owner_map *owners);
+TSL_API tsl_status tsl_tensor_read_npy(tsl_tensor_t *tensor, tsl_context_t ctx, const char *path,
+                                       int32_t root, const tsl_tile_grid *grid,
+                                       const tsl_owner_map *owners);
 
 /** @brief Gather @p tensor on @p root and write it there as a `.npy` file. Collective;
  *  an error on root is returned on every rank. */
-tsl_status tsl_tensor_write_npy(tsl_tensor_t tensor, const char *path, int32_t root);
+TSL_API tsl_status tsl_tensor_write_npy(tsl_tensor_t tensor, const char *path, int32_t root);
 
 /**
  * @brief Fill @p x and @p labels with samples of @p dataset, each tile read by its owner: a
@@ -93,15 +94,15 @@ tsl_status tsl_tensor_write_npy(tsl_tensor_t tensor, const char *path, int32_t r
  * A box that cannot be read inside its task (a `.npy` file changed or gone since it was
  * opened) leaves its tile NaN or invalid labels; tsl_context_check_reads() reports it.
  */
-tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
-                                    const int64_t *indices);
+TSL_API tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels,
+                                            tsl_dataset_t dataset, const int64_t *indices);
 
 /**
  * @brief Wait for this rank's tsl_tensors_read_samples() tasks submitted so far and agree
  * whether any failed: collective; the first failure of the lowest failing rank is returned
  * on every rank with its message (and then forgotten), TSL_OK when every read succeeded.
  */
-tsl_status tsl_context_check_reads(tsl_context_t ctx);
+TSL_API tsl_status tsl_context_check_reads(tsl_context_t ctx);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 
 #include "tessel/context.h"
 #include "tessel/data.h"
+#include "tessel/export.h"
 #include "tessel/graph.h"
 #include "tessel/ops.h"
 #include "tessel/plan.h"
@@ -37,8 +38,8 @@ typedef struct tsl_model *tsl_model_t;
  * linear weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), batch-norm weights 1, biases
  * 0, running means 0 and variances 1. Same seed, same parameters, whatever the rank count.
  */
-tsl_status tsl_model_create(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
-                            uint64_t seed);
+TSL_API tsl_status tsl_model_create(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
+                                    uint64_t seed);
 
 /**
  * @brief As tsl_model_create(), with activations tiled and owned as @p plan says
@@ -51,16 +52,16 @@ tsl_status tsl_model_create(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t g
  * keep sample tiles. Pipeline parts (stages=, micro=) are TSL_ERR_UNSUPPORTED for now. Same
  * seed, same parameters, whatever the plan; results equal the one-rank run within rounding.
  */
-tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
-                                 uint64_t seed, const tsl_plan *plan);
+TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
+                                         uint64_t seed, const tsl_plan *plan);
 
 /** @brief Wait for the model's tasks and free it (NULL is a no-op). */
-tsl_status tsl_model_destroy(tsl_model_t model);
+TSL_API tsl_status tsl_model_destroy(tsl_model_t model);
 
 /** @brief Parameter @p index (graph order) and its gradient tensor (NULL for buffers such as
  *  running statistics). Either output may be NULL. Not collective. */
-tsl_status tsl_model_param(tsl_model_t model, int32_t index, tsl_tensor_t *param,
-                           tsl_tensor_t *grad);
+TSL_API tsl_status tsl_model_param(tsl_model_t model, int32_t index, tsl_tensor_t *param,
+                                   tsl_tensor_t *grad);
 
 /**
  * @brief One training step on a batch of @p batch samples: forward in training mode, mean
@@ -70,9 +71,9 @@ tsl_status tsl_model_param(tsl_model_t model, int32_t index, tsl_tensor_t *param
  * (ignored elsewhere). @p loss (the batch mean) and @p correct (argmax hits) are returned on
  * every rank; either may be NULL.
  */
-tsl_status tsl_model_train_step(tsl_model_t model, int64_t batch, const float *x,
-                                const int64_t *labels, tsl_optimizer_t opt, double *loss,
-                                int64_t *correct);
+TSL_API tsl_status tsl_model_train_step(tsl_model_t model, int64_t batch, const float *x,
+                                        const int64_t *labels, tsl_optimizer_t opt, double *loss,
+                                        int64_t *correct);
 
 /**
  * @brief tsl_model_train_step() on samples indices[0 .. batch - 1] of @p dataset, each rank
@@ -84,39 +85,39 @@ tsl_status tsl_model_train_step(tsl_model_t model, int64_t batch, const float *x
  * optimizer changes any parameter (batch-norm running statistics of that forward may have
  * taken its NaN values).
  */
-tsl_status tsl_model_train_step_read(tsl_model_t model, tsl_dataset_t dataset, int64_t batch,
-                                     const int64_t *indices, tsl_optimizer_t opt, double *loss,
-                                     int64_t *correct);
+TSL_API tsl_status tsl_model_train_step_read(tsl_model_t model, tsl_dataset_t dataset,
+                                             int64_t batch, const int64_t *indices,
+                                             tsl_optimizer_t opt, double *loss, int64_t *correct);
 
 /** @brief Forward in inference mode (running statistics) and the loss and argmax hits of one
  *  batch, as tsl_model_train_step() without changing anything. */
-tsl_status tsl_model_evaluate(tsl_model_t model, int64_t batch, const float *x,
-                              const int64_t *labels, double *loss, int64_t *correct);
+TSL_API tsl_status tsl_model_evaluate(tsl_model_t model, int64_t batch, const float *x,
+                                      const int64_t *labels, double *loss, int64_t *correct);
 
 /** @brief tsl_model_evaluate() on samples indices[0 .. batch - 1] of @p dataset, read as
  *  by tsl_model_train_step_read(). */
-tsl_status tsl_model_evaluate_read(tsl_model_t model, tsl_dataset_t dataset, int64_t batch,
-                                   const int64_t *indices, double *loss, int64_t *correct);
+TSL_API tsl_status tsl_model_evaluate_read(tsl_model_t model, tsl_dataset_t dataset, int64_t batch,
+                                           const int64_t *indices, double *loss, int64_t *correct);
 
 /** @brief Forward only (training mode when @p train, else inference) and the output gathered
  *  on rank 0 into @p out (batch x output shape floats; ignored elsewhere). */
-tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const float *x, int32_t train,
-                             float *out);
+TSL_API tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const float *x,
+                                     int32_t train, float *out);
 
 /**
  * @brief Only the forward, loss and backward of a training step (no update): the gradients
  * are then in tsl_model_param()'s grad tensors. For tests and gradient checks.
  */
-tsl_status tsl_model_gradients(tsl_model_t model, int64_t batch, const float *x,
-                               const int64_t *labels, double *loss);
+TSL_API tsl_status tsl_model_gradients(tsl_model_t model, int64_t batch, const float *x,
+                                       const int64_t *labels, double *loss);
 
 /** @brief Write every parameter and buffer as DIR/NAME.npy (PyTorch state_dict names and
  *  layouts), creating DIR if needed. Each file is written atomically. */
-tsl_status tsl_model_save_params(tsl_model_t model, const char *dir);
+TSL_API tsl_status tsl_model_save_params(tsl_model_t model, const char *dir);
 
 /** @brief Read every parameter and buffer from DIR/NAME.npy; a missing file or a file of the
  *  wrong dtype or shape is an error naming it, and leaves the parameters unchanged. */
-tsl_status tsl_model_load_params(tsl_model_t model, const char *dir);
+TSL_API tsl_status tsl_model_load_params(tsl_model_t model, const char *dir);
 
 /**
  * @brief Write a training checkpoint into @p dir (created if needed): every parameter and
@@ -125,7 +126,8 @@ tsl_status tsl_model_load_params(tsl_model_t model, const char *dir);
  * making the whole directory appear at once is the caller's part (write it under a
  * temporary name and rename it, as `tessel train --checkpoint` does). Collective.
  */
-tsl_status tsl_model_save_checkpoint(tsl_model_t model, tsl_optimizer_t opt, const char *dir);
+TSL_API tsl_status tsl_model_save_checkpoint(tsl_model_t model, tsl_optimizer_t opt,
+                                             const char *dir);
 
 /**
  * @brief Load what tsl_model_save_checkpoint() wrote: parameters, buffers and optimizer
@@ -133,7 +135,8 @@ tsl_status tsl_model_save_checkpoint(tsl_model_t model, tsl_optimizer_t opt, con
  * read and checked first; a missing or mismatched file is an error naming it and changes
  * nothing. Collective.
  */
-tsl_status tsl_model_load_checkpoint(tsl_model_t model, tsl_optimizer_t opt, const char *dir);
+TSL_API tsl_status tsl_model_load_checkpoint(tsl_model_t model, tsl_optimizer_t opt,
+                                             const char *dir);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "tessel/export.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
 
@@ -42,7 +43,7 @@ typedef struct tsl_conv_params {
 } tsl_conv_params;
 
 /** @brief Stride 1, padding 0, dilation 1, one group, for @p spatial dimensions. */
-tsl_status tsl_conv_params_init(tsl_conv_params *params, int32_t spatial);
+TSL_API tsl_status tsl_conv_params_init(tsl_conv_params *params, int32_t spatial);
 
 /**
  * @brief Output shape of a convolution of input @p x (N, C_in, spatial...) with weights
@@ -51,16 +52,16 @@ tsl_status tsl_conv_params_init(tsl_conv_params *params, int32_t spatial);
  * (negative padding, a kernel larger than the padded input, channels that do not match)
  * and returns an error before anything runs.
  */
-tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w,
-                                 const tsl_conv_params *params, tsl_shape *y);
+TSL_API tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w,
+                                         const tsl_conv_params *params, tsl_shape *y);
 
 /**
  * @brief Output shape of a transposed convolution (PyTorch's nn.ConvTranspose1d/2d/3d) of
  * @p x (N, C_in, spatial...) with weights @p w (C_in, C_out / groups, kernel...): each
  * spatial size is (L - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1.
  */
-tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *w,
-                                           const tsl_conv_params *params, tsl_shape *y);
+TSL_API tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *w,
+                                                   const tsl_conv_params *params, tsl_shape *y);
 
 /** Pooling kinds. */
 typedef enum tsl_pool_kind {
@@ -80,12 +81,13 @@ typedef struct tsl_pool_params {
 
 /** @brief @p kind pooling with a cubic @p kernel, stride = kernel, no padding, as PyTorch's
  *  defaults. */
-tsl_status tsl_pool_params_init(tsl_pool_params *params, tsl_pool_kind kind, int32_t spatial,
-                                int64_t kernel);
+TSL_API tsl_status tsl_pool_params_init(tsl_pool_params *params, tsl_pool_kind kind,
+                                        int32_t spatial, int64_t kernel);
 
 /** @brief Output shape of pooling @p x (N, C, spatial...): floor((L + 2 padding - kernel) /
  *  stride) + 1 per spatial dimension. Checks every setting. */
-tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *params, tsl_shape *y);
+TSL_API tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *params,
+                                         tsl_shape *y);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "tessel/export.h"
 #include "tessel/op_params.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
@@ -26,16 +27,16 @@ extern "C" {
  * @brief y = act(x). @p y may be @p x (in place).
  * @param[in] slope negative slope of ::TSL_ACT_LEAKY_RELU (finite); ignored otherwise
  */
-tsl_status tsl_activation_forward(tsl_activation kind, double slope, tsl_tensor_t x,
-                                  tsl_tensor_t y);
+TSL_API tsl_status tsl_activation_forward(tsl_activation kind, double slope, tsl_tensor_t x,
+                                          tsl_tensor_t y);
 
 /**
  * @brief dx = act'(.) * dy. ReLU and LeakyReLU read the forward input @p x; sigmoid and
  * tanh read the forward output @p y (the other may be NULL). At x = 0, ReLU's derivative is
  * taken as 0 and LeakyReLU's as slope, as PyTorch does. @p dx may be @p dy (in place).
  */
-tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor_t x,
-                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t dx);
+TSL_API tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor_t x,
+                                           tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t dx);
 
 /**
  * @brief Mean softmax cross-entropy over classes, with its gradient.
@@ -49,8 +50,8 @@ tsl_status tsl_activation_backward(tsl_activation kind, double slope, tsl_tensor
  * loss, (softmax - onehot) / positions. A label outside [0, C) makes the call fail with
  * ::TSL_ERR_INVALID_ARG after the tasks ran (its position gets a zero gradient).
  */
-tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
-                                  double *loss);
+TSL_API tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels,
+                                          tsl_tensor_t dlogits, double *loss);
 
 /**
  * @brief Accuracy counts: the number of positions (samples, or samples x spatial positions)
@@ -59,7 +60,7 @@ tsl_status tsl_loss_cross_entropy(tsl_tensor_t logits, tsl_tensor_t labels, tsl_
  * tile moves; the count is returned on every rank (the call waits for it). A label outside
  * [0, C) is ::TSL_ERR_INVALID_ARG.
  */
-tsl_status tsl_argmax_hits(tsl_tensor_t logits, tsl_tensor_t labels, int64_t *hits);
+TSL_API tsl_status tsl_argmax_hits(tsl_tensor_t logits, tsl_tensor_t labels, int64_t *hits);
 
 /**
  * @brief Soft Dice loss for segmentation, over the whole batch: with p = softmax of the
@@ -68,15 +69,15 @@ tsl_status tsl_argmax_hits(tsl_tensor_t logits, tsl_tensor_t labels, int64_t *hi
  * Layouts as tsl_loss_cross_entropy(); the sums are exact, so the loss and @p dlogits (when
  * not NULL) are the same for every tiling and rank count. At most 1024 classes.
  */
-tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
-                         double smooth, double *loss);
+TSL_API tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t dlogits,
+                                 double smooth, double *loss);
 
 /**
  * @brief Mean squared error between @p x and @p target (same layout; owners may differ),
  * summed exactly like the cross-entropy, and its gradient 2 (x - target) / numel into
  * @p dx when not NULL. Waits for the loss.
  */
-tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss);
+TSL_API tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss);
 
 /**
  * @brief Fully connected layer: y = x w^T + b.
@@ -85,7 +86,8 @@ tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, do
  * (O, K) and @p b (O) or NULL, one tile each (PyTorch's nn.Linear layout). One task per
  * sample tile runs on the owner of its y tile. f32 or f64.
  */
-tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y);
+TSL_API tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b,
+                                      tsl_tensor_t y);
 
 /**
  * @brief Backward of tsl_linear_forward(): dx = dy w (when @p dx is not NULL); dw = dy^T x
@@ -93,19 +95,19 @@ tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, ts
  * each sample tile contributes a partial product, added by a tree of tasks, so they equal
  * the one-tile result up to float rounding (summation order).
  */
-tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
-                               tsl_tensor_t dw, tsl_tensor_t db);
+TSL_API tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy,
+                                       tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db);
 
 /**
  * @brief dst = the channels of @p srcs side by side (dimension 1), as torch.cat(dim=1): the
  * U-Net skip connection. All tensors agree in every other dimension; their tile grids and
  * owners are free (box copies between overlapping tiles).
  */
-tsl_status tsl_concat_channels(int32_t count, const tsl_tensor_t *srcs, tsl_tensor_t dst);
+TSL_API tsl_status tsl_concat_channels(int32_t count, const tsl_tensor_t *srcs, tsl_tensor_t dst);
 
 /** @brief The inverse of tsl_concat_channels() (and its backward): dsts[k] receives its
  *  run of channels of @p src. */
-tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl_tensor_t *dsts);
+TSL_API tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl_tensor_t *dsts);
 
 /**
  * @brief Copy @p src into @p dst of another shape with the same samples and elements per
@@ -113,7 +115,7 @@ tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl_tensor_
  * tensors must be cut along N only, into the same tiles. Either side may have channels-last
  * tiles (the copy reorders them; the flat side is plain), not both unless shapes are equal.
  */
-tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst);
+TSL_API tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst);
 
 /**
  * @brief Batch normalization, training mode: statistics over every sample and spatial
@@ -127,16 +129,17 @@ tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst);
  * every tiling and rank count. Running statistics move by @p momentum, the variance taking
  * the unbiased batch variance (PyTorch's convention). Does not wait.
  */
-tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
-                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
-                                       tsl_tensor_t saved, tsl_tensor_t y, double eps,
-                                       double momentum);
+TSL_API tsl_status tsl_batchnorm_forward_train(tsl_tensor_t x, tsl_tensor_t gamma,
+                                               tsl_tensor_t beta, tsl_tensor_t running_mean,
+                                               tsl_tensor_t running_var, tsl_tensor_t saved,
+                                               tsl_tensor_t y, double eps, double momentum);
 
 /** @brief Batch normalization, inference mode: y = (x - running_mean) /
  *  sqrt(running_var + eps) * gamma + beta, one task per tile. */
-tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
-                                       tsl_tensor_t running_mean, tsl_tensor_t running_var,
-                                       tsl_tensor_t y, double eps);
+TSL_API tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma,
+                                               tsl_tensor_t beta, tsl_tensor_t running_mean,
+                                               tsl_tensor_t running_var, tsl_tensor_t y,
+                                               double eps);
 
 /**
  * @brief Backward of tsl_batchnorm_forward_train(), from its input @p x and @p saved:
@@ -147,9 +150,9 @@ tsl_status tsl_batchnorm_forward_infer(tsl_tensor_t x, tsl_tensor_t gamma, tsl_t
  * identical for every tiling and rank count (accurate unless |mean| is many orders of
  * magnitude above the standard deviation, as the variance).
  */
-tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
-                                  tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
-                                  tsl_tensor_t dbeta);
+TSL_API tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                          tsl_tensor_t saved, tsl_tensor_t dx, tsl_tensor_t dgamma,
+                                          tsl_tensor_t dbeta);
 
 /**
  * @brief Batch normalization then ReLU, training mode, fused: as
@@ -157,10 +160,10 @@ tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
  * tsl_activation_forward(::TSL_ACT_RELU) on @p y, in one pass over each tile, with the same
  * bits in @p y as those two calls. Does not wait.
  */
-tsl_status tsl_batchnorm_relu_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
-                                            tsl_tensor_t running_mean, tsl_tensor_t running_var,
-                                            tsl_tensor_t saved, tsl_tensor_t y, double eps,
-                                            double momentum);
+TSL_API tsl_status tsl_batchnorm_relu_forward_train(tsl_tensor_t x, tsl_tensor_t gamma,
+                                                    tsl_tensor_t beta, tsl_tensor_t running_mean,
+                                                    tsl_tensor_t running_var, tsl_tensor_t saved,
+                                                    tsl_tensor_t y, double eps, double momentum);
 
 /**
  * @brief Backward of tsl_batchnorm_relu_forward_train(), from its input @p x, @p gamma,
@@ -172,34 +175,36 @@ tsl_status tsl_batchnorm_relu_forward_train(tsl_tensor_t x, tsl_tensor_t gamma, 
  * over the data; arguments otherwise as tsl_batchnorm_backward(), and @p dbeta may not be
  * @p beta.
  */
-tsl_status tsl_batchnorm_relu_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
-                                       tsl_tensor_t beta, tsl_tensor_t saved, tsl_tensor_t dx,
-                                       tsl_tensor_t dgamma, tsl_tensor_t dbeta);
+TSL_API tsl_status tsl_batchnorm_relu_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                               tsl_tensor_t beta, tsl_tensor_t saved,
+                                               tsl_tensor_t dx, tsl_tensor_t dgamma,
+                                               tsl_tensor_t dbeta);
 
 /**
  * @brief y = conv(x, w) + b, f32. @p x and @p y (shape from tsl_conv_output_shape()) are cut
  * along N only, with the same N splits; @p w and @p b (C_out values, or NULL) are one tile
  * each. One task per sample tile runs oneDNN on the owner of its y tile.
  */
-tsl_status tsl_conv_forward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
-                            tsl_tensor_t b, tsl_tensor_t y);
+TSL_API tsl_status tsl_conv_forward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
+                                    tsl_tensor_t b, tsl_tensor_t y);
 
 /**
  * @brief Backward of tsl_conv_forward(): dx (when not NULL), dw and db (when not NULL; db
  * needs dw; overwritten), the weight gradients summed over sample tiles by task trees.
  */
-tsl_status tsl_conv_backward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
-                             tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db);
+TSL_API tsl_status tsl_conv_backward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
+                                     tsl_tensor_t dy, tsl_tensor_t dx, tsl_tensor_t dw,
+                                     tsl_tensor_t db);
 
 /** @brief y = conv_transpose(x, w) + b (the U-Net up-path); tiling rules of
  *  tsl_conv_forward(). */
-tsl_status tsl_conv_transpose_forward(const tsl_conv_params *params, tsl_tensor_t x, tsl_tensor_t w,
-                                      tsl_tensor_t b, tsl_tensor_t y);
+TSL_API tsl_status tsl_conv_transpose_forward(const tsl_conv_params *params, tsl_tensor_t x,
+                                              tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y);
 
 /** @brief Backward of tsl_conv_transpose_forward(), as tsl_conv_backward(). */
-tsl_status tsl_conv_transpose_backward(const tsl_conv_params *params, tsl_tensor_t x,
-                                       tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
-                                       tsl_tensor_t dw, tsl_tensor_t db);
+TSL_API tsl_status tsl_conv_transpose_backward(const tsl_conv_params *params, tsl_tensor_t x,
+                                               tsl_tensor_t w, tsl_tensor_t dy, tsl_tensor_t dx,
+                                               tsl_tensor_t dw, tsl_tensor_t db);
 
 /** Most inputs of tsl_conv_concat_forward(). */
 #define TSL_CONV_MAX_INPUTS 8
@@ -213,18 +218,19 @@ tsl_status tsl_conv_transpose_backward(const tsl_conv_params *params, tsl_tensor
  * one group, 1 to TSL_CONV_MAX_INPUTS inputs; tiling rules of tsl_conv_forward(). Equals the
  * convolution of the concatenation up to float rounding (the sum's order).
  */
-tsl_status tsl_conv_concat_forward(const tsl_conv_params *params, int32_t count,
-                                   const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t b,
-                                   tsl_tensor_t y);
+TSL_API tsl_status tsl_conv_concat_forward(const tsl_conv_params *params, int32_t count,
+                                           const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t b,
+                                           tsl_tensor_t y);
 
 /**
  * @brief Backward of tsl_conv_concat_forward(): dxs[k] (a NULL array or entry: not wanted)
  * the gradient of xs[k], what tsl_split_channels() would cut from the concatenation's; dw
  * and db (when not NULL; db needs dw) as tsl_conv_backward().
  */
-tsl_status tsl_conv_concat_backward(const tsl_conv_params *params, int32_t count,
-                                    const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t dy,
-                                    const tsl_tensor_t *dxs, tsl_tensor_t dw, tsl_tensor_t db);
+TSL_API tsl_status tsl_conv_concat_backward(const tsl_conv_params *params, int32_t count,
+                                            const tsl_tensor_t *xs, tsl_tensor_t w, tsl_tensor_t dy,
+                                            const tsl_tensor_t *dxs, tsl_tensor_t dw,
+                                            tsl_tensor_t db);
 
 /**
  * @brief y = pool(x). @p x and @p y may be cut along N and C (with the same splits) and, f32
@@ -232,12 +238,12 @@ tsl_status tsl_conv_concat_backward(const tsl_conv_params *params, int32_t count
  * its input tile and the halo slabs pack tasks cut from the neighbouring tiles. A global
  * average pool is an average pool whose kernel is the whole spatial extent.
  */
-tsl_status tsl_pool_forward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t y);
+TSL_API tsl_status tsl_pool_forward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t y);
 
 /** @brief dx from dy; max pooling also reads x (the first maximum of each window gets the
  *  gradient, as PyTorch). dx is overwritten. */
-tsl_status tsl_pool_backward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t dy,
-                             tsl_tensor_t dx);
+TSL_API tsl_status tsl_pool_backward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t dy,
+                                     tsl_tensor_t dx);
 
 /**
  * @brief Max pooling that keeps, for the backward, where each output's gradient goes instead
@@ -247,21 +253,23 @@ tsl_status tsl_pool_backward(const tsl_pool_params *params, tsl_tensor_t x, tsl_
  * tsl_pool_backward() gives its gradient (a NaN first, else the first maximum). Tiling as
  * tsl_pool_forward(), spatial tiles included. Only ::TSL_POOL_MAX.
  */
-tsl_status tsl_pool_forward_indices(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t y,
-                                    tsl_tensor_t indices);
+TSL_API tsl_status tsl_pool_forward_indices(const tsl_pool_params *params, tsl_tensor_t x,
+                                            tsl_tensor_t y, tsl_tensor_t indices);
 
 /** @brief dx from dy and the indices tsl_pool_forward_indices() wrote: the same values, bit
  *  for bit, as tsl_pool_backward() from x, without x (nor, on spatial tiles, its halo). dx,
  *  the input's gradient, is overwritten and sets the input's shape and tiles. */
-tsl_status tsl_pool_backward_indices(const tsl_pool_params *params, tsl_tensor_t indices,
-                                     tsl_tensor_t dy, tsl_tensor_t dx);
+TSL_API tsl_status tsl_pool_backward_indices(const tsl_pool_params *params, tsl_tensor_t indices,
+                                             tsl_tensor_t dy, tsl_tensor_t dx);
 
 /** @brief Nearest upsampling by integer factors @p scale[spatial] (>= 1): y has each
  *  spatial size times its factor. Tiling as for pooling. */
-tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y);
+TSL_API tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x,
+                                                tsl_tensor_t y);
 
 /** @brief Backward of tsl_upsample_nearest_forward(): each dx element sums its block of dy. */
-tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx);
+TSL_API tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy,
+                                                 tsl_tensor_t dx);
 
 /** @brief Linear, bilinear or trilinear upsampling (by the number of spatial dimensions) by
  *  integer factors, as PyTorch's nn.Upsample(mode='linear'/'bilinear'/'trilinear',
@@ -279,7 +287,8 @@ tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy, 
  *  @return TSL_OK, TSL_ERR_INVALID_ARG (NULL or out-of-range scale, y == x),
  *          TSL_ERR_SHAPE (wrong output shape, spatial tiles, different N/C tiles),
  *          TSL_ERR_DTYPE */
-tsl_status tsl_upsample_linear_forward(const int64_t *scale, tsl_tensor_t x, tsl_tensor_t y);
+TSL_API tsl_status tsl_upsample_linear_forward(const int64_t *scale, tsl_tensor_t x,
+                                               tsl_tensor_t y);
 
 /** @brief Backward of tsl_upsample_linear_forward(): dx = the transpose of the interpolation
  *  applied to dy. Overwrites @p dx; each tile sums its planes in a fixed order, so the result is
@@ -288,7 +297,8 @@ tsl_status tsl_upsample_linear_forward(const int64_t *scale, tsl_tensor_t x, tsl
  *  @param[in] dy     gradient of the output, shaped as the forward's y
  *  @param[out] dx    gradient of the input, shaped as the forward's x, same N/C tiles as @p dy
  *  @return as tsl_upsample_linear_forward() */
-tsl_status tsl_upsample_linear_backward(const int64_t *scale, tsl_tensor_t dy, tsl_tensor_t dx);
+TSL_API tsl_status tsl_upsample_linear_backward(const int64_t *scale, tsl_tensor_t dy,
+                                                tsl_tensor_t dx);
 
 /** SGD settings, as PyTorch's torch.optim.SGD. */
 typedef struct tsl_sgd_config {
@@ -310,25 +320,25 @@ typedef struct tsl_adam_config {
 } tsl_adam_config;
 
 /** @brief PyTorch's defaults: lr 0.01 (SGD has none; tessel picks 0.01), no momentum. */
-tsl_status tsl_sgd_config_init(tsl_sgd_config *config);
+TSL_API tsl_status tsl_sgd_config_init(tsl_sgd_config *config);
 
 /** @brief PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay. */
-tsl_status tsl_adam_config_init(tsl_adam_config *config);
+TSL_API tsl_status tsl_adam_config_init(tsl_adam_config *config);
 
 /** Opaque optimizer: settings plus per-parameter state tensors (momentum buffer, or Adam's
  *  first and second moments), each with its parameter's tile grid and owners. */
 typedef struct tsl_optimizer *tsl_optimizer_t;
 
 /** @brief An SGD optimizer on @p ctx. */
-tsl_status tsl_optimizer_create_sgd(tsl_optimizer_t *opt, tsl_context_t ctx,
-                                    const tsl_sgd_config *config);
+TSL_API tsl_status tsl_optimizer_create_sgd(tsl_optimizer_t *opt, tsl_context_t ctx,
+                                            const tsl_sgd_config *config);
 
 /** @brief An Adam or AdamW optimizer on @p ctx. */
-tsl_status tsl_optimizer_create_adam(tsl_optimizer_t *opt, tsl_context_t ctx,
-                                     const tsl_adam_config *config);
+TSL_API tsl_status tsl_optimizer_create_adam(tsl_optimizer_t *opt, tsl_context_t ctx,
+                                             const tsl_adam_config *config);
 
 /** @brief Destroy the optimizer and its state tensors. NULL is a no-op. */
-tsl_status tsl_optimizer_destroy(tsl_optimizer_t opt);
+TSL_API tsl_status tsl_optimizer_destroy(tsl_optimizer_t opt);
 
 /**
  * @brief One update of every parameter from its gradient: one task per parameter tile, on
@@ -338,11 +348,12 @@ tsl_status tsl_optimizer_destroy(tsl_optimizer_t opt);
  * @param[in] params parameter tensors (f32 or f64), each at most once
  * @param[in] grads  gradients, same layout as their parameters
  */
-tsl_status tsl_optimizer_step(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
-                              const tsl_tensor_t *grads);
+TSL_API tsl_status tsl_optimizer_step(tsl_optimizer_t opt, int32_t count,
+                                      const tsl_tensor_t *params, const tsl_tensor_t *grads);
 
 /** @brief Steps taken so far for @p param (0 before its first). Not collective. */
-tsl_status tsl_optimizer_param_steps(tsl_optimizer_t opt, tsl_tensor_t param, int64_t *steps);
+TSL_API tsl_status tsl_optimizer_param_steps(tsl_optimizer_t opt, tsl_tensor_t param,
+                                             int64_t *steps);
 
 /**
  * @brief Write the optimizer's state for @p params into @p dir (which must exist), named as
@@ -352,8 +363,9 @@ tsl_status tsl_optimizer_param_steps(tsl_optimizer_t opt, tsl_tensor_t param, in
  * and plain layout. Each file is written atomically. Collective; rank 0 writes.
  * @param[in] names one file-name-safe name per parameter (no '/')
  */
-tsl_status tsl_optimizer_save_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
-                                    const char *const *names, const char *dir);
+TSL_API tsl_status tsl_optimizer_save_state(tsl_optimizer_t opt, int32_t count,
+                                            const tsl_tensor_t *params, const char *const *names,
+                                            const char *dir);
 
 /**
  * @brief Replace the optimizer's state for @p params with what tsl_optimizer_save_state()
@@ -361,8 +373,9 @@ tsl_status tsl_optimizer_save_state(tsl_optimizer_t opt, int32_t count, const ts
  * missing file, or one of the wrong dtype or shape, is an error naming it and changes
  * nothing. Collective; rank 0 reads.
  */
-tsl_status tsl_optimizer_load_state(tsl_optimizer_t opt, int32_t count, const tsl_tensor_t *params,
-                                    const char *const *names, const char *dir);
+TSL_API tsl_status tsl_optimizer_load_state(tsl_optimizer_t opt, int32_t count,
+                                            const tsl_tensor_t *params, const char *const *names,
+                                            const char *dir);
 
 #ifdef __cplusplus
 }

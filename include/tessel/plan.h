@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessel/export.h"
 #include "tessel/graph.h"
 #include "tessel/status.h"
 #include "tessel/tensor.h"
@@ -63,7 +64,7 @@ typedef struct tsl_plan {
 } tsl_plan;
 
 /** @brief The plan of one rank group with nothing split: every part 1, shard= its default. */
-tsl_status tsl_plan_init(tsl_plan *plan);
+TSL_API tsl_status tsl_plan_init(tsl_plan *plan);
 
 /**
  * @brief Parse a plan string (see the file comment; "" is the default plan). An unknown or
@@ -71,21 +72,21 @@ tsl_status tsl_plan_init(tsl_plan *plan);
  * grid of more than three entries is a TSL_ERR_INVALID_ARG error naming it; @p plan is then
  * unchanged.
  */
-tsl_status tsl_plan_parse(const char *text, tsl_plan *plan);
+TSL_API tsl_status tsl_plan_parse(const char *text, tsl_plan *plan);
 
 /** @brief The ranks a plan runs on: D x A x B x C x S (0 for a NULL plan). */
-int64_t tsl_plan_ranks(const tsl_plan *plan);
+TSL_API int64_t tsl_plan_ranks(const tsl_plan *plan);
 
 /** @brief Write the plan in its string form, parts that are not their default only ("data=1"
  *  when all are); TSL_ERR_INVALID_ARG when it does not fit in @p size bytes. */
-tsl_status tsl_plan_format(const tsl_plan *plan, char *text, size_t size);
+TSL_API tsl_status tsl_plan_format(const tsl_plan *plan, char *text, size_t size);
 
 /**
  * @brief Check @p plan for a model whose samples have shape @p input (C, spatial...) on
  * @p nranks ranks: the rank count must be D x A x B x C x S and space= may not split more
  * dimensions than the samples have. Errors name the plan.
  */
-tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t nranks);
+TSL_API tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t nranks);
 
 /**
  * @brief The pipeline stage of every op of @p graph under @p plan (all 0 for a NULL plan or
@@ -104,8 +105,8 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
  * ::TSL_ERR_INVALID_ARG error.
  * @param[out] op_stage one per op (tsl_graph_op_count())
  */
-tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int64_t batch,
-                           int32_t optimizer_states, int32_t *op_stage);
+TSL_API tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int64_t batch,
+                                   int32_t optimizer_states, int32_t *op_stage);
 
 /**
  * @brief The tile grid and owners a plan gives one (batch, sample...) tensor of pipeline stage
@@ -119,10 +120,10 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int64_t batc
  * capped by the size, owned by tsl_owner_block() over the process grid D x 1 x A x B x C.
  * The plan must have passed tsl_plan_check().
  */
-tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
-                                  int32_t stage, int32_t workers, int64_t batch,
-                                  const tsl_shape *sample, int32_t first, tsl_tile_grid *grid,
-                                  tsl_owner_map *owners);
+TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input,
+                                          int32_t nranks, int32_t stage, int32_t workers,
+                                          int64_t batch, const tsl_shape *sample, int32_t first,
+                                          tsl_tile_grid *grid, tsl_owner_map *owners);
 
 /**
  * @brief Where a model keeps its parameters on @p nranks ranks (what tsl_model_create_plan()
@@ -139,9 +140,9 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
  * @param[out] owners  one per parameter
  * @param[out] sharded one per parameter: 1 for a sharded weight (may be NULL)
  */
-tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
-                                    const int32_t *op_stage, tsl_tile_grid *grids,
-                                    tsl_owner_map *owners, int32_t *sharded);
+TSL_API tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                            const int32_t *op_stage, tsl_tile_grid *grids,
+                                            tsl_owner_map *owners, int32_t *sharded);
 
 /**
  * @brief How a model packs its small parameters' traffic (what tsl_model_create_plan() uses,
@@ -158,9 +159,9 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int
  * @param[out] replicated one per parameter: 1 if it has whole copies per rank (may be NULL)
  * @param[out] nbuckets   how many buckets
  */
-tsl_status tsl_plan_buckets(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
-                            const tsl_owner_map *owners, const int32_t *sharded, int32_t *bucket_of,
-                            int32_t *replicated, int32_t *nbuckets);
+TSL_API tsl_status tsl_plan_buckets(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                    const tsl_owner_map *owners, const int32_t *sharded,
+                                    int32_t *bucket_of, int32_t *replicated, int32_t *nbuckets);
 
 /**
  * @brief Estimated tiles per rank (all of them, as if they all lived at once; the most
@@ -176,9 +177,9 @@ tsl_status tsl_plan_buckets(const tsl_plan *plan, tsl_graph_t graph, int32_t nra
  * (tsl_plan_estimate_received()).
  * @param[out] bytes @p nranks entries
  */
-tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
-                             int32_t workers, int64_t batch, int32_t optimizer_states,
-                             int64_t *bytes);
+TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                     int32_t workers, int64_t batch, int32_t optimizer_states,
+                                     int64_t *bytes);
 
 /**
  * @brief Estimated most tile memory per rank live at once while training @p graph, for the
@@ -192,9 +193,9 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, int32_t nr
  * read. Counted and not counted as in tsl_plan_estimate().
  * @param[out] bytes @p nranks entries
  */
-tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
-                                  int32_t workers, int64_t batch, int32_t optimizer_states,
-                                  int64_t *bytes);
+TSL_API tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                          int32_t workers, int64_t batch, int32_t optimizer_states,
+                                          int64_t *bytes);
 
 /**
  * @brief Estimated received copies per rank, for the same arguments as tsl_plan_estimate():
@@ -209,8 +210,9 @@ tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32
  * counted).
  * @param[out] bytes @p nranks entries
  */
-tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
-                                      int64_t batch, int32_t optimizer_states, int64_t *bytes);
+TSL_API tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t graph,
+                                              int32_t nranks, int64_t batch,
+                                              int32_t optimizer_states, int64_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include <starpu.h>
 
 #include "tessel/context.h"
+#include "tessel/export.h"
 #include "tessel/tensor.h"
 
 #ifdef __cplusplus
@@ -35,17 +36,19 @@ extern "C" {
  * @param[in]  config tag range and logging; ncpu, ncuda and scheduler must keep their
  *                    defaults (the host chose them), or ::TSL_ERR_INVALID_ARG
  */
-tsl_status tsl_context_attach(tsl_context_t *ctx, MPI_Comm comm, const tsl_context_config *config);
+TSL_API tsl_status tsl_context_attach(tsl_context_t *ctx, MPI_Comm comm,
+                                      const tsl_context_config *config);
 
 /** @brief The communicator tessel's StarPU-MPI transfers use. Not collective. */
-tsl_status tsl_context_comm(tsl_context_t ctx, MPI_Comm *comm);
+TSL_API tsl_status tsl_context_comm(tsl_context_t ctx, MPI_Comm *comm);
 
 /**
  * @brief The StarPU handle of tile @p index (row-major tile number). The handle stays
  * owned by the tensor: do not unregister it. A host task may read or write it with
  * starpu_mpi_task_insert() on the context's communicator. Not collective.
  */
-tsl_status tsl_tensor_tile_handle(tsl_tensor_t tensor, int64_t index, starpu_data_handle_t *handle);
+TSL_API tsl_status tsl_tensor_tile_handle(tsl_tensor_t tensor, int64_t index,
+                                          starpu_data_handle_t *handle);
 
 #ifdef __cplusplus
 }

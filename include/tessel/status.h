@@ -10,6 +10,8 @@
 #ifndef TESSEL_STATUS_H
 #define TESSEL_STATUS_H
 
+#include "tessel/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,13 +49,13 @@ typedef enum tsl_log_level {
 typedef void (*tsl_log_fn)(tsl_log_level level, int rank, const char *message, void *user);
 
 /** @brief Static, human-readable name of a status code ("TSL_ERR_IO: ..."). Never NULL. */
-const char *tsl_status_string(tsl_status status);
+TSL_API const char *tsl_status_string(tsl_status status);
 
 /**
  * @brief Message of the last error raised on the calling thread, or "" if none.
  * @return pointer to thread-local storage, valid until the next failing call on this thread.
  */
-const char *tsl_last_error(void);
+TSL_API const char *tsl_last_error(void);
 
 #ifdef __cplusplus
 }

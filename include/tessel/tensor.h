@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "tessel/context.h"
+#include "tessel/export.h"
 #include "tessel/status.h"
 
 #ifdef __cplusplus
@@ -103,7 +104,7 @@ typedef struct tsl_owner_map {
  * @p process_grid NULL, tiles taken in row-major order are cut into nranks contiguous runs.
  * @param[in] process_grid TSL_MAX_DIMS entries (unused dimensions 1), or NULL
  */
-tsl_owner_map tsl_owner_block(const int32_t *process_grid);
+TSL_API tsl_owner_map tsl_owner_block(const int32_t *process_grid);
 
 /**
  * @brief Block-cyclic owner map: along dimension d, blocks of block[d] tiles are dealt to
@@ -111,13 +112,13 @@ tsl_owner_map tsl_owner_block(const int32_t *process_grid);
  * @param[in] process_grid TSL_MAX_DIMS entries, product <= ranks
  * @param[in] block        TSL_MAX_DIMS entries >= 1
  */
-tsl_owner_map tsl_owner_block_cyclic(const int32_t *process_grid, const int32_t *block);
+TSL_API tsl_owner_map tsl_owner_block_cyclic(const int32_t *process_grid, const int32_t *block);
 
 /** @brief Every tile on @p rank. */
-tsl_owner_map tsl_owner_single(int32_t rank);
+TSL_API tsl_owner_map tsl_owner_single(int32_t rank);
 
 /** @brief A user function decides; it must return the same rank on every process. */
-tsl_owner_map tsl_owner_callback(tsl_rank_of_fn rank_of, void *user);
+TSL_API tsl_owner_map tsl_owner_callback(tsl_rank_of_fn rank_of, void *user);
 
 /**
  * @brief @p map over the ranks first, ..., first + count - 1 only: tiles are dealt as if the
@@ -125,38 +126,38 @@ tsl_owner_map tsl_owner_callback(tsl_rank_of_fn rank_of, void *user);
  * single owner's rank too). What a pipeline stage or a rank group of a larger run uses. A group
  * that does not fit in the context makes tensor creation fail.
  */
-tsl_owner_map tsl_owner_on_ranks(tsl_owner_map map, int32_t first, int32_t count);
+TSL_API tsl_owner_map tsl_owner_on_ranks(tsl_owner_map map, int32_t first, int32_t count);
 
 /** @brief The rank that @p map gives tile @p tile, or a negative status if the map or the
  *  tile is invalid. Pure: needs no context. */
-tsl_status tsl_owner_map_rank(const tsl_owner_map *map, const int32_t tile[TSL_MAX_DIMS],
-                              int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
-                              int32_t *rank);
+TSL_API tsl_status tsl_owner_map_rank(const tsl_owner_map *map, const int32_t tile[TSL_MAX_DIMS],
+                                      int32_t ndim, const tsl_tile_grid *grid, int32_t nranks,
+                                      int32_t *rank);
 
 /** @brief Bytes of one element of @p dtype (0 for an invalid dtype). */
-size_t tsl_dtype_size(tsl_dtype dtype);
+TSL_API size_t tsl_dtype_size(tsl_dtype dtype);
 
 /** @brief Name of @p dtype ("f32", ...), or "invalid". */
-const char *tsl_dtype_name(tsl_dtype dtype);
+TSL_API const char *tsl_dtype_name(tsl_dtype dtype);
 
 /** @brief Build a shape from @p ndim sizes. */
-tsl_status tsl_shape_make(tsl_shape *shape, int32_t ndim, const int64_t *dims);
+TSL_API tsl_status tsl_shape_make(tsl_shape *shape, int32_t ndim, const int64_t *dims);
 
 /** @brief Check a shape: ndim in range, sizes positive, element count fits in int64. */
-tsl_status tsl_shape_check(const tsl_shape *shape);
+TSL_API tsl_status tsl_shape_check(const tsl_shape *shape);
 
 /** @brief Number of elements of a valid shape; 0 for NULL or an invalid shape. */
-int64_t tsl_shape_numel(const tsl_shape *shape);
+TSL_API int64_t tsl_shape_numel(const tsl_shape *shape);
 
 /** @brief Check that @p grid fits @p shape (1 <= splits[d] <= dims[d]). */
-tsl_status tsl_tile_grid_check(const tsl_tile_grid *grid, const tsl_shape *shape);
+TSL_API tsl_status tsl_tile_grid_check(const tsl_tile_grid *grid, const tsl_shape *shape);
 
 /** @brief A grid with one tile (every split 1). */
-tsl_tile_grid tsl_tile_grid_single(void);
+TSL_API tsl_tile_grid tsl_tile_grid_single(void);
 
 /** @brief Number of tiles of a valid grid over @p ndim dimensions; 0 for NULL, ndim out of
  *  range or a split below 1. */
-int64_t tsl_tile_grid_count(const tsl_tile_grid *grid, int32_t ndim);
+TSL_API int64_t tsl_tile_grid_count(const tsl_tile_grid *grid, int32_t ndim);
 
 /**
  * @brief Start and size of tile @p index along a dimension of @p size cut in @p splits
@@ -164,8 +165,8 @@ int64_t tsl_tile_grid_count(const tsl_tile_grid *grid, int32_t ndim);
  * @return ::TSL_ERR_INVALID_ARG unless 1 <= splits <= size, 0 <= index < splits and both
  *         outputs are non-NULL
  */
-tsl_status tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start,
-                           int64_t *extent);
+TSL_API tsl_status tsl_tile_extent(int64_t size, int32_t splits, int32_t index, int64_t *start,
+                                   int64_t *extent);
 
 /** Opaque tiled tensor. */
 typedef struct tsl_tensor *tsl_tensor_t;
@@ -181,7 +182,7 @@ typedef enum tsl_layout {
 } tsl_layout;
 
 /** @brief Name of @p layout ("plain", "channels_last"), or "invalid". */
-const char *tsl_layout_name(tsl_layout layout);
+TSL_API const char *tsl_layout_name(tsl_layout layout);
 
 /**
  * @brief Create a tiled tensor; owned tiles are allocated and set to zero.
@@ -192,61 +193,62 @@ const char *tsl_layout_name(tsl_layout layout);
  * @param[in]  grid   tile grid, or NULL for one tile
  * @param[in]  owners owner map, or NULL for tsl_owner_block(NULL)
  */
-tsl_status tsl_tensor_create(tsl_tensor_t *tensor, tsl_context_t ctx, tsl_dtype dtype,
-                             const tsl_shape *shape, const tsl_tile_grid *grid,
-                             const tsl_owner_map *owners);
+TSL_API tsl_status tsl_tensor_create(tsl_tensor_t *tensor, tsl_context_t ctx, tsl_dtype dtype,
+                                     const tsl_shape *shape, const tsl_tile_grid *grid,
+                                     const tsl_owner_map *owners);
 
 /**
  * @brief tsl_tensor_create() with tiles stored in @p layout. Channels-last tiles are what
  * the CPU convolution kernels run fastest on (`bench/RESULTS.md`); they need 3 to 5
  * dimensions. Convert between layouts with tsl_tensor_redistribute().
  */
-tsl_status tsl_tensor_create_layout(tsl_tensor_t *tensor, tsl_context_t ctx, tsl_dtype dtype,
-                                    const tsl_shape *shape, const tsl_tile_grid *grid,
-                                    const tsl_owner_map *owners, tsl_layout layout);
+TSL_API tsl_status tsl_tensor_create_layout(tsl_tensor_t *tensor, tsl_context_t ctx,
+                                            tsl_dtype dtype, const tsl_shape *shape,
+                                            const tsl_tile_grid *grid, const tsl_owner_map *owners,
+                                            tsl_layout layout);
 
 /** @brief Wait for the tensor's pending tasks, release its tiles and free it.
  *  NULL is a no-op. */
-tsl_status tsl_tensor_destroy(tsl_tensor_t tensor);
+TSL_API tsl_status tsl_tensor_destroy(tsl_tensor_t tensor);
 
 /** @brief Shape, dtype and grid queries. Not collective. */
-tsl_status tsl_tensor_shape(tsl_tensor_t tensor, tsl_shape *shape);
-tsl_status tsl_tensor_dtype(tsl_tensor_t tensor, tsl_dtype *dtype);
-tsl_status tsl_tensor_grid(tsl_tensor_t tensor, tsl_tile_grid *grid);
-tsl_status tsl_tensor_context(tsl_tensor_t tensor, tsl_context_t *ctx);
+TSL_API tsl_status tsl_tensor_shape(tsl_tensor_t tensor, tsl_shape *shape);
+TSL_API tsl_status tsl_tensor_dtype(tsl_tensor_t tensor, tsl_dtype *dtype);
+TSL_API tsl_status tsl_tensor_grid(tsl_tensor_t tensor, tsl_tile_grid *grid);
+TSL_API tsl_status tsl_tensor_context(tsl_tensor_t tensor, tsl_context_t *ctx);
 /** @brief Storage layout of the tiles. Not collective. */
-tsl_status tsl_tensor_layout(tsl_tensor_t tensor, tsl_layout *layout);
+TSL_API tsl_status tsl_tensor_layout(tsl_tensor_t tensor, tsl_layout *layout);
 
 /** @brief Number of tiles. Not collective. */
-tsl_status tsl_tensor_tile_count(tsl_tensor_t tensor, int64_t *count);
+TSL_API tsl_status tsl_tensor_tile_count(tsl_tensor_t tensor, int64_t *count);
 
 /** @brief Coordinates, owner, start and extent of tile @p index (row-major tile number).
  *  Any output may be NULL. Not collective. */
-tsl_status tsl_tensor_tile_info(tsl_tensor_t tensor, int64_t index, int32_t coords[TSL_MAX_DIMS],
-                                int32_t *owner, int64_t start[TSL_MAX_DIMS],
-                                int64_t extent[TSL_MAX_DIMS]);
+TSL_API tsl_status tsl_tensor_tile_info(tsl_tensor_t tensor, int64_t index,
+                                        int32_t coords[TSL_MAX_DIMS], int32_t *owner,
+                                        int64_t start[TSL_MAX_DIMS], int64_t extent[TSL_MAX_DIMS]);
 
 /** @brief Bytes allocated on this rank for the tiles it owns. Not collective. */
-tsl_status tsl_tensor_owned_bytes(tsl_tensor_t tensor, int64_t *bytes);
+TSL_API tsl_status tsl_tensor_owned_bytes(tsl_tensor_t tensor, int64_t *bytes);
 
 /** @brief Number of tiles this rank owns and, of all tiles, how many have memory
  *  allocated on this rank right now (owned ones and cached remote copies).
  *  Not collective. */
-tsl_status tsl_tensor_local_tiles(tsl_tensor_t tensor, int64_t *owned, int64_t *allocated);
+TSL_API tsl_status tsl_tensor_local_tiles(tsl_tensor_t tensor, int64_t *owned, int64_t *allocated);
 
 /**
  * @brief Scatter a full C-order array held by @p root into the tiles.
  * @param[in] src array of numel elements of the tensor's dtype; read on @p root only
  *                (may be NULL elsewhere). May be reused as soon as the call returns.
  */
-tsl_status tsl_tensor_scatter(tsl_tensor_t tensor, int32_t root, const void *src);
+TSL_API tsl_status tsl_tensor_scatter(tsl_tensor_t tensor, int32_t root, const void *src);
 
 /**
  * @brief Gather every tile into a full C-order array on @p root. Returns when @p dst on
  * root is complete; other ranks return once their part is submitted.
  * @param[out] dst numel elements on @p root (may be NULL elsewhere)
  */
-tsl_status tsl_tensor_gather(tsl_tensor_t tensor, int32_t root, void *dst);
+TSL_API tsl_status tsl_tensor_gather(tsl_tensor_t tensor, int32_t root, void *dst);
 
 /**
  * @brief dst = the sum of src over its first dimension: @p src is (P, dst's shape...) with one
@@ -256,7 +258,7 @@ tsl_status tsl_tensor_gather(tsl_tensor_t tensor, int32_t root, void *dst);
  * tile's owner, so each rank sends and receives only the pieces it must; no rank holds the
  * whole sum unless it owns every tile. The summation order is fixed by the tile owners.
  */
-tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src);
+TSL_API tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src);
 
 /**
  * @brief tsl_tensor_sum_rows() for @p count pairs (dst[i], src[i]) at once, packing small
@@ -266,20 +268,22 @@ tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src);
  * destinations). Destinations cut into several tiles are reduced as tsl_tensor_sum_rows()
  * does. Every pair is checked before anything is submitted; a destination may appear once.
  */
-tsl_status tsl_tensors_sum_rows(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src);
+TSL_API tsl_status tsl_tensors_sum_rows(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src);
 
 /** @brief Set every element to @p value (converted to the dtype). */
-tsl_status tsl_tensor_fill_constant(tsl_tensor_t tensor, double value);
+TSL_API tsl_status tsl_tensor_fill_constant(tsl_tensor_t tensor, double value);
 
 /**
  * @brief Fill with uniform values in [@p low, @p high) from a counter-based generator:
  * element i (global C-order index) depends only on @p seed and i, so the result is the
  * same for every tile grid and owner map. Integer dtypes get floor of the value.
  */
-tsl_status tsl_tensor_fill_uniform(tsl_tensor_t tensor, uint64_t seed, double low, double high);
+TSL_API tsl_status tsl_tensor_fill_uniform(tsl_tensor_t tensor, uint64_t seed, double low,
+                                           double high);
 
 /** @brief Fill with normal values (mean, stddev), counter-based like the uniform fill. */
-tsl_status tsl_tensor_fill_normal(tsl_tensor_t tensor, uint64_t seed, double mean, double stddev);
+TSL_API tsl_status tsl_tensor_fill_normal(tsl_tensor_t tensor, uint64_t seed, double mean,
+                                          double stddev);
 
 /**
  * @brief Copy @p src into @p dst, two tensors of the same shape and dtype whose tile
@@ -287,7 +291,7 @@ tsl_status tsl_tensor_fill_normal(tsl_tensor_t tensor, uint64_t seed, double mea
  * tile, destination tile) overlap becomes one task on the destination's owner; StarPU-MPI moves
  * only the source tiles.
  */
-tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src);
+TSL_API tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src);
 
 /**
  * @brief tsl_tensor_redistribute() for @p count pairs (dst[i], src[i]) at once, packing small
@@ -298,16 +302,16 @@ tsl_status tsl_tensor_redistribute(tsl_tensor_t dst, tsl_tensor_t src);
  * pairs are copied as tsl_tensor_redistribute() copies them. Every pair is checked before
  * anything is submitted.
  */
-tsl_status tsl_tensors_redistribute(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src);
+TSL_API tsl_status tsl_tensors_redistribute(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src);
 
 /** @brief x = alpha * x (f32, f64). */
-tsl_status tsl_tensor_scale(tsl_tensor_t x, double alpha);
+TSL_API tsl_status tsl_tensor_scale(tsl_tensor_t x, double alpha);
 
 /** @brief y = y + alpha * x. Same shape, dtype (f32, f64) and tile grid; owners may differ. */
-tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x);
+TSL_API tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x);
 
 /** @brief dst = a + b. Same shape, dtype (f32, f64) and tile grid; owners may differ. */
-tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b);
+TSL_API tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b);
 
 /**
  * @brief Sum of all elements, on every rank. Each tile is summed into an exact
@@ -315,18 +319,18 @@ tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b);
  * result is the exact sum rounded once to double: identical, bit for bit, for every tile
  * grid, owner map and rank count. f32, f64, i32 and u8. Waits for the result.
  */
-tsl_status tsl_tensor_sum(tsl_tensor_t tensor, double *sum);
+TSL_API tsl_status tsl_tensor_sum(tsl_tensor_t tensor, double *sum);
 
 /** @brief Wait until every task submitted so far that writes a tile this rank owns has
  *  completed. Not collective. */
-tsl_status tsl_tensor_wait(tsl_tensor_t tensor);
+TSL_API tsl_status tsl_tensor_wait(tsl_tensor_t tensor);
 
 /**
  * @brief Show placement: one task per tile of the i32 tensor @p where writes
  * rank * 1000 + StarPU worker id of the worker that ran it into every element of its
  * tile. Gathering the tensor then tells which rank and worker handled each tile.
  */
-tsl_status tsl_tensor_mark_placement(tsl_tensor_t where);
+TSL_API tsl_status tsl_tensor_mark_placement(tsl_tensor_t where);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #ifndef TESSEL_TESSEL_H
 #define TESSEL_TESSEL_H
 
+#include "tessel/export.h"
 #include "tessel/status.h"
 #include "tessel/context.h"
 #include "tessel/tensor.h"

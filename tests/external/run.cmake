@@ -14,7 +14,8 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(f include/tessel/tessel.h include/tessel/version.h lib/cmake/tessel/tesselConfig.cmake)
+foreach(f include/tessel/tessel.h include/tessel/export.h include/tessel/version.h
+          lib/cmake/tessel/tesselConfig.cmake)
   if(NOT EXISTS "${prefix}/${f}")
     message(FATAL_ERROR "install lacks ${f}")
   endif()
