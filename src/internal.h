@@ -118,12 +118,12 @@ tsl_status tsl_bucket_reduce(struct tsl_bucket *b);
  * path was cut). */
 tsl_status tsl_bucket_finish(struct tsl_bucket *b);
 
-/* Like tsl_tensor_create_layout(), but StarPU allocates each owned tile when a task first
- * writes it (the tile has no value before), and tsl_tensor_release() gives it back. */
 /* tsl_tensor_scatter of i64 labels into a u8, i32 or i64 tensor: narrowed on the way, a value
  * the tensor's type cannot hold becoming an invalid label (255 or -1) that the loss counts. */
 tsl_status tsl_tensor_scatter_labels(tsl_tensor_t t, int32_t root, const int64_t *src);
 
+/* Like tsl_tensor_create_layout(), but StarPU allocates each owned tile when a task first
+ * writes it (the tile has no value before), and tsl_tensor_release() gives it back. */
 tsl_status tsl_tensor_create_transient(struct tsl_tensor **out, struct tsl_context *ctx,
                                        tsl_dtype dtype, const tsl_shape *shape,
                                        const tsl_tile_grid *grid, const tsl_owner_map *owners,
@@ -260,9 +260,6 @@ tsl_status tsl_acc_tree_submit(struct tsl_context *ctx, int64_t ntiles, const in
                                int64_t accs, tsl_acc_fill_fn fill, void *user,
                                starpu_data_handle_t *result);
 
-/* Exact reduction over `ntiles` accumulators, accumulator i owned by owner_of[i] and
- * written by fill(i); merged by a task tree; the result is copied to `out` on every rank.
- * Collective; waits for the result. */
 /* The exact sum over `ntiles` accumulators (filled as in tsl_acc_tree_submit) on every rank r
  * with need[r]: totals[r] (ctx->size entries; NULL where not needed), identical on every rank,
  * to release (tsl_temp_handle_release) after their last reader. With few ranks holding tiles,
@@ -272,6 +269,9 @@ tsl_status tsl_acc_allreduce_submit(struct tsl_context *ctx, int64_t ntiles,
                                     const int32_t *owner_of, int64_t accs, tsl_acc_fill_fn fill,
                                     void *user, const uint8_t *need, starpu_data_handle_t *totals);
 
+/* Exact reduction over `ntiles` accumulators, accumulator i owned by owner_of[i] and
+ * written by fill(i); merged by a task tree; the result is copied to `out` on every rank.
+ * Collective; waits for the result. */
 tsl_status tsl_exact_reduce(struct tsl_context *ctx, int64_t ntiles, const int32_t *owner_of,
                             tsl_acc_fill_fn fill, void *user, struct tsl_acc *out);
 
@@ -308,9 +308,6 @@ tsl_status tsl_sum_into_tiles(struct tsl_context *ctx, int64_t n,
 typedef tsl_status (*tsl_partial_grad_fn)(int64_t tile, starpu_data_handle_t dw_part,
                                           starpu_data_handle_t db_part, void *user);
 
-/* Parameter gradients of an op tiled along samples: one partial per tile of x / dy, summed
- * into dw (and db, when not NULL) by task trees (src/lower/param_grads.c). A dw cut into
- * shards gets each shard's tree rooted at the shard's owner (reduce-scatter by placement). */
 /* Which of a one-tile gradient's partials (partial i made on owner_of[i]) may be the
  * gradient's own tile, rooting its tree: the first on its owner, or -1 (none: in a bucket). */
 int64_t tsl_grad_root(const struct tsl_tensor *g, const int32_t *owner_of, int64_t n);
@@ -320,6 +317,9 @@ int64_t tsl_grad_root(const struct tsl_tensor *g, const int32_t *owner_of, int64
 tsl_status tsl_grad_sum(struct tsl_tensor *g, int64_t n, starpu_data_handle_t *partials,
                         const int32_t *owner_of);
 
+/* Parameter gradients of an op tiled along samples: one partial per tile of x / dy, summed
+ * into dw (and db, when not NULL) by task trees (src/lower/param_grads.c). A dw cut into
+ * shards gets each shard's tree rooted at the shard's owner (reduce-scatter by placement). */
 tsl_status tsl_param_gradients(struct tsl_tensor *x, struct tsl_tensor *dy, struct tsl_tensor *dw,
                                struct tsl_tensor *db, tsl_partial_grad_fn submit_partial,
                                void *user);
@@ -336,13 +336,13 @@ tsl_status tsl_weighted_forward(struct starpu_codelet *codelet, struct tsl_tenso
                                 int accumulate, void *args, size_t args_size, tsl_tile_args_fn fill,
                                 void *user);
 
-/* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
- * (StarPU allocates it where a task first needs it). */
 /* starpu_mpi_cache_flush() of a handle, and the handle leaves tessel's count of the cache
  * (tsl_context_cached_bytes). Every flush of a tessel handle goes through it; a handle is
  * flushed before it is unregistered. */
 void tsl_cache_flush(struct tsl_context *ctx, starpu_data_handle_t handle);
 
+/* Register a temporary handle of `count` elements owned by `owner`, with no memory yet
+ * (StarPU allocates it where a task first needs it). */
 tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size_t elem_size,
                                     int owner, starpu_data_handle_t *handle);
 
