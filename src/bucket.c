@@ -7,7 +7,11 @@
  *
  * Copies (tsl_tensors_redistribute): the one-tile sources of one owner are packed there into
  * one buffer (pack tasks of up to TSL_PACK_MAX pieces each); every destination rank reads that
- * buffer once and cuts its tensors out of it. */
+ * buffer once and cuts its tensors out of it.
+ *
+ * Row sums (tsl_tensor_sum_rows, tsl_tensors_sum_rows): the sums into tiles of reduce.c, with
+ * the small one-tile destinations of one owner packed into a bucket. This file calls reduce.c
+ * (tsl_tree_sum_into, tsl_sum_into_tiles), never the other way. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -328,5 +332,93 @@ tsl_status tsl_tensors_redistribute(int32_t count, tsl_tensor_t *dst, tsl_tensor
     free(offset);
     free(at);
     free(pieces);
+    return st;
+}
+
+/* tsl_tensor_sum_rows()'s argument checks. */
+static tsl_status sum_rows_check(tsl_tensor_t dst, tsl_tensor_t src, const char *fn)
+{
+    tsl_status st = tsl_tensor_check(dst, fn);
+    if (st || (st = tsl_tensor_check(src, fn)))
+        return st;
+    struct tsl_context *ctx = dst->ctx;
+    if (dst->dtype != TSL_F32)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: needs f32, not %s", fn,
+                         tsl_dtype_name(dst->dtype));
+    if (src->ctx != ctx)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: tensors of different contexts", fn);
+    if (src->dtype != dst->dtype)
+        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: dtypes %s and %s differ", fn,
+                         tsl_dtype_name(dst->dtype), tsl_dtype_name(src->dtype));
+    if (src->layout != TSL_LAYOUT_PLAIN || dst->layout != TSL_LAYOUT_PLAIN)
+        return tsl_error(ctx, TSL_ERR_UNSUPPORTED, "%s: needs plain tiles", fn);
+    int ok = src->shape.ndim == dst->shape.ndim + 1 && src->shape.ndim <= TSL_MAX_DIMS &&
+             src->grid.splits[0] == src->shape.dims[0];
+    for (int d = 0; ok && d < dst->shape.ndim; d++)
+        ok = src->shape.dims[d + 1] == dst->shape.dims[d] && src->grid.splits[d + 1] == 1 &&
+             (d == 0 || dst->grid.splits[d] == 1);
+    if (!ok)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: src must be (P, dst's shape...) with one tile per row, and dst cut "
+                         "along its first dimension only",
+                         fn);
+    return TSL_OK;
+}
+
+tsl_status tsl_tensor_sum_rows(tsl_tensor_t dst, tsl_tensor_t src)
+{
+    tsl_status st = sum_rows_check(dst, src, "tsl_tensor_sum_rows");
+    return st ? st
+              : tsl_sum_into_tiles(dst->ctx, src->ntiles, src->handles, src->tile_owner, dst, 0,
+                                   !src->transient);
+}
+
+tsl_status tsl_tensors_sum_rows(int32_t count, tsl_tensor_t *dst, tsl_tensor_t *src)
+{
+    const char *fn = "tsl_tensors_sum_rows";
+    if (count < 0 || (count > 0 && (!dst || !src)))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad count or NULL arrays", fn);
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < count && !st; i++) {
+        st = sum_rows_check(dst[i], src[i], fn);
+        if (!st && dst[i]->ctx != dst[0]->ctx)
+            st = tsl_error(dst[i]->ctx, TSL_ERR_INVALID_ARG, "%s: tensors of different contexts",
+                           fn);
+        for (int32_t j = 0; j < i && !st; j++)
+            if (dst[j] == dst[i])
+                st = tsl_error(dst[i]->ctx, TSL_ERR_INVALID_ARG, "%s: destination %d is also %d",
+                               fn, (int)i, (int)j);
+    }
+    if (st || count == 0)
+        return st;
+    struct tsl_context *ctx = dst[0]->ctx;
+    struct tsl_tensor **members = malloc(sizeof *members * (size_t)count);
+    int32_t *index = malloc(sizeof *index * (size_t)count);
+    if (!members || !index) {
+        free(members);
+        free(index);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    for (int32_t i = 0; i < count && !st; i++)
+        if (dst[i]->ntiles > 1)
+            st = tsl_sum_into_tiles(ctx, src[i]->ntiles, src[i]->handles, src[i]->tile_owner,
+                                    dst[i], 0, !src[i]->transient);
+    for (int32_t owner = 0; owner < ctx->size && !st; owner++) {
+        int32_t n = 0;
+        for (int32_t i = 0; i < count; i++)
+            if (dst[i]->ntiles == 1 && dst[i]->tile_owner[0] == owner) {
+                index[n] = i;
+                members[n++] = dst[i];
+            }
+        struct tsl_bucket *b = NULL;
+        if (n == 0 || (st = tsl_bucket_create(ctx, n, members, &b)))
+            continue;
+        for (int32_t k = 0; k < n && !st; k++) /* the last one reduces */
+            st = tsl_bucket_add(b, k, src[index[k]]->ntiles, src[index[k]]->handles,
+                                src[index[k]]->tile_owner);
+        tsl_bucket_destroy(b);
+    }
+    free(members);
+    free(index);
     return st;
 }
