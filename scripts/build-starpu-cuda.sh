@@ -171,6 +171,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" \
         || die "apt-get install ${missing[*]} failed"
 fi
+[ -x /usr/bin/mpicc ] || die "no /usr/bin/mpicc after installing libopenmpi-dev (StarPU-MPI needs it)"
 
 # --- Source ------------------------------------------------------------------------------
 rm -rf "$WORKDIR"
