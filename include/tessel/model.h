@@ -5,11 +5,15 @@
  *        backward derived from the graph, optimizer update), evaluation, parameter files.
  *
  * Activations are cut into sample tiles, one per CPU worker of every rank by default, with
- * contiguous runs of tiles per rank (data parallelism falls out of the owner map). Parameters
- * are one tile each on rank 0; their gradients are summed over sample tiles by task trees.
- * Backward: ops are visited in reverse creation order; each op's backward writes the
- * gradients of its inputs, and a value read by several ops accumulates their contributions.
- * Every call is collective; batch data lives on rank 0 (NULL elsewhere).
+ * contiguous runs of tiles per rank (data parallelism falls out of the owner map); a plan
+ * (tessel/plan.h) adds sample groups, spatial tiles and pipeline stages. Large weights are
+ * sharded over their stage's ranks (gradients reduced shard by shard onto the owners, updated
+ * there and read back by every rank); small ones have a copy per rank, refreshed in packed
+ * messages. Backward: ops are visited in reverse creation order; each op's backward writes
+ * the gradients of its inputs, and a value read by several ops accumulates their
+ * contributions. Every call is collective. Batch data comes either as arrays on rank 0 (NULL
+ * elsewhere; tsl_model_train_step()) or from a dataset that every rank reads its own tiles of
+ * (tsl_model_train_step_read()).
  */
 #ifndef TESSEL_MODEL_H
 #define TESSEL_MODEL_H
@@ -49,8 +53,9 @@ TSL_API tsl_status tsl_model_create(tsl_model_t *model, tsl_context_t ctx, tsl_g
  * pooling and upsampling and exact batch-norm statistics and losses over all tiles; a tensor
  * smaller than the wanted tiles gets one tile per position, and an op whose input and output
  * grids then differ moves its input first. Values without spatial dimensions (after flatten)
- * keep sample tiles. Pipeline parts (stages=, micro=) are TSL_ERR_UNSUPPORTED for now. Same
- * seed, same parameters, whatever the plan; results equal the one-rank run within rounding.
+ * keep sample tiles. stages=S puts runs of consecutive layers on their own rank groups, with
+ * micro= sample tiles flowing through them. Same seed, same parameters, whatever the plan;
+ * results equal the one-rank run within rounding.
  */
 TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
                                          uint64_t seed, const tsl_plan *plan);

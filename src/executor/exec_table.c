@@ -1,0 +1,224 @@
+/* The execution table: how each op kind runs forward and backward as tile tasks
+ * (tessel/ops.h), one row per kind of the op table (graph/op_table.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "executor/executor.h"
+
+/* ---- the execution table: how each op kind runs forward and backward ---- */
+
+static tsl_status forward_none(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, int train)
+{
+    return TSL_OK;
+}
+
+/* Training keeps the input's halo slabs for the weight gradient. A folded concatenation's
+ * parts are read in place. */
+static tsl_status forward_conv(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+    int32_t n = tsl_exec_conv_inputs(m, in, i, x, xs);
+    return tsl_conv_forward_keeping(&o->conv, o->transposed, n, xs, tsl_exec_op_param(m, o, 0, 0),
+                                    tsl_exec_op_param(m, o, 1, 0), y,
+                                    train ? &in->keep[i * TSL_GRAPH_MAX_INPUTS] : NULL);
+}
+
+static tsl_status forward_batchnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    tsl_tensor_t y, int train)
+{
+    return tsl_exec_batchnorm_forward(m, in, i, x, train);
+}
+
+static tsl_status forward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (m->fused[i])
+        return TSL_OK; /* its batch norm wrote y */
+    return tsl_activation_forward(o->act, o->slope, x, y);
+}
+
+static tsl_status forward_pool(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (!train || !tsl_graph_pool_index_bytes(o))
+        return tsl_pool_forward(&o->pool, x, y);
+    tsl_status st = tsl_exec_indices_of(m, in, i, y);
+    return st ? st : tsl_pool_forward_indices(&o->pool, x, y, in->pidx[i]);
+}
+
+static tsl_status forward_upsample(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return o->linear ? tsl_upsample_linear_forward(o->scale, x, y)
+                     : tsl_upsample_nearest_forward(o->scale, x, y);
+}
+
+static tsl_status forward_concat(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (m->fold[i] >= 0)
+        return TSL_OK; /* its convolution reads the parts */
+    tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+    for (int32_t k = 0; k < o->ninputs; k++)
+        xs[k] = in->act[o->inputs[k]];
+    return tsl_concat_channels(o->ninputs, xs, y);
+}
+
+static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                              tsl_tensor_t y, int train)
+{
+    return tsl_tensor_add(y, x, in->act[m->g->ops[i].inputs[1]]);
+}
+
+static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, int train)
+{
+    if (tsl_exec_flat_needed(x, y)) {
+        tsl_tensor_t flat;
+        tsl_status st = tsl_exec_flat_of(m, in, m->g->ops[i].inputs[0], &flat);
+        if (st || (st = tsl_tensor_redistribute(flat, x)))
+            return st;
+        x = flat;
+    }
+    return tsl_reshape_samples(x, y);
+}
+
+static tsl_status forward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_linear_forward(x, tsl_exec_op_param(m, o, 0, 0), tsl_exec_op_param(m, o, 1, 0), y);
+}
+
+static tsl_status backward_conv(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_batchnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                      tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_pool(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_upsample(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_concat(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+
+const tsl_exec_row tsl_exec_table[] = {
+    [TSL_OP_INPUT] = {forward_none, NULL},
+    [TSL_OP_CONV] = {forward_conv, backward_conv},
+    [TSL_OP_BATCHNORM] = {forward_batchnorm, backward_batchnorm},
+    [TSL_OP_ACTIVATION] = {forward_activation, backward_activation},
+    [TSL_OP_POOL] = {forward_pool, backward_pool},
+    [TSL_OP_UPSAMPLE] = {forward_upsample, backward_upsample},
+    [TSL_OP_CONCAT] = {forward_concat, backward_concat},
+    [TSL_OP_ADD] = {forward_add, backward_add},
+    [TSL_OP_FLATTEN] = {forward_flatten, backward_flatten},
+    [TSL_OP_LINEAR] = {forward_linear, backward_linear},
+};
+_Static_assert(sizeof tsl_exec_table / sizeof tsl_exec_table[0] == TSL_OP_KIND_COUNT,
+               "one row of the execution table per op kind");
+
+static tsl_status backward_conv(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_tensor_t xs[TSL_GRAPH_MAX_INPUTS];
+    int32_t n = tsl_exec_conv_inputs(m, in, i, x, xs);
+    return tsl_conv_backward_keeping(&o->conv, o->transposed, n, xs, tsl_exec_op_param(m, o, 0, 0),
+                                     dy, dx, tsl_exec_op_param(m, o, 0, 1),
+                                     tsl_exec_op_param(m, o, 1, 1),
+                                     &in->keep[i * TSL_GRAPH_MAX_INPUTS]);
+}
+
+static tsl_status backward_batchnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (m->relu_of[i] >= 0)
+        return tsl_batchnorm_relu_backward(
+            x, dy, tsl_exec_op_param(m, o, 0, 0), tsl_exec_op_param(m, o, 1, 0), in->saved[i],
+            dx[0], tsl_exec_op_param(m, o, 0, 1), tsl_exec_op_param(m, o, 1, 1));
+    return tsl_batchnorm_backward(x, dy, tsl_exec_op_param(m, o, 0, 0), in->saved[i], dx[0],
+                                  tsl_exec_op_param(m, o, 0, 1), tsl_exec_op_param(m, o, 1, 1));
+}
+
+static tsl_status backward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                      tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_activation_backward(o->act, o->slope, x, y, dy, dx[0]);
+}
+
+static tsl_status backward_pool(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return in->pidx[i] ? tsl_pool_backward_indices(&o->pool, in->pidx[i], dy, dx[0])
+                       : tsl_pool_backward(&o->pool, x, dy, dx[0]);
+}
+
+static tsl_status backward_upsample(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return o->linear ? tsl_upsample_linear_backward(o->scale, dy, dx[0])
+                     : tsl_upsample_nearest_backward(o->scale, dy, dx[0]);
+}
+
+/* The network input's part (no gradient wanted) goes to throw-away space. */
+static tsl_status backward_concat(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < o->ninputs && !st; k++)
+        if (!dx[k])
+            st = tsl_exec_scratch_of(m, in, o->inputs[k], &dx[k]);
+    return st ? st : tsl_split_channels(dy, o->ninputs, dx);
+}
+
+static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < 2 && !st; k++)
+        if (dx[k])
+            st = tsl_tensor_redistribute(dx[k], dy);
+    return st;
+}
+
+static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    if (!tsl_exec_flat_needed(x, y))
+        return tsl_reshape_samples(dy, dx[0]);
+    tsl_tensor_t flat;
+    tsl_status st = tsl_exec_flat_of(m, in, m->g->ops[i].inputs[0], &flat);
+    if (st || (st = tsl_reshape_samples(dy, flat)))
+        return st;
+    return tsl_tensor_redistribute(dx[0], flat);
+}
+
+static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_linear_backward(x, tsl_exec_op_param(m, o, 0, 0), dy, dx[0],
+                               tsl_exec_op_param(m, o, 0, 1), tsl_exec_op_param(m, o, 1, 1));
+}

@@ -1,0 +1,157 @@
+/* What the executor's files share (src/executor/): the model and its instances, the execution
+ * table, and the helpers its rows and passes call. Never installed. */
+#ifndef TESSEL_SRC_EXECUTOR_H
+#define TESSEL_SRC_EXECUTOR_H
+
+#include "graph_internal.h"
+#include "internal.h"
+#include "lower/halo.h"
+#include "tessel/io.h"
+#include "tessel/model.h"
+#include "tessel/plan.h"
+
+#define MAX_INSTANCES 4
+
+typedef struct instance {
+    int64_t batch;
+    tsl_tensor_t *act;       /* [nvalues] */
+    tsl_tensor_t *grad;      /* [nvalues]; NULL for the input */
+    tsl_tensor_t *scratch;   /* [nvalues]; made when a value's gradient needs accumulating */
+    tsl_tensor_t *flat;      /* [nvalues]: a spatially tiled value cut along N only (flatten) */
+    tsl_tensor_t *rx, *ry;   /* [nops]: input and output on a common tile grid, when the op's
+                                input and output grids differ (see needs_regrid) */
+    tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
+    tsl_tensor_t *saved;     /* [nops]: batch-norm statistics */
+    tsl_tensor_t *pidx;      /* [nops]: a max pooling's indices, from forward to backward */
+    tsl_halo_keep *keep;     /* [nops * TSL_GRAPH_MAX_INPUTS]: a convolution's input halo slabs
+                                (one set per part of a folded concatenation), forward to backward */
+    tsl_tensor_t labels;
+    uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
+    uint8_t *dropped; /* [nvalues]: dropped after the forward, to make again for the backward
+                         (tsl_graph_recomputed) */
+} instance;
+
+struct tsl_model {
+    struct tsl_context *ctx;
+    struct tsl_graph *g;
+    tsl_tensor_t *params; /* [nparams] */
+    tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
+    tsl_plan plan;
+    int has_plan;      /* else sample tiles over all ranks and workers */
+    int32_t *op_stage; /* [nops]: each op's pipeline stage (tsl_plan_stages()) */
+    /* Small trainable parameters with a whole copy per rank of their stage, refreshed in one
+     * packed message per owner (tsl_plan_buckets()); buckets of their gradients. */
+    int32_t *replicated; /* [nparams] */
+    struct tsl_bucket **buckets;
+    int32_t nbuckets;
+    int32_t *relu_of;  /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
+                          or -1 */
+    uint8_t *fused;    /* [nops]: a ReLU that its batch norm computes */
+    int32_t *fold;     /* [nops]: the convolution that reads concatenation o's parts in place
+                          (tsl_graph_folded_concat()), or -1 */
+    int32_t recompute; /* the plan's recompute= */
+    instance inst[MAX_INSTANCES];
+    int32_t ninst;
+    int32_t next_evict;
+};
+
+/* ---- the execution table (exec_table.c) ---- */
+
+/* Forward of op i from x (its first input, on y's tile grid when the op regrids) into y. */
+typedef tsl_status (*forward_fn)(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, int train);
+/* Backward of op i: dx[k] (NULL: not wanted) for the values it reads (tsl_graph_exec_inputs),
+ * and its parameters' gradients. */
+typedef tsl_status (*backward_fn)(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+
+typedef struct tsl_exec_row {
+    forward_fn forward;
+    backward_fn backward; /* NULL: nothing to do (the input) */
+} tsl_exec_row;
+
+/* One row per op kind (TSL_OP_KIND_COUNT rows, asserted where it is defined). */
+extern const tsl_exec_row tsl_exec_table[];
+
+/* ---- instances, passes and the helpers the rows share ---- */
+
+/* A (batch, sample...) tensor of pipeline stage `stage` tiled and owned as the plan says
+ * (tsl_plan_tensor_tiling(): sample tiles over the stage's ranks and workers without a
+ * spatial plan; otherwise sample groups and spatial tiles over its rank grid). Spatial
+ * dimensions of `sample` start at `first` (1 after channels, 0 for per-position labels;
+ * sample->ndim for "none": sample tiles). */
+tsl_status tsl_exec_batch_tensor(struct tsl_model *m, int64_t batch, int32_t stage,
+                                 const tsl_shape *sample, int first, tsl_dtype dtype,
+                                 tsl_tensor_t *out);
+
+/* Whether op o's input and output must move to a common tile grid: convolutions, pooling
+ * and upsampling pair output tile i with input tile i, and a plan's spatial tiles are capped
+ * by each tensor's size, so the grids differ where a size falls below the wanted tiles. */
+int tsl_exec_needs_regrid(const tsl_graph_op *o, tsl_tensor_t x, tsl_tensor_t y);
+
+/* `like`'s shape on the common grid of x and y (the fewer tiles per spatial dimension), in
+ * *slot (made on first use); NULL in *out when `like` already has that grid. */
+tsl_status tsl_exec_on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t *slot, tsl_tensor_t *out);
+
+/* The op's parameter slot k (weight 0, bias 1, running mean 2, running var 3), or NULL. */
+tsl_tensor_t tsl_exec_op_param(struct tsl_model *m, const tsl_graph_op *o, int k, int grad);
+
+/* The pipeline stage of value v: its producer's. */
+int32_t tsl_exec_value_stage(const struct tsl_model *m, int32_t v);
+
+/* Batch-norm op i on x, with its ReLU when fused (into the ReLU's output; inference then
+ * applies the ReLU in place). */
+tsl_status tsl_exec_batchnorm_forward(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                      int train);
+
+/* The inputs of convolution op i into xs, returning their count: the parts of the
+ * concatenation it reads in place (tsl_graph_folded_concat()), else x. */
+int32_t tsl_exec_conv_inputs(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                             tsl_tensor_t *xs);
+
+/* Whether flatten must first move x to sample tiles like y's: x is spatially cut, or cut
+ * into a plan's sample groups rather than the sample tiles of values without space. */
+int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y);
+
+/* Value v cut along N only (flatten reads spatial tiles so): made on first use. */
+tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t);
+
+/* Max pooling op i's indices for its output y as the op computes it (made on first use):
+ * training keeps them instead of the input (tsl_graph_op_reads_input_backward()). */
+tsl_status tsl_exec_indices_of(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t y);
+
+/* This instance's spare tensor shaped like value v (made on first use). */
+tsl_status tsl_exec_scratch_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t);
+
+/* Whether the plan pipelines micro-batches (their tasks then go in sample order). */
+int tsl_exec_pipelined(const struct tsl_model *m);
+
+/* Whether training drops value v after its last forward reader and makes it again for the
+ * backward (tsl_graph_recomputed()). */
+int tsl_exec_recomputed(const struct tsl_model *m, int32_t v);
+
+/* Whether a tensor is cut along a spatial dimension (from dimension 2). */
+int tsl_exec_spatially_cut(tsl_tensor_t t);
+
+/* Bring every sharded weight's whole copies up to date: at the start of every forward, so
+ * whatever wrote the weights before (the optimizer, a load, the caller through
+ * tsl_model_param) is seen, and every rank decides alike (tsl_model_param is not
+ * collective, so the model cannot know on every rank whether a caller wrote). */
+tsl_status tsl_exec_sync_replicas(struct tsl_model *m);
+
+void tsl_exec_instance_free(struct tsl_model *m, instance *in);
+
+/* Without training nothing reads an activation after its last reader: it is released then
+ * (all but the output), so inference holds a few layers' activations at a time. Training
+ * releases there the activations no backward reads (tsl_graph_value_read_backward: ResNet's
+ * batch norms before the additions, an up-convolution's output that only an unfolded
+ * concatenation reads); the others wait for the backward. */
+tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train);
+
+/* The instance for `batch` samples, made (and an old one evicted) when needed. */
+tsl_status tsl_exec_instance_for(struct tsl_model *m, int64_t batch, instance **out);
+
+tsl_status tsl_exec_op_backward(struct tsl_model *m, instance *in, int32_t i);
+
+#endif /* TESSEL_SRC_EXECUTOR_H */

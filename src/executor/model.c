@@ -1,0 +1,227 @@
+/* Models: a graph lowered to tile tasks. Forward calls the ops of tessel/ops.h in graph order;
+ * backward visits the ops in reverse and calls their backward functions, accumulating the
+ * gradient of a value read by several ops; the loss is softmax cross-entropy; the update is
+ * the optimizer's tile tasks. Tensors for activations, gradients and labels are made per batch
+ * size (an "instance") and kept for the next step of that size. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "executor/executor.h"
+
+/* A seed per parameter, so each tensor's values depend on (seed, its index) only. */
+static uint64_t param_seed(uint64_t seed, int32_t index)
+{
+    return seed * 0x9e3779b97f4a7c15ULL + (uint64_t)index * 0xbf58476d1ce4e5b9ULL + 1;
+}
+
+static tsl_status init_params(struct tsl_model *m, uint64_t seed)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < m->g->nparams && !st; i++) {
+        const tsl_graph_param *p = &m->g->params[i];
+        if (p->init == TSL_INIT_UNIFORM)
+            st = tsl_tensor_fill_uniform(m->params[i], param_seed(seed, i), -p->init_bound,
+                                         p->init_bound);
+        else
+            st = tsl_tensor_fill_constant(m->params[i], p->init == TSL_INIT_ONES ? 1.0 : 0.0);
+    }
+    return st;
+}
+
+/* Check `plan` against the context and the graph (tsl_plan_check()). */
+static tsl_status adopt_plan(struct tsl_model *m, const tsl_plan *plan)
+{
+    tsl_status st = tsl_plan_check(plan, &m->g->values[m->g->input].shape, m->ctx->size);
+    if (st)
+        return tsl_error(m->ctx, st, "tsl_model_create_plan: %s", tsl_last_error());
+    m->plan = *plan;
+    m->has_plan = 1;
+    m->recompute = plan->recompute != 0;
+    return TSL_OK;
+}
+
+/* The gradient buckets tsl_plan_buckets() gave (bucket_of: one per parameter, or -1). */
+static tsl_status make_buckets(struct tsl_model *m, const int32_t *bucket_of)
+{
+    int32_t np = m->g->nparams;
+    m->buckets = calloc((size_t)m->nbuckets, sizeof *m->buckets);
+    tsl_tensor_t *members = malloc(sizeof *members * (size_t)(np + 1));
+    tsl_status st = TSL_OK;
+    if (!m->buckets || !members)
+        st = tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    for (int32_t b = 0; b < m->nbuckets && !st; b++) {
+        int32_t n = 0;
+        for (int32_t i = np - 1; i >= 0; i--) /* backward's order */
+            if (bucket_of[i] == b)
+                members[n++] = m->pgrads[i];
+        st = tsl_bucket_create(m->ctx, n, members, &m->buckets[b]);
+    }
+    free(members);
+    return st;
+}
+
+tsl_status tsl_model_create(tsl_model_t *out, tsl_context_t ctx, tsl_graph_t graph, uint64_t seed)
+{
+    return tsl_model_create_plan(out, ctx, graph, seed, NULL);
+}
+
+tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_t graph,
+                                 uint64_t seed, const tsl_plan *plan)
+{
+    if (!out || !ctx || !graph)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_model_create: NULL argument");
+    *out = NULL;
+    if (graph->input < 0 || graph->output < 0)
+        return tsl_error(ctx, TSL_ERR_STATE,
+                         "tsl_model_create: the graph needs an input and an "
+                         "output (tsl_graph_set_output)");
+    const tsl_shape *o = &graph->values[graph->output].shape;
+    if (o->dims[0] < 2)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "tsl_model_create: the output needs at least two classes (channels)");
+    struct tsl_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    m->ctx = ctx;
+    m->g = tsl_graph_copy(graph);
+    m->params = calloc((size_t)graph->nparams + 1, sizeof *m->params);
+    m->pgrads = calloc((size_t)graph->nparams + 1, sizeof *m->pgrads);
+    if (!m->g || !m->params || !m->pgrads) {
+        tsl_model_destroy(m);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    }
+    tsl_status st = TSL_OK;
+    if (plan && (st = adopt_plan(m, plan))) {
+        tsl_model_destroy(m);
+        return st;
+    }
+    const tsl_plan *pl = m->has_plan ? &m->plan : NULL;
+    tsl_tile_grid *grids = calloc((size_t)graph->nparams + 1, sizeof *grids);
+    tsl_owner_map *owners = calloc((size_t)graph->nparams + 1, sizeof *owners);
+    int32_t *sharded = calloc((size_t)graph->nparams + 1, sizeof *sharded);
+    int32_t *bucket_of = calloc((size_t)graph->nparams + 1, sizeof *bucket_of);
+    m->replicated = calloc((size_t)graph->nparams + 1, sizeof *m->replicated);
+    m->op_stage = calloc((size_t)graph->nops + 1, sizeof *m->op_stage);
+    m->relu_of = calloc((size_t)graph->nops + 1, sizeof *m->relu_of);
+    m->fused = calloc((size_t)graph->nops + 1, sizeof *m->fused);
+    m->fold = calloc((size_t)graph->nops + 1, sizeof *m->fold);
+    if (!grids || !owners || !sharded || !bucket_of || !m->replicated || !m->op_stage ||
+        !m->relu_of || !m->fused || !m->fold)
+        st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
+    /* Without stages of the graph's own, the split for one sample per batch and Adam. */
+    else if ((st = tsl_plan_stages(pl, graph, 1, 2, m->op_stage)) ||
+             (st = tsl_plan_param_placement(pl, graph, ctx->size, m->op_stage, grids, owners,
+                                            sharded)) ||
+             (st = tsl_plan_buckets(pl, graph, ctx->size, owners, sharded, bucket_of, m->replicated,
+                                    &m->nbuckets)))
+        st = tsl_error(ctx, st, "tsl_model_create: %s", tsl_last_error());
+    for (int32_t op = 0; op < graph->nops && !st; op++) {
+        m->relu_of[op] = tsl_graph_fused_relu(m->g, op, m->op_stage);
+        if (m->relu_of[op] >= 0)
+            m->fused[m->relu_of[op]] = 1;
+        m->fold[op] = tsl_graph_folded_concat(m->g, op, m->op_stage);
+    }
+    for (int32_t i = 0; i < graph->nparams && !st; i++) {
+        const tsl_graph_param *p = &graph->params[i];
+        st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
+        if (!st && p->trainable)
+            st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
+        if (!st && sharded[i])
+            st = tsl_tensor_make_replicas(m->params[i]);
+        if (!st && m->replicated[i]) {
+            int32_t group = ctx->size / (pl && pl->stages > 1 ? pl->stages : 1);
+            st = tsl_tensor_make_replicas_on(m->params[i], owners[i].rank / group * group, group);
+        }
+    }
+    if (!st && m->nbuckets > 0)
+        st = make_buckets(m, bucket_of);
+    free(grids);
+    free(owners);
+    free(sharded);
+    free(bucket_of);
+    if (!st)
+        st = init_params(m, seed);
+    if (st) {
+        tsl_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return TSL_OK;
+}
+
+tsl_status tsl_model_destroy(tsl_model_t m)
+{
+    if (!m)
+        return TSL_OK;
+    for (int32_t i = 0; i < m->ninst; i++)
+        tsl_exec_instance_free(m, &m->inst[i]);
+    for (int32_t b = 0; m->buckets && b < m->nbuckets; b++)
+        tsl_bucket_destroy(m->buckets[b]);
+    free(m->buckets);
+    free(m->replicated);
+    for (int32_t i = 0; m->g && i < m->g->nparams; i++) {
+        if (m->params)
+            tsl_tensor_destroy(m->params[i]);
+        if (m->pgrads)
+            tsl_tensor_destroy(m->pgrads[i]);
+    }
+    free(m->params);
+    free(m->pgrads);
+    free(m->op_stage);
+    free(m->relu_of);
+    free(m->fused);
+    free(m->fold);
+    tsl_graph_destroy(m->g);
+    free(m);
+    return TSL_OK;
+}
+
+int tsl_exec_recomputed(const struct tsl_model *m, int32_t v)
+{
+    return m->recompute && tsl_graph_recomputed(m->g, v, m->op_stage) >= 0;
+}
+
+tsl_status tsl_model_param(tsl_model_t m, int32_t index, tsl_tensor_t *param, tsl_tensor_t *grad)
+{
+    if (!m || index < 0 || index >= m->g->nparams)
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "tsl_model_param: no parameter %d",
+                         (int)index);
+    if (param)
+        *param = m->params[index];
+    if (grad)
+        *grad = m->pgrads[index];
+    return TSL_OK;
+}
+
+tsl_status tsl_exec_sync_replicas(struct tsl_model *m)
+{
+    tsl_status st = TSL_OK;
+    int32_t n = 0;
+    for (int32_t i = 0; i < m->g->nparams && !st; i++) {
+        if (!m->replicated[i])
+            st = tsl_tensor_sync_replicas(m->params[i]);
+        for (int32_t r = 0; m->replicated[i] && r < m->ctx->size; r++)
+            n += m->params[i]->replicas[r] != NULL;
+    }
+    if (st || n == 0)
+        return st;
+    /* The small ones: one packed message per owner and rank. */
+    tsl_tensor_t *dst = malloc(sizeof *dst * (size_t)n), *src = malloc(sizeof *src * (size_t)n);
+    if (!dst || !src)
+        st = tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
+    n = 0;
+    for (int32_t i = 0; i < m->g->nparams && !st; i++)
+        for (int32_t r = 0; m->replicated[i] && r < m->ctx->size; r++)
+            if (m->params[i]->replicas[r]) {
+                dst[n] = m->params[i]->replicas[r];
+                src[n++] = m->params[i];
+            }
+    if (!st)
+        st = tsl_tensors_redistribute(n, dst, src);
+    free(dst);
+    free(src);
+    return st;
+}

@@ -1,0 +1,196 @@
+/* Training and evaluation steps: a batch in, forward, loss, backward, the optimizer's update;
+ * evaluation and the forward alone. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "executor/executor.h"
+
+/* Where a batch comes from: x and labels on rank 0 (scattered), or a dataset and sample
+ * indices (every rank reads its own tiles). */
+typedef struct batch_source {
+    const float *x;
+    const int64_t *labels;
+    tsl_dataset_t dataset;
+    const int64_t *indices;
+    int read; /* from the dataset */
+} batch_source;
+
+/* The batch into the input (and the labels when asked). */
+static tsl_status load_batch(struct tsl_model *m, instance *in, const batch_source *src,
+                             int with_labels)
+{
+    if (src->read)
+        return tsl_tensors_read_samples(in->act[m->g->input], with_labels ? in->labels : NULL,
+                                        src->dataset, src->indices);
+    tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, src->x);
+    if (!st && with_labels)
+        st = tsl_tensor_scatter_labels(in->labels, 0, src->labels);
+    return st;
+}
+
+/* Argmax hits of the output against the labels: a task per output tile where it lives and an
+ * exact sum (nothing is gathered). */
+static tsl_status count_correct(struct tsl_model *m, instance *in, int64_t *correct)
+{
+    int64_t hits = 0;
+    tsl_status st = tsl_argmax_hits(in->act[m->g->output], in->labels, &hits);
+    if (!st && correct)
+        *correct = hits;
+    return st;
+}
+
+static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_source *src,
+                              int need_labels, const char *fn)
+{
+    if (!m)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    tsl_status st = TSL_OK;
+    if (batch < 1)
+        st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: batch %lld < 1", fn, (long long)batch);
+    else if (src->read)
+        return TSL_OK; /* checked by every rank in tsl_tensors_read_samples() */
+    else if (m->ctx->rank == 0 && (!src->x || (need_labels && !src->labels)))
+        st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: the batch data is NULL on rank 0", fn);
+    return tsl_context_agree(m->ctx, 0, st);
+}
+
+/* Forward, loss and backward: gradients land in the parameters' grad tensors. */
+static tsl_status gradients(struct tsl_model *m, int64_t batch, const batch_source *src,
+                            double *loss, instance **used)
+{
+    instance *in;
+    tsl_status st = tsl_exec_instance_for(m, batch, &in);
+    if (st || (st = load_batch(m, in, src, 1)) || (st = tsl_exec_forward(m, in, 1)))
+        return st;
+    memset(in->written, 0, (size_t)m->g->nvalues);
+    double l = 0;
+    st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, in->grad[m->g->output], &l);
+    in->written[m->g->output] = 1;
+    for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
+        st = tsl_exec_op_backward(m, in, i); /* a bucket reduces once all its members are in */
+        tsl_tensor_release(in->pidx[i]);
+        if (!st && !m->fused[i]) {
+            int32_t out =
+                m->relu_of[i] >= 0 ? m->g->ops[m->relu_of[i]].output : m->g->ops[i].output;
+            tsl_tensor_release(in->grad[out]);
+            tsl_tensor_release(in->scratch[out]);
+            if (out != m->g->output)
+                tsl_tensor_release(in->act[out]);
+        }
+    }
+    for (int32_t b = 0; b < m->nbuckets; b++) { /* members without partials: left alone */
+        tsl_status fin = tsl_bucket_finish(m->buckets[b]);
+        st = st ? st : fin;
+    }
+    if (!st && loss)
+        *loss = l;
+    *used = in;
+    return st;
+}
+
+tsl_status tsl_model_gradients(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                               double *loss)
+{
+    batch_source src = {.x = x, .labels = labels};
+    tsl_status st = check_batch(m, batch, &src, 1, "tsl_model_gradients");
+    instance *in;
+    return st ? st : gradients(m, batch, &src, loss, &in);
+}
+
+static tsl_status train_step(tsl_model_t m, int64_t batch, const batch_source *src,
+                             tsl_optimizer_t opt, double *loss, int64_t *correct, const char *fn)
+{
+    tsl_status st = check_batch(m, batch, src, 1, fn);
+    if (st)
+        return st;
+    if (!opt)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+    instance *in;
+    if ((st = gradients(m, batch, src, loss, &in)))
+        return st;
+    /* A sample that could not be read stops the step before any parameter changes. */
+    if (src->read && (st = tsl_context_check_reads(m->ctx)))
+        return st;
+    if (correct && (st = count_correct(m, in, correct)))
+        return st;
+    tsl_tensor_t *ps = malloc(sizeof *ps * (size_t)(m->g->nparams + 1));
+    tsl_tensor_t *gs = malloc(sizeof *gs * (size_t)(m->g->nparams + 1));
+    if (!ps || !gs) {
+        free(ps);
+        free(gs);
+        return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < m->g->nparams; i++)
+        if (m->pgrads[i]) {
+            ps[n] = m->params[i];
+            gs[n++] = m->pgrads[i];
+        }
+    st = n ? tsl_optimizer_step(opt, n, ps, gs) : TSL_OK;
+    free(ps);
+    free(gs);
+    return st; /* the next forward reads the updated shards back (sync_replicas) */
+}
+
+tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                                tsl_optimizer_t opt, double *loss, int64_t *correct)
+{
+    batch_source src = {.x = x, .labels = labels};
+    return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step");
+}
+
+tsl_status tsl_model_train_step_read(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
+                                     const int64_t *indices, tsl_optimizer_t opt, double *loss,
+                                     int64_t *correct)
+{
+    batch_source src = {.dataset = dataset, .indices = indices, .read = 1};
+    return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step_read");
+}
+
+static tsl_status evaluate(tsl_model_t m, int64_t batch, const batch_source *src, double *loss,
+                           int64_t *correct, const char *fn)
+{
+    tsl_status st = check_batch(m, batch, src, 1, fn);
+    instance *in;
+    if (st || (st = tsl_exec_instance_for(m, batch, &in)) || (st = load_batch(m, in, src, 1)) ||
+        (st = tsl_exec_forward(m, in, 0)))
+        return st;
+    double l = 0;
+    st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, NULL, &l);
+    if (!st && src->read)
+        st = tsl_context_check_reads(m->ctx);
+    if (!st && loss)
+        *loss = l;
+    if (!st && correct)
+        st = count_correct(m, in, correct);
+    return st;
+}
+
+tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, const int64_t *labels,
+                              double *loss, int64_t *correct)
+{
+    batch_source src = {.x = x, .labels = labels};
+    return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate");
+}
+
+tsl_status tsl_model_evaluate_read(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
+                                   const int64_t *indices, double *loss, int64_t *correct)
+{
+    batch_source src = {.dataset = dataset, .indices = indices, .read = 1};
+    return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate_read");
+}
+
+tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32_t train,
+                             float *out)
+{
+    batch_source src = {.x = x};
+    tsl_status st = check_batch(m, batch, &src, 0, "tsl_model_forward");
+    instance *in;
+    if (st || (st = tsl_exec_instance_for(m, batch, &in)) || (st = load_batch(m, in, &src, 0)) ||
+        (st = tsl_exec_forward(m, in, train)))
+        return st;
+    return tsl_tensor_gather(in->act[m->g->output], 0, out);
+}
