@@ -350,7 +350,7 @@ tsl_status tsl_temp_handle_register(struct tsl_context *ctx, int64_t count, size
  * copies and unregisters it asynchronously. */
 void tsl_temp_handle_release(struct tsl_context *ctx, starpu_data_handle_t handle);
 
-/* ---- tensors (tensor.c) ---- */
+/* ---- tensors (tensor.c; region copies and redistribution: tensor_move.c) ---- */
 
 /* Validate a tensor argument: non-NULL. */
 tsl_status tsl_tensor_check(struct tsl_tensor *tensor, const char *what);

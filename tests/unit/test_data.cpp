@@ -1,4 +1,4 @@
-// Datasets and the batch loader (src/data.c, src/data_loader.c): Fashion-MNIST checked
+// Datasets and the batch loader (src/data/): Fashion-MNIST checked
 // against the raw files read here with zlib, malformed IDX files, the synthetic set, `.npy`
 // directories, the epoch order against the documented generator, and the prefetching loader
 // against synchronous reads.
