@@ -1,0 +1,160 @@
+/* Batch normalization's sums: the per-tile statistics, their finalization into the saved
+ * mean and inverse deviation, the running statistics, and the backward's coefficients and
+ * parameter gradients from the totals; see batchnorm.h. Tiles are (samples, cext, inner)
+ * blocks in C order, or channels-last; the sums go through the float32 entry points of the
+ * exact accumulator (codelets/reduce.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batchnorm.h"
+#include "batchnorm_internal.h"
+#include "codelet.h"
+
+/* This thread's buffers, through a call: in a shared library a thread-local access may call
+ * __tls_get_addr, and compilers redo it inside loops when they see the variable. */
+__attribute__((noinline)) stage_buffers *tsl_bn_thread_stage(void)
+{
+    static _Thread_local stage_buffers buffers;
+    return &buffers;
+}
+
+/* sum += a[i] and products += a[i] * b[i] for doubles, exactly: a product is its rounded
+ * value plus its rounding error (fma), each summed exactly. (Exact unless a product
+ * overflows or falls below 2^-969, where the error term is no longer exact.) */
+void tsl_bn_add_sum_products_f64(tsl_acc *sum, tsl_acc *products, const double *a, const double *b,
+                                 int64_t count)
+{
+    double *hi = tsl_bn_thread_stage()->hi, *lo = tsl_bn_thread_stage()->lo;
+    if (sum)
+        tsl_acc_add_array(sum, TSL_F64, a, count);
+    for (int64_t done = 0; done < count; done += CHUNK) {
+        int64_t len = count - done < CHUNK ? count - done : CHUNK;
+        for (int64_t i = 0; i < len; i++) {
+            hi[i] = a[done + i] * b[done + i];
+            lo[i] = fma(a[done + i], b[done + i], -hi[i]);
+        }
+        tsl_acc_add_array(products, TSL_F64, hi, len);
+        tsl_acc_add_array(products, TSL_F64, lo, len);
+    }
+}
+
+/* Stage positions [p0, p0 + n) of sample s: dst[c * P + i] = src[(s, p0 + i, c)]. */
+void tsl_bn_cl_transpose(const tsl_bn_args *a, const void *src, void *dst, int64_t s, int64_t p0,
+                         int64_t n, int64_t P)
+{
+    const int64_t C = a->cext, base = (s * a->inner + p0) * C;
+    if (a->dtype == TSL_F32) {
+        const float *in = (const float *)src + base;
+        float *out = dst;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < C; c++)
+                out[c * P + i] = in[i * C + c];
+    } else {
+        const double *in = (const double *)src + base;
+        double *out = dst;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < C; c++)
+                out[c * P + i] = in[i * C + c];
+    }
+}
+
+static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
+{
+    const int64_t P = cl_positions(a);
+    void *stage = cl_staging(a, 1);
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t p0 = 0; p0 < a->inner; p0 += P) {
+            int64_t n = a->inner - p0 < P ? a->inner - p0 : P;
+            tsl_bn_cl_transpose(a, x, stage, s, p0, n, P);
+            for (int64_t c = 0; c < a->cext; c++) {
+                tsl_acc *sum = &acc[2 * (a->c0 + c)];
+                if (a->dtype == TSL_F32) {
+                    tsl_acc_add_moments_f32(sum, sum + 1, cl_row(a, stage, c, P), n);
+                } else {
+                    const double *row = cl_row(a, stage, c, P);
+                    tsl_bn_add_sum_products_f64(sum, sum + 1, row, row, n);
+                }
+            }
+        }
+    free(stage);
+}
+
+void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
+{
+    for (int64_t k = 0; k < 2 * a->channels; k++)
+        tsl_acc_init(&acc[k]);
+    if (a->channels_last)
+        cl_stats(a, x, acc);
+    for (int64_t s = 0; s < a->samples && !a->channels_last; s++)
+        for (int64_t c = 0; c < a->cext; c++) {
+            int64_t base = row_base(a, s, c);
+            tsl_acc *sum = &acc[2 * (a->c0 + c)];
+            if (a->dtype == TSL_F32) {
+                tsl_acc_add_moments_f32(sum, sum + 1, (const float *)x + base, a->inner);
+            } else {
+                const double *row = (const double *)x + base;
+                tsl_bn_add_sum_products_f64(sum, sum + 1, row, row, a->inner);
+            }
+        }
+    for (int64_t k = 0; k < 2 * a->channels; k++)
+        tsl_acc_normalize(&acc[k]);
+}
+
+/* Batch mean and biased variance of channel c from the totals. */
+static void channel_moments(const tsl_bn_args *a, const tsl_acc *acc, int64_t c, double *mean,
+                            double *var)
+{
+    const double m = (double)a->per_channel;
+    *mean = tsl_acc_round(&acc[2 * c]) / m;
+    *var = tsl_acc_round(&acc[2 * c + 1]) / m - *mean * *mean;
+    if (*var < 0)
+        *var = 0;
+}
+
+void tsl_bn_finalize(const tsl_bn_args *a, const tsl_acc *acc, double *saved)
+{
+    for (int64_t c = 0; c < a->channels; c++) {
+        double mean, var;
+        channel_moments(a, acc, c, &mean, &var);
+        saved[c] = mean;
+        saved[a->channels + c] = 1.0 / sqrt(var + a->eps);
+    }
+}
+
+void tsl_bn_running(const tsl_bn_args *a, const tsl_acc *acc, void *running)
+{
+    const double m = (double)a->per_channel;
+    for (int64_t c = 0; c < a->channels; c++) {
+        double mean, var;
+        channel_moments(a, acc, c, &mean, &var);
+        double batch = a->which == 0 ? mean : m > 1 ? var * m / (m - 1) : var;
+        tsl_store(a->dtype, running, c,
+                  (1 - a->momentum) * tsl_load(a->dtype, running, c) + a->momentum * batch);
+    }
+}
+
+/* sum(dy * xhat) of channel c = invstd * (sum(dy x) - mean sum(dy)), from the exact sums
+ * rounded once each (and one fused multiply-add). */
+static double sum_dy_xhat(const tsl_bn_args *a, const tsl_acc *acc, const double *saved, int64_t c)
+{
+    double sum_dy = tsl_acc_round(&acc[2 * c]), sum_dy_x = tsl_acc_round(&acc[2 * c + 1]);
+    return saved[a->channels + c] * fma(-saved[c], sum_dy, sum_dy_x);
+}
+
+void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, const double *saved,
+                          double *coef)
+{
+    const double m = (double)a->per_channel;
+    for (int64_t c = 0; c < a->channels; c++) {
+        coef[c] = tsl_acc_round(&acc[2 * c]) / m;
+        coef[a->channels + c] = sum_dy_xhat(a, acc, saved, c) / m;
+    }
+}
+
+void tsl_bn_param_grad(const tsl_bn_args *a, const tsl_acc *acc, const double *saved, void *grad)
+{
+    for (int64_t c = 0; c < a->channels; c++)
+        tsl_store(a->dtype, grad, c,
+                  a->which == 1 ? sum_dy_xhat(a, acc, saved, c) : tsl_acc_round(&acc[2 * c]));
+}
