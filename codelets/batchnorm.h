@@ -1,4 +1,5 @@
-/* Batch normalization with exact statistics over all tiles (codelets/batchnorm.c).
+/* Batch normalization with exact statistics over all tiles (codelets/batchnorm_stats.c,
+ * batchnorm_normalize.c; codelets in codelets/batchnorm.c).
  *
  * Per tile, per channel sums go into exact accumulators (an array of 2C tsl_acc: [2c] the
  * sum of x or dy, [2c + 1] the sum of x^2 or dy * x); a merge tree combines the tiles; a

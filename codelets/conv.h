@@ -1,7 +1,7 @@
-/* Convolution and transposed convolution kernels (oneDNN) and codelets (codelets/conv.c). A
- * tile holds whole samples, in plain N C (D) (H) W order or channels-last N (D) (H) W C order;
- * weights are PyTorch's, plain: (O, I / groups, k...) for a convolution, (I, O / groups, k...)
- * for a transposed one. */
+/* Convolution and transposed convolution kernels (oneDNN, codelets/conv_primitives.c) and
+ * codelets (codelets/conv.c). A tile holds whole samples, in plain N C (D) (H) W order or
+ * channels-last N (D) (H) W C order; weights are PyTorch's, plain: (O, I / groups, k...) for a
+ * convolution, (I, O / groups, k...) for a transposed one. */
 #ifndef TESSEL_CODELETS_CONV_H
 #define TESSEL_CODELETS_CONV_H
 

@@ -1,6 +1,7 @@
-/* Pooling and upsampling (nearest, (bi/tri)linear) kernels and codelets (codelets/pool.c). A tile
- * holds whole (sample, channel) planes: `planes` = samples x channels of the tile, each plane in
- * C order, contiguous (plain tiles) or with its positions `channels` apart (channels-last). */
+/* Pooling and upsampling (nearest, (bi/tri)linear) kernels (codelets/pool_kernels.c) and codelets
+ * (codelets/pool.c). A tile holds whole (sample, channel) planes: `planes` = samples x channels of
+ * the tile, each plane in C order, contiguous (plain tiles) or with its positions `channels` apart
+ * (channels-last). */
 #ifndef TESSEL_CODELETS_POOL_H
 #define TESSEL_CODELETS_POOL_H
 
