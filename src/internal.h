@@ -177,7 +177,7 @@ static inline starpu_data_handle_t tsl_whole_handle(const struct tsl_tensor *t, 
  * are read remotely only by ranks outside their group). */
 void tsl_whole_flush(const struct tsl_tensor *t);
 
-/* ---- context (context.c) ---- */
+/* ---- context (context.c, context_query.c) ---- */
 
 /* Next StarPU-MPI data tag of the context's range; TSL_ERR_RESOURCE when exhausted.
  * Collective in effect: every rank allocates tags in the same order. */

@@ -1,6 +1,7 @@
-// Batch-norm kernels (codelets/batchnorm.c) on one whole-tensor tile: forward against a
-// long double reference, backward against central finite differences in float64; the same
-// for batch norm + ReLU fused, whose float32 kernels also match the unfused ones bit for bit.
+// Batch-norm kernels (codelets/batchnorm_stats.c, batchnorm_normalize.c) on one whole-tensor tile:
+// forward against a long double reference, backward against central finite differences in float64;
+// the same for batch norm + ReLU fused, whose float32 kernels also match the unfused ones bit for
+// bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>

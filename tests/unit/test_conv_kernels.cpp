@@ -1,5 +1,5 @@
-// Convolution kernels (codelets/conv.c, oneDNN) against a naive reference written here
-// (double accumulation) and central finite differences of L = sum(y * r), on random
+// Convolution kernels (codelets/conv.c and conv_primitives.c, oneDNN) against a naive reference
+// written here (double accumulation) and central finite differences of L = sum(y * r), on random
 // problems: 1-D/2-D/3-D, odd sizes, stride 1/2, dilation 1/2, padding 0/1/2, kernels 1/3/5,
 // groups 1, 2 and depthwise, batch 1 and more. Outputs are poisoned before each run.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Pooling and upsampling kernels (codelets/pool.c) against references written here:
+// Pooling and upsampling kernels (codelets/pool_kernels.c) against references written here:
 // max and average pooling (both divisor conventions) with padding and stride, 1-D to 3-D;
 // average pooling's backward against finite differences; max pooling's backward routes
 // each gradient to the window's first maximum. Linear upsampling against PyTorch's published
