@@ -1,0 +1,607 @@
+#!/usr/bin/env bash
+# The GPU check kit: tessel's tests and a benchmark on a lent GPU machine that has only the
+# NVIDIA driver, the CUDA runtime and a Python with PyTorch and nvidia-cudnn-cu13.
+#
+#   scripts/gpu-check.sh pack [BUILD_DIR]   (here)
+#       From a tessel build made against the CUDA StarPU (default build-cuda), writes
+#       gpu-kit/kit.tar.xz (gpu-kit/ is git-ignored; the device call carries it): the CUDA
+#       StarPU's libraries, tessel's binaries (CLI, libtessel, test and bench programs,
+#       examples), the test scripts and data the tests need, Fashion-MNIST, and the Debian
+#       runtime libraries they link (Open MPI with mpirun/orted and its plugins, PMIx, hwloc,
+#       oneDNN, OpenBLAS, ...), taken from the Debian packages (apt-get download + dpkg -x),
+#       stripped, xz -9. The CUDA libraries themselves (cudart, cuBLAS, cuSPARSE, ...) are not
+#       in it: the GPU machine has them. GPU_KIT_DIR overrides gpu-kit/.
+#       PACK_FASHION=0 leaves Fashion-MNIST out (26 MiB smaller; the tests that read it fail).
+#
+#   scripts/gpu-check.sh run OUTDIR          (on the GPU machine, from the repository root)
+#       Unpacks gpu-kit/kit.tar.xz (or $GPU_KIT) to a temporary folder, finds the CUDA and
+#       cuDNN libraries of the machine's python3, and runs, each under `timeout` and all
+#       within GPU_CHECK_BUDGET seconds (default 480): nvidia-smi, the CUDA/cuDNN versions,
+#       `tessel info` (must list CUDA workers), the kit's tests at 1 rank (STARPU_NCUDA=1) and
+#       at 2 ranks sharing the GPU, and zoo training steps timed with STARPU_NCUDA=1 and 0.
+#       Every log goes to OUTDIR, and OUTDIR/summary.txt says PASS/FAIL/SKIP and the time of
+#       each step. Without a GPU (no nvidia-smi) it says so and runs the CPU steps only.
+#       Exits 0 when no step failed.
+#
+# The device call (README.md, "GPU build"): carry ["gpu-kit"], timeout_s 570, command
+#   bash scripts/gpu-check.sh run /tmp/gpu-check; rc=$?; tar -C /tmp -czf
+#   $OUT/gpu-check.tar.gz gpu-check; cp /tmp/gpu-check/summary.txt $OUT/; exit $rc
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MULTIARCH=x86_64-linux-gnu
+die() { echo "gpu-check: error: $*" >&2; exit 1; }
+say() { echo "gpu-check: $*"; }
+
+usage() {
+    sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    exit 2
+}
+
+# ---------------------------------------------------------------------------------------
+# pack
+# ---------------------------------------------------------------------------------------
+
+# Libraries glibc provides (every machine has them) and the CUDA libraries the GPU machine
+# provides: never packed.
+GLIBC_RE='^(ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl)\.so'
+CUDA_RE='^(libcuda|libcudart|libcublas|libcublasLt|libcusparse|libcufft|libcurand|libcusolver|libnvJitLink|libnvrtc|libcudnn|libnvidia-ml)\.so'
+
+# The Debian package that owns a library path (merged /usr: try both spellings).
+owner() {
+    local p="$1" r
+    r="$(realpath "$p")"
+    for q in "$p" "$r" "${p#/usr}" "/usr$p" "${r#/usr}" "/usr$r"; do
+        dpkg -S "$q" 2>/dev/null | head -n 1 | cut -d: -f1 && return 0
+    done
+    return 1
+}
+
+# Resolved dependencies (path per line) of ELF files, from ldd.
+deps_of() {
+    local f
+    for f in "$@"; do
+        LD_LIBRARY_PATH="$KIT_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$f" 2>/dev/null \
+            | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+    done | sort -u
+}
+
+pack() {
+    local build="${1:-build-cuda}"
+    case "$build" in /*) ;; *) build="$ROOT/$build" ;; esac
+    [ -x "$build/tessel" ] || die "no $build/tessel: build tessel against the CUDA StarPU first"
+    local kitdir="${GPU_KIT_DIR:-$ROOT/gpu-kit}"
+    STAGE="$(mktemp -d /tmp/gpu-check-pack.XXXXXX)"
+    trap 'rm -rf "$STAGE"' EXIT
+    local stage="$STAGE"
+    local kit="$stage/kit"
+    mkdir -p "$kit/bin" "$kit/lib" "$kit/sys" "$kit/compat" "$kit/share/tests" "$stage/debs"
+    : >"$kit/MANIFEST"
+    KIT_LIB="$kit/lib"
+
+    # The StarPU this build links: it must be a CUDA one.
+    local starpu
+    starpu="$(ldd "$build/libtessel.so.0" | awk '$1 ~ /^libstarpu-1\.3\.so/ {print $3}')"
+    [ -n "$starpu" ] || die "$build/libtessel.so.0 does not link libstarpu-1.3"
+    readelf -d "$starpu" | grep -q 'NEEDED.*libcudart' \
+        || die "$starpu has no CUDA (build with PKG_CONFIG_PATH=<CUDA StarPU prefix>/lib/pkgconfig)"
+    local starpu_lib starpu_prefix
+    starpu_lib="$(dirname "$(realpath "$starpu")")"
+    starpu_prefix="$(dirname "$starpu_lib")"
+    say "build $build, CUDA StarPU $starpu_prefix"
+
+    # tessel's binaries and the StarPU libraries (no headers, docs, .la or pkg-config).
+    local b
+    for b in tessel tests/tessel_mpi_tests tests/tessel_unit_tests tests/tessel_embed_test \
+        tests/tessel_graph_tests bench/bench_tiles bench/bench_ops bench/bench_conv \
+        bench/bench_conv_layout bench/bench_reduce examples/example_tiled_tensor \
+        examples/example_multi_domain; do
+        if [ -x "$build/$b" ]; then
+            cp "$build/$b" "$kit/bin/"
+        else
+            say "warning: the build has no $b (left out of the kit)"
+        fi
+    done
+    cp -a "$build"/libtessel.so* "$kit/lib/"
+    cp -a "$starpu_lib"/libstarpu*.so* "$kit/lib/"
+    [ -x "$starpu_prefix/bin/starpu_machine_display" ] \
+        && cp "$starpu_prefix/bin/starpu_machine_display" "$kit/bin/"
+
+    # Test scripts and data (tests/CMakeLists.txt's commands use these).
+    cp "$ROOT/tests/cli/train_check.py" "$ROOT/tests/unit/make_numpy_fixtures.py" \
+        "$kit/share/tests/"
+    cp "$ROOT/scripts/gpu-kit-tests.sh" "$kit/run-tests.sh"
+    chmod +x "$kit/run-tests.sh"
+    pack_fashion "$kit/data/fashion-mnist" "${PACK_FASHION:-subset}"
+
+    # The Debian packages behind every library these link, and Open MPI's launcher.
+    local elves=() f
+    while IFS= read -r f; do elves+=("$f"); done < <(find "$kit/bin" "$kit/lib" -type f)
+    local paths pkgs=() missing=()
+    # (Open MPI opens PMIx through a plugin: libpmix counts too)
+    paths="$(deps_of "${elves[@]}" /usr/bin/orterun /usr/bin/orted \
+        /usr/lib/$MULTIARCH/pmix2/lib/libpmix.so.2)"
+    local p name pkg
+    for p in $paths; do
+        case "$p" in "$kit"/*) continue ;; esac
+        name="$(basename "$p")"
+        [[ "$name" =~ $GLIBC_RE || "$name" =~ $CUDA_RE ]] && continue
+        pkg="$(owner "$p")" || { missing+=("$p"); continue; }
+        pkgs+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] || die "no Debian package owns ${missing[*]}"
+    pkgs+=(openmpi-bin libopenmpi3 libpmix2)
+    mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u | grep -vx 'libc6')
+    say "Debian packages: ${pkgs[*]}"
+
+    # apt-get download the installed versions (the archive may have dropped one: then copy
+    # the installed package's files), and unpack with dpkg -x.
+    local x="$stage/x" ver arch
+    mkdir -p "$x"
+    for pkg in "${pkgs[@]}"; do
+        ver="$(dpkg-query -W -f='${Version}' "$pkg")"
+        arch="$(dpkg-query -W -f='${Architecture}' "$pkg")"
+        if (cd "$stage/debs" && apt-get download -q "$pkg:$arch=$ver" >/dev/null 2>&1); then
+            dpkg -x "$stage/debs/${pkg}_"*.deb "$x"
+            echo "deb $pkg $ver" >>"$kit/MANIFEST"
+        else
+            say "warning: apt-get download $pkg=$ver failed: copying the installed files"
+            dpkg -L "$pkg" | while IFS= read -r f; do
+                [ -f "$f" ] || [ -L "$f" ] || continue
+                mkdir -p "$x$(dirname "$f")"
+                cp -a "$f" "$x$f"
+            done
+            echo "installed $pkg $ver" >>"$kit/MANIFEST"
+        fi
+    done
+    # Debian 12 merges /lib into /usr/lib: one tree.
+    if [ -d "$x/lib" ]; then
+        mkdir -p "$x/usr/lib"
+        cp -a "$x/lib/." "$x/usr/lib/"
+        rm -rf "${x:?}/lib"
+    fi
+
+    # Keep shared libraries, Open MPI's launcher, its help texts and its MCA parameters.
+    local keep="$kit/sys"
+    (cd "$x" && find . \( -name '*.so' -o -name '*.so.*' \) \( -type f -o -type l \) \
+        ! -path './usr/share/*' ! -path './usr/lib/debug/*') | while IFS= read -r f; do
+        mkdir -p "$keep/$(dirname "$f")"
+        cp -a "$x/$f" "$keep/$f"
+    done
+    mkdir -p "$keep/usr/bin" "$keep/usr/share/openmpi" "$keep/etc/openmpi"
+    cp -a "$x/usr/bin/orterun" "$x/usr/bin/orted" "$keep/usr/bin/"
+    ln -s orterun "$keep/usr/bin/mpirun"
+    ln -s orterun "$keep/usr/bin/mpiexec"
+    cp -a "$x"/usr/share/openmpi/help-*.txt "$keep/usr/share/openmpi/" 2>/dev/null || true
+    cp -a "$x/etc/openmpi/openmpi-mca-params.conf" "$keep/etc/openmpi/"
+    # PMIx looks for its plugins (message compression, resource-manager detection) only in
+    # the folder it was built for, whatever the environment says: leave them out; PMIx runs
+    # without them (selftest hides the system's).
+    rm -rf "$keep/usr/lib/$MULTIARCH/pmix2/lib/pmix"
+    # libstdc++ and libgcc_s: the GPU machine has newer ones; used only where it has none.
+    mv "$keep/usr/lib/$MULTIARCH"/libstdc++.so* "$keep/usr/lib/$MULTIARCH"/libgcc_s.so* \
+        "$kit/compat/" 2>/dev/null || true
+
+    # Drop the plugins that need libraries the kit does not carry (UCX, libfabric, verbs,
+    # PSM, munge: transports the MCA parameters switch off anyway).
+    local sonames
+    sonames="$(find "$kit" \( -name '*.so' -o -name '*.so.*' \) -printf '%f\n' | sort -u)"
+    local dropped=()
+    while IFS= read -r f; do
+        local need ok=1
+        for need in $(readelf -d "$f" 2>/dev/null | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
+            [[ "$need" =~ $GLIBC_RE || "$need" =~ $CUDA_RE ]] && continue
+            grep -qxF "$need" <<<"$sonames" || { ok=0; break; }
+        done
+        [ $ok = 1 ] || { dropped+=("$(basename "$f")"); rm -f "$f"; }
+    done < <(find "$keep" -path '*/openmpi3/*.so' -o -path '*/pmix/*.so' -o -path '*/hwloc/*.so')
+    say "plugins left out (their libraries are not in the kit): ${dropped[*]:-none}"
+    prune_unneeded "$kit"
+    # Every library anything in the kit links is in the kit, in glibc or in CUDA.
+    sonames="$(find "$kit" \( -name '*.so' -o -name '*.so.*' \) -printf '%f\n' | sort -u)"
+    local unmet=""
+    while IFS= read -r f; do
+        for need in $(readelf -d "$f" 2>/dev/null | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
+            [[ "$need" =~ $GLIBC_RE || "$need" =~ $CUDA_RE ]] && continue
+            grep -qxF "$need" <<<"$sonames" || unmet="$unmet ${f#"$kit"/}:$need"
+        done
+    done < <(find "$kit" -type f \( -name '*.so*' -o -perm -u+x \) ! -name '*.sh' ! -name '*.py')
+    [ -z "$unmet" ] || die "the kit lacks libraries:$unmet"
+
+    # Strip, write the environment file, compress.
+    find "$kit" -type f \( -name '*.so*' -o -perm -u+x \) ! -name '*.sh' ! -name '*.py' \
+        -exec sh -c 'readelf -h "$1" >/dev/null 2>&1 && strip --strip-unneeded "$1"' _ {} \; 2>/dev/null
+    write_env "$kit/env.sh"
+    {
+        echo "build $build"
+        echo "starpu $starpu_prefix ($(cat "$starpu_prefix/.tessel-starpu-cuda.stamp" 2>/dev/null | head -n 1))"
+        echo "tessel $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
+        echo "packed $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
+        echo "not packed (the GPU machine provides them): $(deps_of "${elves[@]}" | xargs -n1 basename | grep -E "$CUDA_RE" | tr '\n' ' ')"
+    } >>"$kit/MANIFEST"
+
+    mkdir -p "$kitdir"
+    rm -f "$kitdir/kit.tar.xz"
+    tar -C "$stage" -cf - kit | xz -9 -T2 >"$kitdir/kit.tar.xz" || die "tar | xz failed"
+    cp "$kit/MANIFEST" "$kitdir/MANIFEST"
+    local raw packed
+    raw="$(du -sb "$kit" | cut -f1)"
+    packed="$(stat -c %s "$kitdir/kit.tar.xz")"
+    say "wrote $kitdir/kit.tar.xz: $((packed / 1048576)) MiB ($packed bytes), unpacked" \
+        "$((raw / 1048576)) MiB ($raw bytes)"
+    [ "$packed" -lt $((48 * 1048576)) ] || say "warning: the kit is over 48 MiB (the device limit is 64 MiB with the tree)"
+}
+
+# Fashion-MNIST into DIR, uncompressed (xz packs it smaller than gzip did): MODE full (the
+# whole set, about 23 MiB more in the kit), subset (the whole test split and the first
+# 10000 training samples, about 8 MiB; the tests read a few samples or train a few dozen
+# steps) or none.
+pack_fashion() {
+    local dir="$1" mode="$2" fm=/usr/share/datasets/fashion-mnist
+    [ "$mode" = none ] && return 0
+    [ -f "$fm/train-images-idx3-ubyte.gz" ] || die "no Fashion-MNIST in $fm (PACK_FASHION=none to pack without)"
+    mkdir -p "$dir"
+    local f
+    for f in t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+        zcat "$fm/$f.gz" >"$dir/$f"
+    done
+    case "$mode" in
+    full)
+        for f in train-images-idx3-ubyte train-labels-idx1-ubyte; do
+            zcat "$fm/$f.gz" >"$dir/$f"
+        done ;;
+    subset)
+        # IDX: big-endian magic, count (then rows, columns for images), then the bytes.
+        python3 - "$fm" "$dir" 10000 <<'PY' || die "cannot cut the Fashion-MNIST subset"
+import gzip, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, head, per in (("train-images-idx3-ubyte", 16, 784), ("train-labels-idx1-ubyte", 8, 1)):
+    with gzip.open(f"{src}/{name}.gz") as f:
+        data = f.read()
+    hdr = bytearray(data[:head])
+    assert struct.unpack(">I", hdr[4:8])[0] >= n
+    hdr[4:8] = struct.pack(">I", n)
+    with open(f"{dst}/{name}", "wb") as f:
+        f.write(bytes(hdr) + data[head:head + n * per])
+PY
+        ;;
+    *) die "PACK_FASHION=$mode: full, subset or none" ;;
+    esac
+    echo "fashion-mnist $mode" >>"$(dirname "$(dirname "$dir")")/MANIFEST"
+}
+
+# Remove the packages' shared libraries that nothing in the kit links (LAPACK, OpenSHMEM,
+# Open MPI's Fortran and Java bindings, ...); plugins stay (Open MPI, PMIx and hwloc open them).
+prune_unneeded() {
+    local kit="$1" needed f so removed=()
+    for _ in 1 2 3; do
+        needed="$(find "$kit" -type f \( -name '*.so*' -o -perm -u+x \) -exec readelf -d {} + \
+            2>/dev/null | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | sort -u)"
+        while IFS= read -r f; do
+            case "$f" in */openmpi3/* | */pmix/* | */hwloc/* | "$kit"/lib/*) continue ;; esac
+            so="$(readelf -d "$f" 2>/dev/null | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')"
+            [ -n "$so" ] || continue
+            grep -qxF "$so" <<<"$needed" && continue
+            removed+=("$(basename "$f")")
+            find "$(dirname "$f")" -maxdepth 1 -lname "*$(basename "$f")" -delete
+            rm -f "$f"
+        done < <(find "$kit/sys" "$kit/compat" -type f -name '*.so*')
+    done
+    find "$kit/sys" -xtype l -delete
+    say "libraries nothing links (left out): ${removed[*]:-none}"
+}
+
+# The kit's environment: sourced with the kit's folder as its own; CUDA_LIBS, when set, are
+# the GPU machine's CUDA library folders (appended).
+write_env() {
+    cat >"$1" <<EOF
+# Sourced by the kit's scripts: the kit's programs, libraries and a relocated Open MPI.
+KIT="\${KIT:-\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)}"
+_sys="\$KIT/sys/usr"
+_lib="\$_sys/lib/$MULTIARCH"
+export PATH="\$_sys/bin:\$KIT/bin\${PATH:+:\$PATH}"
+_ld="\$KIT/lib:\$_lib:\$_lib/openblas-pthread:\$_lib/openmpi/lib"
+# libstdc++/libgcc_s from Debian 12 only where the machine has none.
+ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || [ -f /lib/$MULTIARCH/libstdc++.so.6 ] \\
+    || [ -f /usr/lib64/libstdc++.so.6 ] || _ld="\$_ld:\$KIT/compat"
+export LD_LIBRARY_PATH="\$_ld\${CUDA_LIBS:+:\$CUDA_LIBS}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+# Open MPI finds its plugins, help texts and parameters under the kit.
+export OPAL_PREFIX="\$_sys" OPAL_EXEC_PREFIX="\$_sys" OPAL_BINDIR="\$_sys/bin"
+export OPAL_LIBDIR="\$_lib/openmpi/lib" OPAL_PKGLIBDIR="\$_lib/openmpi/lib/openmpi3"
+export OPAL_DATAROOTDIR="\$_sys/share" OPAL_DATADIR="\$_sys/share"
+export OPAL_PKGDATADIR="\$_sys/share/openmpi" OPAL_SYSCONFDIR="\$KIT/sys/etc/openmpi"
+export HWLOC_PLUGINS_PATH="\$_lib/hwloc"
+unset _sys _lib _ld
+EOF
+}
+
+# ---------------------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------------------
+
+run_mode() {
+    [ $# -ge 1 ] || usage
+    local out="$1"
+    mkdir -p "$out" || die "cannot make $out"
+    out="$(cd "$out" && pwd)"
+    local archive="${GPU_KIT:-$ROOT/gpu-kit/kit.tar.xz}"
+    local budget="${GPU_CHECK_BUDGET:-480}"
+    local t0
+    t0=$(date +%s)
+    export KIT_DEADLINE=$((t0 + budget))
+    SUMMARY="$out/summary.txt"
+    FAILED=0
+    {
+        echo "tessel GPU check, $(date -u +%FT%TZ), host $(uname -n), budget ${budget}s"
+        echo "kit $archive"
+    } >"$SUMMARY"
+
+    [ -f "$archive" ] || { note FAIL kit 0 "no $archive (carry gpu-kit)"; finish "$out"; }
+    local tmp
+    tmp="$(mktemp -d /tmp/gpu-check-run.XXXXXX)"
+    trap 'rm -rf "$tmp"' EXIT
+    local s
+    s=$(date +%s)
+    # (tar -J needs xz; python3's tarfile reads xz too)
+    if ! { command -v xz >/dev/null && timeout 120 tar -C "$tmp" -xJf "$archive"; } 2>"$out/unpack.log" \
+        && ! timeout 120 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            "$archive" "$tmp" 2>>"$out/unpack.log"; then
+        note FAIL unpack $(($(date +%s) - s))s "see unpack.log"
+        finish "$out"
+    fi
+    note PASS unpack $(($(date +%s) - s))s "$(du -sh "$tmp/kit" | cut -f1) unpacked"
+    export KIT="$tmp/kit"
+    cp "$KIT/MANIFEST" "$out/kit-MANIFEST.txt"
+
+    # The machine's CUDA and cuDNN libraries: its CUDA toolkit and the pip packages of its
+    # python3 (asked before the kit's libraries are on LD_LIBRARY_PATH).
+    local libs="" d
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+        [ -d "$d" ] && libs="$libs:$d"
+    done
+    local pylibs=""
+    if command -v python3 >/dev/null; then
+        pylibs="$(timeout 60 python3 - 2>>"$out/versions.txt" <<'PY'
+import glob, os
+dirs = []
+try:
+    import nvidia.cudnn
+    dirs.append(os.path.join(os.path.dirname(nvidia.cudnn.__file__), "lib"))
+except Exception as e:
+    print("# no nvidia.cudnn:", e, file=__import__("sys").stderr)
+try:
+    import nvidia
+    for p in nvidia.__path__:
+        dirs += sorted(glob.glob(os.path.join(p, "*", "lib")))
+except Exception:
+    pass
+seen = []
+for d in dirs:
+    if os.path.isdir(d) and d not in seen:
+        seen.append(d)
+print(":".join(seen))
+PY
+)"
+    fi
+    [ -n "$pylibs" ] && libs="$libs:$pylibs"
+    export CUDA_LIBS="${libs#:}"
+    echo "CUDA_LIBS=$CUDA_LIBS" >>"$out/versions.txt"
+
+    # The GPU and the versions.
+    local gpu=0
+    if command -v nvidia-smi >/dev/null && timeout 60 nvidia-smi >"$out/nvidia-smi.txt" 2>&1; then
+        gpu=1
+        note PASS nvidia-smi - "$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
+    else
+        echo "no nvidia-smi or it failed: no GPU on this machine" >>"$out/nvidia-smi.txt"
+        note SKIP nvidia-smi - "NO GPU on this machine: CUDA steps skipped, CPU steps run"
+    fi
+    if command -v python3 >/dev/null; then
+        timeout 120 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "gpu", torch.cuda.is_available())' \
+            >>"$out/versions.txt" 2>&1 || echo "(torch not usable)" >>"$out/versions.txt"
+    fi
+    command -v nvcc >/dev/null && nvcc --version | tail -n 2 >>"$out/versions.txt"
+    for d in ${CUDA_LIBS//:/ }; do
+        for f in "$d"/libcudart.so.[0-9]* "$d"/libcudnn.so.[0-9]* "$d"/libcublas.so.[0-9]*; do
+            [[ "$f" =~ \.so\.[0-9]+$ ]] && echo "$f"
+        done
+    done >>"$out/versions.txt"
+
+    # shellcheck source=/dev/null
+    . "$KIT/env.sh"
+    {
+        echo "PATH=$PATH"
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+        for f in "$KIT"/bin/* "$KIT"/lib/libstarpu-1.3.so.*[0-9]; do
+            [ -L "$f" ] && continue
+            echo "== $f"
+            ldd "$f"
+        done
+    } >"$out/ldd.txt" 2>&1
+    if grep -q 'not found' "$out/ldd.txt"; then
+        note FAIL libraries - "$(grep 'not found' "$out/ldd.txt" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')"
+    else
+        note PASS libraries - "every library found (ldd.txt)"
+    fi
+    export STARPU_HOME="$tmp/starpu-home" STARPU_SILENT=1 OMPI_ALLOW_RUN_AS_ROOT=1
+    export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    mkdir -p "$STARPU_HOME"
+    # Which copies the dynamic loader takes: every library the kit carries must come from it.
+    LD_DEBUG=libs timeout 60 mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" \
+        info >"$out/ld-debug.txt" 2>&1
+    sed -n 's/.*calling init: //p' "$out/ld-debug.txt" | sort -u >"$out/loaded-libs.txt"
+    local stray=""
+    while IFS= read -r f; do
+        case "$f" in "$KIT"/*) continue ;; esac
+        # (compat/ holds libstdc++ and libgcc_s for machines without them: not a stray)
+        [ -n "$(find "$KIT" -path "$KIT/compat" -prune -o -name "$(basename "$f")" -print \
+            -quit)" ] && stray="$stray $f"
+    done <"$out/loaded-libs.txt"
+    if [ ! -s "$out/loaded-libs.txt" ]; then
+        note FAIL loader - "LD_DEBUG=libs showed no library (ld-debug.txt)"
+    elif [ -n "$stray" ]; then
+        note FAIL loader - "taken from outside the kit although it has them:$stray"
+    else
+        note PASS loader - "$(grep -c "^$KIT/" "$out/loaded-libs.txt") of" \
+            "$(wc -l <"$out/loaded-libs.txt") libraries from the kit (loaded-libs.txt)"
+    fi
+    # Fashion-MNIST at tessel's default folder (the tests open it there), from the kit.
+    local fm=/usr/share/datasets/fashion-mnist
+    if [ ! -e "$fm" ] && [ -d "$KIT/data/fashion-mnist" ]; then
+        mkdir -p "$(dirname "$fm")" && ln -s "$KIT/data/fashion-mnist" "$fm" \
+            && echo "linked $fm to the kit's copy" >>"$out/versions.txt"
+    fi
+
+    local mpi=(mpirun --oversubscribe --bind-to none)
+
+    # tessel info: with a GPU it must list CUDA workers.
+    if [ $gpu = 1 ]; then
+        step info 90 "workers on rank 0: [0-9]+ CPU, [1-9][0-9]* CUDA" \
+            env STARPU_NCUDA=1 "${mpi[@]}" -n 1 "$KIT/bin/tessel" info
+    else
+        step info 90 "workers on rank 0: [0-9]+ CPU" "${mpi[@]}" -n 1 "$KIT/bin/tessel" info
+    fi
+
+    # The tests: the whole MPI test binary at 1 rank with one CUDA worker, and at 2 ranks
+    # sharing the GPU; the CPU-only tests once.
+    local ncuda=0
+    [ $gpu = 1 ] && ncuda=1
+    tests_step tests-np1 300 "$ncuda" unit.graph unit.numpy_fixtures unit.gtest \
+        unit.numpy_reads_tessel mpi.tensor.np1 mpi.embed.np1 cli.demo.np1
+    tests_step tests-np2 240 "$ncuda" mpi.tensor.np2 mpi.embed.np2 cli.info.np2 cli.demo.np2
+
+    # Zoo training steps, timed with the GPU and without.
+    local bench="$out/bench.txt"
+    printf '%-10s %-6s %-8s %s\n' model ncuda seconds "epoch line" >"$bench"
+    local spec
+    for spec in "cnn fashion-mnist 128 20" "unet2d synthetic:dims=2,size=128,samples=32 4 5" \
+        "resnet synthetic:dims=2,size=32,samples=256,labels=sample 64 10"; do
+        set -- $spec
+        local n
+        for n in $( [ $gpu = 1 ] && echo 1; echo 0); do
+            local s0
+            s0=$(date +%s%N)
+            if step "train-$1-ncuda$n" 90 "train loss" env STARPU_NCUDA=$n "${mpi[@]}" -n 1 \
+                "$KIT/bin/tessel" train --model "$1" --data "$2" --batch "$3" --max-steps "$4" \
+                --seed 7 --metrics-json "$out/train-$1-ncuda$n.json"; then
+                local ms=$((($(date +%s%N) - s0) / 1000000))
+                printf '%-10s %-6s %-8s %s\n' "$1" "$n" "$((ms / 1000)).$((ms % 1000 / 100))" \
+                    "$(grep -o '[0-9.]* s, [0-9.]* samples/s' "$out/train-$1-ncuda$n.log" | tail -n 1)" \
+                    >>"$bench"
+            else
+                printf '%-10s %-6s %s\n' "$1" "$n" failed >>"$bench"
+            fi
+        done
+    done
+    finish "$out"
+}
+
+note() { # status step seconds text
+    printf '%-8s %-22s %-6s %s\n' "$1" "$2" "$3" "${*:4}" | tee -a "$SUMMARY"
+    case "$1" in FAIL | TIMEOUT) FAILED=1 ;; esac
+}
+
+# step NAME LIMIT MATCH CMD...: runs CMD under timeout (LIMIT, cut to the budget left) into
+# OUTDIR/NAME.log; MATCH (egrep, may be empty) must be in its output.
+step() {
+    local name="$1" lim="$2" match="$3"
+    shift 3
+    local left=$((KIT_DEADLINE - $(date +%s)))
+    [ "$left" -lt "$lim" ] && lim="$left"
+    if [ "$lim" -le 5 ]; then
+        note SKIP "$name" - "no time left in the budget"
+        return 1
+    fi
+    local log="$OUT_DIR/$name.log" s rc
+    s=$(date +%s)
+    echo "+ timeout $lim $*" >"$log"
+    timeout -k 10 "$lim" "$@" >>"$log" 2>&1
+    rc=$?
+    local secs="$(($(date +%s) - s))s"
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        note TIMEOUT "$name" "$secs" "after ${lim}s ($name.log)"
+    elif [ $rc -ne 0 ]; then
+        note FAIL "$name" "$secs" "exit $rc ($name.log)"
+    elif [ -n "$match" ] && ! grep -Eq "$match" "$log"; then
+        note FAIL "$name" "$secs" "no '$match' in $name.log"
+    else
+        note PASS "$name" "$secs" "$(grep -Eo "$match" "$log" | head -n 1)"
+        return 0
+    fi
+    return 1
+}
+
+# tests_step NAME LIMIT NCUDA TEST...: the kit's runner, its results into the summary.
+tests_step() {
+    local name="$1" lim="$2" ncuda="$3"
+    shift 3
+    local logs="$OUT_DIR/$name"
+    STARPU_NCUDA="$ncuda" TEST_TIMEOUT="$lim" step "$name" "$lim" "" \
+        "$KIT/run-tests.sh" "$logs" "$@"
+    [ -f "$logs/results.txt" ] && sed 's/^/    /' "$logs/results.txt" | tee -a "$SUMMARY"
+}
+
+finish() {
+    local secs=$(($(date +%s) - ${KIT_DEADLINE:-0} + ${GPU_CHECK_BUDGET:-480}))
+    if [ "$FAILED" = 0 ]; then
+        echo "RESULT PASS (${secs}s)" | tee -a "$SUMMARY"
+    else
+        echo "RESULT FAIL (${secs}s)" | tee -a "$SUMMARY"
+    fi
+    [ -f "$1/bench.txt" ] && cat "$1/bench.txt"
+    exit "$FAILED"
+}
+
+# selftest OUTDIR (here, as root): `run OUTDIR` in a private mount namespace where every
+# system file the kit has a copy of (Open MPI, PMIx, hwloc, oneDNN, OpenBLAS, ...), PMIx's
+# plugins, Debian's StarPU, the CUDA StarPU prefix and the tessel build are hidden (bind mounts of /dev/null and
+# of an empty folder), with `env -i` and PATH=/usr/bin:/bin: the kit must work on its own.
+selftest() {
+    local out="$1" archive="${GPU_KIT:-$ROOT/gpu-kit/kit.tar.xz}"
+    [ "$(id -u)" = 0 ] || die "selftest needs root (mount namespaces)"
+    [ -f "$archive" ] || die "no $archive: pack first"
+    local empty list
+    empty="$(mktemp -d /tmp/gpu-check-empty.XXXXXX)"
+    list="$empty.list"
+    # (zlib stays: the system's python3, asked for the CUDA libraries before the kit's
+    # folders are on LD_LIBRARY_PATH, needs it)
+    tar -tJf "$archive" | sed -n 's|^kit/sys/|/|p' | grep -v '/$' | grep -v '/libz\.so' >"$list"
+    ls /usr/lib/$MULTIARCH/libstarpu* >>"$list" 2>/dev/null
+    local dirs=() d
+    for d in $(tar -xJOf "$archive" kit/MANIFEST | sed -n 's/^\(build\|starpu\) \([^ ]*\).*/\2/p'); do
+        [ -d "$d" ] && dirs+=("$d")
+    done
+    # (the PMIx plugins the kit leaves out: the GPU machine has none)
+    [ -d "/usr/lib/$MULTIARCH/pmix2/lib/pmix" ] && dirs+=("/usr/lib/$MULTIARCH/pmix2/lib/pmix")
+    say "hiding $(wc -l <"$list") system files and ${dirs[*]}"
+    unshare -m --propagation private bash -c '
+        empty="$1"; list="$2"; shift 2
+        while [ "$1" != -- ]; do mount --bind "$empty" "$1" || exit 1; shift; done
+        shift
+        while IFS= read -r f; do
+            [ -e "$f" ] && { mount --bind /dev/null "$f" || exit 1; }
+        done <"$list"
+        exec env -i HOME="$HOME" TMPDIR=/tmp PATH=/usr/bin:/bin "$@"' \
+        _ "$empty" "$list" "${dirs[@]}" -- bash "$ROOT/scripts/gpu-check.sh" run "$out"
+    local rc=$?
+    rmdir "$empty"
+    rm -f "$list"
+    return $rc
+}
+
+case "${1:-}" in
+selftest)
+    shift
+    selftest "${1:?usage: gpu-check.sh selftest OUTDIR}"
+    ;;
+pack)
+    shift
+    pack "$@"
+    ;;
+run)
+    shift
+    OUT_DIR="$(mkdir -p "${1:?usage: gpu-check.sh run OUTDIR}" && cd "$1" && pwd)"
+    run_mode "$OUT_DIR"
+    ;;
+*) usage ;;
+esac

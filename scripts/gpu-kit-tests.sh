@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The GPU check kit's test runner: the commands tests/CMakeLists.txt gives ctest, run
+# directly (no cmake or ctest needed), from an unpacked kit (scripts/gpu-check.sh pack puts
+# this file in it as run-tests.sh).
+#
+# Usage: KIT/run-tests.sh LOGDIR [TEST...]
+#   TEST  names as ctest names them (unit.graph, mpi.tensor.np1, cli.train.np1, ...);
+#         none: every test below. `KIT/run-tests.sh --list` lists them.
+# Each test runs under `timeout` (TEST_TIMEOUT seconds, default 300, and never past
+# KIT_DEADLINE, a time in seconds since the epoch, when set), with the tests' environment
+# (private STARPU_HOME, STARPU_SILENT=1, TSL_POISON_ALLOC=1, Open MPI allowed as root),
+# through the kit's own mpirun. Variables the caller sets (STARPU_NCUDA, STARPU_SCHED, ...)
+# pass through. Writes LOGDIR/NAME.log per test and LOGDIR/results.txt (one line per test:
+# PASS|FAIL|TIMEOUT|SKIP NAME SECONDS [why]); exits 0 when no test failed or timed out.
+set -uo pipefail
+
+KIT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=/dev/null
+. "$KIT/env.sh"
+
+ALL_TESTS=(unit.graph unit.numpy_fixtures unit.gtest unit.numpy_reads_tessel mpi.tensor.np1
+           mpi.tensor.np2 mpi.embed.np1 mpi.embed.np2 cli.info.np2 cli.demo.np1 cli.demo.np2
+           cli.train.np1)
+if [ "${1:-}" = --list ]; then
+    printf '%s\n' "${ALL_TESTS[@]}"
+    exit 0
+fi
+[ $# -ge 1 ] || { echo "usage: $0 LOGDIR [TEST...] | --list" >&2; exit 2; }
+LOGDIR="$1"
+shift
+mkdir -p "$LOGDIR"
+LOGDIR="$(cd "$LOGDIR" && pwd)"
+TESTS=("$@")
+[ ${#TESTS[@]} -gt 0 ] || TESTS=("${ALL_TESTS[@]}")
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessel-kit-tests.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+export STARPU_HOME="$WORK/starpu-home" STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
+export TSL_POISON_ALLOC=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+mkdir -p "$STARPU_HOME"
+MPIEXEC=(mpirun --oversubscribe --bind-to none)
+SHARE="$KIT/share/tests"
+# A python3 with numpy where there is one (the unit fixtures need it), else any python3.
+PY="$(command -v python3 || true)"
+for p in /usr/bin/python3 "$PY"; do
+    if [ -x "$p" ] && "$p" -c 'import numpy' >/dev/null 2>&1; then PY="$p"; break; fi
+done
+failed=0
+
+# limit: TEST_TIMEOUT, cut to what is left before KIT_DEADLINE.
+limit() {
+    local t="${TEST_TIMEOUT:-300}"
+    if [ -n "${KIT_DEADLINE:-}" ]; then
+        local left=$((KIT_DEADLINE - $(date +%s)))
+        [ "$left" -lt "$t" ] && t="$left"
+    fi
+    echo "$t"
+}
+
+result() { # status name seconds [why]
+    echo "$*" >>"$LOGDIR/results.txt"
+    printf '%-8s %-28s %s\n' "$1" "$2" "${*:3}"
+    case "$1" in FAIL | TIMEOUT) failed=1 ;; esac
+}
+
+# run NAME NCPU MATCH NOMATCH CMD...: MATCH (egrep, may be empty) must occur in the output and
+# NOMATCH must not.
+run() {
+    local name="$1" ncpu="$2" match="$3" nomatch="$4"
+    shift 4
+    local t log="$LOGDIR/$name.log" start rc
+    t="$(limit)"
+    if [ "$t" -le 5 ]; then
+        result SKIP "$name" 0 "no time left"
+        return
+    fi
+    start=$(date +%s)
+    echo "+ STARPU_NCPU=$ncpu STARPU_NCUDA=${STARPU_NCUDA-} timeout $t $*" >"$log"
+    STARPU_NCPU="$ncpu" timeout -k 10 "$t" "$@" >>"$log" 2>&1
+    rc=$?
+    local secs=$(($(date +%s) - start))
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        result TIMEOUT "$name" "${secs}s" "after ${t}s"
+    elif [ $rc -ne 0 ]; then
+        result FAIL "$name" "${secs}s" "exit $rc"
+    elif [ -n "$match" ] && ! grep -Eq "$match" "$log"; then
+        result FAIL "$name" "${secs}s" "output lacks '$match'"
+    elif [ -n "$nomatch" ] && grep -Eq "$nomatch" "$log"; then
+        result FAIL "$name" "${secs}s" "output has '$nomatch'"
+    else
+        result PASS "$name" "${secs}s"
+    fi
+}
+
+have_numpy() { [ -n "$PY" ] && "$PY" -c 'import numpy' >/dev/null 2>&1; }
+
+one() {
+    local b="$KIT/bin"
+    case "$1" in
+    unit.graph) run "$1" 1 "" "" "$b/tessel_graph_tests" ;;
+    unit.numpy_fixtures)
+        if have_numpy; then
+            run "$1" 1 "" "" "$PY" "$SHARE/make_numpy_fixtures.py" "$WORK/numpy-fixtures"
+        else result SKIP "$1" 0 "no python3 with numpy"; fi ;;
+    unit.gtest)
+        if [ ! -x "$b/tessel_unit_tests" ]; then
+            result SKIP "$1" 0 "the build has no tessel_unit_tests"
+        elif [ ! -d "$WORK/numpy-fixtures" ]; then
+            result SKIP "$1" 0 "needs unit.numpy_fixtures"
+        else
+            TESSEL_NUMPY_FIXTURES="$WORK/numpy-fixtures" run "$1" 1 "" "" "$b/tessel_unit_tests"
+        fi ;;
+    unit.numpy_reads_tessel)
+        if have_numpy && [ -x "$b/tessel_unit_tests" ] && [ -d "$WORK/numpy-fixtures" ]; then
+            run "$1" 1 "" "" "$PY" "$SHARE/make_numpy_fixtures.py" "$WORK/numpy-fixtures" --check
+        else result SKIP "$1" 0 "needs python3 with numpy and unit.gtest"; fi ;;
+    mpi.tensor.np1) run "$1" 2 "" "" "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
+    mpi.tensor.np2) run "$1" 1 "" "" "${MPIEXEC[@]}" -n 2 "$b/tessel_mpi_tests" ;;
+    mpi.embed.np1) run "$1" 2 "" "" "${MPIEXEC[@]}" -n 1 "$b/tessel_embed_test" ;;
+    mpi.embed.np2) run "$1" 1 "" "" "${MPIEXEC[@]}" -n 2 "$b/tessel_embed_test" ;;
+    cli.info.np2) run "$1" 1 "MPI ranks: 2" "" "${MPIEXEC[@]}" -n 2 "$b/tessel" info ;;
+    cli.demo.np1)
+        run "$1" 2 "sums identical" "DIFFER" "${MPIEXEC[@]}" -n 1 "$b/tessel" demo \
+            --shape 4x3x9x10 --grid 2x1x3x2 ;;
+    cli.demo.np2)
+        run "$1" 1 "sums identical" "DIFFER" "${MPIEXEC[@]}" -n 2 "$b/tessel" demo --owners cyclic ;;
+    cli.train.np1)
+        if [ -n "$PY" ]; then
+            run "$1" 2 "" "" "$PY" "$SHARE/train_check.py" "$b/tessel" "$WORK/train-np1"
+        else result SKIP "$1" 0 "no python3"; fi ;;
+    *) result FAIL "$1" 0 "no such test (see --list)" ;;
+    esac
+}
+
+for t in "${TESTS[@]}"; do
+    one "$t"
+done
+exit $failed
