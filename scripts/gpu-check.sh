@@ -6,12 +6,17 @@
 #       From a tessel build made against the CUDA StarPU (default build-cuda), writes
 #       gpu-kit/kit.tar.xz (gpu-kit/ is git-ignored; the device call carries it): the CUDA
 #       StarPU's libraries, tessel's binaries (CLI, libtessel, test and bench programs,
-#       examples), the test scripts and data the tests need, Fashion-MNIST, and the Debian
-#       runtime libraries they link (Open MPI with mpirun/orted and its plugins, PMIx, hwloc,
-#       oneDNN, OpenBLAS, ...), taken from the Debian packages (apt-get download + dpkg -x),
-#       stripped, xz -9. The CUDA libraries themselves (cudart, cuBLAS, cuSPARSE, ...) are not
-#       in it: the GPU machine has them. GPU_KIT_DIR overrides gpu-kit/.
-#       PACK_FASHION=0 leaves Fashion-MNIST out (26 MiB smaller; the tests that read it fail).
+#       examples), the test runner (scripts/gpu-kit-tests.sh) and the scripts and data the
+#       tests need, and the Debian runtime libraries they link (Open MPI with mpirun/orted and
+#       its plugins, PMIx, hwloc, oneDNN, OpenBLAS, ...), taken from the Debian packages
+#       (apt-get download + dpkg -x), stripped, xz -9. The CUDA libraries themselves (cudart,
+#       cuBLAS, cuSPARSE, ...) are not in it: the GPU machine has them. GPU_KIT_DIR overrides
+#       gpu-kit/. PACK_FASHION: subset (default: the test split and the first 10000 training
+#       samples of Fashion-MNIST), full (about 23 MiB more) or none (the tests that read it
+#       fail).
+#
+#   scripts/gpu-check.sh selftest OUTDIR     (here, as root)
+#       `run OUTDIR` with every system copy of what the kit carries hidden (see selftest()).
 #
 #   scripts/gpu-check.sh run OUTDIR          (on the GPU machine, from the repository root)
 #       Unpacks gpu-kit/kit.tar.xz (or $GPU_KIT) to a temporary folder, finds the CUDA and
@@ -356,7 +361,7 @@ run_mode() {
     # The machine's CUDA and cuDNN libraries: its CUDA toolkit and the pip packages of its
     # python3 (asked before the kit's libraries are on LD_LIBRARY_PATH).
     local libs="" d
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64 /usr/local/cuda/lib; do
         [ -d "$d" ] && libs="$libs:$d"
     done
     local pylibs=""
@@ -389,6 +394,7 @@ PY
 
     # The GPU and the versions.
     local gpu=0
+    [ -d /usr/local/nvidia/bin ] && PATH="$PATH:/usr/local/nvidia/bin"
     if command -v nvidia-smi >/dev/null && timeout 60 nvidia-smi >"$out/nvidia-smi.txt" 2>&1; then
         gpu=1
         note PASS nvidia-smi - "$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
@@ -406,6 +412,7 @@ PY
             [[ "$f" =~ \.so\.[0-9]+$ ]] && echo "$f"
         done
     done >>"$out/versions.txt"
+    ldconfig -p 2>/dev/null | grep -E 'libcuda\.so\.1 ' >>"$out/versions.txt"
 
     # shellcheck source=/dev/null
     . "$KIT/env.sh"
