@@ -1,10 +1,12 @@
-/* Activations, forward and backward: plain loops the compiler vectorises. */
-#include <math.h>
-
+/* Activations, forward and backward: plain loops the compiler vectorises, over the element
+ * functions of activation_math.h. The CUDA functions are in activation.cu. */
 #include "activation.h"
+#include "activation_math.h"
 #include "codelet.h"
 
-#define ACT_FORWARD(T, EXP, TANH, ERFC)                                                            \
+/* The loops call the element functions of activation_math.h (tsl_relu_fwd_f32, ...), which
+ * the CUDA kernels of activation.cu share. */
+#define ACT_FORWARD(T, SFX)                                                                        \
     do {                                                                                           \
         const T *in = x;                                                                           \
         T *out = y;                                                                                \
@@ -12,23 +14,23 @@
         switch ((tsl_activation)a->kind) {                                                         \
         case TSL_ACT_RELU:                                                                         \
             for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = in[i] > 0 ? in[i] : (T)0;                                                 \
+                out[i] = tsl_relu_fwd_##SFX(in[i]);                                                \
             return;                                                                                \
         case TSL_ACT_LEAKY_RELU:                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = in[i] > 0 ? in[i] : slope * in[i];                                        \
+                out[i] = tsl_leaky_relu_fwd_##SFX(in[i], slope);                                   \
             return;                                                                                \
         case TSL_ACT_SIGMOID:                                                                      \
             for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = (T)1 / ((T)1 + EXP(-in[i]));                                              \
+                out[i] = tsl_sigmoid_fwd_##SFX(in[i]);                                             \
             return;                                                                                \
         case TSL_ACT_TANH:                                                                         \
             for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = TANH(in[i]);                                                              \
+                out[i] = tsl_tanh_fwd_##SFX(in[i]);                                                \
             return;                                                                                \
-        case TSL_ACT_GELU: /* x Phi(x); erfc keeps Phi accurate far into the left tail */          \
+        case TSL_ACT_GELU:                                                                         \
             for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = (T)0.5 * in[i] * ERFC(-in[i] * (T)M_SQRT1_2);                             \
+                out[i] = tsl_gelu_fwd_##SFX(in[i]);                                                \
             return;                                                                                \
         }                                                                                          \
     } while (0)
@@ -37,46 +39,38 @@ void tsl_act_forward(const tsl_act_args *a, const void *x, void *y)
 {
     int64_t n = a->count;
     if (a->dtype == TSL_F32)
-        ACT_FORWARD(float, expf, tanhf, erfcf);
+        ACT_FORWARD(float, f32);
     else if (a->dtype == TSL_F64)
-        ACT_FORWARD(double, exp, tanh, erfc);
+        ACT_FORWARD(double, f64);
     TSL_CODELET_CHECK(0, "activation forward: unknown kind or dtype");
 }
 
-#define ACT_BACKWARD(T, EXP, ERFC)                                                                 \
+#define ACT_BACKWARD(T, SFX)                                                                       \
     do {                                                                                           \
         const T *v = in;                                                                           \
         const T *g = dy;                                                                           \
         T *out = dx;                                                                               \
         const T slope = (T)a->slope;                                                               \
         switch ((tsl_activation)a->kind) {                                                         \
-        case TSL_ACT_RELU: /* g loaded unconditionally: a select the compiler vectorises */        \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                T gi = g[i];                                                                       \
-                out[i] = v[i] > 0 ? gi : (T)0;                                                     \
-            }                                                                                      \
+        case TSL_ACT_RELU:                                                                         \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                out[i] = tsl_relu_bwd_##SFX(v[i], g[i]);                                           \
             return;                                                                                \
         case TSL_ACT_LEAKY_RELU:                                                                   \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                T gi = g[i];                                                                       \
-                out[i] = v[i] > 0 ? gi : slope * gi;                                               \
-            }                                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                out[i] = tsl_leaky_relu_bwd_##SFX(v[i], g[i], slope);                              \
             return;                                                                                \
         case TSL_ACT_SIGMOID:                                                                      \
             for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = g[i] * v[i] * ((T)1 - v[i]);                                              \
+                out[i] = tsl_sigmoid_bwd_##SFX(v[i], g[i]);                                        \
             return;                                                                                \
         case TSL_ACT_TANH:                                                                         \
             for (int64_t i = 0; i < n; i++)                                                        \
-                out[i] = g[i] * ((T)1 - v[i] * v[i]);                                              \
+                out[i] = tsl_tanh_bwd_##SFX(v[i], g[i]);                                           \
             return;                                                                                \
-        case TSL_ACT_GELU: /* Phi(x) + x phi(x), from x */                                         \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                T xi = v[i];                                                                       \
-                T cdf = (T)0.5 * ERFC(-xi * (T)M_SQRT1_2);                                         \
-                T pdf = (T)(0.5 * M_2_SQRTPI * M_SQRT1_2) * EXP((T)-0.5 * xi * xi);                \
-                out[i] = g[i] * (cdf + xi * pdf);                                                  \
-            }                                                                                      \
+        case TSL_ACT_GELU:                                                                         \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                out[i] = tsl_gelu_bwd_##SFX(v[i], g[i]);                                           \
             return;                                                                                \
         }                                                                                          \
     } while (0)
@@ -85,9 +79,9 @@ void tsl_act_backward(const tsl_act_args *a, const void *in, const void *dy, voi
 {
     int64_t n = a->count;
     if (a->dtype == TSL_F32)
-        ACT_BACKWARD(float, expf, erfcf);
+        ACT_BACKWARD(float, f32);
     else if (a->dtype == TSL_F64)
-        ACT_BACKWARD(double, exp, erfc);
+        ACT_BACKWARD(double, f64);
     TSL_CODELET_CHECK(0, "activation backward: unknown kind or dtype");
 }
 
@@ -124,8 +118,9 @@ static uint32_t act_variant(struct starpu_task *task)
     return tsl_hash_i64(h, a.in_place);
 }
 
-/* Modes come with each task (in place or not). */
-TSL_CODELET(tsl_cl_act_forward, "tsl_act_fwd", act_forward_cpu, NULL, act_variant,
+/* Modes come with each task (in place or not). The CUDA functions (activation.cu) fill the
+ * CUDA slot only when TESSEL_USE_CUDA is defined. */
+TSL_CODELET(tsl_cl_act_forward, "tsl_act_fwd", act_forward_cpu, tsl_act_forward_cuda, act_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_act_backward, "tsl_act_bwd", act_backward_cpu, NULL, act_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_act_backward, "tsl_act_bwd", act_backward_cpu, tsl_act_backward_cuda,
+            act_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);

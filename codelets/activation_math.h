@@ -1,0 +1,62 @@
+/* Activation element functions, forward and backward, for f32 (suffix f32) and f64 (f64):
+ * the per-element math of codelets/activation.c's loops and codelets/activation.cu's kernels.
+ * Forward: y = f(x). Backward: dx = f'(in) * g, `in` being x (ReLU, LeakyReLU, GELU) or y
+ * (sigmoid, tanh). */
+#ifndef TESSEL_CODELETS_ACTIVATION_MATH_H
+#define TESSEL_CODELETS_ACTIVATION_MATH_H
+
+#include <math.h>
+
+#include "hd.h"
+
+#define TSL_ACT_ELEMENT_FUNCTIONS(T, SFX, EXP, TANH, ERFC)                                         \
+    static inline TSL_HD T tsl_relu_fwd_##SFX(T x)                                                 \
+    {                                                                                              \
+        return x > 0 ? x : (T)0;                                                                   \
+    }                                                                                              \
+    static inline TSL_HD T tsl_leaky_relu_fwd_##SFX(T x, T slope)                                  \
+    {                                                                                              \
+        return x > 0 ? x : slope * x;                                                              \
+    }                                                                                              \
+    static inline TSL_HD T tsl_sigmoid_fwd_##SFX(T x)                                              \
+    {                                                                                              \
+        return (T)1 / ((T)1 + EXP(-x));                                                            \
+    }                                                                                              \
+    static inline TSL_HD T tsl_tanh_fwd_##SFX(T x)                                                 \
+    {                                                                                              \
+        return TANH(x);                                                                            \
+    }                                                                                              \
+    /* x Phi(x); erfc keeps Phi accurate far into the left tail */                                 \
+    static inline TSL_HD T tsl_gelu_fwd_##SFX(T x)                                                 \
+    {                                                                                              \
+        return (T)0.5 * x * ERFC(-x * (T)M_SQRT1_2);                                               \
+    }                                                                                              \
+    /* g taken unconditionally: a select the compiler vectorises */                                \
+    static inline TSL_HD T tsl_relu_bwd_##SFX(T x, T g)                                            \
+    {                                                                                              \
+        return x > 0 ? g : (T)0;                                                                   \
+    }                                                                                              \
+    static inline TSL_HD T tsl_leaky_relu_bwd_##SFX(T x, T g, T slope)                             \
+    {                                                                                              \
+        return x > 0 ? g : slope * g;                                                              \
+    }                                                                                              \
+    static inline TSL_HD T tsl_sigmoid_bwd_##SFX(T y, T g)                                         \
+    {                                                                                              \
+        return g * y * ((T)1 - y);                                                                 \
+    }                                                                                              \
+    static inline TSL_HD T tsl_tanh_bwd_##SFX(T y, T g)                                            \
+    {                                                                                              \
+        return g * ((T)1 - y * y);                                                                 \
+    }                                                                                              \
+    /* Phi(x) + x phi(x), from x */                                                                \
+    static inline TSL_HD T tsl_gelu_bwd_##SFX(T x, T g)                                            \
+    {                                                                                              \
+        T cdf = (T)0.5 * ERFC(-x * (T)M_SQRT1_2);                                                  \
+        T pdf = (T)(0.5 * M_2_SQRTPI * M_SQRT1_2) * EXP((T)-0.5 * x * x);                          \
+        return g * (cdf + x * pdf);                                                                \
+    }
+
+TSL_ACT_ELEMENT_FUNCTIONS(float, f32, expf, tanhf, erfcf)
+TSL_ACT_ELEMENT_FUNCTIONS(double, f64, exp, tanh, erfc)
+
+#endif /* TESSEL_CODELETS_ACTIVATION_MATH_H */
