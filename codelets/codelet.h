@@ -19,16 +19,30 @@
  * A codelet cannot return an error to StarPU, so a broken invariant aborts through this one
  * hook, which prints file, line and MPI rank. */
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* MPI rank of this process, set by the context (-1 outside a context). */
 extern int tsl_codelet_rank;
 
+#ifdef __cplusplus
+}
+#endif
+
+/* Print file, line, rank, what failed and why, and abort: the one path every check takes
+ * (TSL_CODELET_CHECK here, the CUDA, cuDNN and cuBLAS checks of cuda_check.h). */
+#define TSL_CODELET_FAIL(what, why)                                                                \
+    do {                                                                                           \
+        fprintf(stderr, "tessel[%d] codelet failure at %s:%d: %s (%s)\n", tsl_codelet_rank,        \
+                __FILE__, __LINE__, (what), (why));                                                \
+        abort();                                                                                   \
+    } while (0)
+
 #define TSL_CODELET_CHECK(cond, msg)                                                               \
     do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "tessel[%d] codelet failure at %s:%d: %s (%s)\n", tsl_codelet_rank,    \
-                    __FILE__, __LINE__, (msg), #cond);                                             \
-            abort();                                                                               \
-        }                                                                                          \
+        if (!(cond))                                                                               \
+            TSL_CODELET_FAIL((msg), #cond);                                                        \
     } while (0)
 
 /* ---- element access for kernels that compute in double whatever the tile's float dtype ---- */

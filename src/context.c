@@ -12,6 +12,7 @@
 
 #include <starpu_expert.h>
 
+#include "cuda_handles.h"
 #include "host_cache.h"
 #include "node_share.h"
 #include "internal.h"
@@ -148,6 +149,7 @@ static tsl_status context_bind_comm(struct tsl_context *ctx, MPI_Comm comm)
     MPI_Comm_rank(comm, &ctx->rank);
     MPI_Comm_size(comm, &ctx->size);
     tsl_codelet_rank = ctx->rank;
+    tsl_cuda_handles_acquire(); /* cuBLAS and cuDNN handles of the CUDA workers */
     return TSL_OK;
 }
 
@@ -465,6 +467,7 @@ tsl_status tsl_context_destroy(tsl_context_t ctx)
     while (ctx->ntensors > 0)
         tsl_tensor_destroy(ctx->tensors[ctx->ntensors - 1]);
     tsl_status st = tsl_context_wait(ctx);
+    tsl_cuda_handles_release();
     if (ctx->ctl_comm != MPI_COMM_NULL)
         MPI_Comm_free(&ctx->ctl_comm);
     if (ctx->owns_runtime) {

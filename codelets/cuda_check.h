@@ -1,0 +1,53 @@
+/* What the CUDA codelets share (built only with TESSEL_USE_CUDA): the checks that wrap every
+ * CUDA runtime, cuDNN and cuBLAS call, and the worker's library handles.
+ *
+ * A failed call aborts through TSL_CODELET_FAIL (codelet.h), which prints file, line, MPI
+ * rank, the call and the library's error string. */
+#ifndef TESSEL_CODELETS_CUDA_CHECK_H
+#define TESSEL_CODELETS_CUDA_CHECK_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "codelet.h"
+
+#define TSL_CUDA_CHECK(call)                                                                       \
+    do {                                                                                           \
+        cudaError_t tsl_cuda_err_ = (call);                                                        \
+        if (tsl_cuda_err_ != cudaSuccess)                                                          \
+            TSL_CODELET_FAIL(#call, cudaGetErrorString(tsl_cuda_err_));                            \
+    } while (0)
+
+#define TSL_CUDNN_CHECK(call)                                                                      \
+    do {                                                                                           \
+        cudnnStatus_t tsl_cudnn_err_ = (call);                                                     \
+        if (tsl_cudnn_err_ != CUDNN_STATUS_SUCCESS)                                                \
+            TSL_CODELET_FAIL(#call, cudnnGetErrorString(tsl_cudnn_err_));                          \
+    } while (0)
+
+#define TSL_CUBLAS_CHECK(call)                                                                     \
+    do {                                                                                           \
+        cublasStatus_t tsl_cublas_err_ = (call);                                                   \
+        if (tsl_cublas_err_ != CUBLAS_STATUS_SUCCESS)                                              \
+            TSL_CODELET_FAIL(#call, cublasGetStatusString(tsl_cublas_err_));                       \
+    } while (0)
+
+/* Checks the last kernel launch (a bad configuration or an earlier asynchronous error). */
+#define TSL_CUDA_CHECK_LAUNCH() TSL_CUDA_CHECK(cudaGetLastError())
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The calling CUDA worker's cuBLAS and cuDNN handles, bound to its stream
+ * (starpu_cuda_get_local_stream()). Made for every CUDA worker when a tessel context starts
+ * (src/cuda_handles.c); a call from anything but a CUDA worker of a running context aborts. */
+cublasHandle_t tsl_cuda_cublas(void);
+cudnnHandle_t tsl_cuda_cudnn(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_CODELETS_CUDA_CHECK_H */
