@@ -30,7 +30,7 @@ run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib "${WORK_DIR}/cmake-bui
 # 2. pkg-config.
 find_program(PKG_CONFIG pkg-config REQUIRED)
 find_program(CC NAMES cc gcc REQUIRED)
-execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${prefix}/lib/pkgconfig
+execute_process(COMMAND ${CMAKE_COMMAND} -E env "PKG_CONFIG_PATH=${prefix}/lib/pkgconfig:$ENV{PKG_CONFIG_PATH}"
                 ${PKG_CONFIG} --cflags --libs tessel
                 RESULT_VARIABLE rc OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT rc EQUAL 0)
