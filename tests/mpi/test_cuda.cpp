@@ -1,88 +1,14 @@
-// CUDA codelets against their CPU functions, on a CUDA worker of the test's context. Where the
-// process has no CUDA worker (a build without TESSEL_USE_CUDA, or no GPU) every test skips and
-// says why. Each rank runs its own tasks on its own data (no communication).
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <random>
-#include <vector>
-
-#include "mpi_test_env.h"
+// CUDA activations and the workers' library handles (the shared runner and checks:
+// cuda_test.h; the other families: test_cuda_<family>.cpp).
+#include "cuda_test.h"
 
 extern "C" {
 #include "codelets/activation.h"
 }
-#ifdef TESSEL_USE_CUDA
-#include "codelets/cuda_check.h"
-#endif
 
 namespace
 {
-
-// Why the CUDA tests cannot run here, or nullptr when they can.
-const char *no_cuda_reason()
-{
-#ifndef TESSEL_USE_CUDA
-    return "built without CUDA (TESSEL_CUDA off)";
-#else
-    if (starpu_cuda_worker_get_count() == 0)
-        return "no CUDA worker in this process (no GPU, or STARPU_NCUDA=0)";
-    return nullptr;
-#endif
-}
-
-#define SKIP_WITHOUT_CUDA()                                                                        \
-    do {                                                                                           \
-        if (const char *why = no_cuda_reason())                                                    \
-            GTEST_SKIP() << why;                                                                   \
-    } while (0)
-
-// Runs `cl` with `args` over the host vectors `bufs` (modes `modes`) on a CUDA worker and waits;
-// the results are back in the vectors when it returns.
-template <typename A, typename T>
-void run_on_cuda(struct starpu_codelet &cl, const A &args, std::vector<std::vector<T> *> bufs,
-                 std::vector<enum starpu_data_access_mode> modes)
-{
-    std::vector<starpu_data_handle_t> handles(bufs.size());
-    for (size_t i = 0; i < bufs.size(); i++)
-        starpu_vector_data_register(&handles[i], STARPU_MAIN_RAM, (uintptr_t)bufs[i]->data(),
-                                    (uint32_t)bufs[i]->size(), sizeof(T));
-    struct starpu_task *task = starpu_task_create();
-    task->cl = &cl;
-    task->where = STARPU_CUDA;
-    task->synchronous = 1;
-    task->nbuffers = (int)bufs.size();
-    for (size_t i = 0; i < bufs.size(); i++) {
-        STARPU_TASK_SET_HANDLE(task, handles[i], i);
-        STARPU_TASK_SET_MODE(task, modes[i], i);
-    }
-    starpu_codelet_pack_args(&task->cl_arg, &task->cl_arg_size, STARPU_VALUE, &args, sizeof args,
-                             0);
-    task->cl_arg_free = 1;
-    EXPECT_EQ(starpu_task_submit(task), 0) << cl.name;
-    for (starpu_data_handle_t h : handles)
-        starpu_data_unregister(h); // brings the results back to the host vectors
-}
-
-template <typename T> std::vector<T> random_values(size_t n, uint64_t salt, T lo, T hi)
-{
-    std::mt19937_64 gen(tsltest::seed + salt);
-    std::uniform_real_distribution<double> dist((double)lo, (double)hi);
-    std::vector<T> v(n);
-    for (T &x : v)
-        x = (T)dist(gen);
-    return v;
-}
-
-template <typename T> int dtype_of();
-template <> int dtype_of<float>()
-{
-    return TSL_F32;
-}
-template <> int dtype_of<double>()
-{
-    return TSL_F64;
-}
+using namespace tsltest;
 
 // Exact for ReLU and LeakyReLU (a comparison and one product); a few units in the last place for
 // the others (the GPU's exp, tanh and erfc, and contracted multiply-adds).
@@ -106,41 +32,35 @@ template <typename T> void check_activation(tsl_activation kind, bool in_place)
     std::vector<T> dy = random_values<T>(n, 101 + kind, (T)-1, (T)1);
 
     // Forward.
-    std::vector<T> y_cpu(n), y_gpu(n);
+    std::vector<T> y_cpu(n), y_gpu = poisoned<T>(n);
     tsl_act_forward(&a, x.data(), y_cpu.data());
     if (in_place) {
         y_gpu = x;
-        run_on_cuda(tsl_cl_act_forward, a, std::vector<std::vector<T> *>{&y_gpu}, {STARPU_RW});
+        run_on_cuda(tsl_cl_act_forward, a, {cuda_buf(y_gpu, STARPU_RW)});
     } else {
         std::vector<T> xin = x;
-        run_on_cuda(tsl_cl_act_forward, a, std::vector<std::vector<T> *>{&xin, &y_gpu},
-                    {STARPU_R, STARPU_W});
+        run_on_cuda(tsl_cl_act_forward, a,
+                    {cuda_buf(xin, STARPU_R), cuda_buf(y_gpu, STARPU_W)});
         EXPECT_EQ(xin, x) << "forward wrote its input";
     }
     // Backward, from x (ReLU, LeakyReLU, GELU) or y (sigmoid, tanh).
     const std::vector<T> &in = (kind == TSL_ACT_SIGMOID || kind == TSL_ACT_TANH) ? y_cpu : x;
-    std::vector<T> dx_cpu(n), dx_gpu(n);
+    std::vector<T> dx_cpu(n), dx_gpu = poisoned<T>(n);
     tsl_act_backward(&a, in.data(), dy.data(), dx_cpu.data());
     std::vector<T> in_copy = in;
     if (in_place) {
         dx_gpu = dy;
-        run_on_cuda(tsl_cl_act_backward, a, std::vector<std::vector<T> *>{&in_copy, &dx_gpu},
-                    {STARPU_R, STARPU_RW});
+        run_on_cuda(tsl_cl_act_backward, a,
+                    {cuda_buf(in_copy, STARPU_R), cuda_buf(dx_gpu, STARPU_RW)});
     } else {
         std::vector<T> dy_copy = dy;
         run_on_cuda(tsl_cl_act_backward, a,
-                    std::vector<std::vector<T> *>{&in_copy, &dy_copy, &dx_gpu},
-                    {STARPU_R, STARPU_R, STARPU_W});
+                    {cuda_buf(in_copy, STARPU_R), cuda_buf(dy_copy, STARPU_R),
+                     cuda_buf(dx_gpu, STARPU_W)});
     }
 
     const double tol = tolerance<T>(kind);
-    double worst_y = 0, worst_dx = 0;
-    for (size_t i = 0; i < n; i++) {
-        worst_y = std::max(worst_y, std::fabs((double)y_gpu[i] - (double)y_cpu[i]) /
-                                        (1 + std::fabs((double)y_cpu[i])));
-        worst_dx = std::max(worst_dx, std::fabs((double)dx_gpu[i] - (double)dx_cpu[i]) /
-                                          (1 + std::fabs((double)dx_cpu[i])));
-    }
+    double worst_y = worst_error(y_gpu, y_cpu), worst_dx = worst_error(dx_gpu, dx_cpu);
     EXPECT_LE(worst_y, tol) << "forward, kind " << kind << (in_place ? ", in place" : "");
     EXPECT_LE(worst_dx, tol) << "backward, kind " << kind << (in_place ? ", in place" : "");
 }
