@@ -1,4 +1,5 @@
-/* `.npy` files: a strict header parser, whole-array read and atomic write. No StarPU. */
+/* `.npy` files: a strict header parser, whole-array read, and atomic writes (whole or streamed).
+ * No StarPU. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -350,14 +351,14 @@ static const char *descr_of(tsl_dtype dtype)
     return NULL;
 }
 
-tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *shape,
-                         const void *data)
+/* The header of an array of `dtype` and `shape` (checked), padded so that the data starts on a
+ * 64-byte boundary: `*total` bytes of `head`. */
+static tsl_status npy_header(tsl_dtype dtype, const tsl_shape *shape, const char *fn,
+                             unsigned char head[640], size_t *total)
 {
-    if (!path || !shape || !data)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_npy_write: NULL argument");
     const char *descr = descr_of(dtype);
     if (!descr)
-        return tsl_error(NULL, TSL_ERR_DTYPE, "tsl_npy_write: unknown dtype %d", (int)dtype);
+        return tsl_error(NULL, TSL_ERR_DTYPE, "%s: unknown dtype %d", fn, (int)dtype);
     tsl_status st = tsl_shape_check(shape);
     if (st)
         return st;
@@ -373,38 +374,148 @@ tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *sha
     /* Pad with spaces and end with a newline so that data starts on a 64-byte boundary. */
     size_t header_len = (size_t)n + 1;
     size_t prefix = 10;
-    size_t total = (prefix + header_len + 63) / 64 * 64;
-    unsigned char head[640];
+    *total = (prefix + header_len + 63) / 64 * 64;
     memcpy(head, NPY_MAGIC, NPY_MAGIC_LEN);
     head[6] = 1;
     head[7] = 0;
-    size_t padded = total - prefix;
+    size_t padded = *total - prefix;
     head[8] = (unsigned char)(padded & 0xff);
     head[9] = (unsigned char)(padded >> 8);
     memcpy(head + prefix, dict, (size_t)n);
     memset(head + prefix + n, ' ', padded - (size_t)n - 1);
-    head[total - 1] = '\n';
+    head[*total - 1] = '\n';
+    return TSL_OK;
+}
 
-    size_t data_bytes = (size_t)tsl_shape_numel(shape) * tsl_dtype_size(dtype);
+struct tsl_npy_writer {
+    char *path, *tmp;
+    FILE *f;
+    size_t elem_size;
+    int64_t remaining; /* elements still to append */
+    int failed;        /* an append failed: closing discards the file */
+};
+
+static void writer_discard(tsl_npy_writer_t w)
+{
+    if (w->f)
+        fclose(w->f);
+    unlink(w->tmp);
+    free(w->path);
+    free(w->tmp);
+    free(w);
+}
+
+tsl_status tsl_npy_writer_open(tsl_npy_writer_t *writer, const char *path, tsl_dtype dtype,
+                               const tsl_shape *shape)
+{
+    if (!writer || !path || !shape)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_npy_writer_open: NULL argument");
+    *writer = NULL;
+    unsigned char head[640];
+    size_t total = 0;
+    tsl_status st = npy_header(dtype, shape, "tsl_npy_writer_open", head, &total);
+    if (st)
+        return st;
+    tsl_npy_writer_t w = calloc(1, sizeof *w);
     size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    if (!tmp)
+    if (w) {
+        w->path = strdup(path);
+        w->tmp = malloc(tmp_len);
+    }
+    if (!w || !w->path || !w->tmp) {
+        if (w) {
+            free(w->path);
+            free(w->tmp);
+        }
+        free(w);
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "npy: out of memory");
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        st = tsl_error(NULL, TSL_ERR_IO, "npy: cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
+    }
+    snprintf(w->tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+    w->elem_size = tsl_dtype_size(dtype);
+    w->remaining = tsl_shape_numel(shape);
+    w->f = fopen(w->tmp, "wb");
+    if (!w->f) {
+        st = tsl_error(NULL, TSL_ERR_IO, "npy: cannot create '%s': %s", w->tmp, strerror(errno));
+        free(w->path);
+        free(w->tmp);
+        free(w);
         return st;
     }
-    int ok = fwrite(head, 1, total, f) == total && fwrite(data, 1, data_bytes, f) == data_bytes;
-    ok = fflush(f) == 0 && ok;
-    ok = fsync(fileno(f)) == 0 && ok;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        st = tsl_error(NULL, TSL_ERR_IO, "npy: cannot write '%s': %s", path, strerror(errno));
-        unlink(tmp);
+    if (fwrite(head, 1, total, w->f) != total) {
+        st = tsl_error(NULL, TSL_ERR_IO, "npy: cannot write '%s': %s", w->tmp, strerror(errno));
+        writer_discard(w);
+        return st;
     }
-    free(tmp);
+    *writer = w;
+    return TSL_OK;
+}
+
+tsl_status tsl_npy_writer_append(tsl_npy_writer_t w, const void *data, int64_t count)
+{
+    if (!w || (!data && count > 0) || count < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_npy_writer_append: %s",
+                         !w          ? "NULL writer"
+                         : count < 0 ? "negative count"
+                                     : "NULL data");
+    if (w->failed)
+        return tsl_error(NULL, TSL_ERR_IO, "npy: '%s': an earlier write failed", w->path);
+    if (count > w->remaining) {
+        w->failed = 1;
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "npy: '%s': %lld elements appended where %lld remain in the shape",
+                         w->path, (long long)count, (long long)w->remaining);
+    }
+    size_t bytes = (size_t)count * w->elem_size;
+    if (fwrite(data, 1, bytes, w->f) != bytes) {
+        w->failed = 1;
+        return tsl_error(NULL, TSL_ERR_IO, "npy: cannot write '%s': %s", w->tmp, strerror(errno));
+    }
+    w->remaining -= count;
+    return TSL_OK;
+}
+
+tsl_status tsl_npy_writer_close(tsl_npy_writer_t w)
+{
+    if (!w)
+        return TSL_OK;
+    tsl_status st = TSL_OK;
+    if (w->failed)
+        st = tsl_error(NULL, TSL_ERR_IO, "npy: '%s' not written: an earlier write failed", w->path);
+    else if (w->remaining)
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                       "npy: '%s' not written: %lld elements of its shape were never appended",
+                       w->path, (long long)w->remaining);
+    else {
+        int ok = fflush(w->f) == 0;
+        ok = fsync(fileno(w->f)) == 0 && ok;
+        ok = fclose(w->f) == 0 && ok;
+        w->f = NULL;
+        if (!ok || rename(w->tmp, w->path) != 0)
+            st =
+                tsl_error(NULL, TSL_ERR_IO, "npy: cannot write '%s': %s", w->path, strerror(errno));
+    }
+    writer_discard(w); /* after a rename the temporary name is gone: unlink does nothing */
     return st;
+}
+
+void tsl_npy_writer_discard(tsl_npy_writer_t w)
+{
+    if (w)
+        writer_discard(w);
+}
+
+tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *shape,
+                         const void *data)
+{
+    if (!path || !shape || !data)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_npy_write: NULL argument");
+    tsl_npy_writer_t w;
+    tsl_status st = tsl_npy_writer_open(&w, path, dtype, shape);
+    if (st)
+        return st;
+    if ((st = tsl_npy_writer_append(w, data, tsl_shape_numel(shape)))) {
+        tsl_npy_writer_discard(w);
+        return st;
+    }
+    return tsl_npy_writer_close(w);
 }

@@ -1,8 +1,8 @@
 /**
  * @file io.h
- * @brief `.npy` files: header parsing, whole-array read and write, tensors read from
- *        and written to files through scatter and gather, and tensors filled from a
- *        dataset by the owners of their tiles.
+ * @brief `.npy` files: header parsing, whole-array read and write, streamed writes, tensors read
+ * from and written to files through scatter and gather, and tensors filled from a dataset by the
+ * owners of their tiles.
  *
  * Supported: format versions 1.0, 2.0 and 3.0; little-endian (or byte-sized) f32, f64,
  * i32, i64 and u8; C order; 1 to TSL_MAX_DIMS dimensions, none of them zero. Anything else
@@ -58,6 +58,29 @@ TSL_API tsl_status tsl_npy_read(const char *path, tsl_npy_header *header, void *
  */
 TSL_API tsl_status tsl_npy_write(const char *path, tsl_dtype dtype, const tsl_shape *shape,
                                  const void *data);
+
+/** A `.npy` file being written in pieces (tsl_npy_writer_open()). */
+typedef struct tsl_npy_writer *tsl_npy_writer_t;
+
+/**
+ * @brief Start writing an array of @p dtype and @p shape to @p path a piece at a time, for
+ * arrays too large to hold whole. The file is written under a temporary name and appears
+ * under @p path only when tsl_npy_writer_close() finds every element appended.
+ */
+TSL_API tsl_status tsl_npy_writer_open(tsl_npy_writer_t *writer, const char *path, tsl_dtype dtype,
+                                       const tsl_shape *shape);
+
+/** @brief Append the next @p count elements (C order). More than the shape holds is an error
+ *  that also makes the file fail to close. */
+TSL_API tsl_status tsl_npy_writer_append(tsl_npy_writer_t writer, const void *data, int64_t count);
+
+/** @brief Finish: sync and rename the file into place when every element was appended and no
+ *  write failed; otherwise an error, and nothing appears under the path. Frees @p writer
+ *  either way (NULL is a no-op). */
+TSL_API tsl_status tsl_npy_writer_close(tsl_npy_writer_t writer);
+
+/** @brief Abandon a writer: its temporary file is removed, nothing appears under the path. */
+TSL_API void tsl_npy_writer_discard(tsl_npy_writer_t writer);
 
 /** @brief Free memory returned by tessel (tsl_npy_read()). NULL is a no-op. */
 TSL_API void tsl_free(void *ptr);

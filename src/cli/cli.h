@@ -137,6 +137,7 @@ typedef struct session {
     tsl_dataset_t train, test;
     tsl_dataset_info train_info, test_info;
     tsl_model_t model;
+    tsl_shape output_shape; /* one sample's output (logits: classes, or classes x spatial) */
 } session;
 
 /* Start StarPU (and MPI) with the common options; sets rank_of_process. Returns an exit code

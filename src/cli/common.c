@@ -317,6 +317,7 @@ int session_open(session *s, const train_options *o, int need_train)
         return fail(st, "building the model");
     tsl_shape out;
     tsl_graph_value_shape(g, tsl_graph_output(g), &out);
+    s->output_shape = out;
     if (out.ndim - 1 != info->label_shape.ndim) {
         tsl_graph_destroy(g);
         fprintf(stderr, "tessel: model '%s' is a %s network but the data has %s labels\n", o->model,

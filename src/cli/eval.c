@@ -1,52 +1,141 @@
-/* tessel eval: loss and accuracy of saved parameters on a dataset's test split. Every rank
- * takes part (the model's tile tasks span the ranks); rank 0 prints. */
+/* tessel eval: loss and accuracy of saved parameters on a dataset's test split, and optionally
+ * the network's outputs on it. Every rank takes part (the model's tile tasks span the ranks);
+ * rank 0 prints and writes. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli.h"
 
+enum { OPT_OUTPUTS = OPT_COMMAND_FIRST };
+
+typedef struct eval_options {
+    train_options run;
+    const char *outputs;
+} eval_options;
+
 static void usage_eval(FILE *out)
 {
-    fprintf(out, "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
-                 "                   [--plan PLAN] [--ncpu N] [--sched NAME] [--spin]\n"
-                 "  loss and accuracy of saved parameters on the data's test split\n");
+    fprintf(out,
+            "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
+            "                   [--outputs FILE] [--plan PLAN] [--ncpu N] [--sched NAME] [--spin]\n"
+            "  loss and accuracy of saved parameters on the data's test split\n"
+            "  --outputs FILE  also write the network's outputs (logits, inference mode) on\n"
+            "                  every test sample, in order, as a float32 .npy file of shape\n"
+            "                  samples x output shape (written a batch at a time)\n");
+}
+
+static int handle_eval_option(const cli_parser *parser, int id, const char *value)
+{
+    eval_options *o = parser->state;
+    if (id == OPT_OUTPUTS) {
+        o->outputs = value;
+        return OPTION_OK;
+    }
+    cli_parser run = *parser;
+    run.state = &o->run;
+    return parse_run_option(&run, id, value);
 }
 
 /* Parse the options; returns -1 to exit 0 (help), an exit code > 0, or 0. */
-static int parse_eval(int argc, char **argv, train_options *o)
+static int parse_eval(int argc, char **argv, eval_options *o)
 {
-    static const struct option options[] = {
-        CLI_HELP_OPTION, CLI_COMMON_OPTIONS, CLI_RUN_OPTIONS, {0}};
-    train_options_init(o);
-    cli_parser parser = {"tessel eval", options, usage_eval, &o->common, parse_run_option, o};
+    static const struct option options[] = {CLI_HELP_OPTION,
+                                            CLI_COMMON_OPTIONS,
+                                            CLI_RUN_OPTIONS,
+                                            {"outputs", required_argument, NULL, OPT_OUTPUTS},
+                                            {0}};
+    train_options_init(&o->run);
+    o->outputs = NULL;
+    cli_parser parser = {"tessel eval", options, usage_eval, &o->run.common, handle_eval_option, o};
     int code = cli_parse(&parser, argc, argv);
-    if (code || (code = check_run_options(&parser, o)))
+    if (code || (code = check_run_options(&parser, &o->run)))
         return code;
-    if (!o->load_params) {
+    if (!o->run.load_params) {
         fprintf(stderr, "%s: --load-params is required\n", parser.command);
         return EXIT_USAGE;
     }
     return 0;
 }
 
+/* The outputs of every test sample into `path` on rank 0, a batch at a time (collective). */
+static tsl_status write_outputs(const session *s, int64_t batch, const char *path)
+{
+    const tsl_dataset_info *info = &s->test_info;
+    int64_t x_numel = tsl_shape_numel(&info->sample_shape);
+    int64_t out_numel = tsl_shape_numel(&s->output_shape);
+    float *x = NULL, *out = NULL;
+    int64_t *idx = NULL;
+    tsl_npy_writer_t w = NULL;
+    tsl_status st = TSL_OK;
+    if (rank_of_process == 0) {
+        tsl_shape shape = {.ndim = s->output_shape.ndim + 1};
+        shape.dims[0] = info->samples;
+        for (int32_t d = 0; d < s->output_shape.ndim; d++)
+            shape.dims[d + 1] = s->output_shape.dims[d];
+        x = malloc(sizeof *x * (size_t)(batch * x_numel));
+        out = malloc(sizeof *out * (size_t)(batch * out_numel));
+        idx = malloc(sizeof *idx * (size_t)batch);
+        if (!x || !out || !idx) {
+            fprintf(stderr, "tessel eval: no memory for a batch of %lld outputs\n",
+                    (long long)batch);
+            st = TSL_ERR_OUT_OF_MEMORY;
+        } else
+            st = tsl_npy_writer_open(&w, path, TSL_F32, &shape);
+    }
+    st = agree(st);
+    for (int64_t first = 0; first < info->samples && !st; first += batch) {
+        int64_t count = info->samples - first < batch ? info->samples - first : batch;
+        if (rank_of_process == 0) {
+            for (int64_t i = 0; i < count; i++)
+                idx[i] = first + i;
+            st = tsl_dataset_read(s->test, idx, count, x, NULL);
+        }
+        if ((st = agree(st)) || (st = tsl_model_forward(s->model, count, x, 0, out)))
+            break;
+        if (rank_of_process == 0)
+            st = tsl_npy_writer_append(w, out, count * out_numel);
+        st = agree(st);
+    }
+    if (rank_of_process == 0) {
+        if (st)
+            tsl_npy_writer_discard(w);
+        else
+            st = tsl_npy_writer_close(w);
+    }
+    st = agree(st);
+    free(x);
+    free(out);
+    free(idx);
+    return st;
+}
+
 int command_eval(int argc, char **argv)
 {
-    train_options o;
-    int code = parse_eval(argc, argv, &o);
+    eval_options eo;
+    int code = parse_eval(argc, argv, &eo);
     if (code)
         return code < 0 ? 0 : code;
+    train_options *o = &eo.run;
     session s;
-    if ((code = session_context(&s, &o)) || (code = session_open(&s, &o, 0))) {
+    if ((code = session_context(&s, o)) || (code = session_open(&s, o, 0))) {
         session_end(&s);
         return code;
     }
     double loss = 0, accuracy = 0;
-    tsl_status st = evaluate(s.model, s.test, &s.test_info, o.batch, &loss, &accuracy);
+    tsl_status st = evaluate(s.model, s.test, &s.test_info, o->batch, &loss, &accuracy);
     if (st)
         code = fail(st, "evaluating");
     else if (rank_of_process == 0)
         printf("tessel eval: model %s, data %s: test loss %.4f, accuracy %.2f%% (%lld "
                "samples)\n",
-               o.model, o.data, loss, 100 * accuracy, (long long)s.test_info.samples);
+               o->model, o->data, loss, 100 * accuracy, (long long)s.test_info.samples);
+    if (!code && eo.outputs) {
+        if ((st = write_outputs(&s, o->batch, eo.outputs)))
+            code = fail(st, "writing the outputs");
+        else if (rank_of_process == 0)
+            printf("tessel eval: outputs of %lld samples written to %s\n",
+                   (long long)s.test_info.samples, eo.outputs);
+    }
     session_end(&s);
     return code;
 }

@@ -39,8 +39,7 @@ template <typename T> void check_activation(tsl_activation kind, bool in_place)
         run_on_cuda(tsl_cl_act_forward, a, {cuda_buf(y_gpu, STARPU_RW)});
     } else {
         std::vector<T> xin = x;
-        run_on_cuda(tsl_cl_act_forward, a,
-                    {cuda_buf(xin, STARPU_R), cuda_buf(y_gpu, STARPU_W)});
+        run_on_cuda(tsl_cl_act_forward, a, {cuda_buf(xin, STARPU_R), cuda_buf(y_gpu, STARPU_W)});
         EXPECT_EQ(xin, x) << "forward wrote its input";
     }
     // Backward, from x (ReLU, LeakyReLU, GELU) or y (sigmoid, tanh).
@@ -54,9 +53,9 @@ template <typename T> void check_activation(tsl_activation kind, bool in_place)
                     {cuda_buf(in_copy, STARPU_R), cuda_buf(dx_gpu, STARPU_RW)});
     } else {
         std::vector<T> dy_copy = dy;
-        run_on_cuda(tsl_cl_act_backward, a,
-                    {cuda_buf(in_copy, STARPU_R), cuda_buf(dy_copy, STARPU_R),
-                     cuda_buf(dx_gpu, STARPU_W)});
+        run_on_cuda(
+            tsl_cl_act_backward, a,
+            {cuda_buf(in_copy, STARPU_R), cuda_buf(dy_copy, STARPU_R), cuda_buf(dx_gpu, STARPU_W)});
     }
 
     const double tol = tolerance<T>(kind);

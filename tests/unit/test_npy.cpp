@@ -101,6 +101,66 @@ TEST_F(Npy, RoundTripEveryDtype)
     }
 }
 
+// A streamed write gives the same bytes as a whole one; a short or an overlong stream leaves no
+// file.
+TEST_F(Npy, StreamedWriteMatchesWholeWrite)
+{
+    std::mt19937 rng(7);
+    int64_t dims[3] = {7, 3, 5};
+    tsl_shape shape;
+    ASSERT_EQ(tsl_shape_make(&shape, 3, dims), TSL_OK);
+    std::vector<double> data((size_t)tsl_shape_numel(&shape));
+    for (double &v : data)
+        v = (double)rng() / 3.0;
+    std::string whole = path("whole.npy"), streamed = path("streamed.npy");
+    ASSERT_EQ(tsl_npy_write(whole.c_str(), TSL_F64, &shape, data.data()), TSL_OK);
+    tsl_npy_writer_t w = nullptr;
+    ASSERT_EQ(tsl_npy_writer_open(&w, streamed.c_str(), TSL_F64, &shape), TSL_OK)
+        << tsl_last_error();
+    EXPECT_NE(access(streamed.c_str(), F_OK), 0) << "visible before close";
+    size_t done = 0;
+    for (size_t piece : {size_t(0), size_t(15), size_t(1), size_t(50), size_t(39)}) {
+        ASSERT_EQ(tsl_npy_writer_append(w, data.data() + done, (int64_t)piece), TSL_OK);
+        done += piece;
+    }
+    ASSERT_EQ(done, data.size());
+    ASSERT_EQ(tsl_npy_writer_close(w), TSL_OK) << tsl_last_error();
+    auto slurp = [](const std::string &p) {
+        FILE *f = std::fopen(p.c_str(), "rb");
+        std::string bytes;
+        char buf[4096];
+        size_t n;
+        while (f && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
+            bytes.append(buf, n);
+        if (f)
+            std::fclose(f);
+        return bytes;
+    };
+    EXPECT_EQ(slurp(streamed), slurp(whole));
+
+    // Too few elements: close fails and no file appears.
+    std::string short_path = path("short.npy");
+    ASSERT_EQ(tsl_npy_writer_open(&w, short_path.c_str(), TSL_F64, &shape), TSL_OK);
+    ASSERT_EQ(tsl_npy_writer_append(w, data.data(), 104), TSL_OK);
+    EXPECT_EQ(tsl_npy_writer_close(w), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("never appended"), std::string::npos)
+        << tsl_last_error();
+    // Too many: the append fails, and so does the close.
+    std::string long_path = path("long.npy");
+    ASSERT_EQ(tsl_npy_writer_open(&w, long_path.c_str(), TSL_F64, &shape), TSL_OK);
+    EXPECT_EQ(tsl_npy_writer_append(w, data.data(), 106), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(tsl_npy_writer_close(w), TSL_OK);
+    // Discarded: nothing.
+    std::string gone = path("gone.npy");
+    ASSERT_EQ(tsl_npy_writer_open(&w, gone.c_str(), TSL_F64, &shape), TSL_OK);
+    ASSERT_EQ(tsl_npy_writer_append(w, data.data(), 105), TSL_OK);
+    tsl_npy_writer_discard(w);
+    for (const std::string &p : {short_path, long_path, gone})
+        EXPECT_NE(access(p.c_str(), F_OK), 0) << p;
+    std::string cmd = "test -z \"$(ls '" + dir + "' | grep tmp)\"";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << "a temporary file was left behind";
+}
+
 TEST_F(Npy, HeaderTextMatchesNumpy)
 {
     int64_t dims[2] = {3, 4};

@@ -1,0 +1,405 @@
+"""tessel model files as PyTorch modules.
+
+A tessel model file (docs/model-format.md) becomes a ``torch.nn.Module`` whose parameters and
+buffers carry the names tessel gives them (``NAME.weight``, ``NAME.bias``,
+``NAME.running_mean``, ``NAME.running_var``), so a ``tessel train --save-params DIR`` directory
+loads with ``load_state_dict(strict=True)`` and a module's ``state_dict()`` saves into a
+directory ``tessel train/eval --load-params`` reads.
+
+    module = tessel_torch.build("examples/models/unet2d.json", sample_shape=(1, 64, 64), classes=3)
+    tessel_torch.load_params(module, "params/")      # strict
+    logits = module.eval()(x)                        # N x classes (x spatial)
+
+Command line (``python3 python/tessel_torch.py --help``):
+
+    check  --model FILE --sample-shape C,S... --classes K --params DIR --data DIR --outputs FILE
+           the module's outputs on DIR/x_test.npy against ``tessel eval --outputs FILE``
+    save   --model FILE --sample-shape ... --classes K --seed S --out DIR
+           a freshly initialised module's parameters, as tessel reads them
+
+Only the standard library, numpy and torch are used.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ---- the model file ----
+
+# Attributes each op takes and their defaults (None: required), as docs/model-format.md lists
+# them. "stage" and "inputs"/"name"/"op" are taken by every layer.
+_OPS = {
+    "input": {"shape": "none"},
+    "conv": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1,
+             "bias": True},
+    "conv_transpose": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1,
+                       "groups": 1, "bias": True, "output_padding": 0},
+    "batchnorm": {"eps": 1e-5, "momentum": 0.1},
+    "relu": {}, "sigmoid": {}, "tanh": {}, "gelu": {},
+    "leaky_relu": {"slope": 0.01},
+    "maxpool": {"kernel": None, "stride": "kernel", "padding": 0},
+    "avgpool": {"kernel": None, "stride": "kernel", "padding": 0, "count_include_pad": True},
+    "global_avgpool": {},
+    "upsample_nearest": {"scale": None},
+    "upsample_linear": {"scale": None},
+    "concat": {}, "add": {}, "flatten": {},
+    "linear": {"out": None, "bias": True},
+}
+_COMMON_KEYS = {"name", "op", "inputs", "stage"}
+
+
+class ModelFileError(ValueError):
+    """A model file this bridge cannot turn into a module (the message says where and why)."""
+
+
+def _per_dim(value, nsp, where, key):
+    """A per-dimension attribute as a tuple of nsp integers."""
+    if isinstance(value, bool):
+        raise ModelFileError(f"{where}: '{key}' must be an integer or an array of integers")
+    if isinstance(value, int):
+        return (value,) * nsp
+    if isinstance(value, list) and len(value) == nsp and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise ModelFileError(f"{where}: '{key}' must be an integer or {nsp} integers")
+
+
+def _layer_attrs(layer, index):
+    op = layer.get("op")
+    name = layer.get("name")
+    where = f"layers[{index}]" + (f" '{name}'" if name else "") + f" ({op})"
+    if op not in _OPS:
+        raise ModelFileError(f"{where}: unknown op (this bridge knows {', '.join(sorted(_OPS))})")
+    known = _OPS[op]
+    for key in layer:
+        if key not in known and key not in _COMMON_KEYS:
+            raise ModelFileError(f"{where}: unknown key '{key}'")
+    attrs = {}
+    for key, default in known.items():
+        if key in layer:
+            attrs[key] = layer[key]
+        elif default is None:
+            raise ModelFileError(f"{where}: '{key}' is required")
+        else:
+            attrs[key] = default
+    return where, attrs
+
+
+def _tessel_batchnorm(base):
+    """``base`` (nn.BatchNormNd) without ``num_batches_tracked``: tessel's running statistics use
+    the momentum only, and its parameter files hold weight, bias, running_mean, running_var."""
+
+    class BatchNorm(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_buffer("num_batches_tracked", None)
+
+        def _load_from_state_dict(self, state_dict, prefix, local_metadata, *rest):
+            # PyTorch adds a num_batches_tracked entry to state dicts of an older format (no
+            # version in the metadata, as a dict of tensors read from files has none).
+            local_metadata = dict(local_metadata, version=self._version)
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
+
+    BatchNorm.__name__ = base.__name__
+    return BatchNorm
+
+
+_BATCHNORM = {1: _tessel_batchnorm(nn.BatchNorm1d), 2: _tessel_batchnorm(nn.BatchNorm2d),
+              3: _tessel_batchnorm(nn.BatchNorm3d)}
+
+
+class _Node:
+    """One layer of the network: what it computes and from which values."""
+
+    def __init__(self, op, inputs, fn, shape):
+        self.op, self.inputs, self.fn, self.shape = op, inputs, fn, shape
+
+
+class TesselNet(nn.Module):
+    """The network of a tessel model file, for one sample shape and class count.
+
+    The parameter-owning layers are submodules at their dotted names (``layer1.0.conv1``), so
+    ``state_dict()`` has tessel's parameter names. Batch norm keeps no ``num_batches_tracked``
+    (tessel's running statistics use the momentum only).
+    """
+
+    def __init__(self, spec, sample_shape, classes=None):
+        super().__init__()
+        if not isinstance(spec, dict) or spec.get("format") != "tessel-model":
+            raise ModelFileError('not a tessel model file (no "format": "tessel-model")')
+        if spec.get("version") != 1:
+            raise ModelFileError(f"model file version {spec.get('version')!r}: this bridge reads 1")
+        layers = spec.get("layers")
+        if not isinstance(layers, list) or not layers or layers[0].get("op") != "input":
+            raise ModelFileError("the layers must be a non-empty array starting with the input")
+        self.sample_shape = tuple(int(s) for s in sample_shape)
+        self.classes = classes
+        nsp = len(self.sample_shape) - 1
+        if not 0 <= nsp <= 3:
+            raise ModelFileError(f"sample shape {self.sample_shape}: C and 0 to 3 spatial sizes")
+        self._nodes = []
+        names = {}
+        for index, layer in enumerate(layers):
+            where, attrs = _layer_attrs(layer, index)
+            op = layer["op"]
+            if op == "input" and index:
+                raise ModelFileError(f"{where}: only the first layer is the input")
+            default_inputs = [] if op == "input" else [index - 1]
+            if "inputs" in layer:
+                inputs = []
+                for n in layer["inputs"]:
+                    if n not in names:
+                        raise ModelFileError(f"{where}: input '{n}' names no earlier layer")
+                    inputs.append(names[n])
+            else:
+                inputs = default_inputs
+            in_shapes = [self._nodes[i].shape for i in inputs]
+            fn, shape = self._make(op, attrs, layer.get("name"), where, in_shapes, nsp)
+            self._nodes.append(_Node(op, inputs, fn, shape))
+            name = layer.get("name", "input" if op == "input" else None)
+            if name is not None:
+                if name in names:
+                    raise ModelFileError(f"{where}: the name '{name}' is used twice")
+                names[name] = index
+        out = spec.get("output")
+        if out is None:
+            self._output = len(self._nodes) - 1
+        elif out in names:
+            self._output = names[out]
+        else:
+            raise ModelFileError(f"output '{out}' names no layer")
+        self.output_shape = self._nodes[self._output].shape
+
+    def _register(self, name, module, where):
+        if not name:
+            raise ModelFileError(f"{where}: a layer with parameters needs a name")
+        parent = self
+        parts = name.split(".")
+        for part in parts[:-1]:
+            child = parent._modules.get(part)
+            if child is None:
+                child = nn.Module()
+                parent.add_module(part, child)
+            parent = child
+        if parts[-1] in parent._modules:
+            raise ModelFileError(f"{where}: the name '{name}' is used twice")
+        parent.add_module(parts[-1], module)
+        return module
+
+    def _make(self, op, a, name, where, in_shapes, nsp):
+        """(function of the input values, output shape (C, spatial...)) of one layer."""
+        x = in_shapes[0] if in_shapes else None
+        nd = len(x) - 1 if x is not None else nsp
+        conv_cls = {1: (nn.Conv1d, nn.ConvTranspose1d, nn.BatchNorm1d),
+                    2: (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d),
+                    3: (nn.Conv3d, nn.ConvTranspose3d, nn.BatchNorm3d)}
+        count = {"input": 0, "add": 2}.get(op, 1)
+        if op == "concat":
+            if not 1 <= len(in_shapes) <= 8:
+                raise ModelFileError(f"{where}: concat takes one to eight inputs")
+        elif len(in_shapes) != count:
+            raise ModelFileError(f"{where}: takes {count} input(s), has {len(in_shapes)}")
+
+        def out_channels():
+            if a["out"] == "classes":
+                if self.classes is None:
+                    raise ModelFileError(f'{where}: "out": "classes" needs a class count')
+                return int(self.classes)
+            return int(a["out"])
+
+        if op == "input":
+            return (lambda v: v), self.sample_shape
+        if op in ("conv", "conv_transpose"):
+            if nd < 1:
+                raise ModelFileError(f"{where}: a convolution needs a spatial input")
+            k = _per_dim(a["kernel"], nd, where, "kernel")
+            s = _per_dim(a["stride"], nd, where, "stride")
+            p = _per_dim(a["padding"], nd, where, "padding")
+            d = _per_dim(a["dilation"], nd, where, "dilation")
+            cin, cout = x[0], out_channels()
+            if op == "conv":
+                m = conv_cls[nd][0](cin, cout, k, s, p, d, a["groups"], a["bias"])
+                sp = tuple((x[i + 1] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1
+                           for i in range(nd))
+            else:
+                op_ = _per_dim(a["output_padding"], nd, where, "output_padding")
+                m = conv_cls[nd][1](cin, cout, k, s, p, op_, a["groups"], a["bias"], d)
+                sp = tuple((x[i + 1] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op_[i] + 1
+                           for i in range(nd))
+            self._register(name, m, where)
+            return m, (cout,) + sp
+        if op == "batchnorm":
+            m = _BATCHNORM[max(nd, 1)](x[0], eps=float(a["eps"]), momentum=float(a["momentum"]))
+            self._register(name, m, where)
+            return m, x
+        if op in ("relu", "sigmoid", "tanh"):
+            return getattr(torch, op), x
+        if op == "gelu":
+            return (lambda v: F.gelu(v)), x
+        if op == "leaky_relu":
+            slope = float(a["slope"])
+            return (lambda v: F.leaky_relu(v, slope)), x
+        if op in ("maxpool", "avgpool"):
+            k = _per_dim(a["kernel"], nd, where, "kernel")
+            s = k if a["stride"] == "kernel" else _per_dim(a["stride"], nd, where, "stride")
+            p = _per_dim(a["padding"], nd, where, "padding")
+            sp = tuple((x[i + 1] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(nd))
+            pool = getattr(F, f"{op[:3]}_pool{nd}d")
+            if op == "maxpool":
+                return (lambda v: pool(v, k, s, p)), (x[0],) + sp
+            cip = bool(a["count_include_pad"])
+            return (lambda v: pool(v, k, s, p, count_include_pad=cip)), (x[0],) + sp
+        if op == "global_avgpool":
+            dims = tuple(range(2, 2 + nd))
+            return (lambda v: v.mean(dim=dims, keepdim=True)), (x[0],) + (1,) * nd
+        if op in ("upsample_nearest", "upsample_linear"):
+            sc = _per_dim(a["scale"], nd, where, "scale")
+            if op == "upsample_nearest":
+                mode = "nearest"
+                extra = {}
+            else:
+                mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[nd]
+                extra = {"align_corners": False}
+            size = tuple(x[i + 1] * sc[i] for i in range(nd))
+            return (lambda v: F.interpolate(v, size=size, mode=mode, **extra)), (x[0],) + size
+        if op == "concat":
+            for sh in in_shapes[1:]:
+                if sh[1:] != x[1:]:
+                    raise ModelFileError(f"{where}: inputs of shapes {in_shapes} differ in space")
+            return (lambda *vs: torch.cat(vs, dim=1)), (sum(sh[0] for sh in in_shapes),) + x[1:]
+        if op == "add":
+            if in_shapes[0] != in_shapes[1]:
+                raise ModelFileError(f"{where}: adds shapes {in_shapes[0]} and {in_shapes[1]}")
+            return (lambda u, v: u + v), x
+        if op == "flatten":
+            return (lambda v: torch.flatten(v, 1)), (math.prod(x),)
+        if op == "linear":
+            if len(x) != 1:
+                raise ModelFileError(f"{where}: a linear layer needs a flat input, not {x}")
+            m = nn.Linear(x[0], out_channels(), a["bias"])
+            self._register(name, m, where)
+            return m, (out_channels(),)
+        raise ModelFileError(f"{where}: unknown op")  # not reached: _layer_attrs checked it
+
+    def forward(self, x):
+        values = []
+        for node in self._nodes:
+            if node.op == "input":
+                values.append(x)
+            else:
+                values.append(node.fn(*[values[i] for i in node.inputs]))
+        return values[self._output]
+
+
+def build(model, sample_shape, classes=None):
+    """The module of a model file (a path, or the parsed JSON as a dict)."""
+    if isinstance(model, (str, os.PathLike)):
+        with open(model, encoding="utf-8") as f:
+            model = json.load(f)
+    return TesselNet(model, sample_shape, classes)
+
+
+# ---- parameter directories (tessel's --save-params / --load-params) ----
+
+def read_params(directory):
+    """Every DIR/NAME.npy as a state dict {NAME: tensor}."""
+    state = {}
+    for entry in sorted(os.listdir(directory)):
+        if entry.endswith(".npy"):
+            state[entry[:-4]] = torch.from_numpy(np.load(os.path.join(directory, entry)))
+    if not state:
+        raise FileNotFoundError(f"{directory}: no .npy parameter files")
+    return state
+
+
+def load_params(module, directory):
+    """Load a tessel parameter directory into the module (strict: every name, no other)."""
+    module.load_state_dict(read_params(directory), strict=True)
+    return module
+
+
+def save_params(module, directory):
+    """Write the module's state dict as DIR/NAME.npy, as tessel --load-params reads it."""
+    os.makedirs(directory, exist_ok=True)
+    for name, value in module.state_dict().items():
+        np.save(os.path.join(directory, name + ".npy"), value.detach().cpu().numpy())
+
+
+# ---- command line ----
+
+def _shape(text):
+    return tuple(int(v) for v in text.split(","))
+
+
+def _check(args):
+    module = build(args.model, args.sample_shape, args.classes)
+    load_params(module, args.params)
+    x = torch.from_numpy(np.load(os.path.join(args.data, "x_test.npy")))
+    want = np.load(args.outputs)
+    module.eval()
+    with torch.no_grad():
+        got = torch.cat([module(x[i:i + args.batch]) for i in range(0, len(x), args.batch)])
+    got = got.numpy()
+    if got.shape != want.shape:
+        print(f"check: FAILED: module outputs {got.shape}, tessel's {want.shape}")
+        return 1
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got - want).max()) / scale
+    ok = err <= args.tolerance and np.isfinite(got).all() and np.isfinite(want).all()
+    print(f"check: {'passed' if ok else 'FAILED'}: {got.shape[0]} samples, outputs {got.shape[1:]}, "
+          f"largest difference {err:.3g} of max(1, |output|) (tolerance {args.tolerance:g})")
+    return 0 if ok else 1
+
+
+def _save(args):
+    torch.manual_seed(args.seed)
+    module = build(args.model, args.sample_shape, args.classes)
+    # Batch-norm statistics away from (0, 1), so that loading them is checked too.
+    with torch.no_grad():
+        for name, buf in module.named_buffers():
+            if name.endswith("running_mean"):
+                buf.uniform_(-0.5, 0.5)
+            elif name.endswith("running_var"):
+                buf.uniform_(0.5, 2.0)
+        for name, p in module.named_parameters():
+            if name.endswith(".bias") or p.dim() == 1:
+                p.uniform_(-0.5, 0.5)
+    save_params(module, args.out)
+    print(f"save: {len(module.state_dict())} tensors written to {args.out}")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="tessel_torch", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("check", "save"):
+        p = sub.add_parser(name)
+        p.add_argument("--model", required=True, help="a tessel model file (.json)")
+        p.add_argument("--sample-shape", type=_shape, required=True, help="C,S1,S2,... of one sample")
+        p.add_argument("--classes", type=int, help='the class count ("out": "classes")')
+    c = sub.choices["check"]
+    c.add_argument("--params", required=True, help="a tessel --save-params directory")
+    c.add_argument("--data", required=True, help="an npy: data directory (x_test.npy is read)")
+    c.add_argument("--outputs", required=True, help="tessel eval --outputs FILE")
+    c.add_argument("--batch", type=int, default=16)
+    c.add_argument("--tolerance", type=float, default=1e-5)
+    s = sub.choices["save"]
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        return _check(args) if args.command == "check" else _save(args)
+    except (ModelFileError, OSError, RuntimeError) as e:
+        print(f"tessel_torch: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

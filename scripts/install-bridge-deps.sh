@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# What the PyTorch bridge (python/tessel_torch.py), its test (bridge.torch) and the benchmarks
+# against PyTorch (bench/vs_pytorch.py) need beyond scripts/install-deps.sh: Debian's PyTorch
+# and numpy for /usr/bin/python3. Does nothing when they are installed.
+set -euo pipefail
+if /usr/bin/python3 -c 'import numpy, torch' 2>/dev/null; then
+    echo "install-bridge-deps: python3-torch and python3-numpy already installed"
+    exit 0
+fi
+sudo_cmd=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo_cmd="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -qq
+$sudo_cmd apt-get install -y -qq --no-install-recommends python3-torch python3-numpy >/dev/null
+/usr/bin/python3 -c 'import numpy, torch; print("install-bridge-deps: torch", torch.__version__)'

@@ -1,0 +1,173 @@
+"""The PyTorch bridge (python/tessel_torch.py) against tessel itself.
+
+For every network of examples/models/ and a model file that uses the ops the zoo leaves out,
+on random data: tessel trains two SGD steps (so weights and batch-norm statistics are no
+longer their initial values) and saves the parameters; `tessel eval --outputs` writes the
+test outputs; the bridge builds the module, loads the parameters with strict=True and must
+give the same outputs. Also: the outputs of a 2-rank spatial plan, and the other direction
+(parameters saved from the module, loaded by tessel eval).
+
+usage: bridge_check.py TESSEL_CLI WORKDIR MPIEXEC
+Exit 77 (a skip for ctest) when torch cannot be imported.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+try:
+    import numpy as np
+    import torch  # noqa: F401
+except ImportError as e:
+    print(f"bridge_check: skipped: {e} (install with scripts/install-bridge-deps.sh)")
+    sys.exit(77)
+
+import tessel_torch  # noqa: E402
+
+# Every op the zoo does not use, with non-default attributes.
+OPS_MODEL = {
+    "format": "tessel-model", "version": 1,
+    "description": "every op and attribute the zoo leaves out",
+    "layers": [
+        {"name": "input", "op": "input"},
+        {"name": "c1", "op": "conv", "out": 6, "kernel": [3, 5], "stride": [1, 2],
+         "padding": [2, 2], "dilation": [2, 1]},
+        {"name": "b1", "op": "batchnorm", "eps": 1e-3, "momentum": 0.3},
+        {"name": "a1", "op": "leaky_relu", "slope": 0.2},
+        {"name": "g1", "op": "conv", "out": 6, "kernel": 3, "padding": 1, "groups": 3,
+         "bias": False},
+        {"name": "gelu", "op": "gelu"},
+        {"name": "ap", "op": "avgpool", "kernel": 3, "stride": 2, "padding": 1,
+         "count_include_pad": False},
+        {"name": "t1", "op": "conv_transpose", "out": 4, "kernel": 3, "stride": 2,
+         "padding": 1, "output_padding": 1},
+        {"name": "sig", "op": "sigmoid"},
+        {"name": "mp", "op": "maxpool", "kernel": 2, "inputs": ["a1"]},
+        {"name": "un", "op": "upsample_nearest", "scale": 2},
+        {"name": "tanh", "op": "tanh", "inputs": ["gelu"]},
+        {"name": "cat", "op": "concat", "inputs": ["sig", "un", "tanh"]},
+        {"name": "p2", "op": "maxpool", "kernel": 2, "stride": 2},
+        {"name": "ul", "op": "upsample_linear", "scale": [2, 2]},
+        {"name": "sum", "op": "add", "inputs": ["ul", "cat"]},
+        {"name": "b2", "op": "batchnorm"},
+        {"op": "relu"},
+        {"op": "global_avgpool"},
+        {"op": "flatten"},
+        {"name": "h", "op": "linear", "out": 10, "bias": False},
+        {"name": "fc", "op": "linear", "out": "classes"},
+    ],
+}
+
+# (model file, sample shape) of each case.
+CASES = [
+    ("cnn.json", (1, 28, 28)),
+    ("cnn1d.json", (2, 40)),
+    ("cnn2d.json", (1, 16, 16)),
+    ("cnn3d.json", (1, 8, 8, 8)),
+    ("fcn2d.json", (2, 12, 12)),
+    ("resnet.json", (3, 16, 16)),
+    ("unet2d.json", (1, 16, 16)),
+    ("unet3d.json", (1, 8, 8, 8)),
+    ("ops.json", (3, 16, 16)),
+]
+CLASSES = 3
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode:
+        print(p.stdout)
+        raise SystemExit(f"bridge_check: FAILED: {' '.join(cmd)} exited {p.returncode}")
+    return p.stdout
+
+
+def make_data(directory, sample_shape, segmentation, seed):
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for split, n in (("", 12), ("_test", 7)):
+        np.save(os.path.join(directory, f"x{split}.npy"),
+                rng.standard_normal((n,) + sample_shape).astype(np.float32))
+        yshape = (n,) + sample_shape[1:] if segmentation else (n,)
+        np.save(os.path.join(directory, f"y{split}.npy"), rng.integers(0, CLASSES, yshape))
+
+
+def check(model, shape, params, data, outputs, what):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "python", "tessel_torch.py"), "check",
+                          "--model", model, "--sample-shape", ",".join(map(str, shape)),
+                          "--classes", str(CLASSES), "--params", params, "--data", data,
+                          "--outputs", outputs, "--batch", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(f"{what}: {out.stdout.strip()}")
+    return out.returncode == 0
+
+
+def main():
+    cli, work, mpiexec = sys.argv[1], sys.argv[2], sys.argv[3]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = dict(os.environ, STARPU_SILENT="1", STARPU_NCPU=os.environ.get("STARPU_NCPU", "1"))
+    env.setdefault("STARPU_HOME", os.path.join(work, "starpu-home"))
+    ops_path = os.path.join(work, "ops.json")
+    with open(ops_path, "w") as f:
+        json.dump(OPS_MODEL, f)
+    failures = []
+    for i, (name, shape) in enumerate(CASES):
+        model = ops_path if name == "ops.json" else os.path.join(ROOT, "examples", "models", name)
+        module = tessel_torch.build(model, shape, CLASSES)
+        segmentation = len(module.output_shape) > 1
+        case = os.path.join(work, name[:-5])
+        data, params, outputs = case + "-data", case + "-params", case + "-out.npy"
+        make_data(data, shape, segmentation, seed=i)
+        run([cli, "train", "--data", "npy:" + data, "--model", model, "--batch", "4",
+             "--max-steps", "2", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+             "--seed", str(i + 1), "--save-params", params], env)
+        run([cli, "eval", "--data", "npy:" + data, "--model", model, "--load-params", params,
+             "--batch", "3", "--outputs", outputs], env)
+        if not check(model, shape, params, data, outputs, name):
+            failures.append(name)
+
+    # The outputs of a spatial plan on 2 ranks are gathered whole.
+    model = os.path.join(ROOT, "examples", "models", "unet2d.json")
+    case = os.path.join(work, "unet2d")
+    out2 = case + "-out-np2.npy"
+    run(mpiexec.split() + ["2", cli, "eval", "--data", "npy:" + case + "-data", "--model", model,
+                           "--load-params", case + "-params", "--batch", "3", "--plan", "space=2",
+                           "--outputs", out2], env)
+    if not check(model, (1, 16, 16), case + "-params", case + "-data", out2, "unet2d space=2, 2 ranks"):
+        failures.append("unet2d space=2")
+
+    # The other direction: the module's parameters, saved by the bridge, loaded by tessel.
+    model, shape = ops_path, (3, 16, 16)
+    case = os.path.join(work, "ops")
+    saved = case + "-from-torch"
+    run([sys.executable, os.path.join(ROOT, "python", "tessel_torch.py"), "save", "--model", model,
+         "--sample-shape", "3,16,16", "--classes", str(CLASSES), "--seed", "5", "--out", saved], env)
+    run([cli, "eval", "--data", "npy:" + case + "-data", "--model", model, "--load-params", saved,
+         "--batch", "3", "--outputs", case + "-out-torch.npy"], env)
+    if not check(model, shape, saved, case + "-data", case + "-out-torch.npy", "ops, from torch"):
+        failures.append("ops from torch")
+
+    # A mutation the check must catch: one weight changed after tessel's outputs were written.
+    bad = case + "-params-mutated"
+    shutil.copytree(case + "-params", bad)
+    w = np.load(os.path.join(bad, "c1.weight.npy"))
+    w.flat[0] += 0.5
+    np.save(os.path.join(bad, "c1.weight.npy"), w)
+    if check(model, shape, bad, case + "-data", case + "-out.npy", "ops, one weight changed (must fail)"):
+        failures.append("the check passed a changed weight")
+
+    if failures:
+        print(f"bridge_check: FAILED: {', '.join(failures)}")
+        return 1
+    print(f"bridge_check: passed ({len(CASES)} models, a 2-rank plan, torch to tessel)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
