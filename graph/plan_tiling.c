@@ -38,6 +38,22 @@ static tsl_owner_map on_stage(tsl_owner_map map, int32_t stages, int32_t group, 
     return stages > 1 ? tsl_owner_on_ranks(map, s * group, group) : map;
 }
 
+/* The default (no plan) when samples run out: with fewer samples per rank than workers, the
+ * plan data=R,tiles=T, T the tiles along the longest spatial dimension that give each worker
+ * one, in `fill`; NULL where samples alone give every worker one (a sample tile per worker) or
+ * cannot (no spatial dimension, fewer samples than ranks: those ranks stay idle). */
+static const tsl_plan *default_spatial_plan(const tsl_shape *input, int32_t nranks,
+                                            int32_t workers, int64_t batch, tsl_plan *fill)
+{
+    int64_t per_rank = batch / nranks, w = workers > 0 ? workers : 1;
+    if (input->ndim < 2 || per_rank < 1 || per_rank >= w)
+        return NULL;
+    tsl_plan_init(fill);
+    fill->data = nranks;
+    fill->tiles = (int32_t)((w + per_rank - 1) / per_rank);
+    return fill;
+}
+
 tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
                                   int32_t stage, int32_t workers, int64_t batch,
                                   const tsl_shape *sample, int32_t first, tsl_tile_grid *grid,
@@ -47,6 +63,9 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
     if (!input || !sample || !grid || !owners || batch < 1 || nranks < 1 || stage < 0 ||
         stage >= stages)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_tensor_tiling: bad argument");
+    tsl_plan fill;
+    if (!plan && (plan = default_spatial_plan(input, nranks, workers, batch, &fill)))
+        group = nranks; /* the default has one stage */
     int64_t micro = plan ? plan->micro : 1;
     int32_t splits[3];
     *grid = tsl_tile_grid_single();

@@ -112,9 +112,12 @@ TSL_API tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int6
  * @brief The tile grid and owners a plan gives one (batch, sample...) tensor of pipeline stage
  * @p stage of a model (what tsl_model_create_plan() uses): the tensor lives on the stage's G
  * ranks (tsl_owner_on_ranks()). Spatial dimensions of @p sample start at index @p first (1
- * after channels for activations, 0 for per-position labels). With no spatial split in
- * @p plan (or a NULL plan), or a sample with no spatial dimension, the tensor gets sample
- * tiles: min(batch, G x workers x M) of them, in contiguous runs per rank. Otherwise:
+ * after channels for activations, 0 for per-position labels). A NULL plan (the default) where
+ * each of the R ranks gets fewer samples than it has workers (but at least one) is the plan
+ * data=R,tiles=T with T = ceil(workers / (batch / R)): spatial tiles give every worker work.
+ * With no spatial split in @p plan (or a NULL plan otherwise), or a sample with no spatial
+ * dimension, the tensor gets sample tiles: min(batch, G x workers x M) of them, in contiguous
+ * runs per rank. Otherwise:
  * min(D x M, batch) sample tiles (M micro-batches per sample group), space[d] tiles along
  * spatial dimension d (tiles=T times more along the longest dimension of @p input), each
  * capped by the size, owned by tsl_owner_block() over the process grid D x 1 x A x B x C.
