@@ -427,9 +427,32 @@ TEST(Plan, TensorTilingFollowsThePlanAndCapsBySize)
     ASSERT_EQ(tsl_plan_tensor_tiling(&p, &input, 8, 0, 2, 6, &labels, 0, &grid, &owners), TSL_OK);
     EXPECT_EQ(grid.splits[1], 4);
     EXPECT_EQ(grid.splits[2], 2);
-    // No plan, or no spatial dimension: sample tiles over ranks x workers, capped by the batch.
+    // No plan, enough samples for every worker: sample tiles over ranks x workers.
+    ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 3, 0, 2, 7, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[0], 6);
+    EXPECT_EQ(grid.splits[2], 1);
+    EXPECT_EQ(grid.splits[3], 1);
+    // No plan, fewer samples per rank than workers (4 on 3 ranks of 2): one sample tile per rank,
+    // cut in 2 along the longest dimension, so each rank has a tile per worker.
     ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 3, 0, 2, 4, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[0], 3);
+    EXPECT_EQ(grid.splits[2], 2);
+    EXPECT_EQ(grid.splits[3], 1);
+    EXPECT_EQ(owners.process_grid[0], 3);
+    // One sample on one rank of 4 workers: 4 tiles along the longest dimension.
+    ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 1, 0, 4, 1, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[0], 1);
+    EXPECT_EQ(grid.splits[2], 4);
+    // ... and its flat tensors (no spatial dimension) keep sample tiles.
+    int64_t flat_dims[1] = {10};
+    tsl_shape flat;
+    ASSERT_EQ(tsl_shape_make(&flat, 1, flat_dims), TSL_OK);
+    ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 3, 0, 2, 4, &flat, 1, &grid, &owners),
+              TSL_OK);
     EXPECT_EQ(grid.splits[0], 4);
+    // Fewer samples than ranks: no spatial tiles (the ranks without a sample stay idle).
+    ASSERT_EQ(tsl_plan_tensor_tiling(nullptr, &input, 3, 0, 2, 2, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[0], 2);
     EXPECT_EQ(grid.splits[2], 1);
 }
 
