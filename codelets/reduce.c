@@ -5,18 +5,20 @@
  * three 32-bit pieces to limbs p/32 .. p/32 + 2. Limbs are int64, so up to 2^30 deposits
  * fit before carries must be propagated (normalisation). Large float arrays are first
  * summed exactly into one integer bin per exponent, so each bin makes one deposit; float32
- * arrays, on CPUs with AVX2, into double accumulators by an error-free split (below). */
+ * arrays, on CPUs with AVX2, into double accumulators by an error-free split (below). The
+ * limb arithmetic (split, normalisation, merge, rounding) is in reduce_hd.h, shared with the
+ * CUDA kernels (reduce.cu). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "codelet.h"
 #include "reduce.h"
+#include "reduce_hd.h"
 
-#define LIMB_BITS 32
-#define LIMB_MASK ((int64_t)0xffffffff)
+#define LIMB_BITS TSL_ACC_LIMB_BITS
 #define DEPOSITS_BEFORE_NORMALIZE ((int64_t)1 << 30)
-#define DOUBLE_BIAS 1074 /* exponent of bit 0 is -1074 */
+#define DOUBLE_BIAS TSL_ACC_BIAS /* exponent of bit 0 is -1074 */
 
 _Static_assert(TSL_ACC_LIMBS *LIMB_BITS >= 2098 + 2 * LIMB_BITS,
                "accumulator must hold every finite double plus carry headroom");
@@ -28,11 +30,7 @@ void tsl_acc_init(tsl_acc *acc)
 
 void tsl_acc_normalize(tsl_acc *acc)
 {
-    for (int k = 0; k < TSL_ACC_LIMBS - 1; k++) {
-        int64_t carry = acc->limb[k] >> LIMB_BITS; /* arithmetic shift: floor division */
-        acc->limb[k] -= carry * ((int64_t)1 << LIMB_BITS);
-        acc->limb[k + 1] += carry;
-    }
+    tsl_acc_normalize_limbs(acc->limb);
     acc->deposits = 0;
 }
 
@@ -41,122 +39,54 @@ static void acc_deposit(tsl_acc *acc, uint64_t magnitude, int exp2, int negative
 {
     if (!magnitude)
         return;
-    int position = exp2 + DOUBLE_BIAS;
-    int k = position / LIMB_BITS;
-    TSL_CODELET_CHECK(position >= 0 && k + 2 < TSL_ACC_LIMBS, "deposit outside the accumulator");
-    unsigned __int128 shifted = (unsigned __int128)magnitude << (position % LIMB_BITS);
-    int64_t piece0 = (int64_t)(uint64_t)(shifted & 0xffffffffu);
-    int64_t piece1 = (int64_t)(uint64_t)((shifted >> 32) & 0xffffffffu);
-    int64_t piece2 = (int64_t)(uint64_t)(shifted >> 64);
-    if (negative) {
-        acc->limb[k] -= piece0;
-        acc->limb[k + 1] -= piece1;
-        acc->limb[k + 2] -= piece2;
-    } else {
-        acc->limb[k] += piece0;
-        acc->limb[k + 1] += piece1;
-        acc->limb[k + 2] += piece2;
-    }
+    int position = exp2 + DOUBLE_BIAS, k;
+    TSL_CODELET_CHECK(position >= 0 && position / LIMB_BITS + 2 < TSL_ACC_LIMBS,
+                      "deposit outside the accumulator");
+    int64_t piece[3];
+    tsl_acc_split(magnitude, exp2, negative, &k, piece);
+    acc->limb[k] += piece[0];
+    acc->limb[k + 1] += piece[1];
+    acc->limb[k + 2] += piece[2];
     if (++acc->deposits >= DEPOSITS_BEFORE_NORMALIZE)
         tsl_acc_normalize(acc);
 }
 
 void tsl_acc_add(tsl_acc *acc, double value)
 {
-    uint64_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    int negative = (int)(bits >> 63);
-    int exponent = (int)((bits >> 52) & 0x7ff);
-    uint64_t fraction = bits & (((uint64_t)1 << 52) - 1);
-    if (exponent == 0x7ff) {
-        if (fraction)
-            acc->nan_count++;
-        else if (negative)
-            acc->neg_inf++;
-        else
-            acc->pos_inf++;
+    int k;
+    int64_t piece[3];
+    switch (tsl_acc_split_double(value, &k, piece)) {
+    case TSL_ACC_PIECES:
+        acc->limb[k] += piece[0];
+        acc->limb[k + 1] += piece[1];
+        acc->limb[k + 2] += piece[2];
+        if (++acc->deposits >= DEPOSITS_BEFORE_NORMALIZE)
+            tsl_acc_normalize(acc);
+        return;
+    case TSL_ACC_NAN:
+        acc->nan_count++;
+        return;
+    case TSL_ACC_POS_INF:
+        acc->pos_inf++;
+        return;
+    case TSL_ACC_NEG_INF:
+        acc->neg_inf++;
+        return;
+    default: /* a zero */
         return;
     }
-    uint64_t mantissa = exponent ? (fraction | ((uint64_t)1 << 52)) : fraction;
-    /* value = mantissa * 2^(max(exponent, 1) - 1075) */
-    acc_deposit(acc, mantissa, (exponent ? exponent : 1) - 1075, negative);
 }
 
 void tsl_acc_merge(tsl_acc *dst, const tsl_acc *src)
 {
-    tsl_acc copy = *src;
-    tsl_acc_normalize(&copy);
-    tsl_acc_normalize(dst);
-    for (int k = 0; k < TSL_ACC_LIMBS; k++)
-        dst->limb[k] += copy.limb[k];
-    tsl_acc_normalize(dst);
-    dst->nan_count += copy.nan_count;
-    dst->pos_inf += copy.pos_inf;
-    dst->neg_inf += copy.neg_inf;
-    dst->flagged += copy.flagged;
-}
-
-/* Bits [low, low + count) of a normalised non-negative accumulator, count <= 64. */
-static uint64_t acc_bits(const tsl_acc *acc, int low, int count)
-{
-    uint64_t out = 0;
-    for (int i = 0; i < count; i++) {
-        int bit = low + i;
-        if (bit < 0)
-            continue;
-        uint64_t limb = (uint64_t)acc->limb[bit / LIMB_BITS];
-        out |= ((limb >> (bit % LIMB_BITS)) & 1u) << i;
-    }
-    return out;
-}
-
-/* Whether any bit below `bit` is set. */
-static int acc_any_below(const tsl_acc *acc, int bit)
-{
-    if (bit <= 0)
-        return 0;
-    int full = bit / LIMB_BITS;
-    for (int k = 0; k < full; k++)
-        if (acc->limb[k])
-            return 1;
-    int rest = bit % LIMB_BITS;
-    return rest && ((uint64_t)acc->limb[full] & (((uint64_t)1 << rest) - 1)) != 0;
+    tsl_acc scratch;
+    tsl_acc_merge_into(dst, src, &scratch);
 }
 
 double tsl_acc_round(const tsl_acc *in)
 {
-    if (in->nan_count || (in->pos_inf && in->neg_inf))
-        return NAN;
-    if (in->pos_inf)
-        return INFINITY;
-    if (in->neg_inf)
-        return -INFINITY;
-    tsl_acc acc = *in;
-    tsl_acc_normalize(&acc);
-    double sign = 1.0;
-    if (acc.limb[TSL_ACC_LIMBS - 1] < 0) {
-        for (int k = 0; k < TSL_ACC_LIMBS; k++)
-            acc.limb[k] = -acc.limb[k];
-        tsl_acc_normalize(&acc);
-        sign = -1.0;
-    }
-    int top = TSL_ACC_LIMBS - 1;
-    while (top >= 0 && acc.limb[top] == 0)
-        top--;
-    if (top < 0)
-        return 0.0;
-    uint64_t top_limb = (uint64_t)acc.limb[top];
-    TSL_CODELET_CHECK(top_limb < ((uint64_t)1 << 62), "accumulator not normalised");
-    int highest = top * LIMB_BITS + 63 - __builtin_clzll(top_limb);
-    if (highest <= 52) /* fits a 53-bit mantissa: exact */
-        return sign * ldexp((double)acc_bits(&acc, 0, highest + 1), -DOUBLE_BIAS);
-    int low = highest - 52;
-    uint64_t mantissa = acc_bits(&acc, low, 53);
-    int round_bit = (int)acc_bits(&acc, low - 1, 1);
-    int sticky = acc_any_below(&acc, low - 1);
-    if (round_bit && (sticky || (mantissa & 1u)))
-        mantissa++; /* 2^53 is still exact as a double */
-    return sign * ldexp((double)mantissa, low - DOUBLE_BIAS);
+    tsl_acc scratch;
+    return tsl_acc_round_into(in, &scratch);
 }
 
 /* Deposit a signed 128-bit value times 2^exp2 as two 64-bit halves. */
@@ -602,7 +532,7 @@ static uint32_t sum_partial_variant(struct starpu_task *task)
     return tsl_hash_i64(starpu_task_data_footprint(task), a.dtype);
 }
 
-TSL_CODELET(tsl_cl_sum_partial, "tsl_sum_partial", sum_partial_cpu, NULL, sum_partial_variant,
-            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_sum_merge, "tsl_sum_merge", sum_merge_cpu, NULL, NULL, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_RW});
+TSL_CODELET(tsl_cl_sum_partial, "tsl_sum_partial", sum_partial_cpu, tsl_sum_partial_cuda,
+            sum_partial_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_sum_merge, "tsl_sum_merge", sum_merge_cpu, tsl_sum_merge_cuda, NULL,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_RW});

@@ -8,6 +8,10 @@
 
 #include "tessel/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- exact sum ----
  * A fixed-point accumulator wide enough for every finite double: bit 0 of limb 0 is
  * 2^-1074. Each limb carries 32 bits of the value and spare high bits, so additions
@@ -55,7 +59,18 @@ typedef struct tsl_sum_args {
     int64_t count;
 } tsl_sum_args;
 
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (reduce.cu): the same arguments, buffers and bits as the CPU
+ * functions, launched on the worker's stream. */
+void tsl_sum_partial_cuda(void *buffers[], void *cl_arg);
+void tsl_sum_merge_cuda(void *buffers[], void *cl_arg);
+#endif
+
 extern struct starpu_codelet tsl_cl_sum_partial; /* R tile, W acc */
 extern struct starpu_codelet tsl_cl_sum_merge;   /* R src acc, RW dst acc */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_REDUCE_H */

@@ -1,0 +1,110 @@
+/* Exact sums on CUDA: the tile's partial sum into a fixed-point accumulator and the merge of
+ * accumulator arrays, with the CPU's bits (reduce_cuda.cuh says how and why). */
+#include <starpu.h>
+
+#include "cuda_check.h"
+#include "reduce.h"
+#include "reduce_cuda.cuh"
+
+namespace
+{
+
+using namespace tsl_exact;
+
+__device__ inline void add_element(thread_acc &t, shared_acc *s, float v)
+{
+    t.add(s, (double)v);
+}
+
+__device__ inline void add_element(thread_acc &t, shared_acc *s, double v)
+{
+    t.add(s, v);
+}
+
+__device__ inline void add_element(thread_acc &t, shared_acc *s, int32_t v)
+{
+    t.add_integer(s, v);
+}
+
+__device__ inline void add_element(thread_acc &t, shared_acc *s, uint8_t v)
+{
+    t.add_integer(s, v);
+}
+
+/* out (zeroed) += the block's share of x[0 .. n). */
+template <typename T> __global__ void sum_blocks(const T *x, int64_t n, tsl_acc *out)
+{
+    __shared__ shared_acc s;
+    shared_zero(&s, 1);
+    __syncthreads();
+    thread_acc t;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        add_element(t, &s, x[i]);
+    t.flush(&s);
+    __syncthreads();
+    shared_merge_out(&s, out, 1);
+}
+
+template <typename T> void launch_sum(const void *x, int64_t n, tsl_acc *out, cudaStream_t stream)
+{
+    sum_blocks<T><<<grid_for(n), block_threads, 0, stream>>>((const T *)x, n, out);
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+} // namespace
+
+extern "C" void tsl_sum_partial_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_sum_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    const void *tile = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    TSL_CODELET_CHECK(STARPU_VECTOR_GET_NX(buffers[1]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[1]) ==
+                          sizeof(tsl_acc),
+                      "sum (CUDA): accumulator size");
+    uint64_t elem = a.dtype == TSL_F64 ? 8 : a.dtype == TSL_F32 || a.dtype == TSL_I32 ? 4 : 1;
+    TSL_CODELET_CHECK(a.count >= 0 &&
+                          (uint64_t)a.count * elem <= (uint64_t)STARPU_VECTOR_GET_NX(buffers[0]) *
+                                                          STARPU_VECTOR_GET_ELEMSIZE(buffers[0]),
+                      "sum (CUDA): tile size");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(tsl_acc), stream));
+    if (a.count > 0) {
+        switch ((tsl_dtype)a.dtype) {
+        case TSL_F32:
+            launch_sum<float>(tile, a.count, acc, stream);
+            break;
+        case TSL_F64:
+            launch_sum<double>(tile, a.count, acc, stream);
+            break;
+        case TSL_I32:
+            launch_sum<int32_t>(tile, a.count, acc, stream);
+            break;
+        case TSL_U8:
+            launch_sum<uint8_t>(tile, a.count, acc, stream);
+            break;
+        default:
+            TSL_CODELET_CHECK(0, "sum (CUDA): dtype");
+        }
+    }
+    normalize(acc, 1, stream);
+}
+
+extern "C" void tsl_sum_merge_cuda(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    TSL_CODELET_CHECK(bytes % sizeof(tsl_acc) == 0 &&
+                          bytes == STARPU_VECTOR_GET_NX(buffers[1]) *
+                                       STARPU_VECTOR_GET_ELEMSIZE(buffers[1]),
+                      "merge (CUDA): accumulator arrays differ");
+    int64_t count = (int64_t)(bytes / sizeof(tsl_acc));
+    if (count == 0)
+        return;
+    const tsl_acc *src = (const tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    tsl_acc *dst = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    merge_accs<<<(unsigned)((count + 63) / 64), 64, 0, starpu_cuda_get_local_stream()>>>(dst, src,
+                                                                                         count);
+    TSL_CUDA_CHECK_LAUNCH();
+}
