@@ -105,25 +105,25 @@ static uint32_t bn_variant(struct starpu_task *task)
     return tsl_hash_i64(h, a.cext);
 }
 
-TSL_CODELET(tsl_cl_bn_stats, "tsl_bn_stats", bn_stats_cpu, NULL, bn_variant, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_bn_finalize, "tsl_bn_finalize", bn_finalize_cpu, NULL, bn_variant, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_bn_running, "tsl_bn_running", bn_running_cpu, NULL, bn_variant, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_RW});
+TSL_CODELET(tsl_cl_bn_stats, "tsl_bn_stats", bn_stats_cpu, tsl_bn_stats_cuda, bn_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_finalize, "tsl_bn_finalize", bn_finalize_cpu, tsl_bn_finalize_cuda,
+            bn_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_running, "tsl_bn_running", bn_running_cpu, tsl_bn_running_cuda, bn_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_RW});
 /* Fused ReLU or not, from the arguments; a sixth buffer, read only to order the task, is
  * ignored. */
-TSL_CODELET(tsl_cl_bn_normalize, "tsl_bn_normalize", bn_normalize_cpu, NULL, bn_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_bn_infer, "tsl_bn_infer", bn_infer_cpu, NULL, bn_variant, .nbuffers = 6,
-            .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_normalize, "tsl_bn_normalize", bn_normalize_cpu, tsl_bn_normalize_cuda,
+            bn_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_bn_infer, "tsl_bn_infer", bn_infer_cpu, tsl_bn_infer_cuda, bn_variant,
+            .nbuffers = 6, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
 /* Buffers (and modes, given with each task) differ with a fused ReLU: see bn_bwd_stats_cpu. */
-TSL_CODELET(tsl_cl_bn_bwd_stats, "tsl_bn_bwd_stats", bn_bwd_stats_cpu, NULL, bn_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_bn_bwd_coef, "tsl_bn_bwd_coef", bn_bwd_coef_cpu, NULL, bn_variant, .nbuffers = 3,
-            .modes = {STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_bn_param_grad, "tsl_bn_param_grad", bn_param_grad_cpu, NULL, bn_variant,
-            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_bwd_stats, "tsl_bn_bwd_stats", bn_bwd_stats_cpu, tsl_bn_bwd_stats_cuda,
+            bn_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_bn_bwd_coef, "tsl_bn_bwd_coef", bn_bwd_coef_cpu, tsl_bn_bwd_coef_cuda,
+            bn_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_bn_param_grad, "tsl_bn_param_grad", bn_param_grad_cpu, tsl_bn_param_grad_cuda,
+            bn_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
 /* Buffers differ with a fused ReLU: see bn_bwd_data_cpu. */
-TSL_CODELET(tsl_cl_bn_bwd_data, "tsl_bn_bwd_data", bn_bwd_data_cpu, NULL, bn_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_bn_bwd_data, "tsl_bn_bwd_data", bn_bwd_data_cpu, tsl_bn_bwd_data_cuda,
+            bn_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);

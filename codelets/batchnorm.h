@@ -1,5 +1,5 @@
 /* Batch normalization with exact statistics over all tiles (codelets/batchnorm_stats.c,
- * batchnorm_normalize.c; codelets in codelets/batchnorm.c).
+ * batchnorm_normalize.c; codelets in codelets/batchnorm.c; CUDA in codelets/batchnorm.cu).
  *
  * Per tile, per channel sums go into exact accumulators (an array of 2C tsl_acc: [2c] the
  * sum of x or dy, [2c + 1] the sum of x^2 or dy * x); a merge tree combines the tiles; a
@@ -20,6 +20,10 @@
 #include <stdint.h>
 
 #include "reduce.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct tsl_bn_args {
     int32_t dtype;       /* of x, y, dy, dx, gamma, beta, running stats: f32 or f64 */
@@ -67,6 +71,20 @@ void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *
                                const double *saved, const void *gamma, const void *beta,
                                const double *coef, void *dx);
 
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (batchnorm.cu): the same arguments, buffers and bits as the
+ * CPU functions, launched on the worker's stream. */
+void tsl_bn_stats_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_finalize_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_running_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_normalize_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_infer_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_bwd_stats_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_bwd_coef_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_param_grad_cuda(void *buffers[], void *cl_arg);
+void tsl_bn_bwd_data_cuda(void *buffers[], void *cl_arg);
+#endif
+
 extern struct starpu_codelet tsl_cl_bn_stats;     /* R x, W acc */
 extern struct starpu_codelet tsl_cl_bn_finalize;  /* R acc, W saved */
 extern struct starpu_codelet tsl_cl_bn_running;   /* R acc, RW running statistic */
@@ -79,5 +97,9 @@ extern struct starpu_codelet tsl_cl_bn_bwd_coef;   /* R acc, R saved, W coef */
 extern struct starpu_codelet tsl_cl_bn_param_grad; /* R acc, R saved, W dgamma or dbeta */
 /* R x, R dy, R saved, R gamma, R coef, W dx, [R beta if relu] */
 extern struct starpu_codelet tsl_cl_bn_bwd_data;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_BATCHNORM_H */

@@ -10,57 +10,39 @@
 
 #include "batchnorm.h"
 #include "batchnorm_internal.h"
+#include "batchnorm_math.h"
 #include "codelet.h"
 
-/* y before the ReLU: (x - mean) * scale + shift, rounded to the dtype. The fused backward
- * recomputes it with these same functions, so it finds y > 0 exactly where the forward did. */
-ROW_INLINE float affine_f32(float x, double mean, double scale, double shift)
-{
-    return (float)(((double)x - mean) * scale + shift);
-}
-
-ROW_INLINE double affine_f64(double x, double mean, double scale, double shift)
-{
-    return (x - mean) * scale + shift;
-}
-
-/* A channel's normalization: y = (x - mean) * scale + shift. */
-typedef struct channel_affine {
-    double mean, scale, shift;
-} channel_affine;
-
 /* Training mode: scale = invstd * gamma, shift = beta (0 when beta is NULL). */
-static channel_affine train_affine(const tsl_bn_args *a, const double *saved, const void *gamma,
-                                   const void *beta, int64_t ch)
+static tsl_bn_affine train_affine(const tsl_bn_args *a, const double *saved, const void *gamma,
+                                  const void *beta, int64_t ch)
 {
-    channel_affine f = {saved[ch], saved[a->channels + ch] * tsl_load(a->dtype, gamma, ch),
-                        beta ? tsl_load(a->dtype, beta, ch) : 0.0};
-    return f;
+    return tsl_bn_train_affine(saved[ch], saved[a->channels + ch], tsl_load(a->dtype, gamma, ch),
+                               beta ? tsl_load(a->dtype, beta, ch) : 0.0);
 }
 
 /* y = affine(x), then max(y, 0) when RELU (as tsl_act_forward: NaN gives 0), on one row. */
 ROW_INLINE void affine_row(const int DTYPE, const int RELU, const void *x, void *y, int64_t base,
-                           int64_t n, channel_affine f)
+                           int64_t n, tsl_bn_affine f)
 {
     if (DTYPE == TSL_F32) {
         const float *in = (const float *)x + base;
         float *out = (float *)y + base;
         for (int64_t i = 0; i < n; i++) {
-            float v = affine_f32(in[i], f.mean, f.scale, f.shift);
+            float v = tsl_bn_affine_f32(in[i], f.mean, f.scale, f.shift);
             out[i] = RELU && !(v > 0) ? 0.0f : v;
         }
     } else {
         const double *in = (const double *)x + base;
         double *out = (double *)y + base;
         for (int64_t i = 0; i < n; i++) {
-            double v = affine_f64(in[i], f.mean, f.scale, f.shift);
+            double v = tsl_bn_affine_f64(in[i], f.mean, f.scale, f.shift);
             out[i] = RELU && !(v > 0) ? 0.0 : v;
         }
     }
 }
 
-static void affine_rows(const tsl_bn_args *a, const void *x, void *y, int64_t base,
-                        channel_affine f)
+static void affine_rows(const tsl_bn_args *a, const void *x, void *y, int64_t base, tsl_bn_affine f)
 {
     if (a->dtype == TSL_F32 && a->relu)
         affine_row(TSL_F32, 1, x, y, base, a->inner, f);
@@ -91,14 +73,14 @@ ROW_INLINE void cl_affine_rows(const int DTYPE, const int RELU, const tsl_bn_arg
             const float *in = (const float *)x + r * C;
             float *out = (float *)y + r * C;
             for (int64_t c = 0; c < C; c++) {
-                float v = affine_f32(in[c], mean[c], scale[c], shift[c]);
+                float v = tsl_bn_affine_f32(in[c], mean[c], scale[c], shift[c]);
                 out[c] = RELU && !(v > 0) ? 0.0f : v;
             }
         } else {
             const double *in = (const double *)x + r * C;
             double *out = (double *)y + r * C;
             for (int64_t c = 0; c < C; c++) {
-                double v = affine_f64(in[c], mean[c], scale[c], shift[c]);
+                double v = tsl_bn_affine_f64(in[c], mean[c], scale[c], shift[c]);
                 out[c] = RELU && !(v > 0) ? 0.0 : v;
             }
         }
@@ -106,7 +88,7 @@ ROW_INLINE void cl_affine_rows(const int DTYPE, const int RELU, const tsl_bn_arg
 }
 
 /* y = affine(x) on the whole tile, f(c) giving tile channel c's affine. */
-typedef channel_affine (*affine_of)(const tsl_bn_args *a, int64_t c, const void *const *p);
+typedef tsl_bn_affine (*affine_of)(const tsl_bn_args *a, int64_t c, const void *const *p);
 
 static void affine_tile(const tsl_bn_args *a, const void *x, void *y, affine_of f,
                         const void *const *p)
@@ -120,7 +102,7 @@ static void affine_tile(const tsl_bn_args *a, const void *x, void *y, affine_of 
     const int64_t C = a->cext;
     double *k = cl_constants(a, 3);
     for (int64_t c = 0; c < C; c++) {
-        channel_affine fc = f(a, c, p);
+        tsl_bn_affine fc = f(a, c, p);
         k[c] = fc.mean;
         k[C + c] = fc.scale;
         k[2 * C + c] = fc.shift;
@@ -137,7 +119,7 @@ static void affine_tile(const tsl_bn_args *a, const void *x, void *y, affine_of 
 }
 
 /* Training: p = {saved, gamma, beta}. */
-static channel_affine train_affine_of(const tsl_bn_args *a, int64_t c, const void *const *p)
+static tsl_bn_affine train_affine_of(const tsl_bn_args *a, int64_t c, const void *const *p)
 {
     return train_affine(a, p[0], p[1], p[2], a->c0 + c);
 }
@@ -150,13 +132,11 @@ void tsl_bn_normalize_tile(const tsl_bn_args *a, const void *x, const double *sa
 }
 
 /* Inference: p = {running mean, running var, gamma, beta}. */
-static channel_affine infer_affine_of(const tsl_bn_args *a, int64_t c, const void *const *p)
+static tsl_bn_affine infer_affine_of(const tsl_bn_args *a, int64_t c, const void *const *p)
 {
     int64_t ch = a->c0 + c;
-    double invstd = 1.0 / sqrt(tsl_load(a->dtype, p[1], ch) + a->eps);
-    channel_affine f = {tsl_load(a->dtype, p[0], ch), invstd * tsl_load(a->dtype, p[2], ch),
-                        tsl_load(a->dtype, p[3], ch)};
-    return f;
+    return tsl_bn_infer_affine(tsl_load(a->dtype, p[0], ch), tsl_load(a->dtype, p[1], ch),
+                               tsl_load(a->dtype, p[2], ch), tsl_load(a->dtype, p[3], ch), a->eps);
 }
 
 void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_mean,
@@ -166,102 +146,11 @@ void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_
     affine_tile(a, x, y, infer_affine_of, p);
 }
 
-/* ---- the fused ReLU's mask in the backward ----
- * The backward needs y > 0 for y = affine(x) as the forward computed it. Each step of affine
- * (minus mean, times scale, plus shift, each rounded, then rounded to the dtype) is monotone
- * in x, non-decreasing for scale > 0 and non-increasing for scale < 0, so y > 0 exactly on an
- * interval of x that reaches +inf or -inf; a bisection over the order of the dtype's values
- * finds its inner end with affine itself. Non-finite statistics or parameters keep that shape:
- * NaN results (not > 0, as in the forward's ReLU) come for every x, for none, or only on the
- * side where y > 0 fails. With scale == 0, y is the same for every finite x (and NaN for the
- * infinities). The mask is then two comparisons per element and matches the forward bit for
- * bit (the boundary test in tests/unit/test_batchnorm_kernels.cpp checks it). */
-typedef struct relu_mask {
-    double lo, hi; /* y > 0 exactly where lo <= x <= hi: values of the dtype or +-inf */
-} relu_mask;
-
-/* Unsigned keys that order the dtype's values as numbers (NaNs aside; -0 just below +0). */
-static uint64_t order_key(int dtype, double v)
-{
-    if (dtype == TSL_F32) {
-        float f = (float)v;
-        uint32_t bits;
-        memcpy(&bits, &f, sizeof bits);
-        return bits >> 31 ? (uint32_t)~bits : bits | 0x80000000u;
-    }
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits >> 63 ? ~bits : bits | ((uint64_t)1 << 63);
-}
-
-static double value_of_key(int dtype, uint64_t key)
-{
-    if (dtype == TSL_F32) {
-        uint32_t k = (uint32_t)key, bits = k >> 31 ? k & 0x7fffffffu : ~k;
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        return f;
-    }
-    uint64_t bits = key >> 63 ? key & ~((uint64_t)1 << 63) : ~key;
-    double v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
-
-/* Whether the forward's y = affine(x) is positive. */
-static int relu_passes(int dtype, double x, channel_affine f)
-{
-    return dtype == TSL_F32 ? affine_f32((float)x, f.mean, f.scale, f.shift) > 0
-                            : affine_f64(x, f.mean, f.scale, f.shift) > 0;
-}
-
-static relu_mask relu_mask_for(int dtype, channel_affine f)
-{
-    relu_mask m = {1, 0}; /* empty */
-    const double largest = dtype == TSL_F32 ? FLT_MAX : DBL_MAX;
-    if (f.scale == 0) {
-        if (relu_passes(dtype, 0, f)) {
-            m.lo = -largest;
-            m.hi = largest;
-        }
-        return m;
-    }
-    const int rising = f.scale > 0;
-    if (!relu_passes(dtype, rising ? INFINITY : -INFINITY, f))
-        return m;
-    /* rising: the first key that passes; falling: the last */
-    uint64_t lo = order_key(dtype, -INFINITY), hi = order_key(dtype, INFINITY);
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo + !rising) / 2;
-        int pass = relu_passes(dtype, value_of_key(dtype, mid), f);
-        if (rising && pass)
-            hi = mid;
-        else if (rising)
-            lo = mid + 1;
-        else if (pass)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    m.lo = rising ? value_of_key(dtype, lo) : -INFINITY;
-    m.hi = rising ? INFINITY : value_of_key(dtype, lo);
-    return m;
-}
-
-/* g, or +0 when !keep: a bit mask rather than a branch, so the loops vectorise. */
-static inline float keep_f32(float g, int keep)
-{
-    uint32_t bits;
-    memcpy(&bits, &g, sizeof bits);
-    bits &= -(uint32_t)keep;
-    memcpy(&g, &bits, sizeof g);
-    return g;
-}
-
+/* The fused ReLU's mask in the backward: batchnorm_math.h. */
 /* Elements [at, at + n) of dy (n <= CHUNK); with a fused ReLU, dy where the forward's y > 0
  * and 0 elsewhere, staged. */
 static const void *gradient_chunk(const tsl_bn_args *a, const void *x, const void *dy, int64_t at,
-                                  int64_t n, relu_mask m)
+                                  int64_t n, tsl_bn_relu_mask m)
 {
     if (!a->relu)
         return (const char *)dy + (size_t)at * elem_size(a);
@@ -270,7 +159,7 @@ static const void *gradient_chunk(const tsl_bn_args *a, const void *x, const voi
         float *stage = tsl_bn_thread_stage()->f32;
         const float lo = (float)m.lo, hi = (float)m.hi;
         for (int64_t i = 0; i < n; i++)
-            stage[i] = keep_f32(g[i], (in[i] >= lo) & (in[i] <= hi));
+            stage[i] = tsl_bn_keep_f32(g[i], (in[i] >= lo) & (in[i] <= hi));
         return stage;
     }
     const double *in = (const double *)x + at, *g = (const double *)dy + at;
@@ -288,7 +177,7 @@ typedef void (*chunk_visit)(const tsl_bn_args *a, const void *x, int64_t at, int
                             const void *g, void *user);
 
 static void for_each_chunk(const tsl_bn_args *a, const void *x, const void *dy, int64_t c,
-                           relu_mask m, chunk_visit visit, void *user)
+                           tsl_bn_relu_mask m, chunk_visit visit, void *user)
 {
     for (int64_t s = 0; s < a->samples; s++) {
         int64_t base = row_base(a, s, c);
@@ -300,11 +189,11 @@ static void for_each_chunk(const tsl_bn_args *a, const void *x, const void *dy, 
 }
 
 /* Channel ch's mask when a->relu (everything otherwise, unused then). */
-static relu_mask channel_mask(const tsl_bn_args *a, const double *saved, const void *gamma,
-                              const void *beta, int64_t ch)
+static tsl_bn_relu_mask channel_mask(const tsl_bn_args *a, const double *saved, const void *gamma,
+                                     const void *beta, int64_t ch)
 {
-    relu_mask all = {-INFINITY, INFINITY};
-    return a->relu ? relu_mask_for(a->dtype, train_affine(a, saved, gamma, beta, ch)) : all;
+    tsl_bn_relu_mask all = {-INFINITY, INFINITY};
+    return a->relu ? tsl_bn_relu_mask_for(a->dtype, train_affine(a, saved, gamma, beta, ch)) : all;
 }
 
 /* acc[0] += sum g, acc[1] += sum g x over a chunk. */
@@ -324,7 +213,7 @@ static void cl_backward_stats(const tsl_bn_args *a, const void *x, const void *d
 {
     const int64_t P = cl_positions(a), C = a->cext;
     char *stage = cl_staging(a, 2), *gstage = stage + (size_t)(C * P) * elem_size(a);
-    relu_mask *m = malloc(sizeof *m * (size_t)C);
+    tsl_bn_relu_mask *m = malloc(sizeof *m * (size_t)C);
     TSL_CODELET_CHECK(m, "batch norm: out of memory for the ReLU masks");
     for (int64_t c = 0; c < C; c++)
         m[c] = channel_mask(a, saved, gamma, beta, a->c0 + c);
@@ -366,26 +255,25 @@ void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void 
 /* dx = f.scale * ((g - mean_dy) - (x - f.mean) * slope) on elements [at, at + n), g being
  * those elements' (masked) dy; f.scale is gamma * invstd. */
 ROW_INLINE void backward_chunk(const int DTYPE, const void *x, const void *g, void *dx, int64_t at,
-                               int64_t n, channel_affine f, double mean_dy, double slope)
+                               int64_t n, tsl_bn_affine f, double mean_dy, double slope)
 {
     if (DTYPE == TSL_F32) {
         const float *in = (const float *)x + at, *gi = g;
         float *grad = (float *)dx + at;
         for (int64_t i = 0; i < n; i++)
-            grad[i] =
-                (float)(f.scale * (((double)gi[i] - mean_dy) - ((double)in[i] - f.mean) * slope));
+            grad[i] = tsl_bn_backward_f32(gi[i], in[i], f.scale, f.mean, mean_dy, slope);
     } else {
         const double *in = (const double *)x + at, *gi = g;
         double *grad = (double *)dx + at;
         for (int64_t i = 0; i < n; i++)
-            grad[i] = f.scale * ((gi[i] - mean_dy) - (in[i] - f.mean) * slope);
+            grad[i] = tsl_bn_backward_f64(gi[i], in[i], f.scale, f.mean, mean_dy, slope);
     }
 }
 
 /* What backward_chunk needs besides the chunk. */
 typedef struct data_chunk_args {
     void *dx;
-    channel_affine f;
+    tsl_bn_affine f;
     double mean_dy, slope;
 } data_chunk_args;
 
@@ -413,9 +301,9 @@ ROW_INLINE void cl_backward_rows(const int DTYPE, const int RELU, const tsl_bn_a
             float *grad = (float *)dx + r * C;
             for (int64_t c = 0; c < C; c++) {
                 float gi =
-                    RELU ? keep_f32(g[c], (in[c] >= (float)lo[c]) & (in[c] <= (float)hi[c])) : g[c];
-                grad[c] = (float)(scale[c] * (((double)gi - mean_dy[c]) -
-                                              ((double)in[c] - mean[c]) * slope[c]));
+                    RELU ? tsl_bn_keep_f32(g[c], (in[c] >= (float)lo[c]) & (in[c] <= (float)hi[c]))
+                         : g[c];
+                grad[c] = tsl_bn_backward_f32(gi, in[c], scale[c], mean[c], mean_dy[c], slope[c]);
             }
         } else {
             const double *in = (const double *)x + r * C, *g = (const double *)dy + r * C;
@@ -423,7 +311,7 @@ ROW_INLINE void cl_backward_rows(const int DTYPE, const int RELU, const tsl_bn_a
             for (int64_t c = 0; c < C; c++) {
                 double gi = g[c];
                 gi = !RELU || ((in[c] >= lo[c]) & (in[c] <= hi[c])) ? gi : 0.0;
-                grad[c] = scale[c] * ((gi - mean_dy[c]) - (in[c] - mean[c]) * slope[c]);
+                grad[c] = tsl_bn_backward_f64(gi, in[c], scale[c], mean[c], mean_dy[c], slope[c]);
             }
         }
     }
@@ -440,7 +328,7 @@ void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *
         /* dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)), xhat = (x - mean) invstd */
         data_chunk_args d = {dx, train_affine(a, saved, gamma, NULL, ch), coef[ch],
                              saved[a->channels + ch] * coef[a->channels + ch]};
-        relu_mask m = channel_mask(a, saved, gamma, beta, ch);
+        tsl_bn_relu_mask m = channel_mask(a, saved, gamma, beta, ch);
         if (!k) {
             for_each_chunk(a, x, dy, c, m, data_chunk, &d);
             continue;

@@ -9,6 +9,7 @@
 
 #include "batchnorm.h"
 #include "batchnorm_internal.h"
+#include "batchnorm_math.h"
 #include "codelet.h"
 
 /* This thread's buffers, through a call: in a shared library a thread-local access may call
@@ -105,11 +106,8 @@ void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
 static void channel_moments(const tsl_bn_args *a, const tsl_acc *acc, int64_t c, double *mean,
                             double *var)
 {
-    const double m = (double)a->per_channel;
-    *mean = tsl_acc_round(&acc[2 * c]) / m;
-    *var = tsl_acc_round(&acc[2 * c + 1]) / m - *mean * *mean;
-    if (*var < 0)
-        *var = 0;
+    tsl_acc scratch;
+    tsl_bn_moments((double)a->per_channel, &acc[2 * c], &scratch, mean, var);
 }
 
 void tsl_bn_finalize(const tsl_bn_args *a, const tsl_acc *acc, double *saved)
@@ -118,7 +116,7 @@ void tsl_bn_finalize(const tsl_bn_args *a, const tsl_acc *acc, double *saved)
         double mean, var;
         channel_moments(a, acc, c, &mean, &var);
         saved[c] = mean;
-        saved[a->channels + c] = 1.0 / sqrt(var + a->eps);
+        saved[a->channels + c] = tsl_hd_invstd(var + a->eps);
     }
 }
 
@@ -128,18 +126,17 @@ void tsl_bn_running(const tsl_bn_args *a, const tsl_acc *acc, void *running)
     for (int64_t c = 0; c < a->channels; c++) {
         double mean, var;
         channel_moments(a, acc, c, &mean, &var);
-        double batch = a->which == 0 ? mean : m > 1 ? var * m / (m - 1) : var;
         tsl_store(a->dtype, running, c,
-                  (1 - a->momentum) * tsl_load(a->dtype, running, c) + a->momentum * batch);
+                  tsl_bn_running_value(m, a->which, a->momentum, tsl_load(a->dtype, running, c),
+                                       mean, var));
     }
 }
 
-/* sum(dy * xhat) of channel c = invstd * (sum(dy x) - mean sum(dy)), from the exact sums
- * rounded once each (and one fused multiply-add). */
+/* sum(dy * xhat) of channel c (batchnorm_math.h). */
 static double sum_dy_xhat(const tsl_bn_args *a, const tsl_acc *acc, const double *saved, int64_t c)
 {
-    double sum_dy = tsl_acc_round(&acc[2 * c]), sum_dy_x = tsl_acc_round(&acc[2 * c + 1]);
-    return saved[a->channels + c] * fma(-saved[c], sum_dy, sum_dy_x);
+    tsl_acc scratch;
+    return tsl_bn_sum_dy_xhat(&acc[2 * c], &scratch, saved[c], saved[a->channels + c]);
 }
 
 void tsl_bn_backward_coef(const tsl_bn_args *a, const tsl_acc *acc, const double *saved,

@@ -1,0 +1,484 @@
+/* Batch normalization on CUDA: every codelet of batchnorm.h with the CPU's bits. The sums go
+ * into exact accumulators (reduce_cuda.cuh), the per-channel results and the element-wise
+ * passes use the CPU's own functions (batchnorm_math.h, whose arithmetic nvcc does not
+ * contract), so statistics, outputs and gradients equal the CPU's.
+ *
+ * Tile kernels run on a grid of (blocks, tile channels): each block takes one channel's
+ * elements (grid-stride over the samples x positions of that channel, in either layout),
+ * with the channel's constants (affine, ReLU mask) computed once per block in shared memory.
+ * Per-channel kernels run one thread per channel of the tensor. */
+#include <starpu.h>
+
+#include "batchnorm.h"
+#include "batchnorm_math.h"
+#include "cuda_check.h"
+#include "reduce_cuda.cuh"
+
+namespace
+{
+
+using namespace tsl_exact;
+
+constexpr int64_t max_tile_channels = 65535; /* gridDim.y */
+
+/* Where a tile's elements are: channel c's j-th element (j over samples x positions). */
+struct tile_geom {
+    int64_t inner, cext, count; /* count: samples x inner, the elements of one channel */
+    int channels_last;
+
+    __device__ int64_t at(int64_t c, int64_t j) const
+    {
+        int64_t s = j / inner, p = j - s * inner;
+        return channels_last ? (s * inner + p) * cext + c : (s * cext + c) * inner + p;
+    }
+};
+
+tile_geom geom_of(const tsl_bn_args &a)
+{
+    return tile_geom{a.inner, a.cext, a.samples * a.inner, a.channels_last};
+}
+
+/* Grid for a tile: per channel enough blocks to fill the GPU with all channels (and to keep a
+ * block within the exact sums' bound), one grid row per tile channel. */
+dim3 tile_grid(const tsl_bn_args &a)
+{
+    int64_t n = a.samples * a.inner;
+    int64_t per_channel = max_grid / a.cext > 1 ? max_grid / a.cext : 1;
+    int64_t b = (n + block_threads - 1) / block_threads;
+    b = b < per_channel ? b : per_channel;
+    int64_t need = (n + block_elements - 1) / block_elements;
+    b = b > need ? b : need;
+    return dim3((unsigned)(b > 0 ? b : 1), (unsigned)a.cext);
+}
+
+/* sum += a, products += a b (each as the CPU adds it: a float product is exact in double; a
+ * double product as its rounded value and its rounding error). */
+__device__ inline void add_sum_product(thread_acc &sum, thread_acc &prod, shared_acc *s, float a,
+                                       float b)
+{
+    sum.add(&s[0], (double)a);
+    prod.add(&s[1], __dmul_rn((double)a, (double)b));
+}
+
+__device__ inline void add_sum_product(thread_acc &sum, thread_acc &prod, shared_acc *s, double a,
+                                       double b)
+{
+    sum.add(&s[0], a);
+    double hi = __dmul_rn(a, b);
+    prod.add(&s[1], hi);
+    prod.add(&s[1], fma(a, b, -hi));
+}
+
+/* dy where the forward's y > 0 (x in [lo, hi]), +0 elsewhere, as the CPU masks it. */
+__device__ inline float masked(float g, float x, double lo, double hi)
+{
+    return tsl_bn_keep_f32(g, (x >= (float)lo) & (x <= (float)hi));
+}
+
+__device__ inline double masked(double g, double x, double lo, double hi)
+{
+    return (x >= lo) & (x <= hi) ? g : 0.0;
+}
+
+/* acc (zeroed) += per tile channel: sum x, sum x^2. */
+template <typename T>
+__global__ void stats_kernel(tile_geom g, int64_t c0, const T *x, tsl_acc *acc)
+{
+    __shared__ shared_acc s[2];
+    shared_zero(s, 2);
+    __syncthreads();
+    const int64_t c = blockIdx.y, stride = (int64_t)gridDim.x * blockDim.x;
+    thread_acc sum, squares;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
+        T v = x[g.at(c, j)];
+        add_sum_product(sum, squares, s, v, v);
+    }
+    sum.flush(&s[0]);
+    squares.flush(&s[1]);
+    __syncthreads();
+    shared_merge_out(s, acc + 2 * (c0 + c), 2);
+}
+
+/* acc (zeroed) += per tile channel: sum g, sum g x, g being dy (masked by the fused ReLU). */
+template <typename T>
+__global__ void bwd_stats_kernel(tile_geom g, int64_t c0, int64_t channels, int relu, int dtype,
+                                 const T *x, const T *dy, const double *saved, const T *gamma,
+                                 const T *beta, tsl_acc *acc)
+{
+    __shared__ shared_acc s[2];
+    __shared__ double mask_lo, mask_hi;
+    shared_zero(s, 2);
+    const int64_t c = blockIdx.y, ch = c0 + c, stride = (int64_t)gridDim.x * blockDim.x;
+    if (threadIdx.x == 0 && relu) {
+        tsl_bn_relu_mask m = tsl_bn_relu_mask_for(
+            dtype, tsl_bn_train_affine(saved[ch], saved[channels + ch], gamma[ch], beta[ch]));
+        mask_lo = m.lo;
+        mask_hi = m.hi;
+    }
+    __syncthreads();
+    thread_acc sum, products;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
+        int64_t i = g.at(c, j);
+        T v = x[i], d = dy[i];
+        if (relu)
+            d = masked(d, v, mask_lo, mask_hi);
+        add_sum_product(sum, products, s, d, v);
+    }
+    sum.flush(&s[0]);
+    products.flush(&s[1]);
+    __syncthreads();
+    shared_merge_out(s, acc + 2 * ch, 2);
+}
+
+__device__ inline float affine(float x, const tsl_bn_affine &f)
+{
+    return tsl_bn_affine_f32(x, f.mean, f.scale, f.shift);
+}
+
+__device__ inline double affine(double x, const tsl_bn_affine &f)
+{
+    return tsl_bn_affine_f64(x, f.mean, f.scale, f.shift);
+}
+
+/* y = affine(x) (max(y, 0) when relu, as the CPU's: NaN gives 0) with the channel's affine:
+ * training (p0 = saved) or inference (p0, p1 = running mean and variance). */
+template <typename T>
+__global__ void affine_kernel(tile_geom g, int64_t c0, int64_t channels, int relu, int infer,
+                              double eps, const void *p0, const T *p1, const T *gamma,
+                              const T *beta, const T *x, T *y)
+{
+    __shared__ tsl_bn_affine f;
+    const int64_t c = blockIdx.y, ch = c0 + c, stride = (int64_t)gridDim.x * blockDim.x;
+    if (threadIdx.x == 0) {
+        if (infer)
+            f = tsl_bn_infer_affine(((const T *)p0)[ch], p1[ch], gamma[ch], beta[ch], eps);
+        else
+            f = tsl_bn_train_affine(((const double *)p0)[ch], ((const double *)p0)[channels + ch],
+                                    gamma[ch], beta[ch]);
+    }
+    __syncthreads();
+    const tsl_bn_affine k = f;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
+        int64_t i = g.at(c, j);
+        T v = affine(x[i], k);
+        y[i] = relu && !(v > 0) ? (T)0 : v;
+    }
+}
+
+__device__ inline float backward(float g, float x, const double *k)
+{
+    return tsl_bn_backward_f32(g, x, k[0], k[1], k[2], k[3]);
+}
+
+__device__ inline double backward(double g, double x, const double *k)
+{
+    return tsl_bn_backward_f64(g, x, k[0], k[1], k[2], k[3]);
+}
+
+/* dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)), dy masked by the fused ReLU. */
+template <typename T>
+__global__ void bwd_data_kernel(tile_geom g, int64_t c0, int64_t channels, int relu, int dtype,
+                                const T *x, const T *dy, const double *saved, const T *gamma,
+                                const T *beta, const double *coef, T *dx)
+{
+    __shared__ double k[6]; /* scale, mean, mean_dy, slope, mask lo, mask hi */
+    const int64_t c = blockIdx.y, ch = c0 + c, stride = (int64_t)gridDim.x * blockDim.x;
+    if (threadIdx.x == 0) {
+        tsl_bn_affine f = tsl_bn_train_affine(saved[ch], saved[channels + ch], gamma[ch], 0.0);
+        k[0] = f.scale;
+        k[1] = f.mean;
+        k[2] = coef[ch];
+        k[3] = tsl_hd_mul(saved[channels + ch], coef[channels + ch]);
+        if (relu) {
+            tsl_bn_relu_mask m = tsl_bn_relu_mask_for(
+                dtype, tsl_bn_train_affine(saved[ch], saved[channels + ch], gamma[ch], beta[ch]));
+            k[4] = m.lo;
+            k[5] = m.hi;
+        }
+    }
+    __syncthreads();
+    double kk[6];
+    for (int i = 0; i < 6; i++)
+        kk[i] = k[i];
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
+        int64_t i = g.at(c, j);
+        T v = x[i], d = dy[i];
+        if (relu)
+            d = masked(d, v, kk[4], kk[5]);
+        dx[i] = backward(d, v, kk);
+    }
+}
+
+/* ---- per-channel kernels: one thread per channel of the tensor ---- */
+
+__global__ void finalize_kernel(int64_t channels, double m, double eps, const tsl_acc *acc,
+                                double *saved)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels)
+        return;
+    tsl_acc scratch;
+    double mean, var;
+    tsl_bn_moments(m, &acc[2 * c], &scratch, &mean, &var);
+    saved[c] = mean;
+    saved[channels + c] = tsl_hd_invstd(tsl_hd_add(var, eps));
+}
+
+template <typename T>
+__global__ void running_kernel(int64_t channels, double m, int which, double momentum,
+                               const tsl_acc *acc, T *running)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels)
+        return;
+    tsl_acc scratch;
+    double mean, var;
+    tsl_bn_moments(m, &acc[2 * c], &scratch, &mean, &var);
+    running[c] = (T)tsl_bn_running_value(m, which, momentum, (double)running[c], mean, var);
+}
+
+__global__ void coef_kernel(int64_t channels, double m, const tsl_acc *acc, const double *saved,
+                            double *coef)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels)
+        return;
+    tsl_acc scratch;
+    coef[c] = tsl_hd_div(tsl_acc_round_into(&acc[2 * c], &scratch), m);
+    coef[channels + c] =
+        tsl_hd_div(tsl_bn_sum_dy_xhat(&acc[2 * c], &scratch, saved[c], saved[channels + c]), m);
+}
+
+template <typename T>
+__global__ void param_grad_kernel(int64_t channels, int which, const tsl_acc *acc,
+                                  const double *saved, T *grad)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels)
+        return;
+    tsl_acc scratch;
+    grad[c] =
+        (T)(which == 1 ? tsl_bn_sum_dy_xhat(&acc[2 * c], &scratch, saved[c], saved[channels + c])
+                       : tsl_acc_round_into(&acc[2 * c], &scratch));
+}
+
+unsigned channel_blocks(int64_t channels)
+{
+    return (unsigned)((channels + 63) / 64);
+}
+
+void *buf(void *buffers[], int i)
+{
+    return (void *)STARPU_VECTOR_GET_PTR(buffers[i]);
+}
+
+int64_t nx(void *buffers[], int i)
+{
+    return (int64_t)STARPU_VECTOR_GET_NX(buffers[i]);
+}
+
+bool acc_ok(void *buffers[], int i, const tsl_bn_args &a)
+{
+    return nx(buffers, i) * (int64_t)sizeof(int64_t) == 2 * a.channels * (int64_t)sizeof(tsl_acc);
+}
+
+tsl_bn_args unpack(void *cl_arg, const char *what)
+{
+    tsl_bn_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(a.dtype == TSL_F32 || a.dtype == TSL_F64, what);
+    TSL_CODELET_CHECK(a.channels > 0 && a.c0 >= 0 && a.cext >= 0 && a.c0 + a.cext <= a.channels &&
+                          a.cext <= max_tile_channels && a.samples >= 0 && a.inner >= 0,
+                      what);
+    return a;
+}
+
+/* Whether a tile kernel has anything to do (a grid needs a channel and an element). */
+bool tile_work(const tsl_bn_args &a)
+{
+    return a.cext > 0 && a.samples * a.inner > 0;
+}
+
+} // namespace
+
+extern "C" void tsl_bn_stats_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn stats (CUDA): arguments");
+    TSL_CODELET_CHECK(nx(buffers, 0) == a.samples * a.cext * a.inner && acc_ok(buffers, 1, a),
+                      "bn stats (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    tsl_acc *acc = (tsl_acc *)buf(buffers, 1);
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(2 * a.channels) * sizeof(tsl_acc), stream));
+    if (tile_work(a)) {
+        if (a.dtype == TSL_F32)
+            stats_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
+                geom_of(a), a.c0, (const float *)buf(buffers, 0), acc);
+        else
+            stats_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
+                geom_of(a), a.c0, (const double *)buf(buffers, 0), acc);
+        TSL_CUDA_CHECK_LAUNCH();
+    }
+    normalize(acc, 2 * a.channels, stream);
+}
+
+extern "C" void tsl_bn_finalize_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn finalize (CUDA): arguments");
+    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels,
+                      "bn finalize (CUDA): sizes");
+    finalize_kernel<<<channel_blocks(a.channels), 64, 0, starpu_cuda_get_local_stream()>>>(
+        a.channels, (double)a.per_channel, a.eps, (const tsl_acc *)buf(buffers, 0),
+        (double *)buf(buffers, 1));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_bn_running_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn running statistics (CUDA): arguments");
+    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == a.channels,
+                      "bn running statistics (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    const tsl_acc *acc = (const tsl_acc *)buf(buffers, 0);
+    if (a.dtype == TSL_F32)
+        running_kernel<float><<<channel_blocks(a.channels), 64, 0, stream>>>(
+            a.channels, (double)a.per_channel, a.which, a.momentum, acc, (float *)buf(buffers, 1));
+    else
+        running_kernel<double><<<channel_blocks(a.channels), 64, 0, stream>>>(
+            a.channels, (double)a.per_channel, a.which, a.momentum, acc, (double *)buf(buffers, 1));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+/* Training (saved) or inference (running statistics): the two affine codelets. */
+template <typename T>
+void launch_affine(const tsl_bn_args &a, int infer, const void *p0, const void *p1,
+                   const void *gamma, const void *beta, const void *x, void *y)
+{
+    affine_kernel<T><<<tile_grid(a), block_threads, 0, starpu_cuda_get_local_stream()>>>(
+        geom_of(a), a.c0, a.channels, a.relu, infer, a.eps, p0, (const T *)p1, (const T *)gamma,
+        (const T *)beta, (const T *)x, (T *)y);
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_bn_normalize_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn normalize (CUDA): arguments");
+    TSL_CODELET_CHECK(nx(buffers, 4) == a.samples * a.cext * a.inner &&
+                          nx(buffers, 0) == nx(buffers, 4) && nx(buffers, 1) >= 2 * a.channels &&
+                          nx(buffers, 2) >= a.channels && nx(buffers, 3) >= a.channels,
+                      "bn normalize (CUDA): sizes");
+    if (!tile_work(a))
+        return;
+    if (a.dtype == TSL_F32)
+        launch_affine<float>(a, 0, buf(buffers, 1), nullptr, buf(buffers, 2), buf(buffers, 3),
+                             buf(buffers, 0), buf(buffers, 4));
+    else
+        launch_affine<double>(a, 0, buf(buffers, 1), nullptr, buf(buffers, 2), buf(buffers, 3),
+                              buf(buffers, 0), buf(buffers, 4));
+}
+
+extern "C" void tsl_bn_infer_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn inference (CUDA): arguments");
+    TSL_CODELET_CHECK(nx(buffers, 5) == a.samples * a.cext * a.inner &&
+                          nx(buffers, 0) == nx(buffers, 5) && nx(buffers, 1) >= a.channels &&
+                          nx(buffers, 2) >= a.channels && nx(buffers, 3) >= a.channels &&
+                          nx(buffers, 4) >= a.channels,
+                      "bn inference (CUDA): sizes");
+    if (!tile_work(a))
+        return;
+    if (a.dtype == TSL_F32)
+        launch_affine<float>(a, 1, buf(buffers, 1), buf(buffers, 2), buf(buffers, 3),
+                             buf(buffers, 4), buf(buffers, 0), buf(buffers, 5));
+    else
+        launch_affine<double>(a, 1, buf(buffers, 1), buf(buffers, 2), buf(buffers, 3),
+                              buf(buffers, 4), buf(buffers, 0), buf(buffers, 5));
+}
+
+/* Buffers x, dy, the accumulators, then saved, gamma and beta when ReLU is fused. */
+extern "C" void tsl_bn_bwd_stats_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn backward stats (CUDA): arguments");
+    TSL_CODELET_CHECK(
+        acc_ok(buffers, 2, a) && nx(buffers, 0) == a.samples * a.cext * a.inner &&
+            nx(buffers, 1) == nx(buffers, 0) &&
+            (!a.relu || (nx(buffers, 3) == 2 * a.channels && nx(buffers, 4) == a.channels &&
+                         nx(buffers, 5) == a.channels)),
+        "bn backward stats (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    tsl_acc *acc = (tsl_acc *)buf(buffers, 2);
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(2 * a.channels) * sizeof(tsl_acc), stream));
+    const double *saved = a.relu ? (const double *)buf(buffers, 3) : nullptr;
+    void *gamma = a.relu ? buf(buffers, 4) : nullptr, *beta = a.relu ? buf(buffers, 5) : nullptr;
+    if (tile_work(a)) {
+        if (a.dtype == TSL_F32)
+            bwd_stats_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
+                geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const float *)buf(buffers, 0),
+                (const float *)buf(buffers, 1), saved, (const float *)gamma, (const float *)beta,
+                acc);
+        else
+            bwd_stats_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
+                geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const double *)buf(buffers, 0),
+                (const double *)buf(buffers, 1), saved, (const double *)gamma, (const double *)beta,
+                acc);
+        TSL_CUDA_CHECK_LAUNCH();
+    }
+    normalize(acc, 2 * a.channels, stream);
+}
+
+extern "C" void tsl_bn_bwd_coef_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn backward coef (CUDA): arguments");
+    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels &&
+                          nx(buffers, 2) == 2 * a.channels,
+                      "bn backward coef (CUDA): sizes");
+    coef_kernel<<<channel_blocks(a.channels), 64, 0, starpu_cuda_get_local_stream()>>>(
+        a.channels, (double)a.per_channel, (const tsl_acc *)buf(buffers, 0),
+        (const double *)buf(buffers, 1), (double *)buf(buffers, 2));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_bn_param_grad_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn parameter gradient (CUDA): arguments");
+    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels &&
+                          nx(buffers, 2) == a.channels,
+                      "bn parameter gradient (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    const tsl_acc *acc = (const tsl_acc *)buf(buffers, 0);
+    const double *saved = (const double *)buf(buffers, 1);
+    if (a.dtype == TSL_F32)
+        param_grad_kernel<float><<<channel_blocks(a.channels), 64, 0, stream>>>(
+            a.channels, a.which, acc, saved, (float *)buf(buffers, 2));
+    else
+        param_grad_kernel<double><<<channel_blocks(a.channels), 64, 0, stream>>>(
+            a.channels, a.which, acc, saved, (double *)buf(buffers, 2));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+/* Buffers x, dy, saved, gamma, coef, dx, then beta when ReLU is fused. */
+extern "C" void tsl_bn_bwd_data_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_bn_args a = unpack(cl_arg, "bn backward data (CUDA): arguments");
+    TSL_CODELET_CHECK(nx(buffers, 5) == a.samples * a.cext * a.inner &&
+                          nx(buffers, 0) == nx(buffers, 5) && nx(buffers, 1) == nx(buffers, 5) &&
+                          nx(buffers, 2) >= 2 * a.channels && nx(buffers, 3) >= a.channels &&
+                          nx(buffers, 4) >= 2 * a.channels &&
+                          (!a.relu || nx(buffers, 6) == a.channels),
+                      "bn backward data (CUDA): sizes");
+    if (!tile_work(a))
+        return;
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    const double *saved = (const double *)buf(buffers, 2), *coef = (const double *)buf(buffers, 4);
+    void *beta = a.relu ? buf(buffers, 6) : nullptr;
+    if (a.dtype == TSL_F32)
+        bwd_data_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
+            geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const float *)buf(buffers, 0),
+            (const float *)buf(buffers, 1), saved, (const float *)buf(buffers, 3),
+            (const float *)beta, coef, (float *)buf(buffers, 5));
+    else
+        bwd_data_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
+            geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const double *)buf(buffers, 0),
+            (const double *)buf(buffers, 1), saved, (const double *)buf(buffers, 3),
+            (const double *)beta, coef, (double *)buf(buffers, 5));
+    TSL_CUDA_CHECK_LAUNCH();
+}
