@@ -211,22 +211,11 @@ __global__ void bwd_data_kernel(tile_geom g, int64_t c0, int64_t channels, int r
 
 /* ---- per-channel kernels: one thread per channel of the tensor ---- */
 
-__global__ void finalize_kernel(int64_t channels, double m, double eps, const tsl_acc *acc,
-                                double *saved)
-{
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= channels)
-        return;
-    tsl_acc scratch;
-    double mean, var;
-    tsl_bn_moments(m, &acc[2 * c], &scratch, &mean, &var);
-    saved[c] = mean;
-    saved[channels + c] = tsl_hd_invstd(tsl_hd_add(var, eps));
-}
-
+/* From the batch moments: saved (mean, 1 / sqrt(var + eps)) when `saved`, else the running
+ * statistic `which` of `running`. */
 template <typename T>
-__global__ void running_kernel(int64_t channels, double m, int which, double momentum,
-                               const tsl_acc *acc, T *running)
+__global__ void moments_kernel(int64_t channels, double m, double eps, int which, double momentum,
+                               const tsl_acc *acc, double *saved, T *running)
 {
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels)
@@ -234,7 +223,12 @@ __global__ void running_kernel(int64_t channels, double m, int which, double mom
     tsl_acc scratch;
     double mean, var;
     tsl_bn_moments(m, &acc[2 * c], &scratch, &mean, &var);
-    running[c] = (T)tsl_bn_running_value(m, which, momentum, (double)running[c], mean, var);
+    if (saved) {
+        saved[c] = mean;
+        saved[channels + c] = tsl_hd_invstd(tsl_hd_add(var, eps));
+    } else {
+        running[c] = (T)tsl_bn_running_value(m, which, momentum, (double)running[c], mean, var);
+    }
 }
 
 __global__ void coef_kernel(int64_t channels, double m, const tsl_acc *acc, const double *saved,
@@ -326,9 +320,9 @@ extern "C" void tsl_bn_finalize_cuda(void *buffers[], void *cl_arg)
     tsl_bn_args a = unpack(cl_arg, "bn finalize (CUDA): arguments");
     TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels,
                       "bn finalize (CUDA): sizes");
-    finalize_kernel<<<channel_blocks(a.channels), 64, 0, starpu_cuda_get_local_stream()>>>(
-        a.channels, (double)a.per_channel, a.eps, (const tsl_acc *)buf(buffers, 0),
-        (double *)buf(buffers, 1));
+    moments_kernel<double><<<channel_blocks(a.channels), 64, 0, starpu_cuda_get_local_stream()>>>(
+        a.channels, (double)a.per_channel, a.eps, 0, 0.0, (const tsl_acc *)buf(buffers, 0),
+        (double *)buf(buffers, 1), nullptr);
     TSL_CUDA_CHECK_LAUNCH();
 }
 
@@ -340,11 +334,13 @@ extern "C" void tsl_bn_running_cuda(void *buffers[], void *cl_arg)
     cudaStream_t stream = starpu_cuda_get_local_stream();
     const tsl_acc *acc = (const tsl_acc *)buf(buffers, 0);
     if (a.dtype == TSL_F32)
-        running_kernel<float><<<channel_blocks(a.channels), 64, 0, stream>>>(
-            a.channels, (double)a.per_channel, a.which, a.momentum, acc, (float *)buf(buffers, 1));
+        moments_kernel<float><<<channel_blocks(a.channels), 64, 0, stream>>>(
+            a.channels, (double)a.per_channel, a.eps, a.which, a.momentum, acc, nullptr,
+            (float *)buf(buffers, 1));
     else
-        running_kernel<double><<<channel_blocks(a.channels), 64, 0, stream>>>(
-            a.channels, (double)a.per_channel, a.which, a.momentum, acc, (double *)buf(buffers, 1));
+        moments_kernel<double><<<channel_blocks(a.channels), 64, 0, stream>>>(
+            a.channels, (double)a.per_channel, a.eps, a.which, a.momentum, acc, nullptr,
+            (double *)buf(buffers, 1));
     TSL_CUDA_CHECK_LAUNCH();
 }
 

@@ -501,9 +501,7 @@ static void sum_partial_cpu(void *buffers[], void *cl_arg)
     starpu_codelet_unpack_args(cl_arg, &a);
     const void *tile = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
     tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    TSL_CODELET_CHECK(STARPU_VECTOR_GET_NX(buffers[1]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[1]) ==
-                          sizeof(tsl_acc),
-                      "sum: accumulator size");
+    TSL_CODELET_CHECK(tsl_acc_buffer_ok(buffers[1]), "sum: accumulator size");
     tsl_acc_init(acc);
     tsl_acc_add_array(acc, (tsl_dtype)a.dtype, tile, a.count);
     tsl_acc_normalize(acc);

@@ -60,9 +60,7 @@ extern "C" void tsl_sum_partial_cuda(void *buffers[], void *cl_arg)
     starpu_codelet_unpack_args(cl_arg, &a);
     const void *tile = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
     tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    TSL_CODELET_CHECK(STARPU_VECTOR_GET_NX(buffers[1]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[1]) ==
-                          sizeof(tsl_acc),
-                      "sum (CUDA): accumulator size");
+    TSL_CODELET_CHECK(tsl_acc_buffer_ok(buffers[1]), "sum (CUDA): accumulator size");
     uint64_t elem = a.dtype == TSL_F64 ? 8 : a.dtype == TSL_F32 || a.dtype == TSL_I32 ? 4 : 1;
     TSL_CODELET_CHECK(a.count >= 0 &&
                           (uint64_t)a.count * elem <= (uint64_t)STARPU_VECTOR_GET_NX(buffers[0]) *

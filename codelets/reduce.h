@@ -54,6 +54,12 @@ void tsl_acc_add_products_f32(tsl_acc *acc, const float *a, const float *b, int6
 void tsl_acc_add_sum_products_f32(tsl_acc *sum, tsl_acc *products, const float *a, const float *b,
                                   int64_t count);
 
+/* Whether a codelet's vector buffer holds exactly one accumulator. */
+static inline int tsl_acc_buffer_ok(void *buffer)
+{
+    return STARPU_VECTOR_GET_NX(buffer) * STARPU_VECTOR_GET_ELEMSIZE(buffer) == sizeof(tsl_acc);
+}
+
 typedef struct tsl_sum_args {
     int32_t dtype;
     int64_t count;
