@@ -10,57 +10,25 @@
 
 #include "codelet.h"
 #include "loss.h"
+#include "loss_math.h"
 
-/* Where logit (s, c, v) of a tile lives: sample s, class c, position v; plain tiles keep a
- * class's positions together, channels-last tiles a position's classes. */
-#define CLASS_STRIDE(a) ((a)->channels_last ? 1 : (a)->inner)
-#define LOGIT_BASE(a, s, v)                                                                        \
-    ((a)->channels_last ? ((s) * (a)->inner + (v)) * (a)->classes                                  \
-                        : (s) * (a)->classes * (a)->inner + (v))
-
-static inline int64_t load_label(int dtype, const void *p, int64_t i)
-{
-    switch ((tsl_dtype)dtype) {
-    case TSL_I32:
-        return ((const int32_t *)p)[i];
-    case TSL_I64:
-        return ((const int64_t *)p)[i];
-    case TSL_U8:
-        return ((const uint8_t *)p)[i];
-    default:
-        return -1;
-    }
-}
+#define CLASS_STRIDE(a) tsl_loss_class_stride(a)
+#define LOGIT_BASE(a, s, v) tsl_loss_logit_base((a), (s), (v))
 
 static void cross_entropy(const tsl_loss_args *a, const void *x, const void *labels, void *grad,
                           tsl_acc *acc)
 {
-    const int64_t C = a->classes, inner = a->inner;
     for (int64_t s = 0; s < a->samples; s++) {
-        for (int64_t v = 0; v < inner; v++) {
+        for (int64_t v = 0; v < a->inner; v++) {
             int64_t base = LOGIT_BASE(a, s, v); /* x[s, c, v] = base + c * CLASS_STRIDE(a) */
-            int64_t label = load_label(a->label_dtype, labels, s * inner + v);
-            double top = -INFINITY;
-            for (int64_t c = 0; c < C; c++)
-                top = fmax(top, tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)));
-            double total = 0;
-            for (int64_t c = 0; c < C; c++)
-                total += exp(tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)) - top);
-            if (label < 0 || label >= C) {
+            int64_t label = tsl_loss_label(a->label_dtype, labels, s * a->inner + v);
+            if (label < 0 || label >= a->classes) {
                 acc->flagged++;
                 if (grad)
-                    for (int64_t c = 0; c < C; c++)
-                        tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a), 0.0);
+                    tsl_loss_zero_at(a, base, grad);
                 continue;
             }
-            double lse = top + log(total);
-            tsl_acc_add(acc, lse - tsl_load(a->dtype, x, base + label * CLASS_STRIDE(a)));
-            if (grad)
-                for (int64_t c = 0; c < C; c++) {
-                    double p = exp(tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)) - lse);
-                    tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a),
-                              (p - (c == label)) * a->scale);
-                }
+            tsl_acc_add(acc, tsl_loss_cross_entropy_at(a, x, base, label, grad));
         }
     }
 }
@@ -68,37 +36,22 @@ static void cross_entropy(const tsl_loss_args *a, const void *x, const void *lab
 static void mse(const tsl_loss_args *a, const void *x, const void *target, void *grad, tsl_acc *acc)
 {
     int64_t n = a->samples * a->classes * a->inner;
-    for (int64_t i = 0; i < n; i++) {
-        double d = tsl_load(a->dtype, x, i) - tsl_load(a->dtype, target, i);
-        tsl_acc_add(acc, d * d);
-        if (grad)
-            tsl_store(a->dtype, grad, i, 2.0 * d * a->scale);
-    }
+    for (int64_t i = 0; i < n; i++)
+        tsl_acc_add(acc, tsl_loss_mse_at(a, x, target, i, grad));
 }
 
 /* Positions whose first maximum over classes is the label; bad labels are flagged. */
 static void argmax_hits(const tsl_loss_args *a, const void *x, const void *labels, tsl_acc *acc)
 {
-    const int64_t C = a->classes, inner = a->inner;
     int64_t hits = 0;
     for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t v = 0; v < inner; v++) {
-            int64_t label = load_label(a->label_dtype, labels, s * inner + v);
-            if (label < 0 || label >= C) {
+        for (int64_t v = 0; v < a->inner; v++) {
+            int64_t label = tsl_loss_label(a->label_dtype, labels, s * a->inner + v);
+            if (label < 0 || label >= a->classes) {
                 acc->flagged++;
                 continue;
             }
-            const int64_t base = LOGIT_BASE(a, s, v);
-            int64_t best = 0;
-            double top = tsl_load(a->dtype, x, base);
-            for (int64_t c = 1; c < C; c++) {
-                double t = tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a));
-                if (t > top) {
-                    top = t;
-                    best = c;
-                }
-            }
-            hits += best == label;
+            hits += tsl_loss_hit_at(a, x, LOGIT_BASE(a, s, v), label);
         }
     tsl_acc_add(acc, (double)hits);
 }
@@ -115,21 +68,22 @@ void tsl_loss_tile(const tsl_loss_args *a, const void *x, const void *target, vo
         mse(a, x, target, grad, acc);
 }
 
-/* Softmax over classes at one position into p[C]; returns 0 for a bad label. */
+/* Softmax over classes at one position into p[C] (the bits of tsl_dice_p: exp(x - top) /
+ * total, each exponential computed once); returns 0 for a bad label. */
 static int softmax_at(const tsl_loss_args *a, const void *x, const void *labels, int64_t s,
                       int64_t v, double *p, int64_t *label)
 {
     const int64_t C = a->classes, inner = a->inner, base = LOGIT_BASE(a, s, v);
-    *label = load_label(a->label_dtype, labels, s * inner + v);
+    *label = tsl_loss_label(a->label_dtype, labels, s * inner + v);
     double top = -INFINITY, total = 0;
     for (int64_t c = 0; c < C; c++)
-        top = fmax(top, tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)));
+        top = fmax(top, tsl_loss_load(a->dtype, x, base + c * CLASS_STRIDE(a)));
     for (int64_t c = 0; c < C; c++) {
-        p[c] = exp(tsl_load(a->dtype, x, base + c * CLASS_STRIDE(a)) - top);
-        total += p[c];
+        p[c] = exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * CLASS_STRIDE(a)), top));
+        total = tsl_hd_add(total, p[c]);
     }
     for (int64_t c = 0; c < C; c++)
-        p[c] /= total;
+        p[c] = tsl_hd_div(p[c], total);
     return *label >= 0 && *label < C;
 }
 
@@ -159,13 +113,10 @@ void tsl_dice_stats_tile(const tsl_loss_args *a, const void *x, const void *labe
 
 void tsl_dice_coef(const tsl_loss_args *a, const tsl_acc *acc, double *coef)
 {
-    const double C = (double)a->classes;
-    for (int64_t c = 0; c < a->classes; c++) {
-        double inter = tsl_acc_round(&acc[3 * c]);
-        double S = tsl_acc_round(&acc[3 * c + 1]) + tsl_acc_round(&acc[3 * c + 2]) + a->smooth;
-        coef[c] = -2.0 / (C * S);
-        coef[a->classes + c] = (2.0 * inter + a->smooth) / (C * S * S);
-    }
+    for (int64_t c = 0; c < a->classes; c++)
+        tsl_dice_coef_class(tsl_acc_round(&acc[3 * c]), tsl_acc_round(&acc[3 * c + 1]),
+                            tsl_acc_round(&acc[3 * c + 2]), a->smooth, (double)a->classes, &coef[c],
+                            &coef[a->classes + c]);
 }
 
 double tsl_dice_loss(const tsl_loss_args *a, const tsl_acc *acc)
@@ -189,18 +140,16 @@ void tsl_dice_grad_tile(const tsl_loss_args *a, const void *x, const void *label
         for (int64_t v = 0; v < inner; v++) {
             int64_t label, base = LOGIT_BASE(a, s, v);
             if (!softmax_at(a, x, labels, s, v, p, &label)) {
-                for (int64_t c = 0; c < C; c++)
-                    tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a), 0.0);
+                tsl_loss_zero_at(a, base, grad);
                 continue;
             }
             /* dloss/dp_c, then through the softmax: dz_c = p_c (dp_c - sum_k p_k dp_k). */
             double dot = 0;
             for (int64_t c = 0; c < C; c++)
-                dot += p[c] * (coef[c] * (c == label) + coef[C + c]);
-            for (int64_t c = 0; c < C; c++) {
-                double dp = coef[c] * (c == label) + coef[C + c];
-                tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a), p[c] * (dp - dot));
-            }
+                dot = tsl_hd_add(dot, tsl_hd_mul(p[c], tsl_dice_dp(coef, C, c, label)));
+            for (int64_t c = 0; c < C; c++)
+                tsl_store(a->dtype, grad, base + c * CLASS_STRIDE(a),
+                          tsl_hd_mul(p[c], tsl_hd_sub(tsl_dice_dp(coef, C, c, label), dot)));
         }
 }
 
@@ -259,11 +208,11 @@ static uint32_t loss_variant(struct starpu_task *task)
 }
 
 /* R x, R target, W accumulator, optionally W gradient. */
-TSL_CODELET(tsl_cl_loss, "tsl_loss", loss_cpu, NULL, loss_variant,
+TSL_CODELET(tsl_cl_loss, "tsl_loss", loss_cpu, tsl_loss_cuda, loss_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_dice_stats, "tsl_dice_stats", dice_stats_cpu, NULL, loss_variant, .nbuffers = 3,
-            .modes = {STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_dice_coef, "tsl_dice_coef", dice_coef_cpu, NULL, loss_variant, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_dice_grad, "tsl_dice_grad", dice_grad_cpu, NULL, loss_variant, .nbuffers = 4,
-            .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_dice_stats, "tsl_dice_stats", dice_stats_cpu, tsl_dice_stats_cuda, loss_variant,
+            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_dice_coef, "tsl_dice_coef", dice_coef_cpu, tsl_dice_coef_cuda, loss_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_dice_grad, "tsl_dice_grad", dice_grad_cpu, tsl_dice_grad_cuda, loss_variant,
+            .nbuffers = 4, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});

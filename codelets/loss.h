@@ -7,6 +7,10 @@
 
 #include "reduce.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum tsl_loss_kind {
     TSL_LOSS_CROSS_ENTROPY = 0,
     TSL_LOSS_MSE = 1,
@@ -31,6 +35,15 @@ typedef struct tsl_loss_args {
 void tsl_loss_tile(const tsl_loss_args *args, const void *x, const void *target, void *grad,
                    tsl_acc *acc);
 
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (loss.cu): the same arguments and buffers as the CPU
+ * functions, launched on the worker's stream. */
+void tsl_loss_cuda(void *buffers[], void *cl_arg);
+void tsl_dice_stats_cuda(void *buffers[], void *cl_arg);
+void tsl_dice_coef_cuda(void *buffers[], void *cl_arg);
+void tsl_dice_grad_cuda(void *buffers[], void *cl_arg);
+#endif
+
 extern struct starpu_codelet tsl_cl_loss;
 
 /* Soft Dice, per class c over every sample and position: I_c = sum p g, P_c = sum p,
@@ -50,5 +63,9 @@ void tsl_dice_grad_tile(const tsl_loss_args *args, const void *x, const void *la
 extern struct starpu_codelet tsl_cl_dice_stats; /* R x, R labels, W acc */
 extern struct starpu_codelet tsl_cl_dice_coef;  /* R acc, W coef */
 extern struct starpu_codelet tsl_cl_dice_grad;  /* R x, R labels, R coef, W grad */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_LOSS_H */

@@ -1,0 +1,260 @@
+/* Losses on CUDA: cross-entropy, MSE and argmax hits of a tile into an exact accumulator (with
+ * the gradient when asked), and soft Dice's statistics, coefficients and gradient, with the
+ * CPU's per-position functions (loss_math.h) and exact sums (reduce_cuda.cuh). The sums add
+ * the same per-position values the CPU adds; those without exp or log (MSE, hits, the counts
+ * of bad labels, Dice's label counts) are the CPU's bits. */
+#include <starpu.h>
+
+#include "cuda_check.h"
+#include "loss.h"
+#include "loss_math.h"
+#include "reduce_cuda.cuh"
+
+namespace
+{
+
+using namespace tsl_exact;
+
+constexpr int64_t max_dice_classes = 1024; /* the CPU's limit (loss.c) */
+
+/* Adds the block's bad-label count to out->flagged. */
+__device__ inline void add_flagged(unsigned long long *block_flagged, unsigned count)
+{
+    if (count)
+        atomicAdd(block_flagged, (unsigned long long)count);
+}
+
+/* acc (zeroed) += the tile's losses (or hits); grad written when not NULL. One thread per
+ * position (cross-entropy, hits) or element (MSE). */
+__global__ void loss_kernel(tsl_loss_args a, const void *x, const void *target, void *grad,
+                            tsl_acc *acc)
+{
+    __shared__ shared_acc s;
+    __shared__ unsigned long long flagged;
+    shared_zero(&s, 1);
+    if (threadIdx.x == 0)
+        flagged = 0;
+    __syncthreads();
+    thread_acc t;
+    unsigned bad = 0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n =
+        a.kind == TSL_LOSS_MSE ? a.samples * a.classes * a.inner : a.samples * a.inner;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        if (a.kind == TSL_LOSS_MSE) {
+            t.add(&s, tsl_loss_mse_at(&a, x, target, i, grad));
+            continue;
+        }
+        int64_t sample = i / a.inner, v = i - sample * a.inner;
+        int64_t base = tsl_loss_logit_base(&a, sample, v);
+        int64_t label = tsl_loss_label(a.label_dtype, target, i);
+        if (label < 0 || label >= a.classes) {
+            bad++;
+            if (grad && a.kind == TSL_LOSS_CROSS_ENTROPY)
+                tsl_loss_zero_at(&a, base, grad);
+            continue;
+        }
+        if (a.kind == TSL_LOSS_HITS) {
+            if (tsl_loss_hit_at(&a, x, base, label))
+                t.add(&s, 1.0); /* the CPU adds the count once: the same exact sum */
+        } else {
+            t.add(&s, tsl_loss_cross_entropy_at(&a, x, base, label, grad));
+        }
+    }
+    t.flush(&s);
+    add_flagged(&flagged, bad);
+    __syncthreads();
+    if (threadIdx.x == 0 && flagged)
+        atomicAdd((unsigned long long *)&acc->flagged, flagged);
+    shared_merge_out(&s, acc, 1);
+}
+
+/* Dice statistics of class blockIdx.y: I += p where the label is the class, P += p,
+ * G += 1 where the label is the class; bad labels counted (by class 0's blocks) in
+ * acc[0].flagged. */
+__global__ void dice_stats_kernel(tsl_loss_args a, const void *x, const void *labels, tsl_acc *acc)
+{
+    __shared__ shared_acc s[3];
+    __shared__ unsigned long long flagged;
+    shared_zero(s, 3);
+    if (threadIdx.x == 0)
+        flagged = 0;
+    __syncthreads();
+    const int64_t c = blockIdx.y, stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n = a.samples * a.inner, class_stride = tsl_loss_class_stride(&a);
+    thread_acc inter, p_sum, g_sum;
+    unsigned bad = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t sample = i / a.inner, v = i - sample * a.inner;
+        int64_t base = tsl_loss_logit_base(&a, sample, v);
+        int64_t label = tsl_loss_label(a.label_dtype, labels, i);
+        if (label < 0 || label >= a.classes) {
+            bad += c == 0;
+            continue;
+        }
+        double top, total;
+        tsl_loss_softmax_terms(&a, x, base, &top, &total);
+        double p = tsl_dice_p(tsl_loss_load(a.dtype, x, base + c * class_stride), top, total);
+        p_sum.add(&s[1], p);
+        if (label == c) {
+            inter.add(&s[0], p);
+            g_sum.add(&s[2], 1.0);
+        }
+    }
+    inter.flush(&s[0]);
+    p_sum.flush(&s[1]);
+    g_sum.flush(&s[2]);
+    add_flagged(&flagged, bad);
+    __syncthreads();
+    if (threadIdx.x == 0 && flagged)
+        atomicAdd((unsigned long long *)&acc[0].flagged, flagged);
+    shared_merge_out(s, acc + 3 * c, 3);
+}
+
+__global__ void dice_coef_kernel(tsl_loss_args a, const tsl_acc *acc, double *coef)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= a.classes)
+        return;
+    tsl_acc scratch;
+    double inter = tsl_acc_round_into(&acc[3 * c], &scratch);
+    double p_sum = tsl_acc_round_into(&acc[3 * c + 1], &scratch);
+    double g_sum = tsl_acc_round_into(&acc[3 * c + 2], &scratch);
+    tsl_dice_coef_class(inter, p_sum, g_sum, a.smooth, (double)a.classes, &coef[c],
+                        &coef[a.classes + c]);
+}
+
+/* Dice's gradient through the softmax, one thread per position: dz_c = p_c (dp_c - sum_k p_k
+ * dp_k), p recomputed per class (the CPU's bits of p: tsl_dice_p). */
+__global__ void dice_grad_kernel(tsl_loss_args a, const void *x, const void *labels,
+                                 const double *coef, void *grad)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x, C = a.classes;
+    const int64_t n = a.samples * a.inner, class_stride = tsl_loss_class_stride(&a);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t sample = i / a.inner, v = i - sample * a.inner;
+        int64_t base = tsl_loss_logit_base(&a, sample, v);
+        int64_t label = tsl_loss_label(a.label_dtype, labels, i);
+        if (label < 0 || label >= C) {
+            tsl_loss_zero_at(&a, base, grad);
+            continue;
+        }
+        double top, total, dot = 0;
+        tsl_loss_softmax_terms(&a, x, base, &top, &total);
+        for (int64_t c = 0; c < C; c++) {
+            double p = tsl_dice_p(tsl_loss_load(a.dtype, x, base + c * class_stride), top, total);
+            dot = tsl_hd_add(dot, tsl_hd_mul(p, tsl_dice_dp(coef, C, c, label)));
+        }
+        for (int64_t c = 0; c < C; c++) {
+            double p = tsl_dice_p(tsl_loss_load(a.dtype, x, base + c * class_stride), top, total);
+            tsl_loss_store(a.dtype, grad, base + c * class_stride,
+                           tsl_hd_mul(p, tsl_hd_sub(tsl_dice_dp(coef, C, c, label), dot)));
+        }
+    }
+}
+
+void *buf(void *buffers[], int i)
+{
+    return (void *)STARPU_VECTOR_GET_PTR(buffers[i]);
+}
+
+int64_t nx(void *buffers[], int i)
+{
+    return (int64_t)STARPU_VECTOR_GET_NX(buffers[i]);
+}
+
+tsl_loss_args unpack(void *cl_arg, const char *what)
+{
+    tsl_loss_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(a.dtype == TSL_F32 || a.dtype == TSL_F64, what);
+    TSL_CODELET_CHECK(a.samples >= 0 && a.classes >= 0 && a.inner >= 0, what);
+    return a;
+}
+
+} // namespace
+
+extern "C" void tsl_loss_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_loss_args a = unpack(cl_arg, "loss (CUDA): arguments");
+    unsigned nbuffers = starpu_task_get_current()->nbuffers;
+    TSL_CODELET_CHECK(nbuffers == 3 || nbuffers == 4, "loss (CUDA): buffers");
+    TSL_CODELET_CHECK(a.kind == TSL_LOSS_CROSS_ENTROPY || a.kind == TSL_LOSS_MSE ||
+                          a.kind == TSL_LOSS_HITS,
+                      "loss (CUDA): kind");
+    const int64_t elements = a.samples * a.classes * a.inner;
+    TSL_CODELET_CHECK(
+        nx(buffers, 0) >= elements &&
+            nx(buffers, 1) >= (a.kind == TSL_LOSS_MSE ? elements : a.samples * a.inner) &&
+            tsl_acc_buffer_ok(buffers[2]) && (nbuffers == 3 || nx(buffers, 3) >= elements),
+        "loss (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    tsl_acc *acc = (tsl_acc *)buf(buffers, 2);
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(tsl_acc), stream));
+    const int64_t n = a.kind == TSL_LOSS_MSE ? elements : a.samples * a.inner;
+    if (n > 0) {
+        loss_kernel<<<grid_for(n), block_threads, 0, stream>>>(
+            a, buf(buffers, 0), buf(buffers, 1), nbuffers == 4 ? buf(buffers, 3) : nullptr, acc);
+        TSL_CUDA_CHECK_LAUNCH();
+    }
+    normalize(acc, 1, stream);
+}
+
+extern "C" void tsl_dice_stats_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_loss_args a = unpack(cl_arg, "dice stats (CUDA): arguments");
+    TSL_CODELET_CHECK(a.classes <= max_dice_classes, "dice: too many classes");
+    TSL_CODELET_CHECK(nx(buffers, 0) >= a.samples * a.classes * a.inner &&
+                          nx(buffers, 1) >= a.samples * a.inner &&
+                          nx(buffers, 2) * (int64_t)STARPU_VECTOR_GET_ELEMSIZE(buffers[2]) >=
+                              3 * a.classes * (int64_t)sizeof(tsl_acc),
+                      "dice stats (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    tsl_acc *acc = (tsl_acc *)buf(buffers, 2);
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(3 * a.classes) * sizeof(tsl_acc), stream));
+    const int64_t n = a.samples * a.inner;
+    if (n > 0 && a.classes > 0) {
+        /* per class, enough blocks to fill the GPU with every class */
+        int64_t per_class = max_grid / a.classes > 1 ? max_grid / a.classes : 1;
+        int64_t b = (n + block_threads - 1) / block_threads;
+        b = b < per_class ? b : per_class;
+        int64_t need = (n + block_elements - 1) / block_elements;
+        b = b > need ? b : need;
+        dice_stats_kernel<<<dim3((unsigned)b, (unsigned)a.classes), block_threads, 0, stream>>>(
+            a, buf(buffers, 0), buf(buffers, 1), acc);
+        TSL_CUDA_CHECK_LAUNCH();
+    }
+    normalize(acc, 3 * a.classes, stream);
+}
+
+extern "C" void tsl_dice_coef_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_loss_args a = unpack(cl_arg, "dice coef (CUDA): arguments");
+    TSL_CODELET_CHECK(nx(buffers, 0) * (int64_t)STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) >=
+                              3 * a.classes * (int64_t)sizeof(tsl_acc) &&
+                          nx(buffers, 1) >= 2 * a.classes,
+                      "dice coef (CUDA): sizes");
+    if (a.classes == 0)
+        return;
+    dice_coef_kernel<<<(unsigned)((a.classes + 63) / 64), 64, 0, starpu_cuda_get_local_stream()>>>(
+        a, (const tsl_acc *)buf(buffers, 0), (double *)buf(buffers, 1));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_dice_grad_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_loss_args a = unpack(cl_arg, "dice grad (CUDA): arguments");
+    TSL_CODELET_CHECK(a.classes <= max_dice_classes, "dice: too many classes");
+    TSL_CODELET_CHECK(nx(buffers, 0) >= a.samples * a.classes * a.inner &&
+                          nx(buffers, 1) >= a.samples * a.inner &&
+                          nx(buffers, 2) >= 2 * a.classes &&
+                          nx(buffers, 3) >= a.samples * a.classes * a.inner,
+                      "dice grad (CUDA): sizes");
+    const int64_t n = a.samples * a.inner;
+    if (n == 0)
+        return;
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    dice_grad_kernel<<<grid_for(n), block_threads, 0, stream>>>(
+        a, buf(buffers, 0), buf(buffers, 1), (const double *)buf(buffers, 2), buf(buffers, 3));
+    TSL_CUDA_CHECK_LAUNCH();
+}

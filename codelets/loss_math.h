@@ -1,0 +1,152 @@
+/* The losses' per-position and per-element arithmetic, shared by the CPU kernels
+ * (codelets/loss.c) and the CUDA kernels (codelets/loss.cu), so the CPU tests check the GPU's
+ * arithmetic. Products and sums go through hd_arith.h (no contraction on the GPU), so where
+ * no transcendental function is involved (MSE, argmax hits, the Dice coefficients) the GPU
+ * computes the CPU's bits; exp and log differ between the CPU's libm and CUDA's in the last
+ * place. */
+#ifndef TESSEL_CODELETS_LOSS_MATH_H
+#define TESSEL_CODELETS_LOSS_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "hd.h"
+#include "hd_arith.h"
+#include "loss.h"
+#include "tessel/tensor.h"
+
+/* Where logit (s, c, v) of a tile lives: sample s, class c, position v; plain tiles keep a
+ * class's positions together, channels-last tiles a position's classes. */
+static inline TSL_HD int64_t tsl_loss_class_stride(const tsl_loss_args *a)
+{
+    return a->channels_last ? 1 : a->inner;
+}
+
+static inline TSL_HD int64_t tsl_loss_logit_base(const tsl_loss_args *a, int64_t s, int64_t v)
+{
+    return a->channels_last ? (s * a->inner + v) * a->classes : s * a->classes * a->inner + v;
+}
+
+/* Element i of an f32 or f64 buffer, as a double; store v rounded to the buffer's dtype. */
+static inline TSL_HD double tsl_loss_load(int dtype, const void *p, int64_t i)
+{
+    return dtype == TSL_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static inline TSL_HD void tsl_loss_store(int dtype, void *p, int64_t i, double v)
+{
+    if (dtype == TSL_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+/* Label i (i32, i64 or u8; -1, a bad label, for any other dtype). */
+static inline TSL_HD int64_t tsl_loss_label(int dtype, const void *p, int64_t i)
+{
+    switch (dtype) {
+    case TSL_I32:
+        return ((const int32_t *)p)[i];
+    case TSL_I64:
+        return ((const int64_t *)p)[i];
+    case TSL_U8:
+        return ((const uint8_t *)p)[i];
+    default:
+        return -1;
+    }
+}
+
+/* The softmax's terms at the position whose logits start at `base`: the largest logit (NaNs
+ * ignored, as fmax does) and the sum of exp(x - top). */
+static inline TSL_HD void tsl_loss_softmax_terms(const tsl_loss_args *a, const void *x,
+                                                 int64_t base, double *top, double *total)
+{
+    const int64_t stride = tsl_loss_class_stride(a);
+    double t = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < a->classes; c++)
+        t = fmax(t, tsl_loss_load(a->dtype, x, base + c * stride));
+    for (int64_t c = 0; c < a->classes; c++)
+        sum = tsl_hd_add(sum, exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * stride), t)));
+    *top = t;
+    *total = sum;
+}
+
+/* Softmax cross-entropy at a position with a good label: returns logsumexp(x) - x[label];
+ * writes the gradient (softmax(x) - onehot(label)) * scale when grad is not NULL. */
+static inline TSL_HD double tsl_loss_cross_entropy_at(const tsl_loss_args *a, const void *x,
+                                                      int64_t base, int64_t label, void *grad)
+{
+    const int64_t stride = tsl_loss_class_stride(a);
+    double top, total;
+    tsl_loss_softmax_terms(a, x, base, &top, &total);
+    double lse = tsl_hd_add(top, log(total));
+    if (grad)
+        for (int64_t c = 0; c < a->classes; c++) {
+            double p = exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * stride), lse));
+            tsl_loss_store(a->dtype, grad, base + c * stride,
+                           tsl_hd_mul(tsl_hd_sub(p, (double)(c == label)), a->scale));
+        }
+    return tsl_hd_sub(lse, tsl_loss_load(a->dtype, x, base + label * stride));
+}
+
+/* Zero gradient at a position (a bad label). */
+static inline TSL_HD void tsl_loss_zero_at(const tsl_loss_args *a, int64_t base, void *grad)
+{
+    const int64_t stride = tsl_loss_class_stride(a);
+    for (int64_t c = 0; c < a->classes; c++)
+        tsl_loss_store(a->dtype, grad, base + c * stride, 0.0);
+}
+
+/* MSE at element i: returns (x - t)^2; writes the gradient 2 (x - t) scale when grad. */
+static inline TSL_HD double tsl_loss_mse_at(const tsl_loss_args *a, const void *x,
+                                            const void *target, int64_t i, void *grad)
+{
+    double d = tsl_hd_sub(tsl_loss_load(a->dtype, x, i), tsl_loss_load(a->dtype, target, i));
+    if (grad)
+        tsl_loss_store(a->dtype, grad, i, tsl_hd_mul(tsl_hd_mul(2.0, d), a->scale));
+    return tsl_hd_mul(d, d);
+}
+
+/* Whether the position's first maximum over classes is `label` (a good label). */
+static inline TSL_HD int tsl_loss_hit_at(const tsl_loss_args *a, const void *x, int64_t base,
+                                         int64_t label)
+{
+    const int64_t stride = tsl_loss_class_stride(a);
+    int64_t best = 0;
+    double top = tsl_loss_load(a->dtype, x, base);
+    for (int64_t c = 1; c < a->classes; c++) {
+        double t = tsl_loss_load(a->dtype, x, base + c * stride);
+        if (t > top) {
+            top = t;
+            best = c;
+        }
+    }
+    return best == label;
+}
+
+/* ---- soft Dice ---- */
+
+/* Softmax probability of a logit, from the position's softmax terms. */
+static inline TSL_HD double tsl_dice_p(double logit, double top, double total)
+{
+    return tsl_hd_div(exp(tsl_hd_sub(logit, top)), total);
+}
+
+/* dloss/dp_c at a position whose label is `label`, from the coefficients (tsl_dice_coef). */
+static inline TSL_HD double tsl_dice_dp(const double *coef, int64_t classes, int64_t c,
+                                        int64_t label)
+{
+    return tsl_hd_add(tsl_hd_mul(coef[c], (double)(c == label)), coef[classes + c]);
+}
+
+/* Class c's coefficients from its totals I, P and G (tsl_dice_coef in loss.h). */
+static inline TSL_HD void tsl_dice_coef_class(double inter, double p_sum, double g_sum,
+                                              double smooth, double classes, double *c0, double *c1)
+{
+    double S = tsl_hd_add(tsl_hd_add(p_sum, g_sum), smooth);
+    double CS = tsl_hd_mul(classes, S);
+    *c0 = tsl_hd_div(-2.0, CS);
+    *c1 = tsl_hd_div(tsl_hd_add(tsl_hd_mul(2.0, inter), smooth), tsl_hd_mul(CS, S));
+}
+
+#endif /* TESSEL_CODELETS_LOSS_MATH_H */
