@@ -1,4 +1,5 @@
-/* Loss family (codelets/loss.c): cross-entropy, MSE, argmax hits and soft Dice. */
+/* Loss family (codelets/loss.c, CUDA in loss.cu; per-position arithmetic in loss_math.h):
+ * cross-entropy, MSE, argmax hits and soft Dice. */
 #ifndef TESSEL_CODELETS_LOSS_H
 #define TESSEL_CODELETS_LOSS_H
 

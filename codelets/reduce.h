@@ -1,5 +1,6 @@
 /* Exact-sum family (codelets/reduce.c): the fixed-point accumulator and the codelets that
- * sum tiles into it and merge accumulators. */
+ * sum tiles into it and merge accumulators (CUDA in reduce.cu; the shared limb arithmetic in
+ * reduce_hd.h). */
 #ifndef TESSEL_CODELETS_REDUCE_H
 #define TESSEL_CODELETS_REDUCE_H
 
