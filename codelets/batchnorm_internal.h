@@ -55,22 +55,31 @@ static inline int64_t cl_positions(const tsl_bn_args *a)
     return p < a->inner ? p : a->inner;
 }
 
-/* Staging for `rows` blocks: rows x cext x cl_positions() elements of the dtype. */
+/* Row stride of a staged block: the positions plus 16 elements. With a power-of-two stride
+ * (16384 / 16 channels = 1024 floats, 4 KiB) element i of every row falls in one L1 set, and
+ * the transpose's stores to the cext rows evict each other. */
+static inline int64_t cl_stride(const tsl_bn_args *a)
+{
+    return cl_positions(a) + 16;
+}
+
+/* Staging for `rows` blocks: rows x cext x cl_stride() elements of the dtype. */
 static inline void *cl_staging(const tsl_bn_args *a, int rows)
 {
-    void *p = malloc((size_t)rows * (size_t)(a->cext * cl_positions(a)) * elem_size(a));
+    void *p = malloc((size_t)rows * (size_t)(a->cext * cl_stride(a)) * elem_size(a));
     TSL_CODELET_CHECK(p, "batch norm: out of memory for a staging block");
     return p;
 }
 
-/* Stage positions [p0, p0 + n) of sample s: dst[c * P + i] = src[(s, p0 + i, c)]. */
+/* Stage positions [p0, p0 + n) of sample s: dst[c * S + i] = src[(s, p0 + i, c)], S the row
+ * stride (cl_stride()). */
 void tsl_bn_cl_transpose(const tsl_bn_args *a, const void *src, void *dst, int64_t s, int64_t p0,
-                         int64_t n, int64_t P);
+                         int64_t n, int64_t S);
 
-/* Staged row c of a block. */
-static inline const void *cl_row(const tsl_bn_args *a, const void *stage, int64_t c, int64_t P)
+/* Staged row c of a block of row stride S. */
+static inline const void *cl_row(const tsl_bn_args *a, const void *stage, int64_t c, int64_t S)
 {
-    return (const char *)stage + (size_t)(c * P) * elem_size(a);
+    return (const char *)stage + (size_t)(c * S) * elem_size(a);
 }
 
 #endif /* TESSEL_CODELETS_BATCHNORM_INTERNAL_H */

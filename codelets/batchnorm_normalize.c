@@ -211,8 +211,8 @@ static void cl_backward_stats(const tsl_bn_args *a, const void *x, const void *d
                               const double *saved, const void *gamma, const void *beta,
                               tsl_acc *acc)
 {
-    const int64_t P = cl_positions(a), C = a->cext;
-    char *stage = cl_staging(a, 2), *gstage = stage + (size_t)(C * P) * elem_size(a);
+    const int64_t P = cl_positions(a), S = cl_stride(a), C = a->cext;
+    char *stage = cl_staging(a, 2), *gstage = stage + (size_t)(C * S) * elem_size(a);
     tsl_bn_relu_mask *m = malloc(sizeof *m * (size_t)C);
     TSL_CODELET_CHECK(m, "batch norm: out of memory for the ReLU masks");
     for (int64_t c = 0; c < C; c++)
@@ -220,10 +220,10 @@ static void cl_backward_stats(const tsl_bn_args *a, const void *x, const void *d
     for (int64_t s = 0; s < a->samples; s++)
         for (int64_t p0 = 0; p0 < a->inner; p0 += P) {
             int64_t n = a->inner - p0 < P ? a->inner - p0 : P;
-            tsl_bn_cl_transpose(a, x, stage, s, p0, n, P);
-            tsl_bn_cl_transpose(a, dy, gstage, s, p0, n, P);
+            tsl_bn_cl_transpose(a, x, stage, s, p0, n, S);
+            tsl_bn_cl_transpose(a, dy, gstage, s, p0, n, S);
             for (int64_t c = 0; c < C; c++) {
-                const void *xr = cl_row(a, stage, c, P), *gr = cl_row(a, gstage, c, P);
+                const void *xr = cl_row(a, stage, c, S), *gr = cl_row(a, gstage, c, S);
                 for (int64_t done = 0; done < n; done += CHUNK) {
                     int64_t len = n - done < CHUNK ? n - done : CHUNK;
                     add_chunk_sums(a, xr, done, len, gradient_chunk(a, xr, gr, done, len, m[c]),
