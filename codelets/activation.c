@@ -35,6 +35,7 @@
         }                                                                                          \
     } while (0)
 
+TSL_VECTOR_KERNEL
 void tsl_act_forward(const tsl_act_args *a, const void *x, void *y)
 {
     int64_t n = a->count;
@@ -75,6 +76,7 @@ void tsl_act_forward(const tsl_act_args *a, const void *x, void *y)
         }                                                                                          \
     } while (0)
 
+TSL_VECTOR_KERNEL
 void tsl_act_backward(const tsl_act_args *a, const void *in, const void *dy, void *dx)
 {
     int64_t n = a->count;

@@ -30,14 +30,14 @@ ROW_INLINE void affine_row(const int DTYPE, const int RELU, const void *x, void 
         float *out = (float *)y + base;
         for (int64_t i = 0; i < n; i++) {
             float v = tsl_bn_affine_f32(in[i], f.mean, f.scale, f.shift);
-            out[i] = RELU && !(v > 0) ? 0.0f : v;
+            out[i] = RELU ? (v > 0 ? v : 0.0f) : v; /* NaN and -0 give +0 */
         }
     } else {
         const double *in = (const double *)x + base;
         double *out = (double *)y + base;
         for (int64_t i = 0; i < n; i++) {
             double v = tsl_bn_affine_f64(in[i], f.mean, f.scale, f.shift);
-            out[i] = RELU && !(v > 0) ? 0.0 : v;
+            out[i] = RELU ? (v > 0 ? v : 0.0) : v;
         }
     }
 }
@@ -74,14 +74,14 @@ ROW_INLINE void cl_affine_rows(const int DTYPE, const int RELU, const tsl_bn_arg
             float *out = (float *)y + r * C;
             for (int64_t c = 0; c < C; c++) {
                 float v = tsl_bn_affine_f32(in[c], mean[c], scale[c], shift[c]);
-                out[c] = RELU && !(v > 0) ? 0.0f : v;
+                out[c] = RELU ? (v > 0 ? v : 0.0f) : v;
             }
         } else {
             const double *in = (const double *)x + r * C;
             double *out = (double *)y + r * C;
             for (int64_t c = 0; c < C; c++) {
                 double v = tsl_bn_affine_f64(in[c], mean[c], scale[c], shift[c]);
-                out[c] = RELU && !(v > 0) ? 0.0 : v;
+                out[c] = RELU ? (v > 0 ? v : 0.0) : v;
             }
         }
     }
@@ -90,6 +90,7 @@ ROW_INLINE void cl_affine_rows(const int DTYPE, const int RELU, const tsl_bn_arg
 /* y = affine(x) on the whole tile, f(c) giving tile channel c's affine. */
 typedef tsl_bn_affine (*affine_of)(const tsl_bn_args *a, int64_t c, const void *const *p);
 
+TSL_VECTOR_KERNEL
 static void affine_tile(const tsl_bn_args *a, const void *x, void *y, affine_of f,
                         const void *const *p)
 {
@@ -149,6 +150,7 @@ void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_
 /* The fused ReLU's mask in the backward: batchnorm_math.h. */
 /* Elements [at, at + n) of dy (n <= CHUNK); with a fused ReLU, dy where the forward's y > 0
  * and 0 elsewhere, staged. */
+TSL_VECTOR_KERNEL
 static const void *gradient_chunk(const tsl_bn_args *a, const void *x, const void *dy, int64_t at,
                                   int64_t n, tsl_bn_relu_mask m)
 {
@@ -277,6 +279,7 @@ typedef struct data_chunk_args {
     double mean_dy, slope;
 } data_chunk_args;
 
+TSL_VECTOR_KERNEL
 static void data_chunk(const tsl_bn_args *a, const void *x, int64_t at, int64_t n, const void *g,
                        void *user)
 {
@@ -317,6 +320,7 @@ ROW_INLINE void cl_backward_rows(const int DTYPE, const int RELU, const tsl_bn_a
     }
 }
 
+TSL_VECTOR_KERNEL
 void tsl_bn_backward_data_tile(const tsl_bn_args *a, const void *x, const void *dy,
                                const double *saved, const void *gamma, const void *beta,
                                const double *coef, void *dx)

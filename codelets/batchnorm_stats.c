@@ -60,6 +60,7 @@ void tsl_bn_add_sum_products_f64(tsl_acc *sum, tsl_acc *products, const double *
     } while (0)
 
 /* Stage positions [p0, p0 + n) of sample s: dst[c * S + i] = src[(s, p0 + i, c)]. */
+TSL_VECTOR_KERNEL
 void tsl_bn_cl_transpose(const tsl_bn_args *a, const void *src, void *dst, int64_t s, int64_t p0,
                          int64_t n, int64_t S)
 {

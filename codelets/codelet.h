@@ -45,6 +45,21 @@ extern int tsl_codelet_rank;
             TSL_CODELET_FAIL((msg), #cond);                                                        \
     } while (0)
 
+/* ---- element-wise kernels for the CPU's vector width ----
+ * TSL_VECTOR_KERNEL on a function makes GCC build it three times, for AVX-512, AVX2 and
+ * baseline x86-64, and pick one when the library loads (function multiversioning): the
+ * library still runs on any x86-64, and its memory-bound loops use the widest vectors the
+ * machine has. Put it on the function that holds (or inlines) the loop. The kernels' sources
+ * are compiled with -ffp-contract=off (CMakeLists.txt), so no build fuses a multiply and an
+ * add: every clone computes each element with the same IEEE operations and gives the same
+ * bits; vectorising changes no sum's order (GCC reorders no floating-point reduction). */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && defined(__x86_64__) &&     \
+    defined(__linux__)
+#define TSL_VECTOR_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TSL_VECTOR_KERNEL
+#endif
+
 /* ---- element access for kernels that compute in double whatever the tile's float dtype ---- */
 
 /* Element i of an f32 or f64 buffer, as a double. */
