@@ -46,6 +46,20 @@ extern "C" {
 cublasHandle_t tsl_cuda_cublas(void);
 cudnnHandle_t tsl_cuda_cudnn(void);
 
+/* ---- the dense families (convolution, linear): TF32 and the worker's workspace ---- */
+
+/* Whether f32 convolutions and GEMMs may use TF32 tensor cores: environment variable
+ * TESSEL_CUDA_TF32, read once ("0": no, FMA math only; "1" or unset: yes, as PyTorch allows for
+ * convolutions by default). */
+int tsl_cuda_tf32(void);
+
+/* The calling CUDA worker's device workspace, at least `bytes` long (NULL for 0 bytes). It grows
+ * on the worker's stream (the old one freed stream-ordered after the work already queued that
+ * uses it), so the pointer stays valid for the work the caller queues on that stream until the
+ * caller's next call; take one workspace per codelet for everything it needs. Freed with the
+ * handles. */
+void *tsl_cuda_workspace(size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif
