@@ -175,11 +175,12 @@ static uint32_t weight_rows_variant(struct starpu_task *task)
     return tsl_hash_i64(h, a.nrows);
 }
 
-TSL_CODELET(tsl_cl_linear_forward, "tsl_linear_fwd", linear_forward_cpu, NULL, linear_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_linear_backward_data, "tsl_linear_bwd_data", linear_backward_data_cpu, NULL,
-            linear_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_linear_weight_rows, "tsl_linear_weight_rows", linear_weight_rows_cpu, NULL,
-            weight_rows_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_linear_forward, "tsl_linear_fwd", linear_forward_cpu, tsl_linear_forward_cuda,
+            linear_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_linear_backward_data, "tsl_linear_bwd_data", linear_backward_data_cpu,
+            tsl_linear_backward_data_cuda, linear_variant, .nbuffers = 3,
+            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_linear_weight_rows, "tsl_linear_weight_rows", linear_weight_rows_cpu,
+            tsl_linear_weight_rows_cuda, weight_rows_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_linear_backward_weights, "tsl_linear_bwd_weights", linear_backward_weights_cpu,
-            NULL, linear_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+            tsl_linear_backward_weights_cuda, linear_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);

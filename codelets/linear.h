@@ -5,6 +5,10 @@
 #include <starpu.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct tsl_linear_args {
     int32_t dtype;    /* TSL_F32 or TSL_F64 */
     int32_t has_bias; /* forward: bias buffer present; backward weights: db buffer present */
@@ -42,10 +46,23 @@ typedef struct tsl_linear_rows_args {
 void tsl_linear_weight_rows_kernel(const tsl_linear_rows_args *a, const void *const *x,
                                    const void *const *dy, void *dw, void *db);
 
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (linear.cu, cuBLAS on the worker's handle and stream): the same
+ * arguments and buffers as the CPU functions. */
+void tsl_linear_forward_cuda(void *buffers[], void *cl_arg);
+void tsl_linear_backward_data_cuda(void *buffers[], void *cl_arg);
+void tsl_linear_backward_weights_cuda(void *buffers[], void *cl_arg);
+void tsl_linear_weight_rows_cuda(void *buffers[], void *cl_arg);
+#endif
+
 extern struct starpu_codelet tsl_cl_linear_forward;          /* R x, R w, [R b], W y */
 extern struct starpu_codelet tsl_cl_linear_backward_data;    /* R dy, R w, W dx */
 extern struct starpu_codelet tsl_cl_linear_backward_weights; /* R x, R dy, W dw, [W db] */
 /* R x_0, R dy_0, R x_1, R dy_1, ..., W dw rows, [W db] */
 extern struct starpu_codelet tsl_cl_linear_weight_rows;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_LINEAR_H */
