@@ -468,9 +468,30 @@ static uint32_t conv_variant(struct starpu_task *task)
     return tsl_hash_i64s(h, a->dilation, 3);
 }
 
-TSL_CODELET(tsl_cl_conv_forward, "tsl_conv_fwd", conv_forward_cpu, NULL, conv_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_conv_backward_data, "tsl_conv_bwd_data", conv_backward_data_cpu, NULL,
-            conv_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_conv_backward_weights, "tsl_conv_bwd_weights", conv_backward_weights_cpu, NULL,
-            conv_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+#ifdef TESSEL_USE_CUDA
+/* CUDA workers take the tasks the cuDNN path supports (tsl_conv_cuda_supports: whole tiles of
+ * PyTorch's geometry); windowed tasks (halo slabs, chunks, parts of an output tile) run on CPU
+ * workers only. */
+static int conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl)
+{
+    (void)nimpl;
+    if (starpu_worker_get_type((int)workerid) != STARPU_CUDA_WORKER)
+        return 1;
+    tsl_conv_task_args t;
+    starpu_codelet_unpack_args(task->cl_arg, &t);
+    return tsl_conv_cuda_supports(&t);
+}
+/* (the CUDA slot and can_execute exist only with TESSEL_USE_CUDA) */
+#define CONV_CAN_EXECUTE .can_execute = conv_can_execute,
+#else
+#define CONV_CAN_EXECUTE
+#endif
+
+TSL_CODELET(tsl_cl_conv_forward, "tsl_conv_fwd", conv_forward_cpu, tsl_conv_forward_cuda,
+            conv_variant, CONV_CAN_EXECUTE.nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_conv_backward_data, "tsl_conv_bwd_data", conv_backward_data_cpu,
+            tsl_conv_backward_data_cuda, conv_variant,
+            CONV_CAN_EXECUTE.nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_conv_backward_weights, "tsl_conv_bwd_weights", conv_backward_weights_cpu,
+            tsl_conv_backward_weights_cuda, conv_variant,
+            CONV_CAN_EXECUTE.nbuffers = STARPU_VARIABLE_NBUFFERS);

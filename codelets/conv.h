@@ -8,6 +8,10 @@
 #include <starpu.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct tsl_conv_args {
     int32_t spatial;       /* 1, 2 or 3 */
     int32_t has_bias;      /* forward: bias buffer; backward weights: db buffer */
@@ -111,9 +115,24 @@ typedef struct tsl_conv_task_args {
     int64_t out_offset[3], out_tile[3];
 } tsl_conv_task_args;
 
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (conv.cu, cuDNN on the worker's handle and stream): the same
+ * arguments and buffers as the CPU functions, for the tasks tsl_conv_cuda_supports() takes:
+ * whole tiles (not windowed) whose sizes fit cuDNN's ints and whose output size is the one of
+ * symmetric padding (PyTorch's). The codelets' can_execute keeps the others on CPU workers. */
+int tsl_conv_cuda_supports(const tsl_conv_task_args *t);
+void tsl_conv_forward_cuda(void *buffers[], void *cl_arg);
+void tsl_conv_backward_data_cuda(void *buffers[], void *cl_arg);
+void tsl_conv_backward_weights_cuda(void *buffers[], void *cl_arg);
+#endif
+
 /* R x, [R slabs], R w, [R b], W y (RW y for a part after the first) */
 extern struct starpu_codelet tsl_cl_conv_forward;
 extern struct starpu_codelet tsl_cl_conv_backward_data;    /* R dy, R w, W dx, [W dslabs] */
 extern struct starpu_codelet tsl_cl_conv_backward_weights; /* R x, [R slabs], R dy, W dw, [W db] */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_CONV_H */
