@@ -482,16 +482,16 @@ static int conv_can_execute(unsigned workerid, struct starpu_task *task, unsigne
     return tsl_conv_cuda_supports(&t);
 }
 /* (the CUDA slot and can_execute exist only with TESSEL_USE_CUDA) */
-#define CONV_CAN_EXECUTE .can_execute = conv_can_execute,
+#define CONV_CAN_EXECUTE .can_execute = conv_can_execute
 #else
-#define CONV_CAN_EXECUTE
+#define CONV_CAN_EXECUTE .can_execute = NULL
 #endif
 
 TSL_CODELET(tsl_cl_conv_forward, "tsl_conv_fwd", conv_forward_cpu, tsl_conv_forward_cuda,
-            conv_variant, CONV_CAN_EXECUTE.nbuffers = STARPU_VARIABLE_NBUFFERS);
+            conv_variant, CONV_CAN_EXECUTE, .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_conv_backward_data, "tsl_conv_bwd_data", conv_backward_data_cpu,
-            tsl_conv_backward_data_cuda, conv_variant,
-            CONV_CAN_EXECUTE.nbuffers = STARPU_VARIABLE_NBUFFERS);
+            tsl_conv_backward_data_cuda, conv_variant, CONV_CAN_EXECUTE,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_conv_backward_weights, "tsl_conv_bwd_weights", conv_backward_weights_cpu,
-            tsl_conv_backward_weights_cuda, conv_variant,
-            CONV_CAN_EXECUTE.nbuffers = STARPU_VARIABLE_NBUFFERS);
+            tsl_conv_backward_weights_cuda, conv_variant, CONV_CAN_EXECUTE,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
