@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -20,7 +21,8 @@
 
 #define TSL_DEFAULT_TAG_BASE ((int64_t)1 << 40)
 #define TSL_DEFAULT_TAG_COUNT ((int64_t)1 << 40)
-#define TSL_DEFAULT_HOST_CACHE_BYTES ((int64_t)32 << 20)
+#define TSL_HOST_CACHE_MIN ((int64_t)32 << 20)
+#define TSL_HOST_CACHE_MAX ((int64_t)1 << 30)
 
 /* Rank of this process for codelet abort messages (codelets/codelet.h). */
 int tsl_codelet_rank = -1;
@@ -38,7 +40,7 @@ tsl_status tsl_context_config_init(tsl_context_config *config)
     config->log_level = TSL_LOG_WARN;
     config->log_fn = NULL;
     config->log_user = NULL;
-    config->host_cache_bytes = TSL_DEFAULT_HOST_CACHE_BYTES;
+    config->host_cache_bytes = TSL_HOST_CACHE_AUTO;
     config->yield_when_idle = 1;
     return TSL_OK;
 }
@@ -60,8 +62,9 @@ static tsl_status check_config(const tsl_context_config *config, const char *fn)
     if (config->log_level < TSL_LOG_ERROR || config->log_level > TSL_LOG_DEBUG)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: log level %d out of range", fn,
                          (int)config->log_level);
-    if (config->host_cache_bytes < 0)
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: host cache of %lld bytes (want >= 0)", fn,
+    if (config->host_cache_bytes < TSL_HOST_CACHE_AUTO)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: host cache of %lld bytes (want >= 0, or TSL_HOST_CACHE_AUTO)", fn,
                          (long long)config->host_cache_bytes);
     if (config->scheduler && (config->scheduler[0] == '\0' || strlen(config->scheduler) > 64))
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scheduler name empty or too long", fn);
@@ -197,6 +200,40 @@ static int start_starpu(struct starpu_conf *conf)
         MPI_Comm_free(&node);
     }
     return ret;
+}
+
+/* The memory of this process's node as the kernel sees it, lowered to its cgroup's limit
+ * (cgroup v2 memory.max) when that is lower; 0 if unknown. */
+static int64_t node_memory_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    int64_t bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    if (f) {
+        long long limit = 0;
+        if (fscanf(f, "%lld", &limit) == 1 && limit > 0 && (bytes == 0 || limit < bytes))
+            bytes = limit;
+        fclose(f);
+    }
+    return bytes;
+}
+
+/* TSL_HOST_CACHE_AUTO's limit: an eighth of this rank's share of its node's memory, between
+ * TSL_HOST_CACHE_MIN and TSL_HOST_CACHE_MAX. Collective over MPI_COMM_WORLD. */
+static int64_t auto_host_cache_bytes(void)
+{
+    int nlocal = 1, world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm node;
+    if (world > 1 && MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                         &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &nlocal);
+        MPI_Comm_free(&node);
+    }
+    int64_t limit = node_memory_bytes() / (nlocal > 0 ? nlocal : 1) / 8;
+    return limit < TSL_HOST_CACHE_MIN   ? TSL_HOST_CACHE_MIN
+           : limit > TSL_HOST_CACHE_MAX ? TSL_HOST_CACHE_MAX
+                                        : limit;
 }
 
 /* Ranks sharing a node get cores of their own (DESIGN rule 7: one task, one core). StarPU
@@ -365,7 +402,9 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
     share_node_cores(&conf, config, binding, sizeof binding);
     /* Before StarPU starts, so that every buffer it allocates and frees passes the cache
      * (which also counts them: with a limit of 0 it keeps nothing, and still counts). */
-    tsl_host_cache_install((size_t)config->host_cache_bytes);
+    int64_t cache = config->host_cache_bytes == TSL_HOST_CACHE_AUTO ? auto_host_cache_bytes()
+                                                                    : config->host_cache_bytes;
+    tsl_host_cache_install((size_t)cache);
     int ret = start_starpu(&conf);
     if (ret != 0) {
         tsl_host_cache_uninstall(NULL);

@@ -33,6 +33,9 @@ typedef enum tsl_worker_kind {
     TSL_WORKER_ANY = 2, /**< all workers, whatever their kind */
 } tsl_worker_kind;
 
+/** tsl_context_config::host_cache_bytes: a limit chosen from the node's memory. */
+#define TSL_HOST_CACHE_AUTO (-1)
+
 /** Configuration of a context; initialise with tsl_context_config_init(). */
 typedef struct tsl_context_config {
     /** CPU workers per rank; -1 lets StarPU decide (STARPU_NCPU, or the core count). */
@@ -64,7 +67,10 @@ typedef struct tsl_context_config {
      *  back), so a rank's peak grows by at most a quarter of this. A
      *  data-parallel run with large weights gains from a limit of a few times its gradient
      *  bytes: a gradient reduction cuts, receives and frees pieces of the same sizes every
-     *  step (bench/RESULTS.md). 0 keeps none. Default 32 MiB. An application that owns StarPU
+     *  step (bench/RESULTS.md). 0 keeps none. Default ::TSL_HOST_CACHE_AUTO: an eighth of
+     *  this rank's share of its node's memory (the node's memory, or its cgroup's limit when
+     *  lower, divided by the ranks on the node), between 32 MiB and 1 GiB, so the peak grows
+     *  by at most 1/32 of the share. An application that owns StarPU
      * (tsl_context_attach()) keeps its own allocator. */
     int64_t host_cache_bytes;
     /** Non-zero (default): waiting threads give their core to other runnable threads instead

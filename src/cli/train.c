@@ -68,9 +68,9 @@ static void usage_train(FILE *out)
         "                      bytes it sent and received per step (the metrics file has them\n"
         "                      always)\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n"
-        "  --host-cache-mib M  MiB of freed tile buffers each rank keeps for reuse (default\n"
-        "                      32, 0 none): spares fresh pages for each step's activations;\n"
-        "                      a few times the gradient MiB helps data=D with large weights\n"
+        "  --host-cache-mib M  MiB of freed tile buffers each rank keeps for reuse (default:\n"
+        "                      an eighth of the rank's share of the node's memory, 32 to\n"
+        "                      1024; 0 none): spares fresh pages for each step's activations\n"
         "  --spin              idle workers and MPI waits poll instead of yielding their\n"
         "                      core; the default (yield) is faster where threads outnumber\n"
         "                      cores\n");

@@ -197,7 +197,7 @@ TEST(Context, Queries)
     EXPECT_NE(std::strstr(tsl_last_error(), "attach"), nullptr);
     tsl_context_config bad;
     tsl_context_config_init(&bad);
-    bad.host_cache_bytes = -1;
+    bad.host_cache_bytes = TSL_HOST_CACHE_AUTO - 1;
     EXPECT_EQ(tsl_context_create(&second, &bad), TSL_ERR_INVALID_ARG);
     EXPECT_NE(std::strstr(tsl_last_error(), "host cache"), nullptr);
 }
