@@ -209,16 +209,58 @@ static void add_chunk_sums(const tsl_bn_args *a, const void *x, int64_t at, int6
         tsl_bn_add_sum_products_f64(sum, sum + 1, g, (const double *)x + at, n);
 }
 
+/* Rows per masked block of cl_backward_stats_f32. */
+#define CL_MASK_ROWS 256
+
+/* cl_backward_stats for float32: sum g and sum g x per channel straight from the channels-last
+ * tile (its channels are the columns of a positions x cext block), g being dy masked by each
+ * channel's fused-ReLU mask a block of rows at a time, as gradient_chunk masks a row. */
+TSL_VECTOR_KERNEL
+static void cl_backward_stats_f32(const tsl_bn_args *a, const void *x, const void *dy,
+                                  const tsl_bn_relu_mask *m, tsl_acc *acc)
+{
+    const int64_t C = a->cext, rows = a->samples * a->inner;
+    const float *xs = x, *gs = dy;
+    tsl_acc *sum = &acc[2 * a->c0], *products = &acc[2 * a->c0 + 1];
+    if (!a->relu) {
+        tsl_acc_add_columns_f32(sum, 2, products, 2, gs, xs, rows, C);
+        return;
+    }
+    float *lo = malloc(sizeof(float) * (size_t)(2 * C + CL_MASK_ROWS * C)), *hi = lo + C,
+          *stage = hi + C;
+    TSL_CODELET_CHECK(lo, "batch norm: out of memory for a masked block");
+    for (int64_t c = 0; c < C; c++) {
+        lo[c] = (float)m[c].lo;
+        hi[c] = (float)m[c].hi;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += CL_MASK_ROWS) {
+        const int64_t n = rows - r0 < CL_MASK_ROWS ? rows - r0 : CL_MASK_ROWS;
+        const float *xr = xs + r0 * C, *gr = gs + r0 * C;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < C; c++) {
+                float v = xr[r * C + c];
+                stage[r * C + c] = tsl_bn_keep_f32(gr[r * C + c], (v >= lo[c]) & (v <= hi[c]));
+            }
+        tsl_acc_add_columns_f32(sum, 2, products, 2, stage, xr, n, C);
+    }
+    free(lo);
+}
+
 static void cl_backward_stats(const tsl_bn_args *a, const void *x, const void *dy,
                               const double *saved, const void *gamma, const void *beta,
                               tsl_acc *acc)
 {
     const int64_t P = cl_positions(a), S = cl_stride(a), C = a->cext;
-    char *stage = cl_staging(a, 2), *gstage = stage + (size_t)(C * S) * elem_size(a);
     tsl_bn_relu_mask *m = malloc(sizeof *m * (size_t)C);
     TSL_CODELET_CHECK(m, "batch norm: out of memory for the ReLU masks");
     for (int64_t c = 0; c < C; c++)
         m[c] = channel_mask(a, saved, gamma, beta, a->c0 + c);
+    if (a->dtype == TSL_F32) {
+        cl_backward_stats_f32(a, x, dy, m, acc);
+        free(m);
+        return;
+    }
+    char *stage = cl_staging(a, 2), *gstage = stage + (size_t)(C * S) * elem_size(a);
     for (int64_t s = 0; s < a->samples; s++)
         for (int64_t p0 = 0; p0 < a->inner; p0 += P) {
             int64_t n = a->inner - p0 < P ? a->inner - p0 : P;

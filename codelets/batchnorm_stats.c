@@ -73,6 +73,11 @@ void tsl_bn_cl_transpose(const tsl_bn_args *a, const void *src, void *dst, int64
 
 static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
 {
+    if (a->dtype == TSL_F32) { /* the channels are the columns of a (positions x cext) block */
+        tsl_acc_add_columns_f32(&acc[2 * a->c0], 2, &acc[2 * a->c0 + 1], 2, x, NULL,
+                                a->samples * a->inner, a->cext);
+        return;
+    }
     const int64_t P = cl_positions(a), S = cl_stride(a);
     void *stage = cl_staging(a, 1);
     for (int64_t s = 0; s < a->samples; s++)

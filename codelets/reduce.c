@@ -432,6 +432,195 @@ void tsl_acc_add_sum_products_f32(tsl_acc *sum, tsl_acc *products, const float *
     add_f32(sum, products, a, b, count);
 }
 
+/* ---- float32 columns of a row-major block, exactly (channels-last tiles) ----
+ * The extraction above with one lane per column instead of four per chunk: blocks of at most
+ * 2^H rows, each column's levels started from that column's largest magnitude in the block,
+ * plain C loops over the columns (the compiler vectorises them; TSL_VECTOR_KERNEL builds them
+ * for the machine's widest vectors, and -ffp-contract=off keeps every step a separate IEEE
+ * operation, as the extraction needs). A column whose block holds an infinity or a NaN, or
+ * leaves a rest, goes through add_f32_binned for that block. Every path adds the column's
+ * exact sum, so the result is the bits of tsl_acc_add_sum_products_f32 on the column. */
+#define COLUMN_ROWS ((int64_t)1 << EXTRACT_HEADROOM_COLUMNS)
+#define EXTRACT_HEADROOM_COLUMNS 9
+#define COLUMN_GROUP 8 /* columns a vector holds */
+typedef float f32xg __attribute__((vector_size(4 * COLUMN_GROUP)));
+typedef double f64xg __attribute__((vector_size(8 * COLUMN_GROUP)));
+typedef int64_t i64xg __attribute__((vector_size(8 * COLUMN_GROUP)));
+
+static inline double column_level_start(int top)
+{
+    return ldexp(1.5, top + EXTRACT_HEADROOM_COLUMNS + 2);
+}
+
+/* Per-column state of one block (cols entries each). */
+typedef struct column_block {
+    double *s0, *s1, *p0, *p1; /* the four level accumulators */
+    double *s0_start, *s1_start, *p0_start, *p1_start;
+    uint32_t *max_a, *max_b; /* largest |value| bits in the block */
+    uint64_t *rest;          /* OR of the rests' bits */
+    float *column;           /* one column of the block, for the bins */
+} column_block;
+
+/* Largest |a| (bits) per column over `rows` rows of `cols`. */
+static inline void column_max_bits(const float *a, int64_t rows, int64_t cols, uint32_t *max)
+{
+    for (int64_t c = 0; c < cols; c++)
+        max[c] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = a + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t bits;
+            memcpy(&bits, &row[c], sizeof bits);
+            bits &= 0x7fffffffu;
+            max[c] = bits > max[c] ? bits : max[c];
+        }
+    }
+}
+
+/* s gains v rounded to its level's unit; v keeps the rest (both exact). */
+#define COLUMN_LEVEL(v, s)                                                                         \
+    do {                                                                                           \
+        __typeof__(s) sum_ = (s) + (v);                                                            \
+        (v) -= sum_ - (s);                                                                         \
+        (s) = sum_;                                                                                \
+    } while (0)
+
+TSL_VECTOR_KERNEL
+static void add_columns_block(tsl_acc *sum, int64_t sum_stride, tsl_acc *product,
+                              int64_t product_stride, const float *a, const float *b, int64_t rows,
+                              int64_t cols, const column_block *k)
+{
+    const int SQUARES = a == b;
+    column_max_bits(a, rows, cols, k->max_a);
+    if (product && !SQUARES)
+        column_max_bits(b, rows, cols, k->max_b);
+    for (int64_t c = 0; c < cols; c++) {
+        float la, lb;
+        uint32_t mb = product && !SQUARES ? k->max_b[c] : k->max_a[c];
+        memcpy(&la, &k->max_a[c], sizeof la);
+        memcpy(&lb, &mb, sizeof lb);
+        int sum_top = 0, product_top = 0;
+        if (k->max_a[c] < 0x7f800000u && mb < 0x7f800000u) {
+            frexp((double)la, &sum_top);
+            frexp((double)la * lb, &product_top);
+        }
+        k->s0[c] = k->s0_start[c] = column_level_start(sum_top);
+        k->s1[c] = k->s1_start[c] = column_level_start(sum_top + EXTRACT_HEADROOM_COLUMNS - 51);
+        k->p0[c] = k->p0_start[c] = column_level_start(product_top);
+        k->p1[c] = k->p1_start[c] = column_level_start(product_top + EXTRACT_HEADROOM_COLUMNS - 51);
+        k->rest[c] = 0;
+    }
+    /* Groups of COLUMN_GROUP columns keep their accumulators in vector registers through the
+     * block's rows; the columns left over go one at a time. */
+    int64_t c0 = 0;
+    for (; c0 + COLUMN_GROUP <= cols; c0 += COLUMN_GROUP) {
+        f64xg s0, s1, p0, p1;
+        memcpy(&s0, k->s0 + c0, sizeof s0);
+        memcpy(&s1, k->s1 + c0, sizeof s1);
+        memcpy(&p0, k->p0 + c0, sizeof p0);
+        memcpy(&p1, k->p1 + c0, sizeof p1);
+        i64xg rest = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            f32xg va;
+            memcpy(&va, a + r * cols + c0, sizeof va);
+            f64xg x = __builtin_convertvector(va, f64xg);
+            if (sum) {
+                f64xg v = x;
+                COLUMN_LEVEL(v, s0);
+                COLUMN_LEVEL(v, s1);
+                rest |= (i64xg)v;
+            }
+            if (product) {
+                f64xg y = x;
+                if (!SQUARES) {
+                    f32xg vb;
+                    memcpy(&vb, b + r * cols + c0, sizeof vb);
+                    y = __builtin_convertvector(vb, f64xg);
+                }
+                f64xg v = x * y; /* exact */
+                COLUMN_LEVEL(v, p0);
+                COLUMN_LEVEL(v, p1);
+                rest |= (i64xg)v;
+            }
+        }
+        memcpy(k->s0 + c0, &s0, sizeof s0);
+        memcpy(k->s1 + c0, &s1, sizeof s1);
+        memcpy(k->p0 + c0, &p0, sizeof p0);
+        memcpy(k->p1 + c0, &p1, sizeof p1);
+        memcpy(k->rest + c0, &rest, sizeof rest);
+    }
+    for (int64_t c = c0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) {
+            double x = a[r * cols + c];
+            if (sum) {
+                double v = x;
+                COLUMN_LEVEL(v, k->s0[c]);
+                COLUMN_LEVEL(v, k->s1[c]);
+                uint64_t bits;
+                memcpy(&bits, &v, sizeof bits);
+                k->rest[c] |= bits;
+            }
+            if (product) {
+                double v = x * (double)b[r * cols + c]; /* exact */
+                COLUMN_LEVEL(v, k->p0[c]);
+                COLUMN_LEVEL(v, k->p1[c]);
+                uint64_t bits;
+                memcpy(&bits, &v, sizeof bits);
+                k->rest[c] |= bits;
+            }
+        }
+    for (int64_t c = 0; c < cols; c++) {
+        uint32_t mb = product && !SQUARES ? k->max_b[c] : k->max_a[c];
+        tsl_acc *sc = sum ? sum + c * sum_stride : NULL;
+        tsl_acc *pc = product ? product + c * product_stride : NULL;
+        if (k->max_a[c] >= 0x7f800000u || mb >= 0x7f800000u || (k->rest[c] & INT64_MAX)) {
+            /* the bins take this column of the block (b's column after a's when not squares) */
+            float *col = k->column, *colb = k->column + COLUMN_ROWS;
+            for (int64_t r = 0; r < rows; r++) {
+                col[r] = a[r * cols + c];
+                colb[r] = b[r * cols + c];
+            }
+            add_f32_binned(sc, pc, col, SQUARES ? col : colb, rows);
+            continue;
+        }
+        if (sc) {
+            tsl_acc_add(sc, k->s0[c] - k->s0_start[c]);
+            tsl_acc_add(sc, k->s1[c] - k->s1_start[c]);
+        }
+        if (pc) {
+            tsl_acc_add(pc, k->p0[c] - k->p0_start[c]);
+            tsl_acc_add(pc, k->p1[c] - k->p1_start[c]);
+        }
+    }
+}
+
+void tsl_acc_add_columns_f32(tsl_acc *sum, int64_t sum_stride, tsl_acc *product,
+                             int64_t product_stride, const float *a, const float *b, int64_t rows,
+                             int64_t cols)
+{
+    if (rows <= 0 || cols <= 0 || (!sum && !product))
+        return;
+    if (!b)
+        b = a;
+    size_t n = (size_t)cols;
+    double *d = malloc(sizeof(double) * 8 * n);
+    uint32_t *u = malloc(sizeof(uint32_t) * 2 * n);
+    uint64_t *rest = malloc(sizeof(uint64_t) * n);
+    float *column = malloc(sizeof(float) * 2 * COLUMN_ROWS);
+    TSL_CODELET_CHECK(d && u && rest && column, "exact column sums: out of memory");
+    column_block k = {d,         d + n,     d + 2 * n, d + 3 * n, d + 4 * n, d + 5 * n,
+                      d + 6 * n, d + 7 * n, u,         u + n,     rest,      column};
+    for (int64_t r0 = 0; r0 < rows; r0 += COLUMN_ROWS) {
+        int64_t len = rows - r0 < COLUMN_ROWS ? rows - r0 : COLUMN_ROWS;
+        add_columns_block(sum, sum_stride, product, product_stride, a + r0 * cols, b + r0 * cols,
+                          len, cols, &k);
+    }
+    free(d);
+    free(u);
+    free(rest);
+    free(column);
+}
+
 /* float64: 2048 bins of 128-bit integers (each element adds at most 2^53). */
 static void add_f64_binned(tsl_acc *acc, const double *x, int64_t count)
 {

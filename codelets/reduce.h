@@ -55,6 +55,15 @@ void tsl_acc_add_products_f32(tsl_acc *acc, const float *a, const float *b, int6
 void tsl_acc_add_sum_products_f32(tsl_acc *sum, tsl_acc *products, const float *a, const float *b,
                                   int64_t count);
 
+/* The columns of a row-major rows x cols block of floats, exactly: for each column c,
+ * sum[c * sum_stride] += sum of a[r * cols + c] and product[c * product_stride] += sum of
+ * a[r * cols + c] * b[r * cols + c] (b NULL or a: squares); sum or product may be NULL. Each
+ * column gets the bits tsl_acc_add_sum_products_f32 gives on that column alone (the sums of a
+ * channels-last tile's channels, without transposing it). */
+void tsl_acc_add_columns_f32(tsl_acc *sum, int64_t sum_stride, tsl_acc *product,
+                             int64_t product_stride, const float *a, const float *b, int64_t rows,
+                             int64_t cols);
+
 /* Whether a codelet's vector buffer holds exactly one accumulator. */
 static inline int tsl_acc_buffer_ok(void *buffer)
 {

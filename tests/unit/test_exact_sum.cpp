@@ -315,6 +315,63 @@ void expect_f32_paths_exact(const std::vector<float> &a, const std::vector<float
     EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&s), want_ab.sum)) << what << ": sum of a";
     EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&p), want_ab.products))
         << what << ": sum and products";
+    // The same arrays as column 1 of an 11-column row-major block (the columns of a
+    // channels-last tile: one group of 8 columns that share vectors, 3 left over), through
+    // tsl_acc_add_columns_f32: every column gets the bits of its own per-element sums. Column
+    // 0 holds b and a, column j >= 2 a and b rotated by j.
+    const int64_t cols = 11;
+    std::vector<std::vector<float>> ca(cols), cb(cols);
+    for (int64_t j = 0; j < cols; j++) {
+        ca[j].resize(a.size());
+        cb[j].resize(a.size());
+        for (size_t i = 0; i < a.size(); i++) {
+            size_t k = j >= 2 ? (i + (size_t)j) % a.size() : i;
+            ca[j][i] = j == 0 ? b[k] : a[k];
+            cb[j][i] = j == 0 ? a[k] : b[k];
+        }
+    }
+    std::vector<float> blk_a((size_t)cols * a.size()), blk_b((size_t)cols * a.size());
+    for (size_t i = 0; i < a.size(); i++)
+        for (int64_t j = 0; j < cols; j++) {
+            blk_a[i * cols + j] = ca[j][i];
+            blk_b[i * cols + j] = cb[j][i];
+        }
+    std::vector<tsl_acc> cs(2 * cols), cp(cols), qs(cols), qq(cols);
+    for (auto *v : {&cs, &cp, &qs, &qq})
+        for (tsl_acc &x : *v)
+            tsl_acc_init(&x);
+    tsl_acc_add_columns_f32(cs.data(), 2, cp.data(), 1, blk_a.data(), blk_b.data(), n, cols);
+    tsl_acc_add_columns_f32(cs.data() + 1, 2, nullptr, 0, blk_a.data(), nullptr, n, cols);
+    tsl_acc_add_columns_f32(qs.data(), 1, qq.data(), 1, blk_a.data(), nullptr, n, cols);
+    // Whole accumulators, normalised, not only their rounding: a lost low bit shows.
+    auto same_acc = [](tsl_acc x, tsl_acc y) {
+        tsl_acc_normalize(&x);
+        tsl_acc_normalize(&y);
+        return std::memcmp(&x, &y, sizeof x) == 0;
+    };
+    for (int64_t j = 0; j < cols; j++) {
+        tsl_acc ws, wp;
+        tsl_acc_init(&ws);
+        tsl_acc_init(&wp);
+        for (size_t i = 0; i < a.size(); i++) {
+            tsl_acc_add(&ws, (double)ca[j][i]);
+            tsl_acc_add(&wp, (double)ca[j][i] * (double)cb[j][i]);
+        }
+        EXPECT_TRUE(same_acc(cs[2 * j], ws)) << what << ": column " << j << " sum, accumulator";
+        EXPECT_TRUE(same_acc(cp[j], wp)) << what << ": column " << j << " products, accumulator";
+    }
+    for (int64_t j = 0; j < cols; j++) {
+        const std::string col = what + ": column " + std::to_string(j);
+        F32Sums want = j == 1 ? want_ab : per_element_f32(ca[j], cb[j], false);
+        F32Sums want_q = j == 1 ? want_sq : per_element_f32(ca[j], ca[j], true);
+        EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&cs[2 * j]), want.sum)) << col << " sum";
+        EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&cs[2 * j + 1]), want.sum))
+            << col << " sum alone";
+        EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&cp[j]), want.products)) << col << " products";
+        EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&qs[j]), want_q.sum)) << col << " moments, sum";
+        EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&qq[j]), want_q.products))
+            << col << " moments, squares";
+    }
 }
 
 std::vector<float> normal_floats(std::mt19937_64 &rng, size_t n, double mean, double sd)
