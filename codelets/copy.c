@@ -1,9 +1,11 @@
-/* Whole-buffer copies (scatter, gather) and N-D box copies (redistribution). */
+/* Whole-buffer copies (scatter, gather) and N-D box copies (redistribution). The CUDA
+ * functions are in copy.cu. */
 #include <stdint.h>
 #include <string.h>
 
 #include "codelet.h"
 #include "copy.h"
+#include "copy_math.h"
 
 void tsl_layout_order(int32_t layout, int32_t ndim, int32_t *order)
 {
@@ -50,23 +52,17 @@ static void strided_row(char *dst, const char *src, int64_t count, int64_t ss, s
     }
 }
 
-/* dst[i] += src[i * stride] */
-/* i64 labels into u8 or i32: exact where the value fits; otherwise an invalid label (255 or
- * -1, outside [0, classes) for every class count the type serves), which the loss counts. */
+/* i64 labels into u8 or i32 (copy_math.h). */
 static void narrow_row(char *dst, const int64_t *src, int64_t n, int64_t stride, size_t elem)
 {
     if (elem == 1) {
         uint8_t *d = (uint8_t *)dst;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v = src[i * stride];
-            d[i] = v >= 0 && v < 255 ? (uint8_t)v : 255;
-        }
+        for (int64_t i = 0; i < n; i++)
+            d[i] = tsl_label_u8(src[i * stride]);
     } else {
         int32_t *d = (int32_t *)(void *)dst;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v = src[i * stride];
-            d[i] = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
-        }
+        for (int64_t i = 0; i < n; i++)
+            d[i] = tsl_label_i32(src[i * stride]);
     }
 }
 
@@ -92,42 +88,54 @@ static void add2_row(float *restrict dst, const float *restrict src, const float
             dst[i] = src[i * stride] + addend[i];
 }
 
-static void box_copy(const tsl_box_copy_args *args, void *dst, const void *src, const float *addend)
+void tsl_box_copy_walk(const tsl_box_copy_args *args, tsl_box_walk *w)
 {
-    TSL_CODELET_CHECK(!addend || (!args->accumulate && !args->narrow_labels &&
-                                  args->elem_size == (int32_t)sizeof(float)),
+    int ndim = args->ndim;
+    int64_t src_stride[TSL_MAX_DIMS], dst_stride[TSL_MAX_DIMS];
+    tsl_layout_strides(args->src_layout, ndim, args->src_extent, src_stride);
+    tsl_layout_strides(args->dst_layout, ndim, args->dst_extent, dst_stride);
+    /* The logical dimensions in the destination's memory order (writes stream), right-aligned
+     * into five; unused outer ones have size 1. */
+    w->sbase = w->dbase = 0;
+    for (int d = 0; d < ndim; d++) {
+        w->sbase += args->src_offset[d] * src_stride[d];
+        w->dbase += args->dst_offset[d] * dst_stride[d];
+    }
+    int pad = TSL_MAX_DIMS - ndim;
+    for (int k = 0; k < pad; k++) {
+        w->box[k] = 1;
+        w->ss[k] = w->ds[k] = 0;
+    }
+    int32_t order[TSL_MAX_DIMS];
+    tsl_layout_order(args->dst_layout, ndim, order);
+    for (int k = 0; k < ndim; k++) {
+        w->box[pad + k] = args->box[order[k]];
+        w->ss[pad + k] = src_stride[order[k]];
+        w->ds[pad + k] = dst_stride[order[k]];
+    }
+}
+
+void tsl_box_copy_check(const tsl_box_copy_args *args, int add)
+{
+    TSL_CODELET_CHECK(!add || (!args->accumulate && !args->narrow_labels &&
+                               args->elem_size == (int32_t)sizeof(float)),
                       "box add: f32 tiles, no accumulation");
     TSL_CODELET_CHECK(!args->accumulate || args->elem_size == (int32_t)sizeof(float),
                       "box copy: accumulation is for f32 tiles");
     TSL_CODELET_CHECK(!args->narrow_labels || args->elem_size == 1 || args->elem_size == 4,
                       "box copy: labels narrow to u8 or i32 only");
-    int ndim = args->ndim;
+}
+
+static void box_copy(const tsl_box_copy_args *args, void *dst, const void *src, const float *addend)
+{
+    tsl_box_copy_check(args, addend != NULL);
     size_t elem = (size_t)args->elem_size;
-    int64_t src_stride[TSL_MAX_DIMS], dst_stride[TSL_MAX_DIMS];
-    tsl_layout_strides(args->src_layout, ndim, args->src_extent, src_stride);
-    tsl_layout_strides(args->dst_layout, ndim, args->dst_extent, dst_stride);
-    /* Loop over the logical dimensions in the destination's memory order (writes stream),
-     * right-aligned into five loops; unused outer loops run once. */
-    int64_t box[TSL_MAX_DIMS], ss[TSL_MAX_DIMS], ds[TSL_MAX_DIMS];
-    int64_t sbase = 0, dbase = 0;
-    for (int d = 0; d < ndim; d++) {
-        sbase += args->src_offset[d] * src_stride[d];
-        dbase += args->dst_offset[d] * dst_stride[d];
-    }
-    int pad = TSL_MAX_DIMS - ndim;
-    for (int k = 0; k < pad; k++) {
-        box[k] = 1;
-        ss[k] = ds[k] = 0;
-    }
-    int32_t order[TSL_MAX_DIMS];
-    tsl_layout_order(args->dst_layout, ndim, order);
-    for (int k = 0; k < ndim; k++) {
-        box[pad + k] = args->box[order[k]];
-        ss[pad + k] = src_stride[order[k]];
-        ds[pad + k] = dst_stride[order[k]];
-    }
+    tsl_box_walk w;
+    tsl_box_copy_walk(args, &w);
+    const int64_t *box = w.box, *ss = w.ss, *ds = w.ds;
+    const int64_t dbase = w.dbase;
     size_t selem = args->narrow_labels ? sizeof(int64_t) : elem;
-    const char *sp = (const char *)src + (size_t)sbase * selem;
+    const char *sp = (const char *)src + (size_t)w.sbase * selem;
     char *dp = (char *)dst + (size_t)dbase * elem;
     int contiguous = ss[4] == 1;
     size_t row_bytes = (size_t)box[4] * elem;
@@ -167,20 +175,29 @@ void tsl_box_add(const tsl_box_copy_args *args, float *dst, const float *src, co
     box_copy(args, dst, src, addend);
 }
 
-static void box_copy_cpu(void *buffers[], void *cl_arg)
+void tsl_box_copy_task(void *buffers[], void *cl_arg, tsl_box_copy_args *args, const void **src,
+                       void **dst, const float **addend)
 {
-    tsl_box_copy_args args;
-    starpu_codelet_unpack_args(cl_arg, &args);
-    const void *src = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    void *dst = (void *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    TSL_CODELET_CHECK(src && dst, "box copy on an unallocated tile");
-    const float *addend = NULL;
+    starpu_codelet_unpack_args(cl_arg, args);
+    *src = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    *dst = (void *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    TSL_CODELET_CHECK(*src && *dst, "box copy on an unallocated tile");
+    *addend = NULL;
     if (STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) > 2) {
         size_t dst_count = STARPU_VECTOR_GET_NX(buffers[1]);
         TSL_CODELET_CHECK(STARPU_VECTOR_GET_NX(buffers[2]) == dst_count,
                           "box add: the addend and the destination differ in size");
-        addend = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+        *addend = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
     }
+}
+
+static void box_copy_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_box_copy_args args;
+    const void *src;
+    void *dst;
+    const float *addend;
+    tsl_box_copy_task(buffers, cl_arg, &args, &src, &dst, &addend);
     box_copy(&args, dst, src, addend);
 }
 
@@ -255,9 +272,10 @@ static uint32_t box_copy_variant(struct starpu_task *task)
     return tsl_hash_i64s(h, a.box, a.ndim >= 0 && a.ndim <= TSL_MAX_DIMS ? a.ndim : 0);
 }
 
-TSL_CODELET(tsl_cl_pack, "tsl_pack", pack_cpu, NULL, pack_variant,
+/* The CUDA functions (copy.cu) fill the CUDA slots only when TESSEL_USE_CUDA is defined. */
+TSL_CODELET(tsl_cl_pack, "tsl_pack", pack_cpu, tsl_pack_cuda, pack_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_box_copy, "tsl_box_copy", box_copy_cpu, NULL, box_copy_variant,
+TSL_CODELET(tsl_cl_box_copy, "tsl_box_copy", box_copy_cpu, tsl_box_copy_cuda, box_copy_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_copy, "tsl_copy", copy_cpu, NULL, NULL, .nbuffers = 2,
+TSL_CODELET(tsl_cl_copy, "tsl_copy", copy_cpu, tsl_copy_cuda, NULL, .nbuffers = 2,
             .modes = {STARPU_R, STARPU_W});

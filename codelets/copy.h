@@ -1,5 +1,5 @@
-/* Copy family (codelets/copy.c): N-D box copies between tiles of any layout, packs of whole
- * vectors into one buffer and whole-buffer copies. */
+/* Copy family (codelets/copy.c, CUDA in copy.cu): N-D box copies between tiles of any layout, packs
+ * of whole vectors into one buffer and whole-buffer copies. */
 #ifndef TESSEL_CODELETS_COPY_H
 #define TESSEL_CODELETS_COPY_H
 
@@ -8,6 +8,10 @@
 #include <stdint.h>
 
 #include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* ---- box copy: an N-D sub-box between two arrays ---- */
 
@@ -36,6 +40,16 @@ typedef struct tsl_box_copy_args {
     int64_t box[TSL_MAX_DIMS]; /* box size */
 } tsl_box_copy_args;
 
+/* A box copy's loops: the box's logical dimensions in the destination's memory order,
+ * right-aligned into five (unused outer ones of size 1), with each one's stride in the source
+ * and in the destination (elements), and the box's first element in each. */
+typedef struct tsl_box_walk {
+    int64_t box[TSL_MAX_DIMS], ss[TSL_MAX_DIMS], ds[TSL_MAX_DIMS];
+    int64_t sbase, dbase;
+} tsl_box_walk;
+
+void tsl_box_copy_walk(const tsl_box_copy_args *args, tsl_box_walk *walk);
+
 /* Copy (or, with `accumulate`, add) the box (extents and offsets are logical, in N C D H W
  * order); rows move with memcpy where both arrays store the destination's innermost dimension
  * contiguously. Pure. */
@@ -43,6 +57,13 @@ void tsl_box_copy(const tsl_box_copy_args *args, void *dst, const void *src);
 
 /* dst = the box of src + addend, the addend stored like dst (f32). Pure. */
 void tsl_box_add(const tsl_box_copy_args *args, float *dst, const float *src, const float *addend);
+
+/* Aborts unless the arguments make a valid box copy (with an addend: `add`). */
+void tsl_box_copy_check(const tsl_box_copy_args *args, int add);
+
+/* A box copy task's arguments and buffers (src, dst, and the addend or NULL), checked. */
+void tsl_box_copy_task(void *buffers[], void *cl_arg, tsl_box_copy_args *args, const void **src,
+                       void **dst, const float **addend);
 
 /* R src, W|RW dst: box copy between two tiles; with a third handle (R addend, stored like dst,
  * f32, no accumulate), dst = box of src + addend (tsl_box_add). */
@@ -67,5 +88,17 @@ void tsl_pack(const tsl_pack_args *args, void *pack, size_t pack_bytes, void *co
 extern struct starpu_codelet tsl_cl_pack;
 /* R src, W dst: whole-buffer copy of two handles of equal size (args: none). */
 extern struct starpu_codelet tsl_cl_copy;
+
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (copy.cu): the same arguments and buffers as the CPU
+ * functions, launched on the worker's stream. */
+void tsl_box_copy_cuda(void *buffers[], void *cl_arg);
+void tsl_pack_cuda(void *buffers[], void *cl_arg);
+void tsl_copy_cuda(void *buffers[], void *cl_arg);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_COPY_H */

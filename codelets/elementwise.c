@@ -1,9 +1,11 @@
 /* Elementwise tile ops (scale, axpy, add) and placement marks. Plain loops the compiler
- * vectorises. */
+ * vectorises, over the element functions of elementwise_math.h, which the CUDA kernels
+ * (elementwise.cu) share. */
 #include <stdint.h>
 
 #include "codelet.h"
 #include "elementwise.h"
+#include "elementwise_math.h"
 
 #define VEC_PTR(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
@@ -16,12 +18,12 @@ static void scale_cpu(void *buffers[], void *cl_arg)
         float *x = VEC_PTR(0);
         float alpha = (float)a.alpha;
         for (int64_t i = 0; i < a.count; i++)
-            x[i] *= alpha;
+            x[i] = tsl_scale_f32(x[i], alpha);
     } else {
         TSL_CODELET_CHECK(a.dtype == TSL_F64, "scale: dtype");
         double *x = VEC_PTR(0);
         for (int64_t i = 0; i < a.count; i++)
-            x[i] *= a.alpha;
+            x[i] = tsl_scale_f64(x[i], a.alpha);
     }
 }
 
@@ -37,13 +39,13 @@ static void axpy_cpu(void *buffers[], void *cl_arg)
         float *y = VEC_PTR(1);
         float alpha = (float)a.alpha;
         for (int64_t i = 0; i < a.count; i++)
-            y[i] += alpha * x[i];
+            y[i] = tsl_axpy_f32(y[i], alpha, x[i]);
     } else {
         TSL_CODELET_CHECK(a.dtype == TSL_F64, "axpy: dtype");
         const double *x = VEC_PTR(0);
         double *y = VEC_PTR(1);
         for (int64_t i = 0; i < a.count; i++)
-            y[i] += a.alpha * x[i];
+            y[i] = tsl_axpy_f64(y[i], a.alpha, x[i]);
     }
 }
 
@@ -57,13 +59,13 @@ static void add_cpu(void *buffers[], void *cl_arg)
         const float *x = VEC_PTR(0), *y = VEC_PTR(1);
         float *z = VEC_PTR(2);
         for (int64_t i = 0; i < a.count; i++)
-            z[i] = x[i] + y[i];
+            z[i] = tsl_add_f32(x[i], y[i]);
     } else {
         TSL_CODELET_CHECK(a.dtype == TSL_F64, "add: dtype");
         const double *x = VEC_PTR(0), *y = VEC_PTR(1);
         double *z = VEC_PTR(2);
         for (int64_t i = 0; i < a.count; i++)
-            z[i] = x[i] + y[i];
+            z[i] = tsl_add_f64(x[i], y[i]);
     }
 }
 
@@ -85,11 +87,16 @@ static uint32_t elementwise_variant(struct starpu_task *task)
     return tsl_hash_i64(starpu_task_data_footprint(task), a.dtype);
 }
 
-TSL_CODELET(tsl_cl_scale, "tsl_scale", scale_cpu, NULL, elementwise_variant, .nbuffers = 1,
-            .modes = {STARPU_RW});
-TSL_CODELET(tsl_cl_axpy, "tsl_axpy", axpy_cpu, NULL, elementwise_variant, .nbuffers = 2,
+/* The CUDA functions (elementwise.cu) fill the CUDA slots only when TESSEL_USE_CUDA is
+ * defined. */
+TSL_CODELET(tsl_cl_scale, "tsl_scale", scale_cpu, tsl_scale_cuda, elementwise_variant,
+            .nbuffers = 1, .modes = {STARPU_RW});
+TSL_CODELET(tsl_cl_axpy, "tsl_axpy", axpy_cpu, tsl_axpy_cuda, elementwise_variant, .nbuffers = 2,
             .modes = {STARPU_R, STARPU_RW});
 /* Modes come with each task: dst is W, or RW when it aliases an input. */
-TSL_CODELET(tsl_cl_add, "tsl_add", add_cpu, NULL, elementwise_variant,
+TSL_CODELET(tsl_cl_add, "tsl_add", add_cpu, tsl_add_cuda, elementwise_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_mark, "tsl_mark", mark_cpu, NULL, NULL, .nbuffers = 1, .modes = {STARPU_W});
+/* On a CUDA worker too: the mark records the worker that ran the task, and the tile need not
+ * come to the host for it. */
+TSL_CODELET(tsl_cl_mark, "tsl_mark", mark_cpu, tsl_mark_cuda, NULL, .nbuffers = 1,
+            .modes = {STARPU_W});

@@ -1,4 +1,5 @@
-/* Elementwise family (codelets/elementwise.c): scale, axpy, add, and placement marks. */
+/* Elementwise family (codelets/elementwise.c, CUDA in elementwise.cu): scale, axpy, add, and
+ * placement marks. */
 #ifndef TESSEL_CODELETS_ELEMENTWISE_H
 #define TESSEL_CODELETS_ELEMENTWISE_H
 
@@ -6,6 +7,10 @@
 #include <stdint.h>
 
 #include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct tsl_elementwise_args {
     int32_t dtype; /* TSL_F32 or TSL_F64 */
@@ -26,5 +31,18 @@ typedef struct tsl_mark_args {
 
 /* W tile (i32): every element = rank * 1000 + worker id. */
 extern struct starpu_codelet tsl_cl_mark;
+
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (elementwise.cu): the same arguments and buffers as the CPU
+ * functions, launched on the worker's stream. */
+void tsl_scale_cuda(void *buffers[], void *cl_arg);
+void tsl_axpy_cuda(void *buffers[], void *cl_arg);
+void tsl_add_cuda(void *buffers[], void *cl_arg);
+void tsl_mark_cuda(void *buffers[], void *cl_arg);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_ELEMENTWISE_H */

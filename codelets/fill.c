@@ -1,5 +1,6 @@
 /* Fills: constant, and seeded uniform / normal from a counter-based generator, so that
- * element i of a tensor depends only on (seed, i), whatever the tile grid. */
+ * element i of a tensor depends only on (seed, i), whatever the tile grid. The element
+ * functions are in fill_math.h, shared with the CUDA kernels (fill.cu). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -7,71 +8,17 @@
 #include "codelet.h"
 #include "copy.h"
 #include "fill.h"
-
-/* SplitMix64 finaliser: a bijective 64-bit mix with full avalanche. */
-static inline uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Two independent 64-bit words for (seed, index). */
-static inline void counter_hash(uint64_t seed, uint64_t index, uint64_t *h1, uint64_t *h2)
-{
-    uint64_t key = mix64(seed);
-    *h1 = mix64(key ^ mix64(2 * index));
-    *h2 = mix64(key ^ mix64(2 * index + 1));
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static inline double unit_open_high(uint64_t h)
-{
-    return (double)(h >> 11) * 0x1.0p-53;
-}
+#include "fill_math.h"
 
 double tsl_fill_value(const tsl_fill_args *args, uint64_t index)
 {
-    if (args->mode == TSL_FILL_CONSTANT)
-        return args->a;
-    uint64_t h1, h2;
-    counter_hash(args->seed, index, &h1, &h2);
-    if (args->mode == TSL_FILL_UNIFORM)
-        return args->a + (args->b - args->a) * unit_open_high(h1);
-    /* Box-Muller: u1 in (0, 1] keeps the logarithm finite. */
-    double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53;
-    double u2 = unit_open_high(h2);
-    const double two_pi = 6.283185307179586476925286766559;
-    return args->a + args->b * sqrt(-2.0 * log(u1)) * cos(two_pi * u2);
+    return tsl_fill_element(args->mode, args->seed, args->a, args->b, index);
 }
 
-/* Store a double as the tile's dtype. A uniform fill keeps values below `high` even
- * after rounding to float; integers take the floor. */
 static inline void store(const tsl_fill_args *args, void *tile, int64_t i, double v)
 {
-    switch ((tsl_dtype)args->dtype) {
-    case TSL_F32: {
-        float f = (float)v;
-        if (args->mode == TSL_FILL_UNIFORM && (double)f >= args->b && args->b > args->a)
-            f = nextafterf((float)args->b, -INFINITY);
-        ((float *)tile)[i] = f;
-        return;
-    }
-    case TSL_F64:
-        ((double *)tile)[i] = v;
-        return;
-    case TSL_I32:
-        ((int32_t *)tile)[i] = (int32_t)floor(v);
-        return;
-    case TSL_I64:
-        ((int64_t *)tile)[i] = (int64_t)floor(v);
-        return;
-    case TSL_U8:
-        ((uint8_t *)tile)[i] = (uint8_t)floor(v);
-        return;
-    }
-    TSL_CODELET_CHECK(0, "fill: unknown dtype");
+    if (!tsl_fill_store(args->dtype, args->mode, args->a, args->b, tile, i, v))
+        TSL_CODELET_CHECK(0, "fill: unknown dtype");
 }
 
 void tsl_fill_tile(const tsl_fill_args *args, void *tile)
@@ -123,8 +70,27 @@ static uint32_t fill_variant(struct starpu_task *task)
     return tsl_hash_i64(h, a.layout);
 }
 
-TSL_CODELET(tsl_cl_fill, "tsl_fill", fill_cpu, NULL, fill_variant, .nbuffers = 1,
-            .modes = {STARPU_W});
+#ifdef TESSEL_USE_CUDA
+/* Normal fills only on CPU workers: CUDA's log and cos may differ from the C library's in the
+ * last bit, and a tensor's values must not depend on where its tiles were filled. */
+static int fill_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl)
+{
+    (void)nimpl;
+    if (starpu_worker_get_type((int)workerid) != STARPU_CUDA_WORKER)
+        return 1;
+    tsl_fill_args a;
+    starpu_codelet_unpack_args(task->cl_arg, &a);
+    return a.mode != TSL_FILL_NORMAL;
+}
+/* (the CUDA slot and can_execute exist only with TESSEL_USE_CUDA) */
+#define FILL_CAN_EXECUTE .can_execute = fill_can_execute
+#else
+#define FILL_CAN_EXECUTE .can_execute = NULL
+#endif
+
+/* The CUDA function (fill.cu) fills the CUDA slot only when TESSEL_USE_CUDA is defined. */
+TSL_CODELET(tsl_cl_fill, "tsl_fill", fill_cpu, tsl_fill_cuda, fill_variant, .nbuffers = 1,
+            .modes = {STARPU_W}, FILL_CAN_EXECUTE);
 
 /* Zeros a whole vector tile: the value StarPU gives a transient tile that a task reads before
  * any task wrote it (tsl_tensor_create_transient(), initialisation codelet of its handles). */

@@ -1,5 +1,5 @@
-/* Fill family (codelets/fill.c): constant, and seeded uniform / normal fills that depend on
- * (seed, element index) only, whatever the tile grid; zeroed tiles. */
+/* Fill family (codelets/fill.c, CUDA in fill.cu): constant, and seeded uniform / normal fills that
+ * depend on (seed, element index) only, whatever the tile grid; zeroed tiles. */
 #ifndef TESSEL_CODELETS_FILL_H
 #define TESSEL_CODELETS_FILL_H
 
@@ -7,6 +7,10 @@
 #include <stdint.h>
 
 #include "tessel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum tsl_fill_mode {
     TSL_FILL_CONSTANT = 0,
@@ -36,5 +40,14 @@ void tsl_fill_tile(const tsl_fill_args *args, void *tile);
 /* W tile. */
 extern struct starpu_codelet tsl_cl_fill;
 extern struct starpu_codelet tsl_cl_zero; /* (W tile): all bytes 0 */
+
+#ifdef TESSEL_USE_CUDA
+/* tsl_cl_fill's CUDA function (fill.cu): constant and uniform fills, the CPU's bits. */
+void tsl_fill_cuda(void *buffers[], void *cl_arg);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_FILL_H */

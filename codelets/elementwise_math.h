@@ -1,0 +1,27 @@
+/* Elementwise element functions for f32 (suffix f32) and f64 (f64): the per-element math of
+ * codelets/elementwise.c's loops and codelets/elementwise.cu's kernels. The CUDA files are
+ * compiled without multiply-add contraction (-fmad=false), as the CPU build, so both round
+ * alike: the same bits. */
+#ifndef TESSEL_CODELETS_ELEMENTWISE_MATH_H
+#define TESSEL_CODELETS_ELEMENTWISE_MATH_H
+
+#include "hd.h"
+
+#define TSL_ELEMENTWISE_FUNCTIONS(T, SFX)                                                          \
+    static inline TSL_HD T tsl_scale_##SFX(T x, T alpha)                                           \
+    {                                                                                              \
+        return x * alpha;                                                                          \
+    }                                                                                              \
+    static inline TSL_HD T tsl_axpy_##SFX(T y, T alpha, T x)                                       \
+    {                                                                                              \
+        return y + alpha * x;                                                                      \
+    }                                                                                              \
+    static inline TSL_HD T tsl_add_##SFX(T a, T b)                                                 \
+    {                                                                                              \
+        return a + b;                                                                              \
+    }
+
+TSL_ELEMENTWISE_FUNCTIONS(float, f32)
+TSL_ELEMENTWISE_FUNCTIONS(double, f64)
+
+#endif /* TESSEL_CODELETS_ELEMENTWISE_MATH_H */
