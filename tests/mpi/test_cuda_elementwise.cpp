@@ -1,4 +1,4 @@
-// CUDA elementwise, fill and copy codelets against their CPU functions (the shared
+// CUDA elementwise, fill, copy and optimizer codelets against their CPU functions (the shared
 // runner and checks: cuda_test.h). Every one of these is exact: the CUDA kernels share their
 // element functions with the CPU loops and are compiled without multiply-add contraction, so
 // the results must be the same bits.
@@ -10,6 +10,7 @@ extern "C" {
 #include "codelets/copy.h"
 #include "codelets/elementwise.h"
 #include "codelets/fill.h"
+#include "codelets/optimizer.h"
 }
 
 namespace
@@ -322,4 +323,85 @@ TEST(Cuda, PackUnpackAndCopyMatchCpu)
     std::vector<double> c = poisoned<double>(77), p1_copy = p1;
     run_on_cuda(tsl_cl_copy, none, {cuda_buf(p1_copy, STARPU_R), cuda_buf(c, STARPU_W)});
     EXPECT_TRUE(same_bits(c, p1)) << "copy";
+}
+
+// ---- optimizer updates ----
+
+namespace
+{
+
+template <typename T> void check_update(const tsl_update_args &a, int nstate)
+{
+    const size_t n = (size_t)a.count;
+    std::vector<T> p = random_values<T>(n, 41, (T)-1, (T)1);
+    std::vector<T> g = random_values<T>(n, 42, (T)-1, (T)1);
+    std::vector<T> s0 = random_values<T>(n, 43, (T)-0.1, (T)0.1);
+    std::vector<T> s1 = random_values<T>(n, 44, (T)0, (T)0.01);
+    std::vector<T> pw = p, s0w = s0, s1w = s1;
+    tsl_update(&a, pw.data(), g.data(), nstate > 0 ? s0w.data() : nullptr,
+               nstate > 1 ? s1w.data() : nullptr);
+    std::vector<T> pg = p, gg = g, s0g = s0, s1g = s1;
+    std::vector<CudaBuf> bufs = {cuda_buf(pg, STARPU_RW), cuda_buf(gg, STARPU_R)};
+    if (nstate > 0)
+        bufs.push_back(cuda_buf(s0g, STARPU_RW));
+    if (nstate > 1)
+        bufs.push_back(cuda_buf(s1g, STARPU_RW));
+    run_on_cuda(tsl_cl_update, a, bufs);
+    const char *what = a.kind == TSL_OPT_SGD ? "SGD" : "Adam";
+    EXPECT_TRUE(same_bits(pg, pw))
+        << what << " param, step " << a.step << ", worst " << worst_error(pg, pw);
+    if (nstate > 0)
+        EXPECT_TRUE(same_bits(s0g, s0w)) << what << " state 0, step " << a.step;
+    if (nstate > 1)
+        EXPECT_TRUE(same_bits(s1g, s1w)) << what << " state 1, step " << a.step;
+    EXPECT_EQ(gg, g) << what << " wrote the gradient";
+}
+
+template <typename T> void check_updates()
+{
+    tsl_update_args a;
+    std::memset(&a, 0, sizeof a);
+    a.dtype = dtype_of<T>();
+    a.count = (int64_t)odd_n;
+    a.kind = TSL_OPT_SGD;
+    a.sgd.lr = 0.05;
+    a.sgd.weight_decay = 1e-3;
+    for (int64_t step : {1, 4}) {
+        a.step = step;
+        a.sgd.momentum = 0;
+        check_update<T>(a, 0);
+        a.sgd.momentum = 0.9;
+        a.sgd.dampening = 0.1;
+        a.sgd.nesterov = 0;
+        check_update<T>(a, 1);
+        a.sgd.dampening = 0;
+        a.sgd.nesterov = 1;
+        check_update<T>(a, 1);
+    }
+    a.kind = TSL_OPT_ADAM;
+    a.adam.lr = 1e-3;
+    a.adam.beta1 = 0.9;
+    a.adam.beta2 = 0.999;
+    a.adam.eps = 1e-8;
+    a.adam.weight_decay = 0.01;
+    for (int32_t decoupled : {0, 1})
+        for (int64_t step : {1, 7}) {
+            a.adam.decoupled = decoupled;
+            a.step = step;
+            check_update<T>(a, 2);
+        }
+}
+
+} // namespace
+
+TEST(Cuda, OptimizerUpdateF32MatchesCpuBitForBit)
+{
+    SKIP_WITHOUT_CUDA();
+    check_updates<float>();
+}
+
+TEST(Cuda, OptimizerUpdateF64MatchesCpuBitForBit)
+{
+    SKIP_WITHOUT_CUDA();
+    check_updates<double>();
 }
