@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "hd.h"
 #include "tessel/tensor.h"
 
 /* ---- checks ----
@@ -62,14 +63,14 @@ extern int tsl_codelet_rank;
 
 /* ---- element access for kernels that compute in double whatever the tile's float dtype ---- */
 
-/* Element i of an f32 or f64 buffer, as a double. */
-static inline double tsl_load(int dtype, const void *p, int64_t i)
+/* Element i of an f32 or f64 buffer, as a double (CPU and CUDA code). */
+static inline TSL_HD double tsl_load(int dtype, const void *p, int64_t i)
 {
     return dtype == TSL_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
 }
 
 /* Store v into element i of an f32 (rounded) or f64 buffer. */
-static inline void tsl_store(int dtype, void *p, int64_t i, double v)
+static inline TSL_HD void tsl_store(int dtype, void *p, int64_t i, double v)
 {
     if (dtype == TSL_F32)
         ((float *)p)[i] = (float)v;

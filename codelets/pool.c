@@ -1,5 +1,6 @@
 /* Pooling and upsampling codelets, on whole tiles or on windows of spatial tiles assembled
- * from the tile and halo slabs (the kernels are in codelets/pool_kernels.c). */
+ * from the tile and halo slabs (the kernels are in codelets/pool_kernels.c, the CUDA functions
+ * in codelets/pool.cu). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,10 +79,7 @@ static float *window_alloc(const tsl_pool_task_args *t)
     return w;
 }
 
-/* Whether the window is exactly the task's own tile (no slabs, no zeros: an aligned
- * non-overlapping pooling such as 2x2 stride 2 on even tile borders); the kernels then run on
- * the tile buffers themselves, with no window copies. */
-static int window_is_tile(const tsl_pool_task_args *t)
+int tsl_pool_window_is_tile(const tsl_pool_task_args *t)
 {
     if (t->window.nslabs)
         return 0;
@@ -114,7 +112,7 @@ static void window_forward_cpu(void *buffers[], void *cl_arg, enum window_kind k
     int ns = unpack_window(cl_arg, buffers, 1, &t, slabs);
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
-    int direct = window_is_tile(&t);
+    int direct = tsl_pool_window_is_tile(&t);
     float *win = direct ? BUF(0) : window_alloc(&t);
     if (!direct)
         tsl_conv_window_assemble(&c, &t.window, BUF(0), (const float *const *)slabs, win);
@@ -153,7 +151,7 @@ static void pool_window_backward_cpu(void *buffers[], void *cl_arg)
         dslabs[k] = BUF(3 + ns + k);
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
-    if (window_is_tile(&t)) {
+    if (tsl_pool_window_is_tile(&t)) {
         tsl_pool_backward_kernel(&t.pool, BUF(0), BUF(1), BUF(2));
         return;
     }
@@ -174,7 +172,7 @@ static void window_backward_dy_cpu(void *buffers[], void *cl_arg, int index)
     unpack_window(cl_arg, buffers, 2 + index, &t, dslabs); /* dx slabs follow dy and dx */
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
-    int direct = window_is_tile(&t);
+    int direct = tsl_pool_window_is_tile(&t);
     float *dwin = direct ? BUF(1 + index) : window_alloc(&t);
     if (index)
         tsl_pool_backward_index_kernel(&t.pool, BUF(0), BUF(1), dwin);
@@ -226,37 +224,61 @@ static uint32_t pool_window_variant(struct starpu_task *task)
     return tsl_hash_i64(pool_hash(starpu_task_data_footprint(task), &t.pool), t.window.nslabs);
 }
 
-TSL_CODELET(tsl_cl_pool_window_forward, "tsl_pool_window_fwd", pool_window_forward_cpu, NULL,
-            pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_pool_window_backward, "tsl_pool_window_bwd", pool_window_backward_cpu, NULL,
-            pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_pool_window_forward_index, "tsl_pool_window_fwd_index",
-            pool_window_forward_index_cpu, NULL, pool_window_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_pool_window_backward_index, "tsl_pool_window_bwd_index",
-            pool_window_backward_index_cpu, NULL, pool_window_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_upsample_window_forward, "tsl_upsample_window_fwd", upsample_window_forward_cpu,
-            NULL, pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_upsample_window_backward, "tsl_upsample_window_bwd",
-            upsample_window_backward_cpu, NULL, pool_window_variant,
-            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+#ifdef TESSEL_USE_CUDA
+/* Spatial tiles run on CUDA workers only where the window is the tile itself (no halo slabs to
+ * assemble); other windows stay on CPU workers. */
+static int window_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl)
+{
+    (void)nimpl;
+    if (starpu_worker_get_type((int)workerid) != STARPU_CUDA_WORKER)
+        return 1;
+    tsl_pool_task_args t;
+    starpu_codelet_unpack_args(task->cl_arg, &t);
+    return t.pool.dtype == TSL_F32 && tsl_pool_window_is_tile(&t);
+}
+/* (the CUDA slot and can_execute exist only with TESSEL_USE_CUDA) */
+#define WINDOW_CAN_EXECUTE .can_execute = window_can_execute
+#else
+#define WINDOW_CAN_EXECUTE .can_execute = NULL
+#endif
 
-TSL_CODELET(tsl_cl_pool_forward, "tsl_pool_fwd", pool_forward_cpu, NULL, pool_variant,
-            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_pool_backward, "tsl_pool_bwd", pool_backward_cpu, NULL, pool_variant,
-            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_pool_forward_index, "tsl_pool_fwd_index", pool_forward_index_cpu, NULL,
-            pool_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_W, STARPU_W});
-TSL_CODELET(tsl_cl_pool_backward_index, "tsl_pool_bwd_index", pool_backward_index_cpu, NULL,
+/* The CUDA functions (pool.cu) fill the CUDA slots only when TESSEL_USE_CUDA is defined. */
+TSL_CODELET(tsl_cl_pool_window_forward, "tsl_pool_window_fwd", pool_window_forward_cpu,
+            tsl_pool_window_forward_cuda, pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS,
+            WINDOW_CAN_EXECUTE);
+TSL_CODELET(tsl_cl_pool_window_backward, "tsl_pool_window_bwd", pool_window_backward_cpu,
+            tsl_pool_window_backward_cuda, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
+TSL_CODELET(tsl_cl_pool_window_forward_index, "tsl_pool_window_fwd_index",
+            pool_window_forward_index_cpu, tsl_pool_window_forward_index_cuda, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
+TSL_CODELET(tsl_cl_pool_window_backward_index, "tsl_pool_window_bwd_index",
+            pool_window_backward_index_cpu, tsl_pool_window_backward_index_cuda,
+            pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
+TSL_CODELET(tsl_cl_upsample_window_forward, "tsl_upsample_window_fwd", upsample_window_forward_cpu,
+            tsl_upsample_window_forward_cuda, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
+TSL_CODELET(tsl_cl_upsample_window_backward, "tsl_upsample_window_bwd",
+            upsample_window_backward_cpu, tsl_upsample_window_backward_cuda, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
+
+TSL_CODELET(tsl_cl_pool_forward, "tsl_pool_fwd", pool_forward_cpu, tsl_pool_forward_cuda,
+            pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_pool_backward, "tsl_pool_bwd", pool_backward_cpu, tsl_pool_backward_cuda,
             pool_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_upsample_forward, "tsl_upsample_fwd", upsample_forward_cpu, NULL, pool_variant,
-            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_upsample_backward, "tsl_upsample_bwd", upsample_backward_cpu, NULL, pool_variant,
-            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-/* Linear upsampling runs the same CPU functions (the mode travels in the arguments) under perf
- * models of its own: its tasks cost more than nearest ones of the same shape. */
-TSL_CODELET(tsl_cl_upsample_linear_forward, "tsl_upsample_linear_fwd", upsample_forward_cpu, NULL,
-            pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_upsample_linear_backward, "tsl_upsample_linear_bwd", upsample_backward_cpu, NULL,
-            pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_pool_forward_index, "tsl_pool_fwd_index", pool_forward_index_cpu,
+            tsl_pool_forward_index_cuda, pool_variant, .nbuffers = 3,
+            .modes = {STARPU_R, STARPU_W, STARPU_W});
+TSL_CODELET(tsl_cl_pool_backward_index, "tsl_pool_bwd_index", pool_backward_index_cpu,
+            tsl_pool_backward_index_cuda, pool_variant, .nbuffers = 3,
+            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_upsample_forward, "tsl_upsample_fwd", upsample_forward_cpu,
+            tsl_upsample_forward_cuda, pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_upsample_backward, "tsl_upsample_bwd", upsample_backward_cpu,
+            tsl_upsample_backward_cuda, pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+/* Linear upsampling runs the same CPU and CUDA functions (the mode travels in the arguments)
+ * under perf models of its own: its tasks cost more than nearest ones of the same shape. */
+TSL_CODELET(tsl_cl_upsample_linear_forward, "tsl_upsample_linear_fwd", upsample_forward_cpu,
+            tsl_upsample_forward_cuda, pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_upsample_linear_backward, "tsl_upsample_linear_bwd", upsample_backward_cpu,
+            tsl_upsample_backward_cuda, pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});

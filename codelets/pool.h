@@ -1,7 +1,7 @@
 /* Pooling and upsampling (nearest, (bi/tri)linear) kernels (codelets/pool_kernels.c) and codelets
- * (codelets/pool.c). A tile holds whole (sample, channel) planes: `planes` = samples x channels of
- * the tile, each plane in C order, contiguous (plain tiles) or with its positions `channels` apart
- * (channels-last). */
+ * (codelets/pool.c; CUDA in codelets/pool.cu). A tile holds whole (sample, channel) planes:
+ * `planes` = samples x channels of the tile, each plane in C order, contiguous (plain tiles) or
+ * with its positions `channels` apart (channels-last). */
 #ifndef TESSEL_CODELETS_POOL_H
 #define TESSEL_CODELETS_POOL_H
 
@@ -9,6 +9,10 @@
 #include <stdint.h>
 
 #include "conv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct tsl_pool_args {
     int32_t dtype;
@@ -62,6 +66,11 @@ typedef struct tsl_pool_task_args {
     tsl_conv_window window;
 } tsl_pool_task_args;
 
+/* Whether the window is exactly the task's own tile (no slabs, no zeros: an aligned
+ * non-overlapping pooling such as 2x2 stride 2 on even tile borders); the kernels then run on
+ * the tile buffers themselves, with no window copies (and on CUDA workers too). */
+int tsl_pool_window_is_tile(const tsl_pool_task_args *t);
+
 extern struct starpu_codelet tsl_cl_pool_window_forward; /* R x, [R slabs], W y */
 extern struct starpu_codelet
     tsl_cl_pool_window_backward; /* R x, [R slabs], R dy, W dx, [W dslabs] */
@@ -79,5 +88,26 @@ extern struct starpu_codelet tsl_cl_upsample_forward;         /* R x, W y */
 extern struct starpu_codelet tsl_cl_upsample_backward;        /* R dy, W dx */
 extern struct starpu_codelet tsl_cl_upsample_linear_forward;  /* R x, W y */
 extern struct starpu_codelet tsl_cl_upsample_linear_backward; /* R dy, W dx */
+
+#ifdef TESSEL_USE_CUDA
+/* The codelets' CUDA functions (pool.cu): the same arguments and buffers as the CPU functions,
+ * launched on the worker's stream; the window ones only for windows that are their tile. */
+void tsl_pool_forward_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_backward_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_forward_index_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_backward_index_cuda(void *buffers[], void *cl_arg);
+void tsl_upsample_forward_cuda(void *buffers[], void *cl_arg);
+void tsl_upsample_backward_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_window_forward_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_window_backward_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_window_forward_index_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_window_backward_index_cuda(void *buffers[], void *cl_arg);
+void tsl_upsample_window_forward_cuda(void *buffers[], void *cl_arg);
+void tsl_upsample_window_backward_cuda(void *buffers[], void *cl_arg);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TESSEL_CODELETS_POOL_H */

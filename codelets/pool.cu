@@ -1,0 +1,340 @@
+/* Pooling and upsampling on CUDA: max and average pooling (with or without indices) and nearest
+ * and linear upsampling, forward and backward, over whole tiles (f32, f64, plain or
+ * channels-last) and over spatial tiles whose window is the tile itself; one thread an output
+ * element (forward) or an input element (backward), launched on the worker's stream (the
+ * codelets are STARPU_CUDA_ASYNC).
+ *
+ * Forward threads call pool_math.h's per-output functions, as the CPU loops. The backward is a
+ * gather rather than the CPU's scatter: each input element visits the outputs whose windows
+ * hold it, in the CPU's order of outputs, and rounds its sum to the dtype after each addition
+ * as the CPU does, so the results are the same bits, with no atomics (deterministic). Compiled
+ * with -fmad=false. */
+#include <starpu.h>
+
+#include "cuda_check.h"
+#include "cuda_launch.h"
+#include "pool.h"
+#include "pool_math.h"
+
+namespace
+{
+
+/* Plane and position of element m of a tile of planes of `plane` positions (m in memory order:
+ * consecutive threads touch consecutive elements in either layout). */
+__device__ void plane_position(const tsl_pool_args &a, int64_t plane, int64_t m, int64_t *pl,
+                               int64_t *pos)
+{
+    if (a.channels_last) {
+        int64_t c = m % a.channels, r = m / a.channels;
+        *pos = r % plane;
+        *pl = r / plane * a.channels + c;
+    } else {
+        *pl = m / plane;
+        *pos = m % plane;
+    }
+}
+
+/* v rounded to the dtype (the CPU stores each partial sum in the tile). */
+__device__ double round_to(int dtype, double v)
+{
+    return dtype == TSL_F32 ? (double)(float)v : v;
+}
+
+/* floor(a / b) for b > 0. */
+__device__ int64_t floor_div(int64_t a, int64_t b)
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/* The outputs [lo[d], hi[d]) (local, per dimension) whose pooling windows may hold input
+ * position q (local). */
+__device__ void pool_outputs_of(const tsl_pool_geom &g, const int64_t q[3], int64_t lo[3],
+                                int64_t hi[3])
+{
+    for (int d = 0; d < 3; d++) {
+        int64_t qg = q[d] + g.io[d];
+        /* o s - p <= qg <= o s - p + k - 1 */
+        int64_t first = floor_div(qg + g.p[d] - g.k[d], g.s[d]) + 1 - g.oo[d];
+        int64_t last = floor_div(qg + g.p[d], g.s[d]) - g.oo[d];
+        lo[d] = first > 0 ? first : 0;
+        hi[d] = last + 1 < g.out[d] ? last + 1 : g.out[d];
+    }
+}
+
+/* The outputs [lo[d], hi[d]) whose upsampling sources may include input position q: nearest
+ * reads q from o in [q k, q k + k), linear from o in [(q - 1) k, (q + 2) k) (floor or floor + 1
+ * of (o + 0.5) / k - 0.5, clamped). */
+__device__ void upsample_outputs_of(const tsl_pool_geom &g, const int64_t q[3], int64_t lo[3],
+                                    int64_t hi[3])
+{
+    for (int d = 0; d < 3; d++) {
+        int64_t qg = q[d] + g.io[d];
+        int64_t first = (qg - 1) * g.k[d] - g.oo[d], last = (qg + 2) * g.k[d] - g.oo[d];
+        lo[d] = first > 0 ? first : 0;
+        hi[d] = last < g.out[d] ? last : g.out[d];
+    }
+}
+
+/* Position pos of a plane of `size` as three coordinates. */
+__device__ void split_position(const int64_t *size, int64_t pos, int64_t q[3])
+{
+    q[0] = pos / (size[1] * size[2]);
+    q[1] = pos / size[2] % size[1];
+    q[2] = pos % size[2];
+}
+
+/* y (and, for max pooling with ix, the indices) from x. */
+__global__ void pool_forward_kernel(tsl_pool_args a, tsl_pool_geom g, const void *x, void *y,
+                                    void *ix)
+{
+    TSL_CUDA_FOR(m, a.planes * g.out_plane)
+    {
+        int64_t pl, out, o[3], best;
+        plane_position(a, g.out_plane, m, &pl, &out);
+        split_position(g.out, out, o);
+        double v = tsl_pool_output(&a, &g, x, tsl_pool_plane_base(&a, pl, g.in_plane), o[0], o[1],
+                                   o[2], &best);
+        if (ix && a.kind == TSL_POOL_MAX)
+            tsl_pool_store_index(a.index_dtype, ix, m, best);
+        tsl_store(a.dtype, y, m, v);
+    }
+}
+
+/* dx from x and dy (max: to each window's choice; average: the share of each window), or with
+ * `ix` from a max pooling's indices and dy. */
+__global__ void pool_backward_kernel(tsl_pool_args a, tsl_pool_geom g, const void *x,
+                                     const void *ix, const void *dy, void *dx)
+{
+    TSL_CUDA_FOR(m, a.planes * g.in_plane)
+    {
+        int64_t pl, pos, q[3], lo[3], hi[3];
+        plane_position(a, g.in_plane, m, &pl, &pos);
+        split_position(g.in, pos, q);
+        pool_outputs_of(g, q, lo, hi);
+        int64_t xb = tsl_pool_plane_base(&a, pl, g.in_plane);
+        int64_t yb = tsl_pool_plane_base(&a, pl, g.out_plane);
+        double acc = 0;
+        for (int64_t o0 = lo[0]; o0 < hi[0]; o0++)
+            for (int64_t o1 = lo[1]; o1 < hi[1]; o1++)
+                for (int64_t o2 = lo[2]; o2 < hi[2]; o2++) {
+                    int64_t at = yb + ((o0 * g.out[1] + o1) * g.out[2] + o2) * g.cs;
+                    double grad = tsl_load(a.dtype, dy, at);
+                    if (ix) {
+                        int64_t k = tsl_pool_load_index(a.index_dtype, ix, at);
+                        if (k >= 0 && tsl_pool_index_position(&g, o0, o1, o2, k) == pos)
+                            acc = round_to(a.dtype, acc + grad);
+                    } else if (a.kind == TSL_POOL_MAX) {
+                        if (tsl_pool_max_at(&a, &g, x, xb, o0, o1, o2) == m)
+                            acc = round_to(a.dtype, acc + grad);
+                    } else {
+                        acc = round_to(a.dtype,
+                                       acc + grad / tsl_pool_avg_divisor(&a, &g, o0, o1, o2));
+                    }
+                }
+        tsl_store(a.dtype, dx, m, acc);
+    }
+}
+
+__global__ void upsample_forward_kernel(tsl_pool_args a, tsl_pool_geom g, const void *x, void *y)
+{
+    TSL_CUDA_FOR(m, a.planes * g.out_plane)
+    {
+        int64_t pl, out;
+        plane_position(a, g.out_plane, m, &pl, &out);
+        tsl_store(a.dtype, y, m, tsl_upsample_output(&a, &g, x, pl, out));
+    }
+}
+
+__global__ void upsample_backward_kernel(tsl_pool_args a, tsl_pool_geom g, const void *dy, void *dx)
+{
+    TSL_CUDA_FOR(m, a.planes * g.in_plane)
+    {
+        int64_t pl, pos, q[3], lo[3], hi[3], at[8];
+        double weight[8];
+        plane_position(a, g.in_plane, m, &pl, &pos);
+        split_position(g.in, pos, q);
+        upsample_outputs_of(g, q, lo, hi);
+        int64_t yb = tsl_pool_plane_base(&a, pl, g.out_plane);
+        double acc = 0;
+        for (int64_t o0 = lo[0]; o0 < hi[0]; o0++)
+            for (int64_t o1 = lo[1]; o1 < hi[1]; o1++)
+                for (int64_t o2 = lo[2]; o2 < hi[2]; o2++) {
+                    int64_t out = (o0 * g.out[1] + o1) * g.out[2] + o2;
+                    int n = tsl_upsample_sources(&a, &g, out, at, weight);
+                    double grad = tsl_load(a.dtype, dy, yb + out * g.cs);
+                    for (int t = 0; t < n; t++)
+                        if (at[t] == pos)
+                            acc = round_to(a.dtype, acc + weight[t] * grad);
+                }
+        tsl_store(a.dtype, dx, m, acc);
+    }
+}
+
+void *buf(void *buffers[], int i)
+{
+    return (void *)STARPU_VECTOR_GET_PTR(buffers[i]);
+}
+
+/* The checks every CUDA pooling function makes; the geometry. */
+tsl_pool_geom checked_geometry(const tsl_pool_args &a, const char *what)
+{
+    TSL_CODELET_CHECK(a.dtype == TSL_F32 || a.dtype == TSL_F64, what);
+    TSL_CODELET_CHECK(a.spatial >= 1 && a.spatial <= 3 && a.planes >= 0, what);
+    TSL_CODELET_CHECK(!a.channels_last || (a.channels > 0 && a.planes % a.channels == 0), what);
+    for (int d = 0; d < a.spatial; d++)
+        TSL_CODELET_CHECK(a.kernel[d] > 0 && a.stride[d] > 0, what);
+    return tsl_pool_geometry(&a);
+}
+
+enum pool_op {
+    POOL_FORWARD,
+    POOL_FORWARD_INDEX,
+    POOL_BACKWARD,
+    POOL_BACKWARD_INDEX,
+    UPSAMPLE_FORWARD,
+    UPSAMPLE_BACKWARD
+};
+
+/* Runs `op` (not POOL_FORWARD_INDEX: POOL_FORWARD with out1, the indices) over the inputs in0,
+ * in1 and the outputs out0, out1. */
+void launch(const tsl_pool_args &a, pool_op op, const void *in0, const void *in1, void *out0,
+            void *out1)
+{
+    tsl_pool_geom g = checked_geometry(a, "pooling (CUDA): arguments");
+    bool forward = op == POOL_FORWARD || op == UPSAMPLE_FORWARD;
+    int64_t n = a.planes * (forward ? g.out_plane : g.in_plane);
+    if (n <= 0)
+        return;
+    if (op == POOL_FORWARD && out1)
+        TSL_CODELET_CHECK(a.kind == TSL_POOL_MAX &&
+                              (a.index_dtype == TSL_U8 || a.index_dtype == TSL_I32),
+                          "pooling (CUDA): indices are for max pooling, u8 or i32");
+    if (op == POOL_BACKWARD_INDEX)
+        TSL_CODELET_CHECK(a.index_dtype == TSL_U8 || a.index_dtype == TSL_I32,
+                          "pooling (CUDA): index dtype");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    unsigned blocks = tsl_cuda_blocks(n);
+    switch (op) {
+    case POOL_FORWARD:
+        pool_forward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, out0, out1);
+        break;
+    case POOL_BACKWARD: /* x, dy */
+        pool_backward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, NULL, in1, out0);
+        break;
+    case POOL_BACKWARD_INDEX: /* indices, dy */
+        pool_backward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, NULL, in0, in1, out0);
+        break;
+    case UPSAMPLE_FORWARD:
+        upsample_forward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, out0);
+        break;
+    case UPSAMPLE_BACKWARD:
+        upsample_backward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, out0);
+        break;
+    }
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+/* The arguments of a whole tile's task, or of a spatial tile's (`window`), checked: its
+ * window is the tile (the window codelets' can_execute keeps other windows on CPU workers). */
+tsl_pool_args task_args(void *cl_arg, bool window)
+{
+    if (!window) {
+        tsl_pool_args a;
+        starpu_codelet_unpack_args(cl_arg, &a);
+        return a;
+    }
+    tsl_pool_task_args t;
+    starpu_codelet_unpack_args(cl_arg, &t);
+    TSL_CODELET_CHECK(t.pool.dtype == TSL_F32, "pooling windows (CUDA) take f32 tiles");
+    TSL_CODELET_CHECK(tsl_pool_window_is_tile(&t),
+                      "pooling window (CUDA): the window must be the tile itself");
+    return t.pool;
+}
+
+/* One codelet's CUDA function: forwards read buffer 0 and write buffer 1 (and the indices,
+ * buffer 2); backwards read buffers 0 and 1 and write buffer 2 (upsampling: read 0, write 1). */
+void run(void *buffers[], void *cl_arg, bool window, pool_op op)
+{
+    tsl_pool_args a = task_args(cl_arg, window);
+    void *b0 = buf(buffers, 0), *b1 = buf(buffers, 1);
+    switch (op) {
+    case POOL_FORWARD:
+    case UPSAMPLE_FORWARD:
+    case UPSAMPLE_BACKWARD:
+        launch(a, op, b0, NULL, b1, NULL);
+        return;
+    case POOL_FORWARD_INDEX:
+        launch(a, POOL_FORWARD, b0, NULL, b1, buf(buffers, 2));
+        return;
+    case POOL_BACKWARD:
+    case POOL_BACKWARD_INDEX:
+        launch(a, op, b0, b1, buf(buffers, 2), NULL);
+        return;
+    }
+}
+
+} // namespace
+
+/* ---- whole tiles ---- */
+
+extern "C" void tsl_pool_forward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, false, POOL_FORWARD);
+}
+
+extern "C" void tsl_pool_backward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, false, POOL_BACKWARD);
+}
+
+extern "C" void tsl_pool_forward_index_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, false, POOL_FORWARD_INDEX);
+}
+
+extern "C" void tsl_pool_backward_index_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, false, POOL_BACKWARD_INDEX);
+}
+
+extern "C" void tsl_upsample_forward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, false, UPSAMPLE_FORWARD);
+}
+
+extern "C" void tsl_upsample_backward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, false, UPSAMPLE_BACKWARD);
+}
+
+/* ---- spatial tiles whose window is the tile: the same buffers as the whole-tile codelets ---- */
+
+extern "C" void tsl_pool_window_forward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, true, POOL_FORWARD);
+}
+
+extern "C" void tsl_pool_window_backward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, true, POOL_BACKWARD);
+}
+
+extern "C" void tsl_pool_window_forward_index_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, true, POOL_FORWARD_INDEX);
+}
+
+extern "C" void tsl_pool_window_backward_index_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, true, POOL_BACKWARD_INDEX);
+}
+
+extern "C" void tsl_upsample_window_forward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, true, UPSAMPLE_FORWARD);
+}
+
+extern "C" void tsl_upsample_window_backward_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, true, UPSAMPLE_BACKWARD);
+}
