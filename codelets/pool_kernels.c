@@ -40,6 +40,7 @@ static int windows_inside(const geom *g)
 /* One output position's `inner` values (1, or a channels-last tile's channels) of y and the
  * indices from window w, channels innermost: y as the loop below (the last NaN, else the
  * maximum), the index the backward's choice (the first NaN, else the first maximum). */
+TSL_VECTOR_KERNEL
 static void max_index_f32(const tsl_pool_args *a, const geom *g, const float *w, float *yo,
                           void *ix, int64_t at)
 {
@@ -65,12 +66,11 @@ static void max_index_f32(const tsl_pool_args *a, const geom *g, const float *w,
                     }
                     for (int64_t c = 0; c < cn; c++) {
                         float t = xr[c];
-                        if (t > yc[c] || isnan(t))
-                            yc[c] = t;
-                        if (t > bv[c] || (isnan(t) && !isnan(bv[c]))) {
-                            bv[c] = t;
-                            bk[c] = k;
-                        }
+                        /* selects, not branches, so the loop vectorises */
+                        yc[c] = t > yc[c] || isnan(t) ? t : yc[c];
+                        int take = t > bv[c] || (isnan(t) && !isnan(bv[c]));
+                        bv[c] = take ? t : bv[c];
+                        bk[c] = take ? k : bk[c];
                     }
                 }
         if (a->index_dtype == TSL_U8)
@@ -110,8 +110,7 @@ static void max_forward_f32(const tsl_pool_args *a, const geom *g, const float *
                                     w + ((k0 * g->in[1] + k1) * g->in[2] + k2) * inner;
                                 for (int64_t c = 0; c < inner; c++) {
                                     float t = xr[c];
-                                    if (t > yo[c] || isnan(t))
-                                        yo[c] = t;
+                                    yo[c] = t > yo[c] || isnan(t) ? t : yo[c];
                                 }
                             }
                 }
@@ -153,6 +152,7 @@ static void max_backward_f32(const tsl_pool_args *a, const geom *g, const float 
 }
 
 /* y (and with `ix` a max pooling's indices) from x. */
+TSL_VECTOR_KERNEL
 static void pool_forward(const tsl_pool_args *a, const void *x, void *y, void *ix)
 {
     geom g = geometry(a);
@@ -186,6 +186,7 @@ void tsl_pool_forward_index_kernel(const tsl_pool_args *a, const void *x, void *
 
 /* Plane by plane, each output in order: the same additions in the same order as
  * tsl_pool_backward_kernel(), so the same bits. */
+TSL_VECTOR_KERNEL
 void tsl_pool_backward_index_kernel(const tsl_pool_args *a, const void *ix, const void *dy,
                                     void *dx)
 {
@@ -221,6 +222,7 @@ void tsl_pool_backward_index_kernel(const tsl_pool_args *a, const void *ix, cons
     free(offset);
 }
 
+TSL_VECTOR_KERNEL
 void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void *dy, void *dx)
 {
     geom g = geometry(a);
