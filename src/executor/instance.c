@@ -60,8 +60,15 @@ tsl_status tsl_exec_batch_tensor(struct tsl_model *m, int64_t batch, int32_t sta
 {
     tsl_shape s;
     tsl_batch_shape(batch, sample, &s);
-    int32_t workers = 1;
-    tsl_context_worker_count(m->ctx, TSL_WORKER_CPU, &workers);
+    /* The workers the tiles are for: the CUDA workers where there are any (a GPU takes a
+     * whole sample tile; spatial tiles would send their windowed tasks to the CPU workers,
+     * codelets/conv.c), else the CPU workers. */
+    int32_t workers = 1, ncuda = 0;
+    tsl_context_worker_count(m->ctx, TSL_WORKER_CUDA, &ncuda);
+    if (ncuda > 0)
+        workers = ncuda;
+    else
+        tsl_context_worker_count(m->ctx, TSL_WORKER_CPU, &workers);
     tsl_tile_grid grid;
     tsl_owner_map owners;
     tsl_status st =
