@@ -9,6 +9,7 @@
 #include <starpu_mpi.h>
 
 #include "error.h"
+#include "task_where.h"
 #include "tessel/context.h"
 #include "tessel/io.h"
 #include "tessel/ops.h"
@@ -55,6 +56,10 @@ struct tsl_context {
     starpu_data_handle_t *cached;
     int64_t *cached_size;
     int64_t ncached, cached_cap, cached_now, cached_most;
+
+    /* Where the tile tasks submitted from now on may run (task_where.h); read by
+     * tsl_task_submit() on the submitting thread. */
+    tsl_task_where task_where;
 
     /* Live tensors, destroyed with the context if the user forgot them. */
     struct tsl_tensor **tensors;

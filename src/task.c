@@ -110,6 +110,47 @@ void tsl_cache_flush(struct tsl_context *ctx, starpu_data_handle_t handle)
         STARPU_NAME, (desc)->name ? (desc)->name : (desc)->codelet->name,                          \
         STARPU_CALLBACK_WITH_ARG_NFREE, task_done, ctx, 0
 
+tsl_status tsl_task_where_parse(const char *text, tsl_task_where *out)
+{
+    static const char *const names[] = {"any", "cpu", "cuda"};
+    for (int i = 0; text && i < 3; i++)
+        if (strcmp(text, names[i]) == 0) {
+            *out = (tsl_task_where)i;
+            return TSL_OK;
+        }
+    return TSL_ERR_INVALID_ARG;
+}
+
+tsl_status tsl_context_set_task_where(tsl_context_t ctx, tsl_task_where where)
+{
+    if (!ctx)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_set_task_where: ctx is NULL");
+    if (where != TSL_TASK_WHERE_ANY && where != TSL_TASK_WHERE_CPU && where != TSL_TASK_WHERE_CUDA)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_set_task_where: unknown value %d",
+                         (int)where);
+    ctx->task_where = where;
+    return TSL_OK;
+}
+
+tsl_task_where tsl_context_task_where(tsl_context_t ctx)
+{
+    return ctx ? ctx->task_where : TSL_TASK_WHERE_ANY;
+}
+
+/* task->where for a built task under a choice other than TSL_TASK_WHERE_ANY: CUDA only where
+ * the choice is CUDA, the process has a CUDA worker, the codelet has a CUDA function and its
+ * can_execute (if any) accepts the task on that worker; CPU otherwise. */
+static int32_t task_where_mask(tsl_task_where where, struct starpu_task *task)
+{
+    const struct starpu_codelet *cl = task->cl;
+    if (where == TSL_TASK_WHERE_CUDA && cl->cuda_funcs[0]) {
+        int cuda = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
+        if (cuda >= 0 && (!cl->can_execute || cl->can_execute((unsigned)cuda, task, 0)))
+            return STARPU_CUDA;
+    }
+    return STARPU_CPU;
+}
+
 tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
 {
     if (desc->nhandles < 1 || desc->nhandles > TSL_TASK_MAX_HANDLES || !desc->args ||
@@ -133,6 +174,8 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
     struct starpu_task *task =
         starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
     if (task) {
+        if (ctx->task_where != TSL_TASK_WHERE_ANY)
+            task->where = task_where_mask(ctx->task_where, task);
         cached_note(ctx, descrs, desc->nhandles);
         tsl_pending_add(ctx);
         int ret = starpu_task_submit(task);

@@ -1,4 +1,5 @@
-/* tessel info: StarPU's version, the MPI ranks, the workers by kind and the scheduler. */
+/* tessel info: StarPU's version, the MPI ranks, the workers by kind and the scheduler, and
+ * each CUDA worker of rank 0 with its device (StarPU's worker name). */
 #include <stdio.h>
 
 #include <starpu.h>
@@ -23,6 +24,19 @@ static int parse_info_option(const cli_parser *parser, int id, const char *value
     (void)id;
     (void)value;
     return OPTION_UNKNOWN;
+}
+
+/* One line per CUDA worker of this process: "CUDA worker K: <StarPU's name>", which names the
+ * device (e.g. "CUDA 0.0 (NVIDIA H100 80GB HBM3 79.2 GiB 19:00.0)"). Nothing without one. */
+static void print_cuda_workers(void)
+{
+    int ids[STARPU_NMAXWORKERS];
+    unsigned n = starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids, STARPU_NMAXWORKERS);
+    for (unsigned k = 0; k < n; k++) {
+        char name[128];
+        starpu_worker_get_name(ids[k], name, sizeof name);
+        printf("CUDA worker %u: %s\n", k, name);
+    }
 }
 
 int command_info(int argc, char **argv)
@@ -53,6 +67,7 @@ int command_info(int argc, char **argv)
         printf("MPI ranks: %d\n", (int)size);
         printf("scheduler: %s\n", sched);
         printf("workers on rank 0: %d CPU, %d CUDA\n", (int)ncpu, (int)ncuda);
+        print_cuda_workers();
         printf("waiting threads: %s\n", opts.config.yield_when_idle ? "yield" : "spin");
         fflush(stdout);
     }

@@ -14,85 +14,13 @@
 #include <unistd.h>
 #include <vector>
 
+#include "model_test.h"
 #include "mpi_test_env.h"
 
 using namespace tsltest;
 
 namespace
 {
-
-struct Batch {
-    std::vector<float> x;
-    std::vector<int64_t> y;
-};
-
-// The same batch on every rank (seeded alike); classes are made separable by a shift.
-Batch make_batch(int64_t n, int64_t per_sample, int64_t classes, uint64_t s)
-{
-    std::mt19937_64 gen(s);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    Batch b;
-    b.x.resize((size_t)(n * per_sample));
-    b.y.resize((size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        b.y[i] = (int64_t)(gen() % (uint64_t)classes);
-        for (int64_t j = 0; j < per_sample; j++)
-            b.x[i * per_sample + j] = normal(gen) + (j % 3 == 0 ? 0.8f * (float)b.y[i] : 0.0f);
-    }
-    return b;
-}
-
-std::vector<float> values(tsl_tensor_t t)
-{
-    tsl_shape s;
-    tsl_tensor_shape(t, &s);
-    std::vector<float> v((size_t)tsl_shape_numel(&s));
-    EXPECT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
-    MPI_Bcast(v.data(), (int)v.size(), MPI_FLOAT, 0, MPI_COMM_WORLD);
-    return v;
-}
-
-// Every gradient (grads) or every parameter and buffer of m, gathered on every rank, appended
-// to res in graph order.
-void push_params(tsl_model_t m, tsl_graph_t g, bool grads, std::vector<std::vector<float>> *res)
-{
-    for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
-        tsl_tensor_t p, dp;
-        ASSERT_EQ(tsl_model_param(m, i, &p, &dp), TSL_OK);
-        if (!grads)
-            res->push_back(values(p));
-        else if (dp)
-            res->push_back(values(dp));
-    }
-}
-
-void set_values(tsl_tensor_t t, const std::vector<float> &v)
-{
-    ASSERT_EQ(tsl_tensor_scatter(t, 0, rank == 0 ? v.data() : nullptr), TSL_OK);
-}
-
-tsl_model_t make_model(const int64_t *sample, int32_t ndim, int64_t classes, uint64_t s,
-                       const char *name = "cnn")
-{
-    tsl_graph_t g = nullptr;
-    EXPECT_EQ(tsl_zoo_graph(name, ndim, sample, classes, &g), TSL_OK) << tsl_last_error();
-    tsl_model_t m = nullptr;
-    EXPECT_EQ(tsl_model_create(&m, ctx, g, s), TSL_OK) << tsl_context_last_error(ctx);
-    tsl_graph_destroy(g);
-    return m;
-}
-
-// SGD with lr 0.05 and momentum 0.9 (NULL and a failure on error).
-tsl_optimizer_t momentum_sgd()
-{
-    tsl_sgd_config c;
-    tsl_sgd_config_init(&c);
-    c.lr = 0.05;
-    c.momentum = 0.9;
-    tsl_optimizer_t opt = nullptr;
-    EXPECT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &c), TSL_OK);
-    return opt;
-}
 
 // 3x3 convolutions padded by 1, for 2-D samples.
 tsl_conv_params same_3x3()
