@@ -17,16 +17,32 @@ zero_grad/forward/loss/backward/step with the batch already a tensor.
 usage (from the repository root, after building into build/ and scripts/install-bridge-deps.sh):
     /usr/bin/python3 bench/vs_pytorch.py [--threads 2] [--pairs 5] [--rows a,b,...] [--out FILE]
 Prints a Markdown table (and writes it to --out).
+
+On a GPU (`--device cuda`, its own rows: GPU_ROWS): tessel runs with one CUDA worker
+(STARPU_NCUDA=1) and `--threads` CPU workers, with TSL_TASK_WHERE=cuda (every task whose codelet
+has a CUDA function that accepts it runs on the GPU, the rest on the CPU workers; `--tessel-where
+any` with `--sched dmdas` lets the scheduler spread tasks over both); PyTorch runs the module on
+the GPU with torch.backends.cudnn.benchmark on and its default TF32 settings (convolutions may
+use TF32, matrix products not; tessel's TESSEL_CUDA_TF32 default lets both), its step timed
+between torch.cuda.synchronize() calls and including the batch's copy to the GPU, and
+torch.cuda.max_memory_allocated() as its GPU peak. `--cli` names the tessel program, `--launcher`
+a command put before it (e.g. "mpirun -n 1" or a wrapper that sets up its libraries), `--python`
+the interpreter of the PyTorch runs, and `--timeout` the seconds one run may take (a row whose run
+times out says so). For example, on the GPU machine:
+    python3 bench/vs_pytorch.py --device cuda --cli KIT/bin/tessel --threads 4 --pairs 1
 """
 
 import argparse
 import json
 import os
 import resource
+import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +61,18 @@ ROWS = {
     "fcn2d-512": ("fcn2d.json", (1, 512, 512), 3, 2, None),
 }
 
+# The same, on a GPU (--device cuda): the CUDA issue's rows.
+GPU_ROWS = {
+    "cnn-fashion-b256": ("cnn.json", (1, 28, 28), 10, 256, None),
+    "cnn3d-64-b4": ("cnn3d.json", (1, 64, 64, 64), 3, 4, None),
+    "unet2d-512-b8": ("unet2d.json", (1, 512, 512), 3, 8, None),
+    "unet3d-128-b1": ("unet3d.json", (1, 128, 128, 128), 3, 1, None),
+}
+
+
+class RunTimeout(Exception):
+    """A run took longer than --timeout seconds."""
+
 
 def make_data(directory, shape, classes, batch, segmentation, steps):
     import numpy as np
@@ -57,11 +85,31 @@ def make_data(directory, shape, classes, batch, segmentation, steps):
         np.save(os.path.join(directory, f"y{split}.npy"), rng.integers(0, classes, yshape))
 
 
-def run_measured(cmd, env):
-    """Run cmd; (stdout, max RSS MiB of that process)."""
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def run_measured(cmd, env, timeout=None):
+    """Run cmd; (stdout, max RSS MiB of that process). RunTimeout when it takes more than
+    `timeout` seconds: it runs in a session of its own, killed whole then (a launcher's children
+    too)."""
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=bool(timeout))
+    fired = []
+
+    def kill():
+        fired.append(True)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(timeout, kill) if timeout else None
+    if timer:
+        timer.start()
     out = p.stdout.read()
     _, status, usage = os.wait4(p.pid, 0)
+    if timer:
+        timer.cancel()
+    if fired:
+        print(out[-4000:], file=sys.stderr)
+        raise RunTimeout(f"over {timeout:g} s")
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
         print(out, file=sys.stderr)
@@ -69,29 +117,43 @@ def run_measured(cmd, env):
     return out, usage.ru_maxrss / 1024.0
 
 
-def run_tessel(cli, model, data, batch, plan, steps, threads, work):
+def run_tessel(args, model, data, batch, plan, steps, work):
     metrics = os.path.join(work, "metrics.json")
-    cmd = [cli, "train", "--data", "npy:" + data, "--model", model, "--batch", str(batch),
-           "--max-steps", str(steps), "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
-           "--shuffle", "off", "--ncpu", str(threads), "--metrics-json", metrics]
+    cmd = shlex.split(args.launcher) + [
+        args.cli, "train", "--data", "npy:" + data, "--model", model, "--batch", str(batch),
+        "--max-steps", str(steps), "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
+        "--shuffle", "off", "--ncpu", str(args.threads), "--metrics-json", metrics]
     if plan:
         cmd += ["--plan", plan]
+    if args.sched:
+        cmd += ["--sched", args.sched]
     env = dict(os.environ, STARPU_SILENT="1")
-    _, rss = run_measured(cmd, env)
+    if args.device == "cuda":
+        env.update(STARPU_NCUDA="1", TSL_TASK_WHERE=args.tessel_where)
+    else:
+        env.update(STARPU_NCUDA="0")
+    _, rss = run_measured(cmd, env, args.timeout)
     with open(metrics) as f:
-        return json.load(f)["step_seconds"], rss
+        return json.load(f)["step_seconds"], rss, None
 
 
 def torch_worker(args):
-    """One PyTorch run (in its own process): prints the step seconds as JSON."""
+    """One PyTorch run (in its own process): prints the step seconds as JSON, and on a GPU the
+    peak GPU memory (MiB) after them."""
     import numpy as np
     import torch
     import torch.nn.functional as F
     import tessel_torch
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    cuda = args.device == "cuda"
+    dev = torch.device("cuda" if cuda else "cpu")
+    if cuda:
+        # PyTorch's defaults stay: TF32 allowed for convolutions (cudnn.allow_tf32), not for
+        # matrix products (cuda.matmul.allow_tf32); the fastest measured cuDNN algorithms.
+        torch.backends.cudnn.benchmark = True
     shape = tuple(int(v) for v in args.shape.split(","))
-    net = tessel_torch.build(args.model, shape, args.classes)
+    net = tessel_torch.build(args.model, shape, args.classes).to(dev)
     x = torch.from_numpy(np.load(os.path.join(args.data, "x.npy")))
     y = torch.from_numpy(np.load(os.path.join(args.data, "y.npy")))
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -100,22 +162,32 @@ def torch_worker(args):
     for step in range(args.steps):
         xb = x[step * args.batch:(step + 1) * args.batch]
         yb = y[step * args.batch:(step + 1) * args.batch]
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
+        xb, yb = xb.to(dev), yb.to(dev)
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(net(xb), yb)
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    print(json.dumps(times))
+    peak = torch.cuda.max_memory_allocated() / 1048576.0 if cuda else None
+    print(json.dumps({"times": times, "gpu_peak_mib": peak}))
 
 
-def run_torch(model, shape, classes, data, batch, steps, threads):
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", "--model", model,
+def run_torch(args, model, shape, classes, data, batch, steps):
+    cmd = [args.python, os.path.abspath(__file__), "--torch-worker", "--model", model,
            "--shape", ",".join(map(str, shape)), "--classes", str(classes), "--data", data,
-           "--batch", str(batch), "--steps", str(steps), "--threads", str(threads)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out, rss = run_measured(cmd, env)
-    return json.loads(out.strip().splitlines()[-1]), rss
+           "--batch", str(batch), "--steps", str(steps), "--threads", str(args.threads),
+           "--device", args.device]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if args.torch_ld_library_path is not None:
+        env["LD_LIBRARY_PATH"] = args.torch_ld_library_path
+    out, rss = run_measured(cmd, env, args.timeout)
+    result = json.loads(out.strip().splitlines()[-1])
+    return result["times"], rss, result["gpu_peak_mib"]
 
 
 def spread(values):
@@ -124,12 +196,22 @@ def spread(values):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="tessel's CPU workers and PyTorch's threads (default 2)")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--rows", help="comma-separated row names (default: every row of the device)")
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "tessel"))
+    ap.add_argument("--launcher", default="", help="command put before the tessel program")
+    ap.add_argument("--python", default=sys.executable, help="interpreter of the PyTorch runs")
+    ap.add_argument("--torch-ld-library-path", default=None,
+                    help="LD_LIBRARY_PATH of the PyTorch runs (default: this one's)")
+    ap.add_argument("--tessel-where", choices=("cuda", "any"), default="cuda",
+                    help="TSL_TASK_WHERE of tessel's runs on a GPU (default cuda)")
+    ap.add_argument("--sched", default=None, help="tessel's StarPU scheduler (--sched)")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds one run may take")
     ap.add_argument("--out")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model")
@@ -142,48 +224,78 @@ def main():
         return torch_worker(args)
 
     import tessel_torch
-    lines = [f"| row | batch | tessel s/step (min/median/max) | PyTorch s/step (min/median/max) | "
-             f"speed ratio, median (min-max of {args.pairs} pairs) | peak MiB tessel / PyTorch |",
-             "|---|---|---|---|---|---|"]
+    table = GPU_ROWS if args.device == "cuda" else ROWS
+    names = args.rows.split(",") if args.rows else list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"vs_pytorch: no {args.device} row {', '.join(unknown)} "
+                         f"(rows: {', '.join(table)})")
+    lines = []
+    if args.device == "cuda":
+        lines.append(f"GPU: tessel with 1 CUDA worker and {args.threads} CPU workers, "
+                     f"TSL_TASK_WHERE={args.tessel_where}"
+                     f"{', scheduler ' + args.sched if args.sched else ''}, TESSEL_CUDA_TF32="
+                     f"{os.environ.get('TESSEL_CUDA_TF32', '1 (default)')}; PyTorch eager, "
+                     f"cudnn.benchmark on, default TF32 (convolutions yes, matmul no). "
+                     f"Peak: tessel's process RSS; PyTorch's RSS and GPU peak "
+                     f"(max_memory_allocated).")
+        lines.append("")
+    lines += [f"| row | batch | tessel s/step (min/median/max) | PyTorch s/step (min/median/max) | "
+              f"speed ratio, median (min-max of {args.pairs} pairs) | peak MiB tessel / PyTorch"
+              f"{' (GPU)' if args.device == 'cuda' else ''} |",
+              "|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     total = args.warmup + args.steps
-    for name in args.rows.split(","):
-        model_file, shape, classes, batch, plan = ROWS[name]
+    failed = False
+    for name in names:
+        model_file, shape, classes, batch, plan = table[name]
         model = os.path.join(ROOT, "examples", "models", model_file)
         segmentation = len(tessel_torch.build(model, shape, classes).output_shape) > 1
+        label = name + (f" (`--plan {plan}`)" if plan else "")
         with tempfile.TemporaryDirectory(prefix="tessel-vs-pytorch-") as work:
             data = os.path.join(work, "data")
             os.makedirs(data)
             make_data(data, shape, classes, batch, segmentation, total)
-            ratios, t_all, p_all, t_rss, p_rss = [], [], [], [], []
-            for pair in range(args.pairs):
-                order = ("tessel", "torch") if pair % 2 == 0 else ("torch", "tessel")
-                med = {}
-                for side in order:
-                    if side == "tessel":
-                        times, rss = run_tessel(args.cli, model, data, batch, plan, total,
-                                                args.threads, work)
-                        t_all += times[args.warmup:]
-                        t_rss.append(rss)
-                    else:
-                        times, rss = run_torch(model, shape, classes, data, batch, total,
-                                               args.threads)
-                        p_all += times[args.warmup:]
-                        p_rss.append(rss)
-                    med[side] = statistics.median(times[args.warmup:])
-                ratios.append(med["torch"] / med["tessel"])
+            ratios, t_all, p_all, t_rss, p_rss, p_gpu = [], [], [], [], [], []
+            try:
+                for pair in range(args.pairs):
+                    order = ("tessel", "torch") if pair % 2 == 0 else ("torch", "tessel")
+                    med = {}
+                    for side in order:
+                        if side == "tessel":
+                            times, rss, _ = run_tessel(args, model, data, batch, plan, total,
+                                                       work)
+                            t_all += times[args.warmup:]
+                            t_rss.append(rss)
+                        else:
+                            times, rss, gpu = run_torch(args, model, shape, classes, data, batch,
+                                                        total)
+                            p_all += times[args.warmup:]
+                            p_rss.append(rss)
+                            if gpu is not None:
+                                p_gpu.append(gpu)
+                        med[side] = statistics.median(times[args.warmup:])
+                    ratios.append(med["torch"] / med["tessel"])
+            except RunTimeout as e:
+                failed = True
+                line = f"| {label} | {batch} | {side} run timed out ({e}) | | | |"
+                lines.append(line)
+                print(line, flush=True)
+                continue
             tmin, tmed, tmax = spread(t_all)
             pmin, pmed, pmax = spread(p_all)
-            label = name + (f" (`--plan {plan}`)" if plan else "")
+            peak = f"{max(t_rss):.0f} / {max(p_rss):.0f}"
+            if p_gpu:
+                peak += f" ({max(p_gpu):.0f})"
             line = (f"| {label} | {batch} | {tmin:.3f} / {tmed:.3f} / {tmax:.3f} | "
                     f"{pmin:.3f} / {pmed:.3f} / {pmax:.3f} | {statistics.median(ratios):.2f}x "
-                    f"({min(ratios):.2f}-{max(ratios):.2f}) | {max(t_rss):.0f} / {max(p_rss):.0f} |")
+                    f"({min(ratios):.2f}-{max(ratios):.2f}) | {peak} |")
             lines.append(line)
             print(line, flush=True)
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
