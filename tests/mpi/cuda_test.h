@@ -67,6 +67,10 @@ void run_on_cuda(struct starpu_codelet &cl, const A &args, std::vector<CudaBuf> 
     for (size_t i = 0; i < bufs.size(); i++)
         starpu_vector_data_register(&handles[i], STARPU_MAIN_RAM, (uintptr_t)bufs[i].data,
                                     (uint32_t)bufs[i].count, bufs[i].elem_size);
+    // STARPU_TASK_SET_MODE writes the modes of a codelet with a fixed buffer count into the
+    // codelet itself: they are put back once the task has run, so that later tasks of the
+    // codelet (the model tests') see its own.
+    const std::vector<enum starpu_data_access_mode> declared(cl.modes, cl.modes + STARPU_NMAXBUFS);
     struct starpu_task *task = starpu_task_create();
     task->cl = &cl;
     task->where = STARPU_CUDA;
@@ -80,6 +84,7 @@ void run_on_cuda(struct starpu_codelet &cl, const A &args, std::vector<CudaBuf> 
                              0);
     task->cl_arg_free = 1;
     EXPECT_EQ(starpu_task_submit(task), 0) << cl.name;
+    std::copy(declared.begin(), declared.end(), cl.modes);
     for (starpu_data_handle_t h : handles)
         starpu_data_unregister(h); // brings the results back to the host vectors
 }

@@ -5,6 +5,8 @@
 // builds them (arguments packed as one STARPU_VALUE) and never submitted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +48,9 @@ uint32_t footprint(struct starpu_codelet &cl, const A &args, const Handles &hand
     EXPECT_NE(cl.model->footprint, nullptr) << cl.name << ": data footprint only";
     if (!cl.model || !cl.model->footprint)
         return 0;
+    // STARPU_TASK_SET_MODE writes the modes of a codelet with a fixed buffer count into the
+    // codelet itself: they are put back below, or every later task of it would see these.
+    const std::vector<enum starpu_data_access_mode> declared(cl.modes, cl.modes + STARPU_NMAXBUFS);
     struct starpu_task *task = starpu_task_create();
     task->destroy = 0; // destroyed here, never submitted
     task->cl = &cl;
@@ -59,6 +64,7 @@ uint32_t footprint(struct starpu_codelet &cl, const A &args, const Handles &hand
     task->cl_arg_free = 1;
     uint32_t fp = cl.model->footprint(task);
     starpu_task_destroy(task);
+    std::copy(declared.begin(), declared.end(), cl.modes);
     return fp;
 }
 
