@@ -21,16 +21,22 @@
 #   scripts/gpu-check.sh run OUTDIR          (on the GPU machine, from the repository root)
 #       Unpacks gpu-kit/kit.tar.xz (or $GPU_KIT) to a temporary folder, finds the CUDA and
 #       cuDNN libraries of the machine's python3, and runs, each under `timeout` and all
-#       within GPU_CHECK_BUDGET seconds (default 480): nvidia-smi, the CUDA/cuDNN versions,
-#       `tessel info` (must list CUDA workers), the kit's tests at 1 rank (STARPU_NCUDA=1) and
-#       at 2 ranks sharing the GPU, and zoo training steps timed with STARPU_NCUDA=1 and 0.
-#       Every log goes to OUTDIR, and OUTDIR/summary.txt says PASS/FAIL/SKIP and the time of
-#       each step. Without a GPU (no nvidia-smi) it says so and runs the CPU steps only.
+#       within GPU_CHECK_BUDGET seconds (default 480), most important first: nvidia-smi, the
+#       CUDA/cuDNN versions, `tessel info` (must list CUDA workers and name their device); the
+#       CUDA tests (every Cuda* test at 1 rank, the heterogeneous model test under dmdas, and
+#       at 2 ranks sharing the GPU; a skip for want of a CUDA worker fails); the GPU
+#       benchmarks (bench_cuda_ops: codelets against direct cuDNN/cuBLAS; vs_pytorch.py
+#       --device cuda: training steps against PyTorch on the GPU, one pair per row); then,
+#       where their whole limit still fits, the kit's tests at 1 rank (STARPU_NCUDA=1) and at
+#       2 ranks, and zoo training steps timed with STARPU_NCUDA=1 and 0. Every log goes to
+#       OUTDIR, and OUTDIR/summary.txt says PASS/FAIL/SKIP and the time of each step, then the
+#       benchmark tables. Without a GPU (no nvidia-smi) it says so and runs the CPU steps only.
 #       Exits 0 when no step failed.
 #
 # The device call (README.md, "GPU build"): carry ["gpu-kit"], timeout_s 570, command
-#   bash scripts/gpu-check.sh run /tmp/gpu-check; rc=$?; tar -C /tmp -czf
+#   bash gpu-kit/gpu-check.sh run /tmp/gpu-check; rc=$?; tar -C /tmp -czf
 #   $OUT/gpu-check.tar.gz gpu-check; cp /tmp/gpu-check/summary.txt $OUT/; exit $rc
+# (gpu-kit/gpu-check.sh is the copy pack leaves beside the archive; ROOT is then gpu-kit/..)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,7 +105,8 @@ pack() {
     local b
     for b in tessel tests/tessel_mpi_tests tests/tessel_unit_tests tests/tessel_embed_test \
         tests/tessel_graph_tests bench/bench_tiles bench/bench_ops bench/bench_conv \
-        bench/bench_conv_layout bench/bench_reduce examples/example_tiled_tensor \
+        bench/bench_conv_layout bench/bench_reduce bench/bench_cuda_ops \
+        examples/example_tiled_tensor \
         examples/example_multi_domain; do
         if [ -x "$build/$b" ]; then
             cp "$build/$b" "$kit/bin/"
@@ -115,6 +122,12 @@ pack() {
     # Test scripts and data (tests/CMakeLists.txt's commands use these).
     cp "$ROOT/tests/cli/train_check.py" "$ROOT/tests/unit/make_numpy_fixtures.py" \
         "$kit/share/tests/"
+    # The PyTorch comparison with what it reads, under a root of its own (it finds python/ and
+    # examples/models beside its bench/).
+    mkdir -p "$kit/pyroot/bench" "$kit/pyroot/python" "$kit/pyroot/examples/models"
+    cp "$ROOT/bench/vs_pytorch.py" "$kit/pyroot/bench/"
+    cp "$ROOT/python/tessel_torch.py" "$kit/pyroot/python/"
+    cp "$ROOT"/examples/models/*.json "$kit/pyroot/examples/models/"
     cp "$ROOT/scripts/gpu-kit-tests.sh" "$kit/run-tests.sh"
     chmod +x "$kit/run-tests.sh"
     pack_fashion "$kit/data/fashion-mnist" "${PACK_FASHION:-subset}"
@@ -229,6 +242,9 @@ pack() {
     rm -f "$kitdir/kit.tar.xz"
     tar -C "$stage" -cf - kit | xz -9 -T2 >"$kitdir/kit.tar.xz" || die "tar | xz failed"
     cp "$kit/MANIFEST" "$kitdir/MANIFEST"
+    # This script beside the archive: `bash gpu-kit/gpu-check.sh run OUTDIR` runs the version
+    # that packed the kit, whatever the checkout's scripts/ holds.
+    cp "${BASH_SOURCE[0]}" "$kitdir/gpu-check.sh"
     local raw packed
     raw="$(du -sb "$kit" | cut -f1)"
     packed="$(stat -c %s "$kitdir/kit.tar.xz")"
@@ -414,6 +430,9 @@ PY
     done >>"$out/versions.txt"
     ldconfig -p 2>/dev/null | grep -E 'libcuda\.so\.1 ' >>"$out/versions.txt"
 
+    # The machine's own environment, for its python3 and PyTorch (the benchmark): the kit's
+    # libraries are only for the kit's programs.
+    ORIG_PATH="$PATH" ORIG_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
     # shellcheck source=/dev/null
     . "$KIT/env.sh"
     {
@@ -461,21 +480,36 @@ PY
 
     local mpi=(mpirun --oversubscribe --bind-to none)
 
-    # tessel info: with a GPU it must list CUDA workers.
+    # tessel info: with a GPU it must list CUDA workers and name their device.
     if [ $gpu = 1 ]; then
         step info 90 "workers on rank 0: [0-9]+ CPU, [1-9][0-9]* CUDA" \
-            env STARPU_NCUDA=1 "${mpi[@]}" -n 1 "$KIT/bin/tessel" info
+            env STARPU_NCUDA=1 "${mpi[@]}" -n 1 "$KIT/bin/tessel" info \
+            && { grep -q '^CUDA worker 0: ' "$OUT_DIR/info.log" \
+                || note FAIL info-devices - "no 'CUDA worker 0: <device>' line in info.log"; }
     else
         step info 90 "workers on rank 0: [0-9]+ CPU" "${mpi[@]}" -n 1 "$KIT/bin/tessel" info
     fi
 
-    # The tests: the whole MPI test binary at 1 rank with one CUDA worker, and at 2 ranks
-    # sharing the GPU; the CPU-only tests once.
+    # In order of what matters most, each cut to what is left of the budget: the CUDA tests
+    # (codelets and models at one rank, the heterogeneous model run under dmdas, two ranks
+    # sharing the GPU), the GPU benchmarks, then the whole test binaries with a CUDA worker and
+    # the zoo training times, each only where its whole limit still fits.
     local ncuda=0
     [ $gpu = 1 ] && ncuda=1
-    tests_step tests-np1 300 "$ncuda" unit.graph unit.numpy_fixtures unit.gtest \
-        unit.numpy_reads_tessel mpi.tensor.np1 mpi.embed.np1 cli.demo.np1
-    tests_step tests-np2 240 "$ncuda" mpi.tensor.np2 mpi.embed.np2 cli.info.np2 cli.demo.np2
+    if [ $gpu = 1 ]; then
+        tests_step cuda-np1 200 1 cuda.np1 cuda.hetero
+        tests_step cuda-np2 150 1 cuda.np2
+        step bench-cuda-ops 100 "^gemm-4096" env STARPU_NCUDA=1 STARPU_NCPU=2 \
+            "$KIT/bin/bench_cuda_ops"
+        bench_vs_pytorch "$out" "$tmp" 170
+    else
+        note SKIP cuda-tests - "no GPU"
+        note SKIP benchmarks - "no GPU"
+    fi
+    fits 200 tests-np1 && tests_step tests-np1 200 "$ncuda" unit.graph unit.numpy_fixtures \
+        unit.gtest unit.numpy_reads_tessel mpi.tensor.np1 mpi.embed.np1 cli.demo.np1
+    fits 150 tests-np2 && tests_step tests-np2 150 "$ncuda" mpi.tensor.np2 mpi.embed.np2 \
+        cli.info.np2 cli.demo.np2
 
     # Zoo training steps, timed with the GPU and without.
     local bench="$out/bench.txt"
@@ -486,6 +520,7 @@ PY
         set -- $spec
         local n
         for n in $( [ $gpu = 1 ] && echo 1; echo 0); do
+            fits 40 "train-$1-ncuda$n" || continue
             local s0
             s0=$(date +%s%N)
             if step "train-$1-ncuda$n" 90 "train loss" env STARPU_NCUDA=$n "${mpi[@]}" -n 1 \
@@ -506,6 +541,37 @@ PY
 note() { # status step seconds text
     printf '%-8s %-22s %-6s %s\n' "$1" "$2" "$3" "${*:4}" | tee -a "$SUMMARY"
     case "$1" in FAIL | TIMEOUT) FAILED=1 ;; esac
+}
+
+# fits SECONDS NAME: whether SECONDS are left in the budget; else NAME is noted as skipped.
+fits() {
+    local left=$((KIT_DEADLINE - $(date +%s)))
+    [ "$left" -ge "$1" ] && return 0
+    note SKIP "$2" - "${left}s left in the budget, it needs ${1}s"
+    return 1
+}
+
+# bench_vs_pytorch OUTDIR TMP LIMIT: tessel against PyTorch on the GPU (bench/vs_pytorch.py
+# --device cuda, the issue's rows, one pair each, the smallest first), PyTorch from the
+# machine's python3 with the machine's environment, tessel through a wrapper that sets up the
+# kit's. Its table goes to OUTDIR/vs-pytorch-gpu.md.
+bench_vs_pytorch() {
+    local out="$1" tmp="$2" lim="$3" py
+    py="$(PATH="$ORIG_PATH" command -v python3)"
+    if [ -z "$py" ] || ! PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" timeout 120 \
+        "$py" -c 'import torch, numpy; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+        note SKIP vs-pytorch - "no python3 with torch (CUDA) and numpy"
+        return
+    fi
+    printf '#!/bin/bash\n. "%s/env.sh"\nexec "$@"\n' "$KIT" >"$tmp/kit-env"
+    chmod +x "$tmp/kit-env"
+    step vs-pytorch "$lim" "^\| unet3d-128-b1 " env PATH="$ORIG_PATH" \
+        LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$py" \
+        "$KIT/pyroot/bench/vs_pytorch.py" --device cuda --cli "$KIT/bin/tessel" \
+        --launcher "$tmp/kit-env mpirun --oversubscribe --bind-to none -n 1" --python "$py" \
+        --threads 4 --pairs 1 --warmup 2 --steps 5 --timeout 40 \
+        --rows cnn-fashion-b256,cnn3d-64-b4,unet2d-512-b8,unet3d-128-b1 \
+        --out "$out/vs-pytorch-gpu.md"
 }
 
 # step NAME LIMIT MATCH CMD...: runs CMD under timeout (LIMIT, cut to the budget left) into
@@ -555,7 +621,11 @@ finish() {
     else
         echo "RESULT FAIL (${secs}s)" | tee -a "$SUMMARY"
     fi
-    [ -f "$1/bench.txt" ] && cat "$1/bench.txt"
+    local f
+    for f in bench-cuda-ops.log vs-pytorch-gpu.md bench.txt; do
+        [ -f "$1/$f" ] || continue
+        { echo; echo "== $f"; grep -v '^+ timeout' "$1/$f"; } | tee -a "$SUMMARY"
+    done
     exit "$FAILED"
 }
 

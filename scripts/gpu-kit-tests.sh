@@ -20,7 +20,7 @@ KIT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 ALL_TESTS=(unit.graph unit.numpy_fixtures unit.gtest unit.numpy_reads_tessel mpi.tensor.np1
            mpi.tensor.np2 mpi.embed.np1 mpi.embed.np2 cli.info.np2 cli.demo.np1 cli.demo.np2
-           cli.train.np1)
+           cli.train.np1 cuda.np1 cuda.hetero cuda.np2)
 if [ "${1:-}" = --list ]; then
     printf '%s\n' "${ALL_TESTS[@]}"
     exit 0
@@ -76,7 +76,8 @@ run() {
         return
     fi
     start=$(date +%s)
-    echo "+ STARPU_NCPU=$ncpu STARPU_NCUDA=${STARPU_NCUDA-} timeout $t $*" >"$log"
+    echo "+ STARPU_NCPU=$ncpu STARPU_NCUDA=${STARPU_NCUDA-} STARPU_SCHED=${STARPU_SCHED-}" \
+        "GTEST_FILTER=${GTEST_FILTER-} timeout $t $*" >"$log"
     STARPU_NCPU="$ncpu" timeout -k 10 "$t" "$@" >>"$log" 2>&1
     rc=$?
     local secs=$(($(date +%s) - start))
@@ -91,6 +92,12 @@ run() {
     else
         result PASS "$name" "${secs}s"
     fi
+}
+
+# With CUDA workers asked for (STARPU_NCUDA >= 1), a CUDA test that skips for want of one is a
+# failure: the pattern of its skip message, else none.
+cuda_noskip() {
+    [ "${STARPU_NCUDA:-0}" -ge 1 ] 2>/dev/null && echo "no CUDA worker in this process|built without CUDA"
 }
 
 have_numpy() { [ -n "$PY" ] && "$PY" -c 'import numpy' >/dev/null 2>&1; }
@@ -129,6 +136,19 @@ one() {
         if [ -n "$PY" ]; then
             run "$1" 2 "" "" "$PY" "$SHARE/train_check.py" "$b/tessel" "$WORK/train-np1"
         else result SKIP "$1" 0 "no python3"; fi ;;
+    # The CUDA tests alone (tests/mpi/test_cuda*.cpp; they skip without a CUDA worker, which
+    # NOSKIP makes a failure where STARPU_NCUDA asks for one): every Cuda* test at one rank; the
+    # heterogeneous model test under dmdas with 4 CPU workers beside the CUDA one; and at two
+    # ranks sharing the GPU, the space=2 model test with the codelet tests on each rank.
+    cuda.np1)
+        GTEST_FILTER='Cuda*' run "$1" 2 "PASSED" "$(cuda_noskip)" \
+            "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
+    cuda.hetero)
+        STARPU_SCHED=dmdas GTEST_FILTER='CudaModel.Heterogeneous*' run "$1" 4 "PASSED" \
+            "$(cuda_noskip)" "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
+    cuda.np2)
+        GTEST_FILTER='Cuda*' run "$1" 2 "PASSED" "$(cuda_noskip)" \
+            "${MPIEXEC[@]}" -n 2 "$b/tessel_mpi_tests" ;;
     *) result FAIL "$1" 0 "no such test (see --list)" ;;
     esac
 }
