@@ -1,10 +1,10 @@
 /* tessel's CUDA codelets against direct cuDNN and cuBLAS calls on the same shapes (the GPU
  * counterpart of bench/ops.c; built only with TESSEL_CUDA): convolution forward, backward data
- * and backward weights on U-Net and CNN3D layer shapes (3x3 or 3x3x3, padding 1, f32, plain
- * NCHW/NCDHW tiles, one tile), and a GEMM's forward and backward (data + weights) through the
- * linear op.
+ * and backward weights on U-Net and CNN3D layer shapes (3x3 or 3x3x3, padding 1, f32, one
+ * tile, channels-last as the models store activations, or plain NCHW/NCDHW), and a GEMM's
+ * forward and backward (data + weights) through the linear op.
  *
- *   STARPU_NCUDA=1 STARPU_NCPU=1 ./bench_cuda_ops [ROWS]
+ *   STARPU_NCUDA=1 STARPU_NCPU=1 ./bench_cuda_ops [ROWS|all] [channels-last|plain]
  *
  * ROWS: a comma-separated subset of the row names (default: all). tessel's side is the op
  * (tsl_conv_forward, tsl_conv_backward with dx only or dw only, tsl_linear_forward/backward)
@@ -88,7 +88,7 @@ static const gemm_row gemm_rows[] = {
 };
 
 static const char *selected;
-static int tf32;
+static int tf32, channels_last = 1;
 static cudaStream_t stream;
 static cudnnHandle_t dnn;
 static cublasHandle_t blas;
@@ -97,7 +97,7 @@ static size_t workspace_size;
 
 static int wanted(const char *name)
 {
-    if (!selected || !*selected)
+    if (!selected || !*selected || strcmp(selected, "all") == 0)
         return 1;
     size_t len = strlen(name);
     for (const char *p = selected; (p = strstr(p, name)) != NULL; p += len)
@@ -294,12 +294,13 @@ static void bench_conv(tsl_context_t ctx, const conv_row *row)
     tsl_shape_make(&ws, nd, wdims);
     CHECK(tsl_conv_output_shape(&xs, &ws, &c.params, &ys));
     tsl_tile_grid one_tile = tsl_tile_grid_single();
-    CHECK(tsl_tensor_create(&c.x, ctx, TSL_F32, &xs, &one_tile, NULL));
-    CHECK(tsl_tensor_create(&c.dx, ctx, TSL_F32, &xs, &one_tile, NULL));
-    CHECK(tsl_tensor_create(&c.w, ctx, TSL_F32, &ws, &one_tile, NULL));
+    tsl_layout layout = channels_last ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
+    CHECK(tsl_tensor_create_layout(&c.x, ctx, TSL_F32, &xs, &one_tile, NULL, layout));
+    CHECK(tsl_tensor_create_layout(&c.dx, ctx, TSL_F32, &xs, &one_tile, NULL, layout));
+    CHECK(tsl_tensor_create(&c.w, ctx, TSL_F32, &ws, &one_tile, NULL)); /* weights: plain */
     CHECK(tsl_tensor_create(&c.dw, ctx, TSL_F32, &ws, &one_tile, NULL));
-    CHECK(tsl_tensor_create(&c.y, ctx, TSL_F32, &ys, &one_tile, NULL));
-    CHECK(tsl_tensor_create(&c.dy, ctx, TSL_F32, &ys, &one_tile, NULL));
+    CHECK(tsl_tensor_create_layout(&c.y, ctx, TSL_F32, &ys, &one_tile, NULL, layout));
+    CHECK(tsl_tensor_create_layout(&c.dy, ctx, TSL_F32, &ys, &one_tile, NULL, layout));
     CHECK(tsl_tensor_fill_uniform(c.x, 1, -1, 1));
     CHECK(tsl_tensor_fill_uniform(c.w, 2, -0.2, 0.2));
     CHECK(tsl_tensor_fill_uniform(c.dy, 3, -1, 1));
@@ -312,10 +313,24 @@ static void bench_conv(tsl_context_t ctx, const conv_row *row)
         wi[d] = (int)wdims[d];
         yi[d] = (int)ys.dims[d];
     }
-    xstr[nd - 1] = ystr[nd - 1] = 1;
-    for (int d = nd - 2; d >= 0; d--) {
-        xstr[d] = xstr[d + 1] * xi[d + 1];
-        ystr[d] = ystr[d + 1] * yi[d + 1];
+    /* Strides of plain (N, C, spatial...) or channels-last (N, spatial..., C) storage; the
+     * filter in the same order (cuDNN's channels-last kernels want it so). */
+    if (channels_last) {
+        xstr[1] = ystr[1] = 1;
+        xstr[nd - 1] = xi[1];
+        ystr[nd - 1] = yi[1];
+        for (int d = nd - 2; d >= 2; d--) {
+            xstr[d] = xstr[d + 1] * xi[d + 1];
+            ystr[d] = ystr[d + 1] * yi[d + 1];
+        }
+        xstr[0] = xstr[2] * xi[2];
+        ystr[0] = ystr[2] * yi[2];
+    } else {
+        xstr[nd - 1] = ystr[nd - 1] = 1;
+        for (int d = nd - 2; d >= 0; d--) {
+            xstr[d] = xstr[d + 1] * xi[d + 1];
+            ystr[d] = ystr[d + 1] * yi[d + 1];
+        }
     }
     for (int d = 0; d < sp; d++) {
         pad[d] = 1;
@@ -327,7 +342,8 @@ static void bench_conv(tsl_context_t ctx, const conv_row *row)
     CUDNN_OK(cudnnCreateConvolutionDescriptor(&c.cd));
     CUDNN_OK(cudnnSetTensorNdDescriptor(c.xd, CUDNN_DATA_FLOAT, nd, xi, xstr));
     CUDNN_OK(cudnnSetTensorNdDescriptor(c.yd, CUDNN_DATA_FLOAT, nd, yi, ystr));
-    CUDNN_OK(cudnnSetFilterNdDescriptor(c.wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nd, wi));
+    CUDNN_OK(cudnnSetFilterNdDescriptor(
+        c.wd, CUDNN_DATA_FLOAT, channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nd, wi));
     CUDNN_OK(cudnnSetConvolutionNdDescriptor(c.cd, sp, pad, str, dil, CUDNN_CROSS_CORRELATION,
                                              CUDNN_DATA_FLOAT));
     CUDNN_OK(cudnnSetConvolutionMathType(c.cd, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
@@ -459,6 +475,13 @@ static void bench_gemm(tsl_context_t ctx, const gemm_row *row)
 int main(int argc, char **argv)
 {
     selected = argc > 1 ? argv[1] : NULL;
+    if (argc > 2) {
+        if (strcmp(argv[2], "plain") != 0 && strcmp(argv[2], "channels-last") != 0) {
+            fprintf(stderr, "bench_cuda_ops: layout '%s': channels-last or plain\n", argv[2]);
+            return 2;
+        }
+        channels_last = strcmp(argv[2], "channels-last") == 0;
+    }
     const char *v = getenv("TESSEL_CUDA_TF32");
     tf32 = !(v && strcmp(v, "0") == 0);
     /* Every task that can runs on the CUDA worker (src/task_where.h); a value set by hand stays. */
@@ -485,9 +508,9 @@ int main(int argc, char **argv)
     CUBLAS_OK(cublasSetStream(blas, stream));
     CUBLAS_OK(cublasSetMathMode(blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     printf("tessel CUDA codelets vs direct cuDNN %zu / cuBLAS on %s; %d CUDA, %d CPU workers; "
-           "TF32 %s; TSL_TASK_WHERE=%s; median of %d\n",
+           "TF32 %s; TSL_TASK_WHERE=%s; convolutions %s; median of %d\n",
            cudnnGetVersion(), prop.name, (int)ncuda, (int)ncpu, tf32 ? "on" : "off",
-           getenv("TSL_TASK_WHERE"), RUNS);
+           getenv("TSL_TASK_WHERE"), channels_last ? "channels-last" : "plain", RUNS);
     printf("%-22s %-8s %9s %9s %8s %8s %6s   %s\n", "row", "pass", "tessel_ms", "direct_ms",
            "tsl_TF/s", "dir_TF/s", "ratio", "tasks on CUDA");
     int rows = 0;

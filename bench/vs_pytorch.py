@@ -61,7 +61,8 @@ ROWS = {
     "fcn2d-512": ("fcn2d.json", (1, 512, 512), 3, 2, None),
 }
 
-# The same, on a GPU (--device cuda): the CUDA issue's rows.
+# The same, on a GPU (--device cuda): the CUDA issue's rows (the default plan gives each CUDA
+# worker one sample tile).
 GPU_ROWS = {
     "cnn-fashion-b256": ("cnn.json", (1, 28, 28), 10, 256, None),
     "cnn3d-64-b4": ("cnn3d.json", (1, 64, 64, 64), 3, 4, None),

@@ -565,7 +565,7 @@ bench_vs_pytorch() {
     fi
     printf '#!/bin/bash\n. "%s/env.sh"\nexec "$@"\n' "$KIT" >"$tmp/kit-env"
     chmod +x "$tmp/kit-env"
-    step vs-pytorch "$lim" "^\| unet3d-128-b1 " env PATH="$ORIG_PATH" \
+    step vs-pytorch "$lim" "^\| unet3d-128-b1" env PATH="$ORIG_PATH" \
         LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$py" \
         "$KIT/pyroot/bench/vs_pytorch.py" --device cuda --cli "$KIT/bin/tessel" \
         --launcher "$tmp/kit-env mpirun --oversubscribe --bind-to none -n 1" --python "$py" \

@@ -5,7 +5,8 @@
 // - Every zoo network, one rank: 3 momentum-SGD steps with every task whose codelet can run on
 //   a CUDA worker there (TSL_TASK_WHERE_CUDA) equal the same steps on CPU workers only.
 // - A heterogeneous run (TSL_TASK_WHERE_ANY: the scheduler places each task on a CPU or CUDA
-//   worker; the GPU check kit runs it under dmdas with several CPU workers) equals the CPU run.
+//   worker; the GPU check kit runs it under dmdas with several CPU workers), with the default
+//   plan and with spatial tiles, equals the CPU run of the same plan.
 // - Two ranks sharing one GPU with the plan space=2 (halo slabs moved by StarPU-MPI out of GPU
 //   memory) equal the CPU run of the default plan, which Model.SpatialPlansMatchSampleTiles
 //   and the data-parallel tests show equal to one rank.
@@ -271,15 +272,27 @@ TEST(CudaModel, HeterogeneousRunMatchesCpuWorkers)
     tsl_context_scheduler(ctx, &sched);
     int32_t ncpu = 0;
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &ncpu);
+    // The default plan (one sample tile per CUDA worker: each task of a layer on either kind),
+    // and spatial tiles (tiles=2: the windowed convolutions on CPU workers, the other tasks of
+    // the same layer on either kind).
+    struct Case {
+        const char *name, *plan;
+    };
+    const Case cases[] = {{"cnn", ""},          {"cnn3d", ""},        {"unet2d", ""},
+                          {"resnet", ""},       {"cnn3d", "tiles=2"}, {"unet2d", "tiles=2"},
+                          {"resnet", "tiles=2"}};
     KindCounts total;
-    for (const char *name : {"cnn", "cnn3d", "unet2d", "resnet"}) {
-        SCOPED_TRACE(name);
-        ModelRunner runner(name, zoo_samples().at(name));
+    for (const Case &c : cases) {
+        SCOPED_TRACE(std::string(c.name) + " plan '" + c.plan + "'");
+        ModelRunner runner(c.name, zoo_samples().at(c.name));
         ASSERT_TRUE(runner.ok());
+        tsl_plan plan;
+        ASSERT_EQ(tsl_plan_parse(c.plan, &plan), TSL_OK);
+        const tsl_plan *p = *c.plan ? &plan : nullptr;
         KindCounts k;
-        EXPECT_EQ(runner.check(TSL_TASK_WHERE_ANY, nullptr, nullptr, &k), "");
-        std::printf("[ hetero   ] %-8s %s, %d CPU workers: tasks on CUDA %ld, on CPU %ld\n", name,
-                    sched, (int)ncpu, k.cuda, k.cpu);
+        EXPECT_EQ(runner.check(TSL_TASK_WHERE_ANY, p, p, &k), "");
+        std::printf("[ hetero   ] %-8s %-8s %s, %d CPU workers: tasks on CUDA %ld, on CPU %ld\n",
+                    c.name, *c.plan ? c.plan : "default", sched, (int)ncpu, k.cuda, k.cpu);
         total.cpu += k.cpu;
         total.cuda += k.cuda;
     }
