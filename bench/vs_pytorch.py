@@ -1,6 +1,7 @@
-"""tessel against PyTorch on the same cores: one training step of the same network on the same
-batch, through the PyTorch bridge (python/tessel_torch.py builds PyTorch's network from the same
-model file).
+"""tessel against PyTorch: training step time of the same network on the same batch.
+
+Both run on the same cores (or GPU), through the PyTorch bridge (python/tessel_torch.py builds
+PyTorch's network from the same model file).
 
 For each row, `--pairs` pairs of runs alternate (tessel first in even pairs, PyTorch first in odd
 ones), each run a fresh process doing `--warmup` steps then `--steps` timed steps with SGD
