@@ -42,8 +42,8 @@ static tsl_owner_map on_stage(tsl_owner_map map, int32_t stages, int32_t group, 
  * plan data=R,tiles=T, T the tiles along the longest spatial dimension that give each worker
  * one, in `fill`; NULL where samples alone give every worker one (a sample tile per worker) or
  * cannot (no spatial dimension, fewer samples than ranks: those ranks stay idle). */
-static const tsl_plan *default_spatial_plan(const tsl_shape *input, int32_t nranks,
-                                            int32_t workers, int64_t batch, tsl_plan *fill)
+static const tsl_plan *default_spatial_plan(const tsl_shape *input, int32_t nranks, int32_t workers,
+                                            int64_t batch, tsl_plan *fill)
 {
     int64_t per_rank = batch / nranks, w = workers > 0 ? workers : 1;
     if (input->ndim < 2 || per_rank < 1 || per_rank >= w)
