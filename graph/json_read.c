@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "error.h"
+#include "file.h"
 #include "json_internal.h"
 #include "op_table.h"
 #include "tessel/io.h"
@@ -583,10 +584,10 @@ tsl_status tsl_graph_parse_json(const char *text, int32_t ndim, const int64_t *s
 /* The whole file, NUL-terminated. */
 static tsl_status read_file(const char *path, char **out, size_t *length)
 {
-    FILE *f = fopen(path, "rb");
+    const char *why;
+    FILE *f = tsl_fopen_regular(path, &why);
     if (!f)
-        return tsl_error(NULL, TSL_ERR_IO, "%s: cannot open the model file: %s", path,
-                         strerror(errno));
+        return tsl_error(NULL, TSL_ERR_IO, "%s: cannot open the model file: %s", path, why);
     char *text = NULL;
     size_t n = 0, capacity = 0;
     tsl_status st = TSL_OK;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "file.h"
 #include "tessel/io.h"
 
 #define NPY_MAGIC "\x93NUMPY"
@@ -250,9 +251,10 @@ tsl_status tsl_npy_read(const char *path, tsl_npy_header *header, void **data)
     if (!path || !header || !data)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_npy_read: NULL argument");
     *data = NULL;
-    FILE *f = fopen(path, "rb");
+    const char *why;
+    FILE *f = tsl_fopen_regular(path, &why);
     if (!f)
-        return tsl_error(NULL, TSL_ERR_IO, "npy: cannot open '%s': %s", path, strerror(errno));
+        return tsl_error(NULL, TSL_ERR_IO, "npy: cannot open '%s': %s", path, why);
     tsl_status st = TSL_OK;
     unsigned char *head = NULL;
     void *payload = NULL;

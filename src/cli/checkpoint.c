@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,13 +90,6 @@ static int write_latest(FILE *f, const void *arg)
     return fprintf(f, "%s\n", (const char *)arg) < 0;
 }
 
-/* Rank 0's outcome on every rank. */
-static int agree_code(int code)
-{
-    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return code;
-}
-
 /* Everything rank 0 does around the model's own files, before (phase 0) and after (1). */
 static int save_on_root(const char *dir, const char *name, const char *partial, int phase,
                         const state_file *sf)
@@ -149,27 +143,41 @@ int checkpoint_save(tsl_model_t model, tsl_optimizer_t opt, const char *dir,
         return EXIT_USAGE;
     }
     state_file sf = {settings, progress};
-    int code = agree_code(rank_of_process == 0 ? save_on_root(dir, name, partial, 0, &sf) : 0);
+    int code = agree_exit(rank_of_process == 0 ? save_on_root(dir, name, partial, 0, &sf) : 0);
     if (code)
         return code;
     tsl_status st = tsl_model_save_checkpoint(model, opt, partial);
     if (st)
         return fail(st, "writing a checkpoint");
-    return agree_code(rank_of_process == 0 ? save_on_root(dir, name, partial, 1, &sf) : 0);
+    return agree_exit(rank_of_process == 0 ? save_on_root(dir, name, partial, 1, &sf) : 0);
 }
 
 /* ---- reading ---- */
 
-static char *read_text(const char *path, long max)
+/* The whole of a file of at most `max` bytes (malloc'd), or NULL with *why saying why not. */
+static char *read_text(const char *path, long max, const char **why)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* Not blocking on a named pipe; only a regular file is read. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    FILE *f = NULL;
+    *why = fd < 0 || fstat(fd, &sb) != 0 ? strerror(errno)
+           : !S_ISREG(sb.st_mode)        ? "not a regular file"
+           : !(f = fdopen(fd, "rb"))     ? strerror(errno)
+                                         : NULL;
+    if (*why) {
+        if (fd >= 0)
+            close(fd);
         return NULL;
+    }
     char *text = malloc((size_t)max + 1);
     size_t n = text ? fread(text, 1, (size_t)max, f) : 0;
-    int bad = !text || ferror(f) || (n == (size_t)max && fgetc(f) != EOF);
+    *why = !text                                 ? "out of memory"
+           : ferror(f)                           ? strerror(errno)
+           : n == (size_t)max && fgetc(f) != EOF ? "larger than such a file can be"
+                                                 : NULL;
     fclose(f);
-    if (bad) {
+    if (*why) {
         free(text);
         return NULL;
     }
@@ -182,10 +190,11 @@ static int read_on_root(const char *dir, char *snapshot, size_t size, char **tex
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/latest", dir);
-    char *latest = read_text(path, 256);
+    const char *why;
+    char *latest = read_text(path, 256, &why);
     if (!latest) {
         fprintf(stderr, "tessel train: '%s' is not a checkpoint directory (cannot read '%s': %s)\n",
-                dir, path, strerror(errno));
+                dir, path, why);
         return 1;
     }
     latest[strcspn(latest, "\n")] = '\0';
@@ -200,8 +209,8 @@ static int read_on_root(const char *dir, char *snapshot, size_t size, char **tex
     }
     free(latest);
     snprintf(path, sizeof path, "%s/state.json", snapshot);
-    if (!(*text = read_text(path, 1L << 26))) {
-        fprintf(stderr, "tessel train: cannot read '%s': %s\n", path, strerror(errno));
+    if (!(*text = read_text(path, 1L << 26, &why))) {
+        fprintf(stderr, "tessel train: cannot read '%s': %s\n", path, why);
         return 1;
     }
     return 0;
@@ -210,16 +219,18 @@ static int read_on_root(const char *dir, char *snapshot, size_t size, char **tex
 static int get_number(const cJSON *obj, const char *key, double *v)
 {
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsNumber(item))
+    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble))
         return -1;
     *v = item->valuedouble;
     return 0;
 }
 
-static int get_int(const cJSON *obj, const char *key, int64_t min, int64_t *v)
+/* A whole number in [min, max] (compared as a double before the conversion, which would be
+ * undefined outside int64's range). */
+static int get_int(const cJSON *obj, const char *key, int64_t min, int64_t max, int64_t *v)
 {
     double d;
-    if (get_number(obj, key, &d) != 0 || d != (double)(int64_t)d || d < (double)min)
+    if (get_number(obj, key, &d) != 0 || d < (double)min || d > (double)max || d != floor(d))
         return -1;
     *v = (int64_t)d;
     return 0;
@@ -234,8 +245,12 @@ static int get_string(const cJSON *obj, const char *key, char *out, size_t size)
     return 0;
 }
 
-/* Parse state.json; -1 names nothing (the caller reports the file as malformed). */
-static int parse_state(const char *text, run_settings *s, run_progress *p)
+/* The most steps a run may have taken (an optimizer's step count stays exact as a double). */
+#define MAX_STEPS (INT64_C(1) << 53)
+
+/* Parse state.json, holding every setting to the range its command-line option has. Returns
+ * NULL, or what is wrong (the name of the first missing, malformed or out-of-range entry). */
+static const char *parse_state(const char *text, run_settings *s, run_progress *p)
 {
     cJSON *root = cJSON_Parse(text);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
@@ -244,26 +259,49 @@ static int parse_state(const char *text, run_settings *s, run_progress *p)
     const cJSON *fin = cJSON_GetObjectItemCaseSensitive(root, "finished_epochs");
     const cJSON *shuffle = cJSON_GetObjectItemCaseSensitive(set, "shuffle");
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(set, "seed");
-    int64_t version, batch, epochs;
-    char *end = NULL;
-    int bad = !cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 ||
-              get_int(root, "version", 1, &version) || version != STATE_VERSION ||
-              get_string(set, "model", s->model, sizeof s->model) ||
-              get_string(set, "data", s->data, sizeof s->data) ||
-              get_string(set, "optimizer", s->optimizer, sizeof s->optimizer) ||
-              (strcmp(s->optimizer, "sgd") && strcmp(s->optimizer, "adam")) ||
-              get_int(set, "batch", 1, &batch) || get_int(set, "epochs", 1, &epochs) ||
-              get_number(set, "lr", &s->lr) || get_number(set, "momentum", &s->momentum) ||
-              !cJSON_IsBool(shuffle) || !cJSON_IsString(seed) ||
-              get_int(pro, "epoch", 0, &p->epoch) || get_int(pro, "batch", 0, &p->batch) ||
-              get_int(pro, "steps", 0, &p->steps) || get_number(pro, "loss_sum", &p->loss_sum) ||
-              get_int(pro, "hits", 0, &p->hits) || get_int(pro, "seen", 0, &p->seen) ||
-              get_number(pro, "seconds", &p->seconds) || !cJSON_IsArray(fin) ||
-              cJSON_GetArraySize(fin) != p->epoch;
+    int64_t version, batch = 0, epochs = 0;
+    const char *bad = NULL;
+    if (!root)
+        bad = "the JSON syntax";
+    else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0)
+        bad = "format (not \"" STATE_FORMAT "\")";
+    else if (get_int(root, "version", 1, INT32_MAX, &version) || version != STATE_VERSION)
+        bad = "version";
+    else if (get_string(set, "model", s->model, sizeof s->model))
+        bad = "settings.model";
+    else if (get_string(set, "data", s->data, sizeof s->data))
+        bad = "settings.data";
+    else if (get_string(set, "optimizer", s->optimizer, sizeof s->optimizer) ||
+             (strcmp(s->optimizer, "sgd") && strcmp(s->optimizer, "adam")))
+        bad = "settings.optimizer (sgd or adam)";
+    else if (get_int(set, "batch", 1, MAX_BATCH, &batch))
+        bad = "settings.batch (1 to 2^24, as --batch)";
+    else if (get_int(set, "epochs", 1, MAX_EPOCHS, &epochs))
+        bad = "settings.epochs (1 to 1000000, as --epochs)";
+    else if (get_number(set, "lr", &s->lr) || s->lr < MIN_LR)
+        bad = "settings.lr (a positive number, as --lr)";
+    else if (get_number(set, "momentum", &s->momentum) || s->momentum < 0 || s->momentum >= 1)
+        bad = "settings.momentum (at least 0 and below 1, as --momentum)";
+    else if (!cJSON_IsString(seed) || parse_seed_arg(seed->valuestring, &s->seed))
+        bad = "settings.seed (a string of a whole number in [0, 2^64), as --seed)";
+    else if (!cJSON_IsBool(shuffle))
+        bad = "settings.shuffle";
+    else if (get_int(pro, "epoch", 0, MAX_EPOCHS, &p->epoch))
+        bad = "progress.epoch";
+    else if (get_int(pro, "batch", 0, MAX_STEPS, &p->batch))
+        bad = "progress.batch";
+    else if (get_int(pro, "steps", 0, MAX_STEPS - 1, &p->steps))
+        bad = "progress.steps (0 to 2^53)";
+    else if (get_number(pro, "loss_sum", &p->loss_sum))
+        bad = "progress.loss_sum";
+    else if (get_int(pro, "hits", 0, INT64_MAX / 2, &p->hits) ||
+             get_int(pro, "seen", 0, INT64_MAX / 2, &p->seen))
+        bad = "progress.hits or progress.seen";
+    else if (get_number(pro, "seconds", &p->seconds) || p->seconds < 0)
+        bad = "progress.seconds";
+    else if (!cJSON_IsArray(fin) || cJSON_GetArraySize(fin) != p->epoch)
+        bad = "finished_epochs (one row per finished epoch)";
     if (!bad) {
-        errno = 0;
-        s->seed = strtoull(seed->valuestring, &end, 10);
-        bad = errno || end == seed->valuestring || *end;
         s->batch = (long)batch;
         s->epochs = (long)epochs;
         s->shuffle = cJSON_IsTrue(shuffle);
@@ -271,13 +309,14 @@ static int parse_state(const char *text, run_settings *s, run_progress *p)
     }
     int64_t cap = p->nepochs > epochs ? p->nepochs : epochs;
     if (!bad && !(p->epochs = calloc((size_t)cap + 1, sizeof *p->epochs)))
-        bad = 1;
+        bad = "finished_epochs (no memory for them)";
     for (int64_t e = 0; !bad && e < p->nepochs; e++) {
         const cJSON *row = cJSON_GetArrayItem(fin, (int)e);
         double v[7];
         for (int k = 0; k < 7 && !bad; k++) {
             const cJSON *item = cJSON_GetArrayItem(row, k);
-            bad = !cJSON_IsNumber(item);
+            if (!cJSON_IsNumber(item))
+                bad = "finished_epochs (rows of 7 numbers)";
             v[k] = bad ? 0 : item->valuedouble;
         }
         if (!bad)
@@ -297,7 +336,7 @@ static int parse_state(const char *text, run_settings *s, run_progress *p)
                                            .ranks = NULL};
     }
     cJSON_Delete(root);
-    return bad ? -1 : 0;
+    return bad;
 }
 
 int checkpoint_read(const char *dir, run_settings *settings, run_progress *progress, char *snapshot,
@@ -306,7 +345,7 @@ int checkpoint_read(const char *dir, run_settings *settings, run_progress *progr
     memset(settings, 0, sizeof *settings);
     memset(progress, 0, sizeof *progress);
     char *text = NULL;
-    int code = agree_code(rank_of_process == 0 ? read_on_root(dir, snapshot, size, &text) : 0);
+    int code = agree_exit(rank_of_process == 0 ? read_on_root(dir, snapshot, size, &text) : 0);
     if (code)
         return code;
     long long len = rank_of_process == 0 ? (long long)strlen(text) : 0;
@@ -315,12 +354,14 @@ int checkpoint_read(const char *dir, run_settings *settings, run_progress *progr
         abort();
     MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Bcast(snapshot, (int)size, MPI_CHAR, 0, MPI_COMM_WORLD);
-    int bad = parse_state(text, settings, progress);
+    const char *bad = parse_state(text, settings, progress);
     free(text);
     if (bad) {
         if (rank_of_process == 0)
-            fprintf(stderr, "tessel train: '%s/state.json' is not a valid checkpoint state\n",
-                    snapshot);
+            fprintf(stderr,
+                    "tessel train: '%s/state.json' is not a valid checkpoint state: bad or "
+                    "missing %s\n",
+                    snapshot, bad);
         free(progress->epochs);
         progress->epochs = NULL;
         return 1;

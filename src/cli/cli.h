@@ -82,14 +82,27 @@ typedef struct cli_parser {
  * printed). */
 int cli_parse(const cli_parser *parser, int argc, char **argv);
 
+/* The ranges of tessel train's trajectory options; a checkpoint's state.json is held to the
+ * same ones. */
+#define MAX_EPOCHS 1000000L
+#define MAX_BATCH (1L << 24)
+#define MIN_LR 1e-300
+
 /* A whole decimal integer in [min, max]; 0 on success, -1 otherwise. */
 int parse_int_arg(const char *text, long min, long max, long *value);
+
+/* A seed: a whole decimal number in [0, 2^64); 0 on success, -1 otherwise. */
+int parse_seed_arg(const char *text, unsigned long long *value);
 
 /* A finite number of at least `min`; 0 on success, -1 otherwise. */
 int parse_double_arg(const char *text, double min, double *value);
 
 /* Report a failed call; returns the exit code (2 for a rejected argument, 1 otherwise). */
 int fail(tsl_status st, const char *what);
+
+/* Report that this process could not allocate `bytes` for `what` ("for the metrics ..."); returns
+ * the exit code (1). */
+int fail_oom(const char *what, double bytes);
 
 /* ---- tessel train and tessel eval: a zoo network or model file on a dataset ---- */
 
@@ -158,6 +171,14 @@ tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info 
 /* Rank 0's status on every rank (a step only rank 0 can do: reading data, writing files). */
 tsl_status agree(tsl_status st);
 
+/* Rank 0's exit code on every rank. */
+int agree_exit(int code);
+
+/* Rank 0: can the run write `path` (given as `option`): a directory (`is_dir`; it may be
+ * created) or a file written under a temporary name in its directory and renamed? 0, or
+ * EXIT_USAGE with the reason printed. */
+int check_output_path(const char *option, const char *path, int is_dir);
+
 /* The worst status of any rank, on every rank. */
 tsl_status agree_all(tsl_status st);
 
@@ -167,7 +188,7 @@ tsl_status agree_all(tsl_status st);
 void json_string(FILE *f, const char *s);
 
 /* Write `write(f, arg)` to `path` under a temporary name, sync it and rename it: a crash never
- * leaves a partial file. 0 on success, -1 otherwise. */
+ * leaves a partial file. 0 on success, -1 with errno set otherwise. */
 int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg);
 
 /* ---- checkpoints (checkpoint.c) ---- */
@@ -194,7 +215,7 @@ typedef struct epoch_metrics {
 
 /* What decides a training run's trajectory; recorded in every checkpoint. */
 typedef struct run_settings {
-    char model[1024], data[1024], optimizer[16];
+    char model[4096], data[4096], optimizer[16];
     long batch, epochs;
     double lr, momentum;
     unsigned long long seed;

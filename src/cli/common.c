@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -20,6 +21,19 @@ int parse_int_arg(const char *text, long min, long max, long *value)
     errno = 0;
     long v = strtol(text, &end, 10);
     if (end == text || *end || errno || v < min || v > max)
+        return -1;
+    *value = v;
+    return 0;
+}
+
+int parse_seed_arg(const char *text, unsigned long long *value)
+{
+    char *end;
+    errno = 0;
+    if (*text < '0' || *text > '9') /* strtoull would take a sign or spaces */
+        return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end || errno)
         return -1;
     *value = v;
     return 0;
@@ -162,9 +176,21 @@ int cli_parse(const cli_parser *p, int argc, char **argv)
 /* Report a failed call; a rejected argument is a usage error (exit 2), anything else 1. */
 int fail(tsl_status st, const char *what)
 {
-    fprintf(stderr, "tessel[%d]: %s failed: %s (%s)\n", rank_of_process, what, tsl_last_error(),
-            tsl_status_string(st));
+    const char *message = tsl_last_error();
+    if (*message)
+        fprintf(stderr, "tessel[%d]: %s failed: %s (%s)\n", rank_of_process, what, message,
+                tsl_status_string(st));
+    else
+        fprintf(stderr, "tessel[%d]: %s failed: %s\n", rank_of_process, what,
+                tsl_status_string(st));
     return st == TSL_ERR_INVALID_ARG ? EXIT_USAGE : 1;
+}
+
+int fail_oom(const char *what, double bytes)
+{
+    fprintf(stderr, "tessel[%d]: out of memory %s (%.1f MiB)\n", rank_of_process, what,
+            bytes / 1048576.0);
+    return 1;
 }
 
 /* ---- tessel train and tessel eval ---- */
@@ -197,7 +223,7 @@ int parse_run_option(const cli_parser *parser, int id, const char *value)
         return OPTION_OK;
     case OPT_BATCH:
         o->given |= SET_BATCH;
-        return parse_int_arg(value, 1, 1L << 24, &o->batch) ? OPTION_BAD_VALUE : OPTION_OK;
+        return parse_int_arg(value, 1, MAX_BATCH, &o->batch) ? OPTION_BAD_VALUE : OPTION_OK;
     case OPT_LOAD_PARAMS:
         o->load_params = value;
         return OPTION_OK;
@@ -229,6 +255,66 @@ tsl_status agree(tsl_status st)
     return (tsl_status)v;
 }
 
+int agree_exit(int code)
+{
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return code;
+}
+
+int check_output_path(const char *option, const char *path, int is_dir)
+{
+    struct stat sb;
+    char parent[4096];
+    const char *why = NULL;
+    if (!*path) {
+        fprintf(stderr, "tessel: %s needs a path\n", option);
+        return EXIT_USAGE;
+    }
+    if (stat(path, &sb) == 0) {
+        if (is_dir && !S_ISDIR(sb.st_mode))
+            why = "it exists and is not a directory";
+        else if (!is_dir && S_ISDIR(sb.st_mode))
+            why = "it is a directory";
+        else if (!is_dir && !S_ISREG(sb.st_mode))
+            why = "it exists and is not a regular file";
+        else if (is_dir && access(path, W_OK | X_OK) != 0)
+            why = strerror(errno);
+        if (why || is_dir) {
+            if (why)
+                fprintf(stderr, "tessel: cannot write %s '%s': %s\n", option, path, why);
+            return why ? EXIT_USAGE : 0;
+        }
+    } else if (errno != ENOENT) {
+        fprintf(stderr, "tessel: cannot write %s '%s': %s\n", option, path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    /* A new entry, or a file replaced by a rename: its directory must take new entries. */
+    if (snprintf(parent, sizeof parent, "%s", path) >= (int)sizeof parent) {
+        fprintf(stderr, "tessel: %s '%.64s...' is too long a path\n", option, path);
+        return EXIT_USAGE;
+    }
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') /* "out/" names the directory "out" */
+        parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else
+        slash[slash == parent] = '\0'; /* "/x" has the parent "/" */
+    if (stat(parent, &sb) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(sb.st_mode))
+        why = "not a directory";
+    else if (access(parent, W_OK | X_OK) != 0)
+        why = strerror(errno);
+    if (why) {
+        fprintf(stderr, "tessel: cannot write %s '%s': its directory '%s': %s\n", option, path,
+                parent, why);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
 tsl_status agree_all(tsl_status st)
 {
     int v = st, worst = 0;
@@ -240,6 +326,8 @@ tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info 
                     int64_t batch, double *loss, double *accuracy)
 {
     int64_t *idx = malloc(sizeof *idx * (size_t)batch);
+    if (!idx)
+        fail_oom("for a batch's sample numbers", (double)(sizeof *idx * (size_t)batch));
     tsl_status st = agree_all(idx ? TSL_OK : TSL_ERR_OUT_OF_MEMORY);
     double loss_sum = 0;
     int64_t hits = 0;
@@ -289,8 +377,10 @@ static tsl_status set_stages(tsl_graph_t g, const train_options *o)
                                                 : o->momentum > 0                 ? 1
                                                                                   : 0;
     int32_t *stage = calloc((size_t)n + 1, sizeof *stage);
-    if (!stage)
+    if (!stage) {
+        fail_oom("for the stage of each layer", (double)((size_t)n + 1) * sizeof *stage);
         return TSL_ERR_OUT_OF_MEMORY;
+    }
     tsl_status st = tsl_plan_stages(&o->plan, g, o->batch, states, stage);
     for (int32_t i = 0; i < n && !st; i++) {
         int32_t out;
@@ -343,20 +433,26 @@ int session_open(session *s, const train_options *o, int need_train)
 int write_file_atomic(const char *path, int (*write)(FILE *f, const void *arg), const void *arg)
 {
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
         return -1;
+    }
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -1;
+    errno = 0;
     int bad = write(f, arg) != 0;
     bad |= ferror(f);
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int error = errno ? errno : EIO; /* the first failure's */
     bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    if (!bad && rename(tmp, path) == 0)
+        return 0;
+    if (!bad)
+        error = errno;
+    unlink(tmp);
+    errno = error;
+    return -1;
 }
 
 void json_string(FILE *f, const char *s)

@@ -14,13 +14,17 @@ static void usage_demo(FILE *out)
             "usage: tessel demo [--shape AxBx...] [--grid AxBx...] [--owners block|cyclic|single]\n"
             "                   [--seed S] [--ncpu N] [--sched NAME]\n"
             "  --shape   logical shape N x C x spatial dims (default 4x3x64x64)\n"
-            "  --grid    tiles per dimension, same number of entries (default 2x1x2x2)\n"
+            "  --grid    tiles per dimension, same number of entries (default 2x1x2x2),\n"
+            "            at most 65536 tiles\n"
             "  --owners  owner map: contiguous blocks (default), round-robin, or all on rank 0\n"
             "  --seed    seed of the random fill (default 42)\n"
             "  --ncpu N  CPU workers per rank; --sched NAME  StarPU scheduler\n");
 }
 
 enum { OPT_SHAPE = OPT_COMMAND_FIRST, OPT_GRID, OPT_OWNERS, OPT_SEED };
+
+/* The most tiles of a demo tensor (about 1.3 GiB of StarPU's bookkeeping per rank). */
+#define DEMO_MAX_TILES 65536
 
 typedef struct demo_options {
     common_options common;
@@ -132,6 +136,20 @@ static int parse_demo(int argc, char **argv, demo_options *o)
         o->grid.splits[d] = (int32_t)o->grid_dims[d];
     if (tsl_tile_grid_check(&o->grid, &o->shape)) {
         fprintf(stderr, "tessel demo: %s\n", tsl_last_error());
+        return EXIT_USAGE;
+    }
+    /* StarPU keeps about 5 KiB per registered tile (its handle and one replicate per memory
+     * node), and the demo registers every tile of 4 tensors: a million tiles take some 20 GiB,
+     * and where StarPU cannot allocate it aborts on an assertion. */
+    int64_t ntiles = 1;
+    for (int d = 0; d < o->grid_n; d++)
+        ntiles *= o->grid_dims[d];
+    if (ntiles > DEMO_MAX_TILES) {
+        fprintf(stderr,
+                "tessel demo: --grid makes %lld tiles, more than the %d the demo takes (StarPU "
+                "keeps about 20 KiB per tile of the demo's 4 tensors, and the table has a line "
+                "per tile)\n",
+                (long long)ntiles, DEMO_MAX_TILES);
         return EXIT_USAGE;
     }
     return 0;

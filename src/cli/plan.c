@@ -206,7 +206,7 @@ int command_plan(int argc, char **argv)
     solo.recompute = pp ? pp->recompute : 0;
     int code = 0;
     if (!bytes || !received || !peak || !op_stage)
-        code = fail(TSL_ERR_OUT_OF_MEMORY, "estimating");
+        code = fail_oom("for the estimates of every rank", (double)ranks * 24);
     else if ((st = tsl_plan_estimate(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
                                      bytes)) ||
              (st = tsl_plan_estimate_peak(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,

@@ -116,14 +116,14 @@ static int parse_train_option(const cli_parser *parser, int id, const char *v)
         o->rank_report = 1;
         return OPTION_OK;
     case OPT_EPOCHS:
-        bad = parse_int_arg(v, 1, 1000000, &o->epochs);
+        bad = parse_int_arg(v, 1, MAX_EPOCHS, &o->epochs);
         o->given |= SET_EPOCHS;
         break;
     case OPT_MAX_STEPS:
         bad = parse_int_arg(v, 1, 1L << 40, &o->max_steps);
         break;
     case OPT_LR:
-        bad = parse_double_arg(v, 1e-300, &o->lr);
+        bad = parse_double_arg(v, MIN_LR, &o->lr);
         o->given |= SET_LR;
         break;
     case OPT_MOMENTUM:
@@ -135,14 +135,10 @@ static int parse_train_option(const cli_parser *parser, int id, const char *v)
         o->optimizer = v;
         o->given |= SET_OPTIMIZER;
         break;
-    case OPT_SEED: {
-        char *end;
-        errno = 0;
-        o->seed = strtoull(v, &end, 10);
-        bad = end == v || *end || errno || *v == '-';
+    case OPT_SEED:
+        bad = parse_seed_arg(v, &o->seed);
         o->given |= SET_SEED;
         break;
-    }
     case OPT_SHUFFLE:
         bad = strcmp(v, "on") && strcmp(v, "off");
         o->shuffle = strcmp(v, "on") == 0;
@@ -207,6 +203,18 @@ static int parse_train(int argc, char **argv, train_options *o)
     }
     if (o->checkpoint_every && !o->checkpoint) {
         fprintf(stderr, "%s: --checkpoint-every needs --checkpoint DIR\n", cmd);
+        return EXIT_USAGE;
+    }
+    /* A checkpoint keeps the model and data as given; one it cannot keep whole could not be
+     * resumed. */
+    run_settings kept;
+    const char *too_long = !o->checkpoint                                   ? NULL
+                           : strlen(o->model) >= sizeof kept.model          ? "--model"
+                           : o->data && strlen(o->data) >= sizeof kept.data ? "--data"
+                                                                            : NULL;
+    if (too_long) {
+        fprintf(stderr, "%s: %s is longer than a checkpoint keeps (%zu characters at most)\n", cmd,
+                too_long, sizeof kept.model - 1);
         return EXIT_USAGE;
     }
     if (o->lr < 0)
@@ -360,6 +368,15 @@ static int train_start(train_run *r)
     tsl_status st;
     if ((code = session_context(&r->s, o)))
         return code;
+    /* Where the results go is checked before anything is trained. */
+    if (rank_of_process == 0 && o->save_params)
+        code = check_output_path("--save-params", o->save_params, 1);
+    if (rank_of_process == 0 && !code && o->metrics_json)
+        code = check_output_path("--metrics-json", o->metrics_json, 0);
+    if (rank_of_process == 0 && !code && o->checkpoint)
+        code = check_output_path("--checkpoint", o->checkpoint, 1);
+    if ((code = agree_exit(code)))
+        return code;
     if (o->resume &&
         ((code = checkpoint_read(o->resume, &r->resumed, p, r->snapshot, sizeof r->snapshot)) ||
          (code = merge_resumed(o, &r->resumed))))
@@ -386,7 +403,7 @@ static int train_start(train_run *r)
     int64_t cap = o->epochs > p->nepochs ? o->epochs : p->nepochs;
     epoch_metrics *grown = realloc(p->epochs, (size_t)(cap + 1) * sizeof *grown);
     if (!grown)
-        return fail(TSL_ERR_OUT_OF_MEMORY, "allocating metrics");
+        return fail_oom("for the metrics of every epoch", (double)(cap + 1) * sizeof *grown);
     memset(grown + p->nepochs, 0, (size_t)(cap + 1 - p->nepochs) * sizeof *grown);
     p->epochs = grown;
     r->metrics_cap = cap + 1;
@@ -433,7 +450,8 @@ static int record_step(train_run *r, double loss, double step_start)
         double *more_secs =
             more ? realloc(r->step_secs, (size_t)r->losses_cap * sizeof *more) : NULL;
         if (!more_secs)
-            return fail(TSL_ERR_OUT_OF_MEMORY, "recording losses");
+            return fail_oom("for the losses of every step",
+                            (double)r->losses_cap * 2 * sizeof *more);
         r->step_secs = more_secs;
     }
     r->step_secs[r->nlosses] = now() - step_start; /* the step returns with its loss */
@@ -601,6 +619,8 @@ static int finish_epoch(train_run *r, int64_t e, double t0, int64_t sent0, int64
     row[5] = mine[2];
     if (r->rank == 0)
         m->ranks = malloc(sizeof *m->ranks * RANK_FIELDS * (size_t)r->nranks);
+    if (r->rank == 0 && !m->ranks)
+        fail_oom("for the metrics of every rank", (double)RANK_FIELDS * r->nranks * 8);
     if ((st = agree(r->rank == 0 && !m->ranks ? TSL_ERR_OUT_OF_MEMORY : TSL_OK)))
         return fail(st, "gathering per-rank metrics");
     MPI_Gather(row, RANK_FIELDS, MPI_DOUBLE, m->ranks, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -618,8 +638,11 @@ static int train_epoch(train_run *r, int *stop)
     int code;
     tsl_status st = TSL_OK;
     /* Every rank knows the epoch's order and reads its own tiles of each batch. */
-    if (!r->order && !(r->order = malloc((size_t)r->s.train_info.samples * sizeof *r->order)))
+    if (!r->order && !(r->order = malloc((size_t)r->s.train_info.samples * sizeof *r->order))) {
+        fail_oom("for the epoch's sample order",
+                 (double)r->s.train_info.samples * sizeof *r->order);
         st = TSL_ERR_OUT_OF_MEMORY;
+    }
     if (!st)
         st = tsl_dataset_epoch_order(r->order, r->s.train_info.samples, o->seed, p->epoch,
                                      o->shuffle);
@@ -671,10 +694,11 @@ static int train_finish(train_run *r)
         metrics_file mf = {o,          r->p.epochs, r->p.nepochs, r->p.steps, r->first_step,
                            r->nlosses, r->losses,   r->step_secs, r->nranks};
         int bad = r->rank == 0 && write_file_atomic(o->metrics_json, write_metrics_to, &mf);
-        if ((st = agree(bad ? TSL_ERR_IO : TSL_OK))) {
-            fprintf(stderr, "tessel train: cannot write '%s'\n", o->metrics_json);
+        if (bad)
+            fprintf(stderr, "tessel train: cannot write '%s': %s\n", o->metrics_json,
+                    strerror(errno));
+        if ((st = agree(bad ? TSL_ERR_IO : TSL_OK)))
             return 1;
-        }
     }
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "data_internal.h"
+#include "file.h"
 
 /* Headers longer than this are refused (numpy writes < 200 bytes for 5 dimensions). */
 #define NPY_HEADER_READ 65536
@@ -44,7 +45,10 @@ static tsl_status npy_array_open(npy_array *a, const char *path)
     if (!(a->path = strdup(path)))
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "npy: out of memory");
     struct stat file_info;
-    if ((a->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(a->fd, &file_info) != 0)
+    const char *why;
+    if ((a->fd = tsl_open_regular(path, &why)) < 0)
+        return tsl_error(NULL, TSL_ERR_IO, "npy: cannot open '%s': %s", path, why);
+    if (fstat(a->fd, &file_info) != 0)
         return tsl_error(NULL, TSL_ERR_IO, "npy: cannot open '%s': %s", path, strerror(errno));
     int64_t size = (int64_t)file_info.st_size;
     int64_t head_bytes = size < NPY_HEADER_READ ? size : NPY_HEADER_READ;
@@ -88,12 +92,21 @@ static const char *shape_text(const tsl_shape *shape, char *text, size_t cap)
     return text;
 }
 
+/* The most classes a dataset may have, given (classes=) or taken from the labels. */
+#define MAX_CLASSES (INT64_C(1) << 24)
+
 /* Labels must be in [0, classes); the message tells where one is not. */
 static tsl_status check_labels(const npy_array *y, const int64_t *labels, int64_t count,
                                int64_t first, int64_t classes)
 {
     for (int64_t i = 0; i < count; i++)
-        if (labels[i] < 0 || labels[i] >= classes)
+        if (labels[i] >= MAX_CLASSES && classes == MAX_CLASSES)
+            return tsl_error(NULL, TSL_ERR_FORMAT,
+                             "npy: label %lld (element %lld of '%s') would make %lld classes; "
+                             "labels are taken for at most 2^24 classes (as classes=)",
+                             (long long)labels[i], (long long)(first + i), y->path,
+                             (long long)labels[i] + (labels[i] < INT64_MAX));
+        else if (labels[i] < 0 || labels[i] >= classes)
             return tsl_error(
                 NULL, TSL_ERR_FORMAT, "npy: label %lld (element %lld of '%s') is outside [0, %lld)",
                 (long long)labels[i], (long long)(first + i), y->path, (long long)classes);
@@ -161,7 +174,7 @@ tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_spl
     const char *dir = tsl_data_spec_take(spec, "dir");
     int64_t classes = 0, largest = 0;
     tsl_status st;
-    if ((st = tsl_data_spec_int(spec, "classes", 2, 0x1p24, &classes)) ||
+    if ((st = tsl_data_spec_int(spec, "classes", 2, MAX_CLASSES, &classes)) ||
         (st = tsl_data_spec_check_used(spec, "dir (or a bare DIR), classes")))
         return st;
     if (!dir)
@@ -179,7 +192,7 @@ tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_spl
                          y_path, have_x ? y_path : x_path);
     if ((st = npy_array_open(&ds->x_file, x_path)) || (st = npy_array_open(&ds->y_file, y_path)) ||
         (st = npy_check_pair(&ds->x_file, &ds->y_file)) ||
-        (st = scan_labels(&ds->y_file, classes ? classes : INT32_MAX, &largest)))
+        (st = scan_labels(&ds->y_file, classes ? classes : MAX_CLASSES, &largest)))
         return st;
     const tsl_shape *xs = &ds->x_file.header.shape;
     tsl_data_set_info(&ds->info, xs->dims[0], classes ? classes : largest + 1, xs->ndim - 1,

@@ -15,6 +15,10 @@ typedef struct param_state {
     int64_t steps;
 } param_state;
 
+/* The most steps a parameter may count: Adam's bias correction takes the count as a double,
+ * exact up to 2^53, and a count read from a file must leave room for the next step. */
+#define MAX_PARAM_STEPS (INT64_C(1) << 53)
+
 struct tsl_optimizer {
     struct tsl_context *ctx;
     tsl_optimizer_kind kind;
@@ -194,6 +198,11 @@ tsl_status tsl_optimizer_step(tsl_optimizer_t opt, int32_t count, const tsl_tens
             if (params[j] == params[i])
                 return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG, "%s: parameter %d appears twice",
                                  fn, (int)i);
+        const param_state *ps = find_state(opt, params[i]);
+        if (ps && ps->steps >= MAX_PARAM_STEPS)
+            return tsl_error(opt->ctx, TSL_ERR_STATE,
+                             "%s: parameter %d has taken %lld steps, the most an optimizer counts",
+                             fn, (int)i, (long long)ps->steps);
     }
     for (int32_t i = 0; i < count; i++) {
         param_state *ps = find_state(opt, params[i]);
@@ -333,9 +342,14 @@ tsl_status tsl_optimizer_read_state(tsl_optimizer_t opt, int32_t count, const ts
             tsl_npy_header h;
             void *data = NULL;
             if (!(st = tsl_npy_read(path, &h, &data))) {
-                if (h.dtype != TSL_I64 || tsl_shape_numel(&h.shape) != 1 || *(int64_t *)data < 0)
+                if (h.dtype != TSL_I64 || tsl_shape_numel(&h.shape) != 1)
+                    st = tsl_error(ctx, TSL_ERR_FORMAT, "%s: '%s' is not one int64 step count", fn,
+                                   path);
+                else if (*(int64_t *)data < 0 || *(int64_t *)data >= MAX_PARAM_STEPS)
                     st = tsl_error(ctx, TSL_ERR_FORMAT,
-                                   "%s: '%s' is not one non-negative int64 step count", fn, path);
+                                   "%s: '%s' holds the step count %lld; a step count must be in "
+                                   "[0, 2^53)",
+                                   fn, path, (long long)*(int64_t *)data);
                 else
                     p->steps[i] = *(int64_t *)data;
             }
