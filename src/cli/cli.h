@@ -21,6 +21,7 @@ extern int32_t rank_of_process;
  * OPT_COMMAND_FIRST. */
 enum {
     OPT_HELP = 'h',
+    OPT_VERSION = 255,
     OPT_NCPU = 256,
     OPT_SCHED,
     OPT_HOST_CACHE_MIB,
@@ -33,11 +34,12 @@ enum {
     OPT_COMMAND_FIRST = 512
 };
 
-/* getopt_long table rows: --help (and -h), the options every StarPU command takes, and those
- * tessel train and tessel eval share. */
+/* getopt_long table rows: --help (and -h) and --version, which every command takes, the
+ * options every StarPU command takes, and those tessel train and tessel eval share. */
 #define CLI_HELP_OPTION                                                                            \
+    {"help", no_argument, NULL, OPT_HELP},                                                         \
     {                                                                                              \
-        "help", no_argument, NULL, OPT_HELP                                                        \
+        "version", no_argument, NULL, OPT_VERSION                                                  \
     }
 #define CLI_COMMON_OPTIONS                                                                         \
     {"ncpu", required_argument, NULL, OPT_NCPU}, {"sched", required_argument, NULL, OPT_SCHED},    \
@@ -78,9 +80,17 @@ typedef struct cli_parser {
 } cli_parser;
 
 /* Parse argv[2..] (argv[1] is the command) with the parser's table, in order, stopping at the
- * first error. Returns 0, -1 when --help printed the usage (exit 0), or EXIT_USAGE (message
- * printed). */
+ * first error. Returns 0, -1 when --help printed the usage or --version the version (exit 0),
+ * or EXIT_USAGE (message printed; for an unknown option the closest known one and a short
+ * usage line). */
 int cli_parse(const cli_parser *parser, int argc, char **argv);
+
+/* "tessel VERSION" (the project's version) on stdout. */
+void print_version(void);
+
+/* The name of `names` (`count` of them, or up to a NULL) closest to `typed` in edit distance,
+ * if close enough to be a likely typo; NULL otherwise. */
+const char *closest_name(const char *typed, const char *const *names, int count);
 
 /* The ranges of tessel train's trajectory options; a checkpoint's state.json is held to the
  * same ones. */

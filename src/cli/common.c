@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tessel/version.h"
 
 int32_t rank_of_process;
 
@@ -83,6 +84,12 @@ static int parse_common(int id, const char *value, common_options *opts)
     return OPTION_UNKNOWN;
 }
 
+/* One line instead of the whole usage, after a mistake. */
+static void short_usage(const cli_parser *p)
+{
+    fprintf(stderr, "usage: %s [options]   ('%s --help' lists them)\n", p->command, p->command);
+}
+
 /* "--NAME" of option `id` in the parser's table. */
 static const char *option_name(const cli_parser *p, int id, char *buf, size_t cap)
 {
@@ -95,10 +102,72 @@ static const char *option_name(const cli_parser *p, int id, char *buf, size_t ca
     return buf;
 }
 
+void print_version(void)
+{
+    printf("tessel %s\n", TSL_VERSION_STRING);
+}
+
+/* Edit distance between a[0..na) and b[0..nb) counting insertions, deletions, substitutions and
+ * swaps of neighbours ("trian" is one edit from "train"); names of options are short. */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb)
+{
+    enum { CAP = 128 };
+    size_t rows[3][CAP], *before = rows[0], *above = rows[1], *row = rows[2];
+    if (nb >= CAP)
+        return (size_t)-1;
+    for (size_t j = 0; j <= nb; j++)
+        above[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t best = above[j - 1] + (a[i - 1] != b[j - 1]);
+            if (above[j] + 1 < best)
+                best = above[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                before[j - 2] + 1 < best)
+                best = before[j - 2] + 1;
+            row[j] = best;
+        }
+        size_t *oldest = before;
+        before = above;
+        above = row;
+        row = oldest;
+    }
+    return above[nb];
+}
+
+const char *closest_name(const char *typed, const char *const *names, int count)
+{
+    size_t len = strcspn(typed, "="), best_distance = (size_t)-1;
+    const char *best = NULL;
+    for (int i = 0; i < count && names[i]; i++) {
+        size_t d = edit_distance(typed, len, names[i], strlen(names[i]));
+        if (d < best_distance) {
+            best_distance = d;
+            best = names[i];
+        }
+    }
+    /* A typo: at most a third of the name changed (one edit for short names). */
+    size_t allowed = len / 3 > 1 ? len / 3 : 1;
+    return best && best_distance <= allowed && best_distance < len ? best : NULL;
+}
+
+/* An unknown option: the message, the closest long option, and a short usage line. */
 static int unknown_option(const cli_parser *p, const char *text)
 {
     fprintf(stderr, "%s: unknown option '%s'\n", p->command, text);
-    p->usage(stderr);
+    if (strncmp(text, "--", 2) == 0 && text[2]) {
+        const char *names[128];
+        int n = 0;
+        for (const struct option *o = p->options; o->name && n < 128; o++)
+            names[n++] = o->name;
+        const char *near = closest_name(text + 2, names, n);
+        if (near)
+            fprintf(stderr, "did you mean --%s?\n", near);
+    }
+    short_usage(p);
     return EXIT_USAGE;
 }
 
@@ -146,6 +215,10 @@ int cli_parse(const cli_parser *p, int argc, char **argv)
             p->usage(stdout);
             return -1;
         }
+        if (id == OPT_VERSION) {
+            print_version();
+            return -1;
+        }
         if (id == 1) /* not an option */
             return unknown_option(p, optarg);
         if (id == '?') {
@@ -163,7 +236,7 @@ int cli_parse(const cli_parser *p, int argc, char **argv)
             if (p->common && parse_common(optopt, NULL, p->common) == OPTION_FAILED)
                 return EXIT_USAGE;
             fprintf(stderr, "%s: '%s' needs a value\n", p->command, text);
-            p->usage(stderr);
+            short_usage(p);
             return EXIT_USAGE;
         }
         int code = take_option(p, id, optarg, text);
@@ -242,7 +315,7 @@ int check_run_options(const cli_parser *parser, const train_options *o)
 {
     if (!o->data && !o->resume) {
         fprintf(stderr, "%s: --data is required\n", parser->command);
-        parser->usage(stderr);
+        short_usage(parser);
         return EXIT_USAGE;
     }
     return 0;

@@ -20,7 +20,8 @@ static void usage_main(FILE *out)
                  "  plan    how a plan tiles a model, and every rank's estimated memory\n"
                  "\n"
                  "Run under mpirun for several ranks; rank 0 prints.\n"
-                 "'tessel <command> --help' describes each command.\n");
+                 "'tessel <command> --help' describes each command; --version prints the\n"
+                 "version.\n");
 }
 
 int main(int argc, char **argv)
@@ -40,6 +41,10 @@ int main(int argc, char **argv)
         usage_main(stdout);
         return 0;
     }
+    if (strcmp(command, "--version") == 0) {
+        print_version();
+        return 0;
+    }
     if (strcmp(command, "info") == 0)
         return command_info(argc, argv);
     if (strcmp(command, "demo") == 0)
@@ -50,7 +55,11 @@ int main(int argc, char **argv)
         return command_plan(argc, argv);
     if (strcmp(command, "eval") == 0)
         return command_eval(argc, argv);
-    fprintf(stderr, "tessel: unknown command '%s'\n\n", command);
-    usage_main(stderr);
+    static const char *const commands[] = {"info", "demo", "train", "eval", "plan"};
+    const char *near = closest_name(command, commands, 5);
+    fprintf(stderr, "tessel: unknown command '%s'\n", command);
+    if (near)
+        fprintf(stderr, "did you mean 'tessel %s'?\n", near);
+    fprintf(stderr, "usage: tessel <command> [options]   ('tessel --help' lists the commands)\n");
     return EXIT_USAGE;
 }

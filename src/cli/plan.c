@@ -143,7 +143,7 @@ static int parse_plan_option(const cli_parser *parser, int id, const char *v)
 /* Parse the options; returns -1 to exit 0 (help), an exit code > 0, or 0. */
 static int parse_plan(int argc, char **argv, plan_options *o)
 {
-    static const struct option options[] = {{"help", no_argument, NULL, OPT_HELP},
+    static const struct option options[] = {CLI_HELP_OPTION,
                                             {"model", required_argument, NULL, OPT_MODEL},
                                             {"data", required_argument, NULL, OPT_DATA},
                                             {"plan", required_argument, NULL, OPT_PLAN},
@@ -158,8 +158,8 @@ static int parse_plan(int argc, char **argv, plan_options *o)
     if (code)
         return code;
     if (!o->data) {
-        fprintf(stderr, "tessel plan: --data is required\n");
-        usage_plan(stderr);
+        fprintf(stderr, "tessel plan: --data is required\n"
+                        "usage: tessel plan [options]   ('tessel plan --help' lists them)\n");
         return EXIT_USAGE;
     }
     return 0;
