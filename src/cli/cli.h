@@ -31,6 +31,9 @@ enum {
     OPT_BATCH,
     OPT_LOAD_PARAMS,
     OPT_PLAN,
+    OPT_LOG_LEVEL,
+    OPT_QUIET = 'q',
+    OPT_VERBOSE = 'v',
     OPT_COMMAND_FIRST = 512
 };
 
@@ -44,8 +47,10 @@ enum {
 #define CLI_COMMON_OPTIONS                                                                         \
     {"ncpu", required_argument, NULL, OPT_NCPU}, {"sched", required_argument, NULL, OPT_SCHED},    \
         {"host-cache-mib", required_argument, NULL, OPT_HOST_CACHE_MIB},                           \
+        {"spin", no_argument, NULL, OPT_SPIN}, {"quiet", no_argument, NULL, OPT_QUIET},            \
+        {"verbose", no_argument, NULL, OPT_VERBOSE},                                               \
     {                                                                                              \
-        "spin", no_argument, NULL, OPT_SPIN                                                        \
+        "log-level", required_argument, NULL, OPT_LOG_LEVEL                                        \
     }
 #define CLI_RUN_OPTIONS                                                                            \
     {"model", required_argument, NULL, OPT_MODEL}, {"data", required_argument, NULL, OPT_DATA},    \
@@ -63,7 +68,9 @@ enum {
     OPTION_FAILED     /* the handler printed why */
 };
 
-/* Options every command that starts StarPU takes (--ncpu, --sched, --host-cache-mib, --spin). */
+/* Options every command that starts StarPU takes (--ncpu, --sched, --host-cache-mib, --spin,
+ * and the log level: -q/--quiet errors only, -v/--verbose info, --log-level LEVEL). Below the
+ * info level StarPU is made quiet (STARPU_SILENT=1, unless the environment sets it). */
 typedef struct common_options {
     tsl_context_config config;
 } common_options;
@@ -107,8 +114,18 @@ int parse_seed_arg(const char *text, unsigned long long *value);
 /* A finite number of at least `min`; 0 on success, -1 otherwise. */
 int parse_double_arg(const char *text, double min, double *value);
 
+/* Whether this process runs under an MPI launcher (mpirun, mpiexec, srun: their variables are
+ * set), where a terminal on stdout does not mean a person watches it. */
+int under_mpi_launcher(void);
+
 /* Report a failed call; returns the exit code (2 for a rejected argument, 1 otherwise). */
 int fail(tsl_status st, const char *what);
+
+/* Report a failure of a step every rank takes (collective: every rank calls it, with its own
+ * status, TSL_OK where its part went well). Returns 0 where no rank failed; otherwise the exit
+ * code on every rank, after rank 0 printed the failure once where every rank failed alike,
+ * or each failing rank's line where they differ. */
+int fail_collective(tsl_status mine, const char *what);
 
 /* Report that this process could not allocate `bytes` for `what` ("for the metrics ..."); returns
  * the exit code (1). */
@@ -130,6 +147,11 @@ enum {
     SET_EPOCHS = 1 << 8
 };
 
+/* tessel train --progress: a bar rewritten in place, a line now and then, or nothing but the
+ * epochs' summaries; auto is a bar where rank 0's stdout is a terminal outside an MPI
+ * launcher, lines elsewhere (-q: nothing). */
+enum { PROGRESS_AUTO = 0, PROGRESS_BAR, PROGRESS_LINES, PROGRESS_OFF };
+
 typedef struct train_options {
     common_options common;
     const char *model, *data, *optimizer, *load_params, *save_params, *metrics_json;
@@ -139,7 +161,8 @@ typedef struct train_options {
     double lr, momentum;
     unsigned long long seed;
     int shuffle;
-    unsigned given; /* SET_* of the options on the command line */
+    unsigned given;               /* SET_* of the options on the command line */
+    int progress, given_progress; /* PROGRESS_*; whether --progress was given */
     int comm_stats, rank_report;
 } train_options;
 

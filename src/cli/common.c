@@ -73,6 +73,22 @@ static int parse_common(int id, const char *value, common_options *opts)
     case OPT_SPIN:
         opts->config.yield_when_idle = 0;
         return OPTION_OK;
+    case OPT_QUIET:
+        opts->config.log_level = TSL_LOG_ERROR;
+        return OPTION_OK;
+    case OPT_VERBOSE:
+        opts->config.log_level = TSL_LOG_INFO;
+        return OPTION_OK;
+    case OPT_LOG_LEVEL: {
+        static const char *const names[] = {"error", "warn", "info", "debug"};
+        for (int level = TSL_LOG_ERROR; value && level <= TSL_LOG_DEBUG; level++)
+            if (strcmp(value, names[level]) == 0) {
+                opts->config.log_level = (tsl_log_level)level;
+                return OPTION_OK;
+            }
+        fprintf(stderr, "tessel: --log-level takes error, warn, info or debug\n");
+        return OPTION_FAILED;
+    }
     case OPT_SCHED:
         if (!value) {
             fprintf(stderr, "tessel: --sched needs a scheduler name\n");
@@ -203,7 +219,7 @@ int cli_parse(const cli_parser *p, int argc, char **argv)
     optind = 1;
     for (;;) {
         int before = optind;
-        int id = getopt_long(args, arg, "-:h", p->options, NULL);
+        int id = getopt_long(args, arg, "-:hqv", p->options, NULL);
         if (id == -1) {
             /* "--" ends getopt's options; tessel has no arguments after options. */
             if (before < args && strcmp(arg[before], "--") == 0)
@@ -243,6 +259,21 @@ int cli_parse(const cli_parser *p, int argc, char **argv)
         if (code)
             return code;
     }
+    /* StarPU's own messages (binding and calibration warnings) only from the info level on;
+     * a STARPU_SILENT the user set wins. */
+    if (p->common && p->common->config.log_level < TSL_LOG_INFO)
+        setenv("STARPU_SILENT", "1", 0);
+    return 0;
+}
+
+int under_mpi_launcher(void)
+{
+    static const char *const variables[] = {
+        "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",    "PMI_RANK", "PMIX_RANK",
+        "MPI_LOCALNRANKS",      "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof variables / sizeof *variables; i++)
+        if (getenv(variables[i]))
+            return 1;
     return 0;
 }
 
@@ -257,6 +288,34 @@ int fail(tsl_status st, const char *what)
         fprintf(stderr, "tessel[%d]: %s failed: %s\n", rank_of_process, what,
                 tsl_status_string(st));
     return st == TSL_ERR_INVALID_ARG ? EXIT_USAGE : 1;
+}
+
+int fail_collective(tsl_status mine, const char *what)
+{
+    char line[1024] = "";
+    if (mine != TSL_OK) {
+        const char *message = tsl_last_error();
+        snprintf(line, sizeof line, "%s failed: %s%s%s%s", what, message, *message ? " (" : "",
+                 tsl_status_string(mine), *message ? ")" : "");
+    }
+    /* FNV-1a of the line: equal lines on every rank print once. */
+    unsigned long long hash = 1469598103934665603ULL;
+    for (const char *c = line; *c; c++)
+        hash = (hash ^ (unsigned char)*c) * 1099511628211ULL;
+    unsigned long long mine_hash[2] = {hash, ~hash}, most[2];
+    int own = mine, worst = 0;
+    MPI_Allreduce(&own, &worst, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD); /* errors are negative */
+    if (worst == TSL_OK)
+        return 0;
+    MPI_Allreduce(mine_hash, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    int alike = most[0] == hash && most[1] == ~hash; /* the largest and the smallest hash */
+    int all_alike = 0;
+    MPI_Allreduce(&alike, &all_alike, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all_alike && rank_of_process == 0)
+        fprintf(stderr, "tessel: %s\n", line);
+    else if (!all_alike && mine != TSL_OK)
+        fprintf(stderr, "tessel[%d]: %s\n", rank_of_process, line);
+    return worst == TSL_ERR_INVALID_ARG ? EXIT_USAGE : 1;
 }
 
 int fail_oom(const char *what, double bytes)
@@ -467,25 +526,31 @@ static tsl_status set_stages(tsl_graph_t g, const train_options *o)
 int session_open(session *s, const train_options *o, int need_train)
 {
     tsl_status st = TSL_OK;
-    if ((need_train && (st = tsl_dataset_open(&s->train, o->data, TSL_SPLIT_TRAIN))) ||
-        (!st && (st = tsl_dataset_open(&s->test, o->data, TSL_SPLIT_TEST))))
-        return fail(st, "opening the data");
+    int code;
+    if (need_train)
+        st = tsl_dataset_open(&s->train, o->data, TSL_SPLIT_TRAIN);
+    if (!st)
+        st = tsl_dataset_open(&s->test, o->data, TSL_SPLIT_TEST);
+    if ((code = fail_collective(st, "opening the data")))
+        return code;
     if (s->train)
         tsl_dataset_get_info(s->train, &s->train_info);
     tsl_dataset_get_info(s->test, &s->test_info);
     const tsl_dataset_info *info = s->train ? &s->train_info : &s->test_info;
     tsl_graph_t g;
-    if ((st = tsl_model_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims,
-                              info->classes, &g)))
-        return fail(st, "building the model");
+    st = tsl_model_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims, info->classes,
+                         &g);
+    if ((code = fail_collective(st, "building the model")))
+        return code;
     tsl_shape out;
     tsl_graph_value_shape(g, tsl_graph_output(g), &out);
     s->output_shape = out;
     if (out.ndim - 1 != info->label_shape.ndim) {
         tsl_graph_destroy(g);
-        fprintf(stderr, "tessel: model '%s' is a %s network but the data has %s labels\n", o->model,
-                out.ndim == 1 ? "classification" : "segmentation",
-                info->label_shape.ndim ? "per-voxel" : "per-sample");
+        if (rank_of_process == 0) /* alike on every rank */
+            fprintf(stderr, "tessel: model '%s' is a %s network but the data has %s labels\n",
+                    o->model, out.ndim == 1 ? "classification" : "segmentation",
+                    info->label_shape.ndim ? "per-voxel" : "per-sample");
         return EXIT_USAGE;
     }
     if (o->plan_text && o->plan.stages > 1 && (st = set_stages(g, o))) {
@@ -495,9 +560,9 @@ int session_open(session *s, const train_options *o, int need_train)
     st = tsl_model_create_plan(&s->model, s->ctx, g, o->seed, o->plan_text ? &o->plan : NULL);
     tsl_graph_destroy(g);
     if (st)
-        return fail(st, "creating the model");
+        return fail_collective(st, "creating the model");
     if (o->load_params && (st = tsl_model_load_params(s->model, o->load_params)))
-        return fail(st, "loading parameters");
+        return fail_collective(st, "loading parameters");
     return 0;
 }
 

@@ -23,7 +23,8 @@ static void usage_train(FILE *out)
         "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
         "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
         "                    [--sched NAME] [--host-cache-mib M] [--spin] [--comm-stats]\n"
-        "                    [--rank-report]\n"
+        "                    [--rank-report] [--progress auto|bar|lines|off] [-q] [-v]\n"
+        "                    [--log-level LEVEL]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
         "                      or npy:DIR (see the README)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
@@ -67,6 +68,13 @@ static void usage_train(FILE *out)
         "                      tiles, most buffer memory at once, and with --comm-stats the\n"
         "                      bytes it sent and received per step (the metrics file has them\n"
         "                      always)\n"
+        "  --progress MODE     auto (default): a bar rewritten in place where rank 0's\n"
+        "                      stdout is a terminal and no MPI launcher started the job,\n"
+        "                      lines otherwise; bar, lines, or off (epoch summaries only)\n"
+        "  -q, --quiet         errors only (and --progress off unless given)\n"
+        "  -v, --verbose       the library's info messages, and StarPU's own\n"
+        "  --log-level LEVEL   error, warn (default), info or debug; below info StarPU is\n"
+        "                      quiet (STARPU_SILENT=1 unless set in the environment)\n"
         "  --ncpu N, --sched NAME  CPU workers per rank, StarPU scheduler\n"
         "  --host-cache-mib M  MiB of freed tile buffers each rank keeps for reuse (default:\n"
         "                      an eighth of the rank's share of the node's memory, 32 to\n"
@@ -96,7 +104,8 @@ enum {
     OPT_CHECKPOINT_EVERY,
     OPT_RESUME,
     OPT_COMM_STATS,
-    OPT_RANK_REPORT
+    OPT_RANK_REPORT,
+    OPT_PROGRESS
 };
 
 /* An option of tessel train's own (those it shares with tessel eval first). */
@@ -115,6 +124,16 @@ static int parse_train_option(const cli_parser *parser, int id, const char *v)
     case OPT_RANK_REPORT:
         o->rank_report = 1;
         return OPTION_OK;
+    case OPT_PROGRESS: {
+        static const char *const modes[] = {"auto", "bar", "lines", "off"};
+        for (int m = PROGRESS_AUTO; m <= PROGRESS_OFF; m++)
+            if (strcmp(v, modes[m]) == 0) {
+                o->progress = m;
+                o->given_progress = 1;
+                return OPTION_OK;
+            }
+        return OPTION_BAD_VALUE;
+    }
     case OPT_EPOCHS:
         bad = parse_int_arg(v, 1, MAX_EPOCHS, &o->epochs);
         o->given |= SET_EPOCHS;
@@ -186,6 +205,7 @@ static int parse_train(int argc, char **argv, train_options *o)
         {"resume", required_argument, NULL, OPT_RESUME},
         {"comm-stats", no_argument, NULL, OPT_COMM_STATS},
         {"rank-report", no_argument, NULL, OPT_RANK_REPORT},
+        {"progress", required_argument, NULL, OPT_PROGRESS},
         {0}};
     train_options_init(o);
     cli_parser parser = {"tessel train", options, usage_train, &o->common, parse_train_option, o};
@@ -240,25 +260,17 @@ static void peak_memory(double *max_mib, double *rank0_mib)
     *rank0_mib = mine;
 }
 
-/* One progress line: a bar on a terminal (rewritten in place), plain lines otherwise. */
-static void progress(int tty, int64_t epoch, int64_t epochs, int64_t step, int64_t steps,
-                     double loss, double rate, double eta)
+/* "1h02m03s", "2m03s" or "5s". */
+static const char *duration(double seconds, char *text, size_t cap)
 {
-    if (tty) {
-        char bar[31];
-        int filled = (int)(30 * step / (steps ? steps : 1));
-        for (int i = 0; i < 30; i++)
-            bar[i] = i < filled ? '#' : '.';
-        bar[30] = '\0';
-        printf("\repoch %lld/%lld [%s] step %lld/%lld loss %.4f %.0f samples/s ETA %dm%02ds",
-               (long long)epoch, (long long)epochs, bar, (long long)step, (long long)steps, loss,
-               rate, (int)(eta / 60), (int)fmod(eta, 60));
-    } else {
-        printf("epoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n",
-               (long long)epoch, (long long)epochs, (long long)step, (long long)steps, loss, rate,
-               eta);
-    }
-    fflush(stdout);
+    long total = seconds > 0 && seconds < 1e9 ? (long)(seconds + 0.5) : 0;
+    if (total >= 3600)
+        snprintf(text, cap, "%ldh%02ldm%02lds", total / 3600, total / 60 % 60, total % 60);
+    else if (total >= 60)
+        snprintf(text, cap, "%ldm%02lds", total / 60, total % 60);
+    else
+        snprintf(text, cap, "%lds", total);
+    return text;
 }
 
 typedef struct metrics_file {
@@ -355,7 +367,9 @@ typedef struct train_run {
     int64_t *order;      /* the epoch's sample order */
     int64_t metrics_cap; /* entries of p.epochs whose `ranks` may need freeing */
     int64_t steps_per_epoch;
-    int rank, nranks, tty;
+    int rank, nranks;
+    int bar, lines; /* rank 0: --progress as a bar, as lines (or neither) */
+    double start;   /* when this process's training began (now()) */
 } train_run;
 
 /* Context, checkpoint (with --resume), data, model, room for the metrics, optimizer. Returns an
@@ -388,15 +402,18 @@ static int train_start(train_run *r)
     MPI_Comm_size(MPI_COMM_WORLD, &r->nranks);
     r->steps_per_epoch = r->s.train_info.samples / o->batch;
     if (r->steps_per_epoch < 1) {
-        fprintf(stderr,
-                "tessel train: the training split has %lld samples, fewer than one "
-                "batch of %ld\n",
-                (long long)r->s.train_info.samples, o->batch);
+        if (r->rank == 0) /* alike on every rank */
+            fprintf(stderr,
+                    "tessel train: the training split has %lld samples, fewer than one "
+                    "batch of %ld\n",
+                    (long long)r->s.train_info.samples, o->batch);
         return EXIT_USAGE;
     }
     if (p->batch >= r->steps_per_epoch) {
-        fprintf(stderr, "tessel train: the checkpoint stands at batch %lld of an epoch of %lld\n",
-                (long long)p->batch, (long long)r->steps_per_epoch);
+        if (r->rank == 0)
+            fprintf(stderr,
+                    "tessel train: the checkpoint stands at batch %lld of an epoch of %lld\n",
+                    (long long)p->batch, (long long)r->steps_per_epoch);
         return 1;
     }
     /* Room for every epoch's metrics (a resumed run may go on for more epochs). */
@@ -409,10 +426,16 @@ static int train_start(train_run *r)
     r->metrics_cap = cap + 1;
     settings_of(o, &r->settings);
     if ((st = create_optimizer(o, r->s.ctx, &r->opt)))
-        return fail(st, "creating the optimizer");
+        return fail_collective(st, "creating the optimizer");
     if (o->resume && (st = tsl_model_load_checkpoint(r->s.model, r->opt, r->snapshot)))
-        return fail(st, "resuming from the checkpoint");
-    r->tty = r->rank == 0 && isatty(fileno(stdout));
+        return fail_collective(st, "resuming from the checkpoint");
+    int mode = o->progress;
+    if (mode == PROGRESS_AUTO)
+        mode = !o->given_progress && o->common.config.log_level == TSL_LOG_ERROR ? PROGRESS_OFF
+               : isatty(fileno(stdout)) && !under_mpi_launcher()                 ? PROGRESS_BAR
+                                                                                 : PROGRESS_LINES;
+    r->bar = r->rank == 0 && mode == PROGRESS_BAR;
+    r->lines = r->rank == 0 && mode == PROGRESS_LINES;
     return 0;
 }
 
@@ -459,6 +482,41 @@ static int record_step(train_run *r, double loss, double step_start)
     return 0;
 }
 
+/* Rank 0: where epoch e stands `epoch_seconds` into it: step, mean loss, samples/s, time since
+ * training began and the estimated time to the end of the run (all epochs, or --max-steps, at
+ * this process's mean time per step). */
+static void show_progress(const train_run *r, int64_t e, double epoch_seconds)
+{
+    const train_options *o = &r->o;
+    const run_progress *p = &r->p;
+    double elapsed = now() - r->start;
+    int64_t left = r->steps_per_epoch - p->batch + (o->epochs - e - 1) * r->steps_per_epoch;
+    if (o->max_steps && o->max_steps - p->steps < left)
+        left = o->max_steps - p->steps;
+    double per_step = elapsed / (double)(p->steps - r->first_step);
+    double rate = (double)p->seen / epoch_seconds,
+           loss = p->loss_sum / (double)(p->seen / o->batch);
+    char spent[32], eta[32];
+    duration(elapsed, spent, sizeof spent);
+    duration((double)(left > 0 ? left : 0) * per_step, eta, sizeof eta);
+    if (r->bar) {
+        char bar[31];
+        int filled = (int)(30 * p->batch / r->steps_per_epoch);
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < filled ? '#' : '.';
+        bar[30] = '\0';
+        printf("\r\033[Kepoch %lld/%ld [%s] step %lld/%lld loss %.4f %.0f samples/s elapsed %s "
+               "ETA %s",
+               (long long)e + 1, o->epochs, bar, (long long)p->batch, (long long)r->steps_per_epoch,
+               loss, rate, spent, eta);
+    } else {
+        printf("epoch %lld/%ld step %lld/%lld loss %.4f %.0f samples/s elapsed %s ETA %s\n",
+               (long long)e + 1, o->epochs, (long long)p->batch, (long long)r->steps_per_epoch,
+               loss, rate, spent, eta);
+    }
+    fflush(stdout);
+}
+
 /* The steps of the current epoch from its next batch, until its end or --max-steps (*stop),
  * with progress lines and mid-epoch checkpoints. Returns an exit code. */
 static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
@@ -475,7 +533,7 @@ static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
             tsl_model_train_step_read(r->s.model, r->s.train, o->batch,
                                       r->order + p->batch * o->batch, r->opt, &loss, &correct);
         if (st)
-            return fail(st, "a training step");
+            return fail_collective(st, "a training step");
         if ((code = record_step(r, loss, step_start)))
             return code;
         p->loss_sum += loss;
@@ -487,13 +545,10 @@ static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
         *stop = o->max_steps && p->steps >= o->max_steps;
         double t = now() - t0;
         int last = p->batch == steps_per_epoch || *stop;
-        if (r->rank == 0 && (last || (r->tty ? t - last_print > 0.2
-                                             : p->batch % (steps_per_epoch / 10 + 1) == 0))) {
+        if ((r->bar && (last || t - last_print > 0.2)) ||
+            (r->lines && (last || p->batch % (steps_per_epoch / 10 + 1) == 0))) {
             last_print = t;
-            double rate = (double)p->seen / t;
-            progress(r->tty, e + 1, o->epochs, p->batch, steps_per_epoch,
-                     p->loss_sum / (double)(p->seen / o->batch), rate,
-                     (double)(steps_per_epoch - p->batch) * (double)o->batch / rate);
+            show_progress(r, e, t);
         }
         int every = o->checkpoint_every && p->steps % o->checkpoint_every == 0;
         if (o->checkpoint && p->batch < steps_per_epoch && (every || *stop)) {
@@ -552,8 +607,8 @@ static int traffic_end(train_run *r, epoch_metrics *m, double *row, int64_t sent
 static void print_epoch(const train_run *r, int64_t e, const epoch_metrics *m)
 {
     const train_options *o = &r->o;
-    if (r->tty)
-        printf("\n");
+    if (r->bar) /* over the bar or the evaluation's line */
+        printf("\r\033[K");
     printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
            "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB, buffers at "
            "most %.1f MiB, remote copies at most %.1f MiB)",
@@ -596,9 +651,15 @@ static int finish_epoch(train_run *r, int64_t e, double t0, int64_t sent0, int64
     m->samples_per_second = (double)p->seen / m->seconds;
     m->train_loss = p->loss_sum / (double)(p->seen / o->batch);
     m->train_accuracy = (double)p->hits / (double)(p->seen * r->s.train_info.label_numel);
+    if (r->bar || r->lines) {
+        printf("%sepoch %lld/%ld: evaluating on %lld test samples%s", r->bar ? "\r\033[K" : "",
+               (long long)e + 1, o->epochs, (long long)r->s.test_info.samples,
+               r->bar ? " ..." : "\n");
+        fflush(stdout);
+    }
     if ((st = evaluate(r->s.model, r->s.test, &r->s.test_info, o->batch, &m->test_loss,
                        &m->test_accuracy)))
-        return fail(st, "evaluating");
+        return fail_collective(st, "evaluating");
     double rank0_mib;
     peak_memory(&m->peak_mib, &rank0_mib);
     int64_t owned = 0;
@@ -689,7 +750,7 @@ static int train_finish(train_run *r)
     const train_options *o = &r->o;
     tsl_status st;
     if (o->save_params && (st = tsl_model_save_params(r->s.model, o->save_params)))
-        return fail(st, "saving parameters");
+        return fail_collective(st, "saving parameters");
     if (o->metrics_json) {
         metrics_file mf = {o,          r->p.epochs, r->p.nepochs, r->p.steps, r->first_step,
                            r->nlosses, r->losses,   r->step_secs, r->nranks};
@@ -726,6 +787,7 @@ int command_train(int argc, char **argv)
         if (r.rank == 0)
             print_start(&r);
         r.first_step = r.p.steps;
+        r.start = now();
         if (!(code = train_epochs(&r)))
             code = train_finish(&r);
     }
