@@ -163,7 +163,13 @@ static void add_param(tsl_graph_t g, const char *suffix, const tsl_shape *shape,
     tsl_graph_op *o = &g->ops[g->nops - 1];
     tsl_graph_param *p = &g->params[g->nparams];
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s.%s", o->name, suffix);
+    /* NAME.suffix; it fits: check_name() left room for the longest suffix. */
+    size_t n = strlen(o->name), k = strlen(suffix);
+    if (n + 1 + k < sizeof p->name) {
+        memcpy(p->name, o->name, n);
+        p->name[n] = '.';
+        memcpy(p->name + n + 1, suffix, k + 1);
+    }
     p->shape = *shape;
     p->trainable = trainable;
     p->init = init;
