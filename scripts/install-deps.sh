@@ -17,6 +17,7 @@ packages=(
     dataset-fashion-mnist
     python3 python3-numpy
     clang-format
+    doxygen  # the API reference (docs target): about 6 MB; its LLVM libraries come with clang-format
 )
 
 missing=()

@@ -123,9 +123,11 @@ TSL_API int32_t tsl_graph_stage(tsl_graph_t graph, int32_t value);
 TSL_API tsl_status tsl_graph_op_flops(tsl_graph_t graph, int32_t index, int64_t batch,
                                       double *flops);
 
-/** @brief Counts. Not NULL-safe for @p graph. */
+/** @brief Number of values (activations) in @p graph. Not NULL-safe for @p graph. */
 TSL_API int32_t tsl_graph_value_count(tsl_graph_t graph);
+/** @brief Number of ops in @p graph. Not NULL-safe for @p graph. */
 TSL_API int32_t tsl_graph_op_count(tsl_graph_t graph);
+/** @brief Number of parameters in @p graph. Not NULL-safe for @p graph. */
 TSL_API int32_t tsl_graph_param_count(tsl_graph_t graph);
 
 /** @brief Per-sample shape of a value. */

@@ -211,10 +211,13 @@ TSL_API tsl_status tsl_tensor_create_layout(tsl_tensor_t *tensor, tsl_context_t 
  *  NULL is a no-op. */
 TSL_API tsl_status tsl_tensor_destroy(tsl_tensor_t tensor);
 
-/** @brief Shape, dtype and grid queries. Not collective. */
+/** @brief Global shape of the tensor. Not collective. */
 TSL_API tsl_status tsl_tensor_shape(tsl_tensor_t tensor, tsl_shape *shape);
+/** @brief Element type of the tensor. Not collective. */
 TSL_API tsl_status tsl_tensor_dtype(tsl_tensor_t tensor, tsl_dtype *dtype);
+/** @brief Tile grid of the tensor. Not collective. */
 TSL_API tsl_status tsl_tensor_grid(tsl_tensor_t tensor, tsl_tile_grid *grid);
+/** @brief Context the tensor belongs to (not a new reference). Not collective. */
 TSL_API tsl_status tsl_tensor_context(tsl_tensor_t tensor, tsl_context_t *ctx);
 /** @brief Storage layout of the tiles. Not collective. */
 TSL_API tsl_status tsl_tensor_layout(tsl_tensor_t tensor, tsl_layout *layout);
