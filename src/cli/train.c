@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,9 @@ static void usage_train(FILE *out)
         "                      gone on; model, data, batch, optimizer, lr, momentum, seed\n"
         "                      and shuffle come from it (given ones must match), --epochs\n"
         "                      and --max-steps count from the start of the first run\n"
+        "                      (SIGINT, SIGTERM, SIGUSR1: every rank stops after the step,\n"
+        "                      writes the checkpoint, parameters and metrics, and exits with\n"
+        "                      130, 143, 138)\n"
         "  --metrics-json FILE per-epoch metrics, per-step losses and wall seconds, and the\n"
         "                      final test accuracy\n"
         "  --plan PLAN         how tensors are tiled over the ranks:\n"
@@ -273,12 +277,60 @@ static const char *duration(double seconds, char *text, size_t cap)
     return text;
 }
 
+/* ---- stopping on a signal ----
+ * SIGINT, SIGTERM and SIGUSR1 (a batch system's warning before the walltime) ask the run to
+ * stop: the handler only records the signal; after each step the ranks agree on it (one
+ * MPI_Allreduce of an int), so a signal delivered to any rank stops every rank after the same
+ * step, with a checkpoint, the parameters and the metrics written. */
+
+static volatile sig_atomic_t stop_signal; /* the last signal received, 0 for none */
+
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGUSR1};
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/* Catch SIGINT, SIGTERM and SIGUSR1 (`catch`), or give them back their default action. */
+static void catch_stop_signals(int catch)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = catch ? on_stop_signal : SIG_DFL;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
+        sigaction(stop_signals[i], &sa, NULL);
+}
+
+/* Collective: the signal any rank has received (the largest number where they differ), 0 for
+ * none. Once one is noticed the default actions are back: a second signal ends the process at
+ * once. */
+static int agreed_stop_signal(void)
+{
+    int mine = stop_signal, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any)
+        catch_stop_signals(0);
+    return any;
+}
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGINT    ? "SIGINT"
+           : sig == SIGTERM ? "SIGTERM"
+           : sig == SIGUSR1 ? "SIGUSR1"
+                            : "a signal";
+}
+
 typedef struct metrics_file {
     const train_options *o;
     const epoch_metrics *m;
     int64_t n, steps, first_step, nlosses;
     const double *losses, *step_seconds;
     int nranks;
+    int signal; /* the signal that stopped the run, 0 for none */
 } metrics_file;
 
 static int write_metrics_to(FILE *f, const void *arg)
@@ -332,7 +384,10 @@ static int write_metrics_to(FILE *f, const void *arg)
     fprintf(f, "],\n  \"step_seconds\": [");
     for (int64_t k = 0; k < mf->nlosses; k++)
         fprintf(f, "%s%.6f", k ? ", " : "", mf->step_seconds[k]);
-    fprintf(f, "],\n  \"final_test_accuracy\": %.9g\n}\n",
+    fprintf(f, "]");
+    if (mf->signal)
+        fprintf(f, ",\n  \"stopped_by\": \"%s\"", signal_name(mf->signal));
+    fprintf(f, ",\n  \"final_test_accuracy\": %.9g\n}\n",
             mf->n ? mf->m[mf->n - 1].test_accuracy : 0.0);
     return 0;
 }
@@ -369,6 +424,7 @@ typedef struct train_run {
     int64_t steps_per_epoch;
     int rank, nranks;
     int bar, lines; /* rank 0: --progress as a bar, as lines (or neither) */
+    int signal;     /* the signal every rank agreed to stop on (0: none) */
     double start;   /* when this process's training began (now()) */
 } train_run;
 
@@ -436,6 +492,7 @@ static int train_start(train_run *r)
                                                                                  : PROGRESS_LINES;
     r->bar = r->rank == 0 && mode == PROGRESS_BAR;
     r->lines = r->rank == 0 && mode == PROGRESS_LINES;
+    catch_stop_signals(1);
     return 0;
 }
 
@@ -517,8 +574,9 @@ static void show_progress(const train_run *r, int64_t e, double epoch_seconds)
     fflush(stdout);
 }
 
-/* The steps of the current epoch from its next batch, until its end or --max-steps (*stop),
- * with progress lines and mid-epoch checkpoints. Returns an exit code. */
+/* The steps of the current epoch from its next batch, until its end, --max-steps (*stop) or a
+ * signal (r->signal: after the epoch's last step the epoch ends first), with progress lines and
+ * mid-epoch checkpoints. Returns an exit code. */
 static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
 {
     const train_options *o = &r->o;
@@ -550,14 +608,16 @@ static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
             last_print = t;
             show_progress(r, e, t);
         }
+        if (!*stop && p->batch < steps_per_epoch)
+            r->signal = agreed_stop_signal();
         int every = o->checkpoint_every && p->steps % o->checkpoint_every == 0;
-        if (o->checkpoint && p->batch < steps_per_epoch && (every || *stop)) {
+        if (o->checkpoint && p->batch < steps_per_epoch && (every || *stop || r->signal)) {
             /* Mid-epoch: the epoch's partial sums travel with the checkpoint. */
             p->seconds = now() - t0;
             if ((code = checkpoint_save(r->s.model, r->opt, o->checkpoint, &r->settings, p)))
                 return code;
         }
-        if (*stop)
+        if (*stop || r->signal)
             break;
     }
     return 0;
@@ -713,15 +773,18 @@ static int train_epoch(train_run *r, int *stop)
     int64_t e = p->epoch, steps_here = 0, sent0 = 0, recv0 = 0;
     if (o->comm_stats && (code = traffic_start(r, &sent0, &recv0)))
         return code;
-    if ((code = run_steps(r, t0, &steps_here, stop)) ||
-        (code = finish_epoch(r, e, t0, sent0, recv0, steps_here)))
+    if ((code = run_steps(r, t0, &steps_here, stop)))
+        return code;
+    if (r->signal) /* stopped within the epoch: no evaluation, the checkpoint keeps it open */
+        return 0;
+    if ((code = finish_epoch(r, e, t0, sent0, recv0, steps_here)))
         return code;
     p->nepochs = e + 1;
     return 0;
 }
 
-/* The epochs up to --epochs or --max-steps, with a checkpoint after each whole one. Returns
- * an exit code. */
+/* The epochs up to --epochs, --max-steps or a signal, with a checkpoint after each whole one.
+ * Returns an exit code. */
 static int train_epochs(train_run *r)
 {
     const train_options *o = &r->o;
@@ -732,7 +795,7 @@ static int train_epochs(train_run *r)
         if ((code = train_epoch(r, &stop)))
             return code;
         if (p->batch < r->steps_per_epoch)
-            break; /* stopped by --max-steps: the checkpoint keeps the epoch open */
+            break; /* stopped by --max-steps or a signal: the checkpoint keeps the epoch open */
         p->epoch++;
         p->batch = 0;
         p->loss_sum = p->seconds = 0;
@@ -740,6 +803,9 @@ static int train_epochs(train_run *r)
         if (o->checkpoint &&
             (code = checkpoint_save(r->s.model, r->opt, o->checkpoint, &r->settings, p)))
             return code;
+        /* A signal during the epoch's last step or its evaluation: stop before the next. */
+        if (p->epoch < o->epochs && !stop && (r->signal = agreed_stop_signal()))
+            break;
     }
     return 0;
 }
@@ -753,7 +819,7 @@ static int train_finish(train_run *r)
         return fail_collective(st, "saving parameters");
     if (o->metrics_json) {
         metrics_file mf = {o,          r->p.epochs, r->p.nepochs, r->p.steps, r->first_step,
-                           r->nlosses, r->losses,   r->step_secs, r->nranks};
+                           r->nlosses, r->losses,   r->step_secs, r->nranks,  r->signal};
         int bad = r->rank == 0 && write_file_atomic(o->metrics_json, write_metrics_to, &mf);
         if (bad)
             fprintf(stderr, "tessel train: cannot write '%s': %s\n", o->metrics_json,
@@ -764,8 +830,32 @@ static int train_finish(train_run *r)
     return 0;
 }
 
+/* Rank 0: why the run stopped early and where its results are. */
+static void print_stopped(const train_run *r)
+{
+    const train_options *o = &r->o;
+    if (r->bar)
+        printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "tessel train: stopped by %s after step %lld (epoch %lld, step %lld of %lld)",
+            signal_name(r->signal), (long long)r->p.steps, (long long)r->p.epoch + (r->p.batch > 0),
+            (long long)(r->p.batch > 0 ? r->p.batch : r->steps_per_epoch),
+            (long long)r->steps_per_epoch);
+    if (o->checkpoint)
+        fprintf(stderr, "; checkpoint in %s, continue with --resume %s", o->checkpoint,
+                o->checkpoint);
+    else
+        fprintf(stderr, "; no --checkpoint, so it cannot be resumed");
+    if (o->save_params)
+        fprintf(stderr, "; parameters in %s", o->save_params);
+    if (o->metrics_json)
+        fprintf(stderr, "; metrics in %s", o->metrics_json);
+    fprintf(stderr, "\n");
+}
+
 static void train_end(train_run *r)
 {
+    catch_stop_signals(0);
     for (int64_t k = 0; k < r->metrics_cap; k++)
         free(r->p.epochs[k].ranks);
     free(r->p.epochs);
@@ -790,6 +880,13 @@ int command_train(int argc, char **argv)
         r.start = now();
         if (!(code = train_epochs(&r)))
             code = train_finish(&r);
+        /* Stopped by a signal: 128 + its number, as a shell reports a process it killed
+         * (SIGINT 130, SIGTERM 143, SIGUSR1 138 on Linux). */
+        if (!code && r.signal) {
+            if (r.rank == 0)
+                print_stopped(&r);
+            code = 128 + r.signal;
+        }
     }
     train_end(&r);
     return code;
