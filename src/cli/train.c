@@ -1,6 +1,7 @@
 /* tessel train: a zoo network or model file trained on a dataset, with checkpoints
  * (checkpoint.c) and metrics. Every rank takes part in every step (the model's tile tasks
  * span the ranks); rank 0 reads the data, prints and writes files. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,7 +53,9 @@ static void usage_train(FILE *out)
         "                      writes the checkpoint, parameters and metrics, and exits with\n"
         "                      130, 143, 138)\n"
         "  --metrics-json FILE per-epoch metrics, per-step losses and wall seconds, and the\n"
-        "                      final test accuracy\n"
+        "                      final test accuracy; as the run goes, a JSON line per step and\n"
+        "                      per epoch appended to FILE with .json replaced by .jsonl\n"
+        "                      (FILE.jsonl otherwise), continued by --resume\n"
         "  --plan PLAN         how tensors are tiled over the ranks:\n"
         "                      data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,\n"
         "                      bucket=K (D sample groups, an A x B x C spatial rank grid with\n"
@@ -324,6 +328,40 @@ static const char *signal_name(int sig)
                             : "a signal";
 }
 
+/* An epoch's metrics as JSON members, "\"train_loss\": ..." up to the per-rank rows (where
+ * kept); the caller opens and closes the object. */
+static void write_epoch_fields(FILE *f, const epoch_metrics *m, int nranks)
+{
+    fprintf(f,
+            "\"train_loss\": %.9g, \"train_accuracy\": %.9g, "
+            "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
+            "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f, "
+            "\"tile_memory_mib\": %.3f, \"buffer_peak_mib\": %.3f, \"cached_peak_mib\": %.3f",
+            m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy, m->seconds,
+            m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
+            m->cached_peak_mib);
+    if (m->sent_per_step >= 0)
+        fprintf(f,
+                ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f, "
+                "\"workers_busy\": %.4f",
+                m->sent_per_step, m->received_per_step, m->busy);
+    if (m->ranks) {
+        fprintf(f, ", \"ranks\": [");
+        for (int r = 0; r < nranks; r++) {
+            const double *v = m->ranks + (size_t)r * RANK_FIELDS;
+            fprintf(f,
+                    "%s{\"peak_memory_mib\": %.1f, \"tile_memory_mib\": %.3f, "
+                    "\"buffer_peak_mib\": %.3f, \"cached_peak_mib\": %.3f",
+                    r ? ", " : "", v[0], v[1], v[2], v[5]);
+            if (v[3] >= 0)
+                fprintf(f, ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f",
+                        v[3], v[4]);
+            fprintf(f, "}");
+        }
+        fprintf(f, "]");
+    }
+}
+
 typedef struct metrics_file {
     const train_options *o;
     const epoch_metrics *m;
@@ -346,35 +384,8 @@ static int write_metrics_to(FILE *f, const void *arg)
             o->lr, o->batch, o->seed, (long long)mf->steps);
     fprintf(f, "  \"epochs\": [\n");
     for (int64_t e = 0; e < mf->n; e++) {
-        const epoch_metrics *m = &mf->m[e];
-        fprintf(f,
-                "    {\"epoch\": %lld, \"train_loss\": %.9g, \"train_accuracy\": %.9g, "
-                "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
-                "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f, "
-                "\"tile_memory_mib\": %.3f, \"buffer_peak_mib\": %.3f, \"cached_peak_mib\": %.3f",
-                (long long)e + 1, m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy,
-                m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
-                m->cached_peak_mib);
-        if (m->sent_per_step >= 0)
-            fprintf(f,
-                    ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f, "
-                    "\"workers_busy\": %.4f",
-                    m->sent_per_step, m->received_per_step, m->busy);
-        if (m->ranks) {
-            fprintf(f, ", \"ranks\": [");
-            for (int r = 0; r < mf->nranks; r++) {
-                const double *v = m->ranks + (size_t)r * RANK_FIELDS;
-                fprintf(f,
-                        "%s{\"peak_memory_mib\": %.1f, \"tile_memory_mib\": %.3f, "
-                        "\"buffer_peak_mib\": %.3f, \"cached_peak_mib\": %.3f",
-                        r ? ", " : "", v[0], v[1], v[2], v[5]);
-                if (v[3] >= 0)
-                    fprintf(f, ", \"sent_bytes_per_step\": %.0f, \"received_bytes_per_step\": %.0f",
-                            v[3], v[4]);
-                fprintf(f, "}");
-            }
-            fprintf(f, "]");
-        }
+        fprintf(f, "    {\"epoch\": %lld, ", (long long)e + 1);
+        write_epoch_fields(f, &mf->m[e], mf->nranks);
         fprintf(f, "}%s\n", e + 1 < mf->n ? "," : "");
     }
     fprintf(f, "  ],\n  \"first_step\": %lld,\n  \"step_losses\": [",
@@ -425,8 +436,83 @@ typedef struct train_run {
     int rank, nranks;
     int bar, lines; /* rank 0: --progress as a bar, as lines (or neither) */
     int signal;     /* the signal every rank agreed to stop on (0: none) */
-    double start;   /* when this process's training began (now()) */
+    FILE *stream;   /* rank 0, with --metrics-json: the metrics stream (JSON lines) */
+    char stream_path[4200];
+    double start; /* when this process's training began (now()) */
 } train_run;
+
+/* ---- the metrics stream ----
+ * With --metrics-json FILE, rank 0 also appends JSON lines to FILE with .json replaced by
+ * .jsonl (FILE.jsonl for another name): a record per step, per epoch and per stop by a signal,
+ * each flushed as it is written. --resume appends to the file, keeping only the records up to
+ * the checkpoint's step (a run that died after its last checkpoint wrote more). */
+
+typedef struct kept_records {
+    FILE *old;
+    int64_t steps;
+} kept_records;
+
+/* The whole records of an earlier stream with "step" up to k->steps. */
+static int write_kept(FILE *f, const void *arg)
+{
+    const kept_records *k = arg;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int bad = 0;
+    while (!bad && (len = getline(&line, &cap, k->old)) > 0) {
+        cJSON *record = cJSON_Parse(line);
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(record, "step");
+        int keep =
+            line[len - 1] == '\n' && cJSON_IsNumber(step) && step->valuedouble <= (double)k->steps;
+        cJSON_Delete(record);
+        bad = keep && fputs(line, f) == EOF;
+    }
+    free(line);
+    return bad || ferror(k->old) ? -1 : 0;
+}
+
+/* Rank 0, at the start: the stream opened afresh, or for --resume continued. Returns an exit
+ * code (message printed). */
+static int stream_open(train_run *r)
+{
+    const train_options *o = &r->o;
+    const char *path = r->stream_path;
+    size_t n = strlen(o->metrics_json);
+    int len = n > 5 && strcmp(o->metrics_json + n - 5, ".json") == 0
+                  ? snprintf(r->stream_path, sizeof r->stream_path, "%sl", o->metrics_json)
+                  : snprintf(r->stream_path, sizeof r->stream_path, "%s.jsonl", o->metrics_json);
+    struct stat sb;
+    const char *why = len >= (int)sizeof r->stream_path              ? "the name is too long"
+                      : stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) ? "not a regular file"
+                                                                     : NULL;
+    FILE *old = !why && o->resume ? fopen(path, "r") : NULL;
+    if (old) {
+        kept_records k = {old, r->p.steps};
+        if (write_file_atomic(path, write_kept, &k) != 0)
+            why = strerror(errno);
+        fclose(old);
+    }
+    if (!why && !(r->stream = fopen(path, o->resume ? "a" : "w")))
+        why = strerror(errno);
+    if (why) {
+        fprintf(stderr, "tessel train: cannot write the metrics stream '%s': %s\n", path, why);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Rank 0: close the record begun on the stream and flush it, so that a reader sees it at once;
+ * a write that fails ends the stream with a message (training goes on). */
+static void stream_end_record(train_run *r)
+{
+    if (fputs("}\n", r->stream) == EOF || fflush(r->stream) != 0) {
+        fprintf(stderr, "tessel train: cannot write '%s': %s; the metrics stream stops here\n",
+                r->stream_path, strerror(errno));
+        fclose(r->stream);
+        r->stream = NULL;
+    }
+}
 
 /* Context, checkpoint (with --resume), data, model, room for the metrics, optimizer. Returns an
  * exit code (message printed). */
@@ -450,6 +536,8 @@ static int train_start(train_run *r)
     if (o->resume &&
         ((code = checkpoint_read(o->resume, &r->resumed, p, r->snapshot, sizeof r->snapshot)) ||
          (code = merge_resumed(o, &r->resumed))))
+        return code;
+    if ((code = agree_exit(rank_of_process == 0 && o->metrics_json ? stream_open(r) : 0)))
         return code;
     if ((code = session_open(&r->s, o, 1)))
         return code;
@@ -600,6 +688,14 @@ static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
         p->steps++;
         p->batch++;
         (*steps_here)++;
+        if (r->stream) {
+            fprintf(r->stream,
+                    "{\"record\": \"step\", \"step\": %lld, \"epoch\": %lld, \"batch\": %lld, "
+                    "\"loss\": %.17g, \"seconds\": %.6f",
+                    (long long)p->steps, (long long)e + 1, (long long)p->batch, loss,
+                    r->step_secs[r->nlosses - 1]);
+            stream_end_record(r);
+        }
         *stop = o->max_steps && p->steps >= o->max_steps;
         double t = now() - t0;
         int last = p->batch == steps_per_epoch || *stop;
@@ -747,6 +843,14 @@ static int finish_epoch(train_run *r, int64_t e, double t0, int64_t sent0, int64
     MPI_Gather(row, RANK_FIELDS, MPI_DOUBLE, m->ranks, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (r->rank == 0)
         print_epoch(r, e, m);
+    if (r->stream) {
+        fprintf(r->stream,
+                "{\"record\": \"epoch\", \"step\": %lld, \"epoch\": %lld, \"complete\": %s, ",
+                (long long)p->steps, (long long)e + 1,
+                p->batch < r->steps_per_epoch ? "false" : "true");
+        write_epoch_fields(r->stream, m, r->nranks);
+        stream_end_record(r);
+    }
     return 0;
 }
 
@@ -856,6 +960,8 @@ static void print_stopped(const train_run *r)
 static void train_end(train_run *r)
 {
     catch_stop_signals(0);
+    if (r->stream)
+        fclose(r->stream);
     for (int64_t k = 0; k < r->metrics_cap; k++)
         free(r->p.epochs[k].ranks);
     free(r->p.epochs);
@@ -885,6 +991,11 @@ int command_train(int argc, char **argv)
         if (!code && r.signal) {
             if (r.rank == 0)
                 print_stopped(&r);
+            if (r.stream) {
+                fprintf(r.stream, "{\"record\": \"stop\", \"step\": %lld, \"signal\": \"%s\"",
+                        (long long)r.p.steps, signal_name(r.signal));
+                stream_end_record(&r);
+            }
             code = 128 + r.signal;
         }
     }
