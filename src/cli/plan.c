@@ -165,6 +165,36 @@ static int parse_plan(int argc, char **argv, plan_options *o)
     return 0;
 }
 
+/* Warn when some ranks own no tile of the input (they would idle through every step). */
+static void warn_idle_ranks(const tsl_tile_grid *grid, const tsl_owner_map *owners, int32_t ndim,
+                            long ranks, long batch)
+{
+    char *busy = calloc((size_t)ranks, 1);
+    if (!busy)
+        return;
+    int64_t tiles = 1;
+    for (int32_t d = 0; d < ndim; d++)
+        tiles *= grid->splits[d];
+    for (int64_t t = 0; t < tiles; t++) {
+        int32_t tile[TSL_MAX_DIMS] = {0}, rank = -1;
+        for (int64_t rest = t, d = ndim - 1; d >= 0; d--) {
+            tile[d] = (int32_t)(rest % grid->splits[d]);
+            rest /= grid->splits[d];
+        }
+        if (tsl_owner_map_rank(owners, tile, ndim, grid, (int32_t)ranks, &rank) == TSL_OK &&
+            rank >= 0 && rank < ranks)
+            busy[rank] = 1;
+    }
+    long idle = 0;
+    for (long r = 0; r < ranks; r++)
+        idle += !busy[r];
+    free(busy);
+    if (idle)
+        printf("warning: %ld of %ld ranks hold no tile of the input and would idle through every "
+               "step (batch %ld): a plan with space= gives them a part of each sample\n",
+               idle, ranks, batch);
+}
+
 int command_plan(int argc, char **argv)
 {
     plan_options o;
@@ -230,7 +260,10 @@ int command_plan(int argc, char **argv)
         printf("input tiles (N x C x spatial, stage 0):");
         for (int d = 0; d <= info.sample_shape.ndim; d++)
             printf("%s%d", d ? " x " : " ", (int)grid.splits[d]);
-        printf("\nrank  tiles (all)   tiles (most live at once)  received copies (largest at "
+        printf("\n");
+        if (!pp || pp->stages <= 1)
+            warn_idle_ranks(&grid, &owners, info.sample_shape.ndim + 1, ranks, batch);
+        printf("rank  tiles (all)   tiles (most live at once)  received copies (largest at "
                "once)\n");
         int64_t largest = 0, largest_peak = 0, with_received = 0;
         for (long r = 0; r < ranks; r++) {
