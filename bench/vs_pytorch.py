@@ -87,10 +87,41 @@ def make_data(directory, shape, classes, batch, segmentation, steps):
         np.save(os.path.join(directory, f"y{split}.npy"), rng.integers(0, classes, yshape))
 
 
+# Runs argv[2:] and writes its max RSS (KiB) into argv[1]. A child's max RSS starts from what
+# its parent had when it forked (Linux keeps the high-water mark across fork and exec): timed
+# from this script, which has imported numpy, every run would report at least this process's
+# size. This small interpreter (-S: no site packages) forks the measured program instead.
+RSS_LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def output_is_spatial(model, shape, classes):
+    """Whether the network's output has spatial dimensions (per-voxel labels), asked of the bridge
+    in a process of its own (this one stays free of torch: see RSS_LAUNCHER)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import tessel_torch; "
+            "print(len(tessel_torch.build(sys.argv[2], tuple(map(int, sys.argv[3].split(','))), "
+            "int(sys.argv[4])).output_shape))")
+    out = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "python"), model,
+                          ",".join(map(str, shape)), str(classes)],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    return int(out.strip()) > 1
+
+
 def run_measured(cmd, env, timeout=None):
     """Run cmd; (stdout, max RSS MiB of that process). RunTimeout when it takes more than
     `timeout` seconds: it runs in a session of its own, killed whole then (a launcher's children
     too)."""
+    rss_file = tempfile.NamedTemporaryFile(prefix="tessel-vs-pytorch-rss-", delete=False)
+    rss_file.close()
+    cmd = [sys.executable, "-S", "-c", RSS_LAUNCHER, rss_file.name] + list(cmd)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=bool(timeout))
     fired = []
@@ -113,10 +144,13 @@ def run_measured(cmd, env, timeout=None):
         print(out[-4000:], file=sys.stderr)
         raise RunTimeout(f"over {timeout:g} s")
     p.returncode = os.waitstatus_to_exitcode(status)
+    with open(rss_file.name) as f:
+        text = f.read().strip()
+    os.unlink(rss_file.name)
     if p.returncode:
         print(out, file=sys.stderr)
-        raise SystemExit(f"vs_pytorch: {' '.join(cmd)} exited {p.returncode}")
-    return out, usage.ru_maxrss / 1024.0
+        raise SystemExit(f"vs_pytorch: {' '.join(cmd[4:])} exited {p.returncode}")
+    return out, int(text) / 1024.0
 
 
 def run_tessel(args, model, data, batch, plan, steps, work):
@@ -225,7 +259,6 @@ def main():
     if args.torch_worker:
         return torch_worker(args)
 
-    import tessel_torch
     table = GPU_ROWS if args.device == "cuda" else ROWS
     names = args.rows.split(",") if args.rows else list(table)
     unknown = [n for n in names if n not in table]
@@ -252,7 +285,7 @@ def main():
     for name in names:
         model_file, shape, classes, batch, plan = table[name]
         model = os.path.join(ROOT, "examples", "models", model_file)
-        segmentation = len(tessel_torch.build(model, shape, classes).output_shape) > 1
+        segmentation = output_is_spatial(model, shape, classes)
         label = name + (f" (`--plan {plan}`)" if plan else "")
         with tempfile.TemporaryDirectory(prefix="tessel-vs-pytorch-") as work:
             data = os.path.join(work, "data")
