@@ -12,6 +12,7 @@ static void usage_plan(FILE *out)
     fprintf(out,
             "usage: tessel plan --data SPEC [--model NAME|FILE] [--plan PLAN] [--ranks N]\n"
             "                   [--batch B] [--ncpu W] [--optimizer sgd|adam]\n"
+            "                   [--mem-per-rank M [--overhead-mib O]]\n"
             "  how PLAN (default: samples over all ranks and workers) tiles the model's tensors\n"
             "  on N ranks (default: the plan's rank count) of W CPU workers (default 1), and\n"
             "  the estimated tile memory of every rank for training with batches of B\n"
@@ -19,7 +20,11 @@ static void usage_plan(FILE *out)
             "  placement puts them, with their gradients and the optimizer state (adam, the\n"
             "  default, keeps two copies; sgd one); with stages=, the stage table: each\n"
             "  stage's ranks, layers, largest rank's estimated tiles (all, and live at once\n"
-            "  with received copies) and forward flops\n");
+            "  with received copies) and forward flops\n"
+            "  --mem-per-rank M   a verdict: whether every rank fits in M MiB (its tiles live\n"
+            "                     at once, received copies and the process overhead)\n"
+            "  --overhead-mib O   a rank's memory outside its tiles (default 48: measured\n"
+            "                     28-43 MiB, bench/RESULTS.md)\n");
 }
 
 /* How the parameters are kept (tsl_plan_param_placement). */
@@ -99,11 +104,16 @@ static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t
     return 0;
 }
 
-enum { OPT_RANKS = OPT_COMMAND_FIRST, OPT_WORKERS, OPT_OPTIMIZER };
+enum { OPT_RANKS = OPT_COMMAND_FIRST, OPT_WORKERS, OPT_OPTIMIZER, OPT_MEM, OPT_OVERHEAD };
+
+/* A rank's peak memory outside its StarPU buffers (libraries, threads, oneDNN's code and
+ * scratch), measured as peak RSS minus the most buffer memory at once: 28-31 MiB on the small
+ * cnn2d at 1, 2 and 4 ranks, 43 MiB on U-Net 3-D at 128^3 (bench/RESULTS.md). */
+#define PLAN_OVERHEAD_MIB 48
 
 typedef struct plan_options {
     const char *model, *data, *plan_text, *optimizer;
-    long ranks, batch, workers;
+    long ranks, batch, workers, mem_mib, overhead_mib;
 } plan_options;
 
 /* tessel plan starts no StarPU: --ncpu is the workers of the ranks it plans for. */
@@ -134,6 +144,12 @@ static int parse_plan_option(const cli_parser *parser, int id, const char *v)
         bad = strcmp(v, "sgd") && strcmp(v, "adam");
         o->optimizer = v;
         break;
+    case OPT_MEM:
+        bad = parse_int_arg(v, 1, 1L << 30, &o->mem_mib);
+        break;
+    case OPT_OVERHEAD:
+        bad = parse_int_arg(v, 0, 1L << 30, &o->overhead_mib);
+        break;
     default:
         return OPTION_UNKNOWN;
     }
@@ -151,8 +167,14 @@ static int parse_plan(int argc, char **argv, plan_options *o)
                                             {"batch", required_argument, NULL, OPT_BATCH},
                                             {"ncpu", required_argument, NULL, OPT_WORKERS},
                                             {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+                                            {"mem-per-rank", required_argument, NULL, OPT_MEM},
+                                            {"overhead-mib", required_argument, NULL, OPT_OVERHEAD},
                                             {0}};
-    *o = (plan_options){.model = "cnn", .optimizer = "adam", .batch = 64, .workers = 1};
+    *o = (plan_options){.model = "cnn",
+                        .optimizer = "adam",
+                        .batch = 64,
+                        .workers = 1,
+                        .overhead_mib = PLAN_OVERHEAD_MIB};
     cli_parser parser = {"tessel plan", options, usage_plan, NULL, parse_plan_option, o};
     int code = cli_parse(&parser, argc, argv);
     if (code)
@@ -163,6 +185,33 @@ static int parse_plan(int argc, char **argv, plan_options *o)
         return EXIT_USAGE;
     }
     return 0;
+}
+
+/* Whether each rank fits in mem MiB: its tiles live at once, the copies it receives and the
+ * process overhead. */
+static void print_verdict(const int64_t *peak, const int64_t *received, long ranks, long mem,
+                          long overhead)
+{
+    long over = 0, worst = 0;
+    double need_max = 0;
+    for (long r = 0; r < ranks; r++) {
+        double need = (double)(peak[r] + received[r]) / 1048576.0 + (double)overhead;
+        over += need > (double)mem;
+        if (need > need_max) {
+            need_max = need;
+            worst = r;
+        }
+    }
+    if (!over)
+        printf(
+            "verdict: fits in %ld MiB per rank (largest need %.0f MiB on rank %ld: tiles live at "
+            "once, received copies and %ld MiB of process overhead)\n",
+            mem, need_max, worst, overhead);
+    else
+        printf("verdict: does not fit in %ld MiB per rank on %ld of %ld ranks (largest need %.0f "
+               "MiB on rank %ld: tiles live at once, received copies and %ld MiB of process "
+               "overhead); more ranks in space=, or recompute=1, lower it\n",
+               mem, over, ranks, need_max, worst, overhead);
 }
 
 /* Warn when some ranks own no tile of the input (they would idle through every step). */
@@ -283,6 +332,8 @@ int command_plan(int argc, char **argv)
                (double)one_peak / 1048576.0);
         printf("largest rank live at once with received copies %.1f MiB\n",
                (double)with_received / 1048576.0);
+        if (o.mem_mib)
+            print_verdict(peak, received, ranks, o.mem_mib, o.overhead_mib);
         if (pp && pp->stages > 1)
             code = print_stages(pp, g, ranks, batch, op_stage, bytes, peak, received);
         if (!code)
