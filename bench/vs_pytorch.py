@@ -36,7 +36,6 @@ times out says so). For example, on the GPU machine:
 import argparse
 import json
 import os
-import resource
 import shlex
 import signal
 import statistics

@@ -41,10 +41,11 @@ void tsl_bn_add_sum_products_f64(tsl_acc *sum, tsl_acc *products, const double *
                                  int64_t count);
 
 /* ---- channels-last tiles (N, positions, C) ----
- * The sums transpose blocks of positions into staging rows, one per channel, and add each row
- * as a plain tile's row is added (the sums are exact, so the blocking changes no bit); the
- * elementwise passes walk the tile in place with per-channel constants, computing each
- * element with the plain path's own functions. */
+ * The sums of a float32 tile read it in place as a positions x channels block
+ * (tsl_acc_add_columns_f32); a float64 tile's transpose blocks of positions into staging rows,
+ * one per channel, added as a plain tile's rows are (the sums are exact, so neither way changes
+ * a bit); the elementwise passes walk the tile in place with per-channel constants, computing
+ * each element with the plain path's own functions. */
 #define CL_BLOCK 16384 /* elements per staged block */
 
 /* Positions per staged block of a tile with `cext` channels. */

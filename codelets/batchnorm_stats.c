@@ -44,31 +44,25 @@ void tsl_bn_add_sum_products_f64(tsl_acc *sum, tsl_acc *products, const double *
  * written, a run of contiguous elements each. */
 #define CL_TRANSPOSE_BLOCK 32
 
-#define CL_TRANSPOSE(T)                                                                            \
-    do {                                                                                           \
-        const T *in = (const T *)src + base;                                                       \
-        T *out = dst;                                                                              \
-        for (int64_t i0 = 0; i0 < n; i0 += CL_TRANSPOSE_BLOCK) {                                   \
-            const int64_t m = n - i0 < CL_TRANSPOSE_BLOCK ? n - i0 : CL_TRANSPOSE_BLOCK;           \
-            const T *blk = in + i0 * C;                                                            \
-            for (int64_t c = 0; c < C; c++) {                                                      \
-                T *row = out + c * S + i0;                                                         \
-                for (int64_t i = 0; i < m; i++)                                                    \
-                    row[i] = blk[i * C + c];                                                       \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-/* Stage positions [p0, p0 + n) of sample s: dst[c * S + i] = src[(s, p0 + i, c)]. */
+/* Stage positions [p0, p0 + n) of sample s of a float64 tile: dst[c * S + i] =
+ * src[(s, p0 + i, c)]. (Float32 tiles are summed in place, tsl_acc_add_columns_f32.) */
 TSL_VECTOR_KERNEL
 void tsl_bn_cl_transpose(const tsl_bn_args *a, const void *src, void *dst, int64_t s, int64_t p0,
                          int64_t n, int64_t S)
 {
-    const int64_t C = a->cext, base = (s * a->inner + p0) * C;
-    if (a->dtype == TSL_F32)
-        CL_TRANSPOSE(float);
-    else
-        CL_TRANSPOSE(double);
+    TSL_CODELET_CHECK(a->dtype == TSL_F64, "batch norm: only float64 tiles are staged");
+    const int64_t C = a->cext;
+    const double *in = (const double *)src + (s * a->inner + p0) * C;
+    double *out = dst;
+    for (int64_t i0 = 0; i0 < n; i0 += CL_TRANSPOSE_BLOCK) {
+        const int64_t m = n - i0 < CL_TRANSPOSE_BLOCK ? n - i0 : CL_TRANSPOSE_BLOCK;
+        const double *blk = in + i0 * C;
+        for (int64_t c = 0; c < C; c++) {
+            double *row = out + c * S + i0;
+            for (int64_t i = 0; i < m; i++)
+                row[i] = blk[i * C + c];
+        }
+    }
 }
 
 static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
@@ -86,12 +80,8 @@ static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
             tsl_bn_cl_transpose(a, x, stage, s, p0, n, S);
             for (int64_t c = 0; c < a->cext; c++) {
                 tsl_acc *sum = &acc[2 * (a->c0 + c)];
-                if (a->dtype == TSL_F32) {
-                    tsl_acc_add_moments_f32(sum, sum + 1, cl_row(a, stage, c, S), n);
-                } else {
-                    const double *row = cl_row(a, stage, c, S);
-                    tsl_bn_add_sum_products_f64(sum, sum + 1, row, row, n);
-                }
+                const double *row = cl_row(a, stage, c, S);
+                tsl_bn_add_sum_products_f64(sum, sum + 1, row, row, n);
             }
         }
     free(stage);
