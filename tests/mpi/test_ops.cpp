@@ -724,6 +724,8 @@ std::vector<unsigned char> gather_bytes(tsl_tensor_t t)
 // Batch norm + ReLU fused, in float32 (vectorised exact sums: rows long enough for them on
 // some tiles, not on others) and float64: every layout gives the one-tile bits, and those are
 // the bits of batch norm, then ReLU, then their backwards, unfused.
+// (Channels-last float32 tiles take the in-place per-channel sums, tsl_acc_add_columns_f32, and
+// the block-masked backward sums; plain tiles and float64 the row sums.)
 TEST(BatchNorm, FusedReluIsBitIdenticalOnEveryLayoutAndEqualsUnfused)
 {
     const std::vector<int64_t> dims = {4, 5, 24, 20};
@@ -734,10 +736,11 @@ TEST(BatchNorm, FusedReluIsBitIdenticalOnEveryLayoutAndEqualsUnfused)
     for (tsl_dtype dt : {TSL_F32, TSL_F64}) {
         std::vector<std::vector<unsigned char>> ref;
         for (size_t gi = 0; gi < grids.size(); gi++) {
-            for (int owners = 0; owners < 2; owners++) {
-                const tsl_owner_map &xo = owners ? rev : block;
+            for (int owners = 0; owners < 3; owners++) { // plain x 2 owner maps, channels-last
+                const tsl_owner_map &xo = owners == 1 ? rev : block;
+                tsl_layout lay = owners == 2 ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
                 auto big = [&](const tsl_owner_map &o) {
-                    return make_tensor(dt, dims, grids[gi], o);
+                    return make_tensor(dt, dims, grids[gi], o, lay);
                 };
                 auto vec = [&](const tsl_owner_map &o) { return make_tensor(dt, {5}, {1}, o); };
                 tsl_tensor_t x = big(xo), y = big(block), dy = big(rev), dx = big(xo);
