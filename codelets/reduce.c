@@ -191,13 +191,16 @@ static inline __attribute__((always_inline)) void bin_f32(f32_bins *out, const f
     out->nonfinite |= nonfinite != 0;
 }
 
-/* Deposit the finite bins: sums are m * 2^(max(e, 1) - 150), products ma mb * 2^(bin - 300). */
+/* Deposit the finite bins: sums are m * 2^(max(e, 1) - 150), products ma mb * 2^(bin - 300).
+ * Finite products land in bins up to 2 * 254; squares of infinities and NaNs in 2 * 255 (the
+ * squares' loop does not route them to NONFINITE_PRODUCT): neither is deposited. */
+#define LAST_FINITE_PRODUCT_BIN (2 * 254)
 static void deposit_f32_bins(tsl_acc *sum, tsl_acc *product, const f32_bins *bins)
 {
     for (int e = 0; sum && e < SUM_BINS - 1; e++)
         if (bins->sum[e])
             acc_deposit_wide(sum, bins->sum[e], (e ? e : 1) - 150);
-    for (int e = 0; product && e < NONFINITE_PRODUCT; e++)
+    for (int e = 0; product && e <= LAST_FINITE_PRODUCT_BIN; e++)
         if (bins->product[e])
             acc_deposit_wide(product, bins->product[e], e - 300);
 }

@@ -303,6 +303,22 @@ void expect_f32_paths_exact(const std::vector<float> &a, const std::vector<float
     tsl_acc_init(&q);
     tsl_acc_add_squares_f32(&q, a.data(), n);
     EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&q), want_sq.products)) << what << ": squares";
+    // Whole accumulators, normalised, not only their rounding (a NaN rounds the same whatever
+    // the limbs hold): the squares of infinities and NaNs are counted, never deposited.
+    {
+        tsl_acc ws, wq;
+        tsl_acc_init(&ws);
+        tsl_acc_init(&wq);
+        for (size_t i = 0; i < a.size(); i++) {
+            tsl_acc_add(&ws, (double)a[i]);
+            tsl_acc_add(&wq, (double)a[i] * (double)a[i]);
+        }
+        for (tsl_acc *x : {&s, &p, &q, &ws, &wq})
+            tsl_acc_normalize(x);
+        EXPECT_EQ(std::memcmp(&s, &ws, sizeof s), 0) << what << ": moments, sum, accumulator";
+        EXPECT_EQ(std::memcmp(&p, &wq, sizeof p), 0) << what << ": moments, x^2, accumulator";
+        EXPECT_EQ(std::memcmp(&q, &wq, sizeof q), 0) << what << ": squares, accumulator";
+    }
     tsl_acc_init(&q);
     tsl_acc_add_array(&q, TSL_F32, a.data(), n);
     EXPECT_TRUE(same_or_both_nan(tsl_acc_round(&q), want_sq.sum)) << what << ": sum";
