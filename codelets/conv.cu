@@ -19,9 +19,11 @@
  * as it is, as on the CPU).
  *
  * Algorithms. Per worker and per problem, cuDNN's heuristics (cudnnGet*Algorithm_v7) rank the
- * algorithms; the first that is supported and whose workspace fits in max_workspace is kept in
- * the worker's cache. Math: FMA only when tsl_cuda_tf32() is off, else what the heuristics chose
- * (TF32 tensor cores allowed, as PyTorch allows for convolutions by default).
+ * algorithms; the first that is supported, deterministic (unless tsl_cuda_deterministic() is off;
+ * a problem without any deterministic one takes the first of the others) and whose workspace
+ * fits in max_workspace is kept in the worker's cache. Math: FMA only when tsl_cuda_tf32() is off,
+ * else what the heuristics chose (TF32 tensor cores allowed, as PyTorch allows for convolutions by
+ * default).
  *
  * Workspace: the worker's (tsl_cuda_workspace), one request per task holding the filter copy,
  * cuDNN's workspace and the bias gradient's partial sums.
@@ -233,6 +235,7 @@ struct candidate {
     cudnnStatus_t status;
     size_t memory;
     cudnnMathType_t math;
+    bool deterministic;
 };
 
 std::vector<candidate> heuristics(cudnnHandle_t h, int op, const descriptors &d)
@@ -245,21 +248,24 @@ std::vector<candidate> heuristics(cudnnHandle_t h, int op, const descriptors &d)
         TSL_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.cx, d.filter, d.conv, d.cy, max,
                                                                &got, p.data()));
         for (int i = 0; i < got; i++)
-            out.push_back({(int)p[i].algo, p[i].status, p[i].memory, p[i].mathType});
+            out.push_back({(int)p[i].algo, p[i].status, p[i].memory, p[i].mathType,
+                           p[i].determinism == CUDNN_DETERMINISTIC});
     } else if (op == OP_BACKWARD_DATA) {
         TSL_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> p((size_t)max);
         TSL_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.filter, d.cy, d.conv, d.cx,
                                                                     max, &got, p.data()));
         for (int i = 0; i < got; i++)
-            out.push_back({(int)p[i].algo, p[i].status, p[i].memory, p[i].mathType});
+            out.push_back({(int)p[i].algo, p[i].status, p[i].memory, p[i].mathType,
+                           p[i].determinism == CUDNN_DETERMINISTIC});
     } else {
         TSL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
         std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> p((size_t)max);
         TSL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             h, d.cx, d.cy, d.conv, d.filter, max, &got, p.data()));
         for (int i = 0; i < got; i++)
-            out.push_back({(int)p[i].algo, p[i].status, p[i].memory, p[i].mathType});
+            out.push_back({(int)p[i].algo, p[i].status, p[i].memory, p[i].mathType,
+                           p[i].determinism == CUDNN_DETERMINISTIC});
     }
     return out;
 }
@@ -277,25 +283,29 @@ const algo_entry *choose(cudnnHandle_t h, const tsl_conv_args *a, int op, descri
     TSL_CUDNN_CHECK(
         cudnnSetConvolutionMathType(d.conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     std::vector<candidate> ranked = heuristics(h, op, d);
-    for (const candidate &c : ranked) {
-        if (c.status != CUDNN_STATUS_SUCCESS || c.memory > max_workspace)
-            continue;
-        cudnnMathType_t math = tf32 ? c.math : CUDNN_FMA_MATH;
-        TSL_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
-        size_t bytes = 0;
-        if (!workspace_of(h, op, d, c.algo, &bytes) || bytes > max_workspace)
-            continue;
-        algo_entry *e = new algo_entry;
-        e->key = *a;
-        e->op = op;
-        e->tf32 = tf32;
-        e->algo = c.algo;
-        e->math = math;
-        e->workspace = bytes;
-        e->next = algo_cache[id];
-        algo_cache[id] = e;
-        return e;
-    }
+    /* deterministic algorithms first (when asked), then, where none serves, any */
+    const bool want_deterministic = tsl_cuda_deterministic();
+    for (int pass = want_deterministic ? 0 : 1; pass < 2; pass++)
+        for (const candidate &c : ranked) {
+            if (c.status != CUDNN_STATUS_SUCCESS || c.memory > max_workspace ||
+                (pass == 0 && !c.deterministic))
+                continue;
+            cudnnMathType_t math = tf32 ? c.math : CUDNN_FMA_MATH;
+            TSL_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
+            size_t bytes = 0;
+            if (!workspace_of(h, op, d, c.algo, &bytes) || bytes > max_workspace)
+                continue;
+            algo_entry *e = new algo_entry;
+            e->key = *a;
+            e->op = op;
+            e->tf32 = tf32;
+            e->algo = c.algo;
+            e->math = math;
+            e->workspace = bytes;
+            e->next = algo_cache[id];
+            algo_cache[id] = e;
+            return e;
+        }
     TSL_CODELET_FAIL("conv (CUDA): no cuDNN algorithm for the problem",
                      "none supported within the workspace limit");
     return nullptr;

@@ -53,6 +53,13 @@ cudnnHandle_t tsl_cuda_cudnn(void);
  * convolutions by default). */
 int tsl_cuda_tf32(void);
 
+/* Whether convolutions take only algorithms cuDNN reports deterministic (the same bits on every
+ * run: no floating-point atomics in the weight and data gradients): environment variable
+ * TESSEL_CUDA_DETERMINISTIC, read once ("0": any algorithm, the heuristics' first; "1" or unset:
+ * deterministic ones first, any other only where the problem has none). Run-to-run identical
+ * results are what tessel's recompute, resume and plan-equality guarantees rest on. */
+int tsl_cuda_deterministic(void);
+
 /* The calling CUDA worker's device workspace, at least `bytes` long (NULL for 0 bytes). It grows
  * on the worker's stream (the old one freed stream-ordered after the work already queued that
  * uses it), so the pointer stays valid for the work the caller queues on that stream until the

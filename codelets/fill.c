@@ -107,6 +107,10 @@ static void zero_cpu(void *buffers[], void *cl_arg)
 struct starpu_codelet tsl_cl_zero = {
     .cpu_funcs = {zero_cpu},
     .cpu_funcs_name = {"zero_cpu"},
+#ifdef TESSEL_USE_CUDA
+    .cuda_funcs = {tsl_zero_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+#endif
     .nbuffers = 1,
     .modes = {STARPU_W},
     .name = "tsl_zero",

@@ -71,3 +71,15 @@ extern "C" void tsl_fill_cuda(void *buffers[], void *cl_arg)
         n, w, args.dtype, args.mode, args.seed, args.a, args.b, tile);
     TSL_CUDA_CHECK_LAUNCH();
 }
+
+/* tsl_cl_zero's CUDA function: StarPU calls it on the CUDA worker that first reads a transient
+ * tile no task has written, before the reading task's kernels, which run on the same stream. */
+extern "C" void tsl_zero_cuda(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    void *tile = (void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    TSL_CODELET_CHECK(tile, "zero (CUDA) on an unallocated tile");
+    TSL_CUDA_CHECK(cudaMemsetAsync(
+        tile, 0, (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]),
+        starpu_cuda_get_local_stream()));
+}

@@ -44,6 +44,8 @@ extern struct starpu_codelet tsl_cl_zero; /* (W tile): all bytes 0 */
 #ifdef TESSEL_USE_CUDA
 /* tsl_cl_fill's CUDA function (fill.cu): constant and uniform fills, the CPU's bits. */
 void tsl_fill_cuda(void *buffers[], void *cl_arg);
+/* tsl_cl_zero's CUDA function (fill.cu). */
+void tsl_zero_cuda(void *buffers[], void *cl_arg);
 #endif
 
 #ifdef __cplusplus

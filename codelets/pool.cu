@@ -175,14 +175,15 @@ void *buf(void *buffers[], int i)
     return (void *)STARPU_VECTOR_GET_PTR(buffers[i]);
 }
 
-/* The checks every CUDA pooling function makes; the geometry. */
-tsl_pool_geom checked_geometry(const tsl_pool_args &a, const char *what)
+/* The checks every CUDA pooling function makes; the geometry. Upsampling's scale is its
+ * kernel; it has no stride (its arguments leave stride 0). */
+tsl_pool_geom checked_geometry(const tsl_pool_args &a, bool upsample, const char *what)
 {
     TSL_CODELET_CHECK(a.dtype == TSL_F32 || a.dtype == TSL_F64, what);
     TSL_CODELET_CHECK(a.spatial >= 1 && a.spatial <= 3 && a.planes >= 0, what);
     TSL_CODELET_CHECK(!a.channels_last || (a.channels > 0 && a.planes % a.channels == 0), what);
     for (int d = 0; d < a.spatial; d++)
-        TSL_CODELET_CHECK(a.kernel[d] > 0 && a.stride[d] > 0, what);
+        TSL_CODELET_CHECK(a.kernel[d] > 0 && (upsample || a.stride[d] > 0), what);
     return tsl_pool_geometry(&a);
 }
 
@@ -200,7 +201,8 @@ enum pool_op {
 void launch(const tsl_pool_args &a, pool_op op, const void *in0, const void *in1, void *out0,
             void *out1)
 {
-    tsl_pool_geom g = checked_geometry(a, "pooling (CUDA): arguments");
+    bool upsample = op == UPSAMPLE_FORWARD || op == UPSAMPLE_BACKWARD;
+    tsl_pool_geom g = checked_geometry(a, upsample, "pooling (CUDA): arguments");
     bool forward = op == POOL_FORWARD || op == UPSAMPLE_FORWARD;
     int64_t n = a.planes * (forward ? g.out_plane : g.in_plane);
     if (n <= 0)

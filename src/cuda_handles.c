@@ -75,19 +75,32 @@ cudnnHandle_t tsl_cuda_cudnn(void)
 
 /* ---- the dense families: TF32 and the worker's workspace ---- */
 
-static int tf32 = 1;
-static pthread_once_t tf32_once = PTHREAD_ONCE_INIT;
+/* On/off settings read once from the environment: "0" off, anything else or unset on. */
+static int tf32 = 1, deterministic = 1;
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 
-static void read_tf32(void)
+static int env_on(const char *name)
 {
-    const char *v = getenv("TESSEL_CUDA_TF32");
-    tf32 = !(v && strcmp(v, "0") == 0);
+    const char *v = getenv(name);
+    return !(v && strcmp(v, "0") == 0);
+}
+
+static void read_settings(void)
+{
+    tf32 = env_on("TESSEL_CUDA_TF32");
+    deterministic = env_on("TESSEL_CUDA_DETERMINISTIC");
 }
 
 int tsl_cuda_tf32(void)
 {
-    pthread_once(&tf32_once, read_tf32);
+    pthread_once(&settings_once, read_settings);
     return tf32;
+}
+
+int tsl_cuda_deterministic(void)
+{
+    pthread_once(&settings_once, read_settings);
+    return deterministic;
 }
 
 void *tsl_cuda_workspace(size_t bytes)

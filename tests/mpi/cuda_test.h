@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "codelets/reduce.h"
 #include "mpi_test_env.h"
 
 #ifdef TESSEL_USE_CUDA
@@ -55,6 +56,13 @@ struct CudaBuf {
 template <typename T> CudaBuf cuda_buf(std::vector<T> &v, enum starpu_data_access_mode mode)
 {
     return CudaBuf{v.data(), v.size(), sizeof(T), mode};
+}
+
+// Exact accumulators travel as the library registers them: vectors of 64-bit words.
+inline CudaBuf cuda_buf(std::vector<tsl_acc> &v, enum starpu_data_access_mode mode)
+{
+    static_assert(sizeof(tsl_acc) % sizeof(int64_t) == 0, "accumulators are 64-bit words");
+    return CudaBuf{v.data(), v.size() * (sizeof(tsl_acc) / sizeof(int64_t)), sizeof(int64_t), mode};
 }
 
 // Runs `cl` with the packed argument `args` (one STARPU_VALUE, as the library's tasks pass their

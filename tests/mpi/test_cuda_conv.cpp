@@ -123,13 +123,15 @@ void check_case(const Case &c)
     EXPECT_LE(worst_error(dx_gpu, dx_cpu), tolerance) << "backward data, " << what;
 
     // Backward weights: dw (its run of input channels) and db overwritten; outside the run the
-    // poison stays on both.
+    // poison stays on both. (A run's dw travels read-write, as the library's later parts of a
+    // concatenation pass it: a write-only buffer on the GPU would start as whatever the device
+    // memory held.)
     std::vector<float> dw_cpu = poisoned<float>(nw), dw_gpu = poisoned<float>(nw);
     std::vector<float> db_cpu(nb), db_gpu = poisoned<float>(nb);
     tsl_conv_backward_weights_kernel(&a, x.data(), dy.data(), dw_cpu.data(),
                                      c.bias ? db_cpu.data() : nullptr);
     std::vector<CudaBuf> bufs = {cuda_buf(x, STARPU_R), cuda_buf(dy, STARPU_R),
-                                 cuda_buf(dw_gpu, STARPU_W)};
+                                 cuda_buf(dw_gpu, c.w_in_channels > 0 ? STARPU_RW : STARPU_W)};
     if (c.bias)
         bufs.push_back(cuda_buf(db_gpu, STARPU_W));
     run_on_cuda(tsl_cl_conv_backward_weights, t, bufs);
