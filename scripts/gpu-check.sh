@@ -23,12 +23,15 @@
 #       cuDNN libraries of the machine's python3, and runs, each under `timeout` and all
 #       within GPU_CHECK_BUDGET seconds (default 480), most important first: nvidia-smi, the
 #       CUDA/cuDNN versions, `tessel info` (must list CUDA workers and name their device); the
-#       CUDA tests (every Cuda* test at 1 rank, the heterogeneous model test under dmdas, and
-#       at 2 ranks sharing the GPU; a skip for want of a CUDA worker fails); the GPU
+#       CUDA tests (each Cuda* suite in a process of its own at 1 rank, the heterogeneous model
+#       test under dmdas, and at 2 ranks sharing the GPU; a skip for want of a CUDA worker
+#       fails); where their whole limit still fits, the kit's tests at 1 rank (STARPU_NCUDA=1)
+#       and at 2 ranks, the distributed suite also with TSL_TASK_WHERE=cuda; the GPU
 #       benchmarks (bench_cuda_ops: codelets against direct cuDNN/cuBLAS; vs_pytorch.py
-#       --device cuda: training steps against PyTorch on the GPU, one pair per row); then,
-#       where their whole limit still fits, the kit's tests at 1 rank (STARPU_NCUDA=1) and at
-#       2 ranks, and zoo training steps timed with STARPU_NCUDA=1 and 0. Every log goes to
+#       --device cuda: training steps against PyTorch on the GPU, one pair per row); then zoo
+#       training steps timed with STARPU_NCUDA=1 and 0. GPU_CHECK_NO_BENCH=1
+#       leaves the GPU benchmarks out; VS_PYTORCH_PAIRS (default 1) and VS_PYTORCH_LIMIT
+#       (seconds, default 170) size the PyTorch comparison. Every log goes to
 #       OUTDIR, and OUTDIR/summary.txt says PASS/FAIL/SKIP and the time of each step, then the
 #       benchmark tables. Without a GPU (no nvidia-smi) it says so and runs the CPU steps only.
 #       Exits 0 when no step failed.
@@ -499,17 +502,26 @@ PY
     if [ $gpu = 1 ]; then
         tests_step cuda-np1 200 1 cuda.np1 cuda.hetero
         tests_step cuda-np2 150 1 cuda.np2
-        step bench-cuda-ops 100 "^gemm-4096" env STARPU_NCUDA=1 STARPU_NCPU=2 \
-            "$KIT/bin/bench_cuda_ops"
-        bench_vs_pytorch "$out" "$tmp" 170
     else
         note SKIP cuda-tests - "no GPU"
-        note SKIP benchmarks - "no GPU"
     fi
-    fits 200 tests-np1 && tests_step tests-np1 200 "$ncuda" unit.graph unit.numpy_fixtures \
-        unit.gtest unit.numpy_reads_tessel mpi.tensor.np1 mpi.embed.np1 cli.demo.np1
-    fits 150 tests-np2 && tests_step tests-np2 150 "$ncuda" mpi.tensor.np2 mpi.embed.np2 \
-        cli.info.np2 cli.demo.np2
+    local cuda_where=()
+    [ $gpu = 1 ] && cuda_where=(mpi.tensor.np1.cuda)
+    fits 120 tests-np1 && tests_step tests-np1 120 "$ncuda" unit.graph unit.numpy_fixtures \
+        unit.gtest unit.numpy_reads_tessel mpi.tensor.np1 "${cuda_where[@]}" mpi.embed.np1 \
+        cli.demo.np1
+    [ $gpu = 1 ] && cuda_where=(mpi.tensor.np2.cuda)
+    fits 90 tests-np2 && tests_step tests-np2 90 "$ncuda" mpi.tensor.np2 "${cuda_where[@]}" \
+        mpi.embed.np2 cli.info.np2 cli.demo.np2
+    if [ $gpu = 0 ]; then
+        note SKIP benchmarks - "no GPU"
+    elif [ -n "${GPU_CHECK_NO_BENCH:-}" ]; then
+        note SKIP benchmarks - "GPU_CHECK_NO_BENCH set"
+    else
+        step bench-cuda-ops 100 "^gemm-4096" env STARPU_NCUDA=1 STARPU_NCPU=2 \
+            "$KIT/bin/bench_cuda_ops"
+        bench_vs_pytorch "$out" "$tmp" "${VS_PYTORCH_LIMIT:-170}"
+    fi
 
     # Zoo training steps, timed with the GPU and without.
     local bench="$out/bench.txt"
@@ -569,7 +581,7 @@ bench_vs_pytorch() {
         LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$py" \
         "$KIT/pyroot/bench/vs_pytorch.py" --device cuda --cli "$KIT/bin/tessel" \
         --launcher "$tmp/kit-env mpirun --oversubscribe --bind-to none -n 1" --python "$py" \
-        --threads 4 --pairs 1 --warmup 2 --steps 5 --timeout 40 \
+        --threads 4 --pairs "${VS_PYTORCH_PAIRS:-1}" --warmup 2 --steps 5 --timeout 40 \
         --rows cnn-fashion-b256,cnn3d-64-b4,unet2d-512-b8,unet3d-128-b1 \
         --out "$out/vs-pytorch-gpu.md"
 }
