@@ -125,14 +125,7 @@ static inline TSL_HD double tsl_bn_value_of_key(int dtype, uint64_t key)
         return f;
 #endif
     }
-    uint64_t bits = key >> 63 ? key & ~((uint64_t)1 << 63) : ~key;
-#ifdef __CUDA_ARCH__
-    return __longlong_as_double((long long)bits);
-#else
-    double v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-#endif
+    return tsl_double_from_bits(key >> 63 ? key & ~((uint64_t)1 << 63) : ~key);
 }
 
 /* Whether the forward's y = affine(x) is positive. */

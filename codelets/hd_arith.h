@@ -6,6 +6,8 @@
 #define TESSEL_CODELETS_HD_ARITH_H
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "hd.h"
 
@@ -59,6 +61,29 @@ TSL_HD_INLINE double tsl_hd_invstd(double v)
     return __ddiv_rn(1.0, __dsqrt_rn(v));
 #else
     return 1.0 / sqrt(v);
+#endif
+}
+
+/* A double's bits, and the double of given bits (exact on both sides). */
+TSL_HD_INLINE uint64_t tsl_double_bits(double v)
+{
+#ifdef __CUDA_ARCH__
+    return (uint64_t)__double_as_longlong(v);
+#else
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits;
+#endif
+}
+
+TSL_HD_INLINE double tsl_double_from_bits(uint64_t bits)
+{
+#ifdef __CUDA_ARCH__
+    return __longlong_as_double((long long)bits);
+#else
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
 #endif
 }
 

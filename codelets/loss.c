@@ -79,7 +79,7 @@ static int softmax_at(const tsl_loss_args *a, const void *x, const void *labels,
     for (int64_t c = 0; c < C; c++)
         top = fmax(top, tsl_loss_load(a->dtype, x, base + c * CLASS_STRIDE(a)));
     for (int64_t c = 0; c < C; c++) {
-        p[c] = exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * CLASS_STRIDE(a)), top));
+        p[c] = tsl_hd_exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * CLASS_STRIDE(a)), top));
         total = tsl_hd_add(total, p[c]);
     }
     for (int64_t c = 0; c < C; c++)

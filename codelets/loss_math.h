@@ -1,9 +1,8 @@
 /* The losses' per-position and per-element arithmetic, shared by the CPU kernels
  * (codelets/loss.c) and the CUDA kernels (codelets/loss.cu), so the CPU tests check the GPU's
- * arithmetic. Products and sums go through hd_arith.h (no contraction on the GPU), so where
- * no transcendental function is involved (MSE, argmax hits, the Dice coefficients) the GPU
- * computes the CPU's bits; exp and log differ between the CPU's libm and CUDA's in the last
- * place. */
+ * arithmetic. Products and sums go through hd_arith.h (no contraction on the GPU), and exp and
+ * log through hd_exp.h (built from those operations, not the C library's or CUDA's, which
+ * differ in the last place), so the GPU computes the CPU's bits for every loss. */
 #ifndef TESSEL_CODELETS_LOSS_MATH_H
 #define TESSEL_CODELETS_LOSS_MATH_H
 
@@ -12,6 +11,7 @@
 
 #include "hd.h"
 #include "hd_arith.h"
+#include "hd_exp.h"
 #include "loss.h"
 #include "tessel/tensor.h"
 
@@ -66,7 +66,8 @@ static inline TSL_HD void tsl_loss_softmax_terms(const tsl_loss_args *a, const v
     for (int64_t c = 0; c < a->classes; c++)
         t = fmax(t, tsl_loss_load(a->dtype, x, base + c * stride));
     for (int64_t c = 0; c < a->classes; c++)
-        sum = tsl_hd_add(sum, exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * stride), t)));
+        sum = tsl_hd_add(sum,
+                         tsl_hd_exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * stride), t)));
     *top = t;
     *total = sum;
 }
@@ -79,10 +80,10 @@ static inline TSL_HD double tsl_loss_cross_entropy_at(const tsl_loss_args *a, co
     const int64_t stride = tsl_loss_class_stride(a);
     double top, total;
     tsl_loss_softmax_terms(a, x, base, &top, &total);
-    double lse = tsl_hd_add(top, log(total));
+    double lse = tsl_hd_add(top, tsl_hd_log(total));
     if (grad)
         for (int64_t c = 0; c < a->classes; c++) {
-            double p = exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * stride), lse));
+            double p = tsl_hd_exp(tsl_hd_sub(tsl_loss_load(a->dtype, x, base + c * stride), lse));
             tsl_loss_store(a->dtype, grad, base + c * stride,
                            tsl_hd_mul(tsl_hd_sub(p, (double)(c == label)), a->scale));
         }
@@ -129,7 +130,7 @@ static inline TSL_HD int tsl_loss_hit_at(const tsl_loss_args *a, const void *x, 
 /* Softmax probability of a logit, from the position's softmax terms. */
 static inline TSL_HD double tsl_dice_p(double logit, double top, double total)
 {
-    return tsl_hd_div(exp(tsl_hd_sub(logit, top)), total);
+    return tsl_hd_div(tsl_hd_exp(tsl_hd_sub(logit, top)), total);
 }
 
 /* dloss/dp_c at a position whose label is `label`, from the coefficients (tsl_dice_coef). */

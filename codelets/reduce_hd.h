@@ -11,6 +11,7 @@
 
 #include "codelet.h"
 #include "hd.h"
+#include "hd_arith.h"
 #include "reduce.h"
 
 #define TSL_ACC_LIMB_BITS 32
@@ -44,17 +45,6 @@ static inline TSL_HD int tsl_acc_split(uint64_t magnitude, int exp2, int negativ
     piece[1] = negative ? -p1 : p1;
     piece[2] = negative ? -p2 : p2;
     return TSL_ACC_PIECES;
-}
-
-static inline TSL_HD uint64_t tsl_double_bits(double v)
-{
-#ifdef __CUDA_ARCH__
-    return (uint64_t)__double_as_longlong(v);
-#else
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits;
-#endif
 }
 
 /* What a double adds: pieces for a finite nonzero value (its mantissa m < 2^53 at exponent

@@ -1808,16 +1808,10 @@ TEST(Losses, SoftDiceIsBitIdenticalOnEveryLayout)
         if (std::isnan(ref)) {
             ref = loss;
             ref_grad = grad;
-        } else if (starpu_cuda_worker_get_count() == 0) {
+        } else {
             EXPECT_EQ(loss, ref) << g[0] << "x" << g[2] << "x" << g[3];
             if (rank == 0)
                 EXPECT_EQ(grad, ref_grad) << g[0] << "x" << g[2] << "x" << g[3];
-        } else { // CUDA's exp differs from the C library's in the last place (loss_math.h)
-            EXPECT_NEAR(loss, ref, 1e-14) << g[0] << "x" << g[2] << "x" << g[3];
-            if (rank == 0)
-                for (size_t i = 0; i < grad.size(); i++)
-                    ASSERT_NEAR(grad[i], ref_grad[i], 1e-6 * std::fabs(ref_grad[i]) + 1e-12)
-                        << g[0] << "x" << g[2] << "x" << g[3] << ", element " << i;
         }
         ASSERT_EQ(tsl_tensor_fill_constant(y, 4), TSL_OK); // class 4 of 4: out of range
         EXPECT_EQ(tsl_loss_dice(x, y, nullptr, 1e-5, &loss), TSL_ERR_INVALID_ARG);

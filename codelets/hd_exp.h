@@ -1,0 +1,107 @@
+/* exp and log of doubles built from IEEE operations alone (hd_arith.h's, which round the same on
+ * the CPU and the GPU, and exact bit manipulations), so that a CPU worker and a CUDA worker give
+ * the same bits: the C library's exp/log and CUDA's differ in the last place for some inputs,
+ * and then a loss or a gradient would depend on which worker ran its task.
+ *
+ * Both are faithful (within one unit in the last place; measured against the C library in
+ * tests/unit/test_hd_exp.cpp) and handle every double: NaN, infinities, zeros, subnormal
+ * arguments and results, overflow and underflow.
+ *
+ * exp(x): x = k ln2 + r, k = nearest integer to x / ln2 (by the 1.5 * 2^52 rounding trick),
+ * r = (x - k ln2_hi) - k ln2_lo with ln2_hi's low 32 bits zero (k ln2_hi exact, the first
+ * subtraction exact), |r| <= ln2 / 2; exp(r) by its Taylor polynomial to degree 13 in Horner
+ * form (the truncation below 2^-60 relative); then the exact scaling by 2^k, in two steps
+ * where 2^k is not a normal double.
+ *
+ * log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)) (subnormal x scaled by 2^54 first), f = m - 1
+ * (exact), s = f / (2 + f), log(m) = 2 atanh(s) = f - (f^2/2 - s (f^2/2 + R(s^2))) with
+ * R(z) = sum_{j=1..10} 2 z^j / (2j + 1) (the series' truncation below 2^-56 relative), and
+ * log(x) = e ln2_hi + (log(m) + e ln2_lo). */
+#ifndef TESSEL_CODELETS_HD_EXP_H
+#define TESSEL_CODELETS_HD_EXP_H
+
+#include <stdint.h>
+
+#include "hd_arith.h"
+
+/* 2^k for k in [-1022, 1023], exactly. */
+TSL_HD_INLINE double tsl_hd_pow2(int64_t k)
+{
+    return tsl_double_from_bits((uint64_t)(k + 1023) << 52);
+}
+
+#define TSL_HD_LN2_HI 0x1.62e42feep-1             /* ln 2 rounded to 31 bits after the point */
+#define TSL_HD_LN2_LO 0x1.a39ef35793c76p-33       /* ln 2 - TSL_HD_LN2_HI, rounded */
+#define TSL_HD_INV_LN2 0x1.71547652b82fep0        /* 1 / ln 2, rounded */
+#define TSL_HD_EXP_OVERFLOW 0x1.62e42fefa39efp9   /* the largest x with exp(x) finite */
+#define TSL_HD_EXP_UNDERFLOW -0x1.74910d52d3052p9 /* below this, exp(x) rounds to 0 */
+
+TSL_HD_INLINE double tsl_hd_exp(double x)
+{
+    if (!(x == x))
+        return tsl_hd_add(x, x); /* NaN */
+    if (x > TSL_HD_EXP_OVERFLOW)
+        return tsl_hd_mul(0x1p1023, 2.0); /* +inf */
+    if (x < TSL_HD_EXP_UNDERFLOW)
+        return 0.0;
+    const double shift = 0x1.8p52;
+    double kd = tsl_hd_sub(tsl_hd_add(tsl_hd_mul(x, TSL_HD_INV_LN2), shift), shift);
+    double r =
+        tsl_hd_sub(tsl_hd_sub(x, tsl_hd_mul(kd, TSL_HD_LN2_HI)), tsl_hd_mul(kd, TSL_HD_LN2_LO));
+    /* p = sum r^(j-2) / j!, j = 2..13, Horner from 1/13! (j! exact in double, as are the
+     * quotients j! / j; 1 / j! correctly rounded on both sides) */
+    double p = 0.0, factorial = 6227020800.0; /* 13! */
+    for (int j = 13; j >= 2; j--) {
+        p = tsl_hd_add(tsl_hd_mul(p, r), tsl_hd_div(1.0, factorial));
+        factorial = tsl_hd_div(factorial, (double)j);
+    }
+    /* exp(r) = 1 + r + r^2 p, the small terms summed before the 1 */
+    double e = tsl_hd_add(1.0, tsl_hd_add(r, tsl_hd_mul(tsl_hd_mul(r, r), p)));
+    int64_t k = (int64_t)kd;
+    if (k > 1023) /* (exp(r) < 1 there) */
+        return tsl_hd_mul(tsl_hd_mul(e, tsl_hd_pow2(k - 1)), 2.0);
+    if (k < -1022) /* subnormal result: one rounding, in the last product */
+        return tsl_hd_mul(tsl_hd_mul(e, tsl_hd_pow2(k + 1000)), 0x1p-1000);
+    return tsl_hd_mul(e, tsl_hd_pow2(k));
+}
+
+TSL_HD_INLINE double tsl_hd_log(double x)
+{
+    if (!(x == x))
+        return tsl_hd_add(x, x); /* NaN */
+    if (x < 0)
+        return tsl_hd_div(0.0, 0.0); /* NaN */
+    if (x == 0)
+        return tsl_hd_div(-1.0, 0.0); /* -inf */
+    if (x > 0x1.fffffffffffffp1023)
+        return x; /* +inf */
+    int64_t bits = (int64_t)tsl_double_bits(x), e = 0;
+    if (bits < ((int64_t)1 << 52)) { /* subnormal */
+        bits = (int64_t)tsl_double_bits(tsl_hd_mul(x, 0x1p54));
+        e = -54;
+    }
+    e += (bits >> 52) - 1023;
+    int64_t mant = bits & (((int64_t)1 << 52) - 1);
+    /* m in [1, 2); above sqrt(2) (significand 0x6a09e667f3bcd) take m / 2 and e + 1 */
+    if (mant > 0x6a09e667f3bcdLL) {
+        mant |= (int64_t)1022 << 52;
+        e += 1;
+    } else {
+        mant |= (int64_t)1023 << 52;
+    }
+    double f = tsl_hd_sub(tsl_double_from_bits((uint64_t)mant), 1.0);
+    double s = tsl_hd_div(f, tsl_hd_add(2.0, f));
+    double z = tsl_hd_mul(s, s);
+    /* R(z) = sum 2 z^j / (2j + 1), j = 1..10, Horner from j = 10 */
+    double q = 0.0;
+    for (int j = 10; j >= 1; j--)
+        q = tsl_hd_add(tsl_hd_mul(q, z), tsl_hd_div(2.0, (double)(2 * j + 1)));
+    double R = tsl_hd_mul(q, z);
+    double hfsq = tsl_hd_mul(tsl_hd_mul(0.5, f), f);
+    double ed = (double)e;
+    /* e ln2_hi - ((hfsq - (s (hfsq + R) + e ln2_lo)) - f) */
+    double inner = tsl_hd_add(tsl_hd_mul(s, tsl_hd_add(hfsq, R)), tsl_hd_mul(ed, TSL_HD_LN2_LO));
+    return tsl_hd_sub(tsl_hd_mul(ed, TSL_HD_LN2_HI), tsl_hd_sub(tsl_hd_sub(hfsq, inner), f));
+}
+
+#endif /* TESSEL_CODELETS_HD_EXP_H */
