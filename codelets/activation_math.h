@@ -1,15 +1,20 @@
 /* Activation element functions, forward and backward, for f32 (suffix f32) and f64 (f64):
  * the per-element math of codelets/activation.c's loops and codelets/activation.cu's kernels.
  * Forward: y = f(x). Backward: dx = f'(in) * g, `in` being x (ReLU, LeakyReLU, GELU) or y
- * (sigmoid, tanh). */
+ * (sigmoid, tanh). Sigmoid and tanh, forward and backward, are computed in double with
+ * hd_arith.h's operations and hd_exp.h's exp and tanh (then rounded once to the dtype), so CPU
+ * and CUDA workers give the same bits; GELU uses the C library's (CUDA's) erfc and exp, which
+ * may differ in the last place between the two. */
 #ifndef TESSEL_CODELETS_ACTIVATION_MATH_H
 #define TESSEL_CODELETS_ACTIVATION_MATH_H
 
 #include <math.h>
 
 #include "hd.h"
+#include "hd_arith.h"
+#include "hd_exp.h"
 
-#define TSL_ACT_ELEMENT_FUNCTIONS(T, SFX, EXP, TANH, ERFC)                                         \
+#define TSL_ACT_ELEMENT_FUNCTIONS(T, SFX, EXP, ERFC)                                               \
     static inline TSL_HD T tsl_relu_fwd_##SFX(T x)                                                 \
     {                                                                                              \
         return x > 0 ? x : (T)0;                                                                   \
@@ -20,11 +25,11 @@
     }                                                                                              \
     static inline TSL_HD T tsl_sigmoid_fwd_##SFX(T x)                                              \
     {                                                                                              \
-        return (T)1 / ((T)1 + EXP(-x));                                                            \
+        return (T)tsl_hd_div(1.0, tsl_hd_add(1.0, tsl_hd_exp(-(double)x)));                        \
     }                                                                                              \
     static inline TSL_HD T tsl_tanh_fwd_##SFX(T x)                                                 \
     {                                                                                              \
-        return TANH(x);                                                                            \
+        return (T)tsl_hd_tanh((double)x);                                                          \
     }                                                                                              \
     /* x Phi(x); erfc keeps Phi accurate far into the left tail */                                 \
     static inline TSL_HD T tsl_gelu_fwd_##SFX(T x)                                                 \
@@ -42,11 +47,13 @@
     }                                                                                              \
     static inline TSL_HD T tsl_sigmoid_bwd_##SFX(T y, T g)                                         \
     {                                                                                              \
-        return g * y * ((T)1 - y);                                                                 \
+        double yd = (double)y;                                                                     \
+        return (T)tsl_hd_mul(tsl_hd_mul((double)g, yd), tsl_hd_sub(1.0, yd));                      \
     }                                                                                              \
     static inline TSL_HD T tsl_tanh_bwd_##SFX(T y, T g)                                            \
     {                                                                                              \
-        return g * ((T)1 - y * y);                                                                 \
+        double yd = (double)y;                                                                     \
+        return (T)tsl_hd_mul((double)g, tsl_hd_sub(1.0, tsl_hd_mul(yd, yd)));                      \
     }                                                                                              \
     /* Phi(x) + x phi(x), from x */                                                                \
     static inline TSL_HD T tsl_gelu_bwd_##SFX(T x, T g)                                            \
@@ -56,7 +63,7 @@
         return g * (cdf + x * pdf);                                                                \
     }
 
-TSL_ACT_ELEMENT_FUNCTIONS(float, f32, expf, tanhf, erfcf)
-TSL_ACT_ELEMENT_FUNCTIONS(double, f64, exp, tanh, erfc)
+TSL_ACT_ELEMENT_FUNCTIONS(float, f32, expf, erfcf)
+TSL_ACT_ELEMENT_FUNCTIONS(double, f64, exp, erfc)
 
 #endif /* TESSEL_CODELETS_ACTIVATION_MATH_H */

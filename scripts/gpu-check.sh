@@ -522,6 +522,7 @@ PY
             "$KIT/bin/bench_cuda_ops"
         bench_vs_pytorch "$out" "$tmp" "${VS_PYTORCH_LIMIT:-170}"
     fi
+    [ $gpu = 1 ] && fits 45 diagnostics && tests_step diagnostics 45 1 diag.scatter_again.cuda
 
     # Zoo training steps, timed with the GPU and without.
     local bench="$out/bench.txt"

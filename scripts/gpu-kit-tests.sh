@@ -19,7 +19,7 @@ KIT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$KIT/env.sh"
 
 ALL_TESTS=(unit.graph unit.numpy_fixtures unit.gtest unit.numpy_reads_tessel mpi.tensor.np1
-           mpi.tensor.np2 mpi.tensor.np1.cuda mpi.tensor.np2.cuda mpi.embed.np1 mpi.embed.np2 cli.info.np2 cli.demo.np1 cli.demo.np2
+           mpi.tensor.np2 mpi.tensor.np1.cuda mpi.tensor.np2.cuda diag.scatter_again.cuda mpi.embed.np1 mpi.embed.np2 cli.info.np2 cli.demo.np1 cli.demo.np2
            cli.train.np1 cuda.np1 cuda.hetero cuda.np2)
 if [ "${1:-}" = --list ]; then
     printf '%s\n' "${ALL_TESTS[@]}"
@@ -141,10 +141,20 @@ one() {
     # The same with every task that has a CUDA function on the CUDA worker (TSL_TASK_WHERE=cuda):
     # a fixed placement, so runs compared bit for bit place their tasks alike (with `any`,
     # an exp or log computed on the GPU may differ from the CPU's in the last place).
+    # (ScatterGather.ScatterAgain... did not finish in 95 s there on the first H100 run, where
+    # it takes 1.5 s with the default placement: diag.scatter_again.cuda runs it alone)
     mpi.tensor.np1.cuda)
-        TSL_TASK_WHERE=cuda run "$1" 2 "" "" "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
+        TSL_TASK_WHERE=cuda GTEST_FILTER='-ScatterGather.ScatterAgain*' run "$1" 2 "" "" \
+            "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
     mpi.tensor.np2.cuda)
-        TSL_TASK_WHERE=cuda run "$1" 1 "" "" "${MPIEXEC[@]}" -n 2 "$b/tessel_mpi_tests" ;;
+        TSL_TASK_WHERE=cuda GTEST_FILTER='-ScatterGather.ScatterAgain*' run "$1" 1 "" "" \
+            "${MPIEXEC[@]}" -n 2 "$b/tessel_mpi_tests" ;;
+    # That test alone with TSL_TASK_WHERE=cuda, StarPU's watchdog reporting every 5 s without a
+    # finished task (a hang says so; a slow run shows progress), limited to 40 s.
+    diag.scatter_again.cuda)
+        TSL_TASK_WHERE=cuda GTEST_FILTER='ScatterGather.ScatterAgain*' \
+            STARPU_WATCHDOG_TIMEOUT=5000000 STARPU_WATCHDOG_CRASH=0 TEST_TIMEOUT=40 \
+            run "$1" 2 "PASSED" "" "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
     mpi.embed.np1) run "$1" 2 "" "" "${MPIEXEC[@]}" -n 1 "$b/tessel_embed_test" ;;
     mpi.embed.np2) run "$1" 1 "" "" "${MPIEXEC[@]}" -n 2 "$b/tessel_embed_test" ;;
     cli.info.np2) run "$1" 1 "MPI ranks: 2" "" "${MPIEXEC[@]}" -n 2 "$b/tessel" info ;;
