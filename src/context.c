@@ -17,6 +17,7 @@
 #include "host_cache.h"
 #include "node_share.h"
 #include "internal.h"
+#include "trace.h"
 #include "tessel/starpu.h"
 
 #define TSL_DEFAULT_TAG_BASE ((int64_t)1 << 40)
@@ -137,6 +138,7 @@ static tsl_status context_alloc(const tsl_context_config *config, struct tsl_con
 
 static void context_free(struct tsl_context *ctx)
 {
+    tsl_trace_destroy(ctx);
     pthread_mutex_destroy(&ctx->pending_lock);
     pthread_cond_destroy(&ctx->pending_done);
     pthread_mutex_destroy(&ctx->cache_lock);

@@ -60,6 +60,8 @@ struct tsl_context {
     /* Where the tile tasks submitted from now on may run (task_where.h); read by
      * tsl_task_submit() on the submitting thread. */
     tsl_task_where task_where;
+    /* The task trace being recorded (src/trace.c), or NULL. */
+    struct tsl_trace *trace;
 
     /* Live tensors, destroyed with the context if the user forgot them. */
     struct tsl_tensor **tensors;
@@ -225,6 +227,9 @@ typedef struct tsl_task_desc {
  * operation's completion callback is tsl_pending_done(ctx). */
 void tsl_pending_add(struct tsl_context *ctx);
 void tsl_pending_done(void *ctx);
+/* What a tile task's completion callback does (src/task.c): tsl_pending_done(), after yielding
+ * the core when the context asks. */
+void tsl_task_finished(struct tsl_context *ctx);
 
 /* Views of a vector handle (StarPU asynchronous partitioning): `n` consecutive pieces of
  * lengths[i] elements each, usable by what is submitted after tsl_views_begin() until

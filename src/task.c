@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "trace.h"
 
 /* Run by the worker right after each task. With yielding threads on several ranks, it also
  * gives the core away for a moment: the task may have made data another rank waits for, and
@@ -28,12 +29,16 @@ void tsl_pending_done(void *arg)
     pthread_mutex_unlock(&ctx->pending_lock);
 }
 
-static void task_done(void *arg)
+void tsl_task_finished(struct tsl_context *ctx)
 {
-    struct tsl_context *ctx = arg;
     if (ctx->yield_after_task)
         sched_yield();
     tsl_pending_done(ctx);
+}
+
+static void task_done(void *arg)
+{
+    tsl_task_finished(arg);
 }
 
 /* ---- StarPU-MPI's cache of other ranks' data on this rank ----
@@ -176,6 +181,8 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
     if (task) {
         if (ctx->task_where != TSL_TASK_WHERE_ANY)
             task->where = task_where_mask(ctx->task_where, task);
+        if (ctx->trace)
+            tsl_trace_task(ctx, task, desc->name ? desc->name : desc->codelet->name);
         cached_note(ctx, descrs, desc->nhandles);
         tsl_pending_add(ctx);
         int ret = starpu_task_submit(task);

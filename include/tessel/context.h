@@ -198,6 +198,30 @@ TSL_API tsl_status tsl_context_tags_used(tsl_context_t ctx, int64_t *used);
 /** @brief Change the log level. Not collective. */
 TSL_API tsl_status tsl_context_set_log_level(tsl_context_t ctx, tsl_log_level level);
 
+/**
+ * @brief Starts a task trace: every tile task this context runs on this rank from now on is
+ * recorded when it ends, with its name (the codelet's), the layer and pass of the model step
+ * that submitted it (forward, backward, loss, update; none for other calls), the worker that
+ * ran it, and its start and end (StarPU's profiling interface, which this call turns on). At
+ * most @p max_events tasks a rank are kept; later ones are only counted. Collective: it waits
+ * for the tasks already submitted and the ranks leave a barrier together, whose moment is the
+ * trace's time 0 on every rank. A trace already on is dropped. ::TSL_ERR_INVALID_ARG for
+ * @p max_events outside [1, 2^40].
+ */
+TSL_API tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events);
+
+/**
+ * @brief Ends the trace begun by tsl_context_trace_begin() and writes every rank's tasks to
+ * @p path on rank 0 (other ranks' @p path is not read) as one Chrome/Perfetto trace-event JSON
+ * file: an "X" event per task (name, "cat" the pass, "ts" and "dur" in microseconds, "pid" the
+ * rank, "tid" the worker, "args" the layer), the ranks and workers named by metadata events, and
+ * "otherData" with the rank count and the events dropped over the limit. Open it in
+ * https://ui.perfetto.dev or chrome://tracing. Collective; it waits for the context's tasks.
+ * ::TSL_ERR_INVALID_ARG when some rank has no trace on (or rank 0 no path), ::TSL_ERR_IO when
+ * the file cannot be written, on every rank; the trace is over either way.
+ */
+TSL_API tsl_status tsl_context_trace_write(tsl_context_t ctx, const char *path);
+
 /** @brief Message of the last error raised on this context, or "" if none.
  *  Valid until the next failing call on the context. Not collective. */
 TSL_API const char *tsl_context_last_error(tsl_context_t ctx);

@@ -155,6 +155,7 @@ enum { PROGRESS_AUTO = 0, PROGRESS_BAR, PROGRESS_LINES, PROGRESS_OFF };
 typedef struct train_options {
     common_options common;
     const char *model, *data, *optimizer, *load_params, *save_params, *metrics_json;
+    const char *trace; /* --trace FILE (train) */
     const char *checkpoint, *resume, *plan_text;
     tsl_plan plan;
     long epochs, batch, max_steps, checkpoint_every;

@@ -27,7 +27,7 @@ static void usage_train(FILE *out)
         "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
         "                    [--sched NAME] [--host-cache-mib M] [--spin] [--comm-stats]\n"
         "                    [--rank-report] [--progress auto|bar|lines|off] [-q] [-v]\n"
-        "                    [--log-level LEVEL]\n"
+        "                    [--log-level LEVEL] [--trace FILE]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
         "                      or npy:DIR (see the README)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
@@ -72,6 +72,10 @@ static void usage_train(FILE *out)
         "  --comm-stats        count the bytes StarPU-MPI moves and the time workers spend\n"
         "                      executing tasks: per-step traffic of the busiest rank and the\n"
         "                      workers' busy fraction in the summaries and the metrics\n"
+        "  --trace FILE        a task trace of the run (every rank's tasks: codelet, layer,\n"
+        "                      pass, worker, start, end; the first 2^20 a rank) written to\n"
+        "                      FILE at the end as Chrome/Perfetto trace-event JSON: open it\n"
+        "                      in https://ui.perfetto.dev; for a few steps (--max-steps)\n"
         "  --rank-report       after each epoch's summary, a line per rank: peak memory,\n"
         "                      tiles, most buffer memory at once, and with --comm-stats the\n"
         "                      bytes it sent and received per step (the metrics file has them\n"
@@ -113,7 +117,8 @@ enum {
     OPT_RESUME,
     OPT_COMM_STATS,
     OPT_RANK_REPORT,
-    OPT_PROGRESS
+    OPT_PROGRESS,
+    OPT_TRACE
 };
 
 /* An option of tessel train's own (those it shares with tessel eval first). */
@@ -131,6 +136,9 @@ static int parse_train_option(const cli_parser *parser, int id, const char *v)
         return OPTION_OK;
     case OPT_RANK_REPORT:
         o->rank_report = 1;
+        return OPTION_OK;
+    case OPT_TRACE:
+        o->trace = v;
         return OPTION_OK;
     case OPT_PROGRESS: {
         static const char *const modes[] = {"auto", "bar", "lines", "off"};
@@ -214,6 +222,7 @@ static int parse_train(int argc, char **argv, train_options *o)
         {"comm-stats", no_argument, NULL, OPT_COMM_STATS},
         {"rank-report", no_argument, NULL, OPT_RANK_REPORT},
         {"progress", required_argument, NULL, OPT_PROGRESS},
+        {"trace", required_argument, NULL, OPT_TRACE},
         {0}};
     train_options_init(o);
     cli_parser parser = {"tessel train", options, usage_train, &o->common, parse_train_option, o};
@@ -531,6 +540,8 @@ static int train_start(train_run *r)
         code = check_output_path("--metrics-json", o->metrics_json, 0);
     if (rank_of_process == 0 && !code && o->checkpoint)
         code = check_output_path("--checkpoint", o->checkpoint, 1);
+    if (rank_of_process == 0 && !code && o->trace)
+        code = check_output_path("--trace", o->trace, 0);
     if ((code = agree_exit(code)))
         return code;
     if (o->resume &&
@@ -921,6 +932,8 @@ static int train_finish(train_run *r)
     tsl_status st;
     if (o->save_params && (st = tsl_model_save_params(r->s.model, o->save_params)))
         return fail_collective(st, "saving parameters");
+    if (o->trace && (st = tsl_context_trace_write(r->s.ctx, o->trace)))
+        return fail_collective(st, "writing the trace");
     if (o->metrics_json) {
         metrics_file mf = {o,          r->p.epochs, r->p.nepochs, r->p.steps, r->first_step,
                            r->nlosses, r->losses,   r->step_secs, r->nranks,  r->signal};
@@ -972,6 +985,12 @@ static void train_end(train_run *r)
     session_end(&r->s);
 }
 
+/* --trace: every rank's tasks from here on (the first 2^20 a rank). */
+static tsl_status o_trace_begin(train_run *r)
+{
+    return r->o.trace ? tsl_context_trace_begin(r->s.ctx, (int64_t)1 << 20) : TSL_OK;
+}
+
 int command_train(int argc, char **argv)
 {
     train_run r;
@@ -983,8 +1002,11 @@ int command_train(int argc, char **argv)
         if (r.rank == 0)
             print_start(&r);
         r.first_step = r.p.steps;
+        tsl_status tst = o_trace_begin(&r);
+        if (tst)
+            code = fail_collective(tst, "starting the trace");
         r.start = now();
-        if (!(code = train_epochs(&r)))
+        if (!code && !(code = train_epochs(&r)))
             code = train_finish(&r);
         /* Stopped by a signal: 128 + its number, as a shell reports a process it killed
          * (SIGINT 130, SIGTERM 143, SIGUSR1 138 on Linux). */

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "executor/executor.h"
+#include "trace.h"
 
 tsl_tensor_t tsl_exec_op_param(struct tsl_model *m, const tsl_graph_op *o, int k, int grad)
 {
@@ -118,6 +119,7 @@ tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train)
             x = cx ? cx : x;
             y = cy ? cy : y;
         }
+        tsl_trace_label(m->ctx, o->name, train ? "forward" : "inference");
         st = tsl_exec_table[o->kind].forward(m, in, i, x, y, train);
         if (!st && y != y_final)
             st = tsl_tensor_redistribute(y_final, y);
@@ -133,5 +135,6 @@ tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train)
                 tsl_tensor_release(in->act[v]);
         }
     }
+    tsl_trace_label(m->ctx, NULL, NULL);
     return st;
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "executor/executor.h"
+#include "trace.h"
 
 /* Where a batch comes from: x and labels on rank 0 (scattered), or a dataset and sample
  * indices (every rank reads its own tiles). */
@@ -63,13 +64,16 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, const batch_sour
 {
     instance *in;
     tsl_status st = tsl_exec_instance_for(m, batch, &in);
+    tsl_trace_label(m->ctx, NULL, "data");
     if (st || (st = load_batch(m, in, src, 1)) || (st = tsl_exec_forward(m, in, 1)))
         return st;
     memset(in->written, 0, (size_t)m->g->nvalues);
     double l = 0;
+    tsl_trace_label(m->ctx, "cross_entropy", "loss");
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, in->grad[m->g->output], &l);
     in->written[m->g->output] = 1;
     for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
+        tsl_trace_label(m->ctx, m->g->ops[i].name, "backward");
         st = tsl_exec_op_backward(m, in, i); /* a bucket reduces once all its members are in */
         tsl_tensor_release(in->pidx[i]);
         if (!st && !m->fused[i]) {
@@ -81,6 +85,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, const batch_sour
                 tsl_tensor_release(in->act[out]);
         }
     }
+    tsl_trace_label(m->ctx, NULL, "gradient reduction");
     for (int32_t b = 0; b < m->nbuckets; b++) { /* members without partials: left alone */
         tsl_status fin = tsl_bucket_finish(m->buckets[b]);
         st = st ? st : fin;
@@ -129,7 +134,9 @@ static tsl_status train_step(tsl_model_t m, int64_t batch, const batch_source *s
             ps[n] = m->params[i];
             gs[n++] = m->pgrads[i];
         }
+    tsl_trace_label(m->ctx, NULL, "update");
     st = n ? tsl_optimizer_step(opt, n, ps, gs) : TSL_OK;
+    tsl_trace_label(m->ctx, NULL, NULL);
     free(ps);
     free(gs);
     return st; /* the next forward reads the updated shards back (sync_replicas) */

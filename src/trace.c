@@ -1,0 +1,334 @@
+/* Task traces (tsl_context_trace_begin(), tsl_context_trace_write()): every tile task a rank
+ * runs, from StarPU's profiling interface, as Chrome/Perfetto trace-event JSON.
+ *
+ * While a trace is on, tsl_task_submit() gives each task of this rank a small record (its
+ * name, the layer and pass labels current at submission) as its callback argument; the
+ * callback, which runs once the task has ended, reads the task's profiling information (start,
+ * end, worker) into the rank's event array and then does what the plain callback does. Labels
+ * are interned: an event keeps an index. Times are microseconds since the barrier in
+ * tsl_context_trace_begin(), which every rank leaves together (to within the barrier's skew),
+ * so the ranks' clocks line up. Writing formats each rank's events as JSON text, gathers the
+ * texts to rank 0 and writes one file. */
+#include <mpi.h>
+#include <pthread.h>
+#include <starpu.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "trace.h"
+
+typedef struct trace_event {
+    const char *name; /* the task's name (static: the codelet's or the description's) */
+    int32_t layer;    /* label index, -1: none */
+    int32_t pass;     /* label index, -1: none */
+    int32_t worker;
+    double start, end; /* us since the trace began */
+} trace_event;
+
+struct tsl_trace {
+    pthread_mutex_t lock;
+    double t0; /* starpu_timing_now() at the start barrier */
+    trace_event *events;
+    int64_t n, cap, max_events, dropped;
+    char **labels; /* interned */
+    int32_t nlabels, cap_labels;
+    int32_t layer, pass; /* the current labels (the submitting thread's) */
+};
+
+typedef struct trace_record {
+    struct tsl_context *ctx;
+    struct starpu_task *task;
+    const char *name;
+    int32_t layer, pass;
+} trace_record;
+
+static void trace_free(struct tsl_trace *t)
+{
+    if (!t)
+        return;
+    for (int32_t i = 0; i < t->nlabels; i++)
+        free(t->labels[i]);
+    free(t->labels);
+    free(t->events);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+void tsl_trace_destroy(struct tsl_context *ctx)
+{
+    trace_free(ctx->trace);
+    ctx->trace = NULL;
+}
+
+tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events)
+{
+    if (!ctx)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_trace_begin: NULL context");
+    if (max_events < 1 || max_events > ((int64_t)1 << 40))
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_context_trace_begin: max_events %lld is not in [1, 2^40]",
+                         (long long)max_events);
+    struct tsl_trace *t = calloc(1, sizeof *t);
+    if (!t)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_context_trace_begin: out of memory");
+    pthread_mutex_init(&t->lock, NULL);
+    t->max_events = max_events;
+    t->layer = t->pass = -1;
+    /* Tasks submitted before this call end untraced (their records belong to no trace). */
+    tsl_status st = tsl_context_wait(ctx);
+    if (st) {
+        trace_free(t);
+        return st;
+    }
+    tsl_trace_destroy(ctx);
+    starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    MPI_Barrier(ctx->ctl_comm);
+    t->t0 = starpu_timing_now();
+    ctx->trace = t;
+    return TSL_OK;
+}
+
+/* Index of `label` among the interned labels (added if new), -1 for NULL or no memory. */
+static int32_t intern(struct tsl_trace *t, const char *label)
+{
+    if (!label)
+        return -1;
+    for (int32_t i = t->nlabels - 1; i >= 0; i--)
+        if (strcmp(t->labels[i], label) == 0)
+            return i;
+    if (t->nlabels == t->cap_labels) {
+        int32_t cap = t->cap_labels ? 2 * t->cap_labels : 64;
+        char **grown = realloc(t->labels, sizeof *grown * (size_t)cap);
+        if (!grown)
+            return -1;
+        t->labels = grown;
+        t->cap_labels = cap;
+    }
+    char *copy = strdup(label);
+    if (!copy)
+        return -1;
+    pthread_mutex_lock(&t->lock); /* (the writer reads labels under the lock) */
+    t->labels[t->nlabels] = copy;
+    int32_t i = t->nlabels++;
+    pthread_mutex_unlock(&t->lock);
+    return i;
+}
+
+void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pass)
+{
+    struct tsl_trace *t = ctx->trace;
+    if (!t)
+        return;
+    t->layer = intern(t, layer);
+    t->pass = intern(t, pass);
+}
+
+static void traced_task_done(void *arg)
+{
+    trace_record *r = arg;
+    struct tsl_trace *t = r->ctx->trace;
+    struct starpu_profiling_task_info *pi = r->task->profiling_info;
+    if (t && pi) {
+        trace_event e = {
+            .name = r->name,
+            .layer = r->layer,
+            .pass = r->pass,
+            .worker = pi->workerid,
+            .start = starpu_timing_timespec_to_us(&pi->start_time) - t->t0,
+            .end = starpu_timing_timespec_to_us(&pi->end_time) - t->t0,
+        };
+        pthread_mutex_lock(&t->lock);
+        if (t->n == t->cap && t->cap < t->max_events) {
+            int64_t cap = t->cap ? 2 * t->cap : 4096;
+            cap = cap < t->max_events ? cap : t->max_events;
+            trace_event *grown = realloc(t->events, sizeof *grown * (size_t)cap);
+            if (grown) {
+                t->events = grown;
+                t->cap = cap;
+            }
+        }
+        if (t->n < t->cap)
+            t->events[t->n++] = e;
+        else
+            t->dropped++;
+        pthread_mutex_unlock(&t->lock);
+    }
+    struct tsl_context *ctx = r->ctx;
+    free(r);
+    tsl_task_finished(ctx);
+}
+
+void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const char *name)
+{
+    struct tsl_trace *t = ctx->trace;
+    trace_record *r = t ? malloc(sizeof *r) : NULL;
+    if (!r) /* (no memory: the task runs untraced, with the plain callback) */
+        return;
+    *r = (trace_record){ctx, task, name, t->layer, t->pass};
+    task->callback_func = traced_task_done;
+    task->callback_arg = r;
+    task->callback_arg_free = 0;
+}
+
+/* A growing text buffer. */
+typedef struct text {
+    char *s;
+    size_t n, cap;
+    int failed;
+} text;
+
+static void append(text *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void append(text *b, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2 && !b->failed; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int len = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (len < 0) {
+            b->failed = 1;
+        } else if (b->s && (size_t)len < b->cap - b->n) {
+            b->n += (size_t)len;
+            return;
+        } else {
+            size_t cap = b->cap ? b->cap : 1 << 16;
+            while (cap < b->n + (size_t)len + 1)
+                cap *= 2;
+            char *grown = realloc(b->s, cap);
+            if (!grown)
+                b->failed = 1;
+            else {
+                b->s = grown;
+                b->cap = cap;
+            }
+        }
+    }
+}
+
+/* `s` as the inside of a JSON string. */
+static void append_escaped(text *b, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            append(b, "\\%c", c);
+        else if (c < 0x20)
+            append(b, "\\u%04x", c);
+        else
+            append(b, "%c", c);
+    }
+}
+
+/* This rank's events and its process and thread names, as trace-event objects each followed
+ * by ",\n". */
+static void format_rank(struct tsl_context *ctx, struct tsl_trace *t, text *b)
+{
+    append(b,
+           "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n",
+           ctx->rank, ctx->rank);
+    unsigned nworkers = starpu_worker_get_count();
+    for (unsigned w = 0; w < nworkers; w++) {
+        char name[64];
+        starpu_worker_get_name((int)w, name, sizeof name);
+        append(b,
+               "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%u,\"args\":{\"name\":\"",
+               ctx->rank, w);
+        append_escaped(b, name);
+        append(b, "\"}},\n");
+    }
+    for (int64_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->events[i];
+        append(b, "{\"name\":\"");
+        append_escaped(b, e->name ? e->name : "task");
+        append(b, "\",\"cat\":\"");
+        append_escaped(b, e->pass >= 0 ? t->labels[e->pass] : "other");
+        append(b, "\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{",
+               e->start, e->end - e->start, ctx->rank, e->worker);
+        append(b, "\"layer\":\"");
+        append_escaped(b, e->layer >= 0 ? t->labels[e->layer] : "");
+        append(b, "\"}},\n");
+    }
+}
+
+tsl_status tsl_context_trace_write(tsl_context_t ctx, const char *path)
+{
+    if (!ctx)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_trace_write: NULL context");
+    struct tsl_trace *t = ctx->trace;
+    /* Every rank learns whether the call can go on (a trace on every rank, a path on root). */
+    int ok = t != NULL && (ctx->rank != 0 || path != NULL), all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, ctx->ctl_comm);
+    if (!all)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_context_trace_write: no trace begun on some rank, or no path on "
+                         "rank 0");
+    tsl_status st = tsl_context_wait(ctx); /* every traced task has ended */
+    ctx->trace = NULL;
+    starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
+    text b = {0};
+    format_rank(ctx, t, &b);
+    long long mine[2] = {b.failed ? -1 : (long long)b.n, (long long)t->dropped};
+    int size = ctx->size;
+    long long *counts = ctx->rank == 0 ? calloc((size_t)size * 2, sizeof *counts) : NULL;
+    int root_ok = ctx->rank != 0 || counts;
+    MPI_Gather(mine, 2, MPI_LONG_LONG, counts, 2, MPI_LONG_LONG, 0, ctx->ctl_comm);
+    /* Sizes that fit MPI_Gatherv's int counts and displacements, on root. */
+    int *lens = NULL, *displs = NULL;
+    char *all_text = NULL;
+    long long total = 0, dropped = 0;
+    if (ctx->rank == 0 && counts) {
+        lens = calloc((size_t)size, sizeof *lens);
+        displs = calloc((size_t)size, sizeof *displs);
+        for (int r = 0; r < size; r++) {
+            if (counts[2 * r] < 0 || total + counts[2 * r] > 0x7fffffffLL - 1)
+                root_ok = 0;
+            else if (lens && displs) {
+                lens[r] = (int)counts[2 * r];
+                displs[r] = (int)total;
+                total += counts[2 * r];
+            }
+            dropped += counts[2 * r + 1];
+        }
+        all_text = lens && displs ? malloc((size_t)total + 1) : NULL;
+        root_ok = root_ok && all_text;
+    }
+    MPI_Bcast(&root_ok, 1, MPI_INT, 0, ctx->ctl_comm);
+    int my_ok = !b.failed && b.n <= 0x7fffffff, every = 0;
+    MPI_Allreduce(&my_ok, &every, 1, MPI_INT, MPI_LAND, ctx->ctl_comm);
+    tsl_status out = TSL_OK;
+    if (!root_ok || !every) {
+        out = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY,
+                        "tsl_context_trace_write: out of memory, or more than 2 GiB of trace text");
+    } else {
+        MPI_Gatherv(b.s, (int)b.n, MPI_CHAR, all_text, lens, displs, MPI_CHAR, 0, ctx->ctl_comm);
+        int written = 1;
+        if (ctx->rank == 0) {
+            /* the last event's ",\n" becomes "\n" */
+            size_t body = total >= 2 ? (size_t)total - 2 : 0;
+            FILE *f = fopen(path, "w");
+            written = f && fputs("{\"traceEvents\":[\n", f) != EOF &&
+                      fwrite(all_text, 1, body, f) == body &&
+                      fprintf(f,
+                              "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":"
+                              "\"tessel\",\"ranks\":%d,\"dropped_events\":%lld}}\n",
+                              size, dropped) > 0;
+            if (f && fclose(f) != 0)
+                written = 0;
+        }
+        MPI_Bcast(&written, 1, MPI_INT, 0, ctx->ctl_comm);
+        if (!written)
+            out = tsl_error(ctx, TSL_ERR_IO, "tsl_context_trace_write: cannot write '%s'",
+                            ctx->rank == 0 ? path : "(rank 0's path)");
+    }
+    free(counts);
+    free(lens);
+    free(displs);
+    free(all_text);
+    free(b.s);
+    trace_free(t);
+    return st ? st : out;
+}

@@ -1,0 +1,20 @@
+/* Task traces (src/trace.c): what tsl_task_submit() and the model executor call. */
+#ifndef TESSEL_SRC_TRACE_H
+#define TESSEL_SRC_TRACE_H
+
+#include <starpu.h>
+
+struct tsl_context;
+
+/* While a trace is on: `task` (built for this rank, not yet submitted) is recorded when it ends,
+ * under `name` and the current labels. Nothing otherwise. */
+void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const char *name);
+
+/* The labels of the tasks submitted from now on: the layer (an op's name) and the pass
+ * ("forward", "backward", "loss", "update", ...); NULL for none. Nothing while no trace is on. */
+void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pass);
+
+/* Frees the context's trace, if any (tsl_context_destroy()). */
+void tsl_trace_destroy(struct tsl_context *ctx);
+
+#endif
