@@ -170,6 +170,10 @@ typedef struct train_options {
 /* The defaults of tessel train and tessel eval. */
 void train_options_init(train_options *o);
 
+/* The optimizer of --optimizer (sgd: --lr, default 0.01, and --momentum; adam: --lr, default
+ * 0.001). */
+tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optimizer_t *opt);
+
 /* Take an option of CLI_COMMON_OPTIONS' and CLI_RUN_OPTIONS' (parser->state is the
  * train_options); OPTION_UNKNOWN for any other. */
 int parse_run_option(const cli_parser *parser, int id, const char *value);
@@ -293,6 +297,7 @@ int command_info(int argc, char **argv);
 int command_demo(int argc, char **argv);
 int command_train(int argc, char **argv);
 int command_eval(int argc, char **argv);
+int command_bench(int argc, char **argv);
 int command_plan(int argc, char **argv);
 
 #endif /* TESSEL_CLI_H */

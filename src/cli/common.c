@@ -607,3 +607,20 @@ void json_string(FILE *f, const char *s)
     }
     fputc('"', f);
 }
+
+tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optimizer_t *opt)
+{
+    int sgd = strcmp(o->optimizer, "sgd") == 0;
+    double lr = o->lr >= 0 ? o->lr : sgd ? 0.01 : 0.001;
+    if (sgd) {
+        tsl_sgd_config c;
+        tsl_sgd_config_init(&c);
+        c.lr = lr;
+        c.momentum = o->momentum;
+        return tsl_optimizer_create_sgd(opt, ctx, &c);
+    }
+    tsl_adam_config c;
+    tsl_adam_config_init(&c);
+    c.lr = lr;
+    return tsl_optimizer_create_adam(opt, ctx, &c);
+}

@@ -1,5 +1,5 @@
 /* The tessel command: `main` and the dispatch to the commands (one file each: info.c, demo.c,
- * train.c, eval.c, plan.c; what they share is in common.c). Runs unchanged under mpirun;
+ * train.c, eval.c, plan.c, bench.c; what they share is in common.c). Runs unchanged under mpirun;
  * rank 0 prints. */
 #include <malloc.h>
 #include <stdio.h>
@@ -18,6 +18,7 @@ static void usage_main(FILE *out)
                  "  train   train a network of the model zoo on a dataset\n"
                  "  eval    evaluate saved parameters on a dataset's test split\n"
                  "  plan    how a plan tiles a model, and every rank's estimated memory\n"
+                 "  bench   training steps of one model under several StarPU schedulers\n"
                  "\n"
                  "Run under mpirun for several ranks; rank 0 prints.\n"
                  "'tessel <command> --help' describes each command; --version prints the\n"
@@ -55,8 +56,10 @@ int main(int argc, char **argv)
         return command_plan(argc, argv);
     if (strcmp(command, "eval") == 0)
         return command_eval(argc, argv);
-    static const char *const commands[] = {"info", "demo", "train", "eval", "plan"};
-    const char *near = closest_name(command, commands, 5);
+    if (strcmp(command, "bench") == 0)
+        return command_bench(argc, argv);
+    static const char *const commands[] = {"info", "demo", "train", "eval", "plan", "bench"};
+    const char *near = closest_name(command, commands, 6);
     fprintf(stderr, "tessel: unknown command '%s'\n", command);
     if (near)
         fprintf(stderr, "did you mean 'tessel %s'?\n", near);

@@ -412,21 +412,6 @@ static int write_metrics_to(FILE *f, const void *arg)
     return 0;
 }
 
-static tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optimizer_t *opt)
-{
-    if (strcmp(o->optimizer, "sgd") == 0) {
-        tsl_sgd_config c;
-        tsl_sgd_config_init(&c);
-        c.lr = o->lr;
-        c.momentum = o->momentum;
-        return tsl_optimizer_create_sgd(opt, ctx, &c);
-    }
-    tsl_adam_config c;
-    tsl_adam_config_init(&c);
-    c.lr = o->lr;
-    return tsl_optimizer_create_adam(opt, ctx, &c);
-}
-
 /* A training run: its options, context, data and model, what its checkpoints keep (settings
  * and progress), and what this process alone keeps (per-step losses and times, the epoch's
  * sample order). */
