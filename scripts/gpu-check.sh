@@ -36,7 +36,7 @@
 #       benchmark tables. Without a GPU (no nvidia-smi) it says so and runs the CPU steps only.
 #       Exits 0 when no step failed.
 #
-# The device call (README.md, "GPU build"): carry ["gpu-kit"], timeout_s 570, command
+# The device call (docs/gpu.md): carry ["gpu-kit"], timeout_s 570, command
 #   bash gpu-kit/gpu-check.sh run /tmp/gpu-check; rc=$?; tar -C /tmp -czf
 #   $OUT/gpu-check.tar.gz gpu-check; cp /tmp/gpu-check/summary.txt $OUT/; exit $rc
 # (gpu-kit/gpu-check.sh is the copy pack leaves beside the archive; ROOT is then gpu-kit/..)

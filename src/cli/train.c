@@ -29,7 +29,7 @@ static void usage_train(FILE *out)
         "                    [--rank-report] [--progress auto|bar|lines|off] [-q] [-v]\n"
         "                    [--log-level LEVEL] [--trace FILE]\n"
         "  --data SPEC         fashion-mnist, synthetic:dims=2,size=32,samples=64,classes=3\n"
-        "                      or npy:DIR (see the README)\n"
+        "                      or npy:DIR (docs/usage.md)\n"
         "  --model NAME|FILE   a network of the zoo (default cnn; listed below) or a model\n"
         "                      file (.json, docs/model-format.md)\n"
         "  --epochs N          passes over the training split (default 1)\n"
