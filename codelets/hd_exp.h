@@ -27,7 +27,7 @@
 
 #include "hd_arith.h"
 
-/* 2^k for k in [-1022, 1023], exactly. */
+/* 2^k for k in [-1022, 1023], exactly (other k give other doubles, never undefined behaviour). */
 TSL_HD_INLINE double tsl_hd_pow2(int64_t k)
 {
     return tsl_double_from_bits((uint64_t)(k + 1023) << 52);
@@ -73,21 +73,20 @@ TSL_HD_INLINE double tsl_hd_expm1_reduced(double r)
 
 TSL_HD_INLINE double tsl_hd_exp(double x)
 {
-    if (!(x == x))
-        return tsl_hd_add(x, x); /* NaN */
-    if (x > TSL_HD_EXP_OVERFLOW)
-        return tsl_hd_mul(0x1p1023, 2.0); /* +inf */
-    if (x < TSL_HD_EXP_UNDERFLOW)
-        return 0.0;
-    double r, kd = tsl_hd_exp_reduce(x, &r);
+    /* Without branches (the CPU's loops vectorise it). x clamped to [-746, 710], where k stays
+     * in [-1077, 1025]: beyond, the result rounds to 0 or overflows anyway; a NaN fails both
+     * comparisons and stays NaN through e. */
+    double xc = x < -746.0 ? -746.0 : x;
+    xc = xc > 710.0 ? 710.0 : xc;
+    double r, kd = tsl_hd_exp_reduce(xc, &r);
     /* exp(r) = 1 + (r + r^2 p), the small terms summed before the 1 */
     double e = tsl_hd_add(1.0, tsl_hd_expm1_reduced(r));
-    int64_t k = (int64_t)kd;
-    if (k > 1023) /* (exp(r) < 1 there) */
-        return tsl_hd_mul(tsl_hd_mul(e, tsl_hd_pow2(k - 1)), 2.0);
-    if (k < -1022) /* subnormal result: one rounding, in the last product */
-        return tsl_hd_mul(tsl_hd_mul(e, tsl_hd_pow2(k + 1000)), 0x1p-1000);
-    return tsl_hd_mul(e, tsl_hd_pow2(k));
+    /* k from kd's bits: kd + 1.5 * 2^52 holds k in its low bits (exact, no conversion) */
+    int64_t k = (int64_t)(tsl_double_bits(tsl_hd_add(kd, 0x1.8p52)) - tsl_double_bits(0x1.8p52));
+    /* e 2^k = (e 2^(k - s)) 2^s with s = +-60: the first product exact (a normal double), the
+     * second rounds once where the result is subnormal or overflows */
+    int64_t s = k > 0 ? 60 : -60;
+    return tsl_hd_mul(tsl_hd_mul(e, tsl_hd_pow2(k - s)), k > 0 ? 0x1p60 : 0x1p-60);
 }
 
 /* exp(x) - 1, accurate near 0: 2^k expm1(r) + (2^k - 1) (both terms exact scalings or exact
