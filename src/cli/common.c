@@ -393,6 +393,24 @@ int agree_exit(int code)
     return code;
 }
 
+/* Whether `dir` takes a new file: one is made and removed (access() alone says yes to root on
+ * read-only file systems such as /proc). NULL, or the reason. */
+static const char *dir_takes_files(const char *dir)
+{
+    char probe[4200];
+    if (snprintf(probe, sizeof probe, "%s/.tessel-write-check.XXXXXX", dir) >= (int)sizeof probe)
+        return "too long a path";
+    int fd = mkstemp(probe);
+    if (fd < 0) {
+        static char why[300];
+        snprintf(why, sizeof why, "a new file cannot be made there (%s)", strerror(errno));
+        return why;
+    }
+    close(fd);
+    unlink(probe);
+    return NULL;
+}
+
 int check_output_path(const char *option, const char *path, int is_dir)
 {
     struct stat sb;
@@ -409,8 +427,8 @@ int check_output_path(const char *option, const char *path, int is_dir)
             why = "it is a directory";
         else if (!is_dir && !S_ISREG(sb.st_mode))
             why = "it exists and is not a regular file";
-        else if (is_dir && access(path, W_OK | X_OK) != 0)
-            why = strerror(errno);
+        else if (is_dir)
+            why = dir_takes_files(path);
         if (why || is_dir) {
             if (why)
                 fprintf(stderr, "tessel: cannot write %s '%s': %s\n", option, path, why);
@@ -437,8 +455,8 @@ int check_output_path(const char *option, const char *path, int is_dir)
         why = strerror(errno);
     else if (!S_ISDIR(sb.st_mode))
         why = "not a directory";
-    else if (access(parent, W_OK | X_OK) != 0)
-        why = strerror(errno);
+    else
+        why = dir_takes_files(parent);
     if (why) {
         fprintf(stderr, "tessel: cannot write %s '%s': its directory '%s': %s\n", option, path,
                 parent, why);
