@@ -10,6 +10,10 @@
   tessel_plot.py bench BENCH.json OUT.png       seconds per step of each scheduler (median,
                                                min-max bars) and the workers' busy share
                                                (tessel bench --json)
+  tessel_plot.py tasks TRACE.json [TOP]         no plot: a table of where a trace's time went,
+                                               per codelet and pass (tasks, total ms, mean us,
+                                               share of all task time; TOP rows, default 15)
+                                               and per worker (busy share of the trace's span)
 
 Each prints what it drew. Standard library, numpy and matplotlib only."""
 import json
@@ -110,7 +114,40 @@ def plot_bench(src, out):
          f"bench: {len(res)} schedulers")
 
 
+def task_table(src, top=15):
+    """Where a trace's time went: per (codelet, pass) and per worker; returns the rows."""
+    doc = load(src)
+    events = doc["traceEvents"]
+    tasks = [e for e in events if e.get("ph") == "X"]
+    names = {(e["pid"], e.get("tid")): e["args"]["name"]
+             for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    total = sum(e["dur"] for e in tasks) or 1.0
+    groups = {}
+    for e in tasks:
+        g = groups.setdefault((e["name"], e["cat"]), [0, 0.0])
+        g[0] += 1
+        g[1] += e["dur"]
+    rows = sorted(groups.items(), key=lambda kv: -kv[1][1])
+    print(f"{len(tasks)} tasks, {total / 1000:.3f} ms of task time")
+    print(f"{'codelet':28} {'pass':20} {'tasks':>7} {'total ms':>10} {'mean us':>9} {'share':>7}")
+    for (name, cat), (n, dur) in rows[:top]:
+        print(f"{name:28} {cat:20} {n:7d} {dur / 1000:10.3f} {dur / n:9.1f} {dur / total:7.1%}")
+    if tasks:
+        start = min(e["ts"] for e in tasks)
+        span = max(e["ts"] + e["dur"] for e in tasks) - start or 1.0
+        print(f"workers over the trace's {span / 1000:.3f} ms:")
+        busy = {}
+        for e in tasks:
+            busy[(e["pid"], e["tid"])] = busy.get((e["pid"], e["tid"]), 0.0) + e["dur"]
+        for (pid, tid), b in sorted(busy.items()):
+            print(f"  rank {pid} {names.get((pid, tid), tid):12} busy {b / span:6.1%}")
+    return rows
+
+
 def main(argv):
+    if len(argv) in (3, 4) and argv[1] == "tasks":
+        task_table(argv[2], int(argv[3]) if len(argv) == 4 else 15)
+        return
     kinds = {"metrics": plot_metrics, "trace": plot_trace, "bench": plot_bench}
     if len(argv) != 4 or argv[1] not in kinds:
         sys.exit(__doc__)

@@ -28,7 +28,8 @@
 #       fails); where their whole limit still fits, the kit's tests at 1 rank (STARPU_NCUDA=1)
 #       and at 2 ranks, the distributed suite also with TSL_TASK_WHERE=cuda; the GPU
 #       benchmarks (bench_cuda_ops: codelets against direct cuDNN/cuBLAS; vs_pytorch.py
-#       --device cuda: training steps against PyTorch on the GPU, one pair per row); then zoo
+#       --device cuda: training steps against PyTorch on the GPU, one pair per row; a traced
+#       U-Net step on the GPU, its time per codelet in gpu-trace.txt); then zoo
 #       training steps timed with STARPU_NCUDA=1 and 0. GPU_CHECK_NO_BENCH=1
 #       leaves the GPU benchmarks out; VS_PYTORCH_PAIRS (default 1) and VS_PYTORCH_LIMIT
 #       (seconds, default 170) size the PyTorch comparison. Every log goes to
@@ -129,7 +130,7 @@ pack() {
     # examples/models beside its bench/).
     mkdir -p "$kit/pyroot/bench" "$kit/pyroot/python" "$kit/pyroot/examples/models"
     cp "$ROOT/bench/vs_pytorch.py" "$kit/pyroot/bench/"
-    cp "$ROOT/python/tessel_torch.py" "$kit/pyroot/python/"
+    cp "$ROOT/python/tessel_torch.py" "$ROOT/python/tessel_plot.py" "$kit/pyroot/python/"
     cp "$ROOT"/examples/models/*.json "$kit/pyroot/examples/models/"
     cp "$ROOT/scripts/gpu-kit-tests.sh" "$kit/run-tests.sh"
     chmod +x "$kit/run-tests.sh"
@@ -522,6 +523,7 @@ PY
             "$KIT/bin/bench_cuda_ops"
         bench_vs_pytorch "$out" "$tmp" "${VS_PYTORCH_LIMIT:-170}"
     fi
+    [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && gpu_trace "$out" 60
     [ $gpu = 1 ] && fits 45 diagnostics && tests_step diagnostics 45 1 diag.scatter_again.cuda
 
     # Zoo training steps, timed with the GPU and without.
@@ -587,6 +589,21 @@ bench_vs_pytorch() {
         --out "$out/vs-pytorch-gpu.md"
 }
 
+# gpu_trace OUTDIR LIMIT: where a GPU training step's time goes: a U-Net 2-D 512^2 batch-8 run of
+# 4 steps with every task that can on the CUDA worker, traced (tessel train --trace), and the
+# trace's table per codelet and worker (python/tessel_plot.py tasks) into OUTDIR/gpu-trace.txt.
+gpu_trace() {
+    local out="$1" lim="$2" py
+    fits "$lim" gpu-trace || return
+    step gpu-trace "$lim" "train loss" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
+        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" train --model unet2d \
+        --data synthetic:dims=2,size=512,samples=16 --batch 8 --max-steps 4 --progress off \
+        --trace "$out/gpu-trace.json" || return
+    py="$(PATH="$ORIG_PATH" command -v python3)"
+    [ -n "$py" ] && PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" timeout 60 "$py" \
+        "$KIT/pyroot/python/tessel_plot.py" tasks "$out/gpu-trace.json" 25 >"$out/gpu-trace.txt" 2>&1
+}
+
 # step NAME LIMIT MATCH CMD...: runs CMD under timeout (LIMIT, cut to the budget left) into
 # OUTDIR/NAME.log; MATCH (egrep, may be empty) must be in its output.
 step() {
@@ -635,7 +652,7 @@ finish() {
         echo "RESULT FAIL (${secs}s)" | tee -a "$SUMMARY"
     fi
     local f
-    for f in bench-cuda-ops.log vs-pytorch-gpu.md bench.txt; do
+    for f in bench-cuda-ops.log vs-pytorch-gpu.md gpu-trace.txt bench.txt; do
         [ -f "$1/$f" ] || continue
         { echo; echo "== $f"; grep -v '^+ timeout' "$1/$f"; } | tee -a "$SUMMARY"
     done

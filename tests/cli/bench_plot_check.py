@@ -7,12 +7,14 @@
   exactly when there is more than one rank; a scheduler StarPU does not have is refused with
   its list;
 - a metrics file and a trace of a short training run, and the bench JSON, each plotted to a
-  PNG: a real PNG (signature, IHDR size) with something drawn (more than one colour).
+  PNG: a real PNG (signature, IHDR size) with something drawn (more than one colour); the
+  trace's task table (tessel_plot.py tasks) counts every task once.
 Skips (exit 77) where matplotlib is missing (scripts/install-bridge-deps.sh installs it).
 
 usage: bench_plot_check.py TESSEL WORKDIR NRANKS [MPIEXEC ARGS...]"""
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -101,4 +103,13 @@ for kind, src in (("metrics", metrics), ("trace", trace), ("bench", bench_json))
     print(run(["/usr/bin/python3", plot, kind, src, png]).strip())
     w, h = png_check(png)
     print(f"  {png}: {w}x{h}")
-print(f"bench: {len(SCHEDS)} schedulers at {nranks} rank(s); three plots drawn")
+# The trace's table: every task counted once, the convolutions' forward among the rows.
+table = run(["/usr/bin/python3", plot, "tasks", trace, "100"])
+with open(trace) as f:
+    ntasks = sum(1 for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
+row = re.compile(r"^\S+\s+.+?\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+%$")
+counted = sum(int(m.group(1)) for m in map(row.match, table.splitlines()) if m)
+if not table.startswith(f"{ntasks} tasks,") or "tsl_conv_fwd" not in table or counted != ntasks:
+    sys.exit(f"the trace's table does not count its {ntasks} tasks:\n{table}")
+print(f"bench: {len(SCHEDS)} schedulers at {nranks} rank(s); three plots drawn; the trace's "
+      f"table counts its {ntasks} tasks")
