@@ -82,6 +82,37 @@ static void max_index_f32(const tsl_pool_args *a, const geom *g, const float *w,
     }
 }
 
+/* One window's maxima over runs of `inner` values, without indices: a NaN wins (the last one),
+ * else the largest. In chunks kept in a local array (the output is written once: updating it in
+ * place made the compiler check aliasing for every window and store at every position). */
+static void max_only_f32(const geom *g, const float *w, float *yo, int64_t inner)
+{
+    enum { CHUNK = 256 };
+    for (int64_t c0 = 0; c0 < inner; c0 += CHUNK) {
+        const int64_t cn = inner - c0 < CHUNK ? inner - c0 : CHUNK;
+        float m[CHUNK];
+        int first = 1; /* (the first position's values as they are: -inf < every non-NaN) */
+        for (int64_t k0 = 0; k0 < g->k[0]; k0++)
+            for (int64_t k1 = 0; k1 < g->k[1]; k1++)
+                for (int64_t k2 = 0; k2 < g->k[2]; k2++) {
+                    const float *restrict xr =
+                        w + ((k0 * g->in[1] + k1) * g->in[2] + k2) * inner + c0;
+                    if (first) {
+                        for (int64_t c = 0; c < cn; c++)
+                            m[c] = xr[c];
+                        first = 0;
+                        continue;
+                    }
+                    for (int64_t c = 0; c < cn; c++) {
+                        float t = xr[c];
+                        m[c] = t > m[c] || isnan(t) ? t : m[c];
+                    }
+                }
+        for (int64_t c = 0; c < cn; c++)
+            yo[c0 + c] = m[c];
+    }
+}
+
 /* Runs of `inner` values (1, or the channels of a channels-last tile) per position. With `ix`,
  * also each output's index, the backward's choice: a NaN first, else the first maximum. */
 static void max_forward_f32(const tsl_pool_args *a, const geom *g, const float *x, float *y,
@@ -101,18 +132,7 @@ static void max_forward_f32(const tsl_pool_args *a, const geom *g, const float *
                         max_index_f32(a, g, w, yo, ix, n * g->out_plane * inner + out);
                         continue;
                     }
-                    for (int64_t c = 0; c < inner; c++)
-                        yo[c] = -INFINITY;
-                    for (int64_t k0 = 0; k0 < g->k[0]; k0++)
-                        for (int64_t k1 = 0; k1 < g->k[1]; k1++)
-                            for (int64_t k2 = 0; k2 < g->k[2]; k2++) {
-                                const float *restrict xr =
-                                    w + ((k0 * g->in[1] + k1) * g->in[2] + k2) * inner;
-                                for (int64_t c = 0; c < inner; c++) {
-                                    float t = xr[c];
-                                    yo[c] = t > yo[c] || isnan(t) ? t : yo[c];
-                                }
-                            }
+                    max_only_f32(g, w, yo, inner);
                 }
     }
 }
