@@ -7,8 +7,10 @@
  * end, worker) into the rank's event array and then does what the plain callback does. Labels
  * are interned: an event keeps an index. Times are microseconds since the barrier in
  * tsl_context_trace_begin(), which every rank leaves together (to within the barrier's skew),
- * so the ranks' clocks line up. Writing formats each rank's events as JSON text, gathers the
- * texts to rank 0 and writes one file. */
+ * so the ranks' clocks line up. With StarPU-MPI's communication statistics on
+ * (STARPU_COMM_STATS, tessel train --comm-stats), the bytes each rank has sent to every other
+ * are sampled at the start of every training step and at the end: counter events. Writing
+ * formats each rank's events as JSON text, gathers the texts to rank 0 and writes one file. */
 #include <mpi.h>
 #include <pthread.h>
 #include <starpu.h>
@@ -33,6 +35,13 @@ struct tsl_trace {
     double t0; /* starpu_timing_now() at the start barrier */
     trace_event *events;
     int64_t n, cap, max_events, dropped;
+    /* With StarPU-MPI's communication statistics on: the bytes this rank sent to each rank
+     * (size values a sample) at every step's start and at the end, counted from the start
+     * (base); times in times[]. */
+    int comm;
+    size_t *base, *sent;
+    double *times;
+    int64_t nsamples, cap_samples;
     char **labels; /* interned */
     int32_t nlabels, cap_labels;
     int32_t layer, pass; /* the current labels (the submitting thread's) */
@@ -53,6 +62,9 @@ static void trace_free(struct tsl_trace *t)
         free(t->labels[i]);
     free(t->labels);
     free(t->events);
+    free(t->base);
+    free(t->sent);
+    free(t->times);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -85,10 +97,36 @@ tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events)
     }
     tsl_trace_destroy(ctx);
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    const char *stats = getenv("STARPU_COMM_STATS");
+    t->comm = stats && atoi(stats) > 0 && (t->base = calloc((size_t)ctx->size, sizeof *t->base));
     MPI_Barrier(ctx->ctl_comm);
     t->t0 = starpu_timing_now();
+    if (t->comm)
+        starpu_mpi_comm_amounts_retrieve(t->base);
     ctx->trace = t;
     return TSL_OK;
+}
+
+/* A sample of the bytes sent so far to every rank, now (dropped without memory). */
+static void sample_sent(struct tsl_context *ctx, struct tsl_trace *t)
+{
+    int n = ctx->size;
+    if (t->nsamples == t->cap_samples) {
+        int64_t cap = t->cap_samples ? 2 * t->cap_samples : 64;
+        size_t *sent = realloc(t->sent, sizeof *sent * (size_t)(cap * n));
+        if (sent)
+            t->sent = sent;
+        double *times = sent ? realloc(t->times, sizeof *times * (size_t)cap) : NULL;
+        if (!times)
+            return;
+        t->times = times;
+        t->cap_samples = cap;
+    }
+    size_t *row = t->sent + t->nsamples * n;
+    starpu_mpi_comm_amounts_retrieve(row);
+    for (int r = 0; r < n; r++)
+        row[r] -= t->base[r];
+    t->times[t->nsamples++] = starpu_timing_now() - t->t0;
 }
 
 /* Index of `label` among the interned labels (added if new), -1 for NULL or no memory. */
@@ -124,6 +162,8 @@ void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pas
         return;
     t->layer = intern(t, layer);
     t->pass = intern(t, pass);
+    if (t->comm && pass && strcmp(pass, "data") == 0) /* a training step begins */
+        sample_sent(ctx, t);
 }
 
 static void traced_task_done(void *arg)
@@ -240,6 +280,14 @@ static void format_rank(struct tsl_context *ctx, struct tsl_trace *t, text *b)
         append_escaped(b, name);
         append(b, "\"}},\n");
     }
+    /* StarPU-MPI's bytes sent, a counter track per rank with a series per destination */
+    for (int64_t k = 0; k < t->nsamples; k++) {
+        append(b, "{\"name\":\"bytes sent\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"args\":{",
+               t->times[k], ctx->rank);
+        for (int r = 0; r < ctx->size; r++)
+            append(b, "%s\"to rank %d\":%zu", r ? "," : "", r, t->sent[k * ctx->size + r]);
+        append(b, "}},\n");
+    }
     for (int64_t i = 0; i < t->n; i++) {
         const trace_event *e = &t->events[i];
         append(b, "{\"name\":\"");
@@ -267,6 +315,8 @@ tsl_status tsl_context_trace_write(tsl_context_t ctx, const char *path)
                          "tsl_context_trace_write: no trace begun on some rank, or no path on "
                          "rank 0");
     tsl_status st = tsl_context_wait(ctx); /* every traced task has ended */
+    if (t->comm)
+        sample_sent(ctx, t);
     ctx->trace = NULL;
     starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
     text b = {0};

@@ -4,8 +4,9 @@ open) with every rank's tasks, and the tasks of the training steps are all there
 its layer and pass: for STEPS steps of fcn2d with one sample tile per rank, each convolution
 layer has exactly STEPS forward tasks and STEPS weight-gradient tasks on every rank (counted
 from the model file, independently of tessel), every layer but the first STEPS data-gradient
-tasks; events have a start, a non-negative duration, a rank and a named worker. A path that
-cannot be written is refused before training starts.
+tasks; events have a start, a non-negative duration, a rank and a named worker. With
+--comm-stats on several ranks the bytes each rank sent are counter tracks, a sample per step.
+A path that cannot be written is refused before training starts.
 
 usage: trace_check.py TESSEL WORKDIR NRANKS [MPIEXEC ARGS...]   (MPIEXEC prefix optional)"""
 import collections
@@ -83,6 +84,25 @@ for r in range(nranks):
         problems.append(f"rank {r}: fewer than {STEPS} loss tasks")
 if problems:
     sys.exit("trace problems:\n  " + "\n  ".join(problems[:20]))
+
+# With --comm-stats on several ranks: StarPU-MPI's bytes sent, sampled at every step's start
+# and at the end, as counter tracks: per rank a sample a step and one more, each destination's
+# count never going down, none to itself, some to every other rank by the end.
+if nranks > 1:
+    trace2 = os.path.join(work, "trace-comm.json")
+    code, out = run("--trace", trace2, "--comm-stats")
+    if code != 0:
+        sys.exit(f"tessel train --trace --comm-stats: exit {code}\n{out}")
+    with open(trace2) as f:
+        counters = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "C"]
+    for r in range(nranks):
+        series = sorted((e["ts"], e["args"]) for e in counters if e["pid"] == r)
+        if len(series) != STEPS + 1:
+            sys.exit(f"rank {r}: {len(series)} bytes-sent samples, expected {STEPS + 1}")
+        for dest in range(nranks):
+            values = [args[f"to rank {dest}"] for _, args in series]
+            if values != sorted(values) or (dest == r) != (values[-1] == 0):
+                sys.exit(f"rank {r} to rank {dest}: bytes sent {values}")
 
 # An unwritable path: refused at start, nothing trained.
 code, out = run("--trace", os.path.join(work, "no-such-dir", "t.json"))
