@@ -33,12 +33,10 @@ TSL_HD_INLINE double tsl_hd_pow2(int64_t k)
     return tsl_double_from_bits((uint64_t)(k + 1023) << 52);
 }
 
-#define TSL_HD_LN2_HI 0x1.62e42feep-1             /* ln 2 rounded to 31 bits after the point */
-#define TSL_HD_LN2_LO 0x1.a39ef35793c76p-33       /* ln 2 - TSL_HD_LN2_HI, rounded */
-#define TSL_HD_LN2 0x1.62e42fefa39efp-1           /* ln 2, rounded */
-#define TSL_HD_INV_LN2 0x1.71547652b82fep0        /* 1 / ln 2, rounded */
-#define TSL_HD_EXP_OVERFLOW 0x1.62e42fefa39efp9   /* the largest x with exp(x) finite */
-#define TSL_HD_EXP_UNDERFLOW -0x1.74910d52d3052p9 /* below this, exp(x) rounds to 0 */
+#define TSL_HD_LN2_HI 0x1.62e42feep-1       /* ln 2 rounded to 31 bits after the point */
+#define TSL_HD_LN2_LO 0x1.a39ef35793c76p-33 /* ln 2 - TSL_HD_LN2_HI, rounded */
+#define TSL_HD_LN2 0x1.62e42fefa39efp-1     /* ln 2, rounded */
+#define TSL_HD_INV_LN2 0x1.71547652b82fep0  /* 1 / ln 2, rounded */
 
 /* x = k ln2 + r: returns k (an integer, as a double) and sets r, |r| <= ln2 / 2 (about). */
 TSL_HD_INLINE double tsl_hd_exp_reduce(double x, double *r)

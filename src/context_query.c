@@ -212,13 +212,18 @@ tsl_status tsl_context_agree_all(struct tsl_context *ctx, tsl_status status)
     return first == ctx->size ? TSL_OK : tsl_context_agree(ctx, first, status);
 }
 
+int tsl_comm_stats_on(void)
+{
+    const char *env = getenv("STARPU_COMM_STATS");
+    return env && atoi(env) > 0;
+}
+
 tsl_status tsl_context_comm_bytes(tsl_context_t ctx, int64_t *sent, int64_t *received)
 {
     const char *fn = "tsl_context_comm_bytes";
     if (!ctx || !sent || !received)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
-    const char *env = getenv("STARPU_COMM_STATS");
-    if (!env || atoi(env) <= 0)
+    if (!tsl_comm_stats_on())
         return tsl_error(ctx, TSL_ERR_STATE,
                          "%s: communication statistics are off (set "
                          "tsl_context_config.comm_stats, or STARPU_COMM_STATS=1 before StarPU "

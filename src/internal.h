@@ -230,6 +230,9 @@ void tsl_pending_done(void *ctx);
 /* What a tile task's completion callback does (src/task.c): tsl_pending_done(), after yielding
  * the core when the context asks. */
 void tsl_task_finished(struct tsl_context *ctx);
+/* Whether StarPU-MPI counts the bytes it sends (STARPU_COMM_STATS set positive before StarPU
+ * started: tsl_context_config.comm_stats sets it). */
+int tsl_comm_stats_on(void);
 
 /* Views of a vector handle (StarPU asynchronous partitioning): `n` consecutive pieces of
  * lengths[i] elements each, usable by what is submitted after tsl_views_begin() until

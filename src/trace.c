@@ -97,8 +97,9 @@ tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events)
     }
     tsl_trace_destroy(ctx);
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
-    const char *stats = getenv("STARPU_COMM_STATS");
-    t->comm = stats && atoi(stats) > 0 && (t->base = calloc((size_t)ctx->size, sizeof *t->base));
+    if (tsl_comm_stats_on())
+        t->base = calloc((size_t)ctx->size, sizeof *t->base);
+    t->comm = t->base != NULL;
     MPI_Barrier(ctx->ctl_comm);
     t->t0 = starpu_timing_now();
     if (t->comm)
@@ -148,11 +149,8 @@ static int32_t intern(struct tsl_trace *t, const char *label)
     char *copy = strdup(label);
     if (!copy)
         return -1;
-    pthread_mutex_lock(&t->lock); /* (the writer reads labels under the lock) */
-    t->labels[t->nlabels] = copy;
-    int32_t i = t->nlabels++;
-    pthread_mutex_unlock(&t->lock);
-    return i;
+    t->labels[t->nlabels] = copy; /* (only the submitting thread touches labels) */
+    return t->nlabels++;
 }
 
 void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pass)

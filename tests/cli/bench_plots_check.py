@@ -11,7 +11,7 @@
   trace's task table (tessel_plot.py tasks) counts every task once.
 Skips (exit 77) where matplotlib is missing (scripts/install-bridge-deps.sh installs it).
 
-usage: bench_plot_check.py TESSEL WORKDIR NRANKS [MPIEXEC ARGS...]"""
+usage: bench_plots_check.py TESSEL WORKDIR NRANKS [MPIEXEC ARGS...]"""
 import json
 import os
 import re
