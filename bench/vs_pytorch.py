@@ -31,6 +31,15 @@ a command put before it (e.g. "mpirun -n 1" or a wrapper that sets up its librar
 the interpreter of the PyTorch runs, and `--timeout` the seconds one run may take (a row whose run
 times out says so). For example, on the GPU machine:
     python3 bench/vs_pytorch.py --device cuda --cli KIT/bin/tessel --threads 4 --pairs 1
+
+Data parallel (`--ranks N`, CPU): tessel runs `--plan data=N` on N ranks under `mpirun
+--bind-to none` (tessel places each rank's workers on cores of their own), `--threads` workers a
+rank; PyTorch runs N processes of `--threads` threads with DistributedDataParallel over gloo
+(127.0.0.1), each on its own cores (sched_setaffinity, as tessel's ranks); both split the row's
+global batch over the ranks. A step's time is rank 0's (tessel's metrics; PyTorch's after the
+step, whose gradient all-reduce every rank waits for). Peak: the largest max-RSS of one process.
+For the issue's comparison, 2 ranks x 1 worker against DDP on 2 processes x 1 thread:
+    /usr/bin/python3 bench/vs_pytorch.py --ranks 2 --threads 1 --rows cnn-fashion,resnet-64
 """
 
 import argparse
@@ -154,7 +163,12 @@ def run_measured(cmd, env, timeout=None):
 
 def run_tessel(args, model, data, batch, plan, steps, work):
     metrics = os.path.join(work, "metrics.json")
-    cmd = shlex.split(args.launcher) + [
+    launcher = shlex.split(args.launcher)
+    if args.ranks > 1:
+        launcher = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
+                    str(args.ranks)] + launcher
+        plan = f"data={args.ranks}" + (f",{plan}" if plan else "")
+    cmd = launcher + [
         args.cli, "train", "--data", "npy:" + data, "--model", model, "--batch", str(batch),
         "--max-steps", str(steps), "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
         "--shuffle", "off", "--ncpu", str(args.threads), "--metrics-json", metrics]
@@ -162,7 +176,8 @@ def run_tessel(args, model, data, batch, plan, steps, work):
         cmd += ["--plan", plan]
     if args.sched:
         cmd += ["--sched", args.sched]
-    env = dict(os.environ, STARPU_SILENT="1")
+    env = dict(os.environ, STARPU_SILENT="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if args.device == "cuda":
         env.update(STARPU_NCUDA="1", TSL_TASK_WHERE=args.tessel_where)
     else:
@@ -174,13 +189,39 @@ def run_tessel(args, model, data, batch, plan, steps, work):
 
 def torch_worker(args):
     """One PyTorch run (in its own process): prints the step seconds as JSON, and on a GPU the
-    peak GPU memory (MiB) after them."""
+    peak GPU memory (MiB) after them. With --ranks N > 1, N processes (this one rank 0) train
+    with DistributedDataParallel over gloo."""
+    if args.ranks > 1:
+        import socket
+        import torch.multiprocessing as mp
+        with socket.socket() as sock:  # a free port for the rendezvous
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        queue = mp.get_context("spawn").SimpleQueue()
+        ctx = mp.spawn(torch_rank, args=(args, port, queue), nprocs=args.ranks, join=False)
+        result = queue.get()
+        while not ctx.join():
+            pass
+        print(json.dumps(result))
+        return 0
+    torch_rank(0, args, None, None)
+    return 0
+
+
+def torch_rank(rank, args, port, queue):
+    """The training loop of one PyTorch process (of --ranks with DDP when port is given)."""
     import numpy as np
     import torch
     import torch.nn.functional as F
     import tessel_torch
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if port is not None:  # its own cores, as tessel's ranks; its part of the global batch
+        cores = sorted(os.sched_getaffinity(0))
+        per = max(1, len(cores) // args.ranks)
+        os.sched_setaffinity(0, cores[rank * per:(rank + 1) * per] or cores)
+        torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                             rank=rank, world_size=args.ranks)
     cuda = args.device == "cuda"
     dev = torch.device("cuda" if cuda else "cpu")
     if cuda:
@@ -191,12 +232,17 @@ def torch_worker(args):
     net = tessel_torch.build(args.model, shape, args.classes).to(dev)
     x = torch.from_numpy(np.load(os.path.join(args.data, "x.npy")))
     y = torch.from_numpy(np.load(os.path.join(args.data, "y.npy")))
+    local, first = args.batch, 0
+    if port is not None:
+        net = torch.nn.parallel.DistributedDataParallel(net)
+        local = args.batch // args.ranks
+        first = rank * local
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     net.train()
     times = []
     for step in range(args.steps):
-        xb = x[step * args.batch:(step + 1) * args.batch]
-        yb = y[step * args.batch:(step + 1) * args.batch]
+        xb = x[step * args.batch + first:step * args.batch + first + local]
+        yb = y[step * args.batch + first:step * args.batch + first + local]
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -209,14 +255,21 @@ def torch_worker(args):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() / 1048576.0 if cuda else None
-    print(json.dumps({"times": times, "gpu_peak_mib": peak}))
+    result = {"times": times, "gpu_peak_mib": peak}
+    if port is None:
+        print(json.dumps(result))
+        return
+    torch.distributed.barrier()
+    if rank == 0:
+        queue.put(result)
+    torch.distributed.destroy_process_group()
 
 
 def run_torch(args, model, shape, classes, data, batch, steps):
     cmd = [args.python, os.path.abspath(__file__), "--torch-worker", "--model", model,
            "--shape", ",".join(map(str, shape)), "--classes", str(classes), "--data", data,
            "--batch", str(batch), "--steps", str(steps), "--threads", str(args.threads),
-           "--device", args.device]
+           "--device", args.device, "--ranks", str(args.ranks)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if args.torch_ld_library_path is not None:
         env["LD_LIBRARY_PATH"] = args.torch_ld_library_path
@@ -232,6 +285,8 @@ def spread(values):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="data parallel on N ranks: tessel data=N, PyTorch DDP (gloo), CPU only")
     ap.add_argument("--threads", type=int, default=2,
                     help="tessel's CPU workers and PyTorch's threads (default 2)")
     ap.add_argument("--pairs", type=int, default=5)
@@ -258,8 +313,14 @@ def main():
     if args.torch_worker:
         return torch_worker(args)
 
+    if args.ranks < 1 or (args.ranks > 1 and args.device == "cuda"):
+        raise SystemExit("vs_pytorch: --ranks takes N >= 1, on the CPU only")
     table = GPU_ROWS if args.device == "cuda" else ROWS
     names = args.rows.split(",") if args.rows else list(table)
+    uneven = [n for n in names if n in table and table[n][3] % args.ranks]
+    if uneven:
+        raise SystemExit(f"vs_pytorch: the batch of {', '.join(uneven)} does not split over "
+                         f"{args.ranks} ranks")
     unknown = [n for n in names if n not in table]
     if unknown:
         raise SystemExit(f"vs_pytorch: no {args.device} row {', '.join(unknown)} "
@@ -273,6 +334,11 @@ def main():
                      f"cudnn.benchmark on, default TF32 (convolutions yes, matmul no). "
                      f"Peak: tessel's process RSS; PyTorch's RSS and GPU peak "
                      f"(max_memory_allocated).")
+        lines.append("")
+    if args.ranks > 1:
+        lines.append(f"Data parallel: tessel `--plan data={args.ranks}` on {args.ranks} ranks x "
+                     f"{args.threads} workers; PyTorch DistributedDataParallel (gloo) on "
+                     f"{args.ranks} processes x {args.threads} threads; global batch as the row's.")
         lines.append("")
     lines += [f"| row | batch | tessel s/step (min/median/max) | PyTorch s/step (min/median/max) | "
               f"speed ratio, median (min-max of {args.pairs} pairs) | peak MiB tessel / PyTorch"
