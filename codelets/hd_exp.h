@@ -130,30 +130,17 @@ TSL_HD_INLINE double tsl_hd_tanh(double x)
     return x < 0 ? -y : y;
 }
 
-TSL_HD_INLINE double tsl_hd_log(double x)
+/* log(x 2^e0) for a positive normal x (0x1p-1022 <= x < inf), without branches (the CPU's loops
+ * vectorise it). */
+TSL_HD_INLINE double tsl_hd_log_scaled(double x, int64_t e0)
 {
-    if (!(x == x))
-        return tsl_hd_add(x, x); /* NaN */
-    if (x < 0)
-        return tsl_hd_div(0.0, 0.0); /* NaN */
-    if (x == 0)
-        return tsl_hd_div(-1.0, 0.0); /* -inf */
-    if (x > 0x1.fffffffffffffp1023)
-        return x; /* +inf */
-    int64_t bits = (int64_t)tsl_double_bits(x), e = 0;
-    if (bits < ((int64_t)1 << 52)) { /* subnormal */
-        bits = (int64_t)tsl_double_bits(tsl_hd_mul(x, 0x1p54));
-        e = -54;
-    }
-    e += (bits >> 52) - 1023;
+    int64_t bits = (int64_t)tsl_double_bits(x);
+    int64_t e = (bits >> 52) - 1023 + e0;
     int64_t mant = bits & (((int64_t)1 << 52) - 1);
     /* m in [1, 2); above sqrt(2) (significand 0x6a09e667f3bcd) take m / 2 and e + 1 */
-    if (mant > 0x6a09e667f3bcdLL) {
-        mant |= (int64_t)1022 << 52;
-        e += 1;
-    } else {
-        mant |= (int64_t)1023 << 52;
-    }
+    int64_t high = mant > 0x6a09e667f3bcdLL;
+    mant |= (int64_t)(1023 - high) << 52;
+    e += high;
     double f = tsl_hd_sub(tsl_double_from_bits((uint64_t)mant), 1.0);
     double s = tsl_hd_div(f, tsl_hd_add(2.0, f));
     double z = tsl_hd_mul(s, s);
@@ -170,10 +157,39 @@ TSL_HD_INLINE double tsl_hd_log(double x)
     TSL_HD_HORNER(q, z, 2.0 / 3.0);
     double R = tsl_hd_mul(q, z);
     double hfsq = tsl_hd_mul(tsl_hd_mul(0.5, f), f);
-    double ed = (double)e;
+    /* (double)e without a conversion (none in vector form before AVX-512DQ): the bits of
+     * 1.5 * 2^52 + e, less 1.5 * 2^52, exactly */
+    double ed = tsl_hd_sub(tsl_double_from_bits(tsl_double_bits(0x1.8p52) + (uint64_t)e), 0x1.8p52);
     /* e ln2_hi - ((hfsq - (s (hfsq + R) + e ln2_lo)) - f) */
     double inner = tsl_hd_add(tsl_hd_mul(s, tsl_hd_add(hfsq, R)), tsl_hd_mul(ed, TSL_HD_LN2_LO));
     return tsl_hd_sub(tsl_hd_mul(ed, TSL_HD_LN2_HI), tsl_hd_sub(tsl_hd_sub(hfsq, inner), f));
+}
+
+/* log(x) for a positive normal x, without branches; tsl_hd_log() for every double. */
+TSL_HD_INLINE double tsl_hd_log_normal(double x)
+{
+    return tsl_hd_log_scaled(x, 0);
+}
+
+/* Whether tsl_hd_log_normal() takes x. */
+TSL_HD_INLINE int tsl_hd_log_normal_ok(double x)
+{
+    return x >= 0x1p-1022 && x <= 0x1.fffffffffffffp1023;
+}
+
+TSL_HD_INLINE double tsl_hd_log(double x)
+{
+    if (!(x == x))
+        return tsl_hd_add(x, x); /* NaN */
+    if (x < 0)
+        return tsl_hd_div(0.0, 0.0); /* NaN */
+    if (x == 0)
+        return tsl_hd_div(-1.0, 0.0); /* -inf */
+    if (x > 0x1.fffffffffffffp1023)
+        return x;      /* +inf */
+    if (x < 0x1p-1022) /* subnormal: x 2^54 is normal (the scaling exact) */
+        return tsl_hd_log_scaled(tsl_hd_mul(x, 0x1p54), -54);
+    return tsl_hd_log_scaled(x, 0);
 }
 
 #endif /* TESSEL_CODELETS_HD_EXP_H */

@@ -15,9 +15,105 @@
 #define CLASS_STRIDE(a) tsl_loss_class_stride(a)
 #define LOGIT_BASE(a, s, v) tsl_loss_logit_base((a), (s), (v))
 
+/* Positions a block of the vectorised cross-entropy takes, and the most classes it handles
+ * (its logits live in a local block of CE_BLOCK x CE_MAX_CLASSES doubles, 16 KiB). */
+#define CE_BLOCK 64
+#define CE_MAX_CLASSES 32
+
+/* Cross-entropy of the positions v0 .. v0 + n - 1 of sample s (n <= CE_BLOCK, classes <=
+ * CE_MAX_CLASSES): the operations of tsl_loss_cross_entropy_at() on each position, in loops
+ * over the positions that the compiler vectorises (tessel's exp and the log of a normal number
+ * have no branches); the same bits. The good positions' losses go to loss[], their count is
+ * returned; bad labels are flagged, their gradient zero. */
+TSL_VECTOR_KERNEL
+static int64_t cross_entropy_block(const tsl_loss_args *a, const void *x, const void *labels,
+                                   void *grad, int64_t s, int64_t v0, int64_t n, double *loss,
+                                   tsl_acc *acc)
+{
+    const int64_t C = a->classes, stride = tsl_loss_class_stride(a);
+    const int plain_f32 = a->dtype == TSL_F32 && !a->channels_last; /* positions contiguous */
+    double xs[CE_MAX_CLASSES][CE_BLOCK], top[CE_BLOCK], sum[CE_BLOCK], lse[CE_BLOCK];
+    int64_t label[CE_BLOCK], base[CE_BLOCK], bad[CE_BLOCK];
+    for (int64_t j = 0; j < n; j++) {
+        base[j] = tsl_loss_logit_base(a, s, v0 + j);
+        label[j] = tsl_loss_label(a->label_dtype, labels, s * a->inner + v0 + j);
+        bad[j] = (uint64_t)label[j] >= (uint64_t)C; /* below 0 or C and above */
+    }
+    for (int64_t c = 0; c < C; c++) {
+        if (plain_f32) {
+            const float *xc = (const float *)x + base[0] + c * stride;
+            for (int64_t j = 0; j < n; j++)
+                xs[c][j] = (double)xc[j];
+        } else {
+            for (int64_t j = 0; j < n; j++)
+                xs[c][j] = tsl_loss_load(a->dtype, x, base[j] + c * stride);
+        }
+    }
+    /* the largest logit (NaNs ignored, as fmax from -inf does) and the sum of exp(x - top) */
+    for (int64_t j = 0; j < n; j++) {
+        top[j] = -INFINITY;
+        sum[j] = 0;
+    }
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t j = 0; j < n; j++)
+            top[j] = xs[c][j] > top[j] ? xs[c][j] : top[j];
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t j = 0; j < n; j++)
+            sum[j] = tsl_hd_add(sum[j], tsl_hd_exp(tsl_hd_sub(xs[c][j], top[j])));
+    int special = 0;
+    for (int64_t j = 0; j < n; j++) {
+        int ok = tsl_hd_log_normal_ok(sum[j]);
+        special |= !ok;
+        lse[j] = tsl_hd_add(top[j], tsl_hd_log_normal(ok ? sum[j] : 1.0));
+    }
+    if (special) /* NaN or infinite logits */
+        for (int64_t j = 0; j < n; j++)
+            if (!tsl_hd_log_normal_ok(sum[j]))
+                lse[j] = tsl_hd_add(top[j], tsl_hd_log(sum[j]));
+    int64_t good = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (bad[j]) {
+            acc->flagged++;
+            continue;
+        }
+        loss[good++] = tsl_hd_sub(lse[j], xs[label[j]][j]);
+    }
+    if (!grad)
+        return good;
+    /* the gradients, in place of the logits, then stored (zero at a bad label) */
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t j = 0; j < n; j++) {
+            double p = tsl_hd_exp(tsl_hd_sub(xs[c][j], lse[j]));
+            double g = tsl_hd_mul(tsl_hd_sub(p, label[j] == c ? 1.0 : 0.0), a->scale);
+            xs[c][j] = bad[j] ? 0.0 : g;
+        }
+    for (int64_t c = 0; c < C; c++) {
+        if (plain_f32) {
+            float *gc = (float *)grad + base[0] + c * stride;
+            for (int64_t j = 0; j < n; j++)
+                gc[j] = (float)xs[c][j];
+        } else {
+            for (int64_t j = 0; j < n; j++)
+                tsl_loss_store(a->dtype, grad, base[j] + c * stride, xs[c][j]);
+        }
+    }
+    return good;
+}
+
 static void cross_entropy(const tsl_loss_args *a, const void *x, const void *labels, void *grad,
                           tsl_acc *acc)
 {
+    if (a->classes <= CE_MAX_CLASSES) {
+        double loss[CE_BLOCK];
+        for (int64_t s = 0; s < a->samples; s++)
+            for (int64_t v0 = 0; v0 < a->inner; v0 += CE_BLOCK) {
+                int64_t n = a->inner - v0 < CE_BLOCK ? a->inner - v0 : CE_BLOCK;
+                int64_t good = cross_entropy_block(a, x, labels, grad, s, v0, n, loss, acc);
+                for (int64_t j = 0; j < good; j++)
+                    tsl_acc_add(acc, loss[j]);
+            }
+        return;
+    }
     for (int64_t s = 0; s < a->samples; s++) {
         for (int64_t v = 0; v < a->inner; v++) {
             int64_t base = LOGIT_BASE(a, s, v); /* x[s, c, v] = base + c * CLASS_STRIDE(a) */

@@ -11,6 +11,7 @@
 extern "C" {
 #include "codelets/copy.h"
 #include "codelets/loss.h"
+#include "codelets/loss_math.h"
 #include "codelets/reduce.h"
 }
 
@@ -79,6 +80,83 @@ TEST(LossKernel, CrossEntropyValueAndGradient)
             ASSERT_NEAR(grad[i], fd, 1e-7) << "inner " << inner << " element " << i;
         }
     }
+}
+
+// The CPU's cross-entropy runs blocks of positions in vector loops; the CUDA kernel runs each
+// position through tsl_loss_cross_entropy_at (loss_math.h). Both must give the same bits: the
+// gradient element for element and the whole accumulator, on any values (NaN, infinities,
+// signed zeros, subnormals, logits that overflow exp) and labels (bad ones flagged), for both
+// layouts and dtypes, class counts on both sides of the block path's limit and position counts
+// that leave partial blocks. (A NaN's sign and payload are not part of the bits compared: the
+// vector and scalar forms of one operation may pass on either operand's NaN.)
+TEST(LossKernel, CrossEntropyBlocksGiveThePerPositionBits)
+{
+    std::mt19937_64 rng(2026);
+    std::normal_distribution<double> wide(0, 30);
+    const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 4e-320, 710, -745, 1e300};
+    for (int dtype : {TSL_F32, TSL_F64})
+        for (int channels_last : {0, 1})
+            for (int64_t C : {1, 3, 10, 32, 33})
+                for (int64_t inner : {1, 63, 64, 130}) {
+                    const int64_t n = 2, count = n * C * inner;
+                    const size_t esize = dtype == TSL_F32 ? 4 : 8;
+                    std::vector<unsigned char> x(count * esize), g1(count * esize, 0xA5),
+                        g2(count * esize, 0x5A);
+                    for (int64_t i = 0; i < count; i++) {
+                        double v = rng() % 40 == 0 ? specials[rng() % 9] : wide(rng);
+                        if (dtype == TSL_F32)
+                            ((float *)x.data())[i] = (float)v;
+                        else
+                            ((double *)x.data())[i] = v;
+                    }
+                    std::vector<int32_t> y(n * inner);
+                    for (auto &v : y)
+                        v = rng() % 25 == 0 ? (rng() % 2 ? -1 : (int32_t)C) : (int32_t)(rng() % C);
+                    tsl_loss_args a{};
+                    a.kind = TSL_LOSS_CROSS_ENTROPY;
+                    a.dtype = dtype;
+                    a.label_dtype = TSL_I32;
+                    a.samples = n;
+                    a.classes = C;
+                    a.inner = inner;
+                    a.channels_last = channels_last;
+                    a.scale = 1.0 / (double)(n * inner);
+                    tsl_acc got, want;
+                    tsl_acc_init(&got);
+                    tsl_acc_init(&want);
+                    tsl_loss_tile(&a, x.data(), y.data(), g1.data(), &got);
+                    for (int64_t s = 0; s < n; s++)
+                        for (int64_t v = 0; v < inner; v++) {
+                            int64_t base = tsl_loss_logit_base(&a, s, v);
+                            int64_t label = y[s * inner + v];
+                            if (label < 0 || label >= C) {
+                                want.flagged++;
+                                tsl_loss_zero_at(&a, base, g2.data());
+                            } else {
+                                tsl_acc_add(&want, tsl_loss_cross_entropy_at(&a, x.data(), base,
+                                                                             label, g2.data()));
+                            }
+                        }
+                    tsl_acc_normalize(&got);
+                    tsl_acc_normalize(&want);
+                    const char *where = channels_last ? "channels-last" : "plain";
+                    for (int64_t i = 0; i < count; i++) { // a NaN's sign and payload vary
+                        double e1 =
+                            dtype == TSL_F32 ? ((float *)g1.data())[i] : ((double *)g1.data())[i];
+                        double e2 =
+                            dtype == TSL_F32 ? ((float *)g2.data())[i] : ((double *)g2.data())[i];
+                        ASSERT_TRUE((std::isnan(e1) && std::isnan(e2)) ||
+                                    std::memcmp(&g1[i * esize], &g2[i * esize], esize) == 0)
+                            << "gradient " << i << ", dtype " << dtype << " " << where << " C " << C
+                            << " inner " << inner << ": " << e1 << " against " << e2;
+                    }
+                    ASSERT_EQ(0, std::memcmp(got.limb, want.limb, sizeof got.limb))
+                        << "loss limbs, dtype " << dtype << " " << where << " C " << C;
+                    ASSERT_EQ(got.nan_count, want.nan_count);
+                    ASSERT_EQ(got.pos_inf, want.pos_inf);
+                    ASSERT_EQ(got.neg_inf, want.neg_inf);
+                    ASSERT_EQ(got.flagged, want.flagged);
+                }
 }
 
 TEST(LossKernel, CrossEntropyFlagsBadLabels)
