@@ -6,6 +6,9 @@
 #include "graph_internal.h"
 #include "tessel/plan.h"
 
+/* sizeof(tsl_acc), the exact accumulator (codelets/reduce.h; src/reduce.c checks it). */
+#define TSL_PLAN_ACC_BYTES 616
+
 /* The stages of a plan (1 for NULL) and the ranks of each (*group). */
 int32_t tsl_plan_stage_count(const tsl_plan *plan, int32_t nranks, int32_t *group);
 

@@ -8,7 +8,11 @@
 #include "codelets/elementwise.h"
 #include "codelets/reduce.h"
 #include "internal.h"
+#include "plan_internal.h"
 #include "tessel/tensor.h"
+
+/* tessel plan's traffic estimate counts accumulators by this size. */
+_Static_assert(sizeof(tsl_acc) == TSL_PLAN_ACC_BYTES, "TSL_PLAN_ACC_BYTES is sizeof(tsl_acc)");
 
 /* dst (an accumulator of `accs` sums) absorbs src, exactly. */
 static tsl_status acc_merge(struct tsl_context *ctx, starpu_data_handle_t src,

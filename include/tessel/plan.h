@@ -217,6 +217,35 @@ TSL_API tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t 
                                               int32_t nranks, int64_t batch,
                                               int32_t optimizer_states, int64_t *bytes);
 
+/** @brief The terms of tsl_plan_estimate_traffic(), each an array of one count per rank. */
+typedef enum tsl_traffic_term {
+    TSL_TRAFFIC_PARAMS = 0,    /**< gradients to the owners, parameters back to every copy */
+    TSL_TRAFFIC_BATCHNORM = 1, /**< batch norm's exact sums, forward and backward */
+    TSL_TRAFFIC_HALOS = 2,     /**< convolutions' halo slabs, forward and backward */
+    TSL_TRAFFIC_STAGES = 3,    /**< values crossing pipeline stages and their gradients */
+    TSL_TRAFFIC_LOSSES = 4,    /**< the loss's and the accuracy's sums */
+    TSL_TRAFFIC_TOTAL = 5,     /**< the sum of the terms above */
+    TSL_TRAFFIC_TERMS = 6
+} tsl_traffic_term;
+
+/**
+ * @brief Estimated bytes each rank sends to other ranks in one training step of @p graph under
+ * @p plan with batches of @p batch (same arguments as tsl_plan_estimate()), term by term as the
+ * lowering moves them: the gradients of sharded weights reduced onto the shards' owners and the
+ * shards gathered back into every rank's whole copy, the buckets' packed partial gradients
+ * summed by a tree onto their owners, the replicated parameters refreshed from their owners;
+ * batch norm's exact accumulators (2 per channel) sent from every rank with tiles to every other
+ * rank that needs the sums, forward and backward (a tree and copies beyond 8 such ranks); the
+ * halo slabs of spatially tiled convolutions forward and the window gradients' slabs backward;
+ * values read by an op of another pipeline stage, and their gradients back; the loss's and the
+ * accuracy's accumulators. Not counted: copies between different tile grids of one value,
+ * evaluation passes, StarPU-MPI's message headers.
+ * @param[out] sent ::TSL_TRAFFIC_TERMS x @p nranks entries: term t of rank r at [t * nranks + r]
+ */
+TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t graph,
+                                             int32_t nranks, int32_t workers, int64_t batch,
+                                             int32_t optimizer_states, int64_t *sent);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,7 +20,8 @@ static void usage_plan(FILE *out)
             "  placement puts them, with their gradients and the optimizer state (adam, the\n"
             "  default, keeps two copies; sgd one); with stages=, the stage table: each\n"
             "  stage's ranks, layers, largest rank's estimated tiles (all, and live at once\n"
-            "  with received copies) and forward flops\n"
+            "  with received copies) and forward flops; and the bytes each rank sends per\n"
+            "  training step (parameters, batch-norm sums, halos, stage boundaries, losses)\n"
             "  --mem-per-rank M   a verdict: whether every rank fits in M MiB (its tiles live\n"
             "                     at once, received copies and the process overhead)\n"
             "  --overhead-mib O   a rank's memory outside its tiles (default 48: measured\n"
@@ -244,6 +245,27 @@ static void warn_idle_ranks(const tsl_tile_grid *grid, const tsl_owner_map *owne
                idle, ranks, batch);
 }
 
+/* The bytes the busiest rank sends in a training step (tsl_plan_estimate_traffic), by term. */
+static void print_traffic(const int64_t *sent, long ranks)
+{
+    const int64_t *total = sent + (int64_t)TSL_TRAFFIC_TOTAL * ranks;
+    long top = 0;
+    double all = 0;
+    for (long r = 0; r < ranks; r++) {
+        top = total[r] > total[top] ? r : top;
+        all += (double)total[r];
+    }
+    const double mib = 1048576.0;
+    printf("traffic per training step (estimate): rank %ld sends the most, %.3f MiB (parameters "
+           "%.3f, batch-norm sums %.3f, halos %.3f, stage boundaries %.3f, losses %.3f); all "
+           "ranks %.3f MiB\n",
+           top, (double)total[top] / mib, (double)sent[TSL_TRAFFIC_PARAMS * ranks + top] / mib,
+           (double)sent[TSL_TRAFFIC_BATCHNORM * ranks + top] / mib,
+           (double)sent[TSL_TRAFFIC_HALOS * ranks + top] / mib,
+           (double)sent[TSL_TRAFFIC_STAGES * ranks + top] / mib,
+           (double)sent[TSL_TRAFFIC_LOSSES * ranks + top] / mib, all / mib);
+}
+
 int command_plan(int argc, char **argv)
 {
     plan_options o;
@@ -276,6 +298,7 @@ int command_plan(int argc, char **argv)
     int64_t *received = calloc((size_t)ranks, sizeof *received);
     int64_t *peak = calloc((size_t)ranks, sizeof *peak), one_peak = 0;
     int32_t *op_stage = calloc((size_t)tsl_graph_op_count(g) + 1, sizeof *op_stage);
+    int64_t *sent = calloc((size_t)ranks * TSL_TRAFFIC_TERMS, sizeof *sent);
     tsl_tile_grid grid;
     tsl_owner_map owners;
     const tsl_plan *pp = plan_text ? &plan : NULL;
@@ -284,7 +307,7 @@ int command_plan(int argc, char **argv)
     tsl_plan_init(&solo);
     solo.recompute = pp ? pp->recompute : 0;
     int code = 0;
-    if (!bytes || !received || !peak || !op_stage)
+    if (!bytes || !received || !peak || !op_stage || !sent)
         code = fail_oom("for the estimates of every rank", (double)ranks * 24);
     else if ((st = tsl_plan_estimate(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
                                      bytes)) ||
@@ -294,6 +317,8 @@ int command_plan(int argc, char **argv)
              (st = tsl_plan_estimate(&solo, g, 1, 1, batch, states, &one)) ||
              (st = tsl_plan_estimate_peak(&solo, g, 1, 1, batch, states, &one_peak)) ||
              (st = tsl_plan_stages(pp, g, batch, states, op_stage)) ||
+             (st = tsl_plan_estimate_traffic(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
+                                             sent)) ||
              (st = tsl_plan_tensor_tiling(pp, &info.sample_shape, (int32_t)ranks, 0,
                                           (int32_t)workers, batch, &info.sample_shape, 1, &grid,
                                           &owners)))
@@ -313,13 +338,16 @@ int command_plan(int argc, char **argv)
         if (!pp || pp->stages <= 1)
             warn_idle_ranks(&grid, &owners, info.sample_shape.ndim + 1, ranks, batch);
         printf("rank  tiles (all)   tiles (most live at once)  received copies (largest at "
-               "once)\n");
+               "once)  sends per step\n");
         int64_t largest = 0, largest_peak = 0, with_received = 0;
         for (long r = 0; r < ranks; r++) {
             char tiles[32], live[32];
             snprintf(tiles, sizeof tiles, "%.1f MiB", (double)bytes[r] / 1048576.0);
             snprintf(live, sizeof live, "%.1f MiB", (double)peak[r] / 1048576.0);
-            printf("%-5ld %-13s %-26s %.1f MiB\n", r, tiles, live, (double)received[r] / 1048576.0);
+            char got[32];
+            snprintf(got, sizeof got, "%.1f MiB", (double)received[r] / 1048576.0);
+            printf("%-5ld %-13s %-26s %-33s %.3f MiB\n", r, tiles, live, got,
+                   (double)sent[TSL_TRAFFIC_TOTAL * ranks + r] / 1048576.0);
             largest = bytes[r] > largest ? bytes[r] : largest;
             largest_peak = peak[r] > largest_peak ? peak[r] : largest_peak;
             if (peak[r] + received[r] > with_received)
@@ -338,11 +366,14 @@ int command_plan(int argc, char **argv)
             code = print_stages(pp, g, ranks, batch, op_stage, bytes, peak, received);
         if (!code)
             code = print_placement(pp, g, (int32_t)ranks, op_stage);
+        if (!code)
+            print_traffic(sent, ranks);
     }
     free(bytes);
     free(received);
     free(peak);
     free(op_stage);
+    free(sent);
     tsl_graph_destroy(g);
     return code;
 }

@@ -1,0 +1,351 @@
+/* The bytes each rank sends in one training step of a plan (tsl_plan_estimate_traffic()), term
+ * by term, as the lowering moves them: parameters (sharded weights' reduce-scatter and
+ * allgather, buckets' trees, the replicated parameters' refresh), batch-norm statistics (the
+ * one-hop exchange of exact accumulators), halo slabs of spatially tiled convolutions (forward
+ * and the backward's returned slabs), values crossing pipeline stages (activations forward,
+ * gradients backward) and the losses' accumulators. Pure C: geometry and placement only. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "graph_internal.h"
+#include "plan_internal.h"
+#include "tessel/plan.h"
+
+/* Up to this many ranks with tiles, batch-norm sums go one hop from each rank to every rank
+ * that needs them (src/reduce.c, tsl_acc_allreduce_submit's default); beyond, one tree over the
+ * tiles and a copy to each. */
+#define TRAFFIC_DIRECT_RANKS 8
+
+/* The tiles of one (batch, sample...) tensor: their boxes and owners. */
+typedef struct tiles {
+    int64_t n;
+    int ndim;
+    int64_t (*lo)[TSL_MAX_DIMS], (*ext)[TSL_MAX_DIMS];
+    int32_t *rank;
+} tiles;
+
+static void tiles_free(tiles *t)
+{
+    free(t->lo);
+    free(t->ext);
+    free(t->rank);
+    memset(t, 0, sizeof *t);
+}
+
+static tsl_status tiles_of(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                           int32_t stage, int32_t workers, int64_t batch, const tsl_shape *sample,
+                           tiles *t)
+{
+    memset(t, 0, sizeof *t);
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    tsl_status st = tsl_plan_tensor_tiling(plan, input, nranks, stage, workers, batch, sample, 1,
+                                           &grid, &owners);
+    if (st)
+        return st;
+    tsl_shape whole;
+    tsl_batch_shape(batch, sample, &whole);
+    t->ndim = whole.ndim;
+    t->n = 1;
+    for (int d = 0; d < whole.ndim; d++)
+        t->n *= grid.splits[d];
+    t->lo = malloc(sizeof *t->lo * (size_t)t->n);
+    t->ext = malloc(sizeof *t->ext * (size_t)t->n);
+    t->rank = malloc(sizeof *t->rank * (size_t)t->n);
+    if (!t->lo || !t->ext || !t->rank) {
+        tiles_free(t);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_traffic: out of memory");
+    }
+    for (int64_t i = 0; i < t->n && !st; i++) {
+        int32_t coords[TSL_MAX_DIMS] = {0};
+        int64_t rest = i;
+        for (int d = whole.ndim - 1; d >= 0; d--) {
+            coords[d] = (int32_t)(rest % grid.splits[d]);
+            rest /= grid.splits[d];
+            tsl_tile_extent(whole.dims[d], grid.splits[d], coords[d], &t->lo[i][d], &t->ext[i][d]);
+        }
+        st = tsl_owner_map_rank(&owners, coords, whole.ndim, &grid, nranks, &t->rank[i]);
+    }
+    if (st)
+        tiles_free(t);
+    return st;
+}
+
+static int64_t tile_numel(const tiles *t, int64_t i)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->ext[i][d];
+    return n;
+}
+
+/* Mark in `has` the ranks owning a tile of t. */
+static void ranks_of(const tiles *t, int32_t nranks, uint8_t *has)
+{
+    memset(has, 0, (size_t)nranks);
+    for (int64_t i = 0; i < t->n; i++)
+        has[t->rank[i]] = 1;
+}
+
+/* The exact accumulators' exchange (tsl_acc_allreduce_submit): `bytes` per rank's partial. */
+static void acc_allreduce(const tiles *t, int32_t nranks, const uint8_t *need, int64_t bytes,
+                          int64_t *sent)
+{
+    uint8_t *has = calloc((size_t)nranks, 1);
+    if (!has)
+        return;
+    ranks_of(t, nranks, has);
+    int32_t holders = 0;
+    for (int32_t r = 0; r < nranks; r++)
+        holders += has[r];
+    if (holders <= TRAFFIC_DIRECT_RANKS) {
+        for (int32_t q = 0; q < nranks; q++)
+            for (int32_t r = 0; r < nranks && has[q]; r++)
+                sent[q] += (r != q && need[r]) ? bytes : 0;
+    } else { /* a pairwise tree over the tiles, then a copy to each rank that needs it */
+        for (int64_t step = 1; step < t->n; step *= 2)
+            for (int64_t i = 0; i + step < t->n; i += 2 * step)
+                sent[t->rank[i + step]] += t->rank[i + step] != t->rank[i] ? bytes : 0;
+        for (int32_t r = 0; r < nranks; r++)
+            sent[t->rank[0]] += (need[r] && r != t->rank[0]) ? bytes : 0;
+    }
+    free(has);
+}
+
+/* tsl_exact_reduce over a tensor's tiles: a tree of one accumulator each, then the total to every
+ * other rank. */
+static void exact_reduce(const tiles *t, int32_t nranks, int64_t *sent)
+{
+    for (int64_t step = 1; step < t->n; step *= 2)
+        for (int64_t i = 0; i + step < t->n; i += 2 * step)
+            sent[t->rank[i + step]] += t->rank[i + step] != t->rank[i] ? TSL_PLAN_ACC_BYTES : 0;
+    sent[t->rank[0]] += (int64_t)(nranks - 1) * TSL_PLAN_ACC_BYTES;
+}
+
+/* Halo slabs of a convolution (not transposed) from x's tiles to y's: each output tile's input
+ * window meets other input tiles; those on other ranks send the slab forward, and the backward
+ * sends the window gradient's slab back (when x takes a gradient). */
+static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, const tsl_shape *w,
+                       int backward, int64_t *sent)
+{
+    const tsl_conv_params *c = &op->conv;
+    const int sp = c->spatial;
+    if (x->ndim != y->ndim || x->n != y->n)
+        return; /* regridded: not modelled */
+    for (int64_t i = 0; i < y->n; i++) {
+        int64_t wlo[3], whi[3];
+        for (int d = 0; d < sp; d++) {
+            int64_t lo = y->lo[i][2 + d], ext = y->ext[i][2 + d];
+            wlo[d] = lo * c->stride[d] - c->padding[d];
+            whi[d] = (lo + ext - 1) * c->stride[d] - c->padding[d] +
+                     (w->dims[2 + d] - 1) * c->dilation[d] + 1;
+        }
+        for (int64_t j = 0; j < x->n; j++) {
+            if (j == i || x->rank[j] == y->rank[i] || x->lo[j][0] != y->lo[i][0])
+                continue;
+            int64_t vol = x->ext[j][0] * x->ext[j][1];
+            for (int d = 0; d < sp && vol; d++) {
+                int64_t lo = x->lo[j][2 + d] > wlo[d] ? x->lo[j][2 + d] : wlo[d];
+                int64_t hi = x->lo[j][2 + d] + x->ext[j][2 + d] < whi[d]
+                                 ? x->lo[j][2 + d] + x->ext[j][2 + d]
+                                 : whi[d];
+                vol = hi > lo ? vol * (hi - lo) : 0;
+            }
+            sent[x->rank[j]] += 4 * vol;
+            if (backward)
+                sent[y->rank[i]] += 4 * vol;
+        }
+    }
+}
+
+/* Gradients and refreshed values of the parameters. */
+static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                const int32_t *op_stage, tiles *vt, int64_t *sent,
+                                int32_t *param_owner)
+{
+    int32_t np = g->nparams;
+    if (np == 0)
+        return TSL_OK;
+    tsl_tile_grid *grids = calloc((size_t)np, sizeof *grids);
+    tsl_owner_map *owners = calloc((size_t)np, sizeof *owners);
+    int32_t *sharded = calloc((size_t)np, sizeof *sharded), *op_of = calloc((size_t)np, 4);
+    int32_t *bucket_of = calloc((size_t)np, 4), *replicated = calloc((size_t)np, 4), nb = 0;
+    uint8_t *part = calloc((size_t)nranks, 1), *bpart = calloc((size_t)np * nranks, 1);
+    int64_t *btotal = calloc((size_t)np, sizeof *btotal);
+    int32_t *bowner = calloc((size_t)np, 4);
+    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
+    (void)stages;
+    tsl_status st =
+        grids && owners && sharded && op_of && bucket_of && replicated && part && bpart && btotal &&
+                bowner
+            ? tsl_plan_param_placement(plan, g, nranks, op_stage, grids, owners, sharded)
+            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_traffic: out of memory");
+    if (!st)
+        st = tsl_plan_buckets(plan, g, nranks, owners, sharded, bucket_of, replicated, &nb);
+    if (!st)
+        tsl_plan_param_ops(g, op_of);
+    for (int32_t p = 0; p < np && !st; p++) {
+        const tsl_graph_op *op = &g->ops[op_of[p]];
+        const tsl_graph_param *prm = &g->params[p];
+        const tiles *dy = &vt[op->output];
+        int32_t first = op_stage[op_of[p]] * group, owner = 0;
+        ranks_of(dy, nranks, part);
+        const int32_t zero[TSL_MAX_DIMS] = {0};
+        if ((st = tsl_owner_map_rank(&owners[p], zero, prm->shape.ndim, &grids[p], nranks, &owner)))
+            break;
+        param_owner[p] = owner;
+        int64_t numel = tsl_shape_numel(&prm->shape), bytes = 4 * numel;
+        if (sharded[p]) { /* reduce-scatter of the partials, allgather of the shards */
+            int64_t row = numel / prm->shape.dims[0];
+            for (int32_t k = 0; k < grids[p].splits[0]; k++) {
+                int64_t start, extent;
+                int32_t coords[TSL_MAX_DIMS] = {k}, so;
+                tsl_tile_extent(prm->shape.dims[0], grids[p].splits[0], k, &start, &extent);
+                if ((st = tsl_owner_map_rank(&owners[p], coords, prm->shape.ndim, &grids[p], nranks,
+                                             &so)))
+                    break;
+                for (int32_t r = first; r < first + group; r++) {
+                    sent[r] += (part[r] && r != so) ? 4 * row * extent : 0;
+                    sent[so] += r != so ? 4 * row * extent : 0;
+                }
+            }
+            continue;
+        }
+        if (replicated[p]) /* the owner refreshes every other rank's whole copy */
+            sent[owner] += (int64_t)(group - 1) * bytes;
+        if (!prm->trainable || op->kind == TSL_OP_BATCHNORM)
+            continue; /* batch norm's parameter gradients come from its exchanged sums */
+        if (bucket_of[p] >= 0) {
+            int32_t b = bucket_of[p];
+            btotal[b] += bytes;
+            bowner[b] = owner;
+            for (int32_t r = 0; r < nranks; r++)
+                bpart[(int64_t)b * nranks + r] |= part[r];
+            continue;
+        }
+        /* a tree over the tiles' partials, rooted at the owner's first tile */
+        int64_t root = 0;
+        for (int64_t i = 0; i < dy->n; i++)
+            if (dy->rank[i] == owner) {
+                root = i;
+                break;
+            }
+        for (int64_t step = 1; step < dy->n; step *= 2)
+            for (int64_t i = 0; i + step < dy->n; i += 2 * step) {
+                int32_t to = dy->rank[(root + i) % dy->n],
+                        from = dy->rank[(root + i + step) % dy->n];
+                sent[from] += from != to ? bytes : 0;
+            }
+        if (dy->rank[root] != owner)
+            sent[dy->rank[root]] += bytes;
+    }
+    for (int32_t b = 0; b < nb && !st; b++) { /* one packed partial per rank, a tree to the owner */
+        int32_t *order = malloc(sizeof *order * (size_t)nranks), m = 0;
+        if (!order) {
+            st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_traffic: out of memory");
+            break;
+        }
+        for (int32_t j = 0; j < nranks; j++) {
+            int32_t q = (bowner[b] + j) % nranks;
+            if (bpart[(int64_t)b * nranks + q])
+                order[m++] = q;
+        }
+        for (int32_t step = 1; step < m; step *= 2)
+            for (int32_t i = 0; i + step < m; i += 2 * step)
+                sent[order[i + step]] += btotal[b];
+        if (m > 0 && order[0] != bowner[b])
+            sent[order[0]] += btotal[b];
+        free(order);
+    }
+    free(grids);
+    free(owners);
+    free(sharded);
+    free(op_of);
+    free(bucket_of);
+    free(replicated);
+    free(part);
+    free(bpart);
+    free(btotal);
+    free(bowner);
+    return st;
+}
+
+tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                     int32_t workers, int64_t batch, int32_t optimizer_states,
+                                     int64_t *sent)
+{
+    if (!g || !sent || nranks < 1 || workers < 1 || batch < 1 || optimizer_states < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_traffic: bad argument");
+    memset(sent, 0, sizeof *sent * (size_t)nranks * TSL_TRAFFIC_TERMS);
+    int32_t out = tsl_graph_output(g);
+    if (out < 0 || g->input < 0)
+        return tsl_error(NULL, TSL_ERR_STATE,
+                         "tsl_plan_estimate_traffic: the graph needs an input and an output");
+    tsl_shape input;
+    tsl_graph_value_shape(g, g->input, &input);
+    tsl_status st = plan ? tsl_plan_check(plan, &input, nranks) : TSL_OK;
+    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
+    tiles *vt = calloc((size_t)g->nvalues + 1, sizeof *vt);
+    uint8_t *need = calloc((size_t)nranks, 1);
+    int32_t *param_owner = calloc((size_t)g->nparams + 1, sizeof *param_owner);
+    if (!st && (!op_stage || !vt || !need || !param_owner))
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_traffic: out of memory");
+    if (!st)
+        st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
+    for (int32_t v = 0; v < g->nvalues && !st; v++)
+        st = tiles_of(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
+                      &g->values[v].shape, &vt[v]);
+    int64_t *params = sent + (int64_t)TSL_TRAFFIC_PARAMS * nranks;
+    int64_t *bn = sent + (int64_t)TSL_TRAFFIC_BATCHNORM * nranks;
+    int64_t *halo = sent + (int64_t)TSL_TRAFFIC_HALOS * nranks;
+    int64_t *stagex = sent + (int64_t)TSL_TRAFFIC_STAGES * nranks;
+    int64_t *loss = sent + (int64_t)TSL_TRAFFIC_LOSSES * nranks;
+    if (!st && nranks > 1)
+        st = param_traffic(plan, g, nranks, op_stage, vt, params, param_owner);
+    for (int32_t o = 0; o < g->nops && !st && nranks > 1; o++) {
+        const tsl_graph_op *op = &g->ops[o];
+        const tiles *y = &vt[op->output];
+        if (op->kind == TSL_OP_BATCHNORM) { /* sums forward and backward, 2 C accumulators */
+            const tiles *x = &vt[op->inputs[0]];
+            int64_t bytes = 2 * g->values[op->inputs[0]].shape.dims[0] * TSL_PLAN_ACC_BYTES;
+            ranks_of(y, nranks, need); /* and the owners of its parameters and statistics */
+            for (int32_t k = 0; k < op->nparams; k++)
+                if (op->params[k] >= 0)
+                    need[param_owner[op->params[k]]] = 1;
+            acc_allreduce(x, nranks, need, bytes, bn);
+            acc_allreduce(x, nranks, need, bytes, bn);
+        }
+        if (op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0)
+            conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
+                       op->inputs[0] != g->input, halo);
+        for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */
+            int32_t v = op->inputs[k];
+            if (op_stage[g->values[v].producer] == op_stage[o])
+                continue;
+            const tiles *x = &vt[v];
+            /* sent forward, and again for a backward that reads it (the forward's received
+             * copy is dropped after the forward) */
+            int64_t times = 1 + tsl_graph_op_reads_input_backward(op);
+            for (int64_t i = 0; i < x->n; i++) {
+                stagex[x->rank[i]] += times * 4 * tile_numel(x, i);
+                if (v != g->input) /* its gradient back, from the tile's peer on this stage */
+                    stagex[y->rank[i % y->n]] += 4 * tile_numel(x, i);
+            }
+        }
+    }
+    if (!st && nranks > 1) { /* the loss and the accuracy, one accumulator per tile each */
+        exact_reduce(&vt[out], nranks, loss);
+        exact_reduce(&vt[out], nranks, loss);
+    }
+    for (int32_t r = 0; r < nranks && !st; r++)
+        for (int k = 0; k < TSL_TRAFFIC_TERMS - 1; k++)
+            sent[(int64_t)TSL_TRAFFIC_TOTAL * nranks + r] += sent[(int64_t)k * nranks + r];
+    for (int32_t v = 0; vt && v < g->nvalues; v++)
+        tiles_free(&vt[v]);
+    free(vt);
+    free(op_stage);
+    free(need);
+    free(param_owner);
+    return st;
+}
