@@ -58,14 +58,15 @@ static void add_cpu(void *buffers[], void *cl_arg)
     if (a.dtype == TSL_F32) {
         const float *x = VEC_PTR(0), *y = VEC_PTR(1);
         float *z = VEC_PTR(2);
+        float alpha = (float)a.alpha;
         for (int64_t i = 0; i < a.count; i++)
-            z[i] = tsl_add_f32(x[i], y[i]);
+            z[i] = tsl_add_f32(x[i], y[i], alpha);
     } else {
         TSL_CODELET_CHECK(a.dtype == TSL_F64, "add: dtype");
         const double *x = VEC_PTR(0), *y = VEC_PTR(1);
         double *z = VEC_PTR(2);
         for (int64_t i = 0; i < a.count; i++)
-            z[i] = tsl_add_f64(x[i], y[i]);
+            z[i] = tsl_add_f64(x[i], y[i], a.alpha);
     }
 }
 

@@ -27,11 +27,11 @@ namespace
         }                                                                                          \
     }                                                                                              \
     /* z may alias a or b (the same element read, then written) */                                 \
-    __global__ void add_##SFX(int64_t n, const T *a, const T *b, T *z)                             \
+    __global__ void add_##SFX(int64_t n, T alpha, const T *a, const T *b, T *z)                    \
     {                                                                                              \
         TSL_CUDA_FOR(i, n)                                                                         \
         {                                                                                          \
-            z[i] = tsl_add_##SFX(a[i], b[i]);                                                      \
+            z[i] = tsl_add_##SFX(a[i], b[i], alpha);                                               \
         }                                                                                          \
     }
 
@@ -111,13 +111,13 @@ extern "C" void tsl_add_cuda(void *buffers[], void *cl_arg)
     cudaStream_t stream = starpu_cuda_get_local_stream();
     unsigned blocks = tsl_cuda_blocks(a.count);
     if (a.dtype == TSL_F32)
-        add_f32<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a.count, (const float *)buf(buffers, 0),
-                                                         (const float *)buf(buffers, 1),
-                                                         (float *)buf(buffers, 2));
+        add_f32<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(
+            a.count, (float)a.alpha, (const float *)buf(buffers, 0), (const float *)buf(buffers, 1),
+            (float *)buf(buffers, 2));
     else
-        add_f64<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a.count, (const double *)buf(buffers, 0),
-                                                         (const double *)buf(buffers, 1),
-                                                         (double *)buf(buffers, 2));
+        add_f64<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(
+            a.count, a.alpha, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
+            (double *)buf(buffers, 2));
     TSL_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,7 +20,7 @@ typedef struct tsl_elementwise_args {
 
 extern struct starpu_codelet tsl_cl_scale; /* RW x:      x = alpha x */
 extern struct starpu_codelet tsl_cl_axpy;  /* R x, RW y: y += alpha x */
-extern struct starpu_codelet tsl_cl_add;   /* R a, R b, W|RW dst: dst = a + b */
+extern struct starpu_codelet tsl_cl_add;   /* R a, R b, W|RW dst: dst = alpha a + b */
 
 /* ---- placement marks ---- */
 

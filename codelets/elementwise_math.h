@@ -16,9 +16,10 @@
     {                                                                                              \
         return y + alpha * x;                                                                      \
     }                                                                                              \
-    static inline TSL_HD T tsl_add_##SFX(T a, T b)                                                 \
+    /* alpha a + b: 1 a + b is a + b exactly */                                                    \
+    static inline TSL_HD T tsl_add_##SFX(T a, T b, T alpha)                                        \
     {                                                                                              \
-        return a + b;                                                                              \
+        return alpha * a + b;                                                                      \
     }
 
 TSL_ELEMENTWISE_FUNCTIONS(float, f32)

@@ -362,19 +362,27 @@ tsl_status tsl_graph_concat(tsl_graph_t g, int32_t count, const int32_t *xs, int
     return add_op(g, &op, NULL, value, fn);
 }
 
-tsl_status tsl_graph_add(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
+tsl_status tsl_graph_add_scaled(tsl_graph_t g, int32_t a, int32_t b, double h, int32_t *value)
 {
-    const char *fn = "tsl_graph_add";
+    const char *fn = "tsl_graph_add_scaled";
     tsl_status st = check_graph(g, value, fn);
     if (st || (st = check_value(g, a, fn)) || (st = check_value(g, b, fn)))
         return st;
+    if (!isfinite(h) || h == 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: h %g must be finite and nonzero", fn, h);
     tsl_graph_op op;
     memset(&op, 0, sizeof op);
     op.kind = TSL_OP_ADD;
     op.ninputs = 2;
     op.inputs[0] = a;
     op.inputs[1] = b;
+    op.h = h;
     return add_op(g, &op, NULL, value, fn);
+}
+
+tsl_status tsl_graph_add(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
+{
+    return tsl_graph_add_scaled(g, a, b, 1.0, value);
 }
 
 tsl_status tsl_graph_flatten(tsl_graph_t g, int32_t x, int32_t *value)

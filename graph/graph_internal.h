@@ -37,6 +37,7 @@ typedef struct tsl_graph_op {
     int32_t transposed;
     int32_t bias;
     double eps, momentum; /* batch norm */
+    double h;             /* add: h * inputs[0] + inputs[1] (an ODE step's size; 1 by default) */
     tsl_activation act;
     double slope;
     tsl_pool_params pool;

@@ -32,6 +32,7 @@ enum key {
     K_SLOPE,
     K_SCALE,
     K_COUNT_INCLUDE_PAD,
+    K_H,
     K_STAGE,
     KEY_COUNT
 };

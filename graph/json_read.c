@@ -395,8 +395,12 @@ static tsl_status build_layer(layer *l, int32_t *value)
                      tsl_graph_upsample(g, l->inputs[0], scale, l->op == L_UPSAMPLE_LINEAR, value));
     case L_CONCAT:
         return built(l, tsl_graph_concat(g, l->ninputs, l->inputs, value));
-    case L_ADD:
-        return built(l, tsl_graph_add(g, l->inputs[0], l->inputs[1], value));
+    case L_ADD: {
+        double h;
+        if ((st = get_number(l, K_H, 1.0, &h)))
+            return st;
+        return built(l, tsl_graph_add_scaled(g, l->inputs[0], l->inputs[1], h, value));
+    }
     case L_FLATTEN:
         return built(l, tsl_graph_flatten(g, l->inputs[0], value));
     case L_LINEAR:

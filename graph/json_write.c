@@ -205,6 +205,8 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
         return add_ints(j, K_SCALE, o->scale, spatial, NULL);
     case L_LINEAR:
         return add_out(j, g, o) || add_bool(j, K_BIAS, o->bias, 1);
+    case L_ADD:
+        return add_number(j, K_H, o->h, 1.0);
     default:
         return 0;
     }

@@ -42,6 +42,13 @@ static const zoo_entry zoo[] = {
      "shortcuts, global average pooling, linear classifier; 'resnet' has one block "
      "per stage, 'resnetN' N blocks; 1-D, 2-D or 3-D",
      0},
+    {"odenet",
+     "ODE network for layer-parallel training: an 8-channel conv-batchnorm-ReLU stem, N "
+     "residual steps u + h F(u) of size h = 1/N with F = conv-batchnorm-ReLU-conv (8 "
+     "channels, no pooling: one ODE segment), global average pooling, linear classifier; "
+     "'odenetN', N from 1 to 4096; 1-D, 2-D or 3-D",
+     0},
+    {"odetanh", "as odenet, with tanh in F: 'odetanhN'", 0},
 };
 
 enum { ZOO_SIZE = sizeof zoo / sizeof zoo[0] };
@@ -237,6 +244,29 @@ static int32_t basic_block(builder *b, const char *prefix, int32_t x, int64_t ch
     return unary(b, sum, RELU, NULL);
 }
 
+/* The ODE network: stem, `steps` residual steps u + h F(u) (h = 1 / steps), head. */
+static void odenet(builder *b, int32_t x, int64_t classes, int steps, int tanh_f)
+{
+    const int64_t width = 8;
+    int32_t u = conv_bn_relu(b, NULL, 1, x, width, 1, 1);
+    for (int k = 0; k < steps && !b->st; k++) {
+        char prefix[32], cn[TSL_GRAPH_NAME_MAX], bn[TSL_GRAPH_NAME_MAX];
+        snprintf(prefix, sizeof prefix, "steps.%d", k);
+        int32_t f = unary(b, conv(b, join(cn, sizeof cn, prefix, "conv1"), u, width, 3, 1, 1, 0),
+                          BN, join(bn, sizeof bn, prefix, "bn1"));
+        if (tanh_f && !b->st)
+            b->st = tsl_graph_activation(b->g, f, TSL_ACT_TANH, 0, &f);
+        else
+            f = unary(b, f, RELU, NULL);
+        f = conv(b, join(cn, sizeof cn, prefix, "conv2"), f, width, 3, 1, 1, 1);
+        if (!b->st)
+            b->st = tsl_graph_add_scaled(b->g, f, u, 1.0 / steps, &u);
+    }
+    u = linear(b, "fc", unary(b, u, GAP, NULL), classes);
+    if (!b->st)
+        b->st = tsl_graph_set_output(b->g, u);
+}
+
 static void resnet(builder *b, int32_t x, int64_t classes, int blocks)
 {
     int32_t v = conv_bn_relu(b, NULL, 1, x, 16, 1, 1);
@@ -263,6 +293,8 @@ static void needs(const zoo_entry *e, int64_t *min, int64_t *divisor)
         *divisor = 4;
     } else if (strcmp(e->name, "resnet") == 0)
         *min = 4;
+    else if (strncmp(e->name, "ode", 3) == 0)
+        *min = 3;
     else
         *min = 1;
 }
@@ -281,19 +313,29 @@ tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *dims, in
     for (int i = 0; i < ZOO_SIZE && !e; i++)
         if (strcmp(name, zoo[i].name) == 0)
             e = &zoo[i];
-    if (!e && strncmp(name, "resnet", 6) == 0) { /* resnetN */
+    /* resnetN (N 1 to 64), odenetN and odetanhN (N 1 to 4096): the entry of the prefix */
+    for (int i = 0; i < ZOO_SIZE && !e; i++) {
+        size_t len = strlen(zoo[i].name);
+        int resnet = strcmp(zoo[i].name, "resnet") == 0, ode = strncmp(zoo[i].name, "ode", 3) == 0;
+        if ((!resnet && !ode) || strncmp(name, zoo[i].name, len) != 0)
+            continue;
         char *end;
-        long n = strtol(name + 6, &end, 10);
-        if (end != name + 6 && !*end && n >= 1 && n <= 64) {
-            e = &zoo[ZOO_SIZE - 1];
+        long n = strtol(name + len, &end, 10);
+        if (end != name + len && !*end && n >= 1 && n <= (resnet ? 64 : 4096) &&
+            (name[len] >= '1' && name[len] <= '9')) {
+            e = &zoo[i];
             blocks = (int)n;
         }
     }
     if (!e)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "tsl_zoo_graph: no network named '%s' (the zoo has: cnn, cnn1d, cnn2d, "
-                         "cnn3d, fcn2d, unet2d, unet3d, resnet, resnetN)",
+                         "cnn3d, fcn2d, unet2d, unet3d, resnet, resnetN with N 1 to 64, odenetN "
+                         "and odetanhN with N 1 to 4096)",
                          name);
+    if (strncmp(e->name, "ode", 3) == 0 && strcmp(name, e->name) == 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "tsl_zoo_graph: '%s' needs its number of steps, e.g. '%s64'", name, name);
     int spatial = ndim - 1;
     if (spatial < 1 || spatial > 3 || (e->dims && spatial != e->dims))
         return tsl_error(NULL, TSL_ERR_SHAPE,
@@ -326,6 +368,8 @@ tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *dims, in
         fcn(&b, x, classes);
     else if (strncmp(e->name, "unet", 4) == 0)
         unet(&b, x, classes);
+    else if (strncmp(e->name, "ode", 3) == 0)
+        odenet(&b, x, classes, blocks, strcmp(e->name, "odetanh") == 0);
     else
         resnet(&b, x, classes, blocks);
     if (b.st) {

@@ -49,7 +49,7 @@ _OPS = {
     "global_avgpool": {},
     "upsample_nearest": {"scale": None},
     "upsample_linear": {"scale": None},
-    "concat": {}, "add": {}, "flatten": {},
+    "concat": {}, "add": {"h": 1.0}, "flatten": {},
     "linear": {"out": None, "bias": True},
 }
 _COMMON_KEYS = {"name", "op", "inputs", "stage"}
@@ -277,7 +277,13 @@ class TesselNet(nn.Module):
         if op == "add":
             if in_shapes[0] != in_shapes[1]:
                 raise ModelFileError(f"{where}: adds shapes {in_shapes[0]} and {in_shapes[1]}")
-            return (lambda u, v: u + v), x
+            h = a["h"]
+            if not isinstance(h, (int, float)) or isinstance(h, bool) or not math.isfinite(h) \
+                    or h == 0:
+                raise ModelFileError(f"{where}: h must be a finite nonzero number, not {h!r}")
+            if h == 1:
+                return (lambda u, v: u + v), x
+            return (lambda u, v: h * u + v), x
         if op == "flatten":
             return (lambda v: torch.flatten(v, 1)), (math.prod(x),)
         if op == "linear":

@@ -129,6 +129,9 @@ tsl_status tsl_bucket_finish(struct tsl_bucket *b);
  * the tensor's type cannot hold becoming an invalid label (255 or -1) that the loss counts. */
 tsl_status tsl_tensor_scatter_labels(tsl_tensor_t t, int32_t root, const int64_t *src);
 
+/* dst = alpha a + b, as tsl_tensor_add() (alpha 1) does a + b: a residual step of size alpha. */
+tsl_status tsl_tensor_add_scaled(tsl_tensor_t dst, double alpha, tsl_tensor_t a, tsl_tensor_t b);
+
 /* Like tsl_tensor_create_layout(), but StarPU allocates each owned tile when a task first
  * writes it (the tile has no value before), and tsl_tensor_release() gives it back. */
 tsl_status tsl_tensor_create_transient(struct tsl_tensor **out, struct tsl_context *ctx,

@@ -47,19 +47,28 @@ tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
     return submit_elementwise(&tsl_cl_axpy, y, STARPU_RW, &x, 1, alpha, 2.0);
 }
 
-tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
+static tsl_status add_scaled(tsl_tensor_t dst, double alpha, tsl_tensor_t a, tsl_tensor_t b,
+                             const char *fn)
 {
-    tsl_status st = tsl_tensor_check(dst, "tsl_tensor_add");
-    if (st || (st = tsl_tensor_check(a, "tsl_tensor_add")) ||
-        (st = tsl_tensor_check(b, "tsl_tensor_add")) ||
-        (st = tsl_tensor_check_same_layout(dst, a, "tsl_tensor_add")) ||
-        (st = tsl_tensor_check_same_layout(dst, b, "tsl_tensor_add")) ||
-        (st = tsl_tensor_check_float(dst, "tsl_tensor_add")))
+    tsl_status st = tsl_tensor_check(dst, fn);
+    if (st || (st = tsl_tensor_check(a, fn)) || (st = tsl_tensor_check(b, fn)) ||
+        (st = tsl_tensor_check_same_layout(dst, a, fn)) ||
+        (st = tsl_tensor_check_same_layout(dst, b, fn)) || (st = tsl_tensor_check_float(dst, fn)))
         return st;
     /* dst may alias a or b: then the task reads and writes it. */
     const tsl_tensor_t inputs[2] = {a, b};
     return submit_elementwise(&tsl_cl_add, dst, dst == a || dst == b ? STARPU_RW : STARPU_W, inputs,
-                              2, 1.0, 1.0);
+                              2, alpha, alpha == 1.0 ? 1.0 : 2.0);
+}
+
+tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
+{
+    return add_scaled(dst, 1.0, a, b, "tsl_tensor_add");
+}
+
+tsl_status tsl_tensor_add_scaled(tsl_tensor_t dst, double alpha, tsl_tensor_t a, tsl_tensor_t b)
+{
+    return add_scaled(dst, alpha, a, b, "tsl_tensor_add_scaled");
 }
 
 /* The partial task of tile `tile`: sum the tile into its accumulator. */

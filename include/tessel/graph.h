@@ -98,6 +98,37 @@ TSL_API tsl_status tsl_graph_concat(tsl_graph_t graph, int32_t count, const int3
 /** @brief a + b (same shape). */
 TSL_API tsl_status tsl_graph_add(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
 
+/**
+ * @brief h a + b (same shape, h finite and nonzero): with a = F(b), a residual step
+ * b + h F(b), one forward-Euler step of size @p h of the ODE du/dt = F(u)
+ * (tsl_graph_ode_segments()). h = 1 is tsl_graph_add().
+ */
+TSL_API tsl_status tsl_graph_add_scaled(tsl_graph_t graph, int32_t a, int32_t b, double h,
+                                        int32_t *value);
+
+/** @brief A run of residual steps of a graph (tsl_graph_ode_segments()). */
+typedef struct tsl_ode_segment {
+    int32_t input;        /**< u_0, the value the first step reads */
+    int32_t output;       /**< u_N, the last step's output */
+    int32_t first_op;     /**< the first op of the first step's F */
+    int32_t last_op;      /**< the last step's add */
+    int32_t steps;        /**< N */
+    int32_t ops_per_step; /**< F's ops and the add */
+    double h;             /**< the step size of every step */
+} tsl_ode_segment;
+
+/**
+ * @brief The ODE segments of a graph, in op order: maximal runs of residual steps
+ * u_{n+1} = u_n + h F_n(u_n) (tsl_graph_add_scaled(graph, F(u), u, h)) where F_n is the ops
+ * between u_n's producer and the add, reading only u_n and each other, nothing outside the step
+ * reads u_n or F_n's values, each step's output is the next step's input, and every step of a
+ * run has the same h and the same F up to its parameters' values (op kinds, attributes, shapes).
+ * A ReLU after the add (a classic residual block) ends its step's run: such blocks are segments
+ * of one step. Up to @p max segments are written; @p count gets how many there are.
+ */
+TSL_API tsl_status tsl_graph_ode_segments(tsl_graph_t graph, int32_t max, tsl_ode_segment *segments,
+                                          int32_t *count);
+
 /** @brief Flatten (C, spatial...) to one feature dimension. */
 TSL_API tsl_status tsl_graph_flatten(tsl_graph_t graph, int32_t x, int32_t *value);
 

@@ -245,6 +245,38 @@ static void warn_idle_ranks(const tsl_tile_grid *grid, const tsl_owner_map *owne
                idle, ranks, batch);
 }
 
+/* The graph's ODE segments (tsl_graph_ode_segments): runs of residual steps u + h F(u), what
+ * layer-parallel training works on. */
+static int print_segments(tsl_graph_t g)
+{
+    int32_t n = 0;
+    tsl_status st = tsl_graph_ode_segments(g, 0, NULL, &n);
+    tsl_ode_segment *s = n > 0 ? calloc((size_t)n, sizeof *s) : NULL;
+    if (!st && n > 0 && !s)
+        return fail_oom("for the ODE segments", (double)n * sizeof *s);
+    if (!st && n > 0)
+        st = tsl_graph_ode_segments(g, n, s, &n);
+    if (st) {
+        free(s);
+        return fail(st, "finding the ODE segments");
+    }
+    int32_t longest = 0;
+    for (int32_t i = 1; i < n; i++)
+        longest = s[i].steps > s[longest].steps ? i : longest;
+    if (n == 0) {
+        printf("ODE segments: none (no residual steps u + h F(u))\n");
+    } else {
+        const char *first = "", *last = "";
+        tsl_graph_op_info(g, s[longest].first_op, NULL, &first, NULL);
+        tsl_graph_op_info(g, s[longest].last_op - 1, NULL, &last, NULL);
+        printf("ODE segments: %d; the longest %d steps of %d ops, h %g (%s .. %s)\n", (int)n,
+               (int)s[longest].steps, (int)s[longest].ops_per_step, s[longest].h,
+               *first ? first : "-", *last ? last : "-");
+    }
+    free(s);
+    return 0;
+}
+
 /* The bytes the busiest rank sends in a training step (tsl_plan_estimate_traffic), by term. */
 static void print_traffic(const int64_t *sent, long ranks)
 {
@@ -368,6 +400,8 @@ int command_plan(int argc, char **argv)
             code = print_placement(pp, g, (int32_t)ranks, op_stage);
         if (!code)
             print_traffic(sent, ranks);
+        if (!code)
+            code = print_segments(g);
     }
     free(bytes);
     free(received);

@@ -77,7 +77,7 @@ static tsl_status forward_concat(struct tsl_model *m, instance *in, int32_t i, t
 static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                               tsl_tensor_t y, int train)
 {
-    return tsl_tensor_add(y, x, in->act[m->g->ops[i].inputs[1]]);
+    return tsl_tensor_add_scaled(y, m->g->ops[i].h, x, in->act[m->g->ops[i].inputs[1]]);
 }
 
 static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -200,6 +200,8 @@ static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl
     for (int32_t k = 0; k < 2 && !st; k++)
         if (dx[k])
             st = tsl_tensor_redistribute(dx[k], dy);
+    if (!st && dx[0] && m->g->ops[i].h != 1.0) /* d(h a)/da = h */
+        st = tsl_tensor_scale(dx[0], m->g->ops[i].h);
     return st;
 }
 

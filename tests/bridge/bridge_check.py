@@ -4,8 +4,9 @@ For every network of examples/models/ and a model file that uses the ops the zoo
 on random data: tessel trains two SGD steps (so weights and batch-norm statistics are no
 longer their initial values) and saves the parameters; `tessel eval --outputs` writes the
 test outputs; the bridge builds the module, loads the parameters with strict=True and must
-give the same outputs. Also: the outputs of a 2-rank spatial plan, and the other direction
-(parameters saved from the module, loaded by tessel eval).
+give the same outputs. Also: the outputs of a 2-rank spatial plan, the other direction
+(parameters saved from the module, loaded by tessel eval), and one SGD step of tessel against
+PyTorch's from the same parameters (an ODE network with h != 1, the ResNet).
 
 usage: bridge_check.py TESSEL_CLI WORKDIR MPIEXEC
 Exit 77 (a skip for ctest) when torch cannot be imported.
@@ -75,6 +76,14 @@ CASES = [
     ("unet2d.json", (1, 16, 16)),
     ("unet3d.json", (1, 8, 8, 8)),
     ("ops.json", (3, 16, 16)),
+    ("odetanh8.json", (2, 12, 12)),
+]
+
+# One training step against PyTorch's (the backward and the update, not only the forward): an
+# ODE network whose residual steps u + h F(u) have h != 1, and the ResNet.
+STEP_CASES = [
+    ("odetanh8.json", (2, 12, 12)),
+    ("resnet.json", (3, 16, 16)),
 ]
 CLASSES = 3
 
@@ -105,6 +114,45 @@ def check(model, shape, params, data, outputs, what):
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(f"{what}: {out.stdout.strip()}")
     return out.returncode == 0
+
+
+def step_check(cli, work, env, name, shape, seed):
+    """Parameters saved by the bridge; one SGD step (lr 0.1, no momentum) on the first batch in
+    tessel and in PyTorch from them: every parameter and batch-norm statistic after the step
+    must agree within 1e-4 of max(1, |value|)."""
+    import torch.nn.functional as F
+    model = os.path.join(ROOT, "examples", "models", name)
+    case = os.path.join(work, "step-" + name[:-5])
+    init, after, data = case + "-init", case + "-after", case + "-data"
+    run([sys.executable, os.path.join(ROOT, "python", "tessel_torch.py"), "save", "--model", model,
+         "--sample-shape", ",".join(map(str, shape)), "--classes", str(CLASSES), "--seed",
+         str(seed), "--out", init], env)
+    module = tessel_torch.build(model, shape, CLASSES)
+    make_data(data, shape, len(module.output_shape) > 1, seed=seed)
+    run([cli, "train", "--data", "npy:" + data, "--model", model, "--batch", "4", "--max-steps",
+         "1", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0", "--shuffle", "off",
+         "--load-params", init, "--save-params", after], env)
+    tessel_torch.load_params(module, init)
+    module.train()
+    x = torch.from_numpy(np.load(os.path.join(data, "x.npy"))[:4])
+    y = torch.from_numpy(np.load(os.path.join(data, "y.npy"))[:4])
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    opt.zero_grad()
+    F.cross_entropy(module(x), y).backward()
+    opt.step()
+    want = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+    got = tessel_torch.read_params(after)
+    worst, where = 0.0, None
+    for key, value in want.items():
+        err = float(np.abs(got[key].numpy() - value).max()) / max(1.0, float(np.abs(value).max()))
+        if err > worst:
+            worst, where = err, key
+    moved = max(float(np.abs(want[k] - tessel_torch.read_params(init)[k].numpy()).max())
+                for k in want)
+    ok = set(got) == set(want) and worst <= 1e-4 and moved > 1e-3
+    print(f"{name}, one training step: {'passed' if ok else 'FAILED'}: largest difference "
+          f"{worst:.3g} ({where}), parameters moved up to {moved:.3g}")
+    return ok
 
 
 def main():
@@ -162,10 +210,15 @@ def main():
     if check(model, shape, bad, case + "-data", case + "-out.npy", "ops, one weight changed (must fail)"):
         failures.append("the check passed a changed weight")
 
+    for i, (name, shape) in enumerate(STEP_CASES):
+        if not step_check(cli, work, env, name, shape, seed=21 + i):
+            failures.append(name + " training step")
+
     if failures:
         print(f"bridge_check: FAILED: {', '.join(failures)}")
         return 1
-    print(f"bridge_check: passed ({len(CASES)} models, a 2-rank plan, torch to tessel)")
+    print(f"bridge_check: passed ({len(CASES)} models, a 2-rank plan, torch to tessel, "
+          f"{len(STEP_CASES)} training steps)")
     return 0
 
 

@@ -53,9 +53,9 @@ template <typename T> void check_elementwise()
     EXPECT_TRUE(same_bits(got, want)) << "axpy: worst " << worst_error(got, want);
     EXPECT_EQ(xin, x) << "axpy wrote x";
 
-    // add into a poisoned destination, and in place (dst is the first input, RW)
+    // add (alpha a + b) into a poisoned destination, and in place (dst is the first input, RW)
     for (size_t i = 0; i < odd_n; i++)
-        want[i] = x[i] + y[i];
+        want[i] = (T)a.alpha * x[i] + y[i];
     std::vector<T> yin = y;
     got = poisoned<T>(odd_n);
     run_on_cuda(tsl_cl_add, a,

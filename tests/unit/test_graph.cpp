@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 
@@ -1045,4 +1046,124 @@ TEST(OpTable, ActivationFlopsComeFromTheTable)
         EXPECT_EQ(flops, 4 * 105 * tsl_activation_info_of((tsl_activation)k)->forward_flops) << k;
         tsl_graph_destroy(g);
     }
+}
+
+namespace
+{
+
+// A residual step u + h F(u) with F = conv-tanh-conv of `channels` (conv names prefix.a, .b).
+int32_t ode_step(tsl_graph_t g, const char *prefix, int32_t u, int64_t channels, double h)
+{
+    tsl_conv_params p;
+    tsl_conv_params_init(&p, 2);
+    p.padding[0] = p.padding[1] = 1;
+    const int64_t k[3] = {3, 3, 3};
+    int32_t f = -1, out = -1;
+    std::string a = std::string(prefix) + ".a", b = std::string(prefix) + ".b";
+    EXPECT_EQ(tsl_graph_conv(g, a.c_str(), u, channels, k, &p, 0, 1, &f), TSL_OK);
+    EXPECT_EQ(tsl_graph_activation(g, f, TSL_ACT_TANH, 0, &f), TSL_OK);
+    EXPECT_EQ(tsl_graph_conv(g, b.c_str(), f, channels, k, &p, 0, 1, &f), TSL_OK);
+    EXPECT_EQ(tsl_graph_add_scaled(g, f, u, h, &out), TSL_OK) << tsl_last_error();
+    return out;
+}
+
+std::vector<tsl_ode_segment> segments_of(tsl_graph_t g)
+{
+    int32_t n = -1;
+    EXPECT_EQ(tsl_graph_ode_segments(g, 0, nullptr, &n), TSL_OK);
+    std::vector<tsl_ode_segment> s((size_t)n);
+    int32_t again = -1;
+    EXPECT_EQ(tsl_graph_ode_segments(g, n, s.data(), &again), TSL_OK);
+    EXPECT_EQ(again, n);
+    return s;
+}
+
+} // namespace
+
+// ODE segments: the zoo's odenetN is one segment of N steps of size 1/N (up to 4096 steps);
+// classic residual blocks (a ReLU after the add) are segments of one step, projection blocks
+// none; runs split where h, the channels or F's structure change, where a pooling comes
+// between, or where a value of a step is read outside it.
+TEST(Graph, OdeSegmentsAreMaximalRunsOfResidualSteps)
+{
+    const int64_t sample[3] = {1, 12, 12};
+    for (int n : {1, 7, 64, 4096}) {
+        tsl_graph_t g = nullptr;
+        std::string name = "odenet" + std::to_string(n);
+        ASSERT_EQ(tsl_zoo_graph(name.c_str(), 3, sample, 10, &g), TSL_OK) << tsl_last_error();
+        auto s = segments_of(g);
+        ASSERT_EQ(s.size(), 1u) << name;
+        EXPECT_EQ(s[0].steps, n);
+        EXPECT_EQ(s[0].h, 1.0 / n);
+        EXPECT_EQ(s[0].ops_per_step, 5); // conv, bn, relu, conv, add
+        EXPECT_EQ(s[0].last_op - s[0].first_op + 1, 5 * n);
+        const char *op_name = nullptr;
+        tsl_op_kind kind;
+        ASSERT_EQ(tsl_graph_op_info(g, s[0].first_op, &kind, &op_name, nullptr), TSL_OK);
+        EXPECT_STREQ(op_name, "steps.0.conv1");
+        ASSERT_EQ(tsl_graph_op_info(g, s[0].last_op, &kind, &op_name, nullptr), TSL_OK);
+        EXPECT_EQ(kind, TSL_OP_ADD);
+        EXPECT_EQ(g->ops[s[0].last_op].output, s[0].output);
+        tsl_graph_destroy(g);
+    }
+    tsl_graph_t g = nullptr;
+    EXPECT_NE(tsl_zoo_graph("odenet4097", 3, sample, 10, &g), TSL_OK);
+    EXPECT_NE(tsl_zoo_graph("odenet0", 3, sample, 10, &g), TSL_OK);
+    EXPECT_NE(tsl_zoo_graph("odenet", 3, sample, 10, &g), TSL_OK);
+    EXPECT_NE(tsl_zoo_graph("odenet012", 3, sample, 10, &g), TSL_OK);
+
+    // resnet2: the identity blocks layer1.0, layer1.1, layer2.1 and layer3.1 (a ReLU after each
+    // add) are one step each; the projection blocks layer2.0 and layer3.0 are not steps.
+    ASSERT_EQ(tsl_zoo_graph("resnet2", 3, sample, 10, &g), TSL_OK);
+    auto r = segments_of(g);
+    ASSERT_EQ(r.size(), 4u);
+    for (auto &seg : r)
+        EXPECT_EQ(seg.steps, 1);
+    tsl_graph_destroy(g);
+
+    // Hand-built: 3 steps of h 0.5, 2 of h 0.25 (a new run), a pooling, 2 steps of 16
+    // channels, then 2 steps where the first step's tanh output is also read after the run.
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int32_t x = -1;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    tsl_conv_params p;
+    tsl_conv_params_init(&p, 2);
+    p.padding[0] = p.padding[1] = 1;
+    const int64_t k[3] = {3, 3, 3};
+    int32_t u = -1;
+    ASSERT_EQ(tsl_graph_conv(g, "stem", x, 8, k, &p, 0, 1, &u), TSL_OK);
+    for (int i = 0; i < 3; i++)
+        u = ode_step(g, ("a" + std::to_string(i)).c_str(), u, 8, 0.5);
+    for (int i = 0; i < 2; i++)
+        u = ode_step(g, ("b" + std::to_string(i)).c_str(), u, 8, 0.25);
+    tsl_pool_params pool;
+    tsl_pool_params_init(&pool, TSL_POOL_MAX, 2, 2);
+    ASSERT_EQ(tsl_graph_pool(g, u, &pool, &u), TSL_OK);
+    for (int i = 0; i < 2; i++)
+        u = ode_step(g, ("c" + std::to_string(i)).c_str(), u, 8, 0.25);
+    ASSERT_EQ(tsl_graph_conv(g, "widen", u, 16, k, &p, 0, 1, &u), TSL_OK);
+    int32_t leak = -1;
+    int32_t first = tsl_graph_op_count(g);
+    u = ode_step(g, "d0", u, 16, 0.25);
+    leak = g->ops[first + 1].output; // d0's tanh
+    u = ode_step(g, "d1", u, 16, 0.25);
+    int32_t parts[2] = {u, leak}, cat = -1;
+    ASSERT_EQ(tsl_graph_concat(g, 2, parts, &cat), TSL_OK);
+    auto h = segments_of(g);
+    ASSERT_EQ(h.size(), 4u);
+    EXPECT_EQ(h[0].steps, 3);
+    EXPECT_EQ(h[0].h, 0.5);
+    EXPECT_EQ(h[1].steps, 2);
+    EXPECT_EQ(h[1].h, 0.25);
+    EXPECT_EQ(h[2].steps, 2); // after the pooling: the same F, a new run
+    EXPECT_EQ(h[3].steps, 1); // d1 only: d0's tanh is read by the concatenation
+    int32_t few = -1;
+    tsl_ode_segment one;
+    EXPECT_EQ(tsl_graph_ode_segments(g, 1, &one, &few), TSL_OK);
+    EXPECT_EQ(few, 4);
+    EXPECT_EQ(one.steps, 3);
+    EXPECT_NE(tsl_graph_ode_segments(g, 1, nullptr, &few), TSL_OK);
+    EXPECT_NE(tsl_graph_add_scaled(g, u, u, 0.0, &x), TSL_OK);
+    EXPECT_NE(tsl_graph_add_scaled(g, u, u, INFINITY, &x), TSL_OK);
+    tsl_graph_destroy(g);
 }
