@@ -65,7 +65,7 @@ static int handle_bench_option(const cli_parser *parser, int id, const char *val
         o->json = value;
         return OPTION_OK;
     case OPT_OPTIMIZER:
-        if (strcmp(value, "sgd") != 0 && strcmp(value, "adam") != 0)
+        if (!optimizer_known(value))
             return OPTION_BAD_VALUE;
         o->run.optimizer = value;
         return OPTION_OK;

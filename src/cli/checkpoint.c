@@ -16,7 +16,8 @@
 #include "cli.h"
 
 #define STATE_FORMAT "tessel-checkpoint"
-#define STATE_VERSION 1
+/* 2: the optimizer's settings beyond lr and momentum are kept (1: their defaults then) */
+#define STATE_VERSION 2
 #define SNAPSHOT_PREFIX "step-"
 
 /* Make a directory's entries (a rename, a new file) durable. */
@@ -65,9 +66,11 @@ static int write_state(FILE *f, const void *arg)
     json_string(f, s->data);
     fprintf(f,
             ",\n    \"optimizer\": \"%s\",\n    \"batch\": %ld,\n    \"epochs\": %ld,\n"
-            "    \"lr\": %.17g,\n    \"momentum\": %.17g,\n    \"seed\": \"%llu\",\n"
-            "    \"shuffle\": %s\n  },\n",
-            s->optimizer, s->batch, s->epochs, s->lr, s->momentum, s->seed,
+            "    \"lr\": %.17g,\n    \"momentum\": %.17g,\n    \"weight_decay\": %.17g,\n"
+            "    \"dampening\": %.17g,\n    \"nesterov\": %s,\n    \"betas\": [%.17g, %.17g],\n"
+            "    \"eps\": %.17g,\n    \"seed\": \"%llu\",\n    \"shuffle\": %s\n  },\n",
+            s->optimizer, s->batch, s->epochs, s->lr, s->momentum, s->weight_decay, s->dampening,
+            s->nesterov ? "true" : "false", s->beta1, s->beta2, s->eps, s->seed,
             s->shuffle ? "true" : "false");
     fprintf(f,
             "  \"progress\": {\n    \"epoch\": %lld,\n    \"batch\": %lld,\n    \"steps\": %lld,\n"
@@ -236,6 +239,16 @@ static int get_int(const cJSON *obj, const char *key, int64_t min, int64_t max, 
     return 0;
 }
 
+/* Element i of a JSON array, a finite number. */
+static int get_array_number(const cJSON *array, int i, double *v)
+{
+    const cJSON *item = cJSON_GetArrayItem(array, i);
+    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble))
+        return -1;
+    *v = item->valuedouble;
+    return 0;
+}
+
 static int get_string(const cJSON *obj, const char *key, char *out, size_t size)
 {
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -259,21 +272,23 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
     const cJSON *fin = cJSON_GetObjectItemCaseSensitive(root, "finished_epochs");
     const cJSON *shuffle = cJSON_GetObjectItemCaseSensitive(set, "shuffle");
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(set, "seed");
+    const cJSON *nesterov = cJSON_GetObjectItemCaseSensitive(set, "nesterov");
+    const cJSON *betas = cJSON_GetObjectItemCaseSensitive(set, "betas");
     int64_t version, batch = 0, epochs = 0;
     const char *bad = NULL;
     if (!root)
         bad = "the JSON syntax";
     else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0)
         bad = "format (not \"" STATE_FORMAT "\")";
-    else if (get_int(root, "version", 1, INT32_MAX, &version) || version != STATE_VERSION)
-        bad = "version";
+    else if (get_int(root, "version", 1, INT32_MAX, &version) || version > STATE_VERSION)
+        bad = "version (1 or 2)";
     else if (get_string(set, "model", s->model, sizeof s->model))
         bad = "settings.model";
     else if (get_string(set, "data", s->data, sizeof s->data))
         bad = "settings.data";
     else if (get_string(set, "optimizer", s->optimizer, sizeof s->optimizer) ||
-             (strcmp(s->optimizer, "sgd") && strcmp(s->optimizer, "adam")))
-        bad = "settings.optimizer (sgd or adam)";
+             !optimizer_known(s->optimizer))
+        bad = "settings.optimizer (sgd, adam or adamw)";
     else if (get_int(set, "batch", 1, MAX_BATCH, &batch))
         bad = "settings.batch (1 to 2^24, as --batch)";
     else if (get_int(set, "epochs", 1, MAX_EPOCHS, &epochs))
@@ -282,6 +297,22 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         bad = "settings.lr (a positive number, as --lr)";
     else if (get_number(set, "momentum", &s->momentum) || s->momentum < 0 || s->momentum >= 1)
         bad = "settings.momentum (at least 0 and below 1, as --momentum)";
+    else if (version >= 2 &&
+             (get_number(set, "weight_decay", &s->weight_decay) || s->weight_decay < 0))
+        bad = "settings.weight_decay (at least 0, as --weight-decay)";
+    else if (version >= 2 &&
+             (get_number(set, "dampening", &s->dampening) || s->dampening < 0 || s->dampening > 1))
+        bad = "settings.dampening (0 to 1, as --dampening)";
+    else if (version >= 2 && (!cJSON_IsBool(nesterov) ||
+                              (cJSON_IsTrue(nesterov) && (s->momentum <= 0 || s->dampening != 0))))
+        bad = "settings.nesterov (true or false; true needs momentum above 0 and dampening 0)";
+    else if (version >= 2 &&
+             (cJSON_GetArraySize(betas) != 2 || get_array_number(betas, 0, &s->beta1) ||
+              get_array_number(betas, 1, &s->beta2) || s->beta1 < 0 || s->beta1 >= 1 ||
+              s->beta2 < 0 || s->beta2 >= 1))
+        bad = "settings.betas (two numbers, each at least 0 and below 1, as --betas)";
+    else if (version >= 2 && (get_number(set, "eps", &s->eps) || !(s->eps > 0)))
+        bad = "settings.eps (above 0, as --eps)";
     else if (!cJSON_IsString(seed) || parse_seed_arg(seed->valuestring, &s->seed))
         bad = "settings.seed (a string of a whole number in [0, 2^64), as --seed)";
     else if (!cJSON_IsBool(shuffle))
@@ -301,10 +332,18 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         bad = "progress.seconds";
     else if (!cJSON_IsArray(fin) || cJSON_GetArraySize(fin) != p->epoch)
         bad = "finished_epochs (one row per finished epoch)";
+    if (!bad && version < 2) { /* before the settings were kept: their defaults then */
+        s->weight_decay = s->dampening = 0;
+        s->nesterov = 0;
+        s->beta1 = 0.9;
+        s->beta2 = 0.999;
+        s->eps = 1e-8;
+    }
     if (!bad) {
         s->batch = (long)batch;
         s->epochs = (long)epochs;
         s->shuffle = cJSON_IsTrue(shuffle);
+        s->nesterov = version >= 2 && cJSON_IsTrue(nesterov);
         p->nepochs = p->epoch;
     }
     int64_t cap = p->nepochs > epochs ? p->nepochs : epochs;
@@ -386,6 +425,16 @@ int merge_resumed(train_options *o, const run_settings *r)
         diff = "--lr";
     else if ((o->given & SET_MOMENTUM) && o->momentum != r->momentum)
         diff = "--momentum";
+    else if ((o->given & SET_WEIGHT_DECAY) && o->weight_decay != r->weight_decay)
+        diff = "--weight-decay";
+    else if ((o->given & SET_DAMPENING) && o->dampening != r->dampening)
+        diff = "--dampening";
+    else if ((o->given & SET_NESTEROV) && o->nesterov != r->nesterov)
+        diff = "--nesterov";
+    else if ((o->given & SET_BETAS) && (o->beta1 != r->beta1 || o->beta2 != r->beta2))
+        diff = "--betas";
+    else if ((o->given & SET_EPS) && o->eps != r->eps)
+        diff = "--eps";
     else if ((o->given & SET_SEED) && o->seed != r->seed)
         diff = "--seed";
     else if ((o->given & SET_SHUFFLE) && o->shuffle != r->shuffle)
@@ -404,6 +453,12 @@ int merge_resumed(train_options *o, const run_settings *r)
     o->optimizer = r->optimizer;
     o->lr = r->lr;
     o->momentum = r->momentum;
+    o->weight_decay = r->weight_decay;
+    o->dampening = r->dampening;
+    o->nesterov = r->nesterov;
+    o->beta1 = r->beta1;
+    o->beta2 = r->beta2;
+    o->eps = r->eps;
     o->seed = r->seed;
     o->shuffle = r->shuffle;
     if (!(o->given & SET_EPOCHS))
@@ -421,6 +476,14 @@ void settings_of(const train_options *o, run_settings *r)
     r->epochs = o->epochs;
     r->lr = o->lr;
     r->momentum = o->momentum;
+    r->weight_decay = o->weight_decay >= 0                 ? o->weight_decay
+                      : strcmp(o->optimizer, "adamw") == 0 ? 0.01
+                                                           : 0;
+    r->dampening = o->dampening;
+    r->nesterov = o->nesterov;
+    r->beta1 = o->beta1;
+    r->beta2 = o->beta2;
+    r->eps = o->eps;
     r->seed = o->seed;
     r->shuffle = o->shuffle;
 }

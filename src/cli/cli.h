@@ -144,7 +144,12 @@ enum {
     SET_MOMENTUM = 1 << 5,
     SET_SEED = 1 << 6,
     SET_SHUFFLE = 1 << 7,
-    SET_EPOCHS = 1 << 8
+    SET_EPOCHS = 1 << 8,
+    SET_WEIGHT_DECAY = 1 << 9,
+    SET_DAMPENING = 1 << 10,
+    SET_NESTEROV = 1 << 11,
+    SET_BETAS = 1 << 12,
+    SET_EPS = 1 << 13
 };
 
 /* tessel train --progress: a bar rewritten in place, a line now and then, or nothing but the
@@ -160,6 +165,10 @@ typedef struct train_options {
     tsl_plan plan;
     long epochs, batch, max_steps, checkpoint_every;
     double lr, momentum;
+    /* weight decay (< 0: the optimizer's default, 0.01 for adamw, else 0), SGD's dampening and
+     * Nesterov momentum, Adam's betas and eps */
+    double weight_decay, dampening, beta1, beta2, eps;
+    int nesterov;
     unsigned long long seed;
     int shuffle;
     unsigned given;               /* SET_* of the options on the command line */
@@ -170,9 +179,18 @@ typedef struct train_options {
 /* The defaults of tessel train and tessel eval. */
 void train_options_init(train_options *o);
 
-/* The optimizer of --optimizer (sgd: --lr, default 0.01, and --momentum; adam: --lr, default
- * 0.001). */
+/* The optimizer of --optimizer (sgd: --lr, default 0.01, --momentum, --dampening, --nesterov;
+ * adam and adamw: --lr, default 0.001, --betas, --eps; all: --weight-decay). */
 tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optimizer_t *opt);
+
+/* Whether NAME is an optimizer tessel trains with (sgd, adam, adamw), and how many state
+ * tensors it keeps per parameter with momentum `momentum`. */
+int optimizer_known(const char *name);
+int32_t optimizer_states(const char *name, double momentum);
+
+/* Check the optimizer options against each other and --optimizer, resolve the weight decay's
+ * default; returns an exit code (EXIT_USAGE, message printed) or 0. */
+int check_optimizer_options(train_options *o, const char *cmd);
 
 /* Take an option of CLI_COMMON_OPTIONS' and CLI_RUN_OPTIONS' (parser->state is the
  * train_options); OPTION_UNKNOWN for any other. */
@@ -255,7 +273,8 @@ typedef struct epoch_metrics {
 typedef struct run_settings {
     char model[4096], data[4096], optimizer[16];
     long batch, epochs;
-    double lr, momentum;
+    double lr, momentum, weight_decay, dampening, beta1, beta2, eps;
+    int nesterov;
     unsigned long long seed;
     int shuffle;
 } run_settings;

@@ -337,6 +337,10 @@ void train_options_init(train_options *o)
     o->batch = 64;
     o->lr = -1;
     o->momentum = 0.9;
+    o->weight_decay = -1;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
     o->seed = 1;
     o->shuffle = 1;
 }
@@ -523,9 +527,7 @@ int session_context(session *s, const train_options *o)
  * model alone would split for one sample and Adam; stages the graph has are kept). */
 static tsl_status set_stages(tsl_graph_t g, const train_options *o)
 {
-    int32_t n = tsl_graph_op_count(g), states = strcmp(o->optimizer, "adam") == 0 ? 2
-                                                : o->momentum > 0                 ? 1
-                                                                                  : 0;
+    int32_t n = tsl_graph_op_count(g), states = optimizer_states(o->optimizer, o->momentum);
     int32_t *stage = calloc((size_t)n + 1, sizeof *stage);
     if (!stage) {
         fail_oom("for the stage of each layer", (double)((size_t)n + 1) * sizeof *stage);
@@ -626,19 +628,74 @@ void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+int optimizer_known(const char *name)
+{
+    return strcmp(name, "sgd") == 0 || strcmp(name, "adam") == 0 || strcmp(name, "adamw") == 0;
+}
+
+int32_t optimizer_states(const char *name, double momentum)
+{
+    return strcmp(name, "sgd") != 0 ? 2 : momentum > 0 ? 1 : 0;
+}
+
+int check_optimizer_options(train_options *o, const char *cmd)
+{
+    int sgd = strcmp(o->optimizer, "sgd") == 0;
+    const char *wrong = sgd && (o->given & SET_BETAS)        ? "--betas"
+                        : sgd && (o->given & SET_EPS)        ? "--eps"
+                        : !sgd && (o->given & SET_DAMPENING) ? "--dampening"
+                        : !sgd && (o->given & SET_NESTEROV)  ? "--nesterov"
+                        : !sgd && (o->given & SET_MOMENTUM)  ? "--momentum"
+                                                             : NULL;
+    if (wrong) {
+        fprintf(stderr, "%s: %s is not an option of --optimizer %s (%s)\n", cmd, wrong,
+                o->optimizer,
+                sgd ? "--betas and --eps are adam's and adamw's"
+                    : "--momentum, --dampening and --nesterov are sgd's");
+        return EXIT_USAGE;
+    }
+    if (o->momentum >= 1 || o->dampening > 1) {
+        fprintf(stderr, "%s: --%s must be below 1\n", cmd,
+                o->momentum >= 1 ? "momentum" : "dampening (at most 1)");
+        return EXIT_USAGE;
+    }
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0)) {
+        fprintf(stderr, "%s: --nesterov needs --momentum above 0 and --dampening 0\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (o->beta1 >= 1 || o->beta2 >= 1) {
+        fprintf(stderr, "%s: --betas B1,B2 must each be at least 0 and below 1\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (o->weight_decay < 0) /* PyTorch's defaults: AdamW 0.01, SGD and Adam none */
+        o->weight_decay = strcmp(o->optimizer, "adamw") == 0 ? 0.01 : 0;
+    return 0;
+}
+
 tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optimizer_t *opt)
 {
     int sgd = strcmp(o->optimizer, "sgd") == 0;
     double lr = o->lr >= 0 ? o->lr : sgd ? 0.01 : 0.001;
+    double decay = o->weight_decay >= 0                 ? o->weight_decay
+                   : strcmp(o->optimizer, "adamw") == 0 ? 0.01
+                                                        : 0;
     if (sgd) {
         tsl_sgd_config c;
         tsl_sgd_config_init(&c);
         c.lr = lr;
         c.momentum = o->momentum;
+        c.dampening = o->dampening;
+        c.weight_decay = decay;
+        c.nesterov = o->nesterov;
         return tsl_optimizer_create_sgd(opt, ctx, &c);
     }
     tsl_adam_config c;
     tsl_adam_config_init(&c);
     c.lr = lr;
+    c.beta1 = o->beta1;
+    c.beta2 = o->beta2;
+    c.eps = o->eps;
+    c.weight_decay = decay;
+    c.decoupled = strcmp(o->optimizer, "adamw") == 0;
     return tsl_optimizer_create_adam(opt, ctx, &c);
 }

@@ -11,14 +11,14 @@ static void usage_plan(FILE *out)
 {
     fprintf(out,
             "usage: tessel plan --data SPEC [--model NAME|FILE] [--plan PLAN] [--ranks N]\n"
-            "                   [--batch B] [--ncpu W] [--optimizer sgd|adam]\n"
+            "                   [--batch B] [--ncpu W] [--optimizer sgd|adam|adamw]\n"
             "                   [--mem-per-rank M [--overhead-mib O]]\n"
             "  how PLAN (default: samples over all ranks and workers) tiles the model's tensors\n"
             "  on N ranks (default: the plan's rank count) of W CPU workers (default 1), and\n"
             "  the estimated tile memory of every rank for training with batches of B\n"
             "  (default 64): activations, gradients, labels, and the parameters where the\n"
             "  placement puts them, with their gradients and the optimizer state (adam, the\n"
-            "  default, keeps two copies; sgd one); with stages=, the stage table: each\n"
+            "  default, and adamw keep two copies; sgd one); with stages=, the stage table: each\n"
             "  stage's ranks, layers, largest rank's estimated tiles (all, and live at once\n"
             "  with received copies) and forward flops; and the bytes each rank sends per\n"
             "  training step (parameters, batch-norm sums, halos, stage boundaries, losses)\n"
@@ -142,7 +142,7 @@ static int parse_plan_option(const cli_parser *parser, int id, const char *v)
         bad = parse_int_arg(v, 1, 4096, &o->workers);
         break;
     case OPT_OPTIMIZER:
-        bad = strcmp(v, "sgd") && strcmp(v, "adam");
+        bad = !optimizer_known(v);
         o->optimizer = v;
         break;
     case OPT_MEM:
@@ -325,7 +325,7 @@ int command_plan(int argc, char **argv)
     if ((st = tsl_model_graph(model, info.sample_shape.ndim, info.sample_shape.dims, info.classes,
                               &g)))
         return fail(st, "building the model");
-    int32_t states = strcmp(optimizer, "adam") == 0 ? 2 : 1;
+    int32_t states = optimizer_states(optimizer, 1);
     int64_t *bytes = calloc((size_t)ranks, sizeof *bytes), one = 0;
     int64_t *received = calloc((size_t)ranks, sizeof *received);
     int64_t *peak = calloc((size_t)ranks, sizeof *peak), one_peak = 0;

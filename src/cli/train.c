@@ -21,7 +21,9 @@ static void usage_train(FILE *out)
     fprintf(
         out,
         "usage: tessel train --data SPEC [--model NAME|FILE] [--epochs N] [--batch B] [--lr X]\n"
-        "                    [--optimizer sgd|adam] [--momentum M] [--seed S]\n"
+        "                    [--optimizer sgd|adam|adamw] [--momentum M] [--seed S]\n"
+        "                    [--weight-decay W] [--dampening D] [--nesterov]\n"
+        "                    [--betas B1,B2] [--eps E]\n"
         "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
         "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
         "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
@@ -35,8 +37,13 @@ static void usage_train(FILE *out)
         "  --epochs N          passes over the training split (default 1)\n"
         "  --batch B           samples per step (default 64); an epoch's last incomplete\n"
         "                      batch is skipped\n"
-        "  --lr X              learning rate (default 0.001 for adam, 0.01 for sgd)\n"
-        "  --optimizer NAME    adam (default) or sgd; --momentum M for sgd (default 0.9)\n"
+        "  --lr X              learning rate (default 0.001 for adam and adamw, 0.01 for sgd)\n"
+        "  --optimizer NAME    adam (default), adamw or sgd, as torch.optim's Adam, AdamW and\n"
+        "                      SGD; for sgd --momentum M (default 0.9), --dampening D\n"
+        "                      (default 0) and --nesterov; for adam and adamw --betas B1,B2\n"
+        "                      (default 0.9,0.999) and --eps E (default 1e-8)\n"
+        "  --weight-decay W    L2 penalty added to the gradient (sgd, adam), or decoupled\n"
+        "                      decay (adamw); default 0, 0.01 for adamw\n"
         "  --seed S            parameters, shuffling and synthetic data (default 1)\n"
         "  --max-steps N       stop after N optimizer steps (default: no limit)\n"
         "  --shuffle on|off    shuffle the training samples every epoch (default on)\n"
@@ -46,7 +53,7 @@ static void usage_train(FILE *out)
         "                      in the data), taken after every epoch and when training\n"
         "                      stops; --checkpoint-every N also every N steps\n"
         "  --resume DIR        continue from DIR's checkpoint exactly as the run would have\n"
-        "                      gone on; model, data, batch, optimizer, lr, momentum, seed\n"
+        "                      gone on; model, data, batch, optimizer and its settings, seed\n"
         "                      and shuffle come from it (given ones must match), --epochs\n"
         "                      and --max-steps count from the start of the first run\n"
         "                      (SIGINT, SIGTERM, SIGUSR1: every rank stops after the step,\n"
@@ -107,6 +114,11 @@ enum {
     OPT_MAX_STEPS,
     OPT_LR,
     OPT_MOMENTUM,
+    OPT_WEIGHT_DECAY,
+    OPT_DAMPENING,
+    OPT_NESTEROV,
+    OPT_BETAS,
+    OPT_EPS,
     OPT_OPTIMIZER,
     OPT_SEED,
     OPT_SHUFFLE,
@@ -165,8 +177,37 @@ static int parse_train_option(const cli_parser *parser, int id, const char *v)
         bad = parse_double_arg(v, 0, &o->momentum);
         o->given |= SET_MOMENTUM;
         break;
+    case OPT_WEIGHT_DECAY:
+        bad = parse_double_arg(v, 0, &o->weight_decay);
+        o->given |= SET_WEIGHT_DECAY;
+        break;
+    case OPT_DAMPENING:
+        bad = parse_double_arg(v, 0, &o->dampening) || o->dampening > 1;
+        o->given |= SET_DAMPENING;
+        break;
+    case OPT_NESTEROV:
+        o->nesterov = 1;
+        o->given |= SET_NESTEROV;
+        break;
+    case OPT_BETAS: {
+        char first[64];
+        const char *comma = strchr(v, ',');
+        bad = !comma || (size_t)(comma - v) >= sizeof first;
+        if (!bad) {
+            memcpy(first, v, (size_t)(comma - v));
+            first[comma - v] = 0;
+            bad = parse_double_arg(first, 0, &o->beta1) ||
+                  parse_double_arg(comma + 1, 0, &o->beta2) || o->beta1 >= 1 || o->beta2 >= 1;
+        }
+        o->given |= SET_BETAS;
+        break;
+    }
+    case OPT_EPS:
+        bad = parse_double_arg(v, 0, &o->eps) || !(o->eps > 0);
+        o->given |= SET_EPS;
+        break;
     case OPT_OPTIMIZER:
-        bad = strcmp(v, "sgd") && strcmp(v, "adam");
+        bad = !optimizer_known(v);
         o->optimizer = v;
         o->given |= SET_OPTIMIZER;
         break;
@@ -211,6 +252,11 @@ static int parse_train(int argc, char **argv, train_options *o)
         {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
         {"lr", required_argument, NULL, OPT_LR},
         {"momentum", required_argument, NULL, OPT_MOMENTUM},
+        {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+        {"dampening", required_argument, NULL, OPT_DAMPENING},
+        {"nesterov", no_argument, NULL, OPT_NESTEROV},
+        {"betas", required_argument, NULL, OPT_BETAS},
+        {"eps", required_argument, NULL, OPT_EPS},
         {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
         {"seed", required_argument, NULL, OPT_SEED},
         {"shuffle", required_argument, NULL, OPT_SHUFFLE},
@@ -229,6 +275,9 @@ static int parse_train(int argc, char **argv, train_options *o)
     const char *cmd = parser.command;
     int code = cli_parse(&parser, argc, argv);
     if (code || (code = check_run_options(&parser, o)))
+        return code;
+    /* resumed: the checkpoint's optimizer and settings, checked when it is read */
+    if (!o->resume && (code = check_optimizer_options(o, cmd)))
         return code;
     if (o->momentum >= 1) {
         fprintf(stderr, "%s: --momentum must be below 1\n", cmd);

@@ -79,11 +79,35 @@ CASES = [
     ("odetanh8.json", (2, 12, 12)),
 ]
 
-# One training step against PyTorch's (the backward and the update, not only the forward): an
-# ODE network whose residual steps u + h F(u) have h != 1, and the ResNet.
+# Training steps against PyTorch's (the backward and the update, not only the forward): an ODE
+# network whose residual steps u + h F(u) have h != 1 and the ResNet, under every optimizer
+# setting of tessel train: (model, sample shape, steps, tessel's optimizer options, the
+# torch.optim class and its arguments). Adam's steps divide by the root of the squared gradients'
+# average: on the ResNet, whose deepest weights get gradients near 0, rounding differences of
+# 1e-7 in a gradient move such a weight by up to 1e-4 after 3 steps, so Adam is checked on the
+# ODE network.
 STEP_CASES = [
-    ("odetanh8.json", (2, 12, 12)),
-    ("resnet.json", (3, 16, 16)),
+    ("odetanh8.json", (2, 12, 12), 1, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0"],
+     "SGD", {"lr": 0.1}),
+    ("resnet.json", (3, 16, 16), 1, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0"],
+     "SGD", {"lr": 0.1}),
+    ("odetanh8.json", (2, 12, 12), 3,
+     ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--nesterov", "--weight-decay",
+      "0.01"],
+     "SGD", {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    ("resnet.json", (3, 16, 16), 3,
+     ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.5", "--dampening", "0.3",
+      "--weight-decay", "0.001"],
+     "SGD", {"lr": 0.05, "momentum": 0.5, "dampening": 0.3, "weight_decay": 0.001}),
+    ("odetanh8.json", (2, 12, 12), 3,
+     ["--optimizer", "adam", "--lr", "0.01", "--betas", "0.8,0.99", "--eps", "1e-6",
+      "--weight-decay", "0.01"],
+     "Adam", {"lr": 0.01, "betas": (0.8, 0.99), "eps": 1e-6, "weight_decay": 0.01}),
+    ("odetanh8.json", (2, 12, 12), 3, ["--optimizer", "adamw", "--lr", "0.01", "--weight-decay",
+     "0.2"],
+     "AdamW", {"lr": 0.01, "weight_decay": 0.2}),
+    ("odetanh8.json", (2, 12, 12), 3, ["--optimizer", "adamw", "--lr", "0.01"],
+     "AdamW", {"lr": 0.01}),
 ]
 CLASSES = 3
 
@@ -116,13 +140,14 @@ def check(model, shape, params, data, outputs, what):
     return out.returncode == 0
 
 
-def step_check(cli, work, env, name, shape, seed):
-    """Parameters saved by the bridge; one SGD step (lr 0.1, no momentum) on the first batch in
-    tessel and in PyTorch from them: every parameter and batch-norm statistic after the step
-    must agree within 1e-4 of max(1, |value|)."""
+def step_check(cli, work, env, case_index, seed):
+    """Parameters saved by the bridge; `steps` training steps (batches of 4 in order) in tessel
+    and in PyTorch from them, with the case's optimizer settings: every parameter and
+    batch-norm statistic after them must agree within 1e-5 of max(1, |value|)."""
+    name, shape, steps, options, optim, optim_args = STEP_CASES[case_index]
     import torch.nn.functional as F
     model = os.path.join(ROOT, "examples", "models", name)
-    case = os.path.join(work, "step-" + name[:-5])
+    case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
     run([sys.executable, os.path.join(ROOT, "python", "tessel_torch.py"), "save", "--model", model,
          "--sample-shape", ",".join(map(str, shape)), "--classes", str(CLASSES), "--seed",
@@ -130,16 +155,17 @@ def step_check(cli, work, env, name, shape, seed):
     module = tessel_torch.build(model, shape, CLASSES)
     make_data(data, shape, len(module.output_shape) > 1, seed=seed)
     run([cli, "train", "--data", "npy:" + data, "--model", model, "--batch", "4", "--max-steps",
-         "1", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0", "--shuffle", "off",
-         "--load-params", init, "--save-params", after], env)
+         str(steps), "--shuffle", "off", "--load-params", init, "--save-params", after] + options,
+        env)
     tessel_torch.load_params(module, init)
     module.train()
-    x = torch.from_numpy(np.load(os.path.join(data, "x.npy"))[:4])
-    y = torch.from_numpy(np.load(os.path.join(data, "y.npy"))[:4])
-    opt = torch.optim.SGD(module.parameters(), lr=0.1)
-    opt.zero_grad()
-    F.cross_entropy(module(x), y).backward()
-    opt.step()
+    xs = torch.from_numpy(np.load(os.path.join(data, "x.npy")))
+    ys = torch.from_numpy(np.load(os.path.join(data, "y.npy")))
+    opt = getattr(torch.optim, optim)(module.parameters(), **optim_args)
+    for step in range(steps):
+        opt.zero_grad()
+        F.cross_entropy(module(xs[4 * step:4 * step + 4]), ys[4 * step:4 * step + 4]).backward()
+        opt.step()
     want = {k: v.detach().numpy() for k, v in module.state_dict().items()}
     got = tessel_torch.read_params(after)
     worst, where = 0.0, None
@@ -149,9 +175,9 @@ def step_check(cli, work, env, name, shape, seed):
             worst, where = err, key
     moved = max(float(np.abs(want[k] - tessel_torch.read_params(init)[k].numpy()).max())
                 for k in want)
-    ok = set(got) == set(want) and worst <= 1e-4 and moved > 1e-3
-    print(f"{name}, one training step: {'passed' if ok else 'FAILED'}: largest difference "
-          f"{worst:.3g} ({where}), parameters moved up to {moved:.3g}")
+    ok = set(got) == set(want) and worst <= 1e-5 and moved > 1e-3
+    print(f"{name}, {steps} step(s) of {' '.join(options)}: {'passed' if ok else 'FAILED'}: "
+          f"largest difference {worst:.3g} ({where}), parameters moved up to {moved:.3g}")
     return ok
 
 
@@ -210,9 +236,9 @@ def main():
     if check(model, shape, bad, case + "-data", case + "-out.npy", "ops, one weight changed (must fail)"):
         failures.append("the check passed a changed weight")
 
-    for i, (name, shape) in enumerate(STEP_CASES):
-        if not step_check(cli, work, env, name, shape, seed=21 + i):
-            failures.append(name + " training step")
+    for i, case in enumerate(STEP_CASES):
+        if not step_check(cli, work, env, i, seed=21 + i):
+            failures.append(f"{case[0]} training steps with {' '.join(case[3])}")
 
     if failures:
         print(f"bridge_check: FAILED: {', '.join(failures)}")

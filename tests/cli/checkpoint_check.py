@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tessel train --checkpoint / --resume: a run interrupted mid-epoch (and one interrupted at
 an epoch boundary) and resumed from its checkpoint gives the same per-step losses and epoch
-metrics, bit for bit, as the uninterrupted run; with Adam and with SGD momentum, on a network
+metrics, bit for bit, as the uninterrupted run; with Adam, AdamW and SGD (momentum, Nesterov,
+dampening, weight decay: every optimizer setting is in the checkpoint), on a network
 with batch norm (running statistics are part of the state). Leftovers of a crashed save do
 not disturb a resume; bad checkpoints and conflicting options get clear errors.
 
@@ -40,7 +41,14 @@ def epochs(m):
 # 48 samples in batches of 8: 6 steps per epoch, 18 in all.
 data = "synthetic:dims=2,size=10,samples=48,classes=3,seed=5"
 cases = [("adam", ["--optimizer", "adam", "--lr", "0.003"], 8),  # stops mid-epoch 2
-         ("sgd", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"], 12)]  # at a boundary
+         ("sgd", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"], 12),  # at a boundary
+         # every other optimizer setting, kept in the checkpoint and resumed
+         ("adamw", ["--optimizer", "adamw", "--lr", "0.003", "--betas", "0.8,0.99", "--eps",
+                    "1e-7", "--weight-decay", "0.05"], 9),
+         ("nesterov", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--nesterov",
+                       "--weight-decay", "0.001"], 7),
+         ("dampening", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--dampening",
+                        "0.25"], 10)]
 for name, opt, stop in cases:
     common = ["--model", "fcn2d", "--data", data, "--batch", "8", "--epochs", "3",
               "--seed", "11"] + opt
@@ -77,6 +85,39 @@ for name, opt, stop in cases:
     assert epochs(rest) == epochs(whole), f"{name}: epoch metrics differ\n{rest}\n{whole}"
     assert sorted(d for d in os.listdir(ck) if d.startswith("step-")) == ["step-000000000018"]
     print(f"ok: {name} resumed after step {stop} of 18, identical losses and metrics")
+
+# The optimizer's settings are in the checkpoint: a different one given at resume is refused.
+ck = os.path.join(work, "adamw-ck")
+with open(os.path.join(ck, "step-000000000018", "state.json")) as f:
+    settings = json.load(f)["settings"]
+assert settings["optimizer"] == "adamw" and settings["betas"] == [0.8, 0.99], settings
+assert settings["eps"] == 1e-7 and settings["weight_decay"] == 0.05, settings
+for given, flag in ((["--weight-decay", "0.01"], "--weight-decay"), (["--betas", "0.9,0.99"], "--betas"),
+                    (["--eps", "1e-8"], "--eps")):
+    out = run("train", "--resume", ck, "--epochs", "4", *given, expect=2)
+    assert f"{flag} differs from the checkpoint" in out, out
+# Options of another optimizer, and impossible combinations, are clear usage errors.
+for bad, says in ((["--optimizer", "adam", "--nesterov"], "--nesterov is not an option"),
+                  (["--optimizer", "sgd", "--betas", "0.9,0.9"], "--betas is not an option"),
+                  (["--optimizer", "sgd", "--momentum", "0", "--nesterov"], "--nesterov needs"),
+                  (["--optimizer", "adamw", "--betas", "0.9"], "--betas"),
+                  (["--optimizer", "adamw", "--eps", "0"], "--eps"),
+                  (["--optimizer", "adagrad"], "--optimizer")):
+    out = run("train", "--data", data, *bad, expect=2)
+    assert says in out, (bad, out)
+# A checkpoint of version 1 (before these settings were kept) resumes with their defaults.
+ck = os.path.join(work, "sgd-ck")
+state = os.path.join(ck, "step-000000000018", "state.json")
+with open(state) as f:
+    old = json.load(f)
+old["version"] = 1
+for key in ("weight_decay", "dampening", "nesterov", "betas", "eps"):
+    del old["settings"][key]
+with open(state, "w") as f:
+    json.dump(old, f)
+out = run("train", "--resume", ck, "--epochs", "4", "--max-steps", "19")
+assert "18 steps taken" in out, out
+print("ok: optimizer settings kept, conflicts and bad combinations refused, version 1 resumes")
 
 # Errors: clear messages, non-zero exit, nothing half-done.
 ck = os.path.join(work, "adam-ck")
