@@ -337,6 +337,10 @@ TSL_API tsl_status tsl_optimizer_create_sgd(tsl_optimizer_t *opt, tsl_context_t 
 TSL_API tsl_status tsl_optimizer_create_adam(tsl_optimizer_t *opt, tsl_context_t ctx,
                                              const tsl_adam_config *config);
 
+/** @brief Set the learning rate of the next steps (> 0, finite): a schedule calls it before
+ *  each step. */
+TSL_API tsl_status tsl_optimizer_set_lr(tsl_optimizer_t opt, double lr);
+
 /** @brief Destroy the optimizer and its state tensors. NULL is a no-op. */
 TSL_API tsl_status tsl_optimizer_destroy(tsl_optimizer_t opt);
 

@@ -68,10 +68,11 @@ static int write_state(FILE *f, const void *arg)
             ",\n    \"optimizer\": \"%s\",\n    \"batch\": %ld,\n    \"epochs\": %ld,\n"
             "    \"lr\": %.17g,\n    \"momentum\": %.17g,\n    \"weight_decay\": %.17g,\n"
             "    \"dampening\": %.17g,\n    \"nesterov\": %s,\n    \"betas\": [%.17g, %.17g],\n"
-            "    \"eps\": %.17g,\n    \"seed\": \"%llu\",\n    \"shuffle\": %s\n  },\n",
+            "    \"eps\": %.17g,\n    \"lr_schedule\": \"%s\",\n    \"warmup_steps\": %ld,\n"
+            "    \"seed\": \"%llu\",\n    \"shuffle\": %s\n  },\n",
             s->optimizer, s->batch, s->epochs, s->lr, s->momentum, s->weight_decay, s->dampening,
-            s->nesterov ? "true" : "false", s->beta1, s->beta2, s->eps, s->seed,
-            s->shuffle ? "true" : "false");
+            s->nesterov ? "true" : "false", s->beta1, s->beta2, s->eps, s->lr_schedule, s->warmup,
+            s->seed, s->shuffle ? "true" : "false");
     fprintf(f,
             "  \"progress\": {\n    \"epoch\": %lld,\n    \"batch\": %lld,\n    \"steps\": %lld,\n"
             "    \"loss_sum\": %.17g,\n    \"hits\": %lld,\n    \"seen\": %lld,\n"
@@ -274,7 +275,8 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(set, "seed");
     const cJSON *nesterov = cJSON_GetObjectItemCaseSensitive(set, "nesterov");
     const cJSON *betas = cJSON_GetObjectItemCaseSensitive(set, "betas");
-    int64_t version, batch = 0, epochs = 0;
+    int64_t version, batch = 0, epochs = 0, warmup = 0;
+    lr_schedule schedule;
     const char *bad = NULL;
     if (!root)
         bad = "the JSON syntax";
@@ -313,6 +315,13 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         bad = "settings.betas (two numbers, each at least 0 and below 1, as --betas)";
     else if (version >= 2 && (get_number(set, "eps", &s->eps) || !(s->eps > 0)))
         bad = "settings.eps (above 0, as --eps)";
+    else if (version >= 2 &&
+             (get_string(set, "lr_schedule", s->lr_schedule, sizeof s->lr_schedule) ||
+              parse_lr_schedule(s->lr_schedule, &schedule) ||
+              (schedule.kind == SCHEDULE_COSINE && schedule.min > s->lr)))
+        bad = "settings.lr_schedule (constant, step:N:G or cosine:T[:MIN], as --lr-schedule)";
+    else if (version >= 2 && get_int(set, "warmup_steps", 0, INT64_C(1) << 40, &warmup))
+        bad = "settings.warmup_steps (0 to 2^40, as --warmup-steps)";
     else if (!cJSON_IsString(seed) || parse_seed_arg(seed->valuestring, &s->seed))
         bad = "settings.seed (a string of a whole number in [0, 2^64), as --seed)";
     else if (!cJSON_IsBool(shuffle))
@@ -338,12 +347,14 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         s->beta1 = 0.9;
         s->beta2 = 0.999;
         s->eps = 1e-8;
+        snprintf(s->lr_schedule, sizeof s->lr_schedule, "constant");
     }
     if (!bad) {
         s->batch = (long)batch;
         s->epochs = (long)epochs;
         s->shuffle = cJSON_IsTrue(shuffle);
         s->nesterov = version >= 2 && cJSON_IsTrue(nesterov);
+        s->warmup = (long)warmup;
         p->nepochs = p->epoch;
     }
     int64_t cap = p->nepochs > epochs ? p->nepochs : epochs;
@@ -435,6 +446,10 @@ int merge_resumed(train_options *o, const run_settings *r)
         diff = "--betas";
     else if ((o->given & SET_EPS) && o->eps != r->eps)
         diff = "--eps";
+    else if ((o->given & SET_SCHEDULE) && strcmp(o->lr_schedule, r->lr_schedule))
+        diff = "--lr-schedule";
+    else if ((o->given & SET_WARMUP) && o->schedule.warmup != r->warmup)
+        diff = "--warmup-steps";
     else if ((o->given & SET_SEED) && o->seed != r->seed)
         diff = "--seed";
     else if ((o->given & SET_SHUFFLE) && o->shuffle != r->shuffle)
@@ -459,6 +474,9 @@ int merge_resumed(train_options *o, const run_settings *r)
     o->beta1 = r->beta1;
     o->beta2 = r->beta2;
     o->eps = r->eps;
+    o->lr_schedule = r->lr_schedule;
+    parse_lr_schedule(r->lr_schedule, &o->schedule); /* checked when read */
+    o->schedule.warmup = r->warmup;
     o->seed = r->seed;
     o->shuffle = r->shuffle;
     if (!(o->given & SET_EPOCHS))
@@ -484,6 +502,8 @@ void settings_of(const train_options *o, run_settings *r)
     r->beta1 = o->beta1;
     r->beta2 = o->beta2;
     r->eps = o->eps;
+    snprintf(r->lr_schedule, sizeof r->lr_schedule, "%s", o->lr_schedule);
+    r->warmup = o->schedule.warmup;
     r->seed = o->seed;
     r->shuffle = o->shuffle;
 }

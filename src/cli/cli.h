@@ -149,8 +149,26 @@ enum {
     SET_DAMPENING = 1 << 10,
     SET_NESTEROV = 1 << 11,
     SET_BETAS = 1 << 12,
-    SET_EPS = 1 << 13
+    SET_EPS = 1 << 13,
+    SET_SCHEDULE = 1 << 14,
+    SET_WARMUP = 1 << 15
 };
+
+/* A learning-rate schedule (--lr-schedule, --warmup-steps): constant, step (times gamma every
+ * `every` steps) or cosine (from lr down to `min` over `t_max` steps, then min), times a linear
+ * warm-up over the first `warmup` steps. */
+enum { SCHEDULE_CONSTANT = 0, SCHEDULE_STEP, SCHEDULE_COSINE };
+typedef struct lr_schedule {
+    int kind;
+    long every, t_max, warmup;
+    double gamma, min;
+} lr_schedule;
+
+/* Parse "constant", "step:N:G" or "cosine:T[:MIN]"; 0, or -1 when malformed. */
+int parse_lr_schedule(const char *text, lr_schedule *s);
+
+/* The learning rate of the step after `steps` steps, from the base rate `lr`. */
+double scheduled_lr(const lr_schedule *s, double lr, int64_t steps);
 
 /* tessel train --progress: a bar rewritten in place, a line now and then, or nothing but the
  * epochs' summaries; auto is a bar where rank 0's stdout is a terminal outside an MPI
@@ -169,6 +187,8 @@ typedef struct train_options {
      * Nesterov momentum, Adam's betas and eps */
     double weight_decay, dampening, beta1, beta2, eps;
     int nesterov;
+    const char *lr_schedule; /* --lr-schedule as given (parsed into schedule) */
+    lr_schedule schedule;
     unsigned long long seed;
     int shuffle;
     unsigned given;               /* SET_* of the options on the command line */
@@ -275,6 +295,8 @@ typedef struct run_settings {
     long batch, epochs;
     double lr, momentum, weight_decay, dampening, beta1, beta2, eps;
     int nesterov;
+    char lr_schedule[64];
+    long warmup;
     unsigned long long seed;
     int shuffle;
 } run_settings;

@@ -341,6 +341,7 @@ void train_options_init(train_options *o)
     o->beta1 = 0.9;
     o->beta2 = 0.999;
     o->eps = 1e-8;
+    o->lr_schedule = "constant";
     o->seed = 1;
     o->shuffle = 1;
 }
@@ -628,6 +629,42 @@ void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+int parse_lr_schedule(const char *text, lr_schedule *s)
+{
+    memset(s, 0, sizeof *s);
+    char extra;
+    if (strcmp(text, "constant") == 0)
+        return 0;
+    if (sscanf(text, "step:%ld:%lf%c", &s->every, &s->gamma, &extra) == 2)
+        s->kind = SCHEDULE_STEP;
+    else if (sscanf(text, "cosine:%ld:%lf%c", &s->t_max, &s->min, &extra) == 2 ||
+             (sscanf(text, "cosine:%ld%c", &s->t_max, &extra) == 1 && (s->min = 0, 1)))
+        s->kind = SCHEDULE_COSINE;
+    else
+        return -1;
+    if (s->kind == SCHEDULE_STEP)
+        return s->every >= 1 && s->every <= (1L << 40) && isfinite(s->gamma) && s->gamma > 0 &&
+                       s->gamma <= 1
+                   ? 0
+                   : -1;
+    return s->t_max >= 1 && s->t_max <= (1L << 40) && isfinite(s->min) && s->min >= 0 ? 0 : -1;
+}
+
+double scheduled_lr(const lr_schedule *s, double lr, int64_t steps)
+{
+    double v = lr;
+    if (s->kind == SCHEDULE_STEP)
+        v = lr * pow(s->gamma, (double)(steps / s->every));
+    else if (s->kind == SCHEDULE_COSINE) {
+        int64_t k = steps < s->t_max ? steps : s->t_max;
+        const double pi = 3.14159265358979323846;
+        v = s->min + (lr - s->min) * (1 + cos(pi * (double)k / (double)s->t_max)) / 2;
+    }
+    if (s->warmup > 0 && steps < s->warmup)
+        v *= (double)(steps + 1) / (double)s->warmup;
+    return v;
+}
+
 int optimizer_known(const char *name)
 {
     return strcmp(name, "sgd") == 0 || strcmp(name, "adam") == 0 || strcmp(name, "adamw") == 0;
@@ -665,6 +702,11 @@ int check_optimizer_options(train_options *o, const char *cmd)
     }
     if (o->beta1 >= 1 || o->beta2 >= 1) {
         fprintf(stderr, "%s: --betas B1,B2 must each be at least 0 and below 1\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (o->schedule.kind == SCHEDULE_COSINE && o->lr >= 0 && o->schedule.min > o->lr) {
+        fprintf(stderr, "%s: --lr-schedule cosine's MIN %g is above --lr %g\n", cmd,
+                o->schedule.min, o->lr);
         return EXIT_USAGE;
     }
     if (o->weight_decay < 0) /* PyTorch's defaults: AdamW 0.01, SGD and Adam none */

@@ -23,7 +23,7 @@ static void usage_train(FILE *out)
         "usage: tessel train --data SPEC [--model NAME|FILE] [--epochs N] [--batch B] [--lr X]\n"
         "                    [--optimizer sgd|adam|adamw] [--momentum M] [--seed S]\n"
         "                    [--weight-decay W] [--dampening D] [--nesterov]\n"
-        "                    [--betas B1,B2] [--eps E]\n"
+        "                    [--betas B1,B2] [--eps E] [--lr-schedule S] [--warmup-steps W]\n"
         "                    [--max-steps N] [--shuffle on|off] [--load-params DIR]\n"
         "                    [--save-params DIR] [--checkpoint DIR [--checkpoint-every N]]\n"
         "                    [--resume DIR] [--metrics-json FILE] [--plan PLAN] [--ncpu N]\n"
@@ -44,6 +44,10 @@ static void usage_train(FILE *out)
         "                      (default 0.9,0.999) and --eps E (default 1e-8)\n"
         "  --weight-decay W    L2 penalty added to the gradient (sgd, adam), or decoupled\n"
         "                      decay (adamw); default 0, 0.01 for adamw\n"
+        "  --lr-schedule S     the learning rate by step: constant (default), step:N:G (times G\n"
+        "                      every N steps, as StepLR) or cosine:T[:MIN] (from --lr down to\n"
+        "                      MIN, default 0, over T steps, as CosineAnnealingLR; then MIN)\n"
+        "  --warmup-steps W    times (k + 1) / W at the first W steps k = 0 .. W - 1\n"
         "  --seed S            parameters, shuffling and synthetic data (default 1)\n"
         "  --max-steps N       stop after N optimizer steps (default: no limit)\n"
         "  --shuffle on|off    shuffle the training samples every epoch (default on)\n"
@@ -119,6 +123,8 @@ enum {
     OPT_NESTEROV,
     OPT_BETAS,
     OPT_EPS,
+    OPT_LR_SCHEDULE,
+    OPT_WARMUP_STEPS,
     OPT_OPTIMIZER,
     OPT_SEED,
     OPT_SHUFFLE,
@@ -206,6 +212,19 @@ static int parse_train_option(const cli_parser *parser, int id, const char *v)
         bad = parse_double_arg(v, 0, &o->eps) || !(o->eps > 0);
         o->given |= SET_EPS;
         break;
+    case OPT_LR_SCHEDULE: {
+        long warmup = o->schedule.warmup; /* --warmup-steps may come first */
+        bad = strlen(v) >= sizeof(((run_settings *)0)->lr_schedule) ||
+              parse_lr_schedule(v, &o->schedule);
+        o->schedule.warmup = warmup;
+        o->lr_schedule = v;
+        o->given |= SET_SCHEDULE;
+        break;
+    }
+    case OPT_WARMUP_STEPS:
+        bad = parse_int_arg(v, 0, 1L << 40, &o->schedule.warmup);
+        o->given |= SET_WARMUP;
+        break;
     case OPT_OPTIMIZER:
         bad = !optimizer_known(v);
         o->optimizer = v;
@@ -257,6 +276,8 @@ static int parse_train(int argc, char **argv, train_options *o)
         {"nesterov", no_argument, NULL, OPT_NESTEROV},
         {"betas", required_argument, NULL, OPT_BETAS},
         {"eps", required_argument, NULL, OPT_EPS},
+        {"lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE},
+        {"warmup-steps", required_argument, NULL, OPT_WARMUP_STEPS},
         {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
         {"seed", required_argument, NULL, OPT_SEED},
         {"shuffle", required_argument, NULL, OPT_SHUFFLE},
@@ -277,6 +298,8 @@ static int parse_train(int argc, char **argv, train_options *o)
     if (code || (code = check_run_options(&parser, o)))
         return code;
     /* resumed: the checkpoint's optimizer and settings, checked when it is read */
+    if (o->lr < 0)
+        o->lr = strcmp(o->optimizer, "sgd") == 0 ? 0.01 : 0.001;
     if (!o->resume && (code = check_optimizer_options(o, cmd)))
         return code;
     if (o->momentum >= 1) {
@@ -720,9 +743,12 @@ static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
     while (p->batch < steps_per_epoch) {
         double loss = 0, step_start = now();
         int64_t correct = 0;
-        tsl_status st =
-            tsl_model_train_step_read(r->s.model, r->s.train, o->batch,
-                                      r->order + p->batch * o->batch, r->opt, &loss, &correct);
+        tsl_status st = TSL_OK;
+        if (o->schedule.kind != SCHEDULE_CONSTANT || o->schedule.warmup > 0)
+            st = tsl_optimizer_set_lr(r->opt, scheduled_lr(&o->schedule, o->lr, p->steps));
+        if (!st)
+            st = tsl_model_train_step_read(r->s.model, r->s.train, o->batch,
+                                           r->order + p->batch * o->batch, r->opt, &loss, &correct);
         if (st)
             return fail_collective(st, "a training step");
         if ((code = record_step(r, loss, step_start)))

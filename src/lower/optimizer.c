@@ -29,6 +29,17 @@ struct tsl_optimizer {
     int64_t cap;
 };
 
+tsl_status tsl_optimizer_set_lr(tsl_optimizer_t opt, double lr)
+{
+    if (!opt)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_optimizer_set_lr: optimizer is NULL");
+    if (!isfinite(lr) || !(lr > 0))
+        return tsl_error(opt->ctx, TSL_ERR_INVALID_ARG,
+                         "tsl_optimizer_set_lr: learning rate %g (want > 0)", lr);
+    opt->sgd.lr = opt->adam.lr = lr;
+    return TSL_OK;
+}
+
 tsl_status tsl_sgd_config_init(tsl_sgd_config *c)
 {
     if (!c)

@@ -108,6 +108,16 @@ STEP_CASES = [
      "AdamW", {"lr": 0.01, "weight_decay": 0.2}),
     ("odetanh8.json", (2, 12, 12), 3, ["--optimizer", "adamw", "--lr", "0.01"],
      "AdamW", {"lr": 0.01}),
+    # learning-rate schedules against torch.optim.lr_scheduler's, stepped after every step
+    ("resnet.json", (3, 16, 16), 3, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9",
+     "--lr-schedule", "step:2:0.3"],
+     "SGD", {"lr": 0.1, "momentum": 0.9}, "StepLR", {"step_size": 2, "gamma": 0.3}),
+    ("odetanh8.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0",
+     "--lr-schedule", "cosine:3:0.01"],
+     "SGD", {"lr": 0.1}, "CosineAnnealingLR", {"T_max": 3, "eta_min": 0.01}),
+    ("odetanh8.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0",
+     "--warmup-steps", "3"],
+     "SGD", {"lr": 0.1}, "LinearLR", {"start_factor": 1 / 3, "total_iters": 2}),
 ]
 CLASSES = 3
 
@@ -144,7 +154,8 @@ def step_check(cli, work, env, case_index, seed):
     """Parameters saved by the bridge; `steps` training steps (batches of 4 in order) in tessel
     and in PyTorch from them, with the case's optimizer settings: every parameter and
     batch-norm statistic after them must agree within 1e-5 of max(1, |value|)."""
-    name, shape, steps, options, optim, optim_args = STEP_CASES[case_index]
+    name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
+    schedule = STEP_CASES[case_index][6:]
     import torch.nn.functional as F
     model = os.path.join(ROOT, "examples", "models", name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
@@ -162,10 +173,13 @@ def step_check(cli, work, env, case_index, seed):
     xs = torch.from_numpy(np.load(os.path.join(data, "x.npy")))
     ys = torch.from_numpy(np.load(os.path.join(data, "y.npy")))
     opt = getattr(torch.optim, optim)(module.parameters(), **optim_args)
+    sched = getattr(torch.optim.lr_scheduler, schedule[0])(opt, **schedule[1]) if schedule else None
     for step in range(steps):
         opt.zero_grad()
         F.cross_entropy(module(xs[4 * step:4 * step + 4]), ys[4 * step:4 * step + 4]).backward()
         opt.step()
+        if sched:
+            sched.step()
     want = {k: v.detach().numpy() for k, v in module.state_dict().items()}
     got = tessel_torch.read_params(after)
     worst, where = 0.0, None

@@ -48,7 +48,12 @@ cases = [("adam", ["--optimizer", "adam", "--lr", "0.003"], 8),  # stops mid-epo
          ("nesterov", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--nesterov",
                        "--weight-decay", "0.001"], 7),
          ("dampening", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--dampening",
-                        "0.25"], 10)]
+                        "0.25"], 10),
+         # a learning-rate schedule is a function of the steps taken: resumed exactly too
+         ("schedule", ["--optimizer", "adam", "--lr", "0.003", "--lr-schedule", "cosine:15:0.0005",
+                       "--warmup-steps", "4"], 3),
+         ("step-schedule", ["--optimizer", "sgd", "--lr", "0.05", "--lr-schedule", "step:5:0.5"],
+          11)]
 for name, opt, stop in cases:
     common = ["--model", "fcn2d", "--data", data, "--batch", "8", "--epochs", "3",
               "--seed", "11"] + opt
@@ -93,7 +98,8 @@ with open(os.path.join(ck, "step-000000000018", "state.json")) as f:
 assert settings["optimizer"] == "adamw" and settings["betas"] == [0.8, 0.99], settings
 assert settings["eps"] == 1e-7 and settings["weight_decay"] == 0.05, settings
 for given, flag in ((["--weight-decay", "0.01"], "--weight-decay"), (["--betas", "0.9,0.99"], "--betas"),
-                    (["--eps", "1e-8"], "--eps")):
+                    (["--eps", "1e-8"], "--eps"), (["--lr-schedule", "step:3:0.5"], "--lr-schedule"),
+                    (["--warmup-steps", "2"], "--warmup-steps")):
     out = run("train", "--resume", ck, "--epochs", "4", *given, expect=2)
     assert f"{flag} differs from the checkpoint" in out, out
 # Options of another optimizer, and impossible combinations, are clear usage errors.
@@ -102,7 +108,11 @@ for bad, says in ((["--optimizer", "adam", "--nesterov"], "--nesterov is not an 
                   (["--optimizer", "sgd", "--momentum", "0", "--nesterov"], "--nesterov needs"),
                   (["--optimizer", "adamw", "--betas", "0.9"], "--betas"),
                   (["--optimizer", "adamw", "--eps", "0"], "--eps"),
-                  (["--optimizer", "adagrad"], "--optimizer")):
+                  (["--optimizer", "adagrad"], "--optimizer"),
+                  (["--lr-schedule", "cosine:0"], "--lr-schedule"),
+                  (["--lr-schedule", "step:5:2"], "--lr-schedule"),
+                  (["--lr-schedule", "linear"], "--lr-schedule"),
+                  (["--lr", "0.01", "--lr-schedule", "cosine:5:0.1"], "MIN 0.1 is above --lr")):
     out = run("train", "--data", data, *bad, expect=2)
     assert says in out, (bad, out)
 # A checkpoint of version 1 (before these settings were kept) resumes with their defaults.
