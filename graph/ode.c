@@ -47,6 +47,30 @@ static int residual_step(const struct tsl_graph *g, int32_t a, const int32_t *lo
     return 1;
 }
 
+/* Field by field (the structs' padding bytes are not theirs to compare). */
+static int same_conv(const tsl_conv_params *a, const tsl_conv_params *b)
+{
+    if (a->spatial != b->spatial || a->groups != b->groups)
+        return 0;
+    for (int d = 0; d < 3; d++)
+        if (a->stride[d] != b->stride[d] || a->padding[d] != b->padding[d] ||
+            a->dilation[d] != b->dilation[d] || a->output_padding[d] != b->output_padding[d])
+            return 0;
+    return 1;
+}
+
+static int same_pool(const tsl_pool_params *a, const tsl_pool_params *b)
+{
+    if (a->spatial != b->spatial || a->kind != b->kind ||
+        a->count_include_pad != b->count_include_pad)
+        return 0;
+    for (int d = 0; d < 3; d++)
+        if (a->kernel[d] != b->kernel[d] || a->stride[d] != b->stride[d] ||
+            a->padding[d] != b->padding[d])
+            return 0;
+    return 1;
+}
+
 /* Whether ops x and y (of two steps) have the same kind, attributes, output shape and
  * parameter shapes, and read the same relative inputs (`shift` ops apart). */
 static int same_op(const struct tsl_graph *g, int32_t x, int32_t y, int32_t shift)
@@ -55,9 +79,8 @@ static int same_op(const struct tsl_graph *g, int32_t x, int32_t y, int32_t shif
     if (a->kind != b->kind || a->ninputs != b->ninputs || a->nparams != b->nparams ||
         a->transposed != b->transposed || a->bias != b->bias || a->act != b->act ||
         a->slope != b->slope || a->eps != b->eps || a->momentum != b->momentum || a->h != b->h ||
-        memcmp(&a->conv, &b->conv, sizeof a->conv) != 0 ||
-        memcmp(&a->pool, &b->pool, sizeof a->pool) != 0 ||
-        memcmp(a->scale, b->scale, sizeof a->scale) != 0)
+        !same_conv(&a->conv, &b->conv) || !same_pool(&a->pool, &b->pool) ||
+        memcmp(a->scale, b->scale, sizeof a->scale) != 0 || a->linear != b->linear)
         return 0;
     const tsl_shape *sa = &g->values[a->output].shape, *sb = &g->values[b->output].shape;
     if (sa->ndim != sb->ndim || memcmp(sa->dims, sb->dims, sizeof sa->dims[0] * sa->ndim) != 0)
