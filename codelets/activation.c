@@ -32,6 +32,10 @@
             for (int64_t i = 0; i < n; i++)                                                        \
                 out[i] = tsl_gelu_fwd_##SFX(in[i]);                                                \
             return;                                                                                \
+        case TSL_ACT_SILU:                                                                         \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                out[i] = tsl_silu_fwd_##SFX(in[i]);                                                \
+            return;                                                                                \
         }                                                                                          \
     } while (0)
 
@@ -72,6 +76,10 @@ void tsl_act_forward(const tsl_act_args *a, const void *x, void *y)
         case TSL_ACT_GELU:                                                                         \
             for (int64_t i = 0; i < n; i++)                                                        \
                 out[i] = tsl_gelu_bwd_##SFX(v[i], g[i]);                                           \
+            return;                                                                                \
+        case TSL_ACT_SILU:                                                                         \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                out[i] = tsl_silu_bwd_##SFX(v[i], g[i]);                                           \
             return;                                                                                \
         }                                                                                          \
     } while (0)

@@ -38,6 +38,9 @@ unsigned blocks_for(int64_t n)
             case TSL_ACT_TANH:                                                                     \
                 y[i] = tsl_tanh_fwd_##SFX(v);                                                      \
                 break;                                                                             \
+            case TSL_ACT_SILU:                                                                     \
+                y[i] = tsl_silu_fwd_##SFX(v);                                                      \
+                break;                                                                             \
             default:                                                                               \
                 y[i] = tsl_gelu_fwd_##SFX(v);                                                      \
                 break; /* TSL_ACT_GELU, checked on the host */                                     \
@@ -63,6 +66,9 @@ unsigned blocks_for(int64_t n)
             case TSL_ACT_TANH:                                                                     \
                 dx[i] = tsl_tanh_bwd_##SFX(v, g);                                                  \
                 break;                                                                             \
+            case TSL_ACT_SILU:                                                                     \
+                dx[i] = tsl_silu_bwd_##SFX(v, g);                                                  \
+                break;                                                                             \
             default:                                                                               \
                 dx[i] = tsl_gelu_bwd_##SFX(v, g);                                                  \
                 break;                                                                             \
@@ -81,6 +87,7 @@ bool known_kind(int kind)
     case TSL_ACT_SIGMOID:
     case TSL_ACT_TANH:
     case TSL_ACT_GELU:
+    case TSL_ACT_SILU:
         return true;
     }
     return false;

@@ -1,7 +1,7 @@
 /* Activation element functions, forward and backward, for f32 (suffix f32) and f64 (f64):
  * the per-element math of codelets/activation.c's loops and codelets/activation.cu's kernels.
- * Forward: y = f(x). Backward: dx = f'(in) * g, `in` being x (ReLU, LeakyReLU, GELU) or y
- * (sigmoid, tanh). Sigmoid and tanh, forward and backward, are computed in double with
+ * Forward: y = f(x). Backward: dx = f'(in) * g, `in` being x (ReLU, LeakyReLU, GELU, SiLU) or y
+ * (sigmoid, tanh). Sigmoid, tanh and SiLU, forward and backward, are computed in double with
  * hd_arith.h's operations and hd_exp.h's exp and tanh (then rounded once to the dtype), so CPU
  * and CUDA workers give the same bits; GELU uses the C library's (CUDA's) erfc and exp, which
  * may differ in the last place between the two. */
@@ -31,6 +31,11 @@
     {                                                                                              \
         return (T)tsl_hd_tanh((double)x);                                                          \
     }                                                                                              \
+    /* x sigmoid(x) = x / (1 + exp(-x)) */                                                         \
+    static inline TSL_HD T tsl_silu_fwd_##SFX(T x)                                                 \
+    {                                                                                              \
+        return (T)tsl_hd_div((double)x, tsl_hd_add(1.0, tsl_hd_exp(-(double)x)));                  \
+    }                                                                                              \
     /* x Phi(x); erfc keeps Phi accurate far into the left tail */                                 \
     static inline TSL_HD T tsl_gelu_fwd_##SFX(T x)                                                 \
     {                                                                                              \
@@ -54,6 +59,14 @@
     {                                                                                              \
         double yd = (double)y;                                                                     \
         return (T)tsl_hd_mul((double)g, tsl_hd_sub(1.0, tsl_hd_mul(yd, yd)));                      \
+    }                                                                                              \
+    /* s (1 + x (1 - s)), s = sigmoid(x), from x */                                                \
+    static inline TSL_HD T tsl_silu_bwd_##SFX(T x, T g)                                            \
+    {                                                                                              \
+        double xd = (double)x;                                                                     \
+        double s = tsl_hd_div(1.0, tsl_hd_add(1.0, tsl_hd_exp(-xd)));                              \
+        double d = tsl_hd_mul(s, tsl_hd_add(1.0, tsl_hd_mul(xd, tsl_hd_sub(1.0, s))));             \
+        return (T)tsl_hd_mul((double)g, d);                                                        \
     }                                                                                              \
     /* Phi(x) + x phi(x), from x */                                                                \
     static inline TSL_HD T tsl_gelu_bwd_##SFX(T x, T g)                                            \

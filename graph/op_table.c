@@ -13,6 +13,7 @@ static const tsl_activation_info activations[] = {
     [TSL_ACT_SIGMOID] = {"sigmoid", 0, 0.0, 4.0, 2.0, 1},
     [TSL_ACT_TANH] = {"tanh", 0, 0.0, 4.0, 2.0, 1},
     [TSL_ACT_GELU] = {"gelu", 0, 0.0, 10.0, 14.0, 0},
+    [TSL_ACT_SILU] = {"silu", 0, 0.0, 5.0, 8.0, 0},
 };
 _Static_assert(sizeof activations / sizeof activations[0] == TSL_ACTIVATION_COUNT,
                "one row per activation kind");

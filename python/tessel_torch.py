@@ -42,7 +42,7 @@ _OPS = {
     "conv_transpose": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1,
                        "groups": 1, "bias": True, "output_padding": 0},
     "batchnorm": {"eps": 1e-5, "momentum": 0.1},
-    "relu": {}, "sigmoid": {}, "tanh": {}, "gelu": {},
+    "relu": {}, "sigmoid": {}, "tanh": {}, "gelu": {}, "silu": {},
     "leaky_relu": {"slope": 0.01},
     "maxpool": {"kernel": None, "stride": "kernel", "padding": 0},
     "avgpool": {"kernel": None, "stride": "kernel", "padding": 0, "count_include_pad": True},
@@ -243,6 +243,8 @@ class TesselNet(nn.Module):
             return getattr(torch, op), x
         if op == "gelu":
             return (lambda v: F.gelu(v)), x
+        if op == "silu":
+            return (lambda v: F.silu(v)), x
         if op == "leaky_relu":
             slope = float(a["slope"])
             return (lambda v: F.leaky_relu(v, slope)), x

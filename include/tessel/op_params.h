@@ -25,10 +25,11 @@ typedef enum tsl_activation {
     TSL_ACT_SIGMOID = 2,    /**< 1 / (1 + exp(-x)) */
     TSL_ACT_TANH = 3,       /**< tanh(x) */
     TSL_ACT_GELU = 4,       /**< x Phi(x), Phi the standard normal CDF (PyTorch's exact GELU) */
+    TSL_ACT_SILU = 5,       /**< x / (1 + exp(-x)), x sigmoid(x) (PyTorch's SiLU, swish) */
 } tsl_activation;
 
 /** Number of activation kinds. */
-#define TSL_ACTIVATION_COUNT 5
+#define TSL_ACTIVATION_COUNT 6
 
 /** Convolution settings, as PyTorch's nn.Conv1d/2d/3d. */
 typedef struct tsl_conv_params {

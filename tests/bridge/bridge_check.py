@@ -44,6 +44,7 @@ OPS_MODEL = {
         {"name": "g1", "op": "conv", "out": 6, "kernel": 3, "padding": 1, "groups": 3,
          "bias": False},
         {"name": "gelu", "op": "gelu"},
+        {"op": "silu"},
         {"name": "ap", "op": "avgpool", "kernel": 3, "stride": 2, "padding": 1,
          "count_include_pad": False},
         {"name": "t1", "op": "conv_transpose", "out": 4, "kernel": 3, "stride": 2,

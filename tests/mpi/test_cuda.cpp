@@ -10,8 +10,8 @@ namespace
 {
 using namespace tsltest;
 
-// Exact but for GELU (the GPU's erfc and exp: a few units in the last place); sigmoid and tanh use
-// tessel's own exp and tanh on both sides (hd_exp.h).
+// Exact but for GELU (the GPU's erfc and exp: a few units in the last place); sigmoid, tanh and
+// SiLU use tessel's own exp and tanh on both sides (hd_exp.h).
 template <typename T> double tolerance(tsl_activation kind)
 {
     if (kind != TSL_ACT_GELU)
@@ -64,8 +64,10 @@ template <typename T> void check_activation(tsl_activation kind, bool in_place)
     EXPECT_LE(worst_dx, tol) << "backward, kind " << kind << (in_place ? ", in place" : "");
 }
 
-const tsl_activation all_kinds[] = {TSL_ACT_RELU, TSL_ACT_LEAKY_RELU, TSL_ACT_SIGMOID, TSL_ACT_TANH,
-                                    TSL_ACT_GELU};
+const tsl_activation all_kinds[] = {TSL_ACT_RELU, TSL_ACT_LEAKY_RELU, TSL_ACT_SIGMOID,
+                                    TSL_ACT_TANH, TSL_ACT_GELU,       TSL_ACT_SILU};
+static_assert(sizeof all_kinds / sizeof all_kinds[0] == TSL_ACTIVATION_COUNT,
+              "every activation kind on the GPU");
 
 } // namespace
 

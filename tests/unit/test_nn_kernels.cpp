@@ -30,6 +30,8 @@ double reference(tsl_activation kind, double slope, double x)
         return std::tanh(x);
     case TSL_ACT_GELU:
         return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case TSL_ACT_SILU:
+        return x / (1 + std::exp(-x));
     }
     return NAN; // a kind without a reference here fails every check below
 }
