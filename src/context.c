@@ -404,8 +404,14 @@ tsl_status tsl_context_create(tsl_context_t *out, const tsl_context_config *conf
         ctx->scheduler = strdup(config->scheduler);
         conf.sched_policy_name = ctx->scheduler;
     }
-    if (config->comm_stats)
-        setenv("STARPU_COMM_STATS", "1", 1);
+    if (config->comm_stats) { /* (a later context of the process finds tessel's variable) */
+        static int set_here;
+        if (!tsl_comm_stats_on()) {
+            setenv("STARPU_COMM_STATS", "1", 1);
+            set_here = 1;
+        }
+        ctx->own_comm_stats = set_here;
+    }
     char binding[160];
     share_node_cores(&conf, config, binding, sizeof binding);
     /* Before StarPU starts, so that every buffer it allocates and frees passes the cache
@@ -504,6 +510,35 @@ tsl_status tsl_context_wait(tsl_context_t ctx)
     return TSL_OK;
 }
 
+/* starpu_mpi_shutdown(), without the statistics StarPU-MPI prints to stderr at shutdown when
+ * tessel turned its byte counts on for the caller (who reads them through
+ * tsl_context_comm_bytes()): stderr goes to a temporary file meanwhile, and every other line
+ * StarPU writes there is passed on. Below the info log level only; the user's own
+ * STARPU_COMM_STATS keeps StarPU's print. */
+static void mpi_shutdown(struct tsl_context *ctx)
+{
+    FILE *held = ctx->own_comm_stats && ctx->log_level < TSL_LOG_INFO ? tmpfile() : NULL;
+    int saved = -1;
+    fflush(stderr);
+    if (held && (saved = dup(STDERR_FILENO)) >= 0 && dup2(fileno(held), STDERR_FILENO) < 0) {
+        close(saved);
+        saved = -1;
+    }
+    starpu_mpi_shutdown();
+    if (saved >= 0) {
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        rewind(held);
+        char line[1024];
+        while (fgets(line, sizeof line, held))
+            if (strncmp(line, "[starpu_comm_stats]", 19) != 0)
+                fputs(line, stderr);
+    }
+    if (held)
+        fclose(held);
+}
+
 tsl_status tsl_context_destroy(tsl_context_t ctx)
 {
     if (!ctx)
@@ -520,7 +555,7 @@ tsl_status tsl_context_destroy(tsl_context_t ctx)
     if (ctx->owns_runtime) {
         if (ctx->idle_hook >= 0)
             starpu_idle_hook_deregister(ctx->idle_hook);
-        starpu_mpi_shutdown();
+        mpi_shutdown(ctx);
         tsl_host_cache_stats cs;
         tsl_host_cache_uninstall(&cs);
         tsl_log(ctx, TSL_LOG_DEBUG,

@@ -20,6 +20,7 @@ struct tsl_tensor;
 struct tsl_context {
     int owns_runtime;     /* initialised StarPU + StarPU-MPI, shuts them down */
     int finalize_mpi;     /* initialised MPI, finalises it */
+    int own_comm_stats;   /* turned StarPU-MPI's byte counts on itself (not the user's variable) */
     int idle_hook;        /* StarPU idle hook that yields the core (tsl_context_create), or -1 */
     int yield_after_task; /* workers yield after each task (task.c: task_done) */
     MPI_Comm comm;        /* StarPU-MPI transfers (WORLD when owning, the host's otherwise) */

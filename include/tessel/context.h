@@ -56,8 +56,9 @@ typedef struct tsl_context_config {
     /** Pointer handed back to log_fn. */
     void *log_user;
     /** Non-zero: StarPU-MPI counts the bytes it sends (tsl_context_comm_bytes()); sets
-     *  STARPU_COMM_STATS=1 before StarPU-MPI starts, which also makes StarPU-MPI print the
-     *  totals at shutdown. Default 0 (the variable set by hand does the same). */
+     *  STARPU_COMM_STATS=1 before StarPU-MPI starts. The totals StarPU-MPI then prints at
+     *  shutdown are left out below the info log level (the caller reads the counts); with the
+     *  variable set by hand they stay. Default 0. */
     int32_t comm_stats;
     /** Bytes of freed main-memory buffers kept for reuse (tsl_context_create() only): StarPU
      *  frees an activation or gradient tile when the backward releases it and allocates it

@@ -39,6 +39,16 @@ assert out.count("evaluating on 64 test samples") == 2, out
 assert out.count(": train loss") == 2, out
 print(f"ok: 2 ranks, redirected: {len(steps)} progress lines, no carriage return")
 
+# --comm-stats: the bytes in tessel's summaries, not StarPU-MPI's own statistics at shutdown
+# (tessel turned its counts on; a user's STARPU_COMM_STATS=1 keeps them).
+out, err = run(mpiexec + ["-n", "2"] + train + ["--comm-stats", "--max-steps", "3"])
+assert "starpu_comm_stats" not in out + err, out + err
+assert "sent" in out, out
+out, err = run(mpiexec + ["-n", "2", "-x", "STARPU_COMM_STATS"] + train +
+               ["--comm-stats", "--max-steps", "3"], env=dict(os.environ, STARPU_COMM_STATS="1"))
+assert "starpu_comm_stats" in out + err, out + err
+print("ok: --comm-stats without StarPU-MPI's shutdown statistics")
+
 # --progress off: the summaries only.
 out, _ = run(mpiexec + ["-n", "2"] + train + ["--progress", "off"])
 assert " step " not in out and "evaluating" not in out and out.count(": train loss") == 2, out
