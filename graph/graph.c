@@ -362,27 +362,46 @@ tsl_status tsl_graph_concat(tsl_graph_t g, int32_t count, const int32_t *xs, int
     return add_op(g, &op, NULL, value, fn);
 }
 
-tsl_status tsl_graph_add_scaled(tsl_graph_t g, int32_t a, int32_t b, double h, int32_t *value)
+/* h xs[0] + xs[1] + ... + xs[count - 1]. */
+static tsl_status add_values(tsl_graph_t g, int32_t count, const int32_t *xs, double h,
+                             int32_t *value, const char *fn)
 {
-    const char *fn = "tsl_graph_add_scaled";
     tsl_status st = check_graph(g, value, fn);
-    if (st || (st = check_value(g, a, fn)) || (st = check_value(g, b, fn)))
+    if (st)
         return st;
+    if (!xs || count < 2 || count > TSL_GRAPH_MAX_INPUTS)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d values (want 2 to %d)", fn, (int)count,
+                         TSL_GRAPH_MAX_INPUTS);
+    for (int32_t k = 0; k < count; k++)
+        if ((st = check_value(g, xs[k], fn)))
+            return st;
     if (!isfinite(h) || h == 0)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: h %g must be finite and nonzero", fn, h);
     tsl_graph_op op;
     memset(&op, 0, sizeof op);
     op.kind = TSL_OP_ADD;
-    op.ninputs = 2;
-    op.inputs[0] = a;
-    op.inputs[1] = b;
+    op.ninputs = count;
+    for (int32_t k = 0; k < count; k++)
+        op.inputs[k] = xs[k];
     op.h = h;
     return add_op(g, &op, NULL, value, fn);
 }
 
+tsl_status tsl_graph_add_scaled(tsl_graph_t g, int32_t a, int32_t b, double h, int32_t *value)
+{
+    const int32_t xs[2] = {a, b};
+    return add_values(g, 2, xs, h, value, "tsl_graph_add_scaled");
+}
+
 tsl_status tsl_graph_add(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
 {
-    return tsl_graph_add_scaled(g, a, b, 1.0, value);
+    const int32_t xs[2] = {a, b};
+    return add_values(g, 2, xs, 1.0, value, "tsl_graph_add");
+}
+
+tsl_status tsl_graph_add_n(tsl_graph_t g, int32_t count, const int32_t *xs, int32_t *value)
+{
+    return add_values(g, count, xs, 1.0, value, "tsl_graph_add_n");
 }
 
 tsl_status tsl_graph_flatten(tsl_graph_t g, int32_t x, int32_t *value)

@@ -399,6 +399,11 @@ static tsl_status build_layer(layer *l, int32_t *value)
         double h;
         if ((st = get_number(l, K_H, 1.0, &h)))
             return st;
+        if (l->ninputs > 2 && h != 1.0)
+            return fail(l->r, l, TSL_ERR_FORMAT, "'h' takes an add of two inputs, not %d",
+                        (int)l->ninputs);
+        if (l->ninputs > 2)
+            return built(l, tsl_graph_add_n(g, l->ninputs, l->inputs, value));
         return built(l, tsl_graph_add_scaled(g, l->inputs[0], l->inputs[1], h, value));
     }
     case L_FLATTEN:

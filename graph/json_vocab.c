@@ -38,7 +38,7 @@ const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_UPSAMPLE_NEAREST] = {"upsample_nearest", COMMON_KEYS | BIT(K_SCALE), 0, 1, 1, 1},
     [L_UPSAMPLE_LINEAR] = {"upsample_linear", COMMON_KEYS | BIT(K_SCALE), 0, 1, 1, 1},
     [L_CONCAT] = {"concat", COMMON_KEYS, 0, 1, TSL_GRAPH_MAX_INPUTS, 0},
-    [L_ADD] = {"add", COMMON_KEYS | BIT(K_H), 0, 2, 2, 0},
+    [L_ADD] = {"add", COMMON_KEYS | BIT(K_H), 0, 2, TSL_GRAPH_MAX_INPUTS, 0},
     [L_FLATTEN] = {"flatten", COMMON_KEYS, 0, 1, 1, 0},
     [L_LINEAR] = {"linear", COMMON_KEYS | BIT(K_OUT) | BIT(K_BIAS), 1, 1, 1, 0},
 };

@@ -128,9 +128,13 @@ static tsl_status infer_concat(const struct tsl_graph *g, const tsl_graph_op *op
 static tsl_status infer_add(const struct tsl_graph *g, const tsl_graph_op *op,
                             const tsl_shape *given, tsl_shape *y, const char *fn)
 {
-    const tsl_shape *a = input_shape(g, op, 0), *b = input_shape(g, op, 1);
-    if (a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof a->dims) != 0)
-        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: the two values differ in shape", fn);
+    const tsl_shape *a = input_shape(g, op, 0);
+    for (int32_t k = 1; k < op->ninputs; k++) {
+        const tsl_shape *b = input_shape(g, op, k);
+        if (a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof a->dims) != 0)
+            return tsl_error(NULL, TSL_ERR_SHAPE, "%s: the %s values differ in shape", fn,
+                             op->ninputs == 2 ? "two" : "added");
+    }
     *y = *a;
     return TSL_OK;
 }

@@ -204,6 +204,9 @@ class TesselNet(nn.Module):
         if op == "concat":
             if not 1 <= len(in_shapes) <= 8:
                 raise ModelFileError(f"{where}: concat takes one to eight inputs")
+        elif op == "add":
+            if not 2 <= len(in_shapes) <= 8:
+                raise ModelFileError(f"{where}: add takes two to eight inputs")
         elif len(in_shapes) != count:
             raise ModelFileError(f"{where}: takes {count} input(s), has {len(in_shapes)}")
 
@@ -277,15 +280,21 @@ class TesselNet(nn.Module):
                     raise ModelFileError(f"{where}: inputs of shapes {in_shapes} differ in space")
             return (lambda *vs: torch.cat(vs, dim=1)), (sum(sh[0] for sh in in_shapes),) + x[1:]
         if op == "add":
-            if in_shapes[0] != in_shapes[1]:
-                raise ModelFileError(f"{where}: adds shapes {in_shapes[0]} and {in_shapes[1]}")
+            if any(sh != in_shapes[0] for sh in in_shapes[1:]):
+                raise ModelFileError(f"{where}: adds shapes {in_shapes}")
             h = a["h"]
             if not isinstance(h, (int, float)) or isinstance(h, bool) or not math.isfinite(h) \
                     or h == 0:
                 raise ModelFileError(f"{where}: h must be a finite nonzero number, not {h!r}")
-            if h == 1:
-                return (lambda u, v: u + v), x
-            return (lambda u, v: h * u + v), x
+            if h != 1 and len(in_shapes) > 2:
+                raise ModelFileError(f"{where}: h takes an add of two inputs")
+
+            def add(*vs):
+                total = vs[0] + vs[1] if h == 1 else h * vs[0] + vs[1]
+                for v in vs[2:]:  # in order, as tessel adds them
+                    total = total + v
+                return total
+            return add, x
         if op == "flatten":
             return (lambda v: torch.flatten(v, 1)), (math.prod(x),)
         if op == "linear":

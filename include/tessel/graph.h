@@ -106,6 +106,10 @@ TSL_API tsl_status tsl_graph_add(tsl_graph_t graph, int32_t a, int32_t b, int32_
 TSL_API tsl_status tsl_graph_add_scaled(tsl_graph_t graph, int32_t a, int32_t b, double h,
                                         int32_t *value);
 
+/** @brief The sum of @p count values (2 to 8, one shape), in order. */
+TSL_API tsl_status tsl_graph_add_n(tsl_graph_t graph, int32_t count, const int32_t *xs,
+                                   int32_t *value);
+
 /** @brief A run of residual steps of a graph (tsl_graph_ode_segments()). */
 typedef struct tsl_ode_segment {
     int32_t input;        /**< u_0, the value the first step reads */

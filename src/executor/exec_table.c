@@ -77,7 +77,11 @@ static tsl_status forward_concat(struct tsl_model *m, instance *in, int32_t i, t
 static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                               tsl_tensor_t y, int train)
 {
-    return tsl_tensor_add_scaled(y, m->g->ops[i].h, x, in->act[m->g->ops[i].inputs[1]]);
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_status st = tsl_tensor_add_scaled(y, o->h, x, in->act[o->inputs[1]]);
+    for (int32_t k = 2; k < o->ninputs && !st; k++) /* in order: ((h x0 + x1) + x2) + ... */
+        st = tsl_tensor_axpy(y, 1.0, in->act[o->inputs[k]]);
+    return st;
 }
 
 static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -197,7 +201,7 @@ static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl
                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
 {
     tsl_status st = TSL_OK;
-    for (int32_t k = 0; k < 2 && !st; k++)
+    for (int32_t k = 0; k < m->g->ops[i].ninputs && !st; k++)
         if (dx[k])
             st = tsl_tensor_redistribute(dx[k], dy);
     if (!st && dx[0] && m->g->ops[i].h != 1.0) /* d(h a)/da = h */

@@ -56,7 +56,7 @@ OPS_MODEL = {
         {"name": "cat", "op": "concat", "inputs": ["sig", "un", "tanh"]},
         {"name": "p2", "op": "maxpool", "kernel": 2, "stride": 2},
         {"name": "ul", "op": "upsample_linear", "scale": [2, 2]},
-        {"name": "sum", "op": "add", "inputs": ["ul", "cat"]},
+        {"name": "sum", "op": "add", "inputs": ["ul", "cat", "ul"]},
         {"name": "b2", "op": "batchnorm"},
         {"op": "relu"},
         {"op": "global_avgpool"},
@@ -119,6 +119,9 @@ STEP_CASES = [
     ("odetanh8.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0",
      "--warmup-steps", "3"],
      "SGD", {"lr": 0.1}, "LinearLR", {"start_factor": 1 / 3, "total_iters": 2}),
+    # every op the zoo leaves out (the model above, written into the work directory)
+    ("ops.json", (3, 16, 16), 3, ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"],
+     "SGD", {"lr": 0.05, "momentum": 0.9}),
 ]
 CLASSES = 3
 
@@ -158,7 +161,8 @@ def step_check(cli, work, env, case_index, seed):
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
     import torch.nn.functional as F
-    model = os.path.join(ROOT, "examples", "models", name)
+    model = os.path.join(work if name == "ops.json" else os.path.join(ROOT, "examples", "models"),
+                         name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
     run([sys.executable, os.path.join(ROOT, "python", "tessel_torch.py"), "save", "--model", model,

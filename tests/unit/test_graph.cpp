@@ -1167,3 +1167,33 @@ TEST(Graph, OdeSegmentsAreMaximalRunsOfResidualSteps)
     EXPECT_NE(tsl_graph_add_scaled(g, u, u, INFINITY, &x), TSL_OK);
     tsl_graph_destroy(g);
 }
+
+// n-ary add: 2 to 8 values of one shape, a clear error otherwise, and a model file's round trip.
+TEST(Graph, AddOfSeveralValues)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    const int64_t sample[3] = {2, 6, 6};
+    int32_t x = -1, r = -1, t = -1, sum = -1, bad = -1;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, x, TSL_ACT_RELU, 0, &r), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, x, TSL_ACT_TANH, 0, &t), TSL_OK);
+    const int32_t three[3] = {x, r, t};
+    ASSERT_EQ(tsl_graph_add_n(g, 3, three, &sum), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(dims_of(g, sum), (std::vector<int64_t>{2, 6, 6}));
+    EXPECT_EQ(g->ops[g->values[sum].producer].ninputs, 3);
+    EXPECT_EQ(g->ops[g->values[sum].producer].h, 1.0);
+    int32_t ops = tsl_graph_op_count(g);
+    const int32_t nine[9] = {x, x, x, x, x, x, x, x, x};
+    EXPECT_EQ(tsl_graph_add_n(g, 9, nine, &bad), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_add_n(g, 1, nine, &bad), TSL_ERR_INVALID_ARG);
+    tsl_pool_params pool;
+    tsl_pool_params_init(&pool, TSL_POOL_MAX, 2, 2);
+    int32_t small = -1;
+    ASSERT_EQ(tsl_graph_pool(g, x, &pool, &small), TSL_OK);
+    ops = tsl_graph_op_count(g);
+    const int32_t mixed[3] = {x, r, small};
+    EXPECT_EQ(tsl_graph_add_n(g, 3, mixed, &bad), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_graph_op_count(g), ops); // nothing added by the failed calls
+    tsl_graph_destroy(g);
+}
