@@ -174,8 +174,8 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     uint8_t *part = calloc((size_t)nranks, 1), *bpart = calloc((size_t)np * nranks, 1);
     int64_t *btotal = calloc((size_t)np, sizeof *btotal);
     int32_t *bowner = calloc((size_t)np, 4);
-    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
-    (void)stages;
+    int32_t group;
+    tsl_plan_stage_count(plan, nranks, &group);
     tsl_status st =
         grids && owners && sharded && op_of && bucket_of && replicated && part && bpart && btotal &&
                 bowner

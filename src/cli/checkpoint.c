@@ -494,9 +494,7 @@ void settings_of(const train_options *o, run_settings *r)
     r->epochs = o->epochs;
     r->lr = o->lr;
     r->momentum = o->momentum;
-    r->weight_decay = o->weight_decay >= 0                 ? o->weight_decay
-                      : strcmp(o->optimizer, "adamw") == 0 ? 0.01
-                                                           : 0;
+    r->weight_decay = weight_decay_of(o);
     r->dampening = o->dampening;
     r->nesterov = o->nesterov;
     r->beta1 = o->beta1;

@@ -206,10 +206,12 @@ tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optim
 /* Whether NAME is an optimizer tessel trains with (sgd, adam, adamw), and how many state
  * tensors it keeps per parameter with momentum `momentum`. */
 int optimizer_known(const char *name);
+/* --weight-decay as given, or the optimizer's default (PyTorch's: 0.01 for adamw, else 0). */
+double weight_decay_of(const train_options *o);
 int32_t optimizer_states(const char *name, double momentum);
 
-/* Check the optimizer options against each other and --optimizer, resolve the weight decay's
- * default; returns an exit code (EXIT_USAGE, message printed) or 0. */
+/* Check the optimizer options against each other and --optimizer; returns an exit code
+ * (EXIT_USAGE, message printed) or 0. */
 int check_optimizer_options(train_options *o, const char *cmd);
 
 /* Take an option of CLI_COMMON_OPTIONS' and CLI_RUN_OPTIONS' (parser->state is the

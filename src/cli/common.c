@@ -670,6 +670,11 @@ int optimizer_known(const char *name)
     return strcmp(name, "sgd") == 0 || strcmp(name, "adam") == 0 || strcmp(name, "adamw") == 0;
 }
 
+double weight_decay_of(const train_options *o)
+{
+    return o->weight_decay >= 0 ? o->weight_decay : strcmp(o->optimizer, "adamw") == 0 ? 0.01 : 0;
+}
+
 int32_t optimizer_states(const char *name, double momentum)
 {
     return strcmp(name, "sgd") != 0 ? 2 : momentum > 0 ? 1 : 0;
@@ -709,8 +714,6 @@ int check_optimizer_options(train_options *o, const char *cmd)
                 o->schedule.min, o->lr);
         return EXIT_USAGE;
     }
-    if (o->weight_decay < 0) /* PyTorch's defaults: AdamW 0.01, SGD and Adam none */
-        o->weight_decay = strcmp(o->optimizer, "adamw") == 0 ? 0.01 : 0;
     return 0;
 }
 
@@ -718,9 +721,7 @@ tsl_status create_optimizer(const train_options *o, tsl_context_t ctx, tsl_optim
 {
     int sgd = strcmp(o->optimizer, "sgd") == 0;
     double lr = o->lr >= 0 ? o->lr : sgd ? 0.01 : 0.001;
-    double decay = o->weight_decay >= 0                 ? o->weight_decay
-                   : strcmp(o->optimizer, "adamw") == 0 ? 0.01
-                                                        : 0;
+    double decay = weight_decay_of(o);
     if (sgd) {
         tsl_sgd_config c;
         tsl_sgd_config_init(&c);

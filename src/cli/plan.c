@@ -325,7 +325,7 @@ int command_plan(int argc, char **argv)
     if ((st = tsl_model_graph(model, info.sample_shape.ndim, info.sample_shape.dims, info.classes,
                               &g)))
         return fail(st, "building the model");
-    int32_t states = optimizer_states(optimizer, 1);
+    int32_t states = optimizer_states(optimizer, 1); /* sgd as tessel train's default momentum */
     int64_t *bytes = calloc((size_t)ranks, sizeof *bytes), one = 0;
     int64_t *received = calloc((size_t)ranks, sizeof *received);
     int64_t *peak = calloc((size_t)ranks, sizeof *peak), one_peak = 0;

@@ -326,8 +326,6 @@ static int parse_train(int argc, char **argv, train_options *o)
                 too_long, sizeof kept.model - 1);
         return EXIT_USAGE;
     }
-    if (o->lr < 0)
-        o->lr = strcmp(o->optimizer, "sgd") == 0 ? 0.01 : 0.001;
     return 0;
 }
 
