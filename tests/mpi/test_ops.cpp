@@ -1053,12 +1053,23 @@ TEST(Convolution, SpatialTilesMatchOneTile)
         std::vector<std::vector<float>> ref = conv_results(c, {}, root, root);
         std::vector<std::vector<float>> got = conv_results(c, c.splits, block, rev);
         if (rank == 0) {
-            // y and dx element by element; dw and db sum over every position (up to ~1000
-            // terms that cancel), so their error is measured against the largest value.
+            // y and dx element by element. dw and db sum n = N x output positions terms of
+            // magnitude up to 1 in another order on other tiles: float32's rounding of such a
+            // sum grows as sqrt(n) times its partial sums, so their error is measured against
+            // max(largest value, sqrt(n)) (one position lost or doubled is off by far more).
+            const double n = (double)got[0].size() / (double)got[3].size();
+            auto summed_diff = [n](const std::vector<float> &g, const std::vector<float> &r) {
+                double worst = 0, scale = std::sqrt(n);
+                for (size_t i = 0; i < r.size() && g.size() == r.size(); i++) {
+                    worst = std::max(worst, (double)std::fabs(g[i] - r[i]));
+                    scale = std::max(scale, (double)std::fabs(r[i]));
+                }
+                return g.size() == r.size() ? worst / scale : INFINITY;
+            };
             EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
             EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
-            EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "dw";
-            EXPECT_LT(max_norm_rel_diff(got[3], ref[3]), 1e-5) << "db";
+            EXPECT_LT(summed_diff(got[2], ref[2]), 1e-5) << "dw";
+            EXPECT_LT(summed_diff(got[3], ref[3]), 1e-5) << "db";
         }
     }
 }
