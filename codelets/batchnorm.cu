@@ -3,14 +3,16 @@
  * passes use the CPU's own functions (batchnorm_math.h, whose arithmetic nvcc does not
  * contract), so statistics, outputs and gradients equal the CPU's.
  *
- * Tile kernels run on a grid of (blocks, tile channels): each block takes one channel's
- * elements (grid-stride over the samples x positions of that channel, in either layout),
- * with the channel's constants (affine, ReLU mask) computed once per block in shared memory.
- * Per-channel kernels run one thread per channel of the tensor. */
+ * Tile kernels run on a grid of (blocks, channel groups) and walk a tile as bn_tile_walk.h
+ * says: in a channels-last tile a block takes up to 16 neighbouring channels side by side (a
+ * warp reads whole runs of them), in a plain tile one channel; every thread keeps one channel,
+ * whose constants (affine, ReLU mask) the block computes once in shared memory. Per-channel
+ * kernels run one thread per channel of the tensor. */
 #include <starpu.h>
 
 #include "batchnorm.h"
 #include "batchnorm_math.h"
+#include "bn_tile_walk.h"
 #include "cuda_check.h"
 #include "reduce_cuda.cuh"
 
@@ -19,36 +21,47 @@ namespace
 
 using namespace tsl_exact;
 
-constexpr int64_t max_tile_channels = 65535; /* gridDim.y */
+constexpr int64_t max_tile_channels = 65535; /* gridDim.y (channel groups) */
+constexpr int group_max = TSL_BN_WALK_GROUP;
+static_assert(TSL_BN_WALK_THREADS == block_threads, "the walk's block is the exact sums' block");
 
-/* Where a tile's elements are: channel c's j-th element (j over samples x positions). */
-struct tile_geom {
-    int64_t inner, cext, count; /* count: samples x inner, the elements of one channel */
-    int channels_last;
-
-    __device__ int64_t at(int64_t c, int64_t j) const
-    {
-        int64_t s = j / inner, p = j - s * inner;
-        return channels_last ? (s * inner + p) * cext + c : (s * cext + c) * inner + p;
-    }
-};
-
-tile_geom geom_of(const tsl_bn_args &a)
+tsl_bn_walk walk_of(const tsl_bn_args &a)
 {
-    return tile_geom{a.inner, a.cext, a.samples * a.inner, a.channels_last};
+    return tsl_bn_walk_make(a.samples, a.inner, a.cext, a.channels_last);
 }
 
-/* Grid for a tile: per channel enough blocks to fill the GPU with all channels (and to keep a
- * block within the exact sums' bound), one grid row per tile channel. */
+/* Grid for a tile (bn_tile_walk.h): enough blocks to fill the GPU, and few enough elements a
+ * block for the exact sums' bound; one grid row per channel group. */
 dim3 tile_grid(const tsl_bn_args &a)
 {
-    int64_t n = a.samples * a.inner;
-    int64_t per_channel = max_grid / a.cext > 1 ? max_grid / a.cext : 1;
-    int64_t b = (n + block_threads - 1) / block_threads;
-    b = b < per_channel ? b : per_channel;
-    int64_t need = (n + block_elements - 1) / block_elements;
-    b = b > need ? b : need;
-    return dim3((unsigned)(b > 0 ? b : 1), (unsigned)a.cext);
+    tsl_bn_walk w = walk_of(a);
+    int64_t gx, gy;
+    tsl_bn_walk_grid(&w, max_grid, block_elements, &gx, &gy);
+    return dim3((unsigned)gx, (unsigned)gy);
+}
+
+/* This thread's tile channel (-1: none) and its place in the block's group. */
+__device__ inline int64_t my_channel(const tsl_bn_walk &w, int *local)
+{
+    *local = (int)(threadIdx.x % w.group);
+    return tsl_bn_walk_channel(&w, blockIdx.y, threadIdx.x);
+}
+
+/* Channels of the block's group inside the tile. */
+__device__ inline int group_channels(const tsl_bn_walk &w)
+{
+    int64_t left = w.cext - (int64_t)blockIdx.y * w.group;
+    return (int)(left < w.group ? left : w.group);
+}
+
+/* f(i) for every element i of tile channel c this thread takes. */
+template <typename F> __device__ inline void each_element(const tsl_bn_walk &w, int64_t c, F f)
+{
+    tsl_bn_cursor cur;
+    int64_t i;
+    for (int more = tsl_bn_walk_begin(&w, blockIdx.x, threadIdx.x, gridDim.x, c, &cur, &i); more;
+         more = tsl_bn_walk_next(&w, c, &cur, &i))
+        f(i);
 }
 
 /* sum += a, products += a b (each as the CPU adds it: a float product is exact in double; a
@@ -82,52 +95,64 @@ __device__ inline double masked(double g, double x, double lo, double hi)
 
 /* acc (zeroed) += per tile channel: sum x, sum x^2. */
 template <typename T>
-__global__ void stats_kernel(tile_geom g, int64_t c0, const T *x, tsl_acc *acc)
+__global__ void stats_kernel(tsl_bn_walk w, int64_t c0, const T *x, tsl_acc *acc)
 {
-    __shared__ shared_acc s[2];
-    shared_zero(s, 2);
+    __shared__ shared_acc shared[2 * group_max];
+    const int n = group_channels(w);
+    shared_zero(shared, 2 * n);
     __syncthreads();
-    const int64_t c = blockIdx.y, stride = (int64_t)gridDim.x * blockDim.x;
-    thread_acc sum, squares;
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
-        T v = x[g.at(c, j)];
-        add_sum_product(sum, squares, s, v, v);
+    int local;
+    const int64_t c = my_channel(w, &local);
+    if (c >= 0) {
+        shared_acc *s = &shared[2 * local];
+        thread_acc sum, squares;
+        each_element(w, c, [&](int64_t i) {
+            T v = x[i];
+            add_sum_product(sum, squares, s, v, v);
+        });
+        sum.flush(&s[0]);
+        squares.flush(&s[1]);
     }
-    sum.flush(&s[0]);
-    squares.flush(&s[1]);
     __syncthreads();
-    shared_merge_out(s, acc + 2 * (c0 + c), 2);
+    shared_merge_out(shared, acc + 2 * (c0 + (int64_t)blockIdx.y * w.group), 2 * n);
 }
 
 /* acc (zeroed) += per tile channel: sum g, sum g x, g being dy (masked by the fused ReLU). */
 template <typename T>
-__global__ void bwd_stats_kernel(tile_geom g, int64_t c0, int64_t channels, int relu, int dtype,
+__global__ void bwd_stats_kernel(tsl_bn_walk w, int64_t c0, int64_t channels, int relu, int dtype,
                                  const T *x, const T *dy, const double *saved, const T *gamma,
                                  const T *beta, tsl_acc *acc)
 {
-    __shared__ shared_acc s[2];
-    __shared__ double mask_lo, mask_hi;
-    shared_zero(s, 2);
-    const int64_t c = blockIdx.y, ch = c0 + c, stride = (int64_t)gridDim.x * blockDim.x;
-    if (threadIdx.x == 0 && relu) {
+    __shared__ shared_acc shared[2 * group_max];
+    __shared__ double mask_lo[group_max], mask_hi[group_max];
+    const int n = group_channels(w);
+    const int64_t first = c0 + (int64_t)blockIdx.y * w.group;
+    shared_zero(shared, 2 * n);
+    if (relu && (int)threadIdx.x < n) {
+        const int64_t ch = first + threadIdx.x;
         tsl_bn_relu_mask m = tsl_bn_relu_mask_for(
             dtype, tsl_bn_train_affine(saved[ch], saved[channels + ch], gamma[ch], beta[ch]));
-        mask_lo = m.lo;
-        mask_hi = m.hi;
+        mask_lo[threadIdx.x] = m.lo;
+        mask_hi[threadIdx.x] = m.hi;
     }
     __syncthreads();
-    thread_acc sum, products;
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
-        int64_t i = g.at(c, j);
-        T v = x[i], d = dy[i];
-        if (relu)
-            d = masked(d, v, mask_lo, mask_hi);
-        add_sum_product(sum, products, s, d, v);
+    int local;
+    const int64_t c = my_channel(w, &local);
+    if (c >= 0) {
+        shared_acc *s = &shared[2 * local];
+        const double lo = relu ? mask_lo[local] : 0.0, hi = relu ? mask_hi[local] : 0.0;
+        thread_acc sum, products;
+        each_element(w, c, [&](int64_t i) {
+            T v = x[i], d = dy[i];
+            if (relu)
+                d = masked(d, v, lo, hi);
+            add_sum_product(sum, products, s, d, v);
+        });
+        sum.flush(&s[0]);
+        products.flush(&s[1]);
     }
-    sum.flush(&s[0]);
-    products.flush(&s[1]);
     __syncthreads();
-    shared_merge_out(s, acc + 2 * ch, 2);
+    shared_merge_out(shared, acc + 2 * first, 2 * n);
 }
 
 __device__ inline float affine(float x, const tsl_bn_affine &f)
@@ -143,26 +168,30 @@ __device__ inline double affine(double x, const tsl_bn_affine &f)
 /* y = affine(x) (max(y, 0) when relu, as the CPU's: NaN gives 0) with the channel's affine:
  * training (p0 = saved) or inference (p0, p1 = running mean and variance). */
 template <typename T>
-__global__ void affine_kernel(tile_geom g, int64_t c0, int64_t channels, int relu, int infer,
+__global__ void affine_kernel(tsl_bn_walk w, int64_t c0, int64_t channels, int relu, int infer,
                               double eps, const void *p0, const T *p1, const T *gamma,
                               const T *beta, const T *x, T *y)
 {
-    __shared__ tsl_bn_affine f;
-    const int64_t c = blockIdx.y, ch = c0 + c, stride = (int64_t)gridDim.x * blockDim.x;
-    if (threadIdx.x == 0) {
+    __shared__ tsl_bn_affine f[group_max];
+    if ((int)threadIdx.x < group_channels(w)) {
+        const int64_t ch = c0 + (int64_t)blockIdx.y * w.group + threadIdx.x;
         if (infer)
-            f = tsl_bn_infer_affine(((const T *)p0)[ch], p1[ch], gamma[ch], beta[ch], eps);
+            f[threadIdx.x] =
+                tsl_bn_infer_affine(((const T *)p0)[ch], p1[ch], gamma[ch], beta[ch], eps);
         else
-            f = tsl_bn_train_affine(((const double *)p0)[ch], ((const double *)p0)[channels + ch],
-                                    gamma[ch], beta[ch]);
+            f[threadIdx.x] = tsl_bn_train_affine(
+                ((const double *)p0)[ch], ((const double *)p0)[channels + ch], gamma[ch], beta[ch]);
     }
     __syncthreads();
-    const tsl_bn_affine k = f;
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
-        int64_t i = g.at(c, j);
+    int local;
+    const int64_t c = my_channel(w, &local);
+    if (c < 0)
+        return;
+    const tsl_bn_affine k = f[local];
+    each_element(w, c, [&](int64_t i) {
         T v = affine(x[i], k);
         y[i] = relu && !(v > 0) ? (T)0 : v;
-    }
+    });
 }
 
 __device__ inline float backward(float g, float x, const double *k)
@@ -177,36 +206,41 @@ __device__ inline double backward(double g, double x, const double *k)
 
 /* dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)), dy masked by the fused ReLU. */
 template <typename T>
-__global__ void bwd_data_kernel(tile_geom g, int64_t c0, int64_t channels, int relu, int dtype,
+__global__ void bwd_data_kernel(tsl_bn_walk w, int64_t c0, int64_t channels, int relu, int dtype,
                                 const T *x, const T *dy, const double *saved, const T *gamma,
                                 const T *beta, const double *coef, T *dx)
 {
-    __shared__ double k[6]; /* scale, mean, mean_dy, slope, mask lo, mask hi */
-    const int64_t c = blockIdx.y, ch = c0 + c, stride = (int64_t)gridDim.x * blockDim.x;
-    if (threadIdx.x == 0) {
+    __shared__ double k[group_max][6]; /* scale, mean, mean_dy, slope, mask lo, mask hi */
+    if ((int)threadIdx.x < group_channels(w)) {
+        const int64_t ch = c0 + (int64_t)blockIdx.y * w.group + threadIdx.x;
+        double *kc = k[threadIdx.x];
         tsl_bn_affine f = tsl_bn_train_affine(saved[ch], saved[channels + ch], gamma[ch], 0.0);
-        k[0] = f.scale;
-        k[1] = f.mean;
-        k[2] = coef[ch];
-        k[3] = tsl_hd_mul(saved[channels + ch], coef[channels + ch]);
+        kc[0] = f.scale;
+        kc[1] = f.mean;
+        kc[2] = coef[ch];
+        kc[3] = tsl_hd_mul(saved[channels + ch], coef[channels + ch]);
+        kc[4] = kc[5] = 0.0;
         if (relu) {
             tsl_bn_relu_mask m = tsl_bn_relu_mask_for(
                 dtype, tsl_bn_train_affine(saved[ch], saved[channels + ch], gamma[ch], beta[ch]));
-            k[4] = m.lo;
-            k[5] = m.hi;
+            kc[4] = m.lo;
+            kc[5] = m.hi;
         }
     }
     __syncthreads();
+    int local;
+    const int64_t c = my_channel(w, &local);
+    if (c < 0)
+        return;
     double kk[6];
     for (int i = 0; i < 6; i++)
-        kk[i] = k[i];
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < g.count; j += stride) {
-        int64_t i = g.at(c, j);
+        kk[i] = k[local][i];
+    each_element(w, c, [&](int64_t i) {
         T v = x[i], d = dy[i];
         if (relu)
             d = masked(d, v, kk[4], kk[5]);
         dx[i] = backward(d, v, kk);
-    }
+    });
 }
 
 /* ---- per-channel kernels: one thread per channel of the tensor ---- */
@@ -306,10 +340,10 @@ extern "C" void tsl_bn_stats_cuda(void *buffers[], void *cl_arg)
     if (tile_work(a)) {
         if (a.dtype == TSL_F32)
             stats_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
-                geom_of(a), a.c0, (const float *)buf(buffers, 0), acc);
+                walk_of(a), a.c0, (const float *)buf(buffers, 0), acc);
         else
             stats_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
-                geom_of(a), a.c0, (const double *)buf(buffers, 0), acc);
+                walk_of(a), a.c0, (const double *)buf(buffers, 0), acc);
         TSL_CUDA_CHECK_LAUNCH();
     }
     normalize(acc, 2 * a.channels, stream);
@@ -350,7 +384,7 @@ void launch_affine(const tsl_bn_args &a, int infer, const void *p0, const void *
                    const void *gamma, const void *beta, const void *x, void *y)
 {
     affine_kernel<T><<<tile_grid(a), block_threads, 0, starpu_cuda_get_local_stream()>>>(
-        geom_of(a), a.c0, a.channels, a.relu, infer, a.eps, p0, (const T *)p1, (const T *)gamma,
+        walk_of(a), a.c0, a.channels, a.relu, infer, a.eps, p0, (const T *)p1, (const T *)gamma,
         (const T *)beta, (const T *)x, (T *)y);
     TSL_CUDA_CHECK_LAUNCH();
 }
@@ -408,12 +442,12 @@ extern "C" void tsl_bn_bwd_stats_cuda(void *buffers[], void *cl_arg)
     if (tile_work(a)) {
         if (a.dtype == TSL_F32)
             bwd_stats_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
-                geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const float *)buf(buffers, 0),
+                walk_of(a), a.c0, a.channels, a.relu, a.dtype, (const float *)buf(buffers, 0),
                 (const float *)buf(buffers, 1), saved, (const float *)gamma, (const float *)beta,
                 acc);
         else
             bwd_stats_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
-                geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const double *)buf(buffers, 0),
+                walk_of(a), a.c0, a.channels, a.relu, a.dtype, (const double *)buf(buffers, 0),
                 (const double *)buf(buffers, 1), saved, (const double *)gamma, (const double *)beta,
                 acc);
         TSL_CUDA_CHECK_LAUNCH();
@@ -468,12 +502,12 @@ extern "C" void tsl_bn_bwd_data_cuda(void *buffers[], void *cl_arg)
     void *beta = a.relu ? buf(buffers, 6) : nullptr;
     if (a.dtype == TSL_F32)
         bwd_data_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
-            geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const float *)buf(buffers, 0),
+            walk_of(a), a.c0, a.channels, a.relu, a.dtype, (const float *)buf(buffers, 0),
             (const float *)buf(buffers, 1), saved, (const float *)buf(buffers, 3),
             (const float *)beta, coef, (float *)buf(buffers, 5));
     else
         bwd_data_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
-            geom_of(a), a.c0, a.channels, a.relu, a.dtype, (const double *)buf(buffers, 0),
+            walk_of(a), a.c0, a.channels, a.relu, a.dtype, (const double *)buf(buffers, 0),
             (const double *)buf(buffers, 1), saved, (const double *)buf(buffers, 3),
             (const double *)beta, coef, (double *)buf(buffers, 5));
     TSL_CUDA_CHECK_LAUNCH();

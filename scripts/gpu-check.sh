@@ -494,6 +494,12 @@ PY
         step info 90 "workers on rank 0: [0-9]+ CPU" "${mpi[@]}" -n 1 "$KIT/bin/tessel" info
     fi
 
+    # GPU_CHECK_ONLY=ncu: only the kernel profile (ncu_profile below), then the summary.
+    if [ "${GPU_CHECK_ONLY:-}" = ncu ]; then
+        [ $gpu = 1 ] && ncu_profile "$out" $((KIT_DEADLINE - $(date +%s) - 10))
+        finish "$out"
+    fi
+
     # In order of what matters most, each cut to what is left of the budget: the CUDA tests
     # (codelets and models at one rank, the heterogeneous model run under dmdas, two ranks
     # sharing the GPU), the GPU benchmarks, then the whole test binaries with a CUDA worker and
@@ -604,6 +610,45 @@ gpu_trace() {
         "$KIT/pyroot/python/tessel_plot.py" tasks "$out/gpu-trace.json" 25 >"$out/gpu-trace.txt" 2>&1
 }
 
+# ncu_profile OUTDIR LIMIT: every kernel of a U-Net 2-D 512^2 batch-8 run of 3 steps (every
+# task that can on the CUDA worker) timed by Nsight Compute (gpu__time_duration, kernels
+# serialised, clocks as found), the machine's ncu; per kernel name the launches, the total and
+# the median into OUTDIR/ncu-kernels.txt (the median is the steady state: the first step's
+# algorithm searches are few launches of each kernel). Raw CSV in OUTDIR/ncu.csv.
+ncu_profile() {
+    local out="$1" lim="$2" ncu="" py d
+    for d in "$(PATH="$ORIG_PATH" command -v ncu)" /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+        [ -n "$d" ] && [ -x "$d" ] && { ncu="$d"; break; }
+    done
+    if [ -z "$ncu" ]; then
+        note SKIP ncu - "no ncu on this machine"
+        return
+    fi
+    step ncu "$lim" "train loss" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
+        mpirun --oversubscribe --bind-to none -n 1 "$ncu" --target-processes all \
+        --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$out/ncu.csv" \
+        "$KIT/bin/tessel" train --model unet2d --data synthetic:dims=2,size=512,samples=24 \
+        --batch 8 --max-steps 3 --progress off || return
+    py="$(PATH="$ORIG_PATH" command -v python3)"
+    [ -n "$py" ] && PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" timeout 60 "$py" - \
+        "$out/ncu.csv" >"$out/ncu-kernels.txt" 2>&1 <<'PY'
+import csv, statistics, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, rows = rows[0], rows[1:]
+name, metric, unit, value = (head.index(k) for k in ("Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
+scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
+times = {}
+for r in rows:
+    if r[metric] == "gpu__time_duration.sum":
+        times.setdefault(r[name][:60], []).append(float(r[value].replace(",", "")) * scale.get(r[unit], 1.0))
+total = sum(sum(v) for v in times.values())
+print(f"{sum(len(v) for v in times.values())} kernels, {total / 1e3:.1f} ms in all (3 steps, the first with searches)")
+print(f"{'kernel':60s} {'launches':>8s} {'total ms':>9s} {'median us':>10s} {'share':>6s}")
+for k, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:40]:
+    print(f"{k:60s} {len(v):8d} {sum(v) / 1e3:9.2f} {statistics.median(v):10.1f} {100 * sum(v) / total:5.1f}%")
+PY
+}
+
 # step NAME LIMIT MATCH CMD...: runs CMD under timeout (LIMIT, cut to the budget left) into
 # OUTDIR/NAME.log; MATCH (egrep, may be empty) must be in its output.
 step() {
@@ -652,7 +697,7 @@ finish() {
         echo "RESULT FAIL (${secs}s)" | tee -a "$SUMMARY"
     fi
     local f
-    for f in bench-cuda-ops.log vs-pytorch-gpu.md gpu-trace.txt bench.txt; do
+    for f in bench-cuda-ops.log vs-pytorch-gpu.md gpu-trace.txt ncu-kernels.txt bench.txt; do
         [ -f "$1/$f" ] || continue
         { echo; echo "== $f"; grep -v '^+ timeout' "$1/$f"; } | tee -a "$SUMMARY"
     done

@@ -26,14 +26,15 @@ std::vector<tsl_acc> garbage_accs(size_t n)
     return v;
 }
 
-// A tile of channels [c0, c0 + cext) of a C-channel tensor.
-tsl_bn_args tile_args(int dtype, int64_t samples, int64_t inner, int channels_last, int relu)
+// A tile of channels [c0, c0 + cext) of a (c0 + cext + 1)-channel tensor.
+tsl_bn_args tile_args(int dtype, int64_t samples, int64_t inner, int channels_last, int relu,
+                      int64_t c0, int64_t cext)
 {
     tsl_bn_args a{};
     a.dtype = dtype;
-    a.channels = 5;
-    a.c0 = 1;
-    a.cext = 3;
+    a.channels = c0 + cext + 1;
+    a.c0 = c0;
+    a.cext = cext;
     a.samples = samples;
     a.inner = inner;
     a.per_channel = samples * inner * 2; // as if the tensor had a second tile along N
@@ -58,10 +59,12 @@ template <typename T> std::vector<T> inputs(size_t n, uint64_t salt, bool specia
 }
 
 // Every codelet of the family on one tile shape.
-template <typename T> void check_family(int64_t samples, int64_t inner, int channels_last, int relu)
+template <typename T>
+void check_family(int64_t samples, int64_t inner, int channels_last, int relu, int64_t c0 = 1,
+                  int64_t cext = 3)
 {
     const int dt = dtype_of<T>();
-    tsl_bn_args a = tile_args(dt, samples, inner, channels_last, relu);
+    tsl_bn_args a = tile_args(dt, samples, inner, channels_last, relu, c0, cext);
     const size_t n = (size_t)(samples * a.cext * inner), C = (size_t)a.channels;
     const std::string where = std::string(std::is_same<T, float>::value ? "f32" : "f64") +
                               (channels_last ? ", channels-last" : ", plain") +
@@ -193,6 +196,9 @@ template <typename T> void check_all_variants()
         for (int relu : {0, 1}) {
             check_family<T>(3, 40001, channels_last, relu); // many blocks, not a multiple
             check_family<T>(2, 7, channels_last, relu);     // under one block
+            // Channels-last blocks take 16 channels side by side: two groups and a part.
+            check_family<T>(2, 517, channels_last, relu, 2, 37);
+            check_family<T>(1, 3, channels_last, relu, 0, 16);
         }
 }
 

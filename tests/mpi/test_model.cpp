@@ -16,6 +16,7 @@
 
 #include "model_test.h"
 #include "mpi_test_env.h"
+#include "src/task_where.h"
 
 using namespace tsltest;
 
@@ -445,8 +446,33 @@ TEST(Model, SpatialPlansMatchSampleTiles)
 // Batch-norm + ReLU outputs dropped after the forward and made again for the backward (plan
 // part recompute=1) change no bit: the same loss, gradients and parameters after two steps as
 // keeping them, on spatial plans (halo slabs of the remade tiles) and sample tiles.
+// Runs compared bit for bit must put each task on the same kind of worker in both: cuDNN and
+// oneDNN round a convolution differently, and with the default placement the scheduler may put
+// a tile's task on either. Where this process has a CUDA worker, the test's tasks go wherever
+// they can run on it (TSL_TASK_WHERE_CUDA, one fixed choice per task); without one this changes
+// nothing. The placement before is restored at the end of the scope.
+class SamePlacementInEveryRun
+{
+  public:
+    SamePlacementInEveryRun() : before_(tsl_context_task_where(ctx))
+    {
+        int32_t ncuda = 0;
+        tsl_context_worker_count(ctx, TSL_WORKER_CUDA, &ncuda);
+        if (ncuda > 0 && before_ == TSL_TASK_WHERE_ANY)
+            EXPECT_EQ(tsl_context_set_task_where(ctx, TSL_TASK_WHERE_CUDA), TSL_OK);
+    }
+    ~SamePlacementInEveryRun()
+    {
+        tsl_context_set_task_where(ctx, before_);
+    }
+
+  private:
+    tsl_task_where before_;
+};
+
 TEST(Model, RecomputedReluOutputsChangeNoBit)
 {
+    SamePlacementInEveryRun same_placement;
     struct Net {
         const char *name;
         std::vector<int64_t> sample;
@@ -757,6 +783,7 @@ TEST(Model, WritesThroughModelParamReachEveryRanksCopy)
 // steps, and the evaluation after them.
 TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
 {
+    SamePlacementInEveryRun same_placement;
     struct Net {
         const char *name, *data;
         std::vector<std::string> plans[3]; // at 1, 2 and 4 ranks

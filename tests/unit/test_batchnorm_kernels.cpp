@@ -15,6 +15,7 @@
 
 extern "C" {
 #include "codelets/batchnorm.h"
+#include "codelets/bn_tile_walk.h"
 }
 
 namespace
@@ -499,4 +500,60 @@ TEST(BatchNormReluKernel, MaskMatchesTheForwardAtTheBoundary)
     uint64_t seed = fresh_seed();
     check_mask_at_the_boundary<float>(seed);
     check_mask_at_the_boundary<double>(seed);
+}
+
+// The CUDA tile kernels' walk (codelets/bn_tile_walk.h), run here over every block and thread
+// of the grid it makes: each element of the tile is taken exactly once, by a thread of the
+// element's own channel, and no block takes more of a channel than the exact sums allow.
+TEST(BatchNormTileWalk, EveryElementOnceByAThreadOfItsChannel)
+{
+    struct Tile {
+        int64_t samples, inner, cext;
+    };
+    const Tile tiles[] = {{1, 1, 1},    {2, 7, 3},    {3, 50, 16},  {2, 33, 17}, {1, 300, 40},
+                          {5, 1, 64},   {4, 129, 1},  {1, 1000, 5}, {7, 3, 31},  {2, 4096, 2},
+                          {1, 513, 33}, {3, 255, 96}, {0, 5, 4},    {2, 0, 4}};
+    for (const Tile &t : tiles)
+        for (int channels_last : {0, 1})
+            for (int64_t max_blocks : {1, 3, 2048})
+                for (int64_t block_elements : {(int64_t)7, (int64_t)1 << 26}) {
+                    SCOPED_TRACE(testing::Message()
+                                 << t.samples << "x" << t.cext << "x" << t.inner
+                                 << (channels_last ? " channels-last" : " plain") << ", at most "
+                                 << max_blocks << " blocks, " << block_elements << " a block");
+                    tsl_bn_walk w = tsl_bn_walk_make(t.samples, t.inner, t.cext, channels_last);
+                    int64_t gx = 0, gy = 0;
+                    tsl_bn_walk_grid(&w, max_blocks, block_elements, &gx, &gy);
+                    ASSERT_GE(gx, 1);
+                    ASSERT_EQ(gy, std::max<int64_t>(1, (t.cext + w.group - 1) / w.group));
+                    const int64_t total = t.samples * t.cext * t.inner;
+                    std::vector<int> seen((size_t)total, 0);
+                    for (int64_t by = 0; by < gy; by++)
+                        for (int64_t bx = 0; bx < gx; bx++) {
+                            std::vector<int64_t> per_channel((size_t)std::max<int64_t>(t.cext, 1));
+                            for (int tx = 0; tx < TSL_BN_WALK_THREADS; tx++) {
+                                int64_t c = tsl_bn_walk_channel(&w, by, tx);
+                                if (c < 0)
+                                    continue;
+                                ASSERT_LT(c, t.cext);
+                                ASSERT_EQ(c / w.group, by) << "a channel of another group";
+                                tsl_bn_cursor cur;
+                                int64_t i;
+                                for (int more = tsl_bn_walk_begin(&w, bx, tx, gx, c, &cur, &i);
+                                     more; more = tsl_bn_walk_next(&w, c, &cur, &i)) {
+                                    ASSERT_GE(i, 0);
+                                    ASSERT_LT(i, total);
+                                    int64_t channel =
+                                        channels_last ? i % t.cext : (i / t.inner) % t.cext;
+                                    ASSERT_EQ(channel, c) << "element " << i;
+                                    seen[(size_t)i]++;
+                                    per_channel[(size_t)c]++;
+                                }
+                            }
+                            for (int64_t n : per_channel)
+                                ASSERT_LE(n, block_elements + TSL_BN_WALK_THREADS);
+                        }
+                    for (int64_t i = 0; i < total; i++)
+                        ASSERT_EQ(seen[(size_t)i], 1) << "element " << i;
+                }
 }
