@@ -29,8 +29,11 @@
 #       and at 2 ranks, the distributed suite also with TSL_TASK_WHERE=cuda; the GPU
 #       benchmarks (bench_cuda_ops: codelets against direct cuDNN/cuBLAS; vs_pytorch.py
 #       --device cuda: training steps against PyTorch on the GPU, one pair per row; a traced
-#       U-Net step on the GPU, its time per codelet in gpu-trace.txt); then zoo
-#       training steps timed with STARPU_NCUDA=1 and 0. GPU_CHECK_NO_BENCH=1
+#       U-Net step on the GPU, its time per codelet in gpu-trace.txt; the heterogeneous row:
+#       U-Net steps under dmdas on the GPU alone and with 15 CPU workers beside it, and where
+#       the tasks ran, in hetero.txt); then zoo training steps timed with STARPU_NCUDA=1 and 0.
+#       GPU_CHECK_ONLY=ncu runs only an Nsight Compute profile of every kernel of three U-Net
+#       steps (ncu-kernels.txt: launches, total and median per kernel). GPU_CHECK_NO_BENCH=1
 #       leaves the GPU benchmarks out; VS_PYTORCH_PAIRS (default 1) and VS_PYTORCH_LIMIT
 #       (seconds, default 170) size the PyTorch comparison. Every log goes to
 #       OUTDIR, and OUTDIR/summary.txt says PASS/FAIL/SKIP and the time of each step, then the
@@ -530,6 +533,7 @@ PY
         bench_vs_pytorch "$out" "$tmp" "${VS_PYTORCH_LIMIT:-170}"
     fi
     [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && gpu_trace "$out" 60
+    [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && hetero_bench "$out" 150
     [ $gpu = 1 ] && fits 45 diagnostics && tests_step diagnostics 45 1 diag.scatter_again.cuda
 
     # Zoo training steps, timed with the GPU and without.
@@ -608,6 +612,29 @@ gpu_trace() {
     py="$(PATH="$ORIG_PATH" command -v python3)"
     [ -n "$py" ] && PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" timeout 60 "$py" \
         "$KIT/pyroot/python/tessel_plot.py" tasks "$out/gpu-trace.json" 25 >"$out/gpu-trace.txt" 2>&1
+}
+
+# hetero_bench OUTDIR LIMIT: the issue's heterogeneous row: the same U-Net 2-D 512^2 batch-8
+# steps under dmdas on the GPU alone (TSL_TASK_WHERE=cuda, 4 CPU workers for the reads) and on
+# the GPU with 15 CPU workers beside it (the default placement: dmdas's calibrated models choose),
+# each a tessel bench (10 warm-up steps calibrate the models), with where the tasks ran; both
+# tables into OUTDIR/hetero.txt.
+hetero_bench() {
+    local out="$1" lim="$2" half
+    fits "$lim" hetero-bench || return
+    half=$((lim / 2))
+    local args=(--model unet2d --data synthetic:dims=2,size=512,samples=96 --batch 8 --sched dmdas
+        --warmup 10 --steps 5 --repeat 3)
+    step hetero-gpu-only "$half" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
+        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}"
+    step hetero-gpu-cpu "$half" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 TSL_TASK_WHERE=any \
+        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}"
+    {
+        echo "GPU only (TSL_TASK_WHERE=cuda, 4 CPU workers):"
+        grep -A1 "^scheduler\|^dmdas" "$out/hetero-gpu-only.log"
+        echo "GPU + 15 CPU workers (default placement):"
+        grep -A1 "^scheduler\|^dmdas" "$out/hetero-gpu-cpu.log"
+    } >"$out/hetero.txt" 2>&1
 }
 
 # ncu_profile OUTDIR LIMIT: every kernel of a U-Net 2-D 512^2 batch-8 run of 3 steps (every
@@ -697,7 +724,7 @@ finish() {
         echo "RESULT FAIL (${secs}s)" | tee -a "$SUMMARY"
     fi
     local f
-    for f in bench-cuda-ops.log vs-pytorch-gpu.md gpu-trace.txt ncu-kernels.txt bench.txt; do
+    for f in bench-cuda-ops.log vs-pytorch-gpu.md gpu-trace.txt hetero.txt ncu-kernels.txt bench.txt; do
         [ -f "$1/$f" ] || continue
         { echo; echo "== $f"; grep -v '^+ timeout' "$1/$f"; } | tee -a "$SUMMARY"
     done

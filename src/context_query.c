@@ -264,7 +264,18 @@ tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, doub
 {
     if (!ctx || !executing || !total)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_worker_seconds: NULL argument");
-    *executing = *total = 0;
+    tsl_worker_stats w;
+    tsl_status st = tsl_context_worker_stats(ctx, &w);
+    *executing = st ? 0 : w.executing[0] + w.executing[1];
+    *total = st ? 0 : w.total[0] + w.total[1];
+    return st;
+}
+
+tsl_status tsl_context_worker_stats(tsl_context_t ctx, tsl_worker_stats *stats)
+{
+    if (!ctx || !stats)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_worker_stats: NULL argument");
+    memset(stats, 0, sizeof *stats);
     if (starpu_profiling_status_get() != STARPU_PROFILING_ENABLE) {
         starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
         return TSL_OK;
@@ -274,9 +285,12 @@ tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, doub
         struct starpu_profiling_worker_info info;
         if (starpu_profiling_worker_get_info((int)w, &info) != 0)
             return tsl_error(ctx, TSL_ERR_RUNTIME,
-                             "tsl_context_worker_seconds: no profiling for worker %u", w);
-        *executing += timespec_seconds(&info.executing_time);
-        *total += timespec_seconds(&info.total_time);
+                             "tsl_context_worker_stats: no profiling for worker %u", w);
+        int k =
+            starpu_worker_get_type((int)w) == STARPU_CUDA_WORKER ? TSL_WORKER_CUDA : TSL_WORKER_CPU;
+        stats->tasks[k] += info.executed_tasks;
+        stats->executing[k] += timespec_seconds(&info.executing_time);
+        stats->total[k] += timespec_seconds(&info.total_time);
     }
     return TSL_OK;
 }

@@ -17,6 +17,15 @@
 
 struct tsl_tensor;
 
+/* Dataset reads submitted on this rank and not run yet, and the first that failed inside its
+ * task (io.c). Under the context's pending_lock; pending_done is broadcast when `pending`
+ * reaches 0. */
+typedef struct tsl_read_group {
+    int64_t pending;
+    tsl_status status;
+    char error[TSL_ERROR_MAX];
+} tsl_read_group;
+
 struct tsl_context {
     int owns_runtime;     /* initialised StarPU + StarPU-MPI, shuts them down */
     int finalize_mpi;     /* initialised MPI, finalises it */
@@ -43,12 +52,9 @@ struct tsl_context {
     pthread_cond_t pending_done;
     int64_t pending_tasks;
 
-    /* Dataset reads (tsl_tensors_read_samples) submitted on this rank and not run yet, and
-     * the first that failed inside its task: reported by tsl_context_check_reads(). Under
-     * pending_lock; pending_done is broadcast when reads_pending reaches 0. */
-    int64_t reads_pending;
-    tsl_status read_status;
-    char read_error[TSL_ERROR_MAX];
+    /* Dataset reads (tsl_tensors_read_samples) into the caller's tensors, reported by
+     * tsl_context_check_reads(); a model's read-ahead has groups of its own. */
+    tsl_read_group reads;
 
     /* Other ranks' data StarPU-MPI keeps in its cache on this rank (tsl_context_cached_bytes):
      * the handles tessel's tasks made it receive, their bytes, the most at once since the
@@ -231,6 +237,16 @@ typedef struct tsl_task_desc {
  * operation's completion callback is tsl_pending_done(ctx). */
 void tsl_pending_add(struct tsl_context *ctx);
 void tsl_pending_done(void *ctx);
+
+/* tsl_tensors_read_samples() with the reads counted in `group` (io.c). */
+tsl_status tsl_read_samples_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
+                                    const int64_t *indices, tsl_read_group *group);
+/* Waits for the group's reads on this rank (not collective). */
+void tsl_read_group_wait(struct tsl_context *ctx, tsl_read_group *group);
+/* Waits for the group's reads, takes its first failure (the group is clean after) and agrees
+ * on it with every rank, as tsl_context_check_reads() does for the context's group.
+ * Collective. */
+tsl_status tsl_read_group_check(struct tsl_context *ctx, tsl_read_group *group);
 /* What a tile task's completion callback does (src/task.c): tsl_pending_done(), after yielding
  * the core when the context asks. */
 void tsl_task_finished(struct tsl_context *ctx);

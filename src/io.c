@@ -83,7 +83,8 @@ typedef struct read_batch {
     tsl_dataset_t dataset;
     tsl_dataset_info info;
     int64_t *indices;
-    int64_t tasks_left; /* under ctx->pending_lock */
+    tsl_read_group *group; /* where the reads are counted */
+    int64_t tasks_left;    /* under ctx->pending_lock */
 } read_batch;
 
 typedef struct read_args {
@@ -169,13 +170,14 @@ static void read_samples_cpu(void *buffers[], void *cl_arg)
     struct tsl_context *ctx = b->ctx;
     if (st)
         poison_tile(&a, tile, numel);
+    tsl_read_group *group = b->group;
     pthread_mutex_lock(&ctx->pending_lock);
-    if (st && !ctx->read_status) {
-        ctx->read_status = st;
-        snprintf(ctx->read_error, sizeof ctx->read_error, "%s", tsl_last_error());
+    if (st && !group->status) {
+        group->status = st;
+        snprintf(group->error, sizeof group->error, "%s", tsl_last_error());
     }
     int last = --b->tasks_left == 0;
-    if (--ctx->reads_pending == 0)
+    if (--group->pending == 0)
         pthread_cond_broadcast(&ctx->pending_done);
     pthread_mutex_unlock(&ctx->pending_lock);
     if (last) {
@@ -244,6 +246,14 @@ static uint64_t fnv1a(uint64_t h, const void *bytes, size_t n)
 tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
                                     const int64_t *indices)
 {
+    tsl_tensor_t first = x ? x : labels;
+    tsl_status st = tsl_tensor_check(first, "tsl_tensors_read_samples");
+    return st ? st : tsl_read_samples_grouped(x, labels, dataset, indices, &first->ctx->reads);
+}
+
+tsl_status tsl_read_samples_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
+                                    const int64_t *indices, tsl_read_group *group)
+{
     const char *fn = "tsl_tensors_read_samples";
     tsl_tensor_t first = x ? x : labels;
     tsl_status st = tsl_tensor_check(first, fn);
@@ -293,9 +303,10 @@ tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels, tsl_dat
             b->ctx = ctx;
             b->dataset = dataset;
             b->info = info;
+            b->group = group;
             b->tasks_left = mine;
             pthread_mutex_lock(&ctx->pending_lock);
-            ctx->reads_pending += mine;
+            group->pending += mine;
             pthread_mutex_unlock(&ctx->pending_lock);
         }
         int64_t submitted = 0;
@@ -322,7 +333,7 @@ tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels, tsl_dat
         if (st && b) { /* the tasks never submitted will not count themselves off */
             pthread_mutex_lock(&ctx->pending_lock);
             b->tasks_left -= mine - submitted;
-            ctx->reads_pending -= mine - submitted;
+            group->pending -= mine - submitted;
             int last = b->tasks_left == 0;
             pthread_cond_broadcast(&ctx->pending_done);
             pthread_mutex_unlock(&ctx->pending_lock);
@@ -339,13 +350,26 @@ tsl_status tsl_context_check_reads(tsl_context_t ctx)
 {
     if (!ctx)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_check_reads: ctx is NULL");
+    return tsl_read_group_check(ctx, &ctx->reads);
+}
+
+void tsl_read_group_wait(struct tsl_context *ctx, tsl_read_group *group)
+{
     pthread_mutex_lock(&ctx->pending_lock);
-    while (ctx->reads_pending > 0)
+    while (group->pending > 0)
         pthread_cond_wait(&ctx->pending_done, &ctx->pending_lock);
-    tsl_status st = ctx->read_status;
+    pthread_mutex_unlock(&ctx->pending_lock);
+}
+
+tsl_status tsl_read_group_check(struct tsl_context *ctx, tsl_read_group *group)
+{
+    pthread_mutex_lock(&ctx->pending_lock);
+    while (group->pending > 0)
+        pthread_cond_wait(&ctx->pending_done, &ctx->pending_lock);
+    tsl_status st = group->status;
     char message[TSL_ERROR_MAX];
-    snprintf(message, sizeof message, "%s", ctx->read_error);
-    ctx->read_status = TSL_OK;
+    snprintf(message, sizeof message, "%s", group->error);
+    group->status = TSL_OK;
     pthread_mutex_unlock(&ctx->pending_lock);
     if (st)
         tsl_error(ctx, st, "reading samples: %s", message);

@@ -148,6 +148,21 @@ TSL_API tsl_status tsl_context_owned_bytes(tsl_context_t ctx, int64_t *bytes);
  */
 TSL_API tsl_status tsl_context_worker_seconds(tsl_context_t ctx, double *executing, double *total);
 
+/** @brief What this rank's workers of each kind did: tasks, seconds executing and seconds
+ *  existing, indexed by tsl_worker_kind (TSL_WORKER_CPU, TSL_WORKER_CUDA). */
+typedef struct tsl_worker_stats {
+    int64_t tasks[2];
+    double executing[2], total[2];
+} tsl_worker_stats;
+
+/**
+ * @brief tsl_context_worker_seconds() by kind of worker, with the tasks each kind executed:
+ * where the scheduler put the work (CPU and CUDA workers). Since the previous call of either
+ * (they read and restart the same counters); the first call switches StarPU's profiling on
+ * and gives zeros. Not collective.
+ */
+TSL_API tsl_status tsl_context_worker_stats(tsl_context_t ctx, tsl_worker_stats *stats);
+
 /**
  * @brief Bytes StarPU-MPI has sent from this rank and received by it since it started (data
  * transfers between ranks: tiles, halo slabs, partial sums). Collective (the received

@@ -94,6 +94,24 @@ TSL_API tsl_status tsl_model_train_step_read(tsl_model_t model, tsl_dataset_t da
                                              int64_t batch, const int64_t *indices,
                                              tsl_optimizer_t opt, double *loss, int64_t *correct);
 
+/**
+ * @brief tsl_model_train_step_read() that also reads the next step's batch ahead: before this
+ * step's own tasks it starts reading samples next[0 .. batch - 1] of @p dataset (NULL: none)
+ * into spare input and label tiles, so the reading runs beside this step (on the CPU workers
+ * while the GPUs compute, or on workers the step leaves idle) instead of before the next one.
+ * The next training step whose dataset, batch and indices equal them takes those tiles instead
+ * of reading (on every rank, or on none); a training step with other indices reads as usual
+ * and a later read-ahead replaces one no step took. Results are the bits of
+ * tsl_model_train_step_read(). A sample of the read-ahead that cannot be read is the error of
+ * the step that takes it, before that step changes any parameter. The dataset must stay open
+ * until that step, the next read-ahead or tsl_model_destroy(). One more input and label tensor
+ * per rank (the spare tiles). Collective.
+ */
+TSL_API tsl_status tsl_model_train_step_read_next(tsl_model_t model, tsl_dataset_t dataset,
+                                                  int64_t batch, const int64_t *indices,
+                                                  const int64_t *next, tsl_optimizer_t opt,
+                                                  double *loss, int64_t *correct);
+
 /** @brief Forward in inference mode (running statistics) and the loss and argmax hits of one
  *  batch, as tsl_model_train_step() without changing anything. */
 TSL_API tsl_status tsl_model_evaluate(tsl_model_t model, int64_t batch, const float *x,

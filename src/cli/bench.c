@@ -5,7 +5,8 @@
  * dmda and dmdas happens there and in STARPU_HOME), then repetitions of timed steps, each
  * ended by waiting for every task; rank 0 prints a table (seconds per step: median, min, max
  * over the repetitions, each repetition's time the slowest rank's; workers busy and idle;
- * bytes sent between ranks per step) and writes it as JSON with --json. */
+ * bytes sent between ranks per step; with CUDA workers, the share of tasks each kind of worker
+ * ran and how busy it was) and writes it as JSON with --json. */
 #include <math.h>
 #include <mpi.h>
 #include <starpu.h>
@@ -32,6 +33,10 @@ typedef struct sched_result {
     char name[32];
     double *secs; /* [repeat]: seconds per step of each repetition */
     double median, min, max, busy, bytes_per_step;
+    /* by kind of worker (CPU, CUDA; all ranks): tasks run in the timed steps, busy share
+       (-1 without workers of that kind) */
+    double tasks[2], kind_busy[2];
+    int cuda; /* some rank has CUDA workers */
 } sched_result;
 
 static void usage_bench(FILE *out)
@@ -48,6 +53,7 @@ static void usage_bench(FILE *out)
             "  --steps N      timed steps per repetition (default 5)\n"
             "  --warmup W     untimed steps first (default 2)\n"
             "  --repeat R     repetitions (default 3); the table gives their median, min, max\n"
+            "                 (with CUDA workers, a line more: where the tasks ran)\n"
             "  --json FILE    the table as JSON too (python/tessel_plot.py plots it)\n");
 }
 
@@ -161,18 +167,20 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
                     (long long)samples, o.batch);
         code = EXIT_USAGE;
     }
-    if (!code && !(order = malloc(sizeof *order * (size_t)o.batch)))
-        code = fail_oom("for a batch's sample indices", (double)o.batch * sizeof *order);
+    /* order: this step's samples, then the next step's (read ahead while this one runs) */
+    if (!code && !(order = malloc(sizeof *order * (size_t)(2 * o.batch))))
+        code = fail_oom("for a batch's sample indices", (double)o.batch * 2 * sizeof *order);
     if (!code && (st = create_optimizer(&o, s.ctx, &opt)))
         code = fail_collective(st, "creating the optimizer");
-    double busy_exec = 0, busy_total = 0;
+    tsl_worker_stats busy; /* the timed repetitions' */
+    memset(&busy, 0, sizeof busy);
     int64_t sent0 = 0, sent1 = 0, recv = 0;
     for (int64_t k = 0, rep = -1; !code && k < steps; k++) {
         int64_t timed = k - bo->warmup;
         if (timed >= 0 && timed % bo->steps == 0) { /* a repetition begins */
             rep = timed / bo->steps;
-            double e, t;
-            if ((st = tsl_context_wait(s.ctx)) || (st = tsl_context_worker_seconds(s.ctx, &e, &t)))
+            tsl_worker_stats before; /* (restarts the counters) */
+            if ((st = tsl_context_wait(s.ctx)) || (st = tsl_context_worker_stats(s.ctx, &before)))
                 code = fail_collective(st, "starting a repetition");
             if (!code && rep == 0 && ranks > 1 &&
                 (st = tsl_context_comm_bytes(s.ctx, &sent0, &recv)))
@@ -180,30 +188,49 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
             MPI_Barrier(MPI_COMM_WORLD);
             res->secs[rep] = now();
         }
-        for (int64_t i = 0; i < o.batch; i++)
+        for (int64_t i = 0; i < 2 * o.batch; i++)
             order[i] = (k * o.batch + i) % samples;
         double loss = 0;
-        if (!code &&
-            (st = tsl_model_train_step_read(s.model, s.train, o.batch, order, opt, &loss, NULL)))
+        if (!code && (st = tsl_model_train_step_read_next(s.model, s.train, o.batch, order,
+                                                          k + 1 < steps ? order + o.batch : NULL,
+                                                          opt, &loss, NULL)))
             code = fail_collective(st, "a training step");
         if (!code && timed >= 0 && timed % bo->steps == bo->steps - 1) { /* it ends */
-            double e = 0, t = 0;
-            if ((st = tsl_context_wait(s.ctx)) || (st = tsl_context_worker_seconds(s.ctx, &e, &t)))
+            tsl_worker_stats w;
+            memset(&w, 0, sizeof w);
+            if ((st = tsl_context_wait(s.ctx)) || (st = tsl_context_worker_stats(s.ctx, &w)))
                 code = fail_collective(st, "ending a repetition");
             double mine = (now() - res->secs[rep]) / (double)bo->steps, slowest = 0;
             MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             res->secs[rep] = slowest;
-            busy_exec += e;
-            busy_total += t;
+            for (int kind = 0; kind < 2; kind++) {
+                busy.tasks[kind] += w.tasks[kind];
+                busy.executing[kind] += w.executing[kind];
+                busy.total[kind] += w.total[kind];
+            }
         }
     }
     if (!code && ranks > 1 && (st = tsl_context_comm_bytes(s.ctx, &sent1, &recv)))
         code = fail_collective(st, "counting bytes");
     if (!code) {
-        double local[3] = {busy_exec, busy_total, (double)(sent1 - sent0)}, all[3] = {0};
-        MPI_Allreduce(local, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        res->busy = all[1] > 0 ? all[0] / all[1] : -1;
-        res->bytes_per_step = all[2] / (double)(bo->steps * bo->repeat);
+        double local[9] = {(double)(sent1 - sent0)}, all[9] = {0};
+        for (int k = 0; k < 2; k++) {
+            local[1 + k] = (double)busy.tasks[k];
+            local[3 + k] = busy.executing[k];
+            local[5 + k] = busy.total[k];
+        }
+        int32_t ncuda = 0;
+        tsl_context_worker_count(s.ctx, TSL_WORKER_CUDA, &ncuda);
+        local[7] = ncuda;
+        MPI_Allreduce(local, all, 9, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        double executing = all[3] + all[4], total = all[5] + all[6];
+        res->busy = total > 0 ? executing / total : -1;
+        res->bytes_per_step = all[0] / (double)(bo->steps * bo->repeat);
+        for (int k = 0; k < 2; k++) {
+            res->tasks[k] = all[1 + k];
+            res->kind_busy[k] = all[5 + k] > 0 ? all[3 + k] / all[5 + k] : -1;
+        }
+        res->cuda = all[7] > 0;
         double *sorted = malloc(sizeof *sorted * (size_t)bo->repeat);
         if (!sorted)
             code = fail_oom("for the repetitions' times", (double)bo->repeat * sizeof *sorted);
@@ -247,8 +274,10 @@ static int write_json(FILE *f, const void *arg)
             fprintf(f, "%s%.9g", r ? ", " : "", res[i].secs[r]);
         fprintf(f,
                 "], \"median\": %.9g, \"min\": %.9g, \"max\": %.9g, \"workers_busy\": %.6g, "
-                "\"bytes_per_step\": %.9g}",
-                res[i].median, res[i].min, res[i].max, res[i].busy, res[i].bytes_per_step);
+                "\"bytes_per_step\": %.9g, \"tasks_cpu\": %.0f, \"tasks_cuda\": %.0f, "
+                "\"busy_cpu\": %.6g, \"busy_cuda\": %.6g}",
+                res[i].median, res[i].min, res[i].max, res[i].busy, res[i].bytes_per_step,
+                res[i].tasks[0], res[i].tasks[1], res[i].kind_busy[0], res[i].kind_busy[1]);
     }
     return fprintf(f, "\n  ]\n}\n") < 0 ? -1 : 0;
 }
@@ -323,6 +352,13 @@ int command_bench(int argc, char **argv)
             printf("%-12s %12.4f %12.4f %12.4f %7.1f%% %7.1f%% %14.0f\n", res[i].name,
                    res[i].median, res[i].min, res[i].max, 100 * res[i].busy,
                    100 * (1 - res[i].busy), res[i].bytes_per_step);
+            if (res[i].cuda) { /* where the scheduler put the work */
+                double all = res[i].tasks[0] + res[i].tasks[1];
+                printf("%-12s tasks on CUDA workers %.1f%% (busy %.1f%%), on CPU workers %.1f%% "
+                       "(busy %.1f%%)\n",
+                       "", all > 0 ? 100 * res[i].tasks[1] / all : 0, 100 * res[i].kind_busy[1],
+                       all > 0 ? 100 * res[i].tasks[0] / all : 0, 100 * res[i].kind_busy[0]);
+            }
             fflush(stdout);
         }
     }

@@ -744,9 +744,15 @@ static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
         tsl_status st = TSL_OK;
         if (o->schedule.kind != SCHEDULE_CONSTANT || o->schedule.warmup > 0)
             st = tsl_optimizer_set_lr(r->opt, scheduled_lr(&o->schedule, o->lr, p->steps));
+        /* The epoch's next batch is read while this step runs (not past --max-steps). */
+        const int64_t *next =
+            p->batch + 1 < steps_per_epoch && !(o->max_steps && p->steps + 1 >= o->max_steps)
+                ? r->order + (p->batch + 1) * o->batch
+                : NULL;
         if (!st)
-            st = tsl_model_train_step_read(r->s.model, r->s.train, o->batch,
-                                           r->order + p->batch * o->batch, r->opt, &loss, &correct);
+            st = tsl_model_train_step_read_next(r->s.model, r->s.train, o->batch,
+                                                r->order + p->batch * o->batch, next, r->opt, &loss,
+                                                &correct);
         if (st)
             return fail_collective(st, "a training step");
         if ((code = record_step(r, loss, step_start)))

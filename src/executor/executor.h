@@ -53,6 +53,18 @@ struct tsl_model {
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
+    /* The read-ahead (tsl_model_train_step_read_next()): a coming step's batch read into
+     * spare input and label tiles while the steps before it run. ahead_indices (NULL: none
+     * pending) are the samples of ahead_dataset in ahead_x and ahead_labels, made for batches
+     * of ahead_batch; their reads count in ahead_reads[ahead_group]. The step that takes them
+     * swaps them with its instance's input and labels (the instance's become the spares) and
+     * checks that group, while the next read-ahead counts in the other. */
+    tsl_tensor_t ahead_x, ahead_labels;
+    int64_t ahead_batch;
+    tsl_dataset_t ahead_dataset;
+    int64_t *ahead_indices;
+    tsl_read_group ahead_reads[2];
+    int32_t ahead_group;
 };
 
 /* ---- the execution table (exec_table.c) ---- */
@@ -83,6 +95,11 @@ extern const tsl_exec_row tsl_exec_table[];
 tsl_status tsl_exec_batch_tensor(struct tsl_model *m, int64_t batch, int32_t stage,
                                  const tsl_shape *sample, int first, tsl_dtype dtype,
                                  tsl_tensor_t *out);
+
+/* The input (x) and labels tensors of an instance for `batch`, as tiled and owned as the
+ * instance's (the read-ahead's spare tiles are made by it too). */
+tsl_status tsl_exec_input_tensors(struct tsl_model *m, int64_t batch, tsl_tensor_t *x,
+                                  tsl_tensor_t *labels);
 
 /* Whether op o's input and output must move to a common tile grid: convolutions, pooling
  * and upsampling pair output tile i with input tile i, and a plan's spatial tiles are capped

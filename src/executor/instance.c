@@ -126,6 +126,8 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     tsl_status st = TSL_OK;
     /* Pipelines run each rank's micro-batches through the layers in order (priorities). */
     for (int32_t v = 0; v < g->nvalues && !st; v++) {
+        if (v == g->input)
+            continue; /* made with the labels below */
         if (m->relu_of[g->values[v].producer] >= 0 || m->fold[g->values[v].producer] >= 0)
             continue; /* the fused ReLU's output holds it; a folded concatenation is not made */
         int32_t at = tsl_exec_value_stage(m, v);
@@ -146,6 +148,22 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
             tsl_owner_map on = tsl_owner_single(stage_rank(m, m->op_stage[o]));
             st = tsl_tensor_create(&in->saved[o], m->ctx, TSL_F64, &s, NULL, &on);
         }
+    if (!st)
+        st = tsl_exec_input_tensors(m, batch, &in->act[g->input], &in->labels);
+    if (st)
+        tsl_exec_instance_free(m, in);
+    return st;
+}
+
+tsl_status tsl_exec_input_tensors(struct tsl_model *m, int64_t batch, tsl_tensor_t *x,
+                                  tsl_tensor_t *labels)
+{
+    const struct tsl_graph *g = m->g;
+    *x = *labels = NULL;
+    tsl_status st = tsl_exec_batch_tensor(m, batch, tsl_exec_value_stage(m, g->input),
+                                          &g->values[g->input].shape, 1, TSL_F32, x);
+    if (!st && tsl_exec_pipelined(m))
+        tsl_tensor_order_by_samples(*x);
     if (!st) {
         /* Labels: one per sample, or one per position of a (classes, spatial...) output. */
         tsl_shape out = g->values[g->output].shape, ls;
@@ -154,10 +172,12 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         for (int d = 1; d < out.ndim; d++)
             ls.dims[d - 1] = out.dims[d];
         st = tsl_exec_batch_tensor(m, batch, tsl_exec_value_stage(m, g->output), &ls, 0,
-                                   tsl_graph_label_dtype(out.dims[0]), &in->labels);
+                                   tsl_graph_label_dtype(out.dims[0]), labels);
     }
-    if (st)
-        tsl_exec_instance_free(m, in);
+    if (st) {
+        tsl_tensor_destroy(*x);
+        *x = NULL;
+    }
     return st;
 }
 

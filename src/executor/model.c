@@ -156,6 +156,12 @@ tsl_status tsl_model_destroy(tsl_model_t m)
 {
     if (!m)
         return TSL_OK;
+    /* A read-ahead no step took: its tasks count in the model's groups until they end. */
+    for (int k = 0; k < 2 && m->ctx; k++)
+        tsl_read_group_wait(m->ctx, &m->ahead_reads[k]);
+    free(m->ahead_indices);
+    tsl_tensor_destroy(m->ahead_x);
+    tsl_tensor_destroy(m->ahead_labels);
     for (int32_t i = 0; i < m->ninst; i++)
         tsl_exec_instance_free(m, &m->inst[i]);
     for (int32_t b = 0; m->buckets && b < m->nbuckets; b++)

@@ -16,19 +16,102 @@ typedef struct batch_source {
     const int64_t *labels;
     tsl_dataset_t dataset;
     const int64_t *indices;
-    int read; /* from the dataset */
+    int read;              /* from the dataset */
+    const int64_t *next;   /* a training step's read-ahead: the next step's indices, or NULL */
+    tsl_read_group *reads; /* set by load_batch(): where this batch's reads count */
 } batch_source;
 
-/* The batch into the input (and the labels when asked). */
-static tsl_status load_batch(struct tsl_model *m, instance *in, const batch_source *src,
-                             int with_labels)
+/* Waits for the read-ahead's reads and forgets it (its spare tiles stay for the next). */
+static void drop_read_ahead(struct tsl_model *m)
 {
-    if (src->read)
-        return tsl_tensors_read_samples(in->act[m->g->input], with_labels ? in->labels : NULL,
-                                        src->dataset, src->indices);
-    tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, src->x);
-    if (!st && with_labels)
-        st = tsl_tensor_scatter_labels(in->labels, 0, src->labels);
+    if (!m->ahead_indices)
+        return;
+    tsl_read_group *group = &m->ahead_reads[m->ahead_group];
+    tsl_read_group_wait(m->ctx, group);
+    group->status = TSL_OK; /* the failures of samples no step used */
+    free(m->ahead_indices);
+    m->ahead_indices = NULL;
+}
+
+/* Whether the read-ahead holds this batch, agreed by every rank (each compares its own
+ * dataset and indices). */
+static tsl_status read_ahead_holds(struct tsl_model *m, int64_t batch, const batch_source *src,
+                                   int *holds)
+{
+    int mine = m->ahead_indices && m->ahead_dataset == src->dataset && m->ahead_batch == batch &&
+               memcmp(m->ahead_indices, src->indices, (size_t)batch * sizeof *src->indices) == 0;
+    if (MPI_Allreduce(&mine, holds, 1, MPI_INT, MPI_MIN, m->ctx->ctl_comm) != MPI_SUCCESS)
+        return tsl_error(m->ctx, TSL_ERR_RUNTIME, "reading ahead: MPI_Allreduce failed");
+    return TSL_OK;
+}
+
+/* Starts reading `next` (batch samples of src->dataset) into the spare tiles. */
+static tsl_status read_ahead(struct tsl_model *m, int64_t batch, const batch_source *src)
+{
+    drop_read_ahead(m);
+    tsl_status st = TSL_OK;
+    if (m->ahead_x && m->ahead_batch != batch) {
+        tsl_tensor_destroy(m->ahead_x);
+        tsl_tensor_destroy(m->ahead_labels);
+        m->ahead_x = m->ahead_labels = NULL;
+    }
+    if (!m->ahead_x && (st = tsl_exec_input_tensors(m, batch, &m->ahead_x, &m->ahead_labels)))
+        return st;
+    m->ahead_batch = batch;
+    m->ahead_indices = malloc((size_t)batch * sizeof *m->ahead_indices);
+    if (!m->ahead_indices)
+        st = tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "reading ahead: out of memory");
+    st = tsl_context_agree_all(m->ctx, st);
+    if (st) {
+        free(m->ahead_indices);
+        m->ahead_indices = NULL;
+        return st;
+    }
+    memcpy(m->ahead_indices, src->next, (size_t)batch * sizeof *src->next);
+    m->ahead_dataset = src->dataset;
+    tsl_trace_label(m->ctx, NULL, "data (read ahead)");
+    st = tsl_read_samples_grouped(m->ahead_x, m->ahead_labels, src->dataset, src->next,
+                                  &m->ahead_reads[m->ahead_group]);
+    if (st) { /* refused before any task (collective checks): nothing is pending */
+        free(m->ahead_indices);
+        m->ahead_indices = NULL;
+    }
+    return st;
+}
+
+/* The batch into the input (and the labels when asked). A training step's dataset batch that
+ * the read-ahead holds is taken from it (its tiles swapped with the instance's); else it is
+ * read. A training step then starts the read-ahead of src->next. */
+static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, batch_source *src,
+                             int with_labels, int training)
+{
+    if (!src->read) {
+        tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, src->x);
+        if (!st && with_labels)
+            st = tsl_tensor_scatter_labels(in->labels, 0, src->labels);
+        return st;
+    }
+    int holds = 0;
+    tsl_status st = training ? read_ahead_holds(m, batch, src, &holds) : TSL_OK;
+    if (st)
+        return st;
+    if (holds) {
+        tsl_tensor_t x = in->act[m->g->input], labels = in->labels;
+        in->act[m->g->input] = m->ahead_x;
+        in->labels = m->ahead_labels;
+        m->ahead_x = x;
+        m->ahead_labels = labels;
+        src->reads = &m->ahead_reads[m->ahead_group];
+        m->ahead_group ^= 1;
+        free(m->ahead_indices);
+        m->ahead_indices = NULL;
+    } else {
+        src->reads = &m->ctx->reads;
+        st = tsl_tensors_read_samples(in->act[m->g->input], with_labels ? in->labels : NULL,
+                                      src->dataset, src->indices);
+    }
+    if (!st && src->next)
+        st = read_ahead(m, batch, src);
     return st;
 }
 
@@ -59,13 +142,13 @@ static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_so
 }
 
 /* Forward, loss and backward: gradients land in the parameters' grad tensors. */
-static tsl_status gradients(struct tsl_model *m, int64_t batch, const batch_source *src,
-                            double *loss, instance **used)
+static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *src, double *loss,
+                            instance **used)
 {
     instance *in;
     tsl_status st = tsl_exec_instance_for(m, batch, &in);
     tsl_trace_label(m->ctx, NULL, "data");
-    if (st || (st = load_batch(m, in, src, 1)) || (st = tsl_exec_forward(m, in, 1)))
+    if (st || (st = load_batch(m, in, batch, src, 1, 1)) || (st = tsl_exec_forward(m, in, 1)))
         return st;
     memset(in->written, 0, (size_t)m->g->nvalues);
     double l = 0;
@@ -105,8 +188,8 @@ tsl_status tsl_model_gradients(tsl_model_t m, int64_t batch, const float *x, con
     return st ? st : gradients(m, batch, &src, loss, &in);
 }
 
-static tsl_status train_step(tsl_model_t m, int64_t batch, const batch_source *src,
-                             tsl_optimizer_t opt, double *loss, int64_t *correct, const char *fn)
+static tsl_status train_step(tsl_model_t m, int64_t batch, batch_source *src, tsl_optimizer_t opt,
+                             double *loss, int64_t *correct, const char *fn)
 {
     tsl_status st = check_batch(m, batch, src, 1, fn);
     if (st)
@@ -117,7 +200,7 @@ static tsl_status train_step(tsl_model_t m, int64_t batch, const batch_source *s
     if ((st = gradients(m, batch, src, loss, &in)))
         return st;
     /* A sample that could not be read stops the step before any parameter changes. */
-    if (src->read && (st = tsl_context_check_reads(m->ctx)))
+    if (src->read && (st = tsl_read_group_check(m->ctx, src->reads)))
         return st;
     if (correct && (st = count_correct(m, in, correct)))
         return st;
@@ -157,18 +240,26 @@ tsl_status tsl_model_train_step_read(tsl_model_t m, tsl_dataset_t dataset, int64
     return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step_read");
 }
 
-static tsl_status evaluate(tsl_model_t m, int64_t batch, const batch_source *src, double *loss,
+tsl_status tsl_model_train_step_read_next(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
+                                          const int64_t *indices, const int64_t *next,
+                                          tsl_optimizer_t opt, double *loss, int64_t *correct)
+{
+    batch_source src = {.dataset = dataset, .indices = indices, .read = 1, .next = next};
+    return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step_read_next");
+}
+
+static tsl_status evaluate(tsl_model_t m, int64_t batch, batch_source *src, double *loss,
                            int64_t *correct, const char *fn)
 {
     tsl_status st = check_batch(m, batch, src, 1, fn);
     instance *in;
-    if (st || (st = tsl_exec_instance_for(m, batch, &in)) || (st = load_batch(m, in, src, 1)) ||
-        (st = tsl_exec_forward(m, in, 0)))
+    if (st || (st = tsl_exec_instance_for(m, batch, &in)) ||
+        (st = load_batch(m, in, batch, src, 1, 0)) || (st = tsl_exec_forward(m, in, 0)))
         return st;
     double l = 0;
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, NULL, &l);
     if (!st && src->read)
-        st = tsl_context_check_reads(m->ctx);
+        st = tsl_read_group_check(m->ctx, src->reads);
     if (!st && loss)
         *loss = l;
     if (!st && correct)
@@ -196,8 +287,8 @@ tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32
     batch_source src = {.x = x};
     tsl_status st = check_batch(m, batch, &src, 0, "tsl_model_forward");
     instance *in;
-    if (st || (st = tsl_exec_instance_for(m, batch, &in)) || (st = load_batch(m, in, &src, 0)) ||
-        (st = tsl_exec_forward(m, in, train)))
+    if (st || (st = tsl_exec_instance_for(m, batch, &in)) ||
+        (st = load_batch(m, in, batch, &src, 0, 0)) || (st = tsl_exec_forward(m, in, train)))
         return st;
     return tsl_tensor_gather(in->act[m->g->output], 0, out);
 }

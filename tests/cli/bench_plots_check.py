@@ -3,7 +3,8 @@
 
 - `tessel bench` under four schedulers (eager, lws, dmda, dmdas) at the given rank count: the
   table has a row per scheduler, the JSON a result per scheduler with every repetition's time,
-  min <= median <= max, positive times, a busy share in (0, 1], and bytes between ranks
+  min <= median <= max, positive times, a busy share in (0, 1], tasks and busy shares by kind
+  of worker (CPU, CUDA: a CUDA share only with CUDA tasks), and bytes between ranks
   exactly when there is more than one rank; a scheduler StarPU does not have is refused with
   its list;
 - a metrics file and a trace of a short training run, and the bench JSON, each plotted to a
@@ -64,6 +65,11 @@ for r in b["results"]:
         problems.append(f"{r['sched']}: times {t}, median {r['median']}")
     if not 0 < r["workers_busy"] <= 1:
         problems.append(f"{r['sched']}: busy {r['workers_busy']}")
+    # where the work went, by kind of worker: every timed task on a CPU worker or a CUDA one
+    if r["tasks_cpu"] + r["tasks_cuda"] < 1 or not 0 < r["busy_cpu"] <= 1 or \
+            (r["tasks_cuda"] > 0) != (r["busy_cuda"] >= 0):
+        problems.append(f"{r['sched']}: tasks {r['tasks_cpu']} on CPU, {r['tasks_cuda']} on "
+                        f"CUDA, busy {r['busy_cpu']} / {r['busy_cuda']}")
     if (r["bytes_per_step"] > 0) != (nranks > 1):
         problems.append(f"{r['sched']}: {r['bytes_per_step']} bytes per step at {nranks} ranks")
 if problems:

@@ -817,10 +817,14 @@ TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
             tsl_plan plan;
             if (text != "-")
                 ASSERT_EQ(tsl_plan_parse(text.c_str(), &plan), TSL_OK);
-            std::vector<std::vector<float>> result[2];
-            double losses[2][4];
-            int64_t hits[2][4];
-            for (int read = 0; read < 2; read++) {
+            // read 0: scattered from rank 0; 1: read by the owners; 2: read by the owners with
+            // the next batch read ahead (taken by step 1; step 2 has other samples and reads, its
+            // read-ahead is still pending at the evaluation and when the model goes).
+            std::vector<std::vector<float>> result[3];
+            double losses[3][4];
+            int64_t hits[3][4];
+            const int64_t *ahead[3] = {steps[1], steps[0], steps[0]};
+            for (int read = 0; read < 3; read++) {
                 tsl_model_t m = nullptr;
                 ASSERT_EQ(
                     tsl_model_create_plan(&m, ctx, g, seed + 950, text == "-" ? nullptr : &plan),
@@ -837,6 +841,9 @@ TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
                                                                  &hits[read][k])
                                        : tsl_model_evaluate(m, n, b.x.data(), b.y.data(),
                                                             &losses[read][k], &hits[read][k]))
+                        : read == 2
+                            ? tsl_model_train_step_read_next(m, ds, n, idx, ahead[k], opt,
+                                                             &losses[read][k], &hits[read][k])
                         : read ? tsl_model_train_step_read(m, ds, n, idx, opt, &losses[read][k],
                                                            &hits[read][k])
                                : tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt,
@@ -851,16 +858,19 @@ TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
                 tsl_optimizer_destroy(opt);
                 tsl_model_destroy(m);
             }
-            for (int k = 0; k < 4; k++) {
-                EXPECT_EQ(losses[1][k], losses[0][k]) << "step " << k;
-                EXPECT_EQ(hits[1][k], hits[0][k]) << "step " << k;
+            for (int read = 1; read < 3; read++) {
+                SCOPED_TRACE(read == 1 ? "read by the owners" : "read ahead");
+                for (int k = 0; k < 4; k++) {
+                    EXPECT_EQ(losses[read][k], losses[0][k]) << "step " << k;
+                    EXPECT_EQ(hits[read][k], hits[0][k]) << "step " << k;
+                }
+                ASSERT_EQ(result[read].size(), result[0].size());
+                for (size_t i = 0; i < result[0].size(); i++)
+                    EXPECT_EQ(std::memcmp(result[read][i].data(), result[0][i].data(),
+                                          result[0][i].size() * sizeof(float)),
+                              0)
+                        << "parameter " << i;
             }
-            ASSERT_EQ(result[1].size(), result[0].size());
-            for (size_t i = 0; i < result[0].size(); i++)
-                EXPECT_EQ(std::memcmp(result[1][i].data(), result[0][i].data(),
-                                      result[0][i].size() * sizeof(float)),
-                          0)
-                    << "parameter " << i;
         }
         tsl_graph_destroy(g);
         tsl_dataset_destroy(ds);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "model_test.h"
 #include "mpi_test_env.h"
 
 using namespace tsltest;
@@ -80,6 +81,24 @@ void write_npy_pair(const std::string &dir, int64_t n)
         EXPECT_EQ(tsl_npy_write((dir + "/y.npy").c_str(), TSL_I64, &ys, y.data()), TSL_OK);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The npy pair of write_npy_pair(4) in dir, opened, then broken: x.npy loses sample 3 and the
+// last two floats of sample 2 after every rank opened it.
+tsl_dataset_t open_then_break(const SharedDir &dir)
+{
+    write_npy_pair(dir.path, 4);
+    tsl_dataset_t ds = nullptr;
+    EXPECT_EQ(tsl_dataset_open(&ds, ("npy:" + dir.path).c_str(), TSL_SPLIT_TRAIN), TSL_OK)
+        << tsl_last_error();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        struct stat st;
+        EXPECT_EQ(stat((dir.path + "/x.npy").c_str(), &st), 0);
+        EXPECT_EQ(truncate((dir.path + "/x.npy").c_str(), st.st_size - 70 * 4 - 8), 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return ds;
 }
 
 size_t dtype_size(tsl_dtype dt)
@@ -232,18 +251,8 @@ TEST(Read, BatchesThatDoNotFitAreErrorsOnEveryRank)
 TEST(Read, AFileBrokenAfterOpeningIsAnErrorOnEveryRank)
 {
     SharedDir dir;
-    write_npy_pair(dir.path, 4);
-    tsl_dataset_t ds;
-    ASSERT_EQ(tsl_dataset_open(&ds, ("npy:" + dir.path).c_str(), TSL_SPLIT_TRAIN), TSL_OK)
-        << tsl_last_error();
-    // The file loses its last sample after every rank opened it.
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) { // samples 3 and the last two floats of 2 go
-        struct stat st;
-        EXPECT_EQ(stat((dir.path + "/x.npy").c_str(), &st), 0);
-        EXPECT_EQ(truncate((dir.path + "/x.npy").c_str(), st.st_size - 70 * 4 - 8), 0);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    tsl_dataset_t ds = open_then_break(dir);
+    ASSERT_NE(ds, nullptr);
     tsl_owner_map rr = tsl_owner_callback(round_robin, nullptr);
     tsl_tensor_t x = make_tensor(TSL_F32, {4, 2, 5, 7}, {4, 1, 1, 1}, rr);
     std::vector<int64_t> indices = {0, 1, 3, 2};
@@ -263,5 +272,52 @@ TEST(Read, AFileBrokenAfterOpeningIsAnErrorOnEveryRank)
     ASSERT_EQ(tsl_tensors_read_samples(x, nullptr, ds, good.data()), TSL_OK);
     EXPECT_EQ(tsl_context_check_reads(ctx), TSL_OK);
     tsl_tensor_destroy(x);
+    tsl_dataset_destroy(ds);
+}
+
+// A training step's read-ahead (tsl_model_train_step_read_next) of a sample that cannot be read:
+// the step that started it succeeds, the step that takes it fails on every rank before any
+// parameter changes, and the step after reads cleanly.
+TEST(Read, AReadAheadFailureIsTheErrorOfTheStepThatTakesIt)
+{
+    SharedDir dir;
+    tsl_dataset_t ds = open_then_break(dir);
+    ASSERT_NE(ds, nullptr);
+    // Per-position classes of the (2, 5, 7) samples: one 3x3 convolution to 3 channels.
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    const int64_t sample[3] = {2, 5, 7}, k[2] = {3, 3};
+    int32_t x = -1, y = -1;
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "conv", x, 3, k, &cp, 0, 1, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+    tsl_model_t m = nullptr;
+    ASSERT_EQ(tsl_model_create(&m, ctx, g, seed + 980), TSL_OK) << tsl_context_last_error(ctx);
+    tsl_optimizer_t opt = momentum_sgd();
+    const int64_t good[4] = {0, 1, 1, 0}, bad[4] = {3, 2, 1, 0};
+    double loss = 0;
+    EXPECT_EQ(tsl_model_train_step_read_next(m, ds, 4, good, bad, opt, &loss, nullptr), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_TRUE(std::isfinite(loss));
+    std::vector<std::vector<float>> before, after;
+    push_params(m, g, false, &before);
+    EXPECT_EQ(tsl_model_train_step_read_next(m, ds, 4, bad, good, opt, &loss, nullptr), TSL_ERR_IO);
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("ended early"), std::string::npos)
+        << tsl_context_last_error(ctx);
+    push_params(m, g, false, &after);
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < before.size(); i++)
+        EXPECT_EQ(std::memcmp(after[i].data(), before[i].data(), before[i].size() * 4), 0)
+            << "parameter " << i << " changed by the failed step";
+    // The failed step's own read-ahead (good) is taken by the next step, which is clean.
+    EXPECT_EQ(tsl_model_train_step_read_next(m, ds, 4, good, nullptr, opt, &loss, nullptr), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_TRUE(std::isfinite(loss));
+    tsl_optimizer_destroy(opt);
+    tsl_model_destroy(m);
+    tsl_graph_destroy(g);
     tsl_dataset_destroy(ds);
 }
