@@ -1,4 +1,4 @@
-/* Elementwise tile ops (scale, axpy, add) and placement marks. Plain loops the compiler
+/* Elementwise tile ops (scale, axpy, add, multiply) and placement marks. Plain loops the compiler
  * vectorises, over the element functions of elementwise_math.h, which the CUDA kernels
  * (elementwise.cu) share. */
 #include <stdint.h>
@@ -70,6 +70,26 @@ static void add_cpu(void *buffers[], void *cl_arg)
     }
 }
 
+static void mul_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_elementwise_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(starpu_task_get_current()->nbuffers == 3, "mul: three buffers");
+    TSL_CODELET_CHECK((int64_t)STARPU_VECTOR_GET_NX(buffers[2]) == a.count, "mul: tile size");
+    if (a.dtype == TSL_F32) {
+        const float *x = VEC_PTR(0), *y = VEC_PTR(1);
+        float *z = VEC_PTR(2);
+        for (int64_t i = 0; i < a.count; i++)
+            z[i] = tsl_mul_f32(x[i], y[i]);
+    } else {
+        TSL_CODELET_CHECK(a.dtype == TSL_F64, "mul: dtype");
+        const double *x = VEC_PTR(0), *y = VEC_PTR(1);
+        double *z = VEC_PTR(2);
+        for (int64_t i = 0; i < a.count; i++)
+            z[i] = tsl_mul_f64(x[i], y[i]);
+    }
+}
+
 static void mark_cpu(void *buffers[], void *cl_arg)
 {
     tsl_mark_args a;
@@ -96,6 +116,8 @@ TSL_CODELET(tsl_cl_axpy, "tsl_axpy", axpy_cpu, tsl_axpy_cuda, elementwise_varian
             .modes = {STARPU_R, STARPU_RW});
 /* Modes come with each task: dst is W, or RW when it aliases an input. */
 TSL_CODELET(tsl_cl_add, "tsl_add", add_cpu, tsl_add_cuda, elementwise_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_mul, "tsl_mul", mul_cpu, tsl_mul_cuda, elementwise_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
 /* On a CUDA worker too: the mark records the worker that ran the task, and the tile need not
  * come to the host for it. */

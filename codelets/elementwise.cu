@@ -1,4 +1,4 @@
-/* Elementwise tile ops on CUDA: scale, axpy, add (f32, f64) over the element functions of
+/* Elementwise tile ops on CUDA: scale, axpy, add, multiply (f32, f64) over the element functions of
  * elementwise_math.h, and placement marks; launched on the worker's stream (the codelets are
  * STARPU_CUDA_ASYNC). Compiled with -fmad=false: the same bits as the CPU loops. */
 #include <starpu.h>
@@ -32,6 +32,13 @@ namespace
         TSL_CUDA_FOR(i, n)                                                                         \
         {                                                                                          \
             z[i] = tsl_add_##SFX(a[i], b[i], alpha);                                               \
+        }                                                                                          \
+    }                                                                                              \
+    __global__ void mul_##SFX(int64_t n, const T *a, const T *b, T *z)                             \
+    {                                                                                              \
+        TSL_CUDA_FOR(i, n)                                                                         \
+        {                                                                                          \
+            z[i] = tsl_mul_##SFX(a[i], b[i]);                                                      \
         }                                                                                          \
     }
 
@@ -118,6 +125,30 @@ extern "C" void tsl_add_cuda(void *buffers[], void *cl_arg)
         add_f64<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(
             a.count, a.alpha, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
             (double *)buf(buffers, 2));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_mul_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_elementwise_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(starpu_task_get_current()->nbuffers == 3, "mul (CUDA): three buffers");
+    TSL_CODELET_CHECK(count_of(buffers, 0) >= a.count && count_of(buffers, 1) >= a.count &&
+                          count_of(buffers, 2) == a.count,
+                      "mul (CUDA): tile sizes");
+    TSL_CODELET_CHECK(a.dtype == TSL_F32 || a.dtype == TSL_F64, "mul (CUDA): dtype");
+    if (a.count == 0)
+        return;
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    unsigned blocks = tsl_cuda_blocks(a.count);
+    if (a.dtype == TSL_F32)
+        mul_f32<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a.count, (const float *)buf(buffers, 0),
+                                                         (const float *)buf(buffers, 1),
+                                                         (float *)buf(buffers, 2));
+    else
+        mul_f64<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a.count, (const double *)buf(buffers, 0),
+                                                         (const double *)buf(buffers, 1),
+                                                         (double *)buf(buffers, 2));
     TSL_CUDA_CHECK_LAUNCH();
 }
 

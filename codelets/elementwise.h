@@ -1,5 +1,5 @@
-/* Elementwise family (codelets/elementwise.c, CUDA in elementwise.cu): scale, axpy, add, and
- * placement marks. */
+/* Elementwise family (codelets/elementwise.c, CUDA in elementwise.cu): scale, axpy, add,
+ * multiply, and placement marks. */
 #ifndef TESSEL_CODELETS_ELEMENTWISE_H
 #define TESSEL_CODELETS_ELEMENTWISE_H
 
@@ -21,6 +21,7 @@ typedef struct tsl_elementwise_args {
 extern struct starpu_codelet tsl_cl_scale; /* RW x:      x = alpha x */
 extern struct starpu_codelet tsl_cl_axpy;  /* R x, RW y: y += alpha x */
 extern struct starpu_codelet tsl_cl_add;   /* R a, R b, W|RW dst: dst = alpha a + b */
+extern struct starpu_codelet tsl_cl_mul;   /* R a, R b, W|RW dst: dst = a b */
 
 /* ---- placement marks ---- */
 
@@ -38,6 +39,7 @@ extern struct starpu_codelet tsl_cl_mark;
 void tsl_scale_cuda(void *buffers[], void *cl_arg);
 void tsl_axpy_cuda(void *buffers[], void *cl_arg);
 void tsl_add_cuda(void *buffers[], void *cl_arg);
+void tsl_mul_cuda(void *buffers[], void *cl_arg);
 void tsl_mark_cuda(void *buffers[], void *cl_arg);
 #endif
 

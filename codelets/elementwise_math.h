@@ -20,6 +20,10 @@
     static inline TSL_HD T tsl_add_##SFX(T a, T b, T alpha)                                        \
     {                                                                                              \
         return alpha * a + b;                                                                      \
+    }                                                                                              \
+    static inline TSL_HD T tsl_mul_##SFX(T a, T b)                                                 \
+    {                                                                                              \
+        return a * b;                                                                              \
     }
 
 TSL_ELEMENTWISE_FUNCTIONS(float, f32)

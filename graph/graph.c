@@ -404,6 +404,27 @@ tsl_status tsl_graph_add_n(tsl_graph_t g, int32_t count, const int32_t *xs, int3
     return add_values(g, count, xs, 1.0, value, "tsl_graph_add_n");
 }
 
+tsl_status tsl_graph_sub(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
+{
+    const int32_t xs[2] = {b, a}; /* (-1) b + a: -1 b is exact, so the sum rounds as a - b */
+    return add_values(g, 2, xs, -1.0, value, "tsl_graph_sub");
+}
+
+tsl_status tsl_graph_mul(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
+{
+    const char *fn = "tsl_graph_mul";
+    tsl_status st = check_graph(g, value, fn);
+    if (st || (st = check_value(g, a, fn)) || (st = check_value(g, b, fn)))
+        return st;
+    tsl_graph_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TSL_OP_MUL;
+    op.ninputs = 2;
+    op.inputs[0] = a;
+    op.inputs[1] = b;
+    return add_op(g, &op, NULL, value, fn);
+}
+
 tsl_status tsl_graph_flatten(tsl_graph_t g, int32_t x, int32_t *value)
 {
     const char *fn = "tsl_graph_flatten";

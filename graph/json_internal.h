@@ -61,6 +61,8 @@ enum layer_op {
     L_ADD,
     L_FLATTEN,
     L_LINEAR,
+    L_SUB, /* read only: tsl_graph_sub() makes an add, written as one */
+    L_MUL,
     LAYER_OP_COUNT
 };
 

@@ -406,6 +406,10 @@ static tsl_status build_layer(layer *l, int32_t *value)
             return built(l, tsl_graph_add_n(g, l->ninputs, l->inputs, value));
         return built(l, tsl_graph_add_scaled(g, l->inputs[0], l->inputs[1], h, value));
     }
+    case L_SUB:
+        return built(l, tsl_graph_sub(g, l->inputs[0], l->inputs[1], value));
+    case L_MUL:
+        return built(l, tsl_graph_mul(g, l->inputs[0], l->inputs[1], value));
     case L_FLATTEN:
         return built(l, tsl_graph_flatten(g, l->inputs[0], value));
     case L_LINEAR:

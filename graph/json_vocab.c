@@ -41,6 +41,8 @@ const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_ADD] = {"add", COMMON_KEYS | BIT(K_H), 0, 2, TSL_GRAPH_MAX_INPUTS, 0},
     [L_FLATTEN] = {"flatten", COMMON_KEYS, 0, 1, 1, 0},
     [L_LINEAR] = {"linear", COMMON_KEYS | BIT(K_OUT) | BIT(K_BIAS), 1, 1, 1, 0},
+    [L_SUB] = {"sub", COMMON_KEYS, 0, 2, 2, 0},
+    [L_MUL] = {"mul", COMMON_KEYS, 0, 2, 2, 0},
 };
 
 const int64_t json_zeros[3] = {0, 0, 0}, json_ones[3] = {1, 1, 1};

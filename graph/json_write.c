@@ -87,7 +87,7 @@ static int is_global_avgpool(const struct tsl_graph *g, const tsl_graph_op *o)
 
 static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *o)
 {
-    _Static_assert(TSL_OP_KIND_COUNT == 10, "layer_op_of() and add_attributes() take every kind");
+    _Static_assert(TSL_OP_KIND_COUNT == 11, "layer_op_of() and add_attributes() take every kind");
     switch (o->kind) {
     case TSL_OP_INPUT:
         return L_INPUT;
@@ -111,6 +111,8 @@ static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *
         return L_FLATTEN;
     case TSL_OP_LINEAR:
         return L_LINEAR;
+    case TSL_OP_MUL:
+        return L_MUL;
     }
     return LAYER_OP_COUNT;
 }

@@ -249,6 +249,8 @@ static const tsl_op_info ops[] = {
     [TSL_OP_ADD] = {"add", infer_add, flops_per_output, reads_never, 0},
     [TSL_OP_FLATTEN] = {"flatten", infer_flatten, flops_none, reads_never, 0},
     [TSL_OP_LINEAR] = {"linear", infer_linear, flops_linear, reads_always, 0},
+    /* (its backward reads both inputs: d(a b)/da = b, d(a b)/db = a) */
+    [TSL_OP_MUL] = {"mul", infer_add, flops_per_output, reads_always, 0},
 };
 _Static_assert(sizeof ops / sizeof ops[0] == TSL_OP_KIND_COUNT, "one row per op kind");
 

@@ -49,7 +49,7 @@ _OPS = {
     "global_avgpool": {},
     "upsample_nearest": {"scale": None},
     "upsample_linear": {"scale": None},
-    "concat": {}, "add": {"h": 1.0}, "flatten": {},
+    "concat": {}, "add": {"h": 1.0}, "sub": {}, "mul": {}, "flatten": {},
     "linear": {"out": None, "bias": True},
 }
 _COMMON_KEYS = {"name", "op", "inputs", "stage"}
@@ -200,7 +200,7 @@ class TesselNet(nn.Module):
         conv_cls = {1: (nn.Conv1d, nn.ConvTranspose1d, nn.BatchNorm1d),
                     2: (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d),
                     3: (nn.Conv3d, nn.ConvTranspose3d, nn.BatchNorm3d)}
-        count = {"input": 0, "add": 2}.get(op, 1)
+        count = {"input": 0, "add": 2, "sub": 2, "mul": 2}.get(op, 1)
         if op == "concat":
             if not 1 <= len(in_shapes) <= 8:
                 raise ModelFileError(f"{where}: concat takes one to eight inputs")
@@ -279,6 +279,10 @@ class TesselNet(nn.Module):
                 if sh[1:] != x[1:]:
                     raise ModelFileError(f"{where}: inputs of shapes {in_shapes} differ in space")
             return (lambda *vs: torch.cat(vs, dim=1)), (sum(sh[0] for sh in in_shapes),) + x[1:]
+        if op in ("sub", "mul"):
+            if in_shapes[1] != in_shapes[0]:
+                raise ModelFileError(f"{where}: {op} of shapes {in_shapes}")
+            return (torch.sub if op == "sub" else torch.mul), in_shapes[0]
         if op == "add":
             if any(sh != in_shapes[0] for sh in in_shapes[1:]):
                 raise ModelFileError(f"{where}: adds shapes {in_shapes}")

@@ -47,8 +47,9 @@ tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
     return submit_elementwise(&tsl_cl_axpy, y, STARPU_RW, &x, 1, alpha, 2.0);
 }
 
-static tsl_status add_scaled(tsl_tensor_t dst, double alpha, tsl_tensor_t a, tsl_tensor_t b,
-                             const char *fn)
+/* dst = alpha a + b (tsl_cl_add) or a b (tsl_cl_mul), checked as `fn`. */
+static tsl_status binary(struct starpu_codelet *codelet, tsl_tensor_t dst, double alpha,
+                         tsl_tensor_t a, tsl_tensor_t b, const char *fn)
 {
     tsl_status st = tsl_tensor_check(dst, fn);
     if (st || (st = tsl_tensor_check(a, fn)) || (st = tsl_tensor_check(b, fn)) ||
@@ -57,18 +58,23 @@ static tsl_status add_scaled(tsl_tensor_t dst, double alpha, tsl_tensor_t a, tsl
         return st;
     /* dst may alias a or b: then the task reads and writes it. */
     const tsl_tensor_t inputs[2] = {a, b};
-    return submit_elementwise(&tsl_cl_add, dst, dst == a || dst == b ? STARPU_RW : STARPU_W, inputs,
-                              2, alpha, alpha == 1.0 ? 1.0 : 2.0);
+    return submit_elementwise(codelet, dst, dst == a || dst == b ? STARPU_RW : STARPU_W, inputs, 2,
+                              alpha, codelet == &tsl_cl_add && alpha != 1.0 ? 2.0 : 1.0);
 }
 
 tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
 {
-    return add_scaled(dst, 1.0, a, b, "tsl_tensor_add");
+    return binary(&tsl_cl_add, dst, 1.0, a, b, "tsl_tensor_add");
 }
 
 tsl_status tsl_tensor_add_scaled(tsl_tensor_t dst, double alpha, tsl_tensor_t a, tsl_tensor_t b)
 {
-    return add_scaled(dst, alpha, a, b, "tsl_tensor_add_scaled");
+    return binary(&tsl_cl_add, dst, alpha, a, b, "tsl_tensor_add_scaled");
+}
+
+tsl_status tsl_tensor_mul(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
+{
+    return binary(&tsl_cl_mul, dst, 1.0, a, b, "tsl_tensor_mul");
 }
 
 /* The partial task of tile `tile`: sum the tile into its accumulator. */

@@ -42,10 +42,11 @@ typedef enum tsl_op_kind {
     TSL_OP_ADD = 7,        /**< elementwise sum of two values (residual) */
     TSL_OP_FLATTEN = 8,    /**< (C, spatial...) to (C x spatial) */
     TSL_OP_LINEAR = 9,     /**< fully connected layer, optional bias */
+    TSL_OP_MUL = 10,       /**< elementwise product of two values (gates) */
 } tsl_op_kind;
 
 /** Number of op kinds. */
-#define TSL_OP_KIND_COUNT 10
+#define TSL_OP_KIND_COUNT 11
 
 /** Longest name of a value, op or parameter, terminating zero included. */
 #define TSL_GRAPH_NAME_MAX 96
@@ -109,6 +110,15 @@ TSL_API tsl_status tsl_graph_add_scaled(tsl_graph_t graph, int32_t a, int32_t b,
 /** @brief The sum of @p count values (2 to 8, one shape), in order. */
 TSL_API tsl_status tsl_graph_add_n(tsl_graph_t graph, int32_t count, const int32_t *xs,
                                    int32_t *value);
+
+/**
+ * @brief a - b (same shape): an add op of (-1) b + a (tsl_graph_add_scaled(b, a, -1)), the
+ * same bits as a - b, and written to model files as such an add.
+ */
+TSL_API tsl_status tsl_graph_sub(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
+
+/** @brief a * b elementwise (same shape); its backward reads both. */
+TSL_API tsl_status tsl_graph_mul(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
 
 /** @brief A run of residual steps of a graph (tsl_graph_ode_segments()). */
 typedef struct tsl_ode_segment {

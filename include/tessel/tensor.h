@@ -316,6 +316,10 @@ TSL_API tsl_status tsl_tensor_axpy(tsl_tensor_t y, double alpha, tsl_tensor_t x)
 /** @brief dst = a + b. Same shape, dtype (f32, f64) and tile grid; owners may differ. */
 TSL_API tsl_status tsl_tensor_add(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b);
 
+/** @brief dst = a * b elementwise (dst may be a or b). Same shape, dtype (f32, f64) and tile
+ *  grid; owners may differ. */
+TSL_API tsl_status tsl_tensor_mul(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b);
+
 /**
  * @brief Sum of all elements, on every rank. Each tile is summed into an exact
  * fixed-point accumulator and the accumulators are combined by a tree of tasks, so the

@@ -84,6 +84,12 @@ static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_
     return st;
 }
 
+static tsl_status forward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                              tsl_tensor_t y, int train)
+{
+    return tsl_tensor_mul(y, x, in->act[m->g->ops[i].inputs[1]]);
+}
+
 static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                   tsl_tensor_t y, int train)
 {
@@ -120,6 +126,8 @@ static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl
                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 
@@ -134,6 +142,7 @@ const tsl_exec_row tsl_exec_table[] = {
     [TSL_OP_ADD] = {forward_add, backward_add},
     [TSL_OP_FLATTEN] = {forward_flatten, backward_flatten},
     [TSL_OP_LINEAR] = {forward_linear, backward_linear},
+    [TSL_OP_MUL] = {forward_mul, backward_mul},
 };
 _Static_assert(sizeof tsl_exec_table / sizeof tsl_exec_table[0] == TSL_OP_KIND_COUNT,
                "one row of the execution table per op kind");
@@ -206,6 +215,18 @@ static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl
             st = tsl_tensor_redistribute(dx[k], dy);
     if (!st && dx[0] && m->g->ops[i].h != 1.0) /* d(h a)/da = h */
         st = tsl_tensor_scale(dx[0], m->g->ops[i].h);
+    return st;
+}
+
+/* d(a b)/da = b, d(a b)/db = a: dy (on the inputs' tiles) times the other input. */
+static tsl_status backward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                               tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < 2 && !st; k++)
+        if (dx[k] && !(st = tsl_tensor_redistribute(dx[k], dy)))
+            st = tsl_tensor_mul(dx[k], dx[k], in->act[o->inputs[1 - k]]);
     return st;
 }
 

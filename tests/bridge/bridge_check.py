@@ -57,6 +57,8 @@ OPS_MODEL = {
         {"name": "p2", "op": "maxpool", "kernel": 2, "stride": 2},
         {"name": "ul", "op": "upsample_linear", "scale": [2, 2]},
         {"name": "sum", "op": "add", "inputs": ["ul", "cat", "ul"]},
+        {"name": "gate", "op": "mul", "inputs": ["sum", "cat"]},
+        {"name": "diff", "op": "sub", "inputs": ["gate", "ul"]},
         {"name": "b2", "op": "batchnorm"},
         {"op": "relu"},
         {"op": "global_avgpool"},

@@ -26,7 +26,7 @@ template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<
 
 const size_t odd_n = 100003; // more than one block, not a multiple of one
 
-// ---- scale, axpy, add ----
+// ---- scale, axpy, add, mul ----
 
 template <typename T> void check_elementwise()
 {
@@ -66,6 +66,14 @@ template <typename T> void check_elementwise()
     run_on_cuda(tsl_cl_add, a,
                 {cuda_buf(xin, STARPU_R), cuda_buf(yin, STARPU_R), cuda_buf(acc, STARPU_RW)});
     EXPECT_TRUE(same_bits(acc, want)) << "add (RW destination): worst " << worst_error(acc, want);
+
+    // mul (a b) into a poisoned destination
+    for (size_t i = 0; i < odd_n; i++)
+        want[i] = x[i] * y[i];
+    got = poisoned<T>(odd_n);
+    run_on_cuda(tsl_cl_mul, a,
+                {cuda_buf(xin, STARPU_R), cuda_buf(yin, STARPU_R), cuda_buf(got, STARPU_W)});
+    EXPECT_TRUE(same_bits(got, want)) << "mul: worst " << worst_error(got, want);
 }
 
 } // namespace

@@ -451,35 +451,44 @@ TEST(Elementwise, EveryLayoutGivesTheOneTileResult)
             // y's owners differ from x's: StarPU-MPI must move x's tiles for axpy.
             Layout other = l;
             other.owners = tsl_owner_callback(reversed, nullptr);
-            Tensor x(dt, s, l), y(dt, s, other), z(dt, s, l);
+            Tensor x(dt, s, l), y(dt, s, other), z(dt, s, l), p(dt, s, l);
             ASSERT_EQ(tsl_tensor_fill_uniform(x, seed, -1.0, 1.0), TSL_OK);
             ASSERT_EQ(tsl_tensor_fill_normal(y, seed + 1, 0.5, 2.0), TSL_OK);
             auto x0 = gather(x, 0), y0 = gather(y, 0);
             ASSERT_EQ(tsl_tensor_scale(x, 1.5), TSL_OK);
             ASSERT_EQ(tsl_tensor_axpy(y, -0.75, x), TSL_OK);
             ASSERT_EQ(tsl_tensor_add(z, x, y), TSL_OK);
-            auto zr = gather(z, 0);
+            ASSERT_EQ(tsl_tensor_fill_constant(p, 1e30), TSL_OK); // poisoned
+            ASSERT_EQ(tsl_tensor_mul(p, x, y), TSL_OK);
+            auto zr = gather(z, 0), pr = gather(p, 0);
             if (rank == 0) {
                 // Independent serial reference from the gathered inputs.
                 size_t n = (size_t)tsl_shape_numel(&s);
-                double max_rel = 0;
+                double max_rel = 0, max_rel_mul = 0;
                 for (size_t i = 0; i < n; i++) {
-                    double xv, yv, got;
+                    double xv, yv, got, prod;
                     if (dt == TSL_F32) {
                         float xf = ((float *)x0.data())[i] * 1.5f;
                         float yf = ((float *)y0.data())[i] + -0.75f * xf;
                         xv = xf;
                         yv = yf;
                         got = ((float *)zr.data())[i];
+                        prod = ((float *)pr.data())[i];
                     } else {
                         xv = ((double *)x0.data())[i] * 1.5;
                         yv = ((double *)y0.data())[i] + -0.75 * xv;
                         got = ((double *)zr.data())[i];
+                        prod = ((double *)pr.data())[i];
                     }
                     double want = xv + yv;
                     max_rel = std::max(max_rel, std::fabs(got - want) / (std::fabs(want) + 1e-30));
+                    max_rel_mul =
+                        std::max(max_rel_mul, std::isnan(prod) ? 1.0
+                                                               : std::fabs(prod - xv * yv) /
+                                                                     (std::fabs(xv * yv) + 1e-30));
                 }
                 EXPECT_LT(max_rel, dt == TSL_F32 ? 1e-6 : 1e-14) << l.name;
+                EXPECT_LT(max_rel_mul, dt == TSL_F32 ? 1e-6 : 1e-14) << l.name << " (mul)";
                 results.push_back(zr);
             }
         }

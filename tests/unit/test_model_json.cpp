@@ -344,6 +344,8 @@ tsl_graph_t every_op_graph()
     st = st ? st : tsl_graph_concat(g, 2, parts, &cat); // 16x16x16
     st = st ? st : tsl_graph_activation(g, cat, TSL_ACT_TANH, 0, &v);
     st = st ? st : tsl_graph_add(g, v, cat, &v);
+    st = st ? st : tsl_graph_mul(g, v, cat, &v); // a gate
+    st = st ? st : tsl_graph_sub(g, v, cat, &v);
     st = st ? st : tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v);
     tsl_pool_params gap;
     tsl_pool_params_init(&gap, TSL_POOL_AVG, 2, 16); // over the whole 16x16
@@ -365,7 +367,7 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     for (const char *op :
          {"input", "conv", "conv_transpose", "batchnorm", "relu", "leaky_relu", "sigmoid", "tanh",
           "maxpool", "avgpool", "global_avgpool", "upsample_nearest", "upsample_linear", "concat",
-          "add", "flatten", "linear"})
+          "add", "mul", "flatten", "linear"})
         EXPECT_NE(text.find("\"op\": \"" + std::string(op) + "\""), std::string::npos) << op;
     // Settings that differ per dimension are arrays; equal ones, one number.
     EXPECT_NE(text.find("\"kernel\": [3, 5], \"padding\": [1, 2]"), std::string::npos) << text;
@@ -392,6 +394,61 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     EXPECT_STREQ(name, "");
     tsl_graph_destroy(read);
     tsl_graph_destroy(g);
+}
+
+// "sub" in a model file is tsl_graph_sub(): an add of (-1) b + a (written back as that add),
+// and "mul" is tsl_graph_mul(); both take exactly two inputs of one shape.
+TEST_F(ModelJson, SubAndMulReadAsTheirBuilders)
+{
+    const std::string layers =
+        R"({"op": "input"}, {"name": "a", "op": "conv", "out": 4, "kernel": 3, "padding": 1},
+        {"name": "b", "op": "conv", "out": 4, "kernel": 1, "inputs": ["input"]},
+        {"name": "d", "op": "sub", "inputs": ["a", "b"]},
+        {"name": "p", "op": "mul", "inputs": ["d", "b"]},
+        {"op": "flatten"}, {"name": "head", "op": "linear", "out": "classes"})";
+    write("sub.json", model(layers));
+    int64_t sample[3] = {2, 5, 6};
+    tsl_graph_t read = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(path("sub.json").c_str(), 3, sample, 3, &read), TSL_OK)
+        << tsl_last_error();
+    tsl_graph_t built = nullptr;
+    ASSERT_EQ(tsl_graph_create(&built), TSL_OK);
+    int32_t x, a, b, v;
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    int64_t k3[2] = {3, 3}, k1[2] = {1, 1};
+    ASSERT_EQ(tsl_graph_input(built, 3, sample, &x), TSL_OK);
+    cp.padding[0] = cp.padding[1] = 1;
+    ASSERT_EQ(tsl_graph_conv(built, "a", x, 4, k3, &cp, 0, 1, &a), TSL_OK);
+    cp.padding[0] = cp.padding[1] = 0;
+    ASSERT_EQ(tsl_graph_conv(built, "b", x, 4, k1, &cp, 0, 1, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_sub(built, a, b, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_mul(built, v, b, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_flatten(built, v, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(built, "head", v, 3, 1, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(built, v), TSL_OK);
+    EXPECT_EQ(graph_difference(built, read), "");
+    // The sub: an add with h = -1 of (b, a).
+    tsl_op_kind kind;
+    ASSERT_EQ(tsl_graph_op_info(read, 3, &kind, nullptr, nullptr), TSL_OK);
+    EXPECT_EQ(kind, TSL_OP_ADD);
+    ASSERT_EQ(tsl_graph_op_info(read, 4, &kind, nullptr, nullptr), TSL_OK);
+    EXPECT_EQ(kind, TSL_OP_MUL);
+    std::string text = print_json(read);
+    EXPECT_NE(text.find("\"op\": \"add\", \"inputs\": [\"b\", \"a\"], \"h\": -1"),
+              std::string::npos)
+        << text;
+    // Two inputs, one shape.
+    write("sub3.json", model(R"({"op": "input"}, {"op": "sub", "inputs": ["input", "input",
+        "input"]})"));
+    tsl_graph_t bad = nullptr;
+    EXPECT_EQ(tsl_graph_read_json(path("sub3.json").c_str(), 3, sample, 3, &bad), TSL_ERR_FORMAT);
+    write("mulshape.json", model(R"({"op": "input"}, {"name": "c", "op": "conv", "out": 3,
+        "kernel": 1}, {"op": "mul", "inputs": ["input", "c"]})"));
+    EXPECT_EQ(tsl_graph_read_json(path("mulshape.json").c_str(), 3, sample, 3, &bad), TSL_ERR_SHAPE)
+        << tsl_last_error();
+    tsl_graph_destroy(built);
+    tsl_graph_destroy(read);
 }
 
 // Every op kind is in every_op_graph(), so a new kind must be written and read back to pass.
