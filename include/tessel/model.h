@@ -122,6 +122,14 @@ TSL_API tsl_status tsl_model_evaluate(tsl_model_t model, int64_t batch, const fl
 TSL_API tsl_status tsl_model_evaluate_read(tsl_model_t model, tsl_dataset_t dataset, int64_t batch,
                                            const int64_t *indices, double *loss, int64_t *correct);
 
+/** @brief tsl_model_evaluate_read() with the read-ahead of
+ *  tsl_model_train_step_read_next(): takes the batch if the read-ahead holds it, and starts
+ *  reading @p next (NULL: none) while this evaluation runs. Collective. */
+TSL_API tsl_status tsl_model_evaluate_read_next(tsl_model_t model, tsl_dataset_t dataset,
+                                                int64_t batch, const int64_t *indices,
+                                                const int64_t *next, double *loss,
+                                                int64_t *correct);
+
 /** @brief Forward only (training mode when @p train, else inference) and the output gathered
  *  on rank 0 into @p out (batch x output shape floats; ignored elsewhere). */
 TSL_API tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const float *x,

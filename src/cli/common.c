@@ -480,19 +480,22 @@ tsl_status agree_all(tsl_status st)
 tsl_status evaluate(tsl_model_t model, tsl_dataset_t ds, const tsl_dataset_info *info,
                     int64_t batch, double *loss, double *accuracy)
 {
-    int64_t *idx = malloc(sizeof *idx * (size_t)batch);
+    /* this batch's samples, then the next one's (read ahead while this one is evaluated) */
+    int64_t *idx = malloc(sizeof *idx * (size_t)(2 * batch));
     if (!idx)
-        fail_oom("for a batch's sample numbers", (double)(sizeof *idx * (size_t)batch));
+        fail_oom("for a batch's sample numbers", (double)(sizeof *idx * (size_t)(2 * batch)));
     tsl_status st = agree_all(idx ? TSL_OK : TSL_ERR_OUT_OF_MEMORY);
     double loss_sum = 0;
     int64_t hits = 0;
     for (int64_t first = 0; first < info->samples && !st; first += batch) {
         int64_t count = info->samples - first < batch ? info->samples - first : batch;
-        for (int64_t i = 0; i < count; i++)
+        for (int64_t i = 0; i < 2 * count; i++)
             idx[i] = first + i;
+        /* (read ahead only a next batch of this size) */
+        const int64_t *next = first + 2 * count <= info->samples ? idx + count : NULL;
         double l = 0;
         int64_t c = 0;
-        if ((st = tsl_model_evaluate_read(model, ds, count, idx, &l, &c)))
+        if ((st = tsl_model_evaluate_read_next(model, ds, count, idx, next, &l, &c)))
             break;
         loss_sum += l * (double)count;
         hits += c;

@@ -17,6 +17,7 @@ typedef struct batch_source {
     tsl_dataset_t dataset;
     const int64_t *indices;
     int read;              /* from the dataset */
+    int take_ahead;        /* a batch the read-ahead holds is taken from it */
     const int64_t *next;   /* a training step's read-ahead: the next step's indices, or NULL */
     tsl_read_group *reads; /* set by load_batch(): where this batch's reads count */
 } batch_source;
@@ -79,11 +80,11 @@ static tsl_status read_ahead(struct tsl_model *m, int64_t batch, const batch_sou
     return st;
 }
 
-/* The batch into the input (and the labels when asked). A training step's dataset batch that
- * the read-ahead holds is taken from it (its tiles swapped with the instance's); else it is
- * read. A training step then starts the read-ahead of src->next. */
+/* The batch into the input (and the labels when asked). A dataset batch that the read-ahead
+ * holds is taken from it where src->take_ahead (its tiles swapped with the instance's); else it
+ * is read. Then the read-ahead of src->next starts. */
 static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, batch_source *src,
-                             int with_labels, int training)
+                             int with_labels)
 {
     if (!src->read) {
         tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, src->x);
@@ -92,7 +93,7 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, b
         return st;
     }
     int holds = 0;
-    tsl_status st = training ? read_ahead_holds(m, batch, src, &holds) : TSL_OK;
+    tsl_status st = src->take_ahead ? read_ahead_holds(m, batch, src, &holds) : TSL_OK;
     if (st)
         return st;
     if (holds) {
@@ -148,7 +149,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
     instance *in;
     tsl_status st = tsl_exec_instance_for(m, batch, &in);
     tsl_trace_label(m->ctx, NULL, "data");
-    if (st || (st = load_batch(m, in, batch, src, 1, 1)) || (st = tsl_exec_forward(m, in, 1)))
+    if (st || (st = load_batch(m, in, batch, src, 1)) || (st = tsl_exec_forward(m, in, 1)))
         return st;
     memset(in->written, 0, (size_t)m->g->nvalues);
     double l = 0;
@@ -236,7 +237,7 @@ tsl_status tsl_model_train_step_read(tsl_model_t m, tsl_dataset_t dataset, int64
                                      const int64_t *indices, tsl_optimizer_t opt, double *loss,
                                      int64_t *correct)
 {
-    batch_source src = {.dataset = dataset, .indices = indices, .read = 1};
+    batch_source src = {.dataset = dataset, .indices = indices, .read = 1, .take_ahead = 1};
     return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step_read");
 }
 
@@ -244,7 +245,8 @@ tsl_status tsl_model_train_step_read_next(tsl_model_t m, tsl_dataset_t dataset, 
                                           const int64_t *indices, const int64_t *next,
                                           tsl_optimizer_t opt, double *loss, int64_t *correct)
 {
-    batch_source src = {.dataset = dataset, .indices = indices, .read = 1, .next = next};
+    batch_source src = {
+        .dataset = dataset, .indices = indices, .read = 1, .take_ahead = 1, .next = next};
     return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step_read_next");
 }
 
@@ -254,7 +256,7 @@ static tsl_status evaluate(tsl_model_t m, int64_t batch, batch_source *src, doub
     tsl_status st = check_batch(m, batch, src, 1, fn);
     instance *in;
     if (st || (st = tsl_exec_instance_for(m, batch, &in)) ||
-        (st = load_batch(m, in, batch, src, 1, 0)) || (st = tsl_exec_forward(m, in, 0)))
+        (st = load_batch(m, in, batch, src, 1)) || (st = tsl_exec_forward(m, in, 0)))
         return st;
     double l = 0;
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, NULL, &l);
@@ -281,6 +283,15 @@ tsl_status tsl_model_evaluate_read(tsl_model_t m, tsl_dataset_t dataset, int64_t
     return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate_read");
 }
 
+tsl_status tsl_model_evaluate_read_next(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
+                                        const int64_t *indices, const int64_t *next, double *loss,
+                                        int64_t *correct)
+{
+    batch_source src = {
+        .dataset = dataset, .indices = indices, .read = 1, .take_ahead = 1, .next = next};
+    return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate_read_next");
+}
+
 tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32_t train,
                              float *out)
 {
@@ -288,7 +299,7 @@ tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32
     tsl_status st = check_batch(m, batch, &src, 0, "tsl_model_forward");
     instance *in;
     if (st || (st = tsl_exec_instance_for(m, batch, &in)) ||
-        (st = load_batch(m, in, batch, &src, 0, 0)) || (st = tsl_exec_forward(m, in, train)))
+        (st = load_batch(m, in, batch, &src, 0)) || (st = tsl_exec_forward(m, in, train)))
         return st;
     return tsl_tensor_gather(in->act[m->g->output], 0, out);
 }

@@ -850,8 +850,8 @@ TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
             if (text != "-")
                 ASSERT_EQ(tsl_plan_parse(text.c_str(), &plan), TSL_OK);
             // read 0: scattered from rank 0; 1: read by the owners; 2: read by the owners with
-            // the next batch read ahead (taken by step 1; step 2 has other samples and reads, its
-            // read-ahead is still pending at the evaluation and when the model goes).
+            // the next batch read ahead (taken by step 1; step 2 has other samples and reads; its
+            // own read-ahead is taken by the evaluation).
             std::vector<std::vector<float>> result[3];
             double losses[3][4];
             int64_t hits[3][4];
@@ -869,10 +869,13 @@ TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
                     if (!read && rank == 0)
                         ASSERT_EQ(tsl_dataset_read(ds, idx, n, b.x.data(), b.y.data()), TSL_OK);
                     tsl_status st =
-                        k == 3 ? (read ? tsl_model_evaluate_read(m, ds, n, idx, &losses[read][k],
-                                                                 &hits[read][k])
-                                       : tsl_model_evaluate(m, n, b.x.data(), b.y.data(),
-                                                            &losses[read][k], &hits[read][k]))
+                        k == 3 ? (read == 2 ? tsl_model_evaluate_read_next(m, ds, n, idx, nullptr,
+                                                                           &losses[read][k],
+                                                                           &hits[read][k])
+                                  : read ? tsl_model_evaluate_read(m, ds, n, idx, &losses[read][k],
+                                                                   &hits[read][k])
+                                         : tsl_model_evaluate(m, n, b.x.data(), b.y.data(),
+                                                              &losses[read][k], &hits[read][k]))
                         : read == 2
                             ? tsl_model_train_step_read_next(m, ds, n, idx, ahead[k], opt,
                                                              &losses[read][k], &hits[read][k])
