@@ -130,6 +130,36 @@ TSL_API tsl_status tsl_model_evaluate_read_next(tsl_model_t model, tsl_dataset_t
                                                 const int64_t *next, double *loss,
                                                 int64_t *correct);
 
+/**
+ * @brief The dtype of a model's label tensors (tsl_model_train_step_tensors()): the graph's
+ * (tsl_graph_label_dtype() of its classes: u8 up to 256 classes, else i32).
+ */
+TSL_API tsl_dtype tsl_model_label_dtype(tsl_model_t model);
+
+/**
+ * @brief tsl_model_train_step() on a batch held in tiled tensors that the application owns,
+ * in the model's context: @p x (batch, sample shape) f32 and @p labels (batch, label shape) of
+ * tsl_model_label_dtype(), of any tile grids, owner maps and layouts. Their tiles are copied
+ * into the model's tiling by tile tasks (tsl_tensor_redistribute(): only tiles that change
+ * owner cross the network, nothing is gathered), after the tasks the application submitted
+ * on them and before any it submits later; they are only read. Collective.
+ */
+TSL_API tsl_status tsl_model_train_step_tensors(tsl_model_t model, tsl_tensor_t x,
+                                                tsl_tensor_t labels, tsl_optimizer_t opt,
+                                                double *loss, int64_t *correct);
+
+/** @brief tsl_model_evaluate() on tensors, as tsl_model_train_step_tensors() takes them. */
+TSL_API tsl_status tsl_model_evaluate_tensors(tsl_model_t model, tsl_tensor_t x,
+                                              tsl_tensor_t labels, double *loss, int64_t *correct);
+
+/**
+ * @brief Forward only (training mode when @p train) from the application's tensor @p x into
+ * its tensor @p out (batch, output shape) f32, any tiling: the output goes from the model's
+ * tiles to @p out's owners by tile tasks, never whole to one rank. Collective.
+ */
+TSL_API tsl_status tsl_model_forward_tensors(tsl_model_t model, tsl_tensor_t x, int32_t train,
+                                             tsl_tensor_t out);
+
 /** @brief Forward only (training mode when @p train, else inference) and the output gathered
  *  on rank 0 into @p out (batch x output shape floats; ignored elsewhere). */
 TSL_API tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const float *x,

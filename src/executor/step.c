@@ -16,6 +16,8 @@ typedef struct batch_source {
     const int64_t *labels;
     tsl_dataset_t dataset;
     const int64_t *indices;
+    tsl_tensor_t tx, tlabels; /* or tiled tensors the caller owns (tensors set) */
+    int tensors;
     int read;              /* from the dataset */
     int take_ahead;        /* a batch the read-ahead holds is taken from it */
     const int64_t *next;   /* a training step's read-ahead: the next step's indices, or NULL */
@@ -86,6 +88,12 @@ static tsl_status read_ahead(struct tsl_model *m, int64_t batch, const batch_sou
 static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, batch_source *src,
                              int with_labels)
 {
+    if (src->tensors) { /* tile tasks from the caller's tiling into the model's */
+        tsl_status st = tsl_tensor_redistribute(in->act[m->g->input], src->tx);
+        if (!st && with_labels)
+            st = tsl_tensor_redistribute(in->labels, src->tlabels);
+        return st;
+    }
     if (!src->read) {
         tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, src->x);
         if (!st && with_labels)
@@ -127,11 +135,63 @@ static tsl_status count_correct(struct tsl_model *m, instance *in, int64_t *corr
     return st;
 }
 
+/* The caller's tensors against the model: its context, (batch, sample shape) f32 inputs,
+ * (batch, label shape) labels of the model's label dtype, (batch, output shape) f32 outputs.
+ * The same on every rank (the tensors are collective objects). */
+static tsl_status check_tensor(struct tsl_model *m, tsl_tensor_t t, const char *what, int64_t batch,
+                               const tsl_shape *sample, tsl_dtype dtype, const char *fn)
+{
+    tsl_status st = tsl_tensor_check(t, fn);
+    if (st)
+        return tsl_error(m->ctx, st, "%s: %s: %s", fn, what, tsl_last_error());
+    if (t->ctx != m->ctx)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: %s belongs to another context", fn,
+                         what);
+    int fits = t->shape.ndim == sample->ndim + 1 && t->shape.dims[0] == batch;
+    for (int32_t d = 0; fits && d < sample->ndim; d++)
+        fits = t->shape.dims[d + 1] == sample->dims[d];
+    if (!fits)
+        return tsl_error(m->ctx, TSL_ERR_SHAPE,
+                         "%s: %s must be (batch %lld, the model's %d-axis shape), not %d axes of "
+                         "%lld samples",
+                         fn, what, (long long)batch, (int)sample->ndim, (int)t->shape.ndim,
+                         (long long)t->shape.dims[0]);
+    if (t->dtype != dtype)
+        return tsl_error(m->ctx, TSL_ERR_DTYPE, "%s: %s is %s, the model takes %s", fn, what,
+                         tsl_dtype_name(t->dtype), tsl_dtype_name(dtype));
+    return TSL_OK;
+}
+
+/* The label shape of the model: none per sample, or the spatial shape of a (classes,
+ * spatial...) output. */
+static tsl_shape label_shape(const struct tsl_model *m)
+{
+    tsl_shape out = m->g->values[m->g->output].shape, ls;
+    memset(&ls, 0, sizeof ls);
+    ls.ndim = out.ndim - 1;
+    for (int d = 1; d < out.ndim; d++)
+        ls.dims[d - 1] = out.dims[d];
+    return ls;
+}
+
+static tsl_status check_tensors(struct tsl_model *m, int64_t batch, const batch_source *src,
+                                int need_labels, const char *fn)
+{
+    tsl_shape ls = label_shape(m);
+    tsl_status st =
+        check_tensor(m, src->tx, "x", batch, &m->g->values[m->g->input].shape, TSL_F32, fn);
+    if (!st && need_labels)
+        st = check_tensor(m, src->tlabels, "labels", batch, &ls, tsl_model_label_dtype(m), fn);
+    return st;
+}
+
 static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_source *src,
                               int need_labels, const char *fn)
 {
     if (!m)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    if (src->tensors) /* (the batch is x's) */
+        return check_tensors(m, batch, src, need_labels, fn);
     tsl_status st = TSL_OK;
     if (batch < 1)
         st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: batch %lld < 1", fn, (long long)batch);
@@ -290,6 +350,46 @@ tsl_status tsl_model_evaluate_read_next(tsl_model_t m, tsl_dataset_t dataset, in
     batch_source src = {
         .dataset = dataset, .indices = indices, .read = 1, .take_ahead = 1, .next = next};
     return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate_read_next");
+}
+
+tsl_dtype tsl_model_label_dtype(tsl_model_t m)
+{
+    return m ? tsl_graph_label_dtype(m->g->values[m->g->output].shape.dims[0]) : TSL_U8;
+}
+
+/* The batch of a caller's x tensor (its first dimension), 0 when x is not a tensor. */
+static int64_t batch_of(tsl_tensor_t x)
+{
+    return tsl_tensor_check(x, "") == TSL_OK && x->shape.ndim > 0 ? x->shape.dims[0] : 0;
+}
+
+tsl_status tsl_model_train_step_tensors(tsl_model_t m, tsl_tensor_t x, tsl_tensor_t labels,
+                                        tsl_optimizer_t opt, double *loss, int64_t *correct)
+{
+    batch_source src = {.tx = x, .tlabels = labels, .tensors = 1};
+    return train_step(m, batch_of(x), &src, opt, loss, correct, "tsl_model_train_step_tensors");
+}
+
+tsl_status tsl_model_evaluate_tensors(tsl_model_t m, tsl_tensor_t x, tsl_tensor_t labels,
+                                      double *loss, int64_t *correct)
+{
+    batch_source src = {.tx = x, .tlabels = labels, .tensors = 1};
+    return evaluate(m, batch_of(x), &src, loss, correct, "tsl_model_evaluate_tensors");
+}
+
+tsl_status tsl_model_forward_tensors(tsl_model_t m, tsl_tensor_t x, int32_t train, tsl_tensor_t out)
+{
+    const char *fn = "tsl_model_forward_tensors";
+    batch_source src = {.tx = x, .tensors = 1};
+    int64_t batch = batch_of(x);
+    tsl_status st = check_batch(m, batch, &src, 0, fn);
+    instance *in;
+    if (st ||
+        (st = check_tensor(m, out, "out", batch, &m->g->values[m->g->output].shape, TSL_F32, fn)) ||
+        (st = tsl_exec_instance_for(m, batch, &in)) || (st = load_batch(m, in, batch, &src, 0)) ||
+        (st = tsl_exec_forward(m, in, train)))
+        return st;
+    return tsl_tensor_redistribute(out, in->act[m->g->output]);
 }
 
 tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32_t train,

@@ -77,6 +77,13 @@ tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
     return g;
 }
 
+tsl_shape dims_shape(const std::vector<int64_t> &dims)
+{
+    tsl_shape s;
+    EXPECT_EQ(tsl_shape_make(&s, (int32_t)dims.size(), dims.data()), TSL_OK);
+    return s;
+}
+
 } // namespace
 
 TEST(Model, GradientsOfEveryZooNetworkMatchCentralFiniteDifferences)
@@ -909,5 +916,146 @@ TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
         }
         tsl_graph_destroy(g);
         tsl_dataset_destroy(ds);
+    }
+}
+
+// Steps on tensors the application owns (tsl_model_train_step_tensors and friends), tiled and
+// owned otherwise than the model's: the same bits as steps on rank 0's arrays, at 1, 2 and 4
+// ranks; the forward into the application's tensor equals the gathered one; tensors that do
+// not fit the model are errors before any task.
+TEST(Model, StepsOnApplicationTensorsEqualScatteredSteps)
+{
+    struct Net {
+        const char *name;
+        std::vector<int64_t> sample;
+        bool segmentation;
+        const char *plans[3]; // at 1, 2 and 4 ranks
+    };
+    const Net nets[] = {{"unet2d", {1, 16, 12}, true, {"tiles=2", "space=2", "data=2,space=2"}},
+                        {"cnn3d", {1, 8, 8, 8}, false, {"-", "data=2", "space=2x2"}}};
+    if (size > 4 || size == 3)
+        GTEST_SKIP() << "plans for 1, 2 and 4 ranks";
+    const int64_t n = 2, classes = 3;
+    for (const Net &net : nets) {
+        SCOPED_TRACE(net.name);
+        const char *text = net.plans[size == 1 ? 0 : size == 2 ? 1 : 2];
+        int64_t per = 1;
+        for (int64_t d : net.sample)
+            per *= d;
+        const int32_t ndim = (int32_t)net.sample.size();
+        Batch b = make_batch(n, per, classes, seed + 990);
+        std::vector<int64_t> label_dims = {n};
+        if (net.segmentation) {
+            label_dims.insert(label_dims.end(), net.sample.begin() + 1, net.sample.end());
+            b.y.resize((size_t)(n * per / net.sample[0]));
+            for (size_t i = 0; i < b.y.size(); i++)
+                b.y[i] = (int64_t)((i * 5 + i / 7) % classes);
+        }
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_zoo_graph(net.name, ndim, net.sample.data(), classes, &g), TSL_OK);
+        tsl_shape out_shape;
+        tsl_graph_value_shape(g, tsl_graph_output(g), &out_shape);
+        tsl_plan plan;
+        if (std::string(text) != "-")
+            ASSERT_EQ(tsl_plan_parse(text, &plan), TSL_OK);
+        std::vector<std::vector<float>> result[2];
+        double losses[2][4];
+        int64_t hits[2][4];
+        std::vector<float> outs[2];
+        for (int mode = 0; mode < 2; mode++) {
+            tsl_model_t m = nullptr;
+            ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 991,
+                                            std::string(text) == "-" ? nullptr : &plan),
+                      TSL_OK)
+                << tsl_context_last_error(ctx);
+            tsl_optimizer_t opt = momentum_sgd();
+            tsl_tensor_t x = nullptr, y = nullptr, out = nullptr;
+            if (mode == 1) {
+                // x: samples and the last dimension split, dealt round the ranks, channels-last
+                // where it can be; labels on the last rank; the output split by samples.
+                std::vector<int64_t> xd = {n};
+                xd.insert(xd.end(), net.sample.begin(), net.sample.end());
+                std::vector<int64_t> od = {n};
+                od.insert(od.end(), out_shape.dims, out_shape.dims + out_shape.ndim);
+                tsl_shape xs = dims_shape(xd), ys = dims_shape(label_dims), os = dims_shape(od);
+                tsl_tile_grid xg = tsl_tile_grid_single(), og = tsl_tile_grid_single();
+                xg.splits[0] = (int32_t)n;
+                xg.splits[xs.ndim - 1] = 3;
+                og.splits[0] = (int32_t)n;
+                int32_t cyc[TSL_MAX_DIMS] = {1, 1, 1, 1, 1}, block[TSL_MAX_DIMS] = {1, 1, 1, 1, 1};
+                cyc[xs.ndim - 1] = size;
+                tsl_owner_map dealt = tsl_owner_block_cyclic(cyc, block);
+                ASSERT_EQ(tsl_tensor_create_layout(&x, ctx, TSL_F32, &xs, &xg, &dealt,
+                                                   xs.ndim >= 3 ? TSL_LAYOUT_CHANNELS_LAST
+                                                                : TSL_LAYOUT_PLAIN),
+                          TSL_OK);
+                tsl_owner_map last = tsl_owner_single(size - 1);
+                ASSERT_EQ(tsl_tensor_create(&y, ctx, tsl_model_label_dtype(m), &ys, nullptr, &last),
+                          TSL_OK);
+                ASSERT_EQ(tsl_tensor_create(&out, ctx, TSL_F32, &os, &og, nullptr), TSL_OK);
+                ASSERT_EQ(tsl_tensor_scatter(x, 0, rank == 0 ? b.x.data() : nullptr), TSL_OK);
+                ASSERT_EQ(tsl_model_label_dtype(m), TSL_U8); // (3 classes)
+                std::vector<uint8_t> y8(b.y.begin(), b.y.end());
+                ASSERT_EQ(tsl_tensor_scatter(y, 0, rank == 0 ? y8.data() : nullptr), TSL_OK);
+                // Tensors that do not fit: labels of another dtype, x without a sample.
+                tsl_tensor_t wide = nullptr, short_x = nullptr;
+                ASSERT_EQ(tsl_tensor_create(&wide, ctx, TSL_I64, &ys, nullptr, nullptr), TSL_OK);
+                EXPECT_EQ(tsl_model_train_step_tensors(m, x, wide, opt, nullptr, nullptr),
+                          TSL_ERR_DTYPE);
+                EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("labels is i64"),
+                          std::string::npos)
+                    << tsl_context_last_error(ctx);
+                xd[1] += 1;
+                tsl_shape bad = dims_shape(xd);
+                ASSERT_EQ(tsl_tensor_create(&short_x, ctx, TSL_F32, &bad, nullptr, nullptr),
+                          TSL_OK);
+                EXPECT_EQ(tsl_model_evaluate_tensors(m, short_x, y, nullptr, nullptr),
+                          TSL_ERR_SHAPE);
+                EXPECT_EQ(tsl_model_forward_tensors(m, x, 0, y), TSL_ERR_SHAPE);
+                tsl_tensor_destroy(wide);
+                tsl_tensor_destroy(short_x);
+            }
+            for (int k = 0; k < 3; k++)
+                ASSERT_EQ(mode ? tsl_model_train_step_tensors(m, x, y, opt, &losses[mode][k],
+                                                              &hits[mode][k])
+                               : tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt,
+                                                      &losses[mode][k], &hits[mode][k]),
+                          TSL_OK)
+                    << tsl_context_last_error(ctx);
+            ASSERT_EQ(mode ? tsl_model_evaluate_tensors(m, x, y, &losses[mode][3], &hits[mode][3])
+                           : tsl_model_evaluate(m, n, b.x.data(), b.y.data(), &losses[mode][3],
+                                                &hits[mode][3]),
+                      TSL_OK)
+                << tsl_context_last_error(ctx);
+            outs[mode].assign((size_t)(n * tsl_shape_numel(&out_shape)), -7.0f);
+            if (mode) {
+                ASSERT_EQ(tsl_tensor_fill_constant(out, 1e30), TSL_OK); // poisoned
+                ASSERT_EQ(tsl_model_forward_tensors(m, x, 0, out), TSL_OK)
+                    << tsl_context_last_error(ctx);
+                ASSERT_EQ(tsl_tensor_gather(out, 0, rank == 0 ? outs[1].data() : nullptr), TSL_OK);
+            } else {
+                ASSERT_EQ(tsl_model_forward(m, n, b.x.data(), 0, outs[0].data()), TSL_OK);
+            }
+            push_params(m, g, false, &result[mode]);
+            tsl_tensor_destroy(x);
+            tsl_tensor_destroy(y);
+            tsl_tensor_destroy(out);
+            tsl_optimizer_destroy(opt);
+            tsl_model_destroy(m);
+        }
+        for (int k = 0; k < 4; k++) {
+            EXPECT_EQ(losses[1][k], losses[0][k]) << "step " << k;
+            EXPECT_EQ(hits[1][k], hits[0][k]) << "step " << k;
+        }
+        if (rank == 0)
+            EXPECT_EQ(std::memcmp(outs[1].data(), outs[0].data(), outs[0].size() * 4), 0)
+                << "output";
+        ASSERT_EQ(result[1].size(), result[0].size());
+        for (size_t i = 0; i < result[0].size(); i++)
+            EXPECT_EQ(std::memcmp(result[1][i].data(), result[0][i].data(),
+                                  result[0][i].size() * sizeof(float)),
+                      0)
+                << "parameter " << i;
+        tsl_graph_destroy(g);
     }
 }
