@@ -93,6 +93,33 @@ typedef struct tsl_dataset_info {
  */
 TSL_API tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec, tsl_split split);
 
+/**
+ * @brief How an application feeds a dataset of its own storage (tsl_dataset_create_callback()):
+ * read one box of sample @p index into @p x and its labels into @p y, as tsl_dataset_read_box()
+ * defines the box (x: the sample's elements start[d] .. start[d] + extent[d] - 1 along each
+ * axis of the sample shape, in C order, or NULL to skip; y: the labels of the same spatial box,
+ * or the sample's one label, or NULL to skip), labels in [0, classes). Return ::TSL_OK, or an
+ * error status (a message through the caller's own channel): the tile is then poisoned and
+ * the step that reads it fails on every rank before it changes a parameter. Called from StarPU
+ * worker threads, several at once and for boxes of the same sample: it must be thread-safe.
+ */
+typedef tsl_status (*tsl_read_box_fn)(int64_t index, const int64_t *start, const int64_t *extent,
+                                      float *x, int64_t *y, void *user);
+
+/**
+ * @brief A dataset whose samples the application provides through @p read_box (with @p user):
+ * @p samples samples of shape @p sample_dims (C, then 0 to 3 spatial sizes: @p sample_ndim 1
+ * to 4), @p classes classes (2 to 2^24), one label per position of the spatial box when
+ * @p per_position, else one per sample. tsl_dataset_read(), tsl_tensors_read_samples() and
+ * the model's dataset steps read it as they read tessel's own kinds: each rank asks only for
+ * the boxes of its tiles. Every rank of a collective call creates its own with the same
+ * description. Not collective.
+ */
+TSL_API tsl_status tsl_dataset_create_callback(tsl_dataset_t *dataset, int64_t samples,
+                                               int32_t classes, int32_t sample_ndim,
+                                               const int64_t *sample_dims, int32_t per_position,
+                                               tsl_read_box_fn read_box, void *user);
+
 /** @brief Free a dataset. NULL is a no-op. No loader may still use it. */
 TSL_API tsl_status tsl_dataset_destroy(tsl_dataset_t dataset);
 

@@ -70,6 +70,7 @@ typedef enum dataset_kind {
     DATASET_FASHION_MNIST,
     DATASET_SYNTHETIC,
     DATASET_NPY,
+    DATASET_CALLBACK, /* the application's read_box (tsl_dataset_create_callback) */
 } dataset_kind;
 
 typedef struct synthetic_params {
@@ -101,6 +102,8 @@ struct tsl_dataset {
     synthetic_params synthetic;
     npy_array x_file;
     npy_array y_file;
+    tsl_read_box_fn callback;
+    void *callback_user;
 };
 
 /* ---- the spec (spec.c) ---- */

@@ -203,6 +203,40 @@ tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec_text, tsl_s
     return TSL_OK;
 }
 
+tsl_status tsl_dataset_create_callback(tsl_dataset_t *dataset, int64_t samples, int32_t classes,
+                                       int32_t sample_ndim, const int64_t *sample_dims,
+                                       int32_t per_position, tsl_read_box_fn read_box, void *user)
+{
+    const char *fn = "tsl_dataset_create_callback";
+    if (!dataset || !sample_dims || !read_box)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (samples < 1 || classes < 2 || classes > (1 << 24))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: %lld samples of %d classes (want >= 1 samples, 2 to 2^24 classes)",
+                         fn, (long long)samples, (int)classes);
+    if (sample_ndim < 1 || sample_ndim > 4)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: a sample has 1 to 4 axes (C, spatial), not %d",
+                         fn, (int)sample_ndim);
+    for (int32_t d = 0; d < sample_ndim; d++)
+        if (sample_dims[d] < 1)
+            return tsl_error(NULL, TSL_ERR_SHAPE, "%s: axis %d of the sample has size %lld", fn,
+                             (int)d, (long long)sample_dims[d]);
+    if (per_position && sample_ndim < 2)
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: labels per position need a spatial axis in the sample", fn);
+    struct tsl_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    ds->x_file.fd = -1;
+    ds->y_file.fd = -1;
+    ds->kind = DATASET_CALLBACK;
+    ds->callback = read_box;
+    ds->callback_user = user;
+    tsl_data_set_info(&ds->info, samples, classes, sample_ndim, sample_dims, per_position != 0);
+    *dataset = ds;
+    return TSL_OK;
+}
+
 tsl_status tsl_dataset_destroy(tsl_dataset_t ds)
 {
     if (!ds)
@@ -235,6 +269,22 @@ static tsl_status read_box(const struct tsl_dataset *ds, int64_t index, const in
         return tsl_data_synthetic_read_box(ds, index, start, extent, x, y);
     case DATASET_NPY:
         return tsl_data_npy_read_sample_box(ds, index, start, extent, x, y);
+    case DATASET_CALLBACK: {
+        tsl_status st = ds->callback(index, start, extent, x, y, ds->callback_user);
+        if (st)
+            return tsl_error(NULL, st, "the application's read_box failed (%s) on sample %lld",
+                             tsl_status_string(st), (long long)index);
+        int64_t labels = 1; /* the box's, or the one of the sample */
+        for (int32_t d = 1; d < ds->info.sample_shape.ndim && ds->info.label_shape.ndim; d++)
+            labels *= extent[d];
+        for (int64_t i = 0; y && i < labels; i++)
+            if (y[i] < 0 || y[i] >= ds->info.classes)
+                return tsl_error(NULL, TSL_ERR_FORMAT,
+                                 "the application's read_box gave label %lld (sample %lld) "
+                                 "outside [0, %d)",
+                                 (long long)y[i], (long long)index, (int)ds->info.classes);
+        return TSL_OK;
+    }
     }
     return tsl_error(NULL, TSL_ERR_STATE, "tsl_dataset_read: corrupt dataset handle");
 }

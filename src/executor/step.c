@@ -215,6 +215,11 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
     double l = 0;
     tsl_trace_label(m->ctx, "cross_entropy", "loss");
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, in->grad[m->g->output], &l);
+    if (st && src->read) { /* a sample that could not be read poisoned its labels: say so */
+        tsl_status unread = tsl_read_group_check(m->ctx, src->reads);
+        if (unread)
+            return unread;
+    }
     in->written[m->g->output] = 1;
     for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
         tsl_trace_label(m->ctx, m->g->ops[i].name, "backward");
@@ -320,8 +325,10 @@ static tsl_status evaluate(tsl_model_t m, int64_t batch, batch_source *src, doub
         return st;
     double l = 0;
     st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, NULL, &l);
-    if (!st && src->read)
-        st = tsl_read_group_check(m->ctx, src->reads);
+    if (src->read) { /* (the cause, where a sample could not be read) */
+        tsl_status unread = tsl_read_group_check(m->ctx, src->reads);
+        st = unread ? unread : st;
+    }
     if (!st && loss)
         *loss = l;
     if (!st && correct)

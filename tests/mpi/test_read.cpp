@@ -4,6 +4,7 @@
 // the dataset, and a file that breaks after it was opened are errors on every rank.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -320,4 +321,123 @@ TEST(Read, AReadAheadFailureIsTheErrorOfTheStepThatTakesIt)
     tsl_model_destroy(m);
     tsl_graph_destroy(g);
     tsl_dataset_destroy(ds);
+}
+
+namespace
+{
+
+// An application's storage for tsl_dataset_create_callback: here another dataset's samples,
+// the boxes asked for counted, and a sample that fails to read when `broken` is set.
+struct Storage {
+    tsl_dataset_t inner;
+    int64_t broken = -1;
+    std::atomic<int64_t> boxes{0}, whole{0};
+};
+
+tsl_status storage_read(int64_t index, const int64_t *start, const int64_t *extent, float *x,
+                        int64_t *y, void *user)
+{
+    Storage *s = static_cast<Storage *>(user);
+    if (index == s->broken)
+        return TSL_ERR_IO;
+    tsl_dataset_info info;
+    tsl_dataset_get_info(s->inner, &info);
+    bool all = true;
+    for (int32_t d = 0; d < info.sample_shape.ndim; d++)
+        all = all && start[d] == 0 && extent[d] == info.sample_shape.dims[d];
+    s->boxes++;
+    s->whole += all;
+    return tsl_dataset_read_box(s->inner, index, start, extent, x, y);
+}
+
+} // namespace
+
+// An application's own storage as a dataset (tsl_dataset_create_callback): training steps read
+// through it equal steps on the dataset it serves, bit for bit, at 1, 2 and 4 ranks, each rank
+// asking only for its tiles' boxes (under space= plans, never a whole sample); a sample the
+// application cannot read fails the step on every rank before any parameter changes; bad
+// descriptions are refused.
+TEST(Read, AnApplicationsStorageTrainsLikeTheDatasetItServes)
+{
+    const char *spec = "synthetic:dims=2,size=16,samples=6,classes=3";
+    const char *plan_text = size == 1 ? "tiles=2" : size == 2 ? "space=2" : "space=2x2";
+    if (size == 3 || size > 4)
+        GTEST_SKIP() << "plans for 1, 2 and 4 ranks";
+    Storage storage;
+    ASSERT_EQ(tsl_dataset_open(&storage.inner, spec, TSL_SPLIT_TRAIN), TSL_OK);
+    tsl_dataset_info info;
+    tsl_dataset_get_info(storage.inner, &info);
+    tsl_dataset_t fed = nullptr;
+    ASSERT_EQ(tsl_dataset_create_callback(&fed, info.samples, info.classes, info.sample_shape.ndim,
+                                          info.sample_shape.dims, 1, storage_read, &storage),
+              TSL_OK);
+    tsl_dataset_info fed_info;
+    tsl_dataset_get_info(fed, &fed_info);
+    EXPECT_EQ(std::memcmp(&fed_info, &info, sizeof info), 0);
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(
+        tsl_zoo_graph("unet2d", info.sample_shape.ndim, info.sample_shape.dims, info.classes, &g),
+        TSL_OK);
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse(plan_text, &plan), TSL_OK);
+    const int64_t batches[3][2] = {{0, 5}, {3, 1}, {4, 2}};
+    std::vector<std::vector<float>> params[2];
+    double losses[2][3];
+    for (int via = 0; via < 2; via++) {
+        tsl_model_t m = nullptr;
+        ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 77, &plan), TSL_OK)
+            << tsl_context_last_error(ctx);
+        tsl_optimizer_t opt = momentum_sgd();
+        for (int k = 0; k < 3; k++)
+            ASSERT_EQ(tsl_model_train_step_read(m, via ? fed : storage.inner, 2, batches[k], opt,
+                                                &losses[via][k], nullptr),
+                      TSL_OK)
+                << tsl_context_last_error(ctx);
+        push_params(m, g, false, &params[via]);
+        if (via) {
+            // The application cannot read sample 4: the step fails everywhere and no trainable
+            // parameter moves (the batch norms' running statistics took that forward's values).
+            storage.broken = 4;
+            EXPECT_EQ(tsl_model_train_step_read(m, fed, 2, batches[2], opt, nullptr, nullptr),
+                      TSL_ERR_IO);
+            EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("read_box failed"),
+                      std::string::npos)
+                << tsl_context_last_error(ctx);
+            for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+                tsl_tensor_t p, dp;
+                ASSERT_EQ(tsl_model_param(m, i, &p, &dp), TSL_OK);
+                if (dp) // trainable
+                    EXPECT_EQ(std::memcmp(values(p).data(), params[1][(size_t)i].data(),
+                                          params[1][(size_t)i].size() * 4),
+                              0)
+                        << "parameter " << i << " changed by the failed step";
+            }
+        }
+        tsl_optimizer_destroy(opt);
+        tsl_model_destroy(m);
+    }
+    for (int k = 0; k < 3; k++)
+        EXPECT_EQ(losses[1][k], losses[0][k]) << "step " << k;
+    ASSERT_EQ(params[1].size(), params[0].size());
+    for (size_t i = 0; i < params[0].size(); i++)
+        EXPECT_EQ(std::memcmp(params[1][i].data(), params[0][i].data(), params[0][i].size() * 4), 0)
+            << "parameter " << i;
+    // This rank asked for boxes of its tiles only: with spatial tiles, never a whole sample.
+    EXPECT_GT(storage.boxes.load(), 0);
+    EXPECT_EQ(storage.whole.load(), 0) << "a whole sample read on a rank that holds a part";
+    // Descriptions that cannot be datasets.
+    tsl_dataset_t bad = nullptr;
+    const int64_t dims[2] = {1, 8};
+    EXPECT_EQ(tsl_dataset_create_callback(&bad, 0, 3, 2, dims, 0, storage_read, &storage),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_create_callback(&bad, 4, 1, 2, dims, 0, storage_read, &storage),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_create_callback(&bad, 4, 3, 5, dims, 0, storage_read, &storage),
+              TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_dataset_create_callback(&bad, 4, 3, 2, dims, 0, nullptr, &storage),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(bad, nullptr);
+    tsl_graph_destroy(g);
+    tsl_dataset_destroy(fed);
+    tsl_dataset_destroy(storage.inner);
 }
