@@ -44,7 +44,8 @@ static void usage_bench(FILE *out)
     fprintf(out,
             "usage: tessel bench --data SPEC [--model NAME|FILE] [--batch B] [--plan PLAN]\n"
             "                    [--sched LIST] [--steps N] [--warmup W] [--repeat R]\n"
-            "                    [--optimizer sgd|adam] [--json FILE] [--ncpu N] [--spin]\n"
+            "                    [--optimizer sgd|adam] [--loss L] [--json FILE] [--ncpu N]\n"
+            "                    [--spin]\n"
             "  training steps of one model, data and plan under each scheduler of LIST, each in\n"
             "  a StarPU of its own: W warm-up steps, then R repetitions of N timed steps\n"
             "  --sched LIST   comma-separated StarPU schedulers (default " DEFAULT_SCHEDS ";\n"

@@ -16,8 +16,9 @@
 #include "cli.h"
 
 #define STATE_FORMAT "tessel-checkpoint"
-/* 2: the optimizer's settings beyond lr and momentum are kept (1: their defaults then) */
-#define STATE_VERSION 2
+/* 2: the optimizer's settings beyond lr and momentum are kept (1: their defaults then);
+ * 3: the loss (2: cross-entropy then) */
+#define STATE_VERSION 3
 #define SNAPSHOT_PREFIX "step-"
 
 /* Make a directory's entries (a rename, a new file) durable. */
@@ -69,10 +70,10 @@ static int write_state(FILE *f, const void *arg)
             "    \"lr\": %.17g,\n    \"momentum\": %.17g,\n    \"weight_decay\": %.17g,\n"
             "    \"dampening\": %.17g,\n    \"nesterov\": %s,\n    \"betas\": [%.17g, %.17g],\n"
             "    \"eps\": %.17g,\n    \"lr_schedule\": \"%s\",\n    \"warmup_steps\": %ld,\n"
-            "    \"seed\": \"%llu\",\n    \"shuffle\": %s\n  },\n",
+            "    \"loss\": \"%s\",\n    \"seed\": \"%llu\",\n    \"shuffle\": %s\n  },\n",
             s->optimizer, s->batch, s->epochs, s->lr, s->momentum, s->weight_decay, s->dampening,
             s->nesterov ? "true" : "false", s->beta1, s->beta2, s->eps, s->lr_schedule, s->warmup,
-            s->seed, s->shuffle ? "true" : "false");
+            s->loss, s->seed, s->shuffle ? "true" : "false");
     fprintf(f,
             "  \"progress\": {\n    \"epoch\": %lld,\n    \"batch\": %lld,\n    \"steps\": %lld,\n"
             "    \"loss_sum\": %.17g,\n    \"hits\": %lld,\n    \"seen\": %lld,\n"
@@ -277,6 +278,8 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
     const cJSON *betas = cJSON_GetObjectItemCaseSensitive(set, "betas");
     int64_t version, batch = 0, epochs = 0, warmup = 0;
     lr_schedule schedule;
+    tsl_loss_term loss_terms[TSL_MAX_LOSS_TERMS];
+    int32_t nloss = 0;
     const char *bad = NULL;
     if (!root)
         bad = "the JSON syntax";
@@ -322,6 +325,9 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         bad = "settings.lr_schedule (constant, step:N:G or cosine:T[:MIN], as --lr-schedule)";
     else if (version >= 2 && get_int(set, "warmup_steps", 0, INT64_C(1) << 40, &warmup))
         bad = "settings.warmup_steps (0 to 2^40, as --warmup-steps)";
+    else if (version >= 3 && (get_string(set, "loss", s->loss, sizeof s->loss) ||
+                              parse_loss(s->loss, loss_terms, &nloss)))
+        bad = "settings.loss (NAME[:WEIGHT],... of cross_entropy and dice, as --loss)";
     else if (!cJSON_IsString(seed) || parse_seed_arg(seed->valuestring, &s->seed))
         bad = "settings.seed (a string of a whole number in [0, 2^64), as --seed)";
     else if (!cJSON_IsBool(shuffle))
@@ -349,6 +355,8 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         s->eps = 1e-8;
         snprintf(s->lr_schedule, sizeof s->lr_schedule, "constant");
     }
+    if (!bad && version < 3) /* before the loss was a setting */
+        snprintf(s->loss, sizeof s->loss, "cross_entropy");
     if (!bad) {
         s->batch = (long)batch;
         s->epochs = (long)epochs;
@@ -450,6 +458,8 @@ int merge_resumed(train_options *o, const run_settings *r)
         diff = "--lr-schedule";
     else if ((o->given & SET_WARMUP) && o->schedule.warmup != r->warmup)
         diff = "--warmup-steps";
+    else if ((o->given & SET_LOSS) && strcmp(o->loss, r->loss))
+        diff = "--loss";
     else if ((o->given & SET_SEED) && o->seed != r->seed)
         diff = "--seed";
     else if ((o->given & SET_SHUFFLE) && o->shuffle != r->shuffle)
@@ -477,6 +487,8 @@ int merge_resumed(train_options *o, const run_settings *r)
     o->lr_schedule = r->lr_schedule;
     parse_lr_schedule(r->lr_schedule, &o->schedule); /* checked when read */
     o->schedule.warmup = r->warmup;
+    o->loss = r->loss;
+    parse_loss(r->loss, o->loss_terms, &o->nloss); /* checked when read */
     o->seed = r->seed;
     o->shuffle = r->shuffle;
     if (!(o->given & SET_EPOCHS))
@@ -502,6 +514,7 @@ void settings_of(const train_options *o, run_settings *r)
     r->eps = o->eps;
     snprintf(r->lr_schedule, sizeof r->lr_schedule, "%s", o->lr_schedule);
     r->warmup = o->schedule.warmup;
+    snprintf(r->loss, sizeof r->loss, "%s", o->loss);
     r->seed = o->seed;
     r->shuffle = o->shuffle;
 }

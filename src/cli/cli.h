@@ -31,6 +31,7 @@ enum {
     OPT_BATCH,
     OPT_LOAD_PARAMS,
     OPT_PLAN,
+    OPT_LOSS,
     OPT_LOG_LEVEL,
     OPT_QUIET = 'q',
     OPT_VERBOSE = 'v',
@@ -56,8 +57,9 @@ enum {
     {"model", required_argument, NULL, OPT_MODEL}, {"data", required_argument, NULL, OPT_DATA},    \
         {"batch", required_argument, NULL, OPT_BATCH},                                             \
         {"load-params", required_argument, NULL, OPT_LOAD_PARAMS},                                 \
+        {"plan", required_argument, NULL, OPT_PLAN},                                               \
     {                                                                                              \
-        "plan", required_argument, NULL, OPT_PLAN                                                  \
+        "loss", required_argument, NULL, OPT_LOSS                                                  \
     }
 
 /* What an option handler says of an option. */
@@ -151,7 +153,8 @@ enum {
     SET_BETAS = 1 << 12,
     SET_EPS = 1 << 13,
     SET_SCHEDULE = 1 << 14,
-    SET_WARMUP = 1 << 15
+    SET_WARMUP = 1 << 15,
+    SET_LOSS = 1 << 16
 };
 
 /* A learning-rate schedule (--lr-schedule, --warmup-steps): constant, step (times gamma every
@@ -166,6 +169,10 @@ typedef struct lr_schedule {
 
 /* Parse "constant", "step:N:G" or "cosine:T[:MIN]"; 0, or -1 when malformed. */
 int parse_lr_schedule(const char *text, lr_schedule *s);
+
+/* Parse --loss: "NAME[:WEIGHT],..." with NAME cross_entropy or dice (1 to TSL_MAX_LOSS_TERMS
+ * terms, weights finite and above 0, default 1); 0, or -1 when malformed. */
+int parse_loss(const char *text, tsl_loss_term *terms, int32_t *count);
 
 /* The learning rate of the step after `steps` steps, from the base rate `lr`. */
 double scheduled_lr(const lr_schedule *s, double lr, int64_t steps);
@@ -189,6 +196,9 @@ typedef struct train_options {
     int nesterov;
     const char *lr_schedule; /* --lr-schedule as given (parsed into schedule) */
     lr_schedule schedule;
+    const char *loss; /* --loss as given (parsed into loss_terms) */
+    tsl_loss_term loss_terms[TSL_MAX_LOSS_TERMS];
+    int32_t nloss;
     unsigned long long seed;
     int shuffle;
     unsigned given;               /* SET_* of the options on the command line */
@@ -299,6 +309,7 @@ typedef struct run_settings {
     int nesterov;
     char lr_schedule[64];
     long warmup;
+    char loss[128];
     unsigned long long seed;
     int shuffle;
 } run_settings;

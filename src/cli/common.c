@@ -342,6 +342,8 @@ void train_options_init(train_options *o)
     o->beta2 = 0.999;
     o->eps = 1e-8;
     o->lr_schedule = "constant";
+    o->loss = "cross_entropy";
+    parse_loss(o->loss, o->loss_terms, &o->nloss);
     o->seed = 1;
     o->shuffle = 1;
 }
@@ -371,6 +373,13 @@ int parse_run_option(const cli_parser *parser, int id, const char *value)
         }
         o->plan_text = value;
         return OPTION_OK;
+    case OPT_LOSS:
+        o->loss = value;
+        o->given |= SET_LOSS;
+        return strlen(value) >= sizeof(((run_settings *)0)->loss) ||
+                       parse_loss(value, o->loss_terms, &o->nloss)
+                   ? OPTION_BAD_VALUE
+                   : OPTION_OK;
     }
     return OPTION_UNKNOWN;
 }
@@ -585,6 +594,8 @@ int session_open(session *s, const train_options *o, int need_train)
     tsl_graph_destroy(g);
     if (st)
         return fail_collective(st, "creating the model");
+    if ((st = tsl_model_set_loss(s->model, o->nloss, o->loss_terms)))
+        return fail_collective(st, "setting --loss");
     if (o->load_params && (st = tsl_model_load_params(s->model, o->load_params)))
         return fail_collective(st, "loading parameters");
     return 0;
@@ -651,6 +662,41 @@ int parse_lr_schedule(const char *text, lr_schedule *s)
                    ? 0
                    : -1;
     return s->t_max >= 1 && s->t_max <= (1L << 40) && isfinite(s->min) && s->min >= 0 ? 0 : -1;
+}
+
+int parse_loss(const char *text, tsl_loss_term *terms, int32_t *count)
+{
+    *count = 0;
+    const char *p = text;
+    while (*p) {
+        if (*count == TSL_MAX_LOSS_TERMS)
+            return -1;
+        size_t len = strcspn(p, ",");
+        char term[64];
+        if (len == 0 || len >= sizeof term)
+            return -1;
+        memcpy(term, p, len);
+        term[len] = '\0';
+        char *colon = strchr(term, ':');
+        double weight = 1.0;
+        if (colon) {
+            *colon = '\0';
+            if (parse_double_arg(colon + 1, 0, &weight) || !isfinite(weight) || !(weight > 0))
+                return -1;
+        }
+        tsl_loss_term *t = &terms[(*count)++];
+        if (strcmp(term, "cross_entropy") == 0)
+            t->kind = TSL_MODEL_LOSS_CROSS_ENTROPY;
+        else if (strcmp(term, "dice") == 0)
+            t->kind = TSL_MODEL_LOSS_DICE;
+        else
+            return -1;
+        t->weight = weight;
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            return -1; /* a trailing comma */
+    }
+    return *count ? 0 : -1;
 }
 
 double scheduled_lr(const lr_schedule *s, double lr, int64_t steps)

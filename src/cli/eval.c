@@ -15,13 +15,16 @@ typedef struct eval_options {
 
 static void usage_eval(FILE *out)
 {
-    fprintf(out,
-            "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
-            "                   [--outputs FILE] [--plan PLAN] [--ncpu N] [--sched NAME] [--spin]\n"
-            "  loss and accuracy of saved parameters on the data's test split\n"
-            "  --outputs FILE  also write the network's outputs (logits, inference mode) on\n"
-            "                  every test sample, in order, as a float32 .npy file of shape\n"
-            "                  samples x output shape (written a batch at a time)\n");
+    fprintf(
+        out,
+        "usage: tessel eval --data SPEC --load-params DIR [--model NAME] [--batch B]\n"
+        "                   [--outputs FILE] [--plan PLAN] [--loss L] [--ncpu N] [--sched NAME]\n"
+        "                   [--spin]\n"
+        "  loss and accuracy of saved parameters on the data's test split (--loss as\n"
+        "  tessel train takes it; default cross_entropy)\n"
+        "  --outputs FILE  also write the network's outputs (logits, inference mode) on\n"
+        "                  every test sample, in order, as a float32 .npy file of shape\n"
+        "                  samples x output shape (written a batch at a time)\n");
 }
 
 static int handle_eval_option(const cli_parser *parser, int id, const char *value)

@@ -50,6 +50,8 @@ struct tsl_model {
     int32_t *fold;     /* [nops]: the convolution that reads concatenation o's parts in place
                           (tsl_graph_folded_concat()), or -1 */
     int32_t recompute; /* the plan's recompute= */
+    tsl_loss_term loss[TSL_MAX_LOSS_TERMS]; /* what the steps minimise (tsl_model_set_loss) */
+    int32_t nloss;
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;

@@ -5,6 +5,7 @@
  * size (an "instance") and kept for the next step of that size. */
 #include <errno.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,6 +87,9 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     if (!m)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     m->ctx = ctx;
+    m->loss[0].kind = TSL_MODEL_LOSS_CROSS_ENTROPY;
+    m->loss[0].weight = 1.0;
+    m->nloss = 1;
     m->g = tsl_graph_copy(graph);
     m->params = calloc((size_t)graph->nparams + 1, sizeof *m->params);
     m->pgrads = calloc((size_t)graph->nparams + 1, sizeof *m->pgrads);
@@ -149,6 +153,34 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         return st;
     }
     *out = m;
+    return TSL_OK;
+}
+
+tsl_status tsl_model_set_loss(tsl_model_t m, int32_t count, const tsl_loss_term *terms)
+{
+    const char *fn = "tsl_model_set_loss";
+    if (!m || !terms)
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (count < 1 || count > TSL_MAX_LOSS_TERMS)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: %d terms (want 1 to %d)", fn, (int)count,
+                         TSL_MAX_LOSS_TERMS);
+    const tsl_shape *out = &m->g->values[m->g->output].shape;
+    for (int32_t t = 0; t < count; t++) {
+        if (terms[t].kind != TSL_MODEL_LOSS_CROSS_ENTROPY && terms[t].kind != TSL_MODEL_LOSS_DICE)
+            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: term %d: unknown loss kind %d", fn,
+                             (int)t, (int)terms[t].kind);
+        if (!isfinite(terms[t].weight) || !(terms[t].weight > 0))
+            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                             "%s: term %d: weight %g (want finite and above 0)", fn, (int)t,
+                             terms[t].weight);
+        if (terms[t].kind == TSL_MODEL_LOSS_DICE && (out->ndim < 2 || out->dims[0] > 1024))
+            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                             "%s: Dice needs an output with labels per position and at most "
+                             "1024 classes, not a (%lld%s) output",
+                             fn, (long long)out->dims[0], out->ndim < 2 ? "" : ", ...");
+    }
+    memcpy(m->loss, terms, sizeof *terms * (size_t)count);
+    m->nloss = count;
     return TSL_OK;
 }
 

@@ -124,6 +124,35 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, b
     return st;
 }
 
+/* The model's loss (tsl_model_set_loss) of the output against the labels, and its gradient
+ * into grad[output] when `with_grad`: each term's into grad[output] (the first) or
+ * scratch[output], scaled by its weight and added in order. */
+static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, double *loss)
+{
+    const int32_t y = m->g->output;
+    tsl_tensor_t grad = with_grad ? in->grad[y] : NULL;
+    double total = 0;
+    tsl_status st = TSL_OK;
+    for (int32_t t = 0; t < m->nloss && !st; t++) {
+        tsl_tensor_t target = grad;
+        if (grad && t > 0)
+            st = tsl_exec_scratch_of(m, in, y, &target);
+        double l = 0, w = m->loss[t].weight;
+        if (!st)
+            st = m->loss[t].kind == TSL_MODEL_LOSS_DICE
+                     ? tsl_loss_dice(in->act[y], in->labels, target, 1.0, &l)
+                     : tsl_loss_cross_entropy(in->act[y], in->labels, target, &l);
+        if (!st && target && w != 1.0)
+            st = tsl_tensor_scale(target, w);
+        if (!st && target && t > 0)
+            st = tsl_tensor_axpy(grad, 1.0, target);
+        total += w * l;
+    }
+    if (!st)
+        *loss = total;
+    return st;
+}
+
 /* Argmax hits of the output against the labels: a task per output tile where it lives and an
  * exact sum (nothing is gathered). */
 static tsl_status count_correct(struct tsl_model *m, instance *in, int64_t *correct)
@@ -213,8 +242,11 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
         return st;
     memset(in->written, 0, (size_t)m->g->nvalues);
     double l = 0;
-    tsl_trace_label(m->ctx, "cross_entropy", "loss");
-    st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, in->grad[m->g->output], &l);
+    tsl_trace_label(
+        m->ctx,
+        m->nloss == 1 && m->loss[0].kind == TSL_MODEL_LOSS_CROSS_ENTROPY ? "cross_entropy" : "loss",
+        "loss");
+    st = model_loss(m, in, 1, &l);
     if (st && src->read) { /* a sample that could not be read poisoned its labels: say so */
         tsl_status unread = tsl_read_group_check(m->ctx, src->reads);
         if (unread)
@@ -324,7 +356,7 @@ static tsl_status evaluate(tsl_model_t m, int64_t batch, batch_source *src, doub
         (st = load_batch(m, in, batch, src, 1)) || (st = tsl_exec_forward(m, in, 0)))
         return st;
     double l = 0;
-    st = tsl_loss_cross_entropy(in->act[m->g->output], in->labels, NULL, &l);
+    st = model_loss(m, in, 0, &l);
     if (src->read) { /* (the cause, where a sample could not be read) */
         tsl_status unread = tsl_read_group_check(m->ctx, src->reads);
         st = unread ? unread : st;

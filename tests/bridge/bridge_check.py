@@ -124,7 +124,35 @@ STEP_CASES = [
     # every op the zoo leaves out (the model above, written into the work directory)
     ("ops.json", (3, 16, 16), 3, ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"],
      "SGD", {"lr": 0.05, "momentum": 0.9}),
+    # --loss: soft Dice, and a weighted sum with the cross-entropy (segmentation networks)
+    ("fcn2d.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9",
+     "--loss", "dice"],
+     "SGD", {"lr": 0.1, "momentum": 0.9}),
+    ("unet2d.json", (1, 16, 16), 2, ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0",
+     "--loss", "cross_entropy:0.7,dice:0.5"],
+     "SGD", {"lr": 0.05}),
 ]
+
+
+def torch_loss(options, logits, labels):
+    """The loss tessel train's --loss (in `options`) names, in PyTorch: the weighted sum of
+    F.cross_entropy and tessel's soft Dice (1 - the mean over classes of (2 I + 1) / (sum p +
+    sum g + 1), p the softmax over classes, g the one-hot labels, sums over the whole batch)."""
+    import torch.nn.functional as F
+    spec = options[options.index("--loss") + 1] if "--loss" in options else "cross_entropy"
+    total = 0
+    for term in spec.split(","):
+        name, _, weight = term.partition(":")
+        weight = float(weight) if weight else 1.0
+        if name == "cross_entropy":
+            total = total + weight * F.cross_entropy(logits, labels)
+        else:
+            p = torch.softmax(logits, dim=1)
+            g = F.one_hot(labels, logits.shape[1]).movedim(-1, 1).to(p.dtype)
+            axes = [0] + list(range(2, logits.dim()))
+            inter, size = (p * g).sum(axes), p.sum(axes) + g.sum(axes) + 1.0
+            total = total + weight * (1 - ((2 * inter + 1.0) / size).mean())
+    return total
 CLASSES = 3
 
 
@@ -162,7 +190,6 @@ def step_check(cli, work, env, case_index, seed):
     batch-norm statistic after them must agree within 1e-5 of max(1, |value|)."""
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
-    import torch.nn.functional as F
     model = os.path.join(work if name == "ops.json" else os.path.join(ROOT, "examples", "models"),
                          name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
@@ -183,7 +210,7 @@ def step_check(cli, work, env, case_index, seed):
     sched = getattr(torch.optim.lr_scheduler, schedule[0])(opt, **schedule[1]) if schedule else None
     for step in range(steps):
         opt.zero_grad()
-        F.cross_entropy(module(xs[4 * step:4 * step + 4]), ys[4 * step:4 * step + 4]).backward()
+        torch_loss(options, module(xs[4 * step:4 * step + 4]), ys[4 * step:4 * step + 4]).backward()
         opt.step()
         if sched:
             sched.step()

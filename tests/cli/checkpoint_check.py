@@ -2,7 +2,7 @@
 """tessel train --checkpoint / --resume: a run interrupted mid-epoch (and one interrupted at
 an epoch boundary) and resumed from its checkpoint gives the same per-step losses and epoch
 metrics, bit for bit, as the uninterrupted run; with Adam, AdamW and SGD (momentum, Nesterov,
-dampening, weight decay: every optimizer setting is in the checkpoint), on a network
+dampening, weight decay: every optimizer setting is in the checkpoint, and the loss), on a network
 with batch norm (running statistics are part of the state). Leftovers of a crashed save do
 not disturb a resume; bad checkpoints and conflicting options get clear errors.
 
@@ -53,7 +53,9 @@ cases = [("adam", ["--optimizer", "adam", "--lr", "0.003"], 8),  # stops mid-epo
          ("schedule", ["--optimizer", "adam", "--lr", "0.003", "--lr-schedule", "cosine:15:0.0005",
                        "--warmup-steps", "4"], 3),
          ("step-schedule", ["--optimizer", "sgd", "--lr", "0.05", "--lr-schedule", "step:5:0.5"],
-          11)]
+          11),
+         # the loss is a setting of the run too
+         ("loss", ["--optimizer", "sgd", "--lr", "0.05", "--loss", "cross_entropy:0.5,dice"], 5)]
 for name, opt, stop in cases:
     common = ["--model", "fcn2d", "--data", data, "--batch", "8", "--epochs", "3",
               "--seed", "11"] + opt
@@ -99,9 +101,11 @@ assert settings["optimizer"] == "adamw" and settings["betas"] == [0.8, 0.99], se
 assert settings["eps"] == 1e-7 and settings["weight_decay"] == 0.05, settings
 for given, flag in ((["--weight-decay", "0.01"], "--weight-decay"), (["--betas", "0.9,0.99"], "--betas"),
                     (["--eps", "1e-8"], "--eps"), (["--lr-schedule", "step:3:0.5"], "--lr-schedule"),
-                    (["--warmup-steps", "2"], "--warmup-steps")):
+                    (["--warmup-steps", "2"], "--warmup-steps"), (["--loss", "dice"], "--loss")):
     out = run("train", "--resume", ck, "--epochs", "4", *given, expect=2)
     assert f"{flag} differs from the checkpoint" in out, out
+with open(os.path.join(work, "loss-ck", "step-000000000018", "state.json")) as f:
+    assert json.load(f)["settings"]["loss"] == "cross_entropy:0.5,dice"
 # Options of another optimizer, and impossible combinations, are clear usage errors.
 for bad, says in ((["--optimizer", "adam", "--nesterov"], "--nesterov is not an option"),
                   (["--optimizer", "sgd", "--betas", "0.9,0.9"], "--betas is not an option"),

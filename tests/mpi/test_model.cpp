@@ -413,6 +413,11 @@ TEST(Model, SpatialPlansMatchSampleTiles)
             tsl_model_t m = nullptr;
             ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 501, plan), TSL_OK)
                 << tsl_context_last_error(ctx);
+            if (std::string(net.name) == "gated") { // a weighted sum of losses, too
+                const tsl_loss_term terms[2] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 0.7},
+                                                {TSL_MODEL_LOSS_DICE, 0.5}};
+                ASSERT_EQ(tsl_model_set_loss(m, 2, terms), TSL_OK) << tsl_context_last_error(ctx);
+            }
             ASSERT_EQ(tsl_model_gradients(m, n, b.x.data(), b.y.data(), loss), TSL_OK)
                 << tsl_context_last_error(ctx);
             std::vector<float> y((size_t)out_numel);
@@ -1058,4 +1063,36 @@ TEST(Model, StepsOnApplicationTensorsEqualScatteredSteps)
                 << "parameter " << i;
         tsl_graph_destroy(g);
     }
+}
+
+// tsl_model_set_loss: what cannot be a model's loss is refused before anything changes.
+TEST(Model, LossesThatDoNotFitAreRefused)
+{
+    const int64_t image[3] = {2, 8, 8};
+    tsl_graph_t cls = nullptr, seg = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn", 3, image, 3, &cls), TSL_OK);
+    ASSERT_EQ(tsl_zoo_graph("fcn2d", 3, image, 3, &seg), TSL_OK);
+    tsl_model_t c = nullptr, s = nullptr;
+    ASSERT_EQ(tsl_model_create(&c, ctx, cls, seed + 3), TSL_OK);
+    ASSERT_EQ(tsl_model_create(&s, ctx, seg, seed + 3), TSL_OK);
+    const tsl_loss_term dice = {TSL_MODEL_LOSS_DICE, 1.0}, ce = {TSL_MODEL_LOSS_CROSS_ENTROPY, 1};
+    EXPECT_EQ(tsl_model_set_loss(c, 1, &dice), TSL_ERR_INVALID_ARG); // per-sample labels
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("Dice needs"), std::string::npos);
+    EXPECT_EQ(tsl_model_set_loss(s, 1, &dice), TSL_OK);
+    tsl_loss_term five[5] = {ce, ce, ce, ce, ce}, bad = ce;
+    EXPECT_EQ(tsl_model_set_loss(s, 0, five), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_model_set_loss(s, 5, five), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_model_set_loss(s, 4, five), TSL_OK);
+    for (double w : {0.0, -1.0, std::nan(""), (double)INFINITY}) {
+        bad.weight = w;
+        EXPECT_EQ(tsl_model_set_loss(s, 1, &bad), TSL_ERR_INVALID_ARG) << w;
+    }
+    bad.weight = 1;
+    bad.kind = (tsl_model_loss_kind)7;
+    EXPECT_EQ(tsl_model_set_loss(s, 1, &bad), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_model_set_loss(nullptr, 1, &ce), TSL_ERR_INVALID_ARG);
+    tsl_model_destroy(c);
+    tsl_model_destroy(s);
+    tsl_graph_destroy(cls);
+    tsl_graph_destroy(seg);
 }
