@@ -68,6 +68,38 @@ struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g)
     return c;
 }
 
+tsl_status tsl_graph_set_loss(tsl_graph_t g, int32_t count, const tsl_loss_term *terms)
+{
+    const char *fn = "tsl_graph_set_loss";
+    if (!g || (count && !terms))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (count < 0 || count > TSL_MAX_LOSS_TERMS)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d terms (want 0 to %d)", fn, (int)count,
+                         TSL_MAX_LOSS_TERMS);
+    for (int32_t t = 0; t < count; t++) {
+        if (terms[t].kind != TSL_MODEL_LOSS_CROSS_ENTROPY && terms[t].kind != TSL_MODEL_LOSS_DICE)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: term %d: unknown loss kind %d", fn,
+                             (int)t, (int)terms[t].kind);
+        if (!isfinite(terms[t].weight) || !(terms[t].weight > 0))
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: term %d: weight %g (want finite and above 0)", fn, (int)t,
+                             terms[t].weight);
+    }
+    if (count)
+        memcpy(g->loss, terms, sizeof *terms * (size_t)count);
+    g->nloss = count;
+    return TSL_OK;
+}
+
+tsl_status tsl_graph_loss(tsl_graph_t g, int32_t *count, tsl_loss_term *terms)
+{
+    if (!g || !count || !terms)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_loss: NULL argument");
+    *count = g->nloss;
+    memcpy(terms, g->loss, sizeof *terms * (size_t)g->nloss);
+    return TSL_OK;
+}
+
 static tsl_status check_graph(tsl_graph_t g, const int32_t *value, const char *fn)
 {
     if (!g || !value)

@@ -54,6 +54,8 @@ struct tsl_graph {
     tsl_graph_param *params;
     int32_t nparams, cap_params;
     int32_t input, output;
+    tsl_loss_term loss[TSL_MAX_LOSS_TERMS]; /* tsl_graph_set_loss(); nloss 0: the default */
+    int32_t nloss;
 };
 
 /* The shape of a (batch, sample...) tensor. */

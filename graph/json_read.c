@@ -482,7 +482,44 @@ static tsl_status read_layer(reader *r, const cJSON *json)
     return TSL_OK;
 }
 
-static const char *const top_keys[] = {"format", "version", "description", "layers", "output"};
+static const char *const top_keys[] = {"format", "version", "description",
+                                       "layers", "output",  "losses"};
+
+/* "losses": [{"loss": "cross_entropy" or "dice", "weight": W (default 1)}, ...]. */
+static tsl_status read_losses(reader *r, const cJSON *losses)
+{
+    static const char *const keys[] = {"loss", "weight"};
+    int32_t n = cJSON_IsArray(losses) ? cJSON_GetArraySize(losses) : -1;
+    if (n < 1 || n > TSL_MAX_LOSS_TERMS)
+        return fail(r, NULL, TSL_ERR_FORMAT,
+                    "\"losses\" must be an array of 1 to %d terms {\"loss\": NAME, \"weight\": W}",
+                    TSL_MAX_LOSS_TERMS);
+    tsl_loss_term terms[TSL_MAX_LOSS_TERMS];
+    int32_t k = 0;
+    for (const cJSON *e = losses->child; e; e = e->next, k++) {
+        tsl_status st;
+        if (!cJSON_IsObject(e))
+            return fail(r, NULL, TSL_ERR_FORMAT, "losses[%d]: a term must be a JSON object",
+                        (int)k);
+        if ((st = check_keys(r, NULL, e, 3u, keys, 2, "a loss term")))
+            return st;
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "loss");
+        const cJSON *weight = cJSON_GetObjectItemCaseSensitive(e, "weight");
+        if (!cJSON_IsString(name) || (strcmp(name->valuestring, "cross_entropy") != 0 &&
+                                      strcmp(name->valuestring, "dice") != 0))
+            return fail(r, NULL, TSL_ERR_FORMAT,
+                        "losses[%d]: needs \"loss\", cross_entropy or dice", (int)k);
+        terms[k].kind = strcmp(name->valuestring, "dice") == 0 ? TSL_MODEL_LOSS_DICE
+                                                               : TSL_MODEL_LOSS_CROSS_ENTROPY;
+        terms[k].weight = weight ? weight->valuedouble : 1.0;
+        if (weight && (!cJSON_IsNumber(weight) || !isfinite(weight->valuedouble) ||
+                       !(weight->valuedouble > 0)))
+            return fail(r, NULL, TSL_ERR_FORMAT,
+                        "losses[%d]: \"weight\" must be a finite number above 0", (int)k);
+    }
+    tsl_status st = tsl_graph_set_loss(r->graph, n, terms);
+    return st ? fail(r, NULL, st, "%s", tsl_last_error()) : TSL_OK;
+}
 
 static tsl_status read_model(reader *r, const cJSON *root)
 {
@@ -496,6 +533,7 @@ static tsl_status read_model(reader *r, const cJSON *root)
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
     const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");
     const cJSON *output = cJSON_GetObjectItemCaseSensitive(root, "output");
+    const cJSON *losses = cJSON_GetObjectItemCaseSensitive(root, "losses");
     r->layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
     int64_t v;
     if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME) != 0)
@@ -524,6 +562,8 @@ static tsl_status read_model(reader *r, const cJSON *root)
     int32_t last = count - 1;
     if (output && (last = find_layer(r, output->valuestring)) < 0)
         return no_layer(r, NULL, output->valuestring, "the output");
+    if (losses && (st = read_losses(r, losses)))
+        return st;
     return tsl_graph_set_output(r->graph, r->values[last]);
 }
 

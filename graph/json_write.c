@@ -139,13 +139,10 @@ static int add_ints(cJSON *o, enum key k, const int64_t *v, int32_t n, const int
 
 /* A finite double as the shortest text that reads back to the same bits (cJSON's own
  * printing accepts a last-digit difference), with '.' whatever the locale. */
-static int add_number(cJSON *o, enum key k, double v, double fallback)
+static void shortest_number(char number[40], double v)
 {
-    if (v == fallback)
-        return 0;
-    char number[40];
     for (int digits = 15; digits <= 17; digits++) {
-        snprintf(number, sizeof number, "%.*g", digits, v);
+        snprintf(number, 40, "%.*g", digits, v);
         if (strtod(number, NULL) == v)
             break;
     }
@@ -153,6 +150,14 @@ static int add_number(cJSON *o, enum key k, double v, double fallback)
     for (char *c = number; *c; c++)
         if (*c == point)
             *c = '.';
+}
+
+static int add_number(cJSON *o, enum key k, double v, double fallback)
+{
+    if (v == fallback)
+        return 0;
+    char number[40];
+    shortest_number(number, v);
     return !cJSON_AddRawToObject(o, json_key_names[k], number);
 }
 
@@ -320,8 +325,19 @@ tsl_status tsl_graph_print_json(tsl_graph_t g, char **out)
     text_put(&t, "  ],\n  \"output\": ");
     cJSON *output = names ? cJSON_CreateString(names[g->values[g->output].producer]) : NULL;
     text_put_json(&t, output);
-    text_put(&t, "\n}\n");
     cJSON_Delete(output);
+    if (g->nloss) { /* the loss, where the graph names one */
+        text_put(&t, ",\n  \"losses\": [");
+        for (int32_t k = 0; k < g->nloss && !t.failed; k++) {
+            char number[40], term[128];
+            shortest_number(number, g->loss[k].weight);
+            snprintf(term, sizeof term, "%s{\"loss\": \"%s\", \"weight\": %s}", k ? ", " : "",
+                     g->loss[k].kind == TSL_MODEL_LOSS_DICE ? "dice" : "cross_entropy", number);
+            text_put(&t, term);
+        }
+        text_put(&t, "]");
+    }
+    text_put(&t, "\n}\n");
     free(names);
     if (t.failed) {
         free(t.data);

@@ -120,6 +120,36 @@ TSL_API tsl_status tsl_graph_sub(tsl_graph_t graph, int32_t a, int32_t b, int32_
 /** @brief a * b elementwise (same shape); its backward reads both. */
 TSL_API tsl_status tsl_graph_mul(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
 
+/** Losses a model's steps can minimise (tsl_model_set_loss(), tsl_graph_set_loss()). */
+typedef enum tsl_model_loss_kind {
+    /** softmax cross-entropy, per sample or per position (tsl_loss_cross_entropy()) */
+    TSL_MODEL_LOSS_CROSS_ENTROPY = 0,
+    /** soft Dice over the batch, smoothing 1 (tsl_loss_dice()): outputs with labels per
+     *  position, at most 1024 classes */
+    TSL_MODEL_LOSS_DICE = 1,
+} tsl_model_loss_kind;
+
+/** Most terms of a model's loss. */
+#define TSL_MAX_LOSS_TERMS 4
+
+/** One term of a model's loss: its kind and its weight (finite, > 0). */
+typedef struct tsl_loss_term {
+    tsl_model_loss_kind kind;
+    double weight;
+} tsl_loss_term;
+
+/**
+ * @brief The loss a model built from the graph minimises (a model file's "losses"): @p count
+ * terms (1 to ::TSL_MAX_LOSS_TERMS; kinds known, weights finite and above 0), or 0 for the
+ * default, cross-entropy alone. Models take it when created (tsl_model_set_loss() checks it
+ * against the output then).
+ */
+TSL_API tsl_status tsl_graph_set_loss(tsl_graph_t graph, int32_t count, const tsl_loss_term *terms);
+
+/** @brief The graph's loss terms into @p terms (::TSL_MAX_LOSS_TERMS entries); *count 0
+ *  when it names none. */
+TSL_API tsl_status tsl_graph_loss(tsl_graph_t graph, int32_t *count, tsl_loss_term *terms);
+
 /** @brief A run of residual steps of a graph (tsl_graph_ode_segments()). */
 typedef struct tsl_ode_segment {
     int32_t input;        /**< u_0, the value the first step reads */

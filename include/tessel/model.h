@@ -130,31 +130,13 @@ TSL_API tsl_status tsl_model_evaluate_read_next(tsl_model_t model, tsl_dataset_t
                                                 const int64_t *next, double *loss,
                                                 int64_t *correct);
 
-/** Losses a model's steps can minimise (tsl_model_set_loss()). */
-typedef enum tsl_model_loss_kind {
-    /** softmax cross-entropy, per sample or per position (tsl_loss_cross_entropy()) */
-    TSL_MODEL_LOSS_CROSS_ENTROPY = 0,
-    /** soft Dice over the batch, smoothing 1 (tsl_loss_dice()): outputs with labels per
-     *  position, at most 1024 classes */
-    TSL_MODEL_LOSS_DICE = 1,
-} tsl_model_loss_kind;
-
-/** Most terms of a model's loss. */
-#define TSL_MAX_LOSS_TERMS 4
-
-/** One term of a model's loss: its kind and its weight (finite, > 0). */
-typedef struct tsl_loss_term {
-    tsl_model_loss_kind kind;
-    double weight;
-} tsl_loss_term;
-
 /**
  * @brief The loss the model's training and evaluation steps compute: the weighted sum of
  * @p count terms (1 to ::TSL_MAX_LOSS_TERMS) on its output and labels; its gradient is the
  * weighted sum of the terms' (each exact and tiling-independent, as the loss functions are).
- * The steps report this sum. Default: cross-entropy alone, weight 1. Checked against the
- * model's output before anything changes (Dice needs labels per position). Collective in the
- * sense that every rank must set the same loss.
+ * The steps report this sum. Default: the graph's (tsl_graph_set_loss(), a model file's
+ * "losses"), else cross-entropy alone, weight 1. Checked against the model's output before
+ * anything changes (Dice needs labels per position). Every rank must set the same loss.
  */
 TSL_API tsl_status tsl_model_set_loss(tsl_model_t model, int32_t count, const tsl_loss_term *terms);
 

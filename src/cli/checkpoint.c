@@ -489,6 +489,7 @@ int merge_resumed(train_options *o, const run_settings *r)
     o->schedule.warmup = r->warmup;
     o->loss = r->loss;
     parse_loss(r->loss, o->loss_terms, &o->nloss); /* checked when read */
+    o->given |= SET_LOSS;                          /* (over the model file's) */
     o->seed = r->seed;
     o->shuffle = r->shuffle;
     if (!(o->given & SET_EPOCHS))

@@ -196,7 +196,8 @@ typedef struct train_options {
     int nesterov;
     const char *lr_schedule; /* --lr-schedule as given (parsed into schedule) */
     lr_schedule schedule;
-    const char *loss; /* --loss as given (parsed into loss_terms) */
+    const char *loss; /* --loss as given, or the model file's (parsed into loss_terms) */
+    char loss_text[128];
     tsl_loss_term loss_terms[TSL_MAX_LOSS_TERMS];
     int32_t nloss;
     unsigned long long seed;
@@ -247,7 +248,7 @@ int session_context(session *s, const train_options *o);
 
 /* Open the data (the training split only when `need_train`) and create the model, with the
  * plan's stages and the --load-params parameters. Returns an exit code (message printed). */
-int session_open(session *s, const train_options *o, int need_train);
+int session_open(session *s, train_options *o, int need_train);
 
 void session_end(session *s);
 

@@ -556,7 +556,7 @@ static tsl_status set_stages(tsl_graph_t g, const train_options *o)
     return st;
 }
 
-int session_open(session *s, const train_options *o, int need_train)
+int session_open(session *s, train_options *o, int need_train)
 {
     tsl_status st = TSL_OK;
     int code;
@@ -589,6 +589,21 @@ int session_open(session *s, const train_options *o, int need_train)
     if (o->plan_text && o->plan.stages > 1 && (st = set_stages(g, o))) {
         tsl_graph_destroy(g);
         return fail(st, "splitting the model into stages");
+    }
+    /* The loss: --loss (or the checkpoint's), else the model file's, else cross-entropy. */
+    tsl_loss_term file_terms[TSL_MAX_LOSS_TERMS];
+    int32_t file_count = 0;
+    tsl_graph_loss(g, &file_count, file_terms);
+    if (!(o->given & SET_LOSS) && file_count > 0) {
+        size_t n = 0;
+        for (int32_t k = 0; k < file_count && n < sizeof o->loss_text; k++)
+            n += (size_t)snprintf(
+                o->loss_text + n, sizeof o->loss_text - n, "%s%s:%.17g", k ? "," : "",
+                file_terms[k].kind == TSL_MODEL_LOSS_DICE ? "dice" : "cross_entropy",
+                file_terms[k].weight);
+        o->loss = o->loss_text;
+        memcpy(o->loss_terms, file_terms, sizeof file_terms);
+        o->nloss = file_count;
     }
     st = tsl_model_create_plan(&s->model, s->ctx, g, o->seed, o->plan_text ? &o->plan : NULL);
     tsl_graph_destroy(g);

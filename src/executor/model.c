@@ -89,7 +89,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     m->ctx = ctx;
     m->loss[0].kind = TSL_MODEL_LOSS_CROSS_ENTROPY;
     m->loss[0].weight = 1.0;
-    m->nloss = 1;
+    m->nloss = 1; /* (the graph's, if it names one, below) */
     m->g = tsl_graph_copy(graph);
     m->params = calloc((size_t)graph->nparams + 1, sizeof *m->params);
     m->pgrads = calloc((size_t)graph->nparams + 1, sizeof *m->pgrads);
@@ -98,7 +98,8 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     }
     tsl_status st = TSL_OK;
-    if (plan && (st = adopt_plan(m, plan))) {
+    if ((plan && (st = adopt_plan(m, plan))) ||
+        (graph->nloss && (st = tsl_model_set_loss(m, graph->nloss, graph->loss)))) {
         tsl_model_destroy(m);
         return st;
     }

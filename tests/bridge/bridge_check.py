@@ -131,15 +131,26 @@ STEP_CASES = [
     ("unet2d.json", (1, 16, 16), 2, ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0",
      "--loss", "cross_entropy:0.7,dice:0.5"],
      "SGD", {"lr": 0.05}),
+    # the loss named in the model file ("losses"; fcn2d's layers, written into the work directory)
+    ("fcn2d-losses.json", (2, 12, 12), 2, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0"],
+     "SGD", {"lr": 0.1}),
 ]
+# the model file of the last case: fcn2d with a "losses" section
+LOSSES_SECTION = [{"loss": "dice", "weight": 0.8}, {"loss": "cross_entropy"}]
 
 
-def torch_loss(options, logits, labels):
-    """The loss tessel train's --loss (in `options`) names, in PyTorch: the weighted sum of
+def torch_loss(options, logits, labels, model):
+    """The loss tessel train's --loss (in `options`) or else the model file's "losses" names,
+    in PyTorch: the weighted sum of
     F.cross_entropy and tessel's soft Dice (1 - the mean over classes of (2 I + 1) / (sum p +
     sum g + 1), p the softmax over classes, g the one-hot labels, sums over the whole batch)."""
     import torch.nn.functional as F
-    spec = options[options.index("--loss") + 1] if "--loss" in options else "cross_entropy"
+    if "--loss" in options:
+        spec = options[options.index("--loss") + 1]
+    else:
+        with open(model) as f:
+            terms = json.load(f).get("losses", [{"loss": "cross_entropy"}])
+        spec = ",".join(f"{t['loss']}:{t.get('weight', 1.0)}" for t in terms)
     total = 0
     for term in spec.split(","):
         name, _, weight = term.partition(":")
@@ -190,8 +201,8 @@ def step_check(cli, work, env, case_index, seed):
     batch-norm statistic after them must agree within 1e-5 of max(1, |value|)."""
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
-    model = os.path.join(work if name == "ops.json" else os.path.join(ROOT, "examples", "models"),
-                         name)
+    here = name in ("ops.json", "fcn2d-losses.json")  # (written into the work directory)
+    model = os.path.join(work if here else os.path.join(ROOT, "examples", "models"), name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
     run([sys.executable, os.path.join(ROOT, "python", "tessel_torch.py"), "save", "--model", model,
@@ -210,7 +221,8 @@ def step_check(cli, work, env, case_index, seed):
     sched = getattr(torch.optim.lr_scheduler, schedule[0])(opt, **schedule[1]) if schedule else None
     for step in range(steps):
         opt.zero_grad()
-        torch_loss(options, module(xs[4 * step:4 * step + 4]), ys[4 * step:4 * step + 4]).backward()
+        torch_loss(options, module(xs[4 * step:4 * step + 4]), ys[4 * step:4 * step + 4],
+                   model).backward()
         opt.step()
         if sched:
             sched.step()
@@ -238,6 +250,10 @@ def main():
     ops_path = os.path.join(work, "ops.json")
     with open(ops_path, "w") as f:
         json.dump(OPS_MODEL, f)
+    with open(os.path.join(ROOT, "examples", "models", "fcn2d.json")) as f:
+        with_losses = dict(json.load(f), losses=LOSSES_SECTION)
+    with open(os.path.join(work, "fcn2d-losses.json"), "w") as f:
+        json.dump(with_losses, f)
     failures = []
     for i, (name, shape) in enumerate(CASES):
         model = ops_path if name == "ops.json" else os.path.join(ROOT, "examples", "models", name)

@@ -1091,6 +1091,24 @@ TEST(Model, LossesThatDoNotFitAreRefused)
     bad.kind = (tsl_model_loss_kind)7;
     EXPECT_EQ(tsl_model_set_loss(s, 1, &bad), TSL_ERR_INVALID_ARG);
     EXPECT_EQ(tsl_model_set_loss(nullptr, 1, &ce), TSL_ERR_INVALID_ARG);
+    // A graph's loss (a model file's "losses") is the model's from the start, checked then.
+    const tsl_loss_term mix[2] = {{TSL_MODEL_LOSS_DICE, 0.25}, {TSL_MODEL_LOSS_CROSS_ENTROPY, 2}};
+    ASSERT_EQ(tsl_model_set_loss(s, 2, mix), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_loss(seg, 2, mix), TSL_OK);
+    tsl_model_t from_graph = nullptr, refused = nullptr;
+    ASSERT_EQ(tsl_model_create(&from_graph, ctx, seg, seed + 3), TSL_OK);
+    Batch b = make_batch(2, 2 * 8 * 8, 3, seed + 4);
+    b.y.resize(2 * 8 * 8);
+    for (size_t i = 0; i < b.y.size(); i++)
+        b.y[i] = (int64_t)(i * 7 % 3);
+    double set = 0, taken = 0;
+    ASSERT_EQ(tsl_model_gradients(s, 2, b.x.data(), b.y.data(), &set), TSL_OK);
+    ASSERT_EQ(tsl_model_gradients(from_graph, 2, b.x.data(), b.y.data(), &taken), TSL_OK);
+    EXPECT_EQ(taken, set);
+    ASSERT_EQ(tsl_graph_set_loss(cls, 1, &dice), TSL_OK);
+    EXPECT_EQ(tsl_model_create(&refused, ctx, cls, seed + 3), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(refused, nullptr);
+    tsl_model_destroy(from_graph);
     tsl_model_destroy(c);
     tsl_model_destroy(s);
     tsl_graph_destroy(cls);

@@ -451,6 +451,76 @@ TEST_F(ModelJson, SubAndMulReadAsTheirBuilders)
     tsl_graph_destroy(read);
 }
 
+// "losses": the weighted terms a model built from the file minimises, read into the graph
+// (tsl_graph_loss) and written back; bad sections are errors that say why.
+TEST_F(ModelJson, LossesRoundTripAndBadOnesAreErrors)
+{
+    const std::string layers =
+        R"({"op": "input"}, {"name": "c", "op": "conv", "out": "classes", "kernel": 1})";
+    int64_t sample[3] = {2, 6, 5};
+    write("losses.json", model(layers, R"("losses": [{"loss": "dice", "weight": 0.3},
+        {"loss": "cross_entropy"}], )"));
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(path("losses.json").c_str(), 3, sample, 3, &g), TSL_OK)
+        << tsl_last_error();
+    tsl_loss_term terms[TSL_MAX_LOSS_TERMS];
+    int32_t count = -1;
+    ASSERT_EQ(tsl_graph_loss(g, &count, terms), TSL_OK);
+    ASSERT_EQ(count, 2);
+    EXPECT_EQ(terms[0].kind, TSL_MODEL_LOSS_DICE);
+    EXPECT_EQ(terms[0].weight, 0.3);
+    EXPECT_EQ(terms[1].kind, TSL_MODEL_LOSS_CROSS_ENTROPY);
+    EXPECT_EQ(terms[1].weight, 1.0);
+    std::string text = print_json(g);
+    EXPECT_NE(
+        text.find(
+            R"("losses": [{"loss": "dice", "weight": 0.3}, {"loss": "cross_entropy", "weight": 1}])"),
+        std::string::npos)
+        << text;
+    write("again.json", text);
+    tsl_graph_t again = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(path("again.json").c_str(), 3, sample, 3, &again), TSL_OK);
+    EXPECT_EQ(print_json(again), text);
+    // Without a section: none named (the default, cross-entropy), and none written.
+    write("none.json", model(layers));
+    tsl_graph_t none = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(path("none.json").c_str(), 3, sample, 3, &none), TSL_OK);
+    ASSERT_EQ(tsl_graph_loss(none, &count, terms), TSL_OK);
+    EXPECT_EQ(count, 0);
+    EXPECT_EQ(print_json(none).find("losses"), std::string::npos);
+    const std::pair<std::string, std::string> bad[] = {
+        {R"("losses": [], )", "must be an array of 1 to 4 terms"},
+        {R"("losses": {"loss": "dice"}, )", "must be an array"},
+        {R"("losses": [{"loss": "mse"}], )", "losses[0]: needs \"loss\", cross_entropy or dice"},
+        {R"("losses": [{"loss": "dice", "weight": 0}], )", "\"weight\" must be a finite number"},
+        {R"("losses": [{"loss": "dice", "weight": "2"}], )", "\"weight\" must be a finite"},
+        {R"("losses": [{"loss": "dice", "scale": 2}], )", "unknown key 'scale'"},
+        {R"("losses": [3], )", "losses[0]: a term must be a JSON object"},
+        {R"("losses": [{"loss": "dice"}, {"loss": "dice"}, {"loss": "dice"}, {"loss": "dice"},
+            {"loss": "dice"}], )",
+         "1 to 4 terms"},
+    };
+    for (const auto &b : bad) {
+        write("bad.json", model(layers, b.first));
+        tsl_graph_t x = nullptr;
+        EXPECT_EQ(tsl_graph_read_json(path("bad.json").c_str(), 3, sample, 3, &x), TSL_ERR_FORMAT)
+            << b.first;
+        EXPECT_NE(std::string(tsl_last_error()).find(b.second), std::string::npos)
+            << b.first << ": " << tsl_last_error();
+        EXPECT_EQ(x, nullptr);
+    }
+    // The builder's own checks.
+    tsl_loss_term zero = {TSL_MODEL_LOSS_DICE, 0.0};
+    EXPECT_EQ(tsl_graph_set_loss(g, 1, &zero), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_set_loss(g, 5, terms), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_set_loss(g, 0, nullptr), TSL_OK);
+    ASSERT_EQ(tsl_graph_loss(g, &count, terms), TSL_OK);
+    EXPECT_EQ(count, 0);
+    tsl_graph_destroy(g);
+    tsl_graph_destroy(again);
+    tsl_graph_destroy(none);
+}
+
 // Every op kind is in every_op_graph(), so a new kind must be written and read back to pass.
 TEST_F(ModelJson, EveryOpGraphHasEveryKind)
 {
@@ -677,7 +747,7 @@ TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
          TSL_ERR_UNSUPPORTED, "format version 2 is newer than this tessel reads (1)"},
         {"unknown top-level key", model(input_only, R"("outputs": "x", )"), TSL_ERR_FORMAT,
          "unknown key 'outputs' (a model file takes: format, version, description, layers, "
-         "output)"},
+         "output, losses)"},
         {"key given twice", model(R"({"op": "input", "op": "input"})"), TSL_ERR_FORMAT,
          "layers[0] (input): key 'op' is given twice"},
         {"no layers", model(""), TSL_ERR_FORMAT, "needs \"layers\", a non-empty array of layers"},
