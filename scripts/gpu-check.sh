@@ -32,8 +32,9 @@
 #       U-Net step on the GPU, its time per codelet in gpu-trace.txt; the heterogeneous row:
 #       U-Net steps under dmdas on the GPU alone and with 15 CPU workers beside it, and where
 #       the tasks ran, in hetero.txt); then zoo training steps timed with STARPU_NCUDA=1 and 0.
-#       GPU_CHECK_ONLY=ncu runs only an Nsight Compute profile of every kernel of three U-Net
-#       steps (ncu-kernels.txt: launches, total and median per kernel). GPU_CHECK_NO_BENCH=1
+#       then an Nsight Compute profile of every kernel of three U-Net steps (ncu-kernels.txt:
+#       launches, total and median per kernel; GPU_CHECK_ONLY=ncu runs only that).
+#       GPU_CHECK_NO_BENCH=1
 #       leaves the GPU benchmarks out; VS_PYTORCH_PAIRS (default 1) and VS_PYTORCH_LIMIT
 #       (seconds, default 170) size the PyTorch comparison. Every log goes to
 #       OUTDIR, and OUTDIR/summary.txt says PASS/FAIL/SKIP and the time of each step, then the
@@ -534,6 +535,7 @@ PY
     fi
     [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && gpu_trace "$out" 60
     [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && hetero_bench "$out" 150
+    [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && fits 60 ncu && ncu_profile "$out" 60
     [ $gpu = 1 ] && fits 45 diagnostics && tests_step diagnostics 45 1 diag.scatter_again.cuda
 
     # Zoo training steps, timed with the GPU and without.
