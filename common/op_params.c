@@ -159,7 +159,10 @@ tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *p, t
                              "%s: kernel %lld larger than the padded input (%lld) along "
                              "dimension %d",
                              fn, (long long)p->kernel[d], (long long)room, d);
-        out.dims[2 + d] = (room - p->kernel[d]) / p->stride[d] + 1;
+        int64_t span = room - p->kernel[d], s = p->stride[d];
+        out.dims[2 + d] = (p->ceil_mode ? (span + s - 1) / s : span / s) + 1;
+        if (p->ceil_mode && (out.dims[2 + d] - 1) * s >= x->dims[2 + d] + p->padding[d])
+            out.dims[2 + d]--; /* the last window starts inside the input or its left padding */
     }
     *y = out;
     return TSL_OK;

@@ -32,6 +32,7 @@ enum key {
     K_SLOPE,
     K_SCALE,
     K_COUNT_INCLUDE_PAD,
+    K_CEIL_MODE,
     K_H,
     K_STAGE,
     KEY_COUNT
@@ -44,7 +45,7 @@ extern const char *const json_key_names[KEY_COUNT];
 #define CONV_KEYS                                                                                  \
     (COMMON_KEYS | BIT(K_OUT) | BIT(K_KERNEL) | BIT(K_STRIDE) | BIT(K_PADDING) | BIT(K_DILATION) | \
      BIT(K_GROUPS) | BIT(K_BIAS))
-#define POOL_KEYS (COMMON_KEYS | BIT(K_KERNEL) | BIT(K_STRIDE) | BIT(K_PADDING))
+#define POOL_KEYS (COMMON_KEYS | BIT(K_KERNEL) | BIT(K_STRIDE) | BIT(K_PADDING) | BIT(K_CEIL_MODE))
 
 enum layer_op {
     L_INPUT,

@@ -351,6 +351,7 @@ static tsl_status read_pool(layer *l, int32_t *value)
     } else if ((st = get_ints(l, K_KERNEL, 1, NULL, p.kernel)) ||
                (st = get_ints(l, K_STRIDE, 1, p.kernel, p.stride)) ||
                (st = get_ints(l, K_PADDING, 0, json_zeros, p.padding)) ||
+               (st = get_bool(l, K_CEIL_MODE, 0, &p.ceil_mode)) ||
                (l->op == L_AVGPOOL &&
                 (st = get_bool(l, K_COUNT_INCLUDE_PAD, 1, &p.count_include_pad)))) {
         return st;

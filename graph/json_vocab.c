@@ -23,6 +23,7 @@ const char *const json_key_names[KEY_COUNT] = {"name",
                                                "slope",
                                                "scale",
                                                "count_include_pad",
+                                               "ceil_mode",
                                                "h",
                                                "stage"};
 

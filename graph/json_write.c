@@ -206,6 +206,7 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
         return add_ints(j, K_KERNEL, p->kernel, p->spatial, NULL) ||
                add_ints(j, K_STRIDE, p->stride, p->spatial, p->kernel) ||
                add_ints(j, K_PADDING, p->padding, p->spatial, json_zeros) ||
+               add_bool(j, K_CEIL_MODE, p->ceil_mode, 0) ||
                (op == L_AVGPOOL && add_bool(j, K_COUNT_INCLUDE_PAD, p->count_include_pad, 1));
     case L_UPSAMPLE_NEAREST:
     case L_UPSAMPLE_LINEAR:

@@ -44,8 +44,9 @@ _OPS = {
     "batchnorm": {"eps": 1e-5, "momentum": 0.1},
     "relu": {}, "sigmoid": {}, "tanh": {}, "gelu": {}, "silu": {},
     "leaky_relu": {"slope": 0.01},
-    "maxpool": {"kernel": None, "stride": "kernel", "padding": 0},
-    "avgpool": {"kernel": None, "stride": "kernel", "padding": 0, "count_include_pad": True},
+    "maxpool": {"kernel": None, "stride": "kernel", "padding": 0, "ceil_mode": False},
+    "avgpool": {"kernel": None, "stride": "kernel", "padding": 0, "count_include_pad": True,
+                "ceil_mode": False},
     "global_avgpool": {},
     "upsample_nearest": {"scale": None},
     "upsample_linear": {"scale": None},
@@ -255,12 +256,19 @@ class TesselNet(nn.Module):
             k = _per_dim(a["kernel"], nd, where, "kernel")
             s = k if a["stride"] == "kernel" else _per_dim(a["stride"], nd, where, "stride")
             p = _per_dim(a["padding"], nd, where, "padding")
-            sp = tuple((x[i + 1] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(nd))
+            ceil = bool(a["ceil_mode"])
+
+            def size(i):  # PyTorch's output size, floor or ceil mode
+                span = x[i + 1] + 2 * p[i] - k[i]
+                n = (-(-span // s[i]) if ceil else span // s[i]) + 1
+                return n - 1 if ceil and (n - 1) * s[i] >= x[i + 1] + p[i] else n
+            sp = tuple(size(i) for i in range(nd))
             pool = getattr(F, f"{op[:3]}_pool{nd}d")
             if op == "maxpool":
-                return (lambda v: pool(v, k, s, p)), (x[0],) + sp
+                return (lambda v: pool(v, k, s, p, ceil_mode=ceil)), (x[0],) + sp
             cip = bool(a["count_include_pad"])
-            return (lambda v: pool(v, k, s, p, count_include_pad=cip)), (x[0],) + sp
+            return (lambda v: pool(v, k, s, p, ceil_mode=ceil, count_include_pad=cip)), \
+                (x[0],) + sp
         if op == "global_avgpool":
             dims = tuple(range(2, 2 + nd))
             return (lambda v: v.mean(dim=dims, keepdim=True)), (x[0],) + (1,) * nd

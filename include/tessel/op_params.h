@@ -70,7 +70,7 @@ typedef enum tsl_pool_kind {
     TSL_POOL_AVG = 1,
 } tsl_pool_kind;
 
-/** Pooling settings, as PyTorch's MaxPool/AvgPool 1d/2d/3d (floor mode, no dilation). */
+/** Pooling settings, as PyTorch's MaxPool/AvgPool 1d/2d/3d (no dilation). */
 typedef struct tsl_pool_params {
     int32_t spatial;           /**< 1, 2 or 3 */
     tsl_pool_kind kind;        /**< max or average */
@@ -78,6 +78,10 @@ typedef struct tsl_pool_params {
     int64_t stride[3];         /**< >= 1 */
     int64_t padding[3];        /**< 0 <= padding <= kernel / 2 */
     int32_t count_include_pad; /**< average: padded zeros count in the divisor (default 1) */
+    /** output sizes rounded up (PyTorch's ceil_mode; default 0, floor): one more window where
+     *  the last one would start inside the input, clipped at the input's end (and, for the
+     *  average divisor, at the end of the right padding) */
+    int32_t ceil_mode;
 } tsl_pool_params;
 
 /** @brief @p kind pooling with a cubic @p kernel, stride = kernel, no padding, as PyTorch's
@@ -86,7 +90,8 @@ TSL_API tsl_status tsl_pool_params_init(tsl_pool_params *params, tsl_pool_kind k
                                         int32_t spatial, int64_t kernel);
 
 /** @brief Output shape of pooling @p x (N, C, spatial...): floor((L + 2 padding - kernel) /
- *  stride) + 1 per spatial dimension. Checks every setting. */
+ *  stride) + 1 per spatial dimension, or with ceil_mode the ceiling, less one where that
+ *  last window would start at or past L + padding (as PyTorch). Checks every setting. */
 TSL_API tsl_status tsl_pool_output_shape(const tsl_shape *x, const tsl_pool_params *params,
                                          tsl_shape *y);
 

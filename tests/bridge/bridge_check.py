@@ -137,6 +137,24 @@ STEP_CASES = [
 ]
 # the model file of the last case: fcn2d with a "losses" section
 LOSSES_SECTION = [{"loss": "dice", "weight": 0.8}, {"loss": "cross_entropy"}]
+# pooling in ceil mode: windows past the input's end, clipped (max) and divided as PyTorch
+# divides them (average, with and without the padding in the divisor)
+CEIL_MODEL = {
+    "format": "tessel-model", "version": 1,
+    "layers": [
+        {"op": "input"},
+        {"name": "c1", "op": "conv", "out": 4, "kernel": 3, "padding": 1},
+        {"op": "maxpool", "kernel": 3, "stride": 2, "ceil_mode": True},
+        {"name": "c2", "op": "conv", "out": 4, "kernel": 1},
+        {"name": "ap", "op": "avgpool", "kernel": 3, "stride": 2, "padding": 1,
+         "ceil_mode": True},
+        {"op": "avgpool", "kernel": 3, "stride": 2, "ceil_mode": True, "count_include_pad": False},
+        {"op": "flatten"},
+        {"name": "fc", "op": "linear", "out": "classes"},
+    ],
+}
+STEP_CASES.append(("ceil.json", (2, 12, 13), 3, ["--optimizer", "sgd", "--lr", "0.05",
+                   "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
 
 
 def torch_loss(options, logits, labels, model):
@@ -201,7 +219,7 @@ def step_check(cli, work, env, case_index, seed):
     batch-norm statistic after them must agree within 1e-5 of max(1, |value|)."""
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
-    here = name in ("ops.json", "fcn2d-losses.json")  # (written into the work directory)
+    here = name in ("ops.json", "fcn2d-losses.json", "ceil.json")  # (written into the work dir)
     model = os.path.join(work if here else os.path.join(ROOT, "examples", "models"), name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
@@ -254,6 +272,8 @@ def main():
         with_losses = dict(json.load(f), losses=LOSSES_SECTION)
     with open(os.path.join(work, "fcn2d-losses.json"), "w") as f:
         json.dump(with_losses, f)
+    with open(os.path.join(work, "ceil.json"), "w") as f:
+        json.dump(CEIL_MODEL, f)
     failures = []
     for i, (name, shape) in enumerate(CASES):
         model = ops_path if name == "ops.json" else os.path.join(ROOT, "examples", "models", name)

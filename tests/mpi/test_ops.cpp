@@ -1367,6 +1367,7 @@ struct WindowCase {
     std::vector<int32_t> splits;
     int op;
     int64_t k, stride, padding;
+    int ceil = 0; // pooling's ceil_mode: a last window past the input's end
 };
 
 // indices: max pooling (op 0) through tsl_pool_forward_indices and tsl_pool_backward_indices,
@@ -1382,6 +1383,7 @@ window_results(const WindowCase &c, const std::vector<int32_t> &splits, const ts
     std::vector<int64_t> yd = c.xdims;
     if (c.op < 3) {
         p.count_include_pad = c.op != 2;
+        p.ceil_mode = c.ceil;
         for (int d = 0; d < sp; d++) {
             p.stride[d] = c.stride;
             p.padding[d] = c.padding;
@@ -1453,6 +1455,11 @@ TEST(Pooling, SpatialTilesMatchOneTile)
         {{1, 2, 7, 9}, {1, 1, 2, 3}, 3, 3, 0, 0},
         {{1, 2, 9, 7}, {1, 1, 3, 2}, 4, 2, 0, 0},
         {{1, 1, 5, 6, 7}, {1, 1, 2, 2, 2}, 4, 2, 0, 0},
+        // ceil mode: one more window, past the input's end (max, avg with and without padding)
+        {{2, 3, 22}, {1, 1, 3}, 0, 3, 2, 0, 1},
+        {{1, 2, 15, 12}, {1, 1, 2, 3}, 1, 3, 2, 1, 1},
+        {{1, 2, 12, 15}, {1, 1, 3, 2}, 2, 2, 3, 1, 1},
+        {{1, 1, 9, 8, 10}, {1, 1, 2, 2, 2}, 0, 2, 3, 0, 1},
     };
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
                   root = tsl_owner_single(0);

@@ -81,7 +81,8 @@ std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spat
         int n = p.spatial;
         if (p.spatial != q.spatial || p.kind != q.kind || !same_ints(p.kernel, q.kernel, n) ||
             !same_ints(p.stride, q.stride, n) || !same_ints(p.padding, q.padding, n) ||
-            (p.kind == TSL_POOL_AVG && p.count_include_pad != q.count_include_pad))
+            (p.kind == TSL_POOL_AVG && p.count_include_pad != q.count_include_pad) ||
+            p.ceil_mode != q.ceil_mode)
             return "pooling settings";
         return "";
     }
@@ -329,6 +330,7 @@ tsl_graph_t every_op_graph()
     tsl_pool_params ap;
     tsl_pool_params_init(&ap, TSL_POOL_AVG, 2, 2);
     ap.count_include_pad = 0;
+    ap.ceil_mode = 1;
     st = st ? st : tsl_graph_pool(g, v, &ap, &v); // 16x4x4
     st = st ? st : tsl_graph_activation(g, v, TSL_ACT_SIGMOID, 0, &v);
     int64_t scale21[2] = {2, 1}, scale2[2] = {2, 2};
@@ -372,7 +374,8 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     // Settings that differ per dimension are arrays; equal ones, one number.
     EXPECT_NE(text.find("\"kernel\": [3, 5], \"padding\": [1, 2]"), std::string::npos) << text;
     EXPECT_NE(text.find("\"output_padding\": [0, 1]"), std::string::npos) << text;
-    EXPECT_NE(text.find("\"count_include_pad\": false"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"ceil_mode\": true, \"count_include_pad\": false"), std::string::npos)
+        << text;
     EXPECT_NE(text.find("\"eps\": 0.0010000000000000002, \"momentum\": 0.25"), std::string::npos)
         << text;
     EXPECT_NE(text.find("\"slope\": 0.3333333333333333"), std::string::npos) << text;
