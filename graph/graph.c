@@ -442,6 +442,32 @@ tsl_status tsl_graph_sub(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
     return add_values(g, 2, xs, -1.0, value, "tsl_graph_sub");
 }
 
+tsl_status tsl_graph_slice(tsl_graph_t g, int32_t x, const int64_t *start, const int64_t *stop,
+                           int32_t *value)
+{
+    const char *fn = "tsl_graph_slice";
+    tsl_status st = check_op(g, value, x, NULL, fn);
+    if (st)
+        return st;
+    if (!start || !stop)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL start or stop", fn);
+    const tsl_shape *s = &g->values[x].shape;
+    tsl_graph_op op;
+    memset(&op, 0, sizeof op);
+    for (int d = 0; d < s->ndim; d++) {
+        if (start[d] < 0 || stop[d] <= start[d] || stop[d] > s->dims[d])
+            return tsl_error(NULL, TSL_ERR_SHAPE,
+                             "%s: axis %d: [%lld, %lld) is not a non-empty range of [0, %lld)", fn,
+                             d, (long long)start[d], (long long)stop[d], (long long)s->dims[d]);
+        op.start[d] = start[d];
+        op.stop[d] = stop[d];
+    }
+    op.kind = TSL_OP_SLICE;
+    op.ninputs = 1;
+    op.inputs[0] = x;
+    return add_op(g, &op, NULL, value, fn);
+}
+
 tsl_status tsl_graph_mul(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
 {
     const char *fn = "tsl_graph_mul";

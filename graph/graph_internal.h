@@ -42,8 +42,9 @@ typedef struct tsl_graph_op {
     double slope;
     tsl_pool_params pool;
     int64_t scale[3];
-    int32_t linear; /* upsampling mode */
-    int32_t stage;  /* pipeline stage + 1 given by tsl_graph_set_stage(); 0: none */
+    int32_t linear;                                          /* upsampling mode */
+    int64_t start[TSL_MAX_DIMS - 1], stop[TSL_MAX_DIMS - 1]; /* slice: per sample axis */
+    int32_t stage; /* pipeline stage + 1 given by tsl_graph_set_stage(); 0: none */
 } tsl_graph_op;
 
 struct tsl_graph {

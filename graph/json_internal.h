@@ -33,6 +33,8 @@ enum key {
     K_SCALE,
     K_COUNT_INCLUDE_PAD,
     K_CEIL_MODE,
+    K_START,
+    K_STOP,
     K_H,
     K_STAGE,
     KEY_COUNT
@@ -64,6 +66,7 @@ enum layer_op {
     L_LINEAR,
     L_SUB, /* read only: tsl_graph_sub() makes an add, written as one */
     L_MUL,
+    L_SLICE,
     LAYER_OP_COUNT
 };
 

@@ -167,6 +167,22 @@ static tsl_status get_ints(const layer *l, enum key k, int64_t min, const int64_
     return TSL_OK;
 }
 
+/* A required array of one integer >= 0 per sample axis of the layer's input (C first). */
+static tsl_status get_axes(const layer *l, enum key k, int64_t *out)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[k]);
+    int32_t n = l->r->graph->values[l->inputs[0]].shape.ndim, d = 0;
+    int ok = cJSON_IsArray(item) && cJSON_GetArraySize(item) == n;
+    for (const cJSON *e = ok ? item->child : NULL; ok && e; e = e->next)
+        ok = json_int(e, 0, &out[d++]) == 0;
+    if (!ok)
+        return fail(l->r, l, TSL_ERR_FORMAT,
+                    "'%s' must be an array of %d integers >= 0, one per axis of a sample "
+                    "(channels first)",
+                    json_key_names[k], (int)n);
+    return TSL_OK;
+}
+
 static tsl_status get_bool(const layer *l, enum key k, int32_t fallback, int32_t *out)
 {
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[k]);
@@ -411,6 +427,12 @@ static tsl_status build_layer(layer *l, int32_t *value)
         return built(l, tsl_graph_sub(g, l->inputs[0], l->inputs[1], value));
     case L_MUL:
         return built(l, tsl_graph_mul(g, l->inputs[0], l->inputs[1], value));
+    case L_SLICE: {
+        int64_t start[TSL_MAX_DIMS], stop[TSL_MAX_DIMS];
+        if ((st = get_axes(l, K_START, start)) || (st = get_axes(l, K_STOP, stop)))
+            return st;
+        return built(l, tsl_graph_slice(g, l->inputs[0], start, stop, value));
+    }
     case L_FLATTEN:
         return built(l, tsl_graph_flatten(g, l->inputs[0], value));
     case L_LINEAR:

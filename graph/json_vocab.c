@@ -24,6 +24,8 @@ const char *const json_key_names[KEY_COUNT] = {"name",
                                                "scale",
                                                "count_include_pad",
                                                "ceil_mode",
+                                               "start",
+                                               "stop",
                                                "h",
                                                "stage"};
 
@@ -44,6 +46,7 @@ const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_LINEAR] = {"linear", COMMON_KEYS | BIT(K_OUT) | BIT(K_BIAS), 1, 1, 1, 0},
     [L_SUB] = {"sub", COMMON_KEYS, 0, 2, 2, 0},
     [L_MUL] = {"mul", COMMON_KEYS, 0, 2, 2, 0},
+    [L_SLICE] = {"slice", COMMON_KEYS | BIT(K_START) | BIT(K_STOP), 0, 1, 1, 0},
 };
 
 const int64_t json_zeros[3] = {0, 0, 0}, json_ones[3] = {1, 1, 1};

@@ -87,7 +87,7 @@ static int is_global_avgpool(const struct tsl_graph *g, const tsl_graph_op *o)
 
 static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *o)
 {
-    _Static_assert(TSL_OP_KIND_COUNT == 11, "layer_op_of() and add_attributes() take every kind");
+    _Static_assert(TSL_OP_KIND_COUNT == 12, "layer_op_of() and add_attributes() take every kind");
     switch (o->kind) {
     case TSL_OP_INPUT:
         return L_INPUT;
@@ -113,6 +113,8 @@ static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *
         return L_LINEAR;
     case TSL_OP_MUL:
         return L_MUL;
+    case TSL_OP_SLICE:
+        return L_SLICE;
     }
     return LAYER_OP_COUNT;
 }
@@ -215,6 +217,16 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
         return add_out(j, g, o) || add_bool(j, K_BIAS, o->bias, 1);
     case L_ADD:
         return add_number(j, K_H, o->h, 1.0);
+    case L_SLICE: { /* over the sample axes, C first */
+        int32_t n = g->values[o->inputs[0]].shape.ndim;
+        cJSON *a = cJSON_AddArrayToObject(j, json_key_names[K_START]);
+        cJSON *b = cJSON_AddArrayToObject(j, json_key_names[K_STOP]);
+        int failed = !a || !b;
+        for (int32_t d = 0; d < n && !failed; d++)
+            failed = !cJSON_AddItemToArray(a, cJSON_CreateNumber((double)o->start[d])) ||
+                     !cJSON_AddItemToArray(b, cJSON_CreateNumber((double)o->stop[d]));
+        return failed;
+    }
     default:
         return 0;
     }

@@ -139,6 +139,15 @@ static tsl_status infer_add(const struct tsl_graph *g, const tsl_graph_op *op,
     return TSL_OK;
 }
 
+static tsl_status infer_slice(const struct tsl_graph *g, const tsl_graph_op *op,
+                              const tsl_shape *given, tsl_shape *y, const char *fn)
+{
+    *y = *input_shape(g, op, 0);
+    for (int d = 0; d < y->ndim; d++)
+        y->dims[d] = op->stop[d] - op->start[d];
+    return TSL_OK;
+}
+
 static tsl_status infer_flatten(const struct tsl_graph *g, const tsl_graph_op *op,
                                 const tsl_shape *given, tsl_shape *y, const char *fn)
 {
@@ -251,6 +260,7 @@ static const tsl_op_info ops[] = {
     [TSL_OP_LINEAR] = {"linear", infer_linear, flops_linear, reads_always, 0},
     /* (its backward reads both inputs: d(a b)/da = b, d(a b)/db = a) */
     [TSL_OP_MUL] = {"mul", infer_add, flops_per_output, reads_always, 0},
+    [TSL_OP_SLICE] = {"slice", infer_slice, flops_none, reads_never, 0},
 };
 _Static_assert(sizeof ops / sizeof ops[0] == TSL_OP_KIND_COUNT, "one row per op kind");
 

@@ -51,6 +51,7 @@ _OPS = {
     "upsample_nearest": {"scale": None},
     "upsample_linear": {"scale": None},
     "concat": {}, "add": {"h": 1.0}, "sub": {}, "mul": {}, "flatten": {},
+    "slice": {"start": None, "stop": None},
     "linear": {"out": None, "bias": True},
 }
 _COMMON_KEYS = {"name", "op", "inputs", "stage"}
@@ -287,6 +288,13 @@ class TesselNet(nn.Module):
                 if sh[1:] != x[1:]:
                     raise ModelFileError(f"{where}: inputs of shapes {in_shapes} differ in space")
             return (lambda *vs: torch.cat(vs, dim=1)), (sum(sh[0] for sh in in_shapes),) + x[1:]
+        if op == "slice":
+            lo, hi = a["start"], a["stop"]
+            if not (isinstance(lo, list) and isinstance(hi, list) and len(lo) == len(hi) == len(x)
+                    and all(0 <= b < e <= n for b, e, n in zip(lo, hi, x))):
+                raise ModelFileError(f"{where}: start {lo} and stop {hi} do not fit {x}")
+            box = (slice(None),) + tuple(slice(b, e) for b, e in zip(lo, hi))
+            return (lambda v: v[box]), tuple(e - b for b, e in zip(lo, hi))
         if op in ("sub", "mul"):
             if in_shapes[1] != in_shapes[0]:
                 raise ModelFileError(f"{where}: {op} of shapes {in_shapes}")

@@ -43,10 +43,11 @@ typedef enum tsl_op_kind {
     TSL_OP_FLATTEN = 8,    /**< (C, spatial...) to (C x spatial) */
     TSL_OP_LINEAR = 9,     /**< fully connected layer, optional bias */
     TSL_OP_MUL = 10,       /**< elementwise product of two values (gates) */
+    TSL_OP_SLICE = 11,     /**< a box of each sample: channels and spatial ranges */
 } tsl_op_kind;
 
 /** Number of op kinds. */
-#define TSL_OP_KIND_COUNT 11
+#define TSL_OP_KIND_COUNT 12
 
 /** Longest name of a value, op or parameter, terminating zero included. */
 #define TSL_GRAPH_NAME_MAX 96
@@ -116,6 +117,14 @@ TSL_API tsl_status tsl_graph_add_n(tsl_graph_t graph, int32_t count, const int32
  * same bits as a - b, and written to model files as such an add.
  */
 TSL_API tsl_status tsl_graph_sub(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
+
+/**
+ * @brief The box [start[d], stop[d]) of every sample along each sample axis d (C, then the
+ * spatial ones; 0 <= start < stop <= size), as PyTorch's x[:, c0:c1, h0:h1, ...]; its
+ * backward puts the gradient back in the box, zeros elsewhere.
+ */
+TSL_API tsl_status tsl_graph_slice(tsl_graph_t graph, int32_t x, const int64_t *start,
+                                   const int64_t *stop, int32_t *value);
 
 /** @brief a * b elementwise (same shape); its backward reads both. */
 TSL_API tsl_status tsl_graph_mul(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);

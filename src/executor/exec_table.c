@@ -90,6 +90,27 @@ static tsl_status forward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_
     return tsl_tensor_mul(y, x, in->act[m->g->ops[i].inputs[1]]);
 }
 
+/* The op's box of x: its origin (batch axis 0) and extent (the whole batch). */
+static void slice_box(const tsl_graph_op *o, tsl_tensor_t y, int64_t *lo, int64_t *extent)
+{
+    tsl_shape ys;
+    tsl_tensor_shape(y, &ys);
+    lo[0] = 0;
+    for (int d = 0; d < ys.ndim; d++) {
+        extent[d] = ys.dims[d];
+        if (d)
+            lo[d] = o->start[d - 1];
+    }
+}
+
+static tsl_status forward_slice(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                tsl_tensor_t y, int train)
+{
+    int64_t lo[TSL_MAX_DIMS], zero[TSL_MAX_DIMS] = {0}, extent[TSL_MAX_DIMS];
+    slice_box(&m->g->ops[i], y, lo, extent);
+    return tsl_copy_region(y, x, lo, zero, extent);
+}
+
 static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                   tsl_tensor_t y, int train)
 {
@@ -128,6 +149,8 @@ static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i,
                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 static tsl_status backward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_slice(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 
@@ -143,6 +166,7 @@ const tsl_exec_row tsl_exec_table[] = {
     [TSL_OP_FLATTEN] = {forward_flatten, backward_flatten},
     [TSL_OP_LINEAR] = {forward_linear, backward_linear},
     [TSL_OP_MUL] = {forward_mul, backward_mul},
+    [TSL_OP_SLICE] = {forward_slice, backward_slice},
 };
 _Static_assert(sizeof tsl_exec_table / sizeof tsl_exec_table[0] == TSL_OP_KIND_COUNT,
                "one row of the execution table per op kind");
@@ -216,6 +240,18 @@ static tsl_status backward_add(struct tsl_model *m, instance *in, int32_t i, tsl
     if (!st && dx[0] && m->g->ops[i].h != 1.0) /* d(h a)/da = h */
         st = tsl_tensor_scale(dx[0], m->g->ops[i].h);
     return st;
+}
+
+/* dx: dy in the op's box, zeros elsewhere. */
+static tsl_status backward_slice(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                 tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    if (!dx[0])
+        return TSL_OK;
+    int64_t lo[TSL_MAX_DIMS], zero[TSL_MAX_DIMS] = {0}, extent[TSL_MAX_DIMS];
+    slice_box(&m->g->ops[i], dy, lo, extent);
+    tsl_status st = tsl_tensor_fill_constant(dx[0], 0.0);
+    return st ? st : tsl_copy_region(dx[0], dy, zero, lo, extent);
 }
 
 /* d(a b)/da = b, d(a b)/db = a: dy (on the inputs' tiles) times the other input. */

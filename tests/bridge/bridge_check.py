@@ -137,13 +137,15 @@ STEP_CASES = [
 ]
 # the model file of the last case: fcn2d with a "losses" section
 LOSSES_SECTION = [{"loss": "dice", "weight": 0.8}, {"loss": "cross_entropy"}]
-# pooling in ceil mode: windows past the input's end, clipped (max) and divided as PyTorch
-# divides them (average, with and without the padding in the divisor)
+# a slice of channels and rows, then pooling in ceil mode: windows past the input's end, clipped
+# (max) and divided as PyTorch divides them (average, with and without the padding in the
+# divisor)
 CEIL_MODEL = {
     "format": "tessel-model", "version": 1,
     "layers": [
         {"op": "input"},
         {"name": "c1", "op": "conv", "out": 4, "kernel": 3, "padding": 1},
+        {"op": "slice", "start": [1, 1, 0], "stop": [4, 11, 13]},  # x[:, 1:4, 1:11, 0:13]
         {"op": "maxpool", "kernel": 3, "stride": 2, "ceil_mode": True},
         {"name": "c2", "op": "conv", "out": 4, "kernel": 1},
         {"name": "ap", "op": "avgpool", "kernel": 3, "stride": 2, "padding": 1,

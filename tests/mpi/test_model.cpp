@@ -51,9 +51,10 @@ tsl_graph_t conv_relu_graph(const char *name, int32_t *act)
     return g;
 }
 
-// A gated segmentation network of a (C, H, W) input (the elementwise product and difference,
-// which the zoo lacks): a = conv(x), g = sigmoid(conv(x)), (a g - a) through a 1x1 convolution
-// to `classes` per position.
+// A gated segmentation network of a (C, H, W) input (ops the zoo lacks: the elementwise product
+// and difference, slices): a = conv(x) (4 channels), g = channels 1 to 4 of sigmoid(conv(x)) (6
+// channels), a g - a cut to rows [2, H) and columns [1, W - 1), through a 1x1 convolution to
+// `classes` per position.
 tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
 {
     const int64_t k3[2] = {3, 3}, k1[2] = {1, 1};
@@ -61,12 +62,16 @@ tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
     tsl_conv_params_init(&one, 2);
     tsl_graph_t g = nullptr;
     int32_t x, a, b, v;
+    const int64_t gate_lo[3] = {1, 0, 0}, gate_hi[3] = {5, sample[1], sample[2]};
+    const int64_t cut_lo[3] = {0, 2, 1}, cut_hi[3] = {4, sample[1], sample[2] - 1};
     bool ok = tsl_graph_create(&g) == TSL_OK &&
               tsl_graph_input(g, (int32_t)sample.size(), sample.data(), &x) == TSL_OK &&
               tsl_graph_conv(g, "a", x, 4, k3, &cp, 0, 1, &a) == TSL_OK &&
-              tsl_graph_conv(g, "b", x, 4, k3, &cp, 0, 1, &b) == TSL_OK &&
+              tsl_graph_conv(g, "b", x, 6, k3, &cp, 0, 1, &b) == TSL_OK &&
               tsl_graph_activation(g, b, TSL_ACT_SIGMOID, 0, &b) == TSL_OK &&
+              tsl_graph_slice(g, b, gate_lo, gate_hi, &b) == TSL_OK &&
               tsl_graph_mul(g, a, b, &v) == TSL_OK && tsl_graph_sub(g, v, a, &v) == TSL_OK &&
+              tsl_graph_slice(g, v, cut_lo, cut_hi, &v) == TSL_OK &&
               tsl_graph_conv(g, "head", v, classes, k1, &one, 0, 1, &v) == TSL_OK &&
               tsl_graph_set_output(g, v) == TSL_OK;
     EXPECT_TRUE(ok) << tsl_last_error();
@@ -387,17 +392,6 @@ TEST(Model, SpatialPlansMatchSampleTiles)
         int64_t per = 1;
         for (int64_t d : net.sample)
             per *= d;
-        auto batch = [&](uint64_t s) {
-            Batch b = make_batch(n, per, classes, s);
-            if (net.segmentation) {
-                int64_t positions = per / net.sample[0];
-                b.y.resize((size_t)(n * positions));
-                for (int64_t i = 0; i < n * positions; i++)
-                    b.y[i] = (int64_t)((i * 7 + i / 5) % classes);
-            }
-            return b;
-        };
-        Batch b = batch(seed + 500);
         tsl_graph_t g = nullptr;
         if (std::string(net.name) == "gated")
             g = gated_graph(net.sample, classes);
@@ -408,6 +402,17 @@ TEST(Model, SpatialPlansMatchSampleTiles)
         tsl_shape out;
         tsl_graph_value_shape(g, tsl_graph_output(g), &out);
         int64_t out_numel = n * tsl_shape_numel(&out);
+        auto batch = [&](uint64_t s) {
+            Batch b = make_batch(n, per, classes, s);
+            if (net.segmentation) { // one label per output position
+                int64_t positions = tsl_shape_numel(&out) / out.dims[0];
+                b.y.resize((size_t)(n * positions));
+                for (int64_t i = 0; i < n * positions; i++)
+                    b.y[i] = (int64_t)((i * 7 + i / 5) % classes);
+            }
+            return b;
+        };
+        Batch b = batch(seed + 500);
         // Loss, output, gradients and parameters after 3 steps of one model.
         auto run = [&](const tsl_plan *plan, double *loss, std::vector<std::vector<float>> *res) {
             tsl_model_t m = nullptr;

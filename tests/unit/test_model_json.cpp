@@ -88,6 +88,10 @@ std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spat
     }
     case TSL_OP_UPSAMPLE:
         return same_ints(a.scale, b.scale, spatial) && a.linear == b.linear ? "" : "upsampling";
+    case TSL_OP_SLICE:
+        return same_ints(a.start, b.start, spatial + 1) && same_ints(a.stop, b.stop, spatial + 1)
+                   ? ""
+                   : "slice";
     case TSL_OP_LINEAR:
         return a.bias == b.bias ? "" : "bias";
     default:
@@ -348,6 +352,8 @@ tsl_graph_t every_op_graph()
     st = st ? st : tsl_graph_add(g, v, cat, &v);
     st = st ? st : tsl_graph_mul(g, v, cat, &v); // a gate
     st = st ? st : tsl_graph_sub(g, v, cat, &v);
+    const int64_t box_lo[3] = {2, 0, 0}, box_hi[3] = {16, 16, 16};
+    st = st ? st : tsl_graph_slice(g, v, box_lo, box_hi, &v); // 14x16x16: channels 2 to 15
     st = st ? st : tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v);
     tsl_pool_params gap;
     tsl_pool_params_init(&gap, TSL_POOL_AVG, 2, 16); // over the whole 16x16
@@ -369,7 +375,7 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     for (const char *op :
          {"input", "conv", "conv_transpose", "batchnorm", "relu", "leaky_relu", "sigmoid", "tanh",
           "maxpool", "avgpool", "global_avgpool", "upsample_nearest", "upsample_linear", "concat",
-          "add", "mul", "flatten", "linear"})
+          "add", "mul", "slice", "flatten", "linear"})
         EXPECT_NE(text.find("\"op\": \"" + std::string(op) + "\""), std::string::npos) << op;
     // Settings that differ per dimension are arrays; equal ones, one number.
     EXPECT_NE(text.find("\"kernel\": [3, 5], \"padding\": [1, 2]"), std::string::npos) << text;
