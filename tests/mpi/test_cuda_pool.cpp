@@ -1,9 +1,10 @@
 // CUDA pooling and upsampling codelets against the CPU kernels (codelets/pool_kernels.c): max
-// and average pooling (padding counted or not, 1-D to 3-D, plain and channels-last, tiles of
-// a spatially cut tensor), with and without indices, nearest and linear upsampling, forward
-// and backward, f32 and f64, into poisoned outputs. All exact: the forward threads share the
-// CPU's per-output functions, and the backward gathers each input's sum in the CPU's order with
-// the CPU's rounding. Ties and NaNs in the inputs check the choice of a window's maximum.
+// and average pooling (padding counted or not, floor and ceil mode, 1-D to 3-D, plain and
+// channels-last, tiles of a spatially cut tensor), with and without indices, nearest and linear
+// upsampling, forward and backward, f32 and f64, into poisoned outputs. All exact: the forward
+// threads share the CPU's per-output functions, and the backward gathers each input's sum in
+// the CPU's order with the CPU's rounding. Ties and NaNs in the inputs check the choice of a
+// window's maximum.
 #include <cstring>
 
 #include "cuda_test.h"
@@ -25,10 +26,10 @@ int64_t plane_of(const int64_t *size, int spatial)
     return n;
 }
 
-// Pooling arguments: PyTorch's output size (floor), planes of `channels` channels when
-// channels-last.
+// Pooling arguments: PyTorch's output size (floor, or ceil mode: one more window where the last
+// would start inside the input), planes of `channels` channels when channels-last.
 tsl_pool_args pool_args(int dtype, int kind, int incl, bool channels_last, std::vector<int64_t> in,
-                        int64_t k, int64_t s, int64_t pad)
+                        int64_t k, int64_t s, int64_t pad, bool ceil = false)
 {
     tsl_pool_args a;
     std::memset(&a, 0, sizeof a);
@@ -45,7 +46,9 @@ tsl_pool_args pool_args(int dtype, int kind, int incl, bool channels_last, std::
         a.kernel[d] = k;
         a.stride[d] = s;
         a.padding[d] = pad;
-        a.out_size[d] = (in[d] + 2 * pad - k) / s + 1;
+        a.out_size[d] = (ceil ? (in[d] + 2 * pad - k + s - 1) / s : (in[d] + 2 * pad - k) / s) + 1;
+        if (ceil && (a.out_size[d] - 1) * s >= in[d] + pad)
+            a.out_size[d]--;
     }
     return a;
 }
@@ -117,6 +120,11 @@ template <typename T> void check_pools()
                 check_pool<T>(pool_args(dt, kind, incl, cl, {7, 6, 5}, 2, 1, 0), "3-D 2 s1");
                 check_pool<T>(pool_args(dt, kind, incl, cl, {5, 7, 6}, 3, 2, 1), "3-D 3 s2 p1");
                 check_pool<T>(pool_args(dt, kind, incl, cl, {29}, 4, 3, 2), "1-D 4 s3 p2");
+                // ceil mode: a last window past the input's end
+                check_pool<T>(pool_args(dt, kind, incl, cl, {12, 13}, 3, 2, 1, true),
+                              "2-D 3x3 s2 p1 ceil");
+                check_pool<T>(pool_args(dt, kind, incl, cl, {29}, 4, 3, 2, true),
+                              "1-D 4 s3 p2 ceil");
             }
     // A tile of a spatially cut 1-D tensor of 40: outputs 5 to 10 of a 3 s2 p1 pooling, from
     // inputs 9 to 21.
