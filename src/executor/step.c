@@ -41,7 +41,10 @@ static void drop_read_ahead(struct tsl_model *m)
 static tsl_status read_ahead_holds(struct tsl_model *m, int64_t batch, const batch_source *src,
                                    int *holds)
 {
-    int mine = m->ahead_indices && m->ahead_dataset == src->dataset && m->ahead_batch == batch &&
+    *holds = 0;
+    if (!m->ahead_indices) /* (the same on every rank: read-aheads are collective) */
+        return TSL_OK;
+    int mine = m->ahead_dataset == src->dataset && m->ahead_batch == batch &&
                memcmp(m->ahead_indices, src->indices, (size_t)batch * sizeof *src->indices) == 0;
     if (MPI_Allreduce(&mine, holds, 1, MPI_INT, MPI_MIN, m->ctx->ctl_comm) != MPI_SUCCESS)
         return tsl_error(m->ctx, TSL_ERR_RUNTIME, "reading ahead: MPI_Allreduce failed");
