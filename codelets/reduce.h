@@ -84,6 +84,9 @@ void tsl_sum_merge_cuda(void *buffers[], void *cl_arg);
 
 extern struct starpu_codelet tsl_cl_sum_partial; /* R tile, W acc */
 extern struct starpu_codelet tsl_cl_sum_merge;   /* R src acc, RW dst acc */
+/* R a, R b (f32 tiles of one layout), W acc: the exact sum of (a - b)^2, differences rounded
+ * to float (CPU only: a diagnostic, MGRIT's residual norms). */
+extern struct starpu_codelet tsl_cl_sum_sqdiff;
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,10 @@ tsl_status tsl_plan_init(tsl_plan *plan)
     plan->shard = TSL_PLAN_SHARD_DEFAULT;
     plan->bucket = TSL_PLAN_BUCKET_DEFAULT;
     plan->space[0] = plan->space[1] = plan->space[2] = 1;
+    plan->layers = plan->levels = 1;
+    plan->cf = plan->iters = 2;
+    plan->biters = 1;
+    plan->relax = TSL_RELAX_FCF;
     return TSL_OK;
 }
 
@@ -48,9 +52,10 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {"data",  "space",   "stages", "micro",    "tiles",
-                                       "shard", "balance", "bucket", "recompute"};
-    enum { NKEYS = 9 };
+    static const char *const keys[] = {"data",  "space",     "stages", "micro",  "tiles",
+                                       "shard", "balance",   "bucket", "recompute", "layers",
+                                       "levels", "cf",       "iters",  "biters", "relax"};
+    enum { NKEYS = 15 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -59,7 +64,8 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (!eq)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
-                             "micro, balance, tiles, shard, bucket, recompute)",
+                             "micro, balance, tiles, shard, bucket, recompute, layers, levels, "
+                             "cf, iters, biters, relax)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -69,7 +75,8 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         if (k < 0)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
-                             "balance, tiles, shard, bucket, recompute)",
+                             "balance, tiles, shard, bucket, recompute, layers, levels, cf, "
+                             "iters, biters, relax)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -113,13 +120,23 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': recompute='%.*s' is not 0 or 1", text, (int)vlen, v);
             p.recompute = v[0] == '1';
+        } else if (k == 14) {
+            if (vlen == 1 && v[0] == 'F')
+                p.relax = TSL_RELAX_F;
+            else if (vlen == 3 && strncmp(v, "FCF", 3) == 0)
+                p.relax = TSL_RELAX_FCF;
+            else
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                 "plan '%s': relax='%.*s' is not F or FCF", text, (int)vlen, v);
         } else {
             long value = plan_int(v, vlen);
             if (value < 0)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': %s='%.*s' is not an integer in [1, %ld]", text,
                                  keys[k], (int)vlen, v, PLAN_MAX_VALUE);
-            int32_t *slot[NKEYS] = {&p.data, NULL, &p.stages, &p.micro, &p.tiles, &p.shard};
+            int32_t *slot[NKEYS] = {&p.data,   NULL,     &p.stages, &p.micro, &p.tiles,
+                                    &p.shard,  NULL,     NULL,      NULL,     &p.layers,
+                                    &p.levels, &p.cf,    &p.iters,  &p.biters};
             *slot[k] = (int32_t)value;
         }
         at += len;
@@ -134,14 +151,21 @@ int64_t tsl_plan_ranks(const tsl_plan *p)
 {
     if (!p)
         return 0;
-    return (int64_t)p->data * p->space[0] * p->space[1] * p->space[2] * p->stages;
+    return (int64_t)p->data * p->space[0] * p->space[1] * p->space[2] * tsl_plan_depth(p);
+}
+
+int32_t tsl_plan_depth(const tsl_plan *p)
+{
+    if (!p)
+        return 1;
+    return p->layers > 1 ? p->layers : p->stages > 1 ? p->stages : 1;
 }
 
 tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
 {
     if (!p || !text)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_format: NULL argument");
-    char buf[160] = "";
+    char buf[256] = "";
     size_t n = 0;
 #define PART(...) n += (size_t)snprintf(buf + n, sizeof buf - n, __VA_ARGS__)
     if (p->data != 1)
@@ -165,6 +189,23 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
         PART("%sbucket=%d", n ? "," : "", (int)p->bucket);
     if (p->recompute)
         PART("%srecompute=1", n ? "," : "");
+    if (p->layers != 1)
+        PART("%slayers=%d", n ? "," : "", (int)p->layers);
+    if (p->levels != 1)
+        PART("%slevels=%d", n ? "," : "", (int)p->levels);
+    if (p->levels != 1 || p->layers != 1) { /* the MGRIT settings, when they matter */
+        PART("%scf=%d,iters=%d,biters=%d,relax=%s", n ? "," : "", (int)p->cf, (int)p->iters,
+             (int)p->biters, p->relax == TSL_RELAX_F ? "F" : "FCF");
+    } else {
+        if (p->cf != 2)
+            PART("%scf=%d", n ? "," : "", (int)p->cf);
+        if (p->iters != 2)
+            PART("%siters=%d", n ? "," : "", (int)p->iters);
+        if (p->biters != 1)
+            PART("%sbiters=%d", n ? "," : "", (int)p->biters);
+        if (p->relax != TSL_RELAX_FCF)
+            PART("%srelax=F", n ? "," : "");
+    }
     if (!n)
         PART("data=1");
 #undef PART
@@ -180,7 +221,7 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
     const char *fn = "tsl_plan_check";
     if (!plan || !input)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
-    char text[160] = "";
+    char text[256] = "";
     tsl_plan_format(plan, text, sizeof text);
     if (tsl_plan_ranks(plan) != nranks)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s' needs %lld ranks, this run has %d",
@@ -188,6 +229,20 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
     if (plan->balance < 0 || plan->balance > 2)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': balance %d is not a balance", text,
                          (int)plan->balance);
+    if (plan->layers > 1 && plan->stages > 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': layers= and stages= both split the depth; give one", text);
+    if (plan->layers > 1 && plan->micro > 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': layers= runs whole batches (micro=1), not micro=%d", text,
+                         (int)plan->micro);
+    if (plan->cf < 2)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': cf=%d; the coarsening factor must be at least 2", text,
+                         (int)plan->cf);
+    if (plan->relax != TSL_RELAX_F && plan->relax != TSL_RELAX_FCF)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': relax %d is not F or FCF", text,
+                         (int)plan->relax);
     if (plan->space_ndim > input->ndim - 1)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s' splits %d spatial dimensions, the samples have %d", text,

@@ -206,13 +206,49 @@ done:
     free(start);
 }
 
+/* layers=P: the steps of the ODE segments of two or more steps cut into P runs of (nearly)
+ * equal step counts, in op order; every other op with the op before it. */
+static tsl_status layer_groups(const tsl_plan *plan, tsl_graph_t g, int32_t *op_stage)
+{
+    const char *fn = "tsl_plan_stages";
+    int32_t nseg = 0, total = 0, p = plan->layers;
+    tsl_status st = tsl_graph_ode_segments(g, 0, NULL, &nseg);
+    tsl_ode_segment *seg = nseg > 0 ? calloc((size_t)nseg, sizeof *seg) : NULL;
+    if (!st && nseg > 0 && !seg)
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (!st && nseg > 0)
+        st = tsl_graph_ode_segments(g, nseg, seg, &nseg);
+    for (int32_t k = 0; k < nseg && !st; k++)
+        total += seg[k].steps >= 2 ? seg[k].steps : 0;
+    if (!st && total < p)
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                       "%s: layers=%d needs at least %d residual steps in ODE segments of two or "
+                       "more steps (runs of u + h F(u)); the graph has %d",
+                       fn, (int)p, (int)p, (int)total);
+    int32_t before = 0, at = 0;
+    for (int32_t o = 0, k = 0; o < g->nops && !st; o++) {
+        while (k < nseg && (seg[k].steps < 2 || o > seg[k].last_op)) {
+            if (seg[k].steps >= 2)
+                before += seg[k].steps;
+            k++;
+        }
+        if (k < nseg && o >= seg[k].first_op) {
+            int64_t step = before + (o - seg[k].first_op) / seg[k].ops_per_step;
+            at = (int32_t)(step * p / total);
+        }
+        op_stage[o] = at;
+    }
+    free(seg);
+    return st;
+}
+
 tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
                            int32_t optimizer_states, int32_t *op_stage)
 {
     const char *fn = "tsl_plan_stages";
     if (!g || !op_stage || batch < 1 || optimizer_states < 0)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
-    int32_t stages = plan && plan->stages > 1 ? plan->stages : 1, n = g->nops, by_hand = 0;
+    int32_t stages = tsl_plan_depth(plan), n = g->nops, by_hand = 0;
     for (int32_t o = 0; o < n; o++)
         by_hand |= g->ops[o].stage > 0;
     if (by_hand) {
@@ -232,6 +268,8 @@ tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
     memset(op_stage, 0, sizeof *op_stage * (size_t)n);
     if (stages == 1)
         return TSL_OK;
+    if (plan->layers > 1)
+        return layer_groups(plan, g, op_stage);
     /* The ops after the input, in order, as items to cut into runs: an op, or a batch norm with
      * the ReLU right after it that the executor fuses into it (kept on one stage, so the
      * fusion holds); the input op joins the first item. */

@@ -27,7 +27,7 @@ static int wanted_splits(const tsl_plan *plan, const tsl_shape *input, int32_t s
 /* The stages of a plan (1 for NULL) and the ranks of each. */
 int32_t tsl_plan_stage_count(const tsl_plan *plan, int32_t nranks, int32_t *group)
 {
-    int32_t stages = plan && plan->stages > 1 ? plan->stages : 1;
+    int32_t stages = tsl_plan_depth(plan);
     *group = nranks / stages > 0 ? nranks / stages : 1;
     return stages;
 }

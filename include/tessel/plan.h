@@ -3,9 +3,11 @@
  * @brief Parallel plans: how a model's tensors are tiled and which ranks own the tiles.
  *
  * A plan string is
- * `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`;
+ * `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`
+ * with the layer-parallel parts `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF`;
  * every part is optional and defaults to 1 (balance= to memory, shard= to
- * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0):
+ * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0, cf= to 2,
+ * iters= to 2, relax= to FCF):
  * D sample groups (data parallelism), an A x B x C (or A x B, or A) rank grid over the spatial
  * dimensions (spatial parallelism, halo exchange), S pipeline stages with M micro-batches
  * (layer parallelism: consecutive ops split into S stages as B says, see tsl_plan_stages()),
@@ -18,7 +20,18 @@
  * (less memory for an elementwise pass per layer, the same bits; tsl_graph_recomputed()),
  * 0 to keep it. A plan runs on
  * D x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x A x B x C, each
- * stage's tensors split over its G ranks as data= and space= say. Pure C: no StarPU, no MPI.
+ * stage's tensors split over its G ranks as data= and space= say.
+ *
+ * Layer-parallel training by multigrid in time: the residual steps of the graph's ODE segments
+ * (tsl_graph_ode_segments(), runs of at least two steps) are cut into P consecutive groups of
+ * steps on P rank groups (layers=P takes the place of stages=; the ops before a segment's steps
+ * sit with the group of the step before them, the first ops on group 0), and with levels=L > 1
+ * each segment's forward and backward are solved by L-level MGRIT: coarsening factor M (every
+ * segment's steps divisible by M^(L-1), at least 2 points on the coarsest level), F forward and
+ * B backward V-cycles of the given relaxation (FAS; coarse steps h M^l with the weights of the
+ * fine step they start at; the coarsest level solved serially), then one fine sweep that makes
+ * every step's values, batch-norm running statistics and parameter gradients. levels=1 runs the
+ * layers one after the other (the serial executor). Pure C: no StarPU, no MPI.
  */
 #ifndef TESSEL_PLAN_H
 #define TESSEL_PLAN_H
@@ -49,6 +62,12 @@ typedef enum tsl_stage_balance {
     TSL_BALANCE_TIME = 2,   /**< `time`: the smallest largest-stage flop estimate */
 } tsl_stage_balance;
 
+/** MGRIT relaxation (plan part relax=). */
+typedef enum tsl_mgrit_relax {
+    TSL_RELAX_F = 0,   /**< `F`: F-relaxation only */
+    TSL_RELAX_FCF = 1, /**< `FCF`: F-, C- then F-relaxation (the default) */
+} tsl_mgrit_relax;
+
 /** A parsed plan. */
 typedef struct tsl_plan {
     int32_t data;       /**< D: sample groups */
@@ -61,7 +80,19 @@ typedef struct tsl_plan {
     int32_t shard;      /**< E: fewest elements of a weight cut into shards */
     int32_t bucket;     /**< K: most elements of one bucket of small gradients (0: none) */
     int32_t recompute;  /**< R: 1: batch-norm + ReLU outputs made again for the backward */
+    int32_t layers;     /**< P: rank groups along the depth of the ODE segments (MGRIT) */
+    int32_t levels;     /**< L: MGRIT levels (1: the serial executor) */
+    int32_t cf;         /**< M: MGRIT coarsening factor */
+    int32_t iters;      /**< F: MGRIT forward iterations (V-cycles) */
+    int32_t biters;     /**< B: MGRIT backward (adjoint) iterations */
+    int32_t relax;      /**< a ::tsl_mgrit_relax */
 } tsl_plan;
+
+/**
+ * @brief Rank groups along depth: layers= where it splits (layer-parallel MGRIT), else
+ * stages= (pipeline stages); 1 for a NULL plan. Group g holds ranks g x G ... (g + 1) x G - 1.
+ */
+TSL_API int32_t tsl_plan_depth(const tsl_plan *plan);
 
 /** @brief The plan of one rank group with nothing split: every part 1, shard= its default. */
 TSL_API tsl_status tsl_plan_init(tsl_plan *plan);
@@ -101,8 +132,9 @@ TSL_API tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, 
  * (tsl_plan_estimate_peak() plus tsl_plan_estimate_received() on the plan's ranks: this
  * counts the activations a stage keeps for its backward and the copies it receives from
  * other stages, a U-Net's long skips included), until no cut moves; with two stages that is
- * the best cut. A network with fewer ops than stages, or a graph stage >= S, is a
- * ::TSL_ERR_INVALID_ARG error.
+ * the best cut. With layers=P (tsl_plan_depth()) the P groups of ODE steps instead (see the
+ * file comment); fewer such steps than P is an error. A network with fewer ops than stages, or
+ * a graph stage >= S, is a ::TSL_ERR_INVALID_ARG error.
  * @param[out] op_stage one per op (tsl_graph_op_count())
  */
 TSL_API tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int64_t batch,

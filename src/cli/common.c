@@ -586,7 +586,7 @@ int session_open(session *s, train_options *o, int need_train)
                     info->label_shape.ndim ? "per-voxel" : "per-sample");
         return EXIT_USAGE;
     }
-    if (o->plan_text && o->plan.stages > 1 && (st = set_stages(g, o))) {
+    if (o->plan_text && tsl_plan_depth(&o->plan) > 1 && (st = set_stages(g, o))) {
         tsl_graph_destroy(g);
         return fail(st, "splitting the model into stages");
     }

@@ -65,7 +65,7 @@ static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t
                         const int32_t *op_stage, const int64_t *bytes, const int64_t *peak,
                         const int64_t *received)
 {
-    int32_t stages = plan->stages, group = (int32_t)(ranks / stages);
+    int32_t stages = tsl_plan_depth(plan), group = (int32_t)(ranks / stages);
     printf("stage ranks      ops          first op -> last op            tiles (largest rank)  "
            "live + received (largest)  forward GFLOP\n");
     for (int32_t s = 0; s < stages; s++) {
@@ -356,7 +356,7 @@ int command_plan(int argc, char **argv)
                                           &owners)))
         code = fail(st, "planning");
     if (!code) {
-        char text[160] = "default";
+        char text[256] = "default";
         if (pp)
             tsl_plan_format(pp, text, sizeof text);
         printf("tessel plan: model %s, data %s (samples", model, data);
@@ -367,7 +367,7 @@ int command_plan(int argc, char **argv)
         for (int d = 0; d <= info.sample_shape.ndim; d++)
             printf("%s%d", d ? " x " : " ", (int)grid.splits[d]);
         printf("\n");
-        if (!pp || pp->stages <= 1)
+        if (tsl_plan_depth(pp) <= 1)
             warn_idle_ranks(&grid, &owners, info.sample_shape.ndim + 1, ranks, batch);
         printf("rank  tiles (all)   tiles (most live at once)  received copies (largest at "
                "once)  sends per step\n");
@@ -394,7 +394,7 @@ int command_plan(int argc, char **argv)
                (double)with_received / 1048576.0);
         if (o.mem_mib)
             print_verdict(peak, received, ranks, o.mem_mib, o.overhead_mib);
-        if (pp && pp->stages > 1)
+        if (tsl_plan_depth(pp) > 1)
             code = print_stages(pp, g, ranks, batch, op_stage, bytes, peak, received);
         if (!code)
             code = print_placement(pp, g, (int32_t)ranks, op_stage);

@@ -666,7 +666,7 @@ static void print_start(const train_run *r)
            o->model, o->data, (long long)r->s.train_info.samples, (long long)r->s.test_info.samples,
            (int)ranks, (int)ncpu, o->optimizer, o->lr, o->batch, o->seed);
     if (o->plan_text) {
-        char text[160];
+        char text[256];
         tsl_plan_format(&o->plan, text, sizeof text);
         printf("plan %s\n", text);
     }

@@ -12,6 +12,22 @@
 
 #define MAX_INSTANCES 4
 
+/* Most MGRIT levels, and iterations whose residual norms a step reports. */
+#define TSL_MGRIT_MAX_LEVELS 16
+#define TSL_MGRIT_MAX_ITERS 64
+
+/* An ODE segment the plan solves by MGRIT (levels= > 1, tsl_mgrit_plan()). */
+typedef struct tsl_mgrit_segment {
+    tsl_ode_segment s;
+    int32_t index; /* in the model's mg[] */
+    /* The residual norms of the last step: forward (it < iters) and backward iterations,
+     * read at the end of the step (tsl_mgrit_finish()); pending: the exact sums' handles. */
+    double res[2][TSL_MGRIT_MAX_ITERS];
+    int32_t nres[2];
+    starpu_data_handle_t pending[2][TSL_MGRIT_MAX_ITERS];
+    int32_t npending[2];
+} tsl_mgrit_segment;
+
 typedef struct instance {
     int64_t batch;
     tsl_tensor_t *act;       /* [nvalues] */
@@ -29,6 +45,8 @@ typedef struct instance {
     uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
     uint8_t *dropped; /* [nvalues]: dropped after the forward, to make again for the backward
                          (tsl_graph_recomputed) */
+    tsl_tensor_t **mg; /* [2 x model's nmg]: each MGRIT segment's coarse points and right-hand
+                          sides, forward and adjoint (mgrit.c), made on first use */
 } instance;
 
 struct tsl_model {
@@ -67,6 +85,8 @@ struct tsl_model {
     int64_t *ahead_indices;
     tsl_read_group ahead_reads[2];
     int32_t ahead_group;
+    tsl_mgrit_segment *mg; /* the segments MGRIT solves (levels= > 1) */
+    int32_t nmg;
 };
 
 /* ---- the execution table (exec_table.c) ---- */
@@ -172,5 +192,39 @@ tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train);
 tsl_status tsl_exec_instance_for(struct tsl_model *m, int64_t batch, instance **out);
 
 tsl_status tsl_exec_op_backward(struct tsl_model *m, instance *in, int32_t i);
+
+/* Forward of op i alone (with its regridding; no release). */
+tsl_status tsl_exec_op_forward(struct tsl_model *m, instance *in, int32_t i, int train);
+
+/* ---- layer-parallel MGRIT (mgrit.c) ---- */
+
+/* The segments the model's plan solves by MGRIT into m->mg: with levels= > 1 every ODE
+ * segment of two or more steps, each checked (steps divisible by cf^(levels-1), at least two
+ * points on the coarsest level, not reading the model's input). */
+tsl_status tsl_mgrit_plan(struct tsl_model *m);
+
+/* The MGRIT segment whose first step starts at op i (its first op), or NULL. */
+const tsl_mgrit_segment *tsl_mgrit_segment_at(const struct tsl_model *m, int32_t i);
+
+/* The MGRIT segment whose last step ends at op i (its add), or NULL. */
+const tsl_mgrit_segment *tsl_mgrit_segment_ending(const struct tsl_model *m, int32_t i);
+
+/* The segment's steps forward: iters= V-cycles, then (training) the fine sweep that makes
+ * every step's values and batch-norm running statistics once. */
+tsl_status tsl_mgrit_forward(struct tsl_model *m, instance *in, const tsl_mgrit_segment *seg,
+                             int train);
+
+/* The segment's adjoint from grad[u_N] to grad[u_0]: biters= V-cycles, then the fine sweep
+ * that makes every step's parameter gradients once; releases the segment's values. */
+tsl_status tsl_mgrit_backward(struct tsl_model *m, instance *in, const tsl_mgrit_segment *seg);
+
+/* Read the residual norms the step's cycles left pending (collective). */
+void tsl_mgrit_finish(struct tsl_model *m);
+
+/* Free the model's MGRIT segments (pending sums released unread). */
+void tsl_mgrit_model_free(struct tsl_model *m);
+
+/* Free an instance's MGRIT tensors. */
+void tsl_mgrit_instance_free(struct tsl_model *m, instance *in);
 
 #endif /* TESSEL_SRC_EXECUTOR_H */

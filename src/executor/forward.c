@@ -102,27 +102,40 @@ int32_t tsl_exec_conv_inputs(struct tsl_model *m, instance *in, int32_t i, tsl_t
     return n;
 }
 
+tsl_status tsl_exec_op_forward(struct tsl_model *m, instance *in, int32_t i, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    tsl_tensor_t y = in->act[o->output], x = o->ninputs ? in->act[o->inputs[0]] : NULL;
+    tsl_tensor_t y_final = y, cx = NULL, cy = NULL;
+    tsl_status st = TSL_OK;
+    if (x && tsl_exec_needs_regrid(o, x, y)) {
+        if ((st = tsl_exec_on_common_grid(m, x, x, y, &in->rx[i], &cx)) ||
+            (st = tsl_exec_on_common_grid(m, y, x, y, &in->ry[i], &cy)) ||
+            (cx && (st = tsl_tensor_redistribute(cx, x))))
+            return st;
+        x = cx ? cx : x;
+        y = cy ? cy : y;
+    }
+    tsl_trace_label(m->ctx, o->name, train ? "forward" : "inference");
+    st = tsl_exec_table[o->kind].forward(m, in, i, x, y, train);
+    if (!st && y != y_final)
+        st = tsl_tensor_redistribute(y_final, y);
+    return st;
+}
+
 tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train)
 {
     struct tsl_graph *g = m->g;
     tsl_status st = tsl_exec_sync_replicas(m);
     memset(in->dropped, 0, (size_t)g->nvalues);
     for (int32_t i = 0; i < g->nops && !st; i++) {
-        const tsl_graph_op *o = &g->ops[i];
-        tsl_tensor_t y = in->act[o->output], x = o->ninputs ? in->act[o->inputs[0]] : NULL;
-        tsl_tensor_t y_final = y, cx = NULL, cy = NULL;
-        if (x && tsl_exec_needs_regrid(o, x, y)) {
-            if ((st = tsl_exec_on_common_grid(m, x, x, y, &in->rx[i], &cx)) ||
-                (st = tsl_exec_on_common_grid(m, y, x, y, &in->ry[i], &cy)) ||
-                (cx && (st = tsl_tensor_redistribute(cx, x))))
-                break;
-            x = cx ? cx : x;
-            y = cy ? cy : y;
+        const tsl_mgrit_segment *seg = tsl_mgrit_segment_at(m, i);
+        if (seg) { /* the segment's steps, by multigrid in time; then the op after it */
+            st = tsl_mgrit_forward(m, in, seg, train);
+            i = seg->s.last_op;
+            continue;
         }
-        tsl_trace_label(m->ctx, o->name, train ? "forward" : "inference");
-        st = tsl_exec_table[o->kind].forward(m, in, i, x, y, train);
-        if (!st && y != y_final)
-            st = tsl_tensor_redistribute(y_final, y);
+        st = tsl_exec_op_forward(m, in, i, train);
         int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, i, m->fold, ins);
         for (int32_t k = 0; k < nin && !st; k++) {
             int32_t v = ins[k];

@@ -31,6 +31,7 @@ void tsl_exec_instance_free(struct tsl_model *m, instance *in)
                 tsl_tensor_destroy(slots[k][o]);
     }
     tsl_tensor_destroy(in->labels);
+    tsl_mgrit_instance_free(m, in);
     free(in->act);
     free(in->grad);
     free(in->scratch);
@@ -83,7 +84,7 @@ tsl_status tsl_exec_batch_tensor(struct tsl_model *m, int64_t batch, int32_t sta
 /* The first rank of pipeline stage `stage`. */
 static int32_t stage_rank(const struct tsl_model *m, int32_t stage)
 {
-    int32_t stages = m->has_plan && m->plan.stages > 1 ? m->plan.stages : 1;
+    int32_t stages = tsl_plan_depth(m->has_plan ? &m->plan : NULL);
     return stage * (m->ctx->size / stages);
 }
 

@@ -129,6 +129,8 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
             m->fused[m->relu_of[op]] = 1;
         m->fold[op] = tsl_graph_folded_concat(m->g, op, m->op_stage);
     }
+    if (!st)
+        st = tsl_mgrit_plan(m);
     for (int32_t i = 0; i < graph->nparams && !st; i++) {
         const tsl_graph_param *p = &graph->params[i];
         st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
@@ -137,7 +139,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         if (!st && sharded[i])
             st = tsl_tensor_make_replicas(m->params[i]);
         if (!st && m->replicated[i]) {
-            int32_t group = ctx->size / (pl && pl->stages > 1 ? pl->stages : 1);
+            int32_t group = ctx->size / tsl_plan_depth(pl);
             st = tsl_tensor_make_replicas_on(m->params[i], owners[i].rank / group * group, group);
         }
     }
@@ -209,6 +211,7 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     }
     free(m->params);
     free(m->pgrads);
+    tsl_mgrit_model_free(m);
     free(m->op_stage);
     free(m->relu_of);
     free(m->fused);

@@ -257,6 +257,12 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
     }
     in->written[m->g->output] = 1;
     for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
+        const tsl_mgrit_segment *seg = tsl_mgrit_segment_ending(m, i);
+        if (seg) { /* the segment's adjoint by multigrid in time; then the op before it */
+            st = tsl_mgrit_backward(m, in, seg);
+            i = seg->s.first_op;
+            continue;
+        }
         tsl_trace_label(m->ctx, m->g->ops[i].name, "backward");
         st = tsl_exec_op_backward(m, in, i); /* a bucket reduces once all its members are in */
         tsl_tensor_release(in->pidx[i]);
@@ -274,6 +280,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
         tsl_status fin = tsl_bucket_finish(m->buckets[b]);
         st = st ? st : fin;
     }
+    tsl_mgrit_finish(m); /* (collective whatever st: every rank submitted the same sums) */
     if (!st && loss)
         *loss = l;
     *used = in;
