@@ -147,6 +147,22 @@ TSL_API tsl_status tsl_model_set_loss(tsl_model_t model, int32_t count, const ts
 TSL_API tsl_dtype tsl_model_label_dtype(tsl_model_t model);
 
 /**
+ * @brief How many ODE segments the model's plan solves by MGRIT (plan levels= > 1; see
+ * tessel/plan.h): 0 otherwise.
+ */
+TSL_API int32_t tsl_model_mgrit_segments(tsl_model_t model);
+
+/**
+ * @brief The residual norms of MGRIT segment @p segment in the last step (forward, or with
+ * @p backward the adjoint): one per V-cycle, the 2-norm over the fine C-points of
+ * Phi(u_{kM-1}) - u_{kM} before the cycle's coarse correction, each an exact sum of squares
+ * (the same bits for every tiling and rank count), read once at the end of the step. Up to
+ * @p max into @p norms; *count gets how many there are. The same on every rank.
+ */
+TSL_API tsl_status tsl_model_mgrit_residuals(tsl_model_t model, int32_t segment, int32_t backward,
+                                             int32_t max, double *norms, int32_t *count);
+
+/**
  * @brief tsl_model_train_step() on a batch held in tiled tensors that the application owns,
  * in the model's context: @p x (batch, sample shape) f32 and @p labels (batch, label shape) of
  * tsl_model_label_dtype(), of any tile grids, owner maps and layouts. Their tiles are copied

@@ -529,3 +529,27 @@ void tsl_mgrit_instance_free(struct tsl_model *m, instance *in)
     free(in->mg);
     in->mg = NULL;
 }
+
+int32_t tsl_model_mgrit_segments(tsl_model_t m)
+{
+    return m ? m->nmg : 0;
+}
+
+tsl_status tsl_model_mgrit_residuals(tsl_model_t m, int32_t segment, int32_t backward, int32_t max,
+                                     double *norms, int32_t *count)
+{
+    const char *fn = "tsl_model_mgrit_residuals";
+    if (!m || !count || max < 0 || (max > 0 && !norms))
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    if (segment < 0 || segment >= m->nmg)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: segment %d; the model's plan solves %d by MGRIT", fn, (int)segment,
+                         (int)m->nmg);
+    tsl_mgrit_finish(m); /* a forward alone leaves its norms pending */
+    const tsl_mgrit_segment *seg = &m->mg[segment];
+    int dir = backward != 0;
+    *count = seg->nres[dir];
+    for (int32_t i = 0; i < seg->nres[dir] && i < max; i++)
+        norms[i] = seg->res[dir][i];
+    return TSL_OK;
+}

@@ -1,0 +1,192 @@
+// Layer-parallel training by multigrid in time (plan parts layers=, levels=, cf=, iters=,
+// biters=, relax=): the MGRIT forward and adjoint V-cycles against the serial executor (the
+// default plan, one sweep through the steps) on ODE networks of the zoo, at 1, 2 and 4 ranks
+// (layers= spreads the steps over the ranks). Exact schedules (two levels with as many
+// F-relaxation cycles as coarse steps, which makes every C-point exact) and a three-level
+// schedule with eight cycles must give the serial loss, output, every parameter gradient and
+// the parameters after three SGD steps; the residual norms must fall; bad plans fail before
+// any task.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model_test.h"
+#include "mpi_test_env.h"
+
+using namespace tsltest;
+
+namespace
+{
+
+struct Outcome {
+    double loss = 0;
+    std::vector<std::vector<float>> t; // output, gradients, parameters after 3 steps
+    std::vector<double> forward_res, backward_res;
+};
+
+const int64_t kSample[3] = {2, 6, 6}, kBatch = 4, kClasses = 3;
+
+// `zoo` on kBatch (2, 6, 6) samples under `plan_text` ("" for the serial default): the loss
+// and gradients of one batch, the inference output, and the parameters after three steps of
+// momentum SGD on it; the residual norms of the first gradient step.
+void run(const char *zoo, const std::string &plan_text, Outcome *r)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph(zoo, 3, kSample, kClasses, &g), TSL_OK) << tsl_last_error();
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse(plan_text.c_str(), &plan), TSL_OK) << tsl_last_error();
+    tsl_model_t m = nullptr;
+    ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 7, plan_text.empty() ? nullptr : &plan),
+              TSL_OK)
+        << tsl_context_last_error(ctx);
+    Batch b = make_batch(kBatch, 2 * 6 * 6, kClasses, seed + 8);
+    ASSERT_EQ(tsl_model_gradients(m, kBatch, b.x.data(), b.y.data(), &r->loss), TSL_OK)
+        << tsl_context_last_error(ctx);
+    if (tsl_model_mgrit_segments(m) > 0) {
+        for (int dir = 0; dir < 2; dir++) {
+            double norms[64];
+            int32_t count = 0;
+            ASSERT_EQ(tsl_model_mgrit_residuals(m, 0, dir, 64, norms, &count), TSL_OK)
+                << tsl_context_last_error(ctx);
+            (dir ? r->backward_res : r->forward_res).assign(norms, norms + std::min(count, 64));
+        }
+    }
+    std::vector<float> y((size_t)(kBatch * kClasses));
+    ASSERT_EQ(tsl_model_forward(m, kBatch, b.x.data(), 0, y.data()), TSL_OK)
+        << tsl_context_last_error(ctx);
+    MPI_Bcast(y.data(), (int)y.size(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    r->t.push_back(y);
+    push_params(m, g, true, &r->t);
+    tsl_optimizer_t opt = momentum_sgd();
+    ASSERT_NE(opt, nullptr);
+    for (int k = 0; k < 3; k++)
+        ASSERT_EQ(tsl_model_train_step(m, kBatch, b.x.data(), b.y.data(), opt, nullptr, nullptr),
+                  TSL_OK)
+            << tsl_context_last_error(ctx);
+    push_params(m, g, false, &r->t);
+    tsl_optimizer_destroy(opt);
+    tsl_model_destroy(m);
+    tsl_graph_destroy(g);
+}
+
+// max |a - b| / max |b| over a tensor.
+double rel(const std::vector<float> &a, const std::vector<float> &b)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); i++) {
+        d = std::max(d, (double)std::fabs(a[i] - b[i]));
+        s = std::max(s, (double)std::fabs(b[i]));
+    }
+    return a.size() == b.size() ? d / (s > 0 ? s : 1) : INFINITY;
+}
+
+// The first tensor further than `tol` from the reference (relative to its largest value), or "".
+std::string differs(const Outcome &got, const Outcome &ref, double tol)
+{
+    std::ostringstream why;
+    if (got.t.size() != ref.t.size())
+        why << got.t.size() << " tensors, not " << ref.t.size();
+    else if (std::fabs(got.loss - ref.loss) > tol * std::fabs(ref.loss))
+        why << "loss " << got.loss << " vs " << ref.loss;
+    for (size_t k = 0; why.str().empty() && k < ref.t.size(); k++)
+        if (!(rel(got.t[k], ref.t[k]) <= tol))
+            why << (k == 0 ? "output" : k <= ref.t.size() / 2 ? "gradient " : "parameter ") << k
+                << ": " << rel(got.t[k], ref.t[k]);
+    return why.str();
+}
+
+} // namespace
+
+// Two levels with iterations >= N / cf (F-relaxation makes one more C-point exact per cycle),
+// and levels=1 (the serial executor on the layer groups), equal the serial executor within
+// float rounding at 1, 2 and 4 ranks.
+TEST(Mgrit, ExactSchedulesEqualTheSerialExecutor)
+{
+    const std::vector<std::string> plans[3] = {
+        {"levels=2,cf=2,iters=4,biters=4,relax=F", "levels=2,cf=4,iters=2,biters=2,relax=F",
+         "levels=2,cf=2,iters=4,biters=4,relax=FCF"},
+        {"layers=2,levels=2,cf=2,iters=4,biters=4,relax=F", "layers=2"},
+        {"layers=4,levels=2,cf=2,iters=4,biters=4,relax=F",
+         "layers=2,data=2,levels=2,cf=4,iters=2,biters=2"},
+    };
+    if (size == 3 || size > 4)
+        GTEST_SKIP() << "plans for 1, 2 and 4 ranks";
+    for (const char *zoo : {"odetanh8", "odenet8"}) {
+        Outcome ref;
+        run(zoo, "", &ref);
+        for (const std::string &text : plans[size == 1 ? 0 : size == 2 ? 1 : 2]) {
+            SCOPED_TRACE(std::string(zoo) + " with plan " + text);
+            Outcome got;
+            run(zoo, text, &got);
+            EXPECT_EQ(differs(got, ref, 2e-6), "");
+        }
+    }
+}
+
+// Three levels, cf 2, eight cycles each way, 16 tanh steps (4 per rank at 4 ranks): the serial
+// results within float rounding; and two cycles of the same schedule do not get there.
+TEST(Mgrit, ThreeLevelsEightCyclesMatchTheSerialExecutor)
+{
+    if (size == 3 || size > 4)
+        GTEST_SKIP() << "plans for 1, 2 and 4 ranks";
+    std::string layers = size > 1 ? "layers=" + std::to_string(size) + "," : "";
+    Outcome ref, got, few;
+    run("odetanh16", "", &ref);
+    run("odetanh16", layers + "levels=3,cf=2,iters=8,biters=8", &got);
+    EXPECT_EQ(differs(got, ref, 2e-6), "");
+    run("odetanh16", layers + "levels=3,cf=2,iters=1,biters=1,relax=F", &few);
+    EXPECT_NE(differs(few, ref, 2e-6), "") << "one cycle should not be exact";
+}
+
+// The residual norms of the forward and the adjoint cycles do not increase, the first falls
+// (a convergence factor below 1), and every rank reads the same norms.
+TEST(Mgrit, ResidualNormsFall)
+{
+    if (size == 3 || size > 4)
+        GTEST_SKIP() << "plans for 1, 2 and 4 ranks";
+    std::string layers = size > 1 ? "layers=" + std::to_string(size) + "," : "";
+    Outcome r;
+    run("odetanh16", layers + "levels=2,cf=4,iters=3,biters=3,relax=F", &r);
+    for (const std::vector<double> *res : {&r.forward_res, &r.backward_res}) {
+        ASSERT_EQ(res->size(), 3u);
+        EXPECT_GT((*res)[0], 0.0);
+        EXPECT_LT((*res)[1], (*res)[0]) << "convergence factor " << (*res)[1] / (*res)[0];
+        EXPECT_LE((*res)[2], (*res)[1]);
+        std::vector<double> first(*res);
+        MPI_Bcast(first.data(), (int)first.size(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        EXPECT_EQ(first, *res) << "rank " << rank << " read other norms";
+    }
+}
+
+// Plans MGRIT cannot run are errors when the model is made, before any task.
+TEST(Mgrit, BadPlansAreRefusedBeforeAnyTask)
+{
+    struct Bad {
+        const char *zoo, *plan, *says;
+    };
+    const Bad bad[] = {
+        {"odetanh8", "levels=4,cf=2", "coarsest level"},  // 8 / 8 = 1 point
+        {"odetanh6", "levels=2,cf=4", "multiple of"},     // 6 steps, cf 4
+        {"cnn", "levels=2", "has none"},                  // no ODE segment
+        {"odetanh8", "levels=2,cf=1", "at least 2"},      // coarsening factor
+        {"odetanh8", "levels=2,iters=65", "iterations"},  // too many to report
+    };
+    for (const Bad &b : bad) {
+        SCOPED_TRACE(std::string(b.zoo) + " with " + b.plan);
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_zoo_graph(b.zoo, 3, kSample, kClasses, &g), TSL_OK) << tsl_last_error();
+        std::string text = std::string(b.plan) + (size > 1 ? ",data=" + std::to_string(size) : "");
+        tsl_plan plan;
+        ASSERT_EQ(tsl_plan_parse(text.c_str(), &plan), TSL_OK) << tsl_last_error();
+        tsl_model_t m = nullptr;
+        EXPECT_EQ(tsl_model_create_plan(&m, ctx, g, seed, &plan), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(m, nullptr);
+        EXPECT_NE(std::string(tsl_context_last_error(ctx)).find(b.says), std::string::npos)
+            << tsl_context_last_error(ctx);
+        tsl_graph_destroy(g);
+    }
+}
