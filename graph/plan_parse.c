@@ -52,9 +52,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {"data",  "space",     "stages", "micro",  "tiles",
-                                       "shard", "balance",   "bucket", "recompute", "layers",
-                                       "levels", "cf",       "iters",  "biters", "relax"};
+    static const char *const keys[] = {"data",   "space",   "stages", "micro",     "tiles",
+                                       "shard",  "balance", "bucket", "recompute", "layers",
+                                       "levels", "cf",      "iters",  "biters",    "relax"};
     enum { NKEYS = 15 };
     int seen[NKEYS] = {0};
     const char *at = text;
@@ -134,9 +134,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': %s='%.*s' is not an integer in [1, %ld]", text,
                                  keys[k], (int)vlen, v, PLAN_MAX_VALUE);
-            int32_t *slot[NKEYS] = {&p.data,   NULL,     &p.stages, &p.micro, &p.tiles,
-                                    &p.shard,  NULL,     NULL,      NULL,     &p.layers,
-                                    &p.levels, &p.cf,    &p.iters,  &p.biters};
+            int32_t *slot[NKEYS] = {&p.data,   NULL,  &p.stages, &p.micro, &p.tiles,
+                                    &p.shard,  NULL,  NULL,      NULL,     &p.layers,
+                                    &p.levels, &p.cf, &p.iters,  &p.biters};
             *slot[k] = (int32_t)value;
         }
         at += len;

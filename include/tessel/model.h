@@ -156,8 +156,10 @@ TSL_API int32_t tsl_model_mgrit_segments(tsl_model_t model);
  * @brief The residual norms of MGRIT segment @p segment in the last step (forward, or with
  * @p backward the adjoint): one per V-cycle, the 2-norm over the fine C-points of
  * Phi(u_{kM-1}) - u_{kM} before the cycle's coarse correction, each an exact sum of squares
- * (the same bits for every tiling and rank count), read once at the end of the step. Up to
- * @p max into @p norms; *count gets how many there are. The same on every rank.
+ * (the same bits for every tiling and rank count), read once at the end of the step (a forward
+ * or evaluation alone reads its norms at the start of the next one, so a training step's are
+ * what this gives). Up to @p max into @p norms; *count gets how many there are (0 before the
+ * first step). The same on every rank; not collective.
  */
 TSL_API tsl_status tsl_model_mgrit_residuals(tsl_model_t model, int32_t segment, int32_t backward,
                                              int32_t max, double *norms, int32_t *count);

@@ -247,7 +247,7 @@ static void warn_idle_ranks(const tsl_tile_grid *grid, const tsl_owner_map *owne
 
 /* The graph's ODE segments (tsl_graph_ode_segments): runs of residual steps u + h F(u), what
  * layer-parallel training works on. */
-static int print_segments(tsl_graph_t g)
+static int print_segments(tsl_graph_t g, const tsl_plan *plan, long ranks, int64_t batch)
 {
     int32_t n = 0;
     tsl_status st = tsl_graph_ode_segments(g, 0, NULL, &n);
@@ -272,6 +272,34 @@ static int print_segments(tsl_graph_t g)
         printf("ODE segments: %d; the longest %d steps of %d ops, h %g (%s .. %s)\n", (int)n,
                (int)s[longest].steps, (int)s[longest].ops_per_step, s[longest].h,
                *first ? first : "-", *last ? last : "-");
+    }
+    int32_t depth = tsl_plan_depth(plan);
+    if (plan && (plan->levels > 1 || plan->layers > 1)) {
+        /* The multigrid in time: points per level, and the coarse levels' tensors (a point and
+         * a right-hand side per coarse point, for the forward and for the adjoint). */
+        printf("layer-parallel (MGRIT): %d rank group%s of %ld rank%s along the steps, %d "
+               "level%s, cf %d, %d forward and %d backward V-cycles, %s-relaxation\n",
+               (int)depth, depth == 1 ? "" : "s", ranks / depth, ranks / depth == 1 ? "" : "s",
+               (int)plan->levels, plan->levels == 1 ? " (the serial executor)" : "s", (int)plan->cf,
+               (int)plan->iters, (int)plan->biters, plan->relax == TSL_RELAX_F ? "F" : "FCF");
+        for (int32_t i = 0; i < n && plan->levels > 1; i++) {
+            if (s[i].steps < 2)
+                continue;
+            tsl_shape u;
+            tsl_graph_value_shape(g, s[i].input, &u);
+            double bytes = 4.0 * (double)batch * (double)tsl_shape_numel(&u), coarse = 0;
+            int64_t points = s[i].steps;
+            printf("  segment of %d steps: points per level %d", (int)s[i].steps, (int)points);
+            for (int32_t l = 1; l < plan->levels; l++) {
+                if (points % plan->cf)
+                    break;
+                points /= plan->cf;
+                printf(", %lld", (long long)points);
+                coarse += 4.0 * (double)points * bytes;
+            }
+            printf("; coarse levels %.1f MiB in all (fine states as the serial executor keeps)\n",
+                   coarse / 1048576.0);
+        }
     }
     free(s);
     return 0;
@@ -401,7 +429,7 @@ int command_plan(int argc, char **argv)
         if (!code)
             print_traffic(sent, ranks);
         if (!code)
-            code = print_segments(g);
+            code = print_segments(g, pp, ranks, batch);
     }
     free(bytes);
     free(received);

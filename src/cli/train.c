@@ -731,6 +731,61 @@ static void show_progress(const train_run *r, int64_t e, double epoch_seconds)
     fflush(stdout);
 }
 
+/* The MGRIT residual norms of the last step (plan levels= > 1), each segment's forward and
+ * backward, and their mean convergence factor (the geometric mean of the ratios of
+ * successive norms; -1 with fewer than two norms or a zero one). */
+static double mgrit_factor(const double *r, int32_t n)
+{
+    if (n < 2 || !(r[0] > 0) || !(r[n - 1] > 0))
+        return -1;
+    return pow(r[n - 1] / r[0], 1.0 / (double)(n - 1));
+}
+
+/* `, "mgrit": [{"forward": [...], "forward_factor": F, "backward": [...], ...}, ...]`. */
+static void write_mgrit(FILE *f, tsl_model_t m)
+{
+    int32_t nseg = tsl_model_mgrit_segments(m);
+    if (nseg < 1)
+        return;
+    fprintf(f, ", \"mgrit\": [");
+    for (int32_t s = 0; s < nseg; s++) {
+        fprintf(f, "%s{", s ? ", " : "");
+        for (int dir = 0; dir < 2; dir++) {
+            double norms[64];
+            int32_t n = 0;
+            tsl_model_mgrit_residuals(m, s, dir, 64, norms, &n);
+            n = n < 64 ? n : 64;
+            fprintf(f, "%s\"%s\": [", dir ? ", " : "", dir ? "backward" : "forward");
+            for (int32_t i = 0; i < n; i++)
+                fprintf(f, "%s%.17g", i ? ", " : "", norms[i]);
+            fprintf(f, "], \"%s_factor\": %.6g", dir ? "backward" : "forward",
+                    mgrit_factor(norms, n));
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+}
+
+/* Rank 0, with --comm-stats: the last step's MGRIT residual norms, a line per segment. */
+static void print_mgrit(tsl_model_t m)
+{
+    for (int32_t s = 0; s < tsl_model_mgrit_segments(m); s++)
+        for (int dir = 0; dir < 2; dir++) {
+            double norms[64];
+            int32_t n = 0;
+            tsl_model_mgrit_residuals(m, s, dir, 64, norms, &n);
+            n = n < 64 ? n : 64;
+            printf("  MGRIT segment %d %s residuals (last step):", (int)s,
+                   dir ? "backward" : "forward");
+            for (int32_t i = 0; i < n; i++)
+                printf(" %.3e", norms[i]);
+            double f = mgrit_factor(norms, n);
+            if (f >= 0)
+                printf(", convergence factor %.3g", f);
+            printf("\n");
+        }
+}
+
 /* The steps of the current epoch from its next batch, until its end, --max-steps (*stop) or a
  * signal (r->signal: after the epoch's last step the epoch ends first), with progress lines and
  * mid-epoch checkpoints. Returns an exit code. */
@@ -772,6 +827,7 @@ static int run_steps(train_run *r, double t0, int64_t *steps_here, int *stop)
                     "\"loss\": %.17g, \"seconds\": %.6f",
                     (long long)p->steps, (long long)e + 1, (long long)p->batch, loss,
                     r->step_secs[r->nlosses - 1]);
+            write_mgrit(r->stream, r->s.model);
             stream_end_record(r);
         }
         *stop = o->max_steps && p->steps >= o->max_steps;
@@ -919,8 +975,11 @@ static int finish_epoch(train_run *r, int64_t e, double t0, int64_t sent0, int64
     if ((st = agree(r->rank == 0 && !m->ranks ? TSL_ERR_OUT_OF_MEMORY : TSL_OK)))
         return fail(st, "gathering per-rank metrics");
     MPI_Gather(row, RANK_FIELDS, MPI_DOUBLE, m->ranks, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    if (r->rank == 0)
+    if (r->rank == 0) {
         print_epoch(r, e, m);
+        if (o->comm_stats)
+            print_mgrit(r->s.model);
+    }
     if (r->stream) {
         fprintf(r->stream,
                 "{\"record\": \"epoch\", \"step\": %lld, \"epoch\": %lld, \"complete\": %s, ",

@@ -42,9 +42,9 @@ typedef struct instance {
     tsl_halo_keep *keep;     /* [nops * TSL_GRAPH_MAX_INPUTS]: a convolution's input halo slabs
                                 (one set per part of a folded concatenation), forward to backward */
     tsl_tensor_t labels;
-    uint8_t *written; /* [nvalues]: gradient already holds a contribution this step */
-    uint8_t *dropped; /* [nvalues]: dropped after the forward, to make again for the backward
-                         (tsl_graph_recomputed) */
+    uint8_t *written;  /* [nvalues]: gradient already holds a contribution this step */
+    uint8_t *dropped;  /* [nvalues]: dropped after the forward, to make again for the backward
+                          (tsl_graph_recomputed) */
     tsl_tensor_t **mg; /* [2 x model's nmg]: each MGRIT segment's coarse points and right-hand
                           sides, forward and adjoint (mgrit.c), made on first use */
 } instance;

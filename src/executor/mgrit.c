@@ -303,9 +303,9 @@ static tsl_status phi(problem *p, int32_t l, int32_t j, tsl_tensor_t x, tsl_tens
 {
     double scale = (double)ipow(p->cf, l);
     int32_t stride = (int32_t)ipow(p->cf, l);
-    tsl_status st = p->adjoint ? step_adjoint(p, p->seg->s.steps - (j + 1) * stride, x, y, scale,
-                                              final)
-                               : step_forward(p, j * stride, x, y, scale, final);
+    tsl_status st = p->adjoint
+                        ? step_adjoint(p, p->seg->s.steps - (j + 1) * stride, x, y, scale, final)
+                        : step_forward(p, j * stride, x, y, scale, final);
     if (!st && rhs && l > 0)
         st = tsl_tensor_axpy(y, 1.0, p->g[l][j + 1]);
     return st;
@@ -376,8 +376,7 @@ static tsl_status residual(problem *p)
         owner[i] = point(p, 0, (int32_t)(i / nt + 1) * p->cf)->tile_owner[i % nt];
     residual_job job = {.p = p, .ntiles = nt};
     starpu_data_handle_t total = NULL;
-    tsl_status st =
-        tsl_acc_tree_submit(p->m->ctx, count, owner, 1, residual_tile, &job, &total);
+    tsl_status st = tsl_acc_tree_submit(p->m->ctx, count, owner, 1, residual_tile, &job, &total);
     free(owner);
     if (!st)
         seg->pending[dir][seg->npending[dir]++] = total;
@@ -452,13 +451,36 @@ static tsl_status solve(problem *p, int32_t iters, int sweep)
     return st;
 }
 
+/* Release the segment's values but `keep` (their gradients too) and the coarse tensors. */
+static void release(struct tsl_model *m, instance *in, const problem *p, int32_t keep)
+{
+    const tsl_ode_segment *s = &p->seg->s;
+    for (int32_t i = s->first_op; i <= s->last_op; i++) {
+        int32_t v = m->g->ops[i].output;
+        if (v == keep)
+            continue;
+        tsl_tensor_release(in->act[v]);
+        tsl_tensor_release(in->grad[v]);
+        tsl_tensor_release(in->scratch[v]);
+    }
+    for (int32_t l = 1; l < p->levels; l++)
+        for (int32_t j = 1; j <= p->n[l]; j++) {
+            tsl_tensor_release(p->w[l][j]);
+            tsl_tensor_release(p->g[l][j]);
+        }
+}
+
 tsl_status tsl_mgrit_forward(struct tsl_model *m, instance *in, const tsl_mgrit_segment *seg,
                              int train)
 {
     problem p;
     tsl_status st = setup(&p, m, in, seg, 0, train);
     tsl_trace_label(m->ctx, "mgrit", train ? "forward" : "inference");
-    return st ? st : solve(&p, m->plan.iters, train);
+    if (!st)
+        st = solve(&p, m->plan.iters, train);
+    if (!train) /* nothing reads the steps' values again but the last */
+        release(m, in, &p, state_value(m, &seg->s, seg->s.steps));
+    return st;
 }
 
 tsl_status tsl_mgrit_backward(struct tsl_model *m, instance *in, const tsl_mgrit_segment *seg)
@@ -477,19 +499,8 @@ tsl_status tsl_mgrit_backward(struct tsl_model *m, instance *in, const tsl_mgrit
         st = solve(&p, m->plan.biters, 1);
     in->written[u0] = 1;
     /* the segment's values are done with (its input's belong to the op before it) */
-    for (int32_t i = s->first_op; i <= s->last_op && !st; i++) {
-        int32_t v = m->g->ops[i].output;
-        if (v == m->g->output)
-            continue;
-        tsl_tensor_release(in->act[v]);
-        tsl_tensor_release(in->grad[v]);
-        tsl_tensor_release(in->scratch[v]);
-    }
-    for (int32_t l = 1; l < p.levels && !st; l++)
-        for (int32_t j = 1; j <= p.n[l]; j++) {
-            tsl_tensor_release(p.w[l][j]);
-            tsl_tensor_release(p.g[l][j]);
-        }
+    if (!st)
+        release(m, in, &p, m->g->output);
     return st;
 }
 
@@ -545,7 +556,6 @@ tsl_status tsl_model_mgrit_residuals(tsl_model_t m, int32_t segment, int32_t bac
         return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
                          "%s: segment %d; the model's plan solves %d by MGRIT", fn, (int)segment,
                          (int)m->nmg);
-    tsl_mgrit_finish(m); /* a forward alone leaves its norms pending */
     const tsl_mgrit_segment *seg = &m->mg[segment];
     int dir = backward != 0;
     *count = seg->nres[dir];

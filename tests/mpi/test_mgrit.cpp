@@ -94,8 +94,10 @@ std::string differs(const Outcome &got, const Outcome &ref, double tol)
         why << "loss " << got.loss << " vs " << ref.loss;
     for (size_t k = 0; why.str().empty() && k < ref.t.size(); k++)
         if (!(rel(got.t[k], ref.t[k]) <= tol))
-            why << (k == 0 ? "output" : k <= ref.t.size() / 2 ? "gradient " : "parameter ") << k
-                << ": " << rel(got.t[k], ref.t[k]);
+            why << (k == 0                  ? "output"
+                    : k <= ref.t.size() / 2 ? "gradient "
+                                            : "parameter ")
+                << k << ": " << rel(got.t[k], ref.t[k]);
     return why.str();
 }
 
@@ -169,11 +171,11 @@ TEST(Mgrit, BadPlansAreRefusedBeforeAnyTask)
         const char *zoo, *plan, *says;
     };
     const Bad bad[] = {
-        {"odetanh8", "levels=4,cf=2", "coarsest level"},  // 8 / 8 = 1 point
-        {"odetanh6", "levels=2,cf=4", "multiple of"},     // 6 steps, cf 4
-        {"cnn", "levels=2", "has none"},                  // no ODE segment
-        {"odetanh8", "levels=2,cf=1", "at least 2"},      // coarsening factor
-        {"odetanh8", "levels=2,iters=65", "iterations"},  // too many to report
+        {"odetanh8", "levels=4,cf=2", "coarsest level"}, // 8 / 8 = 1 point
+        {"odetanh6", "levels=2,cf=4", "multiple of"},    // 6 steps, cf 4
+        {"cnn", "levels=2", "has none"},                 // no ODE segment
+        {"odetanh8", "levels=2,cf=1", "at least 2"},     // coarsening factor
+        {"odetanh8", "levels=2,iters=65", "iterations"}, // too many to report
     };
     for (const Bad &b : bad) {
         SCOPED_TRACE(std::string(b.zoo) + " with " + b.plan);

@@ -238,6 +238,81 @@ TEST(Plan, ParsesEveryPartAndFormatsBack)
     EXPECT_EQ(p.recompute, 0);
 }
 
+// The layer-parallel (MGRIT) parts: defaults, every part, the rank count, formatting, and the
+// combinations tsl_plan_check refuses.
+TEST(Plan, LayerParallelParts)
+{
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("", &p), TSL_OK);
+    EXPECT_EQ(p.layers, 1);
+    EXPECT_EQ(p.levels, 1);
+    EXPECT_EQ(p.cf, 2);
+    EXPECT_EQ(p.iters, 2);
+    EXPECT_EQ(p.biters, 1);
+    EXPECT_EQ(p.relax, TSL_RELAX_FCF);
+    EXPECT_EQ(tsl_plan_depth(&p), 1);
+    EXPECT_EQ(tsl_plan_depth(nullptr), 1);
+    ASSERT_EQ(tsl_plan_parse("layers=4,levels=3,cf=4,iters=5,biters=3,relax=F,data=2", &p), TSL_OK)
+        << tsl_last_error();
+    EXPECT_EQ(p.layers, 4);
+    EXPECT_EQ(p.levels, 3);
+    EXPECT_EQ(p.cf, 4);
+    EXPECT_EQ(p.iters, 5);
+    EXPECT_EQ(p.biters, 3);
+    EXPECT_EQ(p.relax, TSL_RELAX_F);
+    EXPECT_EQ(tsl_plan_depth(&p), 4);
+    EXPECT_EQ(tsl_plan_ranks(&p), 8);
+    char text[256];
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "data=2,layers=4,levels=3,cf=4,iters=5,biters=3,relax=F");
+    tsl_plan back;
+    ASSERT_EQ(tsl_plan_parse(text, &back), TSL_OK);
+    EXPECT_EQ(memcmp(&back, &p, sizeof p), 0);
+    ASSERT_EQ(tsl_plan_parse("stages=3", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_depth(&p), 3);
+    const int64_t sample[3] = {1, 8, 8};
+    tsl_shape in;
+    ASSERT_EQ(tsl_shape_make(&in, 3, sample), TSL_OK);
+    const char *refused[] = {"layers=2,stages=2", "layers=2,micro=2", "cf=1,levels=2"};
+    for (const char *t : refused) {
+        ASSERT_EQ(tsl_plan_parse(t, &p), TSL_OK) << t;
+        EXPECT_EQ(tsl_plan_check(&p, &in, (int32_t)tsl_plan_ranks(&p)), TSL_ERR_INVALID_ARG) << t;
+    }
+    EXPECT_EQ(tsl_plan_parse("relax=C", &p), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("F or FCF"), std::string::npos);
+    EXPECT_EQ(tsl_plan_parse("levels=0", &p), TSL_ERR_INVALID_ARG);
+}
+
+// layers=P cuts the ODE steps into P groups of equal step counts; the stem goes with the first
+// step, the head with the last; too few steps is an error.
+TEST(Plan, LayerGroupsSplitTheStepsEvenly)
+{
+    const int64_t sample[3] = {1, 6, 6};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("odetanh8", 3, sample, 3, &g), TSL_OK) << tsl_last_error();
+    tsl_ode_segment seg;
+    int32_t nseg = 0;
+    ASSERT_EQ(tsl_graph_ode_segments(g, 1, &seg, &nseg), TSL_OK);
+    ASSERT_EQ(nseg, 1);
+    ASSERT_EQ(seg.steps, 8);
+    int32_t n = tsl_graph_op_count(g);
+    std::vector<int32_t> stage((size_t)n);
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("layers=4", &p), TSL_OK);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 2, 2, stage.data()), TSL_OK) << tsl_last_error();
+    for (int32_t o = 0; o < n; o++) {
+        int32_t want = o < seg.first_op  ? 0
+                       : o > seg.last_op ? 3
+                                         : (o - seg.first_op) / seg.ops_per_step / 2;
+        EXPECT_EQ(stage[(size_t)o], want) << "op " << o;
+    }
+    ASSERT_EQ(tsl_plan_parse("layers=9", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_stages(&p, g, 2, 2, stage.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("at least 9 residual steps"), std::string::npos)
+        << tsl_last_error();
+    tsl_graph_destroy(g);
+}
+
 TEST(Plan, BadStringsAreClearErrorsAndChangeNothing)
 {
     tsl_plan p;
