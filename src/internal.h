@@ -67,6 +67,7 @@ struct tsl_context {
     /* Where the tile tasks submitted from now on may run (task_where.h); read by
      * tsl_task_submit() on the submitting thread. */
     tsl_task_where task_where;
+    int task_priority; /* what tasks without a priority of their own get (MGRIT's coarse levels) */
     /* The task trace being recorded (src/trace.c), or NULL. */
     struct tsl_trace *trace;
 

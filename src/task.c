@@ -175,6 +175,10 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
         ordered = *desc;
         ordered.priority = -(int)(sample - 1);
         desc = &ordered;
+    } else if (desc->priority == 0 && ctx->task_priority != 0) {
+        ordered = *desc;
+        ordered.priority = ctx->task_priority;
+        desc = &ordered;
     }
     struct starpu_task *task =
         starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));

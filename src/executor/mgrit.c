@@ -6,21 +6,24 @@
  * level is the fine step's existing tile tasks, run on other tensors by binding them to the
  * step's input and output values for the submission (step_forward, step_adjoint). The first
  * point of every level is the segment's input (forward) or grad[u_N] (adjoint), never
- * written. Coarse levels keep their points w[l][j] and FAS right-hand sides g[l][j]
- * (j >= 1); coarse steps add g.
+ * written. Coarse levels keep their points w[l][j] and the FAS right-hand sides
+ * g[l][j] = a[l][j] - b[l][j] (j >= 1) as their two terms: a coarse step is
+ * (Phi(w_{j-1}) - b_j) + a_j, which is a_j to the bit once w_{j-1} is the value b_j was made
+ * from, so a schedule that converges (two levels, as many cycles as coarse steps) gives the
+ * serial executor's bits, not just its values within rounding.
  *
  * One V-cycle on level l: relaxation (F: each interval's F-points from its C-point, the
  * intervals independent, so StarPU runs them at once, on their rank groups; FCF: then every
- * C-point from the F-point before it, then F again); restriction to l + 1 (inject the
- * C-points; the C-relaxation value A_k = Phi^l(w_{kM-1}) + g^l_{kM} goes into the fine C-point,
- * whose old value the coarse point holds, and g^{l+1}_k = A_k - Phi^{l+1}(w^{l+1}_{k-1}); on
- * level 0 the residual A_k - u_{kM} is summed exactly); the cycle on l + 1 (the coarsest level:
- * one serial sweep); correction (each fine C-point takes its coarse point); on coarse levels
- * an F-relaxation. The forward runs iters= cycles from C-points equal to the first point, then
- * the fine sweep: an F-relaxation and, into spare tensors, every step that ends at a C-point,
- * so every step runs once more at its final input: that run is what the backward reads (its
- * saved statistics, kept halos) and the only one that updates batch-norm running statistics
- * (the others run with momentum 0, which leaves them as they are, bit for bit).
+ * C-point from the F-point before it, then F again); restriction to l + 1 (a_k, the
+ * C-relaxation value Phi^l(w_{kM-1}) + g^l_{kM}; the injected w^{l+1}_k = w_{kM};
+ * b_k = Phi^{l+1}(w^{l+1}_{k-1}); on level 0 the residual a_k - u_{kM} is summed exactly); the
+ * cycle on l + 1 (the coarsest level: one serial sweep); correction (each fine C-point takes
+ * its coarse point; the coarse tasks run at priority l); on coarse levels an F-relaxation. The
+ * forward runs iters= cycles from C-points equal to the first point, then the fine sweep: an
+ * F-relaxation and, into spare tensors, every step that ends at a C-point, so every step runs once
+ * more at its final input: that run is what the backward reads (its saved statistics, kept halos)
+ * and the only one that updates batch-norm running statistics (the others run with momentum 0,
+ * which leaves them as they are, bit for bit).
  *
  * The adjoint lambda_n = lambda_{n+1} + h (dF_n/du)^T lambda_{n+1} (each step's backward ops
  * at the stored fine forward values, the add's h scaled on coarse levels) is the same
@@ -129,7 +132,7 @@ typedef struct problem {
     int32_t levels, cf, k; /* k: ops per step */
     int32_t n[TSL_MGRIT_MAX_LEVELS];
     tsl_tensor_t *w[TSL_MGRIT_MAX_LEVELS]; /* [l][0 .. n_l] for l >= 1 (0 unused) */
-    tsl_tensor_t *g[TSL_MGRIT_MAX_LEVELS];
+    tsl_tensor_t *a[TSL_MGRIT_MAX_LEVELS], *b[TSL_MGRIT_MAX_LEVELS]; /* g = a - b */
 } problem;
 
 /* u_i, the value fine step i reads (i = N: the segment's output). */
@@ -166,7 +169,7 @@ static tsl_status make_levels(problem *p)
     }
     size_t total = 0;
     for (int32_t l = 1; l < p->levels; l++)
-        total += 2 * ((size_t)p->n[l] + 1);
+        total += 3 * ((size_t)p->n[l] + 1);
     /* (the forward's and the adjoint's own: their points live with different steps) */
     tsl_tensor_t **slot = &in->mg[2 * p->seg->index + p->adjoint], *all = *slot;
     tsl_status st = TSL_OK;
@@ -176,7 +179,7 @@ static tsl_status make_levels(problem *p)
             return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "MGRIT: out of memory");
         size_t at = 0;
         for (int32_t l = 1; l < p->levels && !st; l++)
-            for (int32_t half = 0; half < 2 && !st; half++, at += (size_t)p->n[l] + 1)
+            for (int32_t third = 0; third < 3 && !st; third++, at += (size_t)p->n[l] + 1)
                 for (int32_t j = 1; j <= p->n[l] && !st; j++) {
                     int32_t v = state_value(m, &p->seg->s, fine_index(p, l, j));
                     st = tsl_exec_batch_tensor(m, in->batch, tsl_exec_value_stage(m, v),
@@ -187,7 +190,9 @@ static tsl_status make_levels(problem *p)
     for (int32_t l = 1; l < p->levels; l++) {
         p->w[l] = all + at;
         at += (size_t)p->n[l] + 1;
-        p->g[l] = all + at;
+        p->a[l] = all + at;
+        at += (size_t)p->n[l] + 1;
+        p->b[l] = all + at;
         at += (size_t)p->n[l] + 1;
     }
     return st;
@@ -303,11 +308,17 @@ static tsl_status phi(problem *p, int32_t l, int32_t j, tsl_tensor_t x, tsl_tens
 {
     double scale = (double)ipow(p->cf, l);
     int32_t stride = (int32_t)ipow(p->cf, l);
+    /* The coarser the level, the nearer its chain is to the cycle's critical path: its tasks
+     * go first where a scheduler honours priorities. */
+    struct tsl_context *ctx = p->m->ctx;
+    int keep = ctx->task_priority;
+    ctx->task_priority = l;
     tsl_status st = p->adjoint
                         ? step_adjoint(p, p->seg->s.steps - (j + 1) * stride, x, y, scale, final)
                         : step_forward(p, j * stride, x, y, scale, final);
-    if (!st && rhs && l > 0)
-        st = tsl_tensor_axpy(y, 1.0, p->g[l][j + 1]);
+    if (!st && rhs && l > 0 && !(st = tsl_tensor_add_scaled(y, -1.0, p->b[l][j + 1], y)))
+        st = tsl_tensor_axpy(y, 1.0, p->a[l][j + 1]); /* (y - b) + a */
+    ctx->task_priority = keep;
     return st;
 }
 
@@ -342,7 +353,7 @@ static tsl_status residual_tile(int64_t i, starpu_data_handle_t acc, void *user)
     const residual_job *r = user;
     int32_t k = (int32_t)(i / r->ntiles) + 1;
     int64_t t = i % r->ntiles;
-    tsl_tensor_t a = point(r->p, 0, k * r->p->cf), b = r->p->w[1][k];
+    tsl_tensor_t a = r->p->a[1][k], b = point(r->p, 0, k * r->p->cf);
     tsl_sum_args args = {.dtype = TSL_F32, .count = tsl_tensor_tile_numel(a, t)};
     tsl_task_desc desc = {
         .codelet = &tsl_cl_sum_sqdiff,
@@ -359,8 +370,8 @@ static tsl_status residual_tile(int64_t i, starpu_data_handle_t acc, void *user)
     return st;
 }
 
-/* The exact sum of the level-0 residuals' squares, A_k - u_{kM} (the fine C-points now hold
- * A_k, the coarse points the old values), left pending for tsl_mgrit_finish(). */
+/* The exact sum of the level-0 residuals' squares, a_k - u_{kM} (before the correction),
+ * left pending for tsl_mgrit_finish(). */
 static tsl_status residual(problem *p)
 {
     tsl_mgrit_segment *seg = p->seg;
@@ -396,14 +407,12 @@ static tsl_status vcycle(problem *p, int32_t l)
         st = relax_f(p, l, 0);
     const int32_t M = p->cf, nc = p->n[l + 1];
     for (int32_t k = 1; k <= nc && !st; k++) { /* restriction */
-        tsl_tensor_t c = point(p, l, k * M);
-        if ((st = tsl_tensor_redistribute(p->w[l + 1][k], c)) ||
-            (st = phi(p, l, k * M - 1, point(p, l, k * M - 1), c, 1, 0)))
+        /* a_k = Phi^l(w_{kM-1}) (+ g^l_{kM}); the injected w^{l+1}_k = w_{kM};
+         * b_k = Phi^{l+1}(w^{l+1}_{k-1}) */
+        if ((st = phi(p, l, k * M - 1, point(p, l, k * M - 1), p->a[l + 1][k], 1, 0)) ||
+            (st = tsl_tensor_redistribute(p->w[l + 1][k], point(p, l, k * M))))
             break;
-        /* g^{l+1}_k = A_k - Phi^{l+1}(w^{l+1}_{k-1}) */
-        st = phi(p, l + 1, k - 1, point(p, l + 1, k - 1), p->g[l + 1][k], 0, 0);
-        if (!st)
-            st = tsl_tensor_add_scaled(p->g[l + 1][k], -1.0, p->g[l + 1][k], c);
+        st = phi(p, l + 1, k - 1, point(p, l + 1, k - 1), p->b[l + 1][k], 0, 0);
     }
     if (!st && l == 0)
         st = residual(p);
@@ -447,7 +456,7 @@ static tsl_status solve(problem *p, int32_t iters, int sweep)
         st = relax_f(p, 0, 1);
     /* the steps that end at C-points, into spare tensors (the C-points keep their values) */
     for (int32_t k = 1; sweep && k <= p->n[1] && !st; k++)
-        st = phi(p, 0, k * p->cf - 1, point(p, 0, k * p->cf - 1), p->g[1][k], 0, 1);
+        st = phi(p, 0, k * p->cf - 1, point(p, 0, k * p->cf - 1), p->a[1][k], 0, 1);
     return st;
 }
 
@@ -466,7 +475,8 @@ static void release(struct tsl_model *m, instance *in, const problem *p, int32_t
     for (int32_t l = 1; l < p->levels; l++)
         for (int32_t j = 1; j <= p->n[l]; j++) {
             tsl_tensor_release(p->w[l][j]);
-            tsl_tensor_release(p->g[l][j]);
+            tsl_tensor_release(p->a[l][j]);
+            tsl_tensor_release(p->b[l][j]);
         }
 }
 
@@ -532,7 +542,7 @@ void tsl_mgrit_instance_free(struct tsl_model *m, instance *in)
             continue;
         size_t total = 0;
         for (int32_t l = 1; l < m->plan.levels; l++)
-            total += 2 * ((size_t)(m->mg[k / 2].s.steps / ipow(m->plan.cf, l)) + 1);
+            total += 3 * ((size_t)(m->mg[k / 2].s.steps / ipow(m->plan.cf, l)) + 1);
         for (size_t i = 0; i < total; i++)
             tsl_tensor_destroy(in->mg[k][i]);
         free(in->mg[k]);
