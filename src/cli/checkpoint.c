@@ -18,7 +18,8 @@
 #define STATE_FORMAT "tessel-checkpoint"
 /* 2: the optimizer's settings beyond lr and momentum are kept (1: their defaults then);
  * 3: the loss (2: cross-entropy then) */
-#define STATE_VERSION 3
+#define STATE_VERSION 4
+#define STATE_VERSION_TEXT "4"
 #define SNAPSHOT_PREFIX "step-"
 
 /* Make a directory's entries (a rename, a new file) durable. */
@@ -49,6 +50,8 @@ static int remove_tree(const char *path)
     return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+static int mgrit_schedule_valid(const char *text);
+
 typedef struct state_file {
     const run_settings *settings;
     const run_progress *progress;
@@ -70,10 +73,11 @@ static int write_state(FILE *f, const void *arg)
             "    \"lr\": %.17g,\n    \"momentum\": %.17g,\n    \"weight_decay\": %.17g,\n"
             "    \"dampening\": %.17g,\n    \"nesterov\": %s,\n    \"betas\": [%.17g, %.17g],\n"
             "    \"eps\": %.17g,\n    \"lr_schedule\": \"%s\",\n    \"warmup_steps\": %ld,\n"
-            "    \"loss\": \"%s\",\n    \"seed\": \"%llu\",\n    \"shuffle\": %s\n  },\n",
+            "    \"loss\": \"%s\",\n    \"mgrit\": \"%s\",\n    \"seed\": \"%llu\",\n"
+            "    \"shuffle\": %s\n  },\n",
             s->optimizer, s->batch, s->epochs, s->lr, s->momentum, s->weight_decay, s->dampening,
             s->nesterov ? "true" : "false", s->beta1, s->beta2, s->eps, s->lr_schedule, s->warmup,
-            s->loss, s->seed, s->shuffle ? "true" : "false");
+            s->loss, s->mgrit, s->seed, s->shuffle ? "true" : "false");
     fprintf(f,
             "  \"progress\": {\n    \"epoch\": %lld,\n    \"batch\": %lld,\n    \"steps\": %lld,\n"
             "    \"loss_sum\": %.17g,\n    \"hits\": %lld,\n    \"seen\": %lld,\n"
@@ -286,7 +290,7 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
     else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0)
         bad = "format (not \"" STATE_FORMAT "\")";
     else if (get_int(root, "version", 1, INT32_MAX, &version) || version > STATE_VERSION)
-        bad = "version (1 or 2)";
+        bad = "version (1 to " STATE_VERSION_TEXT ")";
     else if (get_string(set, "model", s->model, sizeof s->model))
         bad = "settings.model";
     else if (get_string(set, "data", s->data, sizeof s->data))
@@ -328,6 +332,9 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
     else if (version >= 3 && (get_string(set, "loss", s->loss, sizeof s->loss) ||
                               parse_loss(s->loss, loss_terms, &nloss)))
         bad = "settings.loss (NAME[:WEIGHT],... of cross_entropy and dice, as --loss)";
+    else if (version >= 4 && (get_string(set, "mgrit", s->mgrit, sizeof s->mgrit) ||
+                              !mgrit_schedule_valid(s->mgrit)))
+        bad = "settings.mgrit (\"\" or levels=L,cf=M,iters=F,biters=B,relax=F|FCF)";
     else if (!cJSON_IsString(seed) || parse_seed_arg(seed->valuestring, &s->seed))
         bad = "settings.seed (a string of a whole number in [0, 2^64), as --seed)";
     else if (!cJSON_IsBool(shuffle))
@@ -357,6 +364,8 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
     }
     if (!bad && version < 3) /* before the loss was a setting */
         snprintf(s->loss, sizeof s->loss, "cross_entropy");
+    if (!bad && version < 4) /* before layer-parallel MGRIT */
+        s->mgrit[0] = '\0';
     if (!bad) {
         s->batch = (long)batch;
         s->epochs = (long)epochs;
@@ -427,11 +436,48 @@ int checkpoint_read(const char *dir, run_settings *settings, run_progress *progr
     return 0;
 }
 
+void mgrit_schedule(const tsl_plan *p, char *text, size_t size)
+{
+    if (!p || p->levels <= 1)
+        snprintf(text, size, "%s", "");
+    else
+        snprintf(text, size, "levels=%d,cf=%d,iters=%d,biters=%d,relax=%s", (int)p->levels,
+                 (int)p->cf, (int)p->iters, (int)p->biters, p->relax == TSL_RELAX_F ? "F" : "FCF");
+}
+
+/* Whether a checkpoint's "mgrit" is "" or a schedule as mgrit_schedule() writes it. */
+static int mgrit_schedule_valid(const char *text)
+{
+    if (!*text)
+        return 1;
+    tsl_plan p;
+    char again[128];
+    if (tsl_plan_parse(text, &p) != TSL_OK)
+        return 0;
+    mgrit_schedule(&p, again, sizeof again);
+    return strcmp(again, text) == 0;
+}
+
 /* Take the trajectory settings the command line left out from the checkpoint; those given
  * must match it (--epochs may differ: it extends or shortens the run). */
 int merge_resumed(train_options *o, const run_settings *r)
 {
     const char *diff = NULL;
+    /* The MGRIT schedule changes a step's values: the plan must keep it (its layers=, data=
+     * and space= may change with the rank count). */
+    char mine[128];
+    mgrit_schedule(o->plan_text ? &o->plan : NULL, mine, sizeof mine);
+    if (strcmp(mine, r->mgrit) != 0) {
+        if (rank_of_process == 0)
+            fprintf(stderr,
+                    "tessel train: the checkpoint being resumed was trained with %s%s%s; give a "
+                    "--plan with %s%s%s (the MGRIT schedule changes the steps; layers=, data= and "
+                    "space= may change)\n",
+                    *r->mgrit ? "the MGRIT schedule '" : "the serial executor", r->mgrit,
+                    *r->mgrit ? "'" : "", *r->mgrit ? "'" : "levels=1", r->mgrit,
+                    *r->mgrit ? "'" : "");
+        return EXIT_USAGE;
+    }
     if ((o->given & SET_MODEL) && strcmp(o->model, r->model))
         diff = "--model";
     else if ((o->given & SET_DATA) && strcmp(o->data, r->data))
@@ -516,6 +562,7 @@ void settings_of(const train_options *o, run_settings *r)
     snprintf(r->lr_schedule, sizeof r->lr_schedule, "%s", o->lr_schedule);
     r->warmup = o->schedule.warmup;
     snprintf(r->loss, sizeof r->loss, "%s", o->loss);
+    mgrit_schedule(o->plan_text ? &o->plan : NULL, r->mgrit, sizeof r->mgrit);
     r->seed = o->seed;
     r->shuffle = o->shuffle;
 }

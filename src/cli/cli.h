@@ -311,9 +311,14 @@ typedef struct run_settings {
     char lr_schedule[64];
     long warmup;
     char loss[128];
+    char mgrit[128]; /* the plan's MGRIT schedule (mgrit_schedule), "" for the serial executor */
     unsigned long long seed;
     int shuffle;
 } run_settings;
+
+/* A plan's MGRIT schedule, the parts that change a training step's values:
+ * "levels=L,cf=M,iters=F,biters=B,relax=R", or "" with levels=1 (or no plan). */
+void mgrit_schedule(const tsl_plan *plan, char *text, size_t size);
 
 /* Where a training run stands: the next batch, the partial sums of the current epoch and the
  * metrics of the finished ones. */

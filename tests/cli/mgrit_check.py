@@ -2,7 +2,8 @@
 """tessel train with layer-parallel MGRIT plans: the same V-cycle schedule gives the same bits
 at 1, 2 and 4 ranks (layers=1, 2, 4: the parameters written after three steps are identical
 byte for byte, and so are the per-step losses and residual norms in the metrics stream), and
-with space=2 at 2 ranks and layers=2,space=2 at 4. The stream carries each step's forward and
+with space=2 at 2 ranks and layers=2,space=2 at 4; a run stopped after two steps and resumed
+from its checkpoint ends with the same bytes (a resume with another schedule is refused). The stream carries each step's forward and
 backward residual norms (non-increasing here) and their convergence factor; --comm-stats
 prints them; `tessel plan` describes the levels; a plan MGRIT cannot run is refused before
 training.
@@ -71,6 +72,29 @@ same(one, run(2, "layers=2," + schedule), "layers=2 at 2 ranks")
 same(one, run(4, "layers=4," + schedule), "layers=4 at 4 ranks")
 same(run(2, "space=2," + schedule), run(4, "layers=2,space=2," + schedule),
      "space=2 against layers=2,space=2")
+
+# Stopped after two steps and resumed from the checkpoint: the same bits as three at once.
+ck = os.path.join(work, "ck")
+first = mpiexec + ["-np", "2", tessel] + common[:common.index("--max-steps")] + [
+    "--max-steps", "2"] + common[common.index("--max-steps") + 2:] + [
+    "--plan", "layers=2," + schedule, "--checkpoint", ck]
+p = subprocess.run(first, capture_output=True, text=True)
+assert p.returncode == 0, p.stdout + p.stderr
+resumed = os.path.join(work, "resumed")
+p = subprocess.run(mpiexec + ["-np", "2", tessel, "train", "--resume", ck, "--max-steps", "3",
+                              "--plan", "layers=2," + schedule, "--ncpu", "1",
+                              "--save-params", resumed], capture_output=True, text=True)
+assert p.returncode == 0, p.stdout + p.stderr
+for path in sorted(glob.glob(os.path.join(resumed, "*.npy"))):
+    with open(path, "rb") as f:
+        assert f.read() == one[0][os.path.basename(path)], f"resumed: {path} differs"
+
+# The schedule is part of the trajectory: resuming without it is refused.
+p = subprocess.run(mpiexec + ["-np", "2", tessel, "train", "--resume", ck, "--max-steps", "3",
+                              "--plan", "data=2"], capture_output=True, text=True)
+assert p.returncode == 2, p.stdout + p.stderr
+assert "trained with the MGRIT schedule 'levels=2,cf=2,iters=2,biters=2,relax=FCF'" in p.stderr, \
+    p.stderr
 
 # Against the serial executor the schedule is an approximation, close after three steps.
 serial = run(1, "data=1")
