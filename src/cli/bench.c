@@ -37,6 +37,9 @@ typedef struct sched_result {
        (-1 without workers of that kind) */
     double tasks[2], kind_busy[2];
     int cuda; /* some rank has CUDA workers */
+    /* the last step's MGRIT residual norms (first segment; plan levels= > 1) */
+    double mgrit[2][64];
+    int32_t nmgrit[2];
 } sched_result;
 
 static void usage_bench(FILE *out)
@@ -245,6 +248,10 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
             free(sorted);
         }
     }
+    for (int dir = 0; !code && dir < 2 && tsl_model_mgrit_segments(s.model) > 0; dir++) {
+        tsl_model_mgrit_residuals(s.model, 0, dir, 64, res->mgrit[dir], &res->nmgrit[dir]);
+        res->nmgrit[dir] = res->nmgrit[dir] < 64 ? res->nmgrit[dir] : 64;
+    }
     free(order);
     tsl_optimizer_destroy(opt);
     session_end(&s);
@@ -276,9 +283,16 @@ static int write_json(FILE *f, const void *arg)
         fprintf(f,
                 "], \"median\": %.9g, \"min\": %.9g, \"max\": %.9g, \"workers_busy\": %.6g, "
                 "\"bytes_per_step\": %.9g, \"tasks_cpu\": %.0f, \"tasks_cuda\": %.0f, "
-                "\"busy_cpu\": %.6g, \"busy_cuda\": %.6g}",
+                "\"busy_cpu\": %.6g, \"busy_cuda\": %.6g",
                 res[i].median, res[i].min, res[i].max, res[i].busy, res[i].bytes_per_step,
                 res[i].tasks[0], res[i].tasks[1], res[i].kind_busy[0], res[i].kind_busy[1]);
+        for (int dir = 0; dir < 2 && res[i].nmgrit[0] > 0; dir++) {
+            fprintf(f, ", \"mgrit_%s\": [", dir ? "backward" : "forward");
+            for (int32_t k = 0; k < res[i].nmgrit[dir]; k++)
+                fprintf(f, "%s%.17g", k ? ", " : "", res[i].mgrit[dir][k]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "}");
     }
     return fprintf(f, "\n  ]\n}\n") < 0 ? -1 : 0;
 }
@@ -353,6 +367,12 @@ int command_bench(int argc, char **argv)
             printf("%-12s %12.4f %12.4f %12.4f %7.1f%% %7.1f%% %14.0f\n", res[i].name,
                    res[i].median, res[i].min, res[i].max, 100 * res[i].busy,
                    100 * (1 - res[i].busy), res[i].bytes_per_step);
+            for (int dir = 0; dir < 2 && res[i].nmgrit[0] > 0; dir++) {
+                printf("%-12s MGRIT %s residuals (last step):", "", dir ? "backward" : "forward");
+                for (int32_t k = 0; k < res[i].nmgrit[dir]; k++)
+                    printf(" %.3e", res[i].mgrit[dir][k]);
+                printf("\n");
+            }
             if (res[i].cuda) { /* where the scheduler put the work */
                 double all = res[i].tasks[0] + res[i].tasks[1];
                 printf("%-12s tasks on CUDA workers %.1f%% (busy %.1f%%), on CPU workers %.1f%% "
