@@ -24,6 +24,7 @@ tsl_status tsl_plan_init(tsl_plan *plan)
     plan->cf = plan->iters = 2;
     plan->biters = 1;
     plan->relax = TSL_RELAX_FCF;
+    plan->skip = TSL_PLAN_SKIP_DEFAULT;
     return TSL_OK;
 }
 
@@ -52,10 +53,10 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {"data",   "space",   "stages", "micro",     "tiles",
-                                       "shard",  "balance", "bucket", "recompute", "layers",
-                                       "levels", "cf",      "iters",  "biters",    "relax"};
-    enum { NKEYS = 15 };
+    static const char *const keys[] = {
+        "data",      "space",  "stages", "micro", "tiles", "shard",  "balance", "bucket",
+        "recompute", "layers", "levels", "cf",    "iters", "biters", "relax",   "skip"};
+    enum { NKEYS = 16 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -65,7 +66,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
                              "micro, balance, tiles, shard, bucket, recompute, layers, levels, "
-                             "cf, iters, biters, relax)",
+                             "cf, iters, biters, relax, skip)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -76,7 +77,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
                              "balance, tiles, shard, bucket, recompute, layers, levels, cf, "
-                             "iters, biters, relax)",
+                             "iters, biters, relax, skip)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -115,11 +116,11 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                                  "plan '%s': bucket='%.*s' is not an integer in [0, %ld]", text,
                                  (int)vlen, v, PLAN_MAX_VALUE);
             p.bucket = (int32_t)value;
-        } else if (k == 8) {
+        } else if (k == 8 || k == 15) {
             if (vlen != 1 || (v[0] != '0' && v[0] != '1'))
-                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                                 "plan '%s': recompute='%.*s' is not 0 or 1", text, (int)vlen, v);
-            p.recompute = v[0] == '1';
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': %s='%.*s' is not 0 or 1",
+                                 text, keys[k], (int)vlen, v);
+            *(k == 8 ? &p.recompute : &p.skip) = v[0] == '1';
         } else if (k == 14) {
             if (vlen == 1 && v[0] == 'F')
                 p.relax = TSL_RELAX_F;
@@ -196,6 +197,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
     if (p->levels != 1 || p->layers != 1) { /* the MGRIT settings, when they matter */
         PART("%scf=%d,iters=%d,biters=%d,relax=%s", n ? "," : "", (int)p->cf, (int)p->iters,
              (int)p->biters, p->relax == TSL_RELAX_F ? "F" : "FCF");
+        if (p->skip != TSL_PLAN_SKIP_DEFAULT)
+            PART(",skip=%d", (int)p->skip);
     } else {
         if (p->cf != 2)
             PART("%scf=%d", n ? "," : "", (int)p->cf);
@@ -205,6 +208,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
             PART("%sbiters=%d", n ? "," : "", (int)p->biters);
         if (p->relax != TSL_RELAX_FCF)
             PART("%srelax=F", n ? "," : "");
+        if (p->skip != TSL_PLAN_SKIP_DEFAULT)
+            PART("%sskip=%d", n ? "," : "", (int)p->skip);
     }
     if (!n)
         PART("data=1");

@@ -4,7 +4,7 @@
  *
  * A plan string is
  * `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`
- * with the layer-parallel parts `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF`;
+ * with the layer-parallel parts `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K`;
  * every part is optional and defaults to 1 (balance= to memory, shard= to
  * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0, cf= to 2,
  * iters= to 2, relax= to FCF):
@@ -29,7 +29,9 @@
  * each segment's forward and backward are solved by L-level MGRIT: coarsening factor M (every
  * segment's steps divisible by M^(L-1), at least 2 points on the coarsest level), F forward and
  * B backward V-cycles of the given relaxation (FAS; coarse steps h M^l with the weights of the
- * fine step they start at; the coarsest level solved serially), then one fine sweep that makes
+ * fine step they start at; the coarsest level solved serially; skip=1: the first down-cycle's
+ * work skipped, the first guess being the coarsest level's steps alone, brought up the levels by
+ * injection and F-relaxation), then one fine sweep that makes
  * every step's values, batch-norm running statistics and parameter gradients. levels=1 runs the
  * layers one after the other (the serial executor). Pure C: no StarPU, no MPI.
  */
@@ -62,6 +64,9 @@ typedef enum tsl_stage_balance {
     TSL_BALANCE_TIME = 2,   /**< `time`: the smallest largest-stage flop estimate */
 } tsl_stage_balance;
 
+/** Default of skip=: MGRIT's first down-cycle is done (its work not skipped). */
+#define TSL_PLAN_SKIP_DEFAULT 0
+
 /** MGRIT relaxation (plan part relax=). */
 typedef enum tsl_mgrit_relax {
     TSL_RELAX_F = 0,   /**< `F`: F-relaxation only */
@@ -86,6 +91,7 @@ typedef struct tsl_plan {
     int32_t iters;      /**< F: MGRIT forward iterations (V-cycles) */
     int32_t biters;     /**< B: MGRIT backward (adjoint) iterations */
     int32_t relax;      /**< a ::tsl_mgrit_relax */
+    int32_t skip;       /**< 1: MGRIT's first down-cycle skipped (a coarse-level first guess) */
 } tsl_plan;
 
 /**

@@ -334,7 +334,7 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         bad = "settings.loss (NAME[:WEIGHT],... of cross_entropy and dice, as --loss)";
     else if (version >= 4 && (get_string(set, "mgrit", s->mgrit, sizeof s->mgrit) ||
                               !mgrit_schedule_valid(s->mgrit)))
-        bad = "settings.mgrit (\"\" or levels=L,cf=M,iters=F,biters=B,relax=F|FCF)";
+        bad = "settings.mgrit (\"\" or levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K)";
     else if (!cJSON_IsString(seed) || parse_seed_arg(seed->valuestring, &s->seed))
         bad = "settings.seed (a string of a whole number in [0, 2^64), as --seed)";
     else if (!cJSON_IsBool(shuffle))
@@ -441,8 +441,9 @@ void mgrit_schedule(const tsl_plan *p, char *text, size_t size)
     if (!p || p->levels <= 1)
         snprintf(text, size, "%s", "");
     else
-        snprintf(text, size, "levels=%d,cf=%d,iters=%d,biters=%d,relax=%s", (int)p->levels,
-                 (int)p->cf, (int)p->iters, (int)p->biters, p->relax == TSL_RELAX_F ? "F" : "FCF");
+        snprintf(text, size, "levels=%d,cf=%d,iters=%d,biters=%d,relax=%s,skip=%d", (int)p->levels,
+                 (int)p->cf, (int)p->iters, (int)p->biters, p->relax == TSL_RELAX_F ? "F" : "FCF",
+                 (int)p->skip);
 }
 
 /* Whether a checkpoint's "mgrit" is "" or a schedule as mgrit_schedule() writes it. */

@@ -317,7 +317,7 @@ typedef struct run_settings {
 } run_settings;
 
 /* A plan's MGRIT schedule, the parts that change a training step's values:
- * "levels=L,cf=M,iters=F,biters=B,relax=R", or "" with levels=1 (or no plan). */
+ * "levels=L,cf=M,iters=F,biters=B,relax=R,skip=K", or "" with levels=1 (or no plan). */
 void mgrit_schedule(const tsl_plan *plan, char *text, size_t size);
 
 /* Where a training run stands: the next batch, the partial sums of the current epoch and the

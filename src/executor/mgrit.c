@@ -322,13 +322,13 @@ static tsl_status phi(problem *p, int32_t l, int32_t j, tsl_tensor_t x, tsl_tens
     return st;
 }
 
-static tsl_status relax_f(problem *p, int32_t l, int final)
+static tsl_status relax_f(problem *p, int32_t l, int final, int rhs)
 {
     tsl_status st = TSL_OK;
     for (int32_t c = 0; c < p->n[l] / p->cf && !st; c++)
         for (int32_t i = 1; i < p->cf && !st; i++) {
             int32_t j = c * p->cf + i;
-            st = phi(p, l, j - 1, point(p, l, j - 1), point(p, l, j), 1, final);
+            st = phi(p, l, j - 1, point(p, l, j - 1), point(p, l, j), rhs, final);
         }
     return st;
 }
@@ -402,9 +402,9 @@ static tsl_status vcycle(problem *p, int32_t l)
             st = phi(p, l, j, point(p, l, j), point(p, l, j + 1), 1, 0);
         return st;
     }
-    st = relax_f(p, l, 0);
+    st = relax_f(p, l, 0, 1);
     if (!st && p->m->plan.relax == TSL_RELAX_FCF && !(st = relax_c(p, l)))
-        st = relax_f(p, l, 0);
+        st = relax_f(p, l, 0, 1);
     const int32_t M = p->cf, nc = p->n[l + 1];
     for (int32_t k = 1; k <= nc && !st; k++) { /* restriction */
         /* a_k = Phi^l(w_{kM-1}) (+ g^l_{kM}); the injected w^{l+1}_k = w_{kM};
@@ -421,7 +421,7 @@ static tsl_status vcycle(problem *p, int32_t l)
     for (int32_t k = 1; k <= nc && !st; k++) /* correction */
         st = tsl_tensor_redistribute(point(p, l, k * M), p->w[l + 1][k]);
     if (!st && l > 0)
-        st = relax_f(p, l, 0);
+        st = relax_f(p, l, 0, 1);
     return st;
 }
 
@@ -442,18 +442,40 @@ static void drain(struct tsl_model *m, tsl_mgrit_segment *seg, int dir)
     seg->npending[dir] = 0;
 }
 
-/* iters V-cycles from C-points equal to the first point, then the fine sweep. */
+/* skip=1: the first down-cycle's work skipped. The coarsest level's steps alone (no right-hand
+ * side: the coarse ODE) from the first point, then up the levels: each level's C-points take
+ * the coarser level's points and an F-relaxation fills the rest; the cycles start from there. */
+static tsl_status coarse_start(problem *p)
+{
+    int32_t top = p->levels - 1;
+    tsl_status st = TSL_OK;
+    for (int32_t j = 0; j < p->n[top] && !st; j++)
+        st = phi(p, top, j, point(p, top, j), point(p, top, j + 1), 0, 0);
+    for (int32_t l = top - 1; l >= 0 && !st; l--) {
+        for (int32_t k = 1; k <= p->n[l + 1] && !st; k++)
+            st = tsl_tensor_redistribute(point(p, l, k * p->cf), point(p, l + 1, k));
+        if (!st)
+            st = relax_f(p, l, 0, 0);
+    }
+    return st;
+}
+
+/* iters V-cycles from C-points equal to the first point (or skip=1's start), then the fine
+ * sweep. */
 static tsl_status solve(problem *p, int32_t iters, int sweep)
 {
     tsl_status st = TSL_OK;
     if (p->seg->npending[p->adjoint]) /* a forward alone before: its norms */
         drain(p->m, p->seg, p->adjoint);
-    for (int32_t c = 1; c <= p->n[0] / p->cf && !st; c++)
-        st = tsl_tensor_redistribute(point(p, 0, c * p->cf), point(p, 0, 0));
+    if (p->m->plan.skip) /* the first guess from the coarsest level alone */
+        st = coarse_start(p);
+    else
+        for (int32_t c = 1; c <= p->n[0] / p->cf && !st; c++)
+            st = tsl_tensor_redistribute(point(p, 0, c * p->cf), point(p, 0, 0));
     for (int32_t it = 0; it < iters && !st; it++)
         st = vcycle(p, 0);
     if (!st)
-        st = relax_f(p, 0, 1);
+        st = relax_f(p, 0, 1, 1);
     /* the steps that end at C-points, into spare tensors (the C-points keep their values) */
     for (int32_t k = 1; sweep && k <= p->n[1] && !st; k++)
         st = phi(p, 0, k * p->cf - 1, point(p, 0, k * p->cf - 1), p->a[1][k], 0, 1);

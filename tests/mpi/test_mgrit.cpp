@@ -116,8 +116,10 @@ TEST(Mgrit, ExactSchedulesEqualTheSerialExecutor)
     const std::vector<Case> cases[3] = {
         {{"levels=2,cf=2,iters=4,biters=4,relax=F", ""},
          {"levels=2,cf=4,iters=2,biters=2,relax=F", ""},
-         {"levels=2,cf=2,iters=4,biters=4,relax=FCF", ""}},
-        {{"layers=2,levels=2,cf=2,iters=4,biters=4,relax=F", "layers=2"}},
+         {"levels=2,cf=2,iters=4,biters=4,relax=FCF", ""},
+         {"levels=3,cf=2,iters=4,biters=4,relax=F,skip=1", ""}},
+        {{"layers=2,levels=2,cf=2,iters=4,biters=4,relax=F", "layers=2"},
+         {"layers=2,levels=2,cf=2,iters=4,biters=4,relax=FCF,skip=1", "layers=2"}},
         {{"layers=4,levels=2,cf=2,iters=4,biters=4,relax=F", "layers=4"},
          {"layers=2,data=2,levels=2,cf=4,iters=2,biters=2", "layers=2,data=2"}},
     };

@@ -250,9 +250,11 @@ TEST(Plan, LayerParallelParts)
     EXPECT_EQ(p.iters, 2);
     EXPECT_EQ(p.biters, 1);
     EXPECT_EQ(p.relax, TSL_RELAX_FCF);
+    EXPECT_EQ(p.skip, 0);
     EXPECT_EQ(tsl_plan_depth(&p), 1);
     EXPECT_EQ(tsl_plan_depth(nullptr), 1);
-    ASSERT_EQ(tsl_plan_parse("layers=4,levels=3,cf=4,iters=5,biters=3,relax=F,data=2", &p), TSL_OK)
+    ASSERT_EQ(tsl_plan_parse("layers=4,levels=3,cf=4,iters=5,biters=3,relax=F,data=2,skip=1", &p),
+              TSL_OK)
         << tsl_last_error();
     EXPECT_EQ(p.layers, 4);
     EXPECT_EQ(p.levels, 3);
@@ -264,7 +266,8 @@ TEST(Plan, LayerParallelParts)
     EXPECT_EQ(tsl_plan_ranks(&p), 8);
     char text[256];
     ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
-    EXPECT_STREQ(text, "data=2,layers=4,levels=3,cf=4,iters=5,biters=3,relax=F");
+    EXPECT_EQ(p.skip, 1);
+    EXPECT_STREQ(text, "data=2,layers=4,levels=3,cf=4,iters=5,biters=3,relax=F,skip=1");
     tsl_plan back;
     ASSERT_EQ(tsl_plan_parse(text, &back), TSL_OK);
     EXPECT_EQ(memcmp(&back, &p, sizeof p), 0);
@@ -281,6 +284,7 @@ TEST(Plan, LayerParallelParts)
     EXPECT_EQ(tsl_plan_parse("relax=C", &p), TSL_ERR_INVALID_ARG);
     EXPECT_NE(std::string(tsl_last_error()).find("F or FCF"), std::string::npos);
     EXPECT_EQ(tsl_plan_parse("levels=0", &p), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_plan_parse("skip=2", &p), TSL_ERR_INVALID_ARG);
 }
 
 // layers=P cuts the ODE steps into P groups of equal step counts; the stem goes with the first
