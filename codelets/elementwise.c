@@ -90,6 +90,21 @@ static void mul_cpu(void *buffers[], void *cl_arg)
     }
 }
 
+static void dropout_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_elementwise_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(starpu_task_get_current()->nbuffers == 3, "dropout: three buffers");
+    TSL_CODELET_CHECK((int64_t)STARPU_VECTOR_GET_NX(buffers[2]) == a.count &&
+                          (int64_t)STARPU_VECTOR_GET_NX(buffers[1]) >= a.count,
+                      "dropout: tile size");
+    TSL_CODELET_CHECK(a.dtype == TSL_F32, "dropout: dtype");
+    const float *x = VEC_PTR(0), *u = VEC_PTR(1);
+    float *z = VEC_PTR(2);
+    for (int64_t i = 0; i < a.count; i++)
+        z[i] = tsl_dropout_f32(x[i], u[i], a.alpha);
+}
+
 static void mark_cpu(void *buffers[], void *cl_arg)
 {
     tsl_mark_args a;
@@ -118,6 +133,8 @@ TSL_CODELET(tsl_cl_axpy, "tsl_axpy", axpy_cpu, tsl_axpy_cuda, elementwise_varian
 TSL_CODELET(tsl_cl_add, "tsl_add", add_cpu, tsl_add_cuda, elementwise_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_mul, "tsl_mul", mul_cpu, tsl_mul_cuda, elementwise_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_dropout, "tsl_dropout", dropout_cpu, tsl_dropout_cuda, elementwise_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
 /* On a CUDA worker too: the mark records the worker that ran the task, and the tile need not
  * come to the host for it. */

@@ -45,6 +45,15 @@ namespace
 ELEMENTWISE_KERNELS(float, f32)
 ELEMENTWISE_KERNELS(double, f64)
 
+/* z may alias x */
+__global__ void dropout_f32(int64_t n, double p, const float *x, const float *u, float *z)
+{
+    TSL_CUDA_FOR(i, n)
+    {
+        z[i] = tsl_dropout_f32(x[i], u[i], p);
+    }
+}
+
 __global__ void mark_i32(int64_t n, int32_t value, int32_t *tile)
 {
     TSL_CUDA_FOR(i, n)
@@ -149,6 +158,24 @@ extern "C" void tsl_mul_cuda(void *buffers[], void *cl_arg)
         mul_f64<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a.count, (const double *)buf(buffers, 0),
                                                          (const double *)buf(buffers, 1),
                                                          (double *)buf(buffers, 2));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_dropout_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_elementwise_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(starpu_task_get_current()->nbuffers == 3, "dropout (CUDA): three buffers");
+    TSL_CODELET_CHECK(count_of(buffers, 0) >= a.count && count_of(buffers, 1) >= a.count &&
+                          count_of(buffers, 2) == a.count,
+                      "dropout (CUDA): tile sizes");
+    TSL_CODELET_CHECK(a.dtype == TSL_F32, "dropout (CUDA): dtype");
+    if (a.count == 0)
+        return;
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    dropout_f32<<<tsl_cuda_blocks(a.count), TSL_CUDA_THREADS, 0, stream>>>(
+        a.count, a.alpha, (const float *)buf(buffers, 0), (const float *)buf(buffers, 1),
+        (float *)buf(buffers, 2));
     TSL_CUDA_CHECK_LAUNCH();
 }
 

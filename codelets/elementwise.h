@@ -22,6 +22,8 @@ extern struct starpu_codelet tsl_cl_scale; /* RW x:      x = alpha x */
 extern struct starpu_codelet tsl_cl_axpy;  /* R x, RW y: y += alpha x */
 extern struct starpu_codelet tsl_cl_add;   /* R a, R b, W|RW dst: dst = alpha a + b */
 extern struct starpu_codelet tsl_cl_mul;   /* R a, R b, W|RW dst: dst = a b */
+/* R x, R u (f32 uniform draws), W|RW dst (f32): dst = tsl_dropout_f32(x, u, alpha) */
+extern struct starpu_codelet tsl_cl_dropout;
 
 /* ---- placement marks ---- */
 
@@ -40,6 +42,7 @@ void tsl_scale_cuda(void *buffers[], void *cl_arg);
 void tsl_axpy_cuda(void *buffers[], void *cl_arg);
 void tsl_add_cuda(void *buffers[], void *cl_arg);
 void tsl_mul_cuda(void *buffers[], void *cl_arg);
+void tsl_dropout_cuda(void *buffers[], void *cl_arg);
 void tsl_mark_cuda(void *buffers[], void *cl_arg);
 #endif
 

@@ -29,4 +29,11 @@
 TSL_ELEMENTWISE_FUNCTIONS(float, f32)
 TSL_ELEMENTWISE_FUNCTIONS(double, f64)
 
+/* Dropout of element x with its uniform draw u in [0, 1): x / (1 - p) (as x times the scale, in
+ * double) where u >= p, else 0. The same in the forward (x) and the backward (dy). */
+static inline TSL_HD float tsl_dropout_f32(float x, float u, double p)
+{
+    return (double)u >= p ? (float)((double)x * (1.0 / (1.0 - p))) : 0.0f;
+}
+
 #endif /* TESSEL_CODELETS_ELEMENTWISE_MATH_H */

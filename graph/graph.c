@@ -483,6 +483,19 @@ tsl_status tsl_graph_mul(tsl_graph_t g, int32_t a, int32_t b, int32_t *value)
     return add_op(g, &op, NULL, value, fn);
 }
 
+tsl_status tsl_graph_dropout(tsl_graph_t g, int32_t x, double p, int32_t *value)
+{
+    const char *fn = "tsl_graph_dropout";
+    tsl_status st = check_op(g, value, x, NULL, fn);
+    if (st)
+        return st;
+    if (!(p >= 0 && p < 1))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: p %g must be in [0, 1)", fn, p);
+    tsl_graph_op op = unary_op(TSL_OP_DROPOUT, x, NULL);
+    op.p = p;
+    return add_op(g, &op, NULL, value, fn);
+}
+
 tsl_status tsl_graph_flatten(tsl_graph_t g, int32_t x, int32_t *value)
 {
     const char *fn = "tsl_graph_flatten";

@@ -38,6 +38,7 @@ typedef struct tsl_graph_op {
     int32_t bias;
     double eps, momentum; /* batch norm */
     double h;             /* add: h * inputs[0] + inputs[1] (an ODE step's size; 1 by default) */
+    double p;             /* dropout: the probability of zeroing an element */
     tsl_activation act;
     double slope;
     tsl_pool_params pool;

@@ -36,6 +36,7 @@ enum key {
     K_START,
     K_STOP,
     K_H,
+    K_P,
     K_STAGE,
     KEY_COUNT
 };
@@ -67,6 +68,7 @@ enum layer_op {
     L_SUB, /* read only: tsl_graph_sub() makes an add, written as one */
     L_MUL,
     L_SLICE,
+    L_DROPOUT,
     LAYER_OP_COUNT
 };
 
@@ -84,6 +86,7 @@ extern const layer_spec json_specs[LAYER_OP_COUNT];
 /* Defaults, as PyTorch's modules have them. */
 #define DEFAULT_EPS 1e-5
 #define DEFAULT_MOMENTUM 0.1
+#define DEFAULT_DROPOUT 0.5
 extern const int64_t json_zeros[3], json_ones[3];
 
 /* The "op" of a layer: its spec's, or for an activation the activation table's name. */

@@ -433,6 +433,12 @@ static tsl_status build_layer(layer *l, int32_t *value)
             return st;
         return built(l, tsl_graph_slice(g, l->inputs[0], start, stop, value));
     }
+    case L_DROPOUT: {
+        double p;
+        if ((st = get_number(l, K_P, DEFAULT_DROPOUT, &p)))
+            return st;
+        return built(l, tsl_graph_dropout(g, l->inputs[0], p, value));
+    }
     case L_FLATTEN:
         return built(l, tsl_graph_flatten(g, l->inputs[0], value));
     case L_LINEAR:

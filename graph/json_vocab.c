@@ -27,6 +27,7 @@ const char *const json_key_names[KEY_COUNT] = {"name",
                                                "start",
                                                "stop",
                                                "h",
+                                               "p",
                                                "stage"};
 
 const layer_spec json_specs[LAYER_OP_COUNT] = {
@@ -47,6 +48,7 @@ const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_SUB] = {"sub", COMMON_KEYS, 0, 2, 2, 0},
     [L_MUL] = {"mul", COMMON_KEYS, 0, 2, 2, 0},
     [L_SLICE] = {"slice", COMMON_KEYS | BIT(K_START) | BIT(K_STOP), 0, 1, 1, 0},
+    [L_DROPOUT] = {"dropout", COMMON_KEYS | BIT(K_P), 0, 1, 1, 0},
 };
 
 const int64_t json_zeros[3] = {0, 0, 0}, json_ones[3] = {1, 1, 1};

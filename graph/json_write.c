@@ -87,7 +87,7 @@ static int is_global_avgpool(const struct tsl_graph *g, const tsl_graph_op *o)
 
 static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *o)
 {
-    _Static_assert(TSL_OP_KIND_COUNT == 12, "layer_op_of() and add_attributes() take every kind");
+    _Static_assert(TSL_OP_KIND_COUNT == 13, "layer_op_of() and add_attributes() take every kind");
     switch (o->kind) {
     case TSL_OP_INPUT:
         return L_INPUT;
@@ -115,6 +115,8 @@ static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *
         return L_MUL;
     case TSL_OP_SLICE:
         return L_SLICE;
+    case TSL_OP_DROPOUT:
+        return L_DROPOUT;
     }
     return LAYER_OP_COUNT;
 }
@@ -217,6 +219,8 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
         return add_out(j, g, o) || add_bool(j, K_BIAS, o->bias, 1);
     case L_ADD:
         return add_number(j, K_H, o->h, 1.0);
+    case L_DROPOUT:
+        return add_number(j, K_P, o->p, DEFAULT_DROPOUT);
     case L_SLICE: { /* over the sample axes, C first */
         int32_t n = g->values[o->inputs[0]].shape.ndim;
         cJSON *a = cJSON_AddArrayToObject(j, json_key_names[K_START]);

@@ -79,7 +79,7 @@ static int same_op(const struct tsl_graph *g, int32_t x, int32_t y, int32_t shif
     if (a->kind != b->kind || a->ninputs != b->ninputs || a->nparams != b->nparams ||
         a->transposed != b->transposed || a->bias != b->bias || a->act != b->act ||
         a->slope != b->slope || a->eps != b->eps || a->momentum != b->momentum || a->h != b->h ||
-        !same_conv(&a->conv, &b->conv) || !same_pool(&a->pool, &b->pool) ||
+        a->p != b->p || !same_conv(&a->conv, &b->conv) || !same_pool(&a->pool, &b->pool) ||
         memcmp(a->scale, b->scale, sizeof a->scale) != 0 || a->linear != b->linear)
         return 0;
     const tsl_shape *sa = &g->values[a->output].shape, *sb = &g->values[b->output].shape;

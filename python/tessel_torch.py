@@ -52,6 +52,7 @@ _OPS = {
     "upsample_linear": {"scale": None},
     "concat": {}, "add": {"h": 1.0}, "sub": {}, "mul": {}, "flatten": {},
     "slice": {"start": None, "stop": None},
+    "dropout": {"p": 0.5},
     "linear": {"out": None, "bias": True},
 }
 _COMMON_KEYS = {"name", "op", "inputs", "stage"}
@@ -295,6 +296,11 @@ class TesselNet(nn.Module):
                 raise ModelFileError(f"{where}: start {lo} and stop {hi} do not fit {x}")
             box = (slice(None),) + tuple(slice(b, e) for b, e in zip(lo, hi))
             return (lambda v: v[box]), tuple(e - b for b, e in zip(lo, hi))
+        if op == "dropout":  # (its masks are tessel's own draws; the same distribution)
+            p_ = a["p"]
+            if not isinstance(p_, (int, float)) or isinstance(p_, bool) or not 0 <= p_ < 1:
+                raise ModelFileError(f"{where}: p must be in [0, 1), not {p_!r}")
+            return (lambda v: F.dropout(v, p_, self.training)), x
         if op in ("sub", "mul"):
             if in_shapes[1] != in_shapes[0]:
                 raise ModelFileError(f"{where}: {op} of shapes {in_shapes}")

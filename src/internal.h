@@ -140,6 +140,10 @@ tsl_status tsl_tensor_scatter_labels(tsl_tensor_t t, int32_t root, const int64_t
 /* dst = alpha a + b, as tsl_tensor_add() (alpha 1) does a + b: a residual step of size alpha. */
 tsl_status tsl_tensor_add_scaled(tsl_tensor_t dst, double alpha, tsl_tensor_t a, tsl_tensor_t b);
 
+/* dst = x / (1 - p) where u >= p, else 0 (dropout: u the f32 uniform draws; dst may be x). Same
+ * shape, tile grid and layout, all f32. */
+tsl_status tsl_dropout_apply(tsl_tensor_t dst, tsl_tensor_t x, tsl_tensor_t u, double p);
+
 /* Like tsl_tensor_create_layout(), but StarPU allocates each owned tile when a task first
  * writes it (the tile has no value before), and tsl_tensor_release() gives it back. */
 tsl_status tsl_tensor_create_transient(struct tsl_tensor **out, struct tsl_context *ctx,

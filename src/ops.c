@@ -77,6 +77,21 @@ tsl_status tsl_tensor_mul(tsl_tensor_t dst, tsl_tensor_t a, tsl_tensor_t b)
     return binary(&tsl_cl_mul, dst, 1.0, a, b, "tsl_tensor_mul");
 }
 
+tsl_status tsl_dropout_apply(tsl_tensor_t dst, tsl_tensor_t x, tsl_tensor_t u, double p)
+{
+    const char *fn = "dropout";
+    tsl_status st = tsl_tensor_check(dst, fn);
+    if (st || (st = tsl_tensor_check(x, fn)) || (st = tsl_tensor_check(u, fn)) ||
+        (st = tsl_tensor_check_same_layout(dst, x, fn)) ||
+        (st = tsl_tensor_check_same_layout(dst, u, fn)))
+        return st;
+    if (dst->dtype != TSL_F32 || x->dtype != TSL_F32 || u->dtype != TSL_F32 || !(p >= 0 && p < 1))
+        return tsl_error(dst->ctx, TSL_ERR_INVALID_ARG, "%s: f32 tensors and p in [0, 1)", fn);
+    const tsl_tensor_t inputs[2] = {x, u};
+    return submit_elementwise(&tsl_cl_dropout, dst, dst == x ? STARPU_RW : STARPU_W, inputs, 2, p,
+                              1.0);
+}
+
 /* The partial task of tile `tile`: sum the tile into its accumulator. */
 static tsl_status sum_tile(int64_t tile, starpu_data_handle_t acc, void *user)
 {

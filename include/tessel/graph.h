@@ -44,10 +44,11 @@ typedef enum tsl_op_kind {
     TSL_OP_LINEAR = 9,     /**< fully connected layer, optional bias */
     TSL_OP_MUL = 10,       /**< elementwise product of two values (gates) */
     TSL_OP_SLICE = 11,     /**< a box of each sample: channels and spatial ranges */
+    TSL_OP_DROPOUT = 12,   /**< training: zero elements with probability p, scale the rest */
 } tsl_op_kind;
 
 /** Number of op kinds. */
-#define TSL_OP_KIND_COUNT 12
+#define TSL_OP_KIND_COUNT 13
 
 /** Longest name of a value, op or parameter, terminating zero included. */
 #define TSL_GRAPH_NAME_MAX 96
@@ -128,6 +129,16 @@ TSL_API tsl_status tsl_graph_slice(tsl_graph_t graph, int32_t x, const int64_t *
 
 /** @brief a * b elementwise (same shape); its backward reads both. */
 TSL_API tsl_status tsl_graph_mul(tsl_graph_t graph, int32_t a, int32_t b, int32_t *value);
+
+/**
+ * @brief Dropout with probability @p p (0 <= p < 1), as torch.nn.Dropout: in training each
+ * element is zeroed with probability p and the others scaled by 1 / (1 - p); in inference it
+ * passes x unchanged. Whether element i is kept depends only on (the model's seed, the op, the
+ * model's training-step count, i), so every tiling, layout, rank count and worker kind drops
+ * the same elements, and a step's backward, and MGRIT's repeated steps, see its forward's mask
+ * (tsl_model_set_step()).
+ */
+TSL_API tsl_status tsl_graph_dropout(tsl_graph_t graph, int32_t x, double p, int32_t *value);
 
 /** Losses a model's steps can minimise (tsl_model_set_loss(), tsl_graph_set_loss()). */
 typedef enum tsl_model_loss_kind {

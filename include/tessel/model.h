@@ -147,6 +147,20 @@ TSL_API tsl_status tsl_model_set_loss(tsl_model_t model, int32_t count, const ts
 TSL_API tsl_dtype tsl_model_label_dtype(tsl_model_t model);
 
 /**
+ * @brief The model's count of training forwards (each tsl_model_gradients(), training step, or
+ * tsl_model_forward() with train set adds one): with the model's seed it draws the dropout
+ * masks (tsl_graph_dropout()). 0 when the model is made.
+ */
+TSL_API tsl_status tsl_model_step(tsl_model_t model, int64_t *step);
+
+/**
+ * @brief Set the count of training forwards (tsl_model_step()), to resume a run exactly: the
+ * next training forward draws the masks of step @p step (at least 0). Every rank must set the
+ * same.
+ */
+TSL_API tsl_status tsl_model_set_step(tsl_model_t model, int64_t step);
+
+/**
  * @brief How many ODE segments the model's plan solves by MGRIT (plan levels= > 1; see
  * tessel/plan.h): 0 otherwise.
  */

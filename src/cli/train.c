@@ -642,6 +642,9 @@ static int train_start(train_run *r)
         return fail_collective(st, "creating the optimizer");
     if (o->resume && (st = tsl_model_load_checkpoint(r->s.model, r->opt, r->snapshot)))
         return fail_collective(st, "resuming from the checkpoint");
+    /* A training forward per step: the resumed steps draw the dropout masks they would have. */
+    if ((st = tsl_model_set_step(r->s.model, p->steps)))
+        return fail_collective(st, "resuming from the checkpoint");
     int mode = o->progress;
     if (mode == PROGRESS_AUTO)
         mode = !o->given_progress && o->common.config.log_level == TSL_LOG_ERROR ? PROGRESS_OFF

@@ -90,6 +90,36 @@ static tsl_status forward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_
     return tsl_tensor_mul(y, x, in->act[m->g->ops[i].inputs[1]]);
 }
 
+/* SplitMix64's finaliser. */
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Training: the op's uniform draws for this step (from the model's seed, the op and the step
+ * count alone) into its mask tensor, kept for the backward; then y. Inference: y = x. */
+static tsl_status forward_dropout(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                  tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (!train || o->p == 0)
+        return tsl_tensor_redistribute(y, x);
+    tsl_status st = TSL_OK;
+    if (!in->mask[i]) {
+        st = tsl_tensor_create_transient(&in->mask[i], m->ctx, TSL_F32, &y->shape, &y->grid,
+                                         &y->owners, y->layout);
+        if (!st && tsl_exec_pipelined(m))
+            tsl_tensor_order_by_samples(in->mask[i]);
+    }
+    uint64_t seed = mix64(m->seed ^ mix64((uint64_t)i ^ mix64(in->dropout_step)));
+    if (!st)
+        st = tsl_tensor_fill_uniform(in->mask[i], seed, 0.0, 1.0);
+    return st ? st : tsl_dropout_apply(y, x, in->mask[i], o->p);
+}
+
 /* The op's box of x: its origin (batch axis 0) and extent (the whole batch). */
 static void slice_box(const tsl_graph_op *o, tsl_tensor_t y, int64_t *lo, int64_t *extent)
 {
@@ -153,6 +183,8 @@ static tsl_status backward_slice(struct tsl_model *m, instance *in, int32_t i, t
                                  tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_dropout(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 
 const tsl_exec_row tsl_exec_table[] = {
     [TSL_OP_INPUT] = {forward_none, NULL},
@@ -167,6 +199,7 @@ const tsl_exec_row tsl_exec_table[] = {
     [TSL_OP_LINEAR] = {forward_linear, backward_linear},
     [TSL_OP_MUL] = {forward_mul, backward_mul},
     [TSL_OP_SLICE] = {forward_slice, backward_slice},
+    [TSL_OP_DROPOUT] = {forward_dropout, backward_dropout},
 };
 _Static_assert(sizeof tsl_exec_table / sizeof tsl_exec_table[0] == TSL_OP_KIND_COUNT,
                "one row of the execution table per op kind");
@@ -284,4 +317,19 @@ static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, 
     const tsl_graph_op *o = &m->g->ops[i];
     return tsl_linear_backward(x, tsl_exec_op_param(m, o, 0, 0), dy, dx[0],
                                tsl_exec_op_param(m, o, 0, 1), tsl_exec_op_param(m, o, 1, 1));
+}
+
+/* dx = dy through the forward's mask (kept in in->mask[i]; none with p = 0). */
+static tsl_status backward_dropout(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (!dx[0])
+        return TSL_OK;
+    if (o->p == 0)
+        return tsl_tensor_redistribute(dx[0], dy);
+    if (!in->mask[i])
+        return tsl_error(m->ctx, TSL_ERR_STATE, "dropout %d: a backward without its forward",
+                         (int)i);
+    return tsl_dropout_apply(dx[0], dy, in->mask[i], o->p);
 }

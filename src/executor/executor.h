@@ -39,6 +39,8 @@ typedef struct instance {
     tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
     tsl_tensor_t *saved;     /* [nops]: batch-norm statistics */
     tsl_tensor_t *pidx;      /* [nops]: a max pooling's indices, from forward to backward */
+    tsl_tensor_t *mask;      /* [nops]: a dropout's uniform draws, from forward to backward */
+    uint64_t dropout_step;   /* the model's step count when its last training forward began */
     tsl_halo_keep *keep;     /* [nops * TSL_GRAPH_MAX_INPUTS]: a convolution's input halo slabs
                                 (one set per part of a folded concatenation), forward to backward */
     tsl_tensor_t labels;
@@ -85,6 +87,8 @@ struct tsl_model {
     int64_t *ahead_indices;
     tsl_read_group ahead_reads[2];
     int32_t ahead_group;
+    uint64_t seed;         /* tsl_model_create_plan()'s: dropout draws from it */
+    uint64_t step;         /* training forwards so far (tsl_model_set_step()) */
     tsl_mgrit_segment *mg; /* the segments MGRIT solves (levels= > 1) */
     int32_t nmg;
 };

@@ -128,6 +128,8 @@ tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train)
     struct tsl_graph *g = m->g;
     tsl_status st = tsl_exec_sync_replicas(m);
     memset(in->dropped, 0, (size_t)g->nvalues);
+    if (train) /* this forward's dropout draws, and its backward's */
+        in->dropout_step = m->step++;
     for (int32_t i = 0; i < g->nops && !st; i++) {
         const tsl_mgrit_segment *seg = tsl_mgrit_segment_at(m, i);
         if (seg) { /* the segment's steps, by multigrid in time; then the op after it */

@@ -25,6 +25,8 @@ void tsl_exec_instance_free(struct tsl_model *m, instance *in)
             tsl_tensor_destroy(in->saved[o]);
         if (in->pidx)
             tsl_tensor_destroy(in->pidx[o]);
+        if (in->mask)
+            tsl_tensor_destroy(in->mask[o]);
         tsl_tensor_t *slots[4] = {in->rx, in->ry, in->rdx, in->rdy};
         for (int k = 0; k < 4; k++)
             if (slots[k])
@@ -45,6 +47,7 @@ void tsl_exec_instance_free(struct tsl_model *m, instance *in)
     free(in->rdy);
     free(in->saved);
     free(in->pidx);
+    free(in->mask);
     free(in->written);
     free(in->dropped);
     memset(in, 0, sizeof *in);
@@ -111,6 +114,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->scratch = calloc((size_t)g->nvalues, sizeof *in->scratch);
     in->saved = calloc((size_t)g->nops, sizeof *in->saved);
     in->pidx = calloc((size_t)g->nops, sizeof *in->pidx);
+    in->mask = calloc((size_t)g->nops, sizeof *in->mask);
     in->flat = calloc((size_t)g->nvalues, sizeof *in->flat);
     in->keep = calloc((size_t)g->nops * TSL_GRAPH_MAX_INPUTS, sizeof *in->keep);
     in->rx = calloc((size_t)g->nops, sizeof *in->rx);
@@ -119,8 +123,9 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->rdy = calloc((size_t)g->nops, sizeof *in->rdy);
     in->written = calloc((size_t)g->nvalues, 1);
     in->dropped = calloc((size_t)g->nvalues, 1);
-    if (!in->act || !in->grad || !in->scratch || !in->saved || !in->pidx || !in->flat || !in->rx ||
-        !in->ry || !in->rdx || !in->rdy || !in->keep || !in->written || !in->dropped) {
+    if (!in->act || !in->grad || !in->scratch || !in->saved || !in->pidx || !in->mask ||
+        !in->flat || !in->rx || !in->ry || !in->rdx || !in->rdy || !in->keep || !in->written ||
+        !in->dropped) {
         tsl_exec_instance_free(m, in);
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }

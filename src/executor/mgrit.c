@@ -487,6 +487,7 @@ static void release(struct tsl_model *m, instance *in, const problem *p, int32_t
 {
     const tsl_ode_segment *s = &p->seg->s;
     for (int32_t i = s->first_op; i <= s->last_op; i++) {
+        tsl_tensor_release(in->mask[i]);
         int32_t v = m->g->ops[i].output;
         if (v == keep)
             continue;

@@ -87,6 +87,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     if (!m)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     m->ctx = ctx;
+    m->seed = seed;
     m->loss[0].kind = TSL_MODEL_LOSS_CROSS_ENTROPY;
     m->loss[0].weight = 1.0;
     m->nloss = 1; /* (the graph's, if it names one, below) */

@@ -266,6 +266,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
         tsl_trace_label(m->ctx, m->g->ops[i].name, "backward");
         st = tsl_exec_op_backward(m, in, i); /* a bucket reduces once all its members are in */
         tsl_tensor_release(in->pidx[i]);
+        tsl_tensor_release(in->mask[i]);
         if (!st && !m->fused[i]) {
             int32_t out =
                 m->relu_of[i] >= 0 ? m->g->ops[m->relu_of[i]].output : m->g->ops[i].output;
@@ -451,4 +452,21 @@ tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32
         (st = load_batch(m, in, batch, &src, 0)) || (st = tsl_exec_forward(m, in, train)))
         return st;
     return tsl_tensor_gather(in->act[m->g->output], 0, out);
+}
+
+tsl_status tsl_model_step(tsl_model_t m, int64_t *step)
+{
+    if (!m || !step)
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "tsl_model_step: NULL argument");
+    *step = (int64_t)m->step;
+    return TSL_OK;
+}
+
+tsl_status tsl_model_set_step(tsl_model_t m, int64_t step)
+{
+    if (!m || step < 0)
+        return tsl_error(m ? m->ctx : NULL, TSL_ERR_INVALID_ARG, "tsl_model_set_step: %s",
+                         m ? "step below 0" : "model is NULL");
+    m->step = (uint64_t)step;
+    return TSL_OK;
 }

@@ -359,6 +359,7 @@ tsl_graph_t every_op_graph()
     tsl_pool_params_init(&gap, TSL_POOL_AVG, 2, 16); // over the whole 16x16
     st = st ? st : tsl_graph_pool(g, v, &gap, &v);
     st = st ? st : tsl_graph_flatten(g, v, &v);
+    st = st ? st : tsl_graph_dropout(g, v, 0.25, &v);
     st = st ? st : tsl_graph_linear(g, "hidden", v, 12, 0, &v);
     st = st ? st : tsl_graph_linear(g, "head", v, 5, 1, &v);
     st = st ? st : tsl_graph_set_output(g, v);
