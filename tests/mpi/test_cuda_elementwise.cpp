@@ -9,6 +9,7 @@
 extern "C" {
 #include "codelets/copy.h"
 #include "codelets/elementwise.h"
+#include "codelets/elementwise_math.h"
 #include "codelets/fill.h"
 #include "codelets/optimizer.h"
 }
@@ -88,6 +89,30 @@ TEST(Cuda, ElementwiseF64MatchesCpu)
 {
     SKIP_WITHOUT_CUDA();
     check_elementwise<double>();
+}
+
+// Dropout (x through uniform draws u, p = 0.37) into a poisoned destination: the CPU element
+// function's bits, some elements zeroed and some scaled.
+TEST(Cuda, DropoutMatchesCpuBitForBit)
+{
+    SKIP_WITHOUT_CUDA();
+    tsl_elementwise_args a{};
+    a.dtype = TSL_F32;
+    a.count = (int64_t)odd_n;
+    a.alpha = 0.37;
+    std::vector<float> x = random_values<float>(odd_n, 3, -4.0f, 4.0f);
+    std::vector<float> u = random_values<float>(odd_n, 4, 0.0f, 1.0f);
+    std::vector<float> want(odd_n), got = poisoned<float>(odd_n);
+    size_t zeros = 0;
+    for (size_t i = 0; i < odd_n; i++) {
+        want[i] = tsl_dropout_f32(x[i], u[i], a.alpha);
+        zeros += want[i] == 0.0f;
+    }
+    run_on_cuda(tsl_cl_dropout, a,
+                {cuda_buf(x, STARPU_R), cuda_buf(u, STARPU_R), cuda_buf(got, STARPU_W)});
+    EXPECT_TRUE(same_bits(got, want)) << "dropout: worst " << worst_error(got, want);
+    EXPECT_GT(zeros, odd_n / 4);
+    EXPECT_LT(zeros, odd_n / 2);
 }
 
 TEST(Cuda, MarkRecordsTheCudaWorker)
