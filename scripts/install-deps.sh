@@ -14,6 +14,7 @@ packages=(
     libgtest-dev
     zlib1g-dev
     libcjson-dev
+    libhdf5-dev  # the hdf5: dataset (serial HDF5; tessel serialises its calls)
     dataset-fashion-mnist
     python3 python3-numpy
     clang-format

@@ -27,6 +27,12 @@
  *   (i64, N labels, or N x the spatial sizes of x); the test split reads DIR/x_test.npy and
  *   DIR/y_test.npy. Samples are read from the files when asked (larger than memory is
  *   fine). K defaults to the largest label + 1.
+ * - `hdf5:FILE[,x=NAME,y=NAME,x_test=NAME,y_test=NAME,classes=K]`: an HDF5 file with datasets
+ *   x (any float type, read as f32; N x C x 0 to 3 spatial sizes) and y (any integer type, read
+ *   as i64; N, or N x the spatial sizes of x); the test split reads x_test and y_test (names
+ *   default to these). Each read is a hyperslab of one sample's box, from the file when asked
+ *   (larger than memory is fine; several readers at once are serialised: HDF5's serial
+ *   library). K defaults to the largest label + 1.
  *
  * Fashion-MNIST pixels p become (p / 255 - 0.2860) / 0.3530 (the training set's mean and
  * standard deviation). Unknown keys, bad values, missing or malformed files are refused

@@ -71,6 +71,7 @@ typedef enum dataset_kind {
     DATASET_SYNTHETIC,
     DATASET_NPY,
     DATASET_CALLBACK, /* the application's read_box (tsl_dataset_create_callback) */
+    DATASET_HDF5,
 } dataset_kind;
 
 typedef struct synthetic_params {
@@ -104,6 +105,7 @@ struct tsl_dataset {
     npy_array y_file;
     tsl_read_box_fn callback;
     void *callback_user;
+    struct tsl_h5_file *h5; /* hdf5_dataset.c's */
 };
 
 /* ---- the spec (spec.c) ---- */
@@ -145,5 +147,13 @@ tsl_status tsl_data_npy_read_sample_box(const struct tsl_dataset *ds, int64_t in
                                         const int64_t *start, const int64_t *extent, float *x,
                                         int64_t *y);
 void tsl_data_npy_array_close(npy_array *a);
+
+/* HDF5 files read on demand (hdf5_dataset.c). */
+struct tsl_h5_file;
+tsl_status tsl_data_hdf5_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_split split);
+tsl_status tsl_data_hdf5_read_sample_box(const struct tsl_dataset *ds, int64_t index,
+                                         const int64_t *start, const int64_t *extent, float *x,
+                                         int64_t *y);
+void tsl_data_hdf5_close(struct tsl_h5_file *f);
 
 #endif /* TESSEL_SRC_DATA_INTERNAL_H */

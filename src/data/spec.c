@@ -188,10 +188,13 @@ tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec_text, tsl_s
     } else if (!st && strcmp(spec.name, "npy") == 0) {
         ds->kind = DATASET_NPY;
         st = tsl_data_npy_open(ds, &spec, split);
+    } else if (!st && strcmp(spec.name, "hdf5") == 0) {
+        ds->kind = DATASET_HDF5;
+        st = tsl_data_hdf5_open(ds, &spec, split);
     } else if (!st) {
         st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
                        "dataset spec '%s': unknown dataset '%s' (want fashion-mnist, "
-                       "synthetic or npy:DIR)",
+                       "synthetic, npy:DIR or hdf5:FILE)",
                        spec_text, spec.name);
     }
     free(spec.text);
@@ -245,6 +248,7 @@ tsl_status tsl_dataset_destroy(tsl_dataset_t ds)
     free(ds->labels);
     tsl_data_npy_array_close(&ds->x_file);
     tsl_data_npy_array_close(&ds->y_file);
+    tsl_data_hdf5_close(ds->h5);
     free(ds);
     return TSL_OK;
 }
@@ -269,6 +273,8 @@ static tsl_status read_box(const struct tsl_dataset *ds, int64_t index, const in
         return tsl_data_synthetic_read_box(ds, index, start, extent, x, y);
     case DATASET_NPY:
         return tsl_data_npy_read_sample_box(ds, index, start, extent, x, y);
+    case DATASET_HDF5:
+        return tsl_data_hdf5_read_sample_box(ds, index, start, extent, x, y);
     case DATASET_CALLBACK: {
         tsl_status st = ds->callback(index, start, extent, x, y, ds->callback_user);
         if (st)
