@@ -185,6 +185,13 @@ static tsl_status make_levels(problem *p)
                     st = tsl_exec_batch_tensor(m, in->batch, tsl_exec_value_stage(m, v),
                                                &m->g->values[v].shape, 1, TSL_F32, &all[at + j]);
                 }
+        if (st) { /* all or nothing: the next step makes them again */
+            for (size_t i = 0; i < total; i++)
+                tsl_tensor_destroy(all[i]);
+            free(all);
+            *slot = NULL;
+            return st;
+        }
     }
     size_t at = 0;
     for (int32_t l = 1; l < p->levels; l++) {
