@@ -45,6 +45,9 @@ static inline uint64_t uniform_below(uint64_t *state, uint64_t bound)
     }
 }
 
+/* The most classes a file dataset may have, given (classes=) or taken from its labels. */
+#define MAX_CLASSES (INT64_C(1) << 24)
+
 /* ---- the spec: NAME[:key=value,...] ---- */
 
 #define SPEC_MAX_OPTIONS 16

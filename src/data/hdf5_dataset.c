@@ -16,8 +16,6 @@
 static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
 static int h5_quiet; /* HDF5's own error printing off (its errors become tessel's) */
 
-#define MAX_CLASSES (INT64_C(1) << 24)
-
 typedef struct h5_array {
     hid_t file, set, space;
     int32_t ndim;

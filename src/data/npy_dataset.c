@@ -92,9 +92,6 @@ static const char *shape_text(const tsl_shape *shape, char *text, size_t cap)
     return text;
 }
 
-/* The most classes a dataset may have, given (classes=) or taken from the labels. */
-#define MAX_CLASSES (INT64_C(1) << 24)
-
 /* Labels must be in [0, classes); the message tells where one is not. */
 static tsl_status check_labels(const npy_array *y, const int64_t *labels, int64_t count,
                                int64_t first, int64_t classes)

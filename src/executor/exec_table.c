@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codelets/fill_math.h"
 #include "executor/executor.h"
 
 /* ---- the execution table: how each op kind runs forward and backward ---- */
@@ -90,15 +91,6 @@ static tsl_status forward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_
     return tsl_tensor_mul(y, x, in->act[m->g->ops[i].inputs[1]]);
 }
 
-/* SplitMix64's finaliser. */
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* Training: the op's uniform draws for this step (from the model's seed, the op and the step
  * count alone) into its mask tensor, kept for the backward; then y. Inference: y = x. */
 static tsl_status forward_dropout(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -114,7 +106,8 @@ static tsl_status forward_dropout(struct tsl_model *m, instance *in, int32_t i, 
         if (!st && tsl_exec_pipelined(m))
             tsl_tensor_order_by_samples(in->mask[i]);
     }
-    uint64_t seed = mix64(m->seed ^ mix64((uint64_t)i ^ mix64(in->dropout_step)));
+    uint64_t seed =
+        tsl_fill_mix64(m->seed ^ tsl_fill_mix64((uint64_t)i ^ tsl_fill_mix64(in->dropout_step)));
     if (!st)
         st = tsl_tensor_fill_uniform(in->mask[i], seed, 0.0, 1.0);
     return st ? st : tsl_dropout_apply(y, x, in->mask[i], o->p);

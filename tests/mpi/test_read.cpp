@@ -352,6 +352,37 @@ tsl_status storage_read(int64_t index, const int64_t *start, const int64_t *exte
     return tsl_dataset_read_box(s->inner, index, start, extent, x, y);
 }
 
+// The batches both read-path tests train on.
+const int64_t kReadBatches[3][2] = {{0, 5}, {3, 1}, {4, 2}};
+
+// A model of g under plan, three momentum-SGD steps on kReadBatches of ds: the losses and every
+// parameter after them, the model and its optimizer kept for the caller (who destroys them).
+void train_three_steps(tsl_graph_t g, const tsl_plan *plan, tsl_dataset_t ds, uint64_t s,
+                       double *losses, std::vector<std::vector<float>> *params, tsl_model_t *m,
+                       tsl_optimizer_t *opt)
+{
+    ASSERT_EQ(tsl_model_create_plan(m, ctx, g, s, plan), TSL_OK) << tsl_context_last_error(ctx);
+    *opt = momentum_sgd();
+    for (int k = 0; k < 3; k++)
+        ASSERT_EQ(tsl_model_train_step_read(*m, ds, 2, kReadBatches[k], *opt, &losses[k], nullptr),
+                  TSL_OK)
+            << tsl_context_last_error(ctx);
+    push_params(*m, g, false, params);
+}
+
+// The same losses and parameters, bit for bit.
+void expect_same_training(const double *losses0, const double *losses1,
+                          const std::vector<std::vector<float>> &params0,
+                          const std::vector<std::vector<float>> &params1)
+{
+    for (int k = 0; k < 3; k++)
+        EXPECT_EQ(losses1[k], losses0[k]) << "step " << k;
+    ASSERT_EQ(params1.size(), params0.size());
+    for (size_t i = 0; i < params0.size(); i++)
+        EXPECT_EQ(std::memcmp(params1[i].data(), params0[i].data(), params0[i].size() * 4), 0)
+            << "parameter " << i;
+}
+
 } // namespace
 
 // An application's own storage as a dataset (tsl_dataset_create_callback): training steps read
@@ -382,25 +413,18 @@ TEST(Read, AnApplicationsStorageTrainsLikeTheDatasetItServes)
         TSL_OK);
     tsl_plan plan;
     ASSERT_EQ(tsl_plan_parse(plan_text, &plan), TSL_OK);
-    const int64_t batches[3][2] = {{0, 5}, {3, 1}, {4, 2}};
     std::vector<std::vector<float>> params[2];
     double losses[2][3];
     for (int via = 0; via < 2; via++) {
         tsl_model_t m = nullptr;
-        ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 77, &plan), TSL_OK)
-            << tsl_context_last_error(ctx);
-        tsl_optimizer_t opt = momentum_sgd();
-        for (int k = 0; k < 3; k++)
-            ASSERT_EQ(tsl_model_train_step_read(m, via ? fed : storage.inner, 2, batches[k], opt,
-                                                &losses[via][k], nullptr),
-                      TSL_OK)
-                << tsl_context_last_error(ctx);
-        push_params(m, g, false, &params[via]);
+        tsl_optimizer_t opt = nullptr;
+        train_three_steps(g, &plan, via ? fed : storage.inner, seed + 77, losses[via], &params[via],
+                          &m, &opt);
         if (via) {
             // The application cannot read sample 4: the step fails everywhere and no trainable
             // parameter moves (the batch norms' running statistics took that forward's values).
             storage.broken = 4;
-            EXPECT_EQ(tsl_model_train_step_read(m, fed, 2, batches[2], opt, nullptr, nullptr),
+            EXPECT_EQ(tsl_model_train_step_read(m, fed, 2, kReadBatches[2], opt, nullptr, nullptr),
                       TSL_ERR_IO);
             EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("read_box failed"),
                       std::string::npos)
@@ -418,12 +442,7 @@ TEST(Read, AnApplicationsStorageTrainsLikeTheDatasetItServes)
         tsl_optimizer_destroy(opt);
         tsl_model_destroy(m);
     }
-    for (int k = 0; k < 3; k++)
-        EXPECT_EQ(losses[1][k], losses[0][k]) << "step " << k;
-    ASSERT_EQ(params[1].size(), params[0].size());
-    for (size_t i = 0; i < params[0].size(); i++)
-        EXPECT_EQ(std::memcmp(params[1][i].data(), params[0][i].data(), params[0][i].size() * 4), 0)
-            << "parameter " << i;
+    expect_same_training(losses[0], losses[1], params[0], params[1]);
     // This rank asked for boxes of its tiles only: with spatial tiles, never a whole sample.
     EXPECT_GT(storage.boxes.load(), 0);
     EXPECT_EQ(storage.whole.load(), 0) << "a whole sample read on a rank that holds a part";
@@ -500,28 +519,17 @@ TEST(Read, AnHdf5FileTrainsLikeTheSetItHolds)
         TSL_OK);
     tsl_plan plan;
     ASSERT_EQ(tsl_plan_parse(plan_text, &plan), TSL_OK);
-    const int64_t batches[3][2] = {{0, 5}, {3, 1}, {4, 2}};
     std::vector<std::vector<float>> params[2];
     double losses[2][3];
     for (int via = 0; via < 2; via++) {
         tsl_model_t m = nullptr;
-        ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 78, &plan), TSL_OK)
-            << tsl_context_last_error(ctx);
-        tsl_optimizer_t opt = momentum_sgd();
-        for (int k = 0; k < 3; k++)
-            ASSERT_EQ(tsl_model_train_step_read(m, via ? h5 : synth, 2, batches[k], opt,
-                                                &losses[via][k], nullptr),
-                      TSL_OK)
-                << tsl_context_last_error(ctx);
-        push_params(m, g, false, &params[via]);
+        tsl_optimizer_t opt = nullptr;
+        train_three_steps(g, &plan, via ? h5 : synth, seed + 78, losses[via], &params[via], &m,
+                          &opt);
         tsl_optimizer_destroy(opt);
         tsl_model_destroy(m);
     }
-    for (int k = 0; k < 3; k++)
-        EXPECT_EQ(losses[1][k], losses[0][k]) << "step " << k;
-    for (size_t i = 0; i < params[0].size(); i++)
-        EXPECT_EQ(std::memcmp(params[1][i].data(), params[0][i].data(), params[0][i].size() * 4), 0)
-            << "parameter " << i;
+    expect_same_training(losses[0], losses[1], params[0], params[1]);
     tsl_graph_destroy(g);
     tsl_dataset_destroy(h5);
     tsl_dataset_destroy(synth);
