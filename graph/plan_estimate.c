@@ -23,10 +23,10 @@ void tsl_plan_add_shards(const tsl_shape *s, int32_t splits, int32_t nranks, int
     }
 }
 
-/* Add a (batch, sample...) tensor's tile bytes to the owners' counts. */
-static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
-                             int32_t stage, int32_t workers, int64_t batch, const tsl_shape *sample,
-                             int32_t first, int64_t elem, int64_t *bytes)
+tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                                  int32_t stage, int32_t workers, int64_t batch,
+                                  const tsl_shape *sample, int32_t first, int64_t elem,
+                                  int64_t *bytes, int64_t *tiles)
 {
     tsl_tile_grid grid;
     tsl_owner_map owners;
@@ -50,10 +50,22 @@ static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32
             count *= extent;
         }
         int32_t rank;
-        if (!(st = tsl_owner_map_rank(&owners, coords, whole.ndim, &grid, nranks, &rank)))
+        if (!(st = tsl_owner_map_rank(&owners, coords, whole.ndim, &grid, nranks, &rank))) {
             bytes[rank] += count;
+            if (tiles)
+                tiles[rank]++;
+        }
     }
     return st;
+}
+
+/* Add a (batch, sample...) tensor's tile bytes to the owners' counts. */
+static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                             int32_t stage, int32_t workers, int64_t batch, const tsl_shape *sample,
+                             int32_t first, int64_t elem, int64_t *bytes)
+{
+    return tsl_plan_tensor_counts(plan, input, nranks, stage, workers, batch, sample, first, elem,
+                                  bytes, NULL);
 }
 
 /* What the estimates share: the op stages (op_stage, nops entries: `given`, or else

@@ -12,6 +12,13 @@
 /* The stages of a plan (1 for NULL) and the ranks of each (*group). */
 int32_t tsl_plan_stage_count(const tsl_plan *plan, int32_t nranks, int32_t *group);
 
+/* Add `elem` times the elements of each tile of a (batch, sample...) tensor (tiled as
+ * tsl_plan_tensor_tiling() says) to its owner's count in bytes, and 1 to tiles (may be NULL). */
+tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                                  int32_t stage, int32_t workers, int64_t batch,
+                                  const tsl_shape *sample, int32_t first, int64_t elem,
+                                  int64_t *bytes, int64_t *tiles);
+
 /* The op of each parameter (op_of: nparams entries). */
 void tsl_plan_param_ops(const struct tsl_graph *g, int32_t *op_of);
 

@@ -164,6 +164,38 @@ void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pas
         sample_sent(ctx, t);
 }
 
+tsl_status tsl_trace_totals(struct tsl_context *ctx, int32_t n, const char *const *layers,
+                            double *seconds, double *busy, int64_t *ntasks)
+{
+    struct tsl_trace *t = ctx->trace;
+    if (!t)
+        return tsl_error(ctx, TSL_ERR_STATE, "trace totals: no trace is on");
+    int32_t *of = malloc(sizeof *of * ((size_t)t->nlabels + 1));
+    if (!of)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "trace totals: out of memory");
+    for (int32_t l = 0; l < t->nlabels; l++) { /* each label's entry in layers, or -1 */
+        of[l] = -1;
+        for (int32_t i = 0; i < n && of[l] < 0; i++)
+            if (layers[i] && strcmp(layers[i], t->labels[l]) == 0)
+                of[l] = i;
+    }
+    for (int32_t i = 0; i < n; i++)
+        seconds[i] = 0;
+    *busy = 0;
+    pthread_mutex_lock(&t->lock);
+    for (int64_t k = 0; k < t->n; k++) {
+        const trace_event *e = &t->events[k];
+        double s = (e->end - e->start) * 1e-6;
+        *busy += s;
+        if (e->layer >= 0 && of[e->layer] >= 0)
+            seconds[of[e->layer]] += s;
+    }
+    *ntasks = t->n;
+    pthread_mutex_unlock(&t->lock);
+    free(of);
+    return TSL_OK;
+}
+
 static void traced_task_done(void *arg)
 {
     trace_record *r = arg;

@@ -4,6 +4,8 @@
 
 #include <starpu.h>
 
+#include "tessel/status.h"
+
 struct tsl_context;
 
 /* While a trace is on: `task` (built for this rank, not yet submitted) is recorded when it ends,
@@ -13,6 +15,12 @@ void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const cha
 /* The labels of the tasks submitted from now on: the layer (an op's name) and the pass
  * ("forward", "backward", "loss", "update", ...); NULL for none. Nothing while no trace is on. */
 void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pass);
+
+/* While a trace is on, after the traced tasks have ended: this rank's tasks' run time per
+ * layer label (seconds[i] for layers[i]; a task of a layer not listed counts in *busy only),
+ * the run time of all its tasks (*busy, seconds) and their count (*ntasks). */
+tsl_status tsl_trace_totals(struct tsl_context *ctx, int32_t n, const char *const *layers,
+                            double *seconds, double *busy, int64_t *ntasks);
 
 /* Frees the context's trace, if any (tsl_context_destroy()). */
 void tsl_trace_destroy(struct tsl_context *ctx);

@@ -60,6 +60,21 @@ TSL_API tsl_status tsl_model_create(tsl_model_t *model, tsl_context_t ctx, tsl_g
 TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, tsl_graph_t graph,
                                          uint64_t seed, const tsl_plan *plan);
 
+/**
+ * @brief Measure what the performance model (tsl_plan_predict(), tsl_plan_search()) needs for
+ * @p graph on this context's ranks and workers. Collective. A model of @p graph with the
+ * default plan (parameters seeded with 1, plain SGD) trains one warm-up step and then @p steps
+ * steps on batches of @p batch random samples and labels with a task trace on (a trace already
+ * on is dropped; none is on afterwards). op_seconds[o] is the run time of op o's tasks, forward
+ * and backward (the loss's with the output's producer), summed over every rank and worker, per
+ * sample; costs->task_seconds the workers' time not spent running tasks during those steps,
+ * per task; costs->latency and costs->bandwidth come from a ping-pong between ranks 0 and 1
+ * (8-byte and 4 MiB messages; both 0 on one rank). Every rank gets rank 0's numbers.
+ * @param[out] op_seconds tsl_graph_op_count() entries (costs->op_seconds points at it)
+ */
+TSL_API tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t graph, int64_t batch,
+                                       int32_t steps, double *op_seconds, tsl_plan_costs *costs);
+
 /** @brief Wait for the model's tasks and free it (NULL is a no-op). */
 TSL_API tsl_status tsl_model_destroy(tsl_model_t model);
 

@@ -284,6 +284,104 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
                                              int32_t nranks, int32_t workers, int64_t batch,
                                              int32_t optimizer_states, int64_t *sent);
 
+/**
+ * @name Performance model and automatic plans
+ * A plan's training step is predicted from measured costs (tsl_plan_costs: what one rank's
+ * calibration run and a ping-pong between ranks give, see tsl_model_calibrate()) and the
+ * plan's geometry. Per rank r of stage s, each op o of the stage costs
+ * op_seconds[o] x batch x (the share of o's output tiles that r owns) / min(workers, r's tiles
+ * of it) of compute, and (2, or 3 with parameters) tasks per tile x task_seconds / the same
+ * parallelism; the bytes r sends (tsl_plan_estimate_traffic(), term by term) cost bytes /
+ * bandwidth plus one latency per exchange. Computation and the parameter, halo and stage
+ * traffic overlap (the rank's time is the larger of the two); batch norm's exact sums are a
+ * synchronisation in the forward and the backward and add their time. A pipeline of S stages
+ * and M micro-batches takes the slowest stage's time x (M + S - 1) / M, the difference being
+ * the bubble. Peak memory is tsl_plan_estimate_peak() plus tsl_plan_estimate_received().
+ * @{
+ */
+
+/** Measured costs the performance model predicts with. */
+typedef struct tsl_plan_costs {
+    int32_t nops;             /**< entries of op_seconds: the graph's op count */
+    const double *op_seconds; /**< per op: its tasks' run time (forward and backward) per sample
+                                   on one worker, seconds */
+    double task_seconds;      /**< each task's cost beyond its run time (scheduling, waiting) */
+    double latency;           /**< one message between two ranks, seconds */
+    double bandwidth;         /**< bytes per second between two ranks (> 0 with several ranks) */
+} tsl_plan_costs;
+
+/** The terms of a predicted step (tsl_plan_prediction). */
+typedef enum tsl_plan_term {
+    TSL_TERM_COMPUTE = 0,   /**< the tasks' run time */
+    TSL_TERM_TASKS = 1,     /**< the tasks' fixed costs */
+    TSL_TERM_PARAMS = 2,    /**< gradient reduction and parameter gathering */
+    TSL_TERM_BATCHNORM = 3, /**< batch norm's exact sums (a synchronisation) */
+    TSL_TERM_HALOS = 4,     /**< halo slabs */
+    TSL_TERM_STAGES = 5,    /**< values and gradients crossing pipeline stages */
+    TSL_TERM_BUBBLE = 6,    /**< the pipeline's fill and drain */
+    TSL_TERM_COUNT = 7
+} tsl_plan_term;
+
+/** @brief The name of a ::tsl_plan_term ("compute", "tasks", ...; "?" for another value). */
+TSL_API const char *tsl_plan_term_name(int32_t term);
+
+/** A plan's predicted training step. */
+typedef struct tsl_plan_prediction {
+    tsl_plan plan;
+    double seconds;               /**< predicted seconds per training step */
+    double terms[TSL_TERM_COUNT]; /**< the slowest rank's seconds per term */
+    int32_t binding;              /**< the largest term: what binds the step */
+    int64_t peak_bytes;           /**< the largest rank's tiles live at once + received copies */
+    int64_t sent_bytes;           /**< the most bytes one rank sends per step */
+} tsl_plan_prediction;
+
+/**
+ * @brief Predict training @p graph under @p plan on @p nranks ranks of @p workers workers with
+ * batches of @p batch (see the group's description). The plan must pass tsl_plan_check() and
+ * split no layers (layers= is MGRIT, whose cycles this model does not describe).
+ */
+TSL_API tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
+                                    int32_t workers, int64_t batch, int32_t optimizer_states,
+                                    const tsl_plan_costs *costs, tsl_plan_prediction *out);
+
+/**
+ * @brief The plans tsl_plan_search() considers for @p graph on @p nranks ranks: every
+ * factorisation nranks = D x A x B x C x S with D <= batch, a spatial grid over at most the
+ * samples' spatial dimensions (each part at most that dimension's size), S at most the ops;
+ * with S > 1, micro= 1, 2, 4 and 8 (at most batch / D); tiles= 1, and with a spatial split or
+ * fewer samples per rank than workers also tiles=workers; every other part its default. In a
+ * fixed order (the same on every rank); @p count is how many there are, of which the first
+ * @p cap are written to @p plans (may be NULL with cap 0).
+ */
+TSL_API tsl_status tsl_plan_candidates(tsl_graph_t graph, int32_t nranks, int32_t workers,
+                                       int64_t batch, tsl_plan *plans, int32_t cap, int32_t *count);
+
+/** What tsl_plan_search() minimises. */
+typedef enum tsl_plan_objective {
+    TSL_OBJECTIVE_TIME = 0,   /**< predicted seconds per step (ties: less memory) */
+    TSL_OBJECTIVE_MEMORY = 1, /**< the largest rank's peak memory (ties: faster) */
+} tsl_plan_objective;
+
+/** A prediction in place of tsl_plan_predict() (a test's synthetic costs). */
+typedef tsl_status (*tsl_plan_predict_fn)(const tsl_plan *plan, void *user,
+                                          tsl_plan_prediction *out);
+
+/**
+ * @brief Rank every candidate of tsl_plan_candidates() that fits: predict it (with @p predict
+ * where given, else tsl_plan_predict() with @p costs), drop those whose peak_bytes exceed
+ * @p budget_bytes (<= 0: no budget), and sort the rest by @p objective (remaining ties in
+ * candidate order). The first @p cap go to @p ranked; @p count is how many fit. None fitting is
+ * a ::TSL_ERR_RESOURCE error naming the smallest peak. Deterministic: every rank given the same
+ * arguments chooses the same plan.
+ */
+TSL_API tsl_status tsl_plan_search(tsl_graph_t graph, int32_t nranks, int32_t workers,
+                                   int64_t batch, int32_t optimizer_states,
+                                   const tsl_plan_costs *costs, int64_t budget_bytes,
+                                   int32_t objective, tsl_plan_predict_fn predict, void *user,
+                                   tsl_plan_prediction *ranked, int32_t cap, int32_t *count);
+
+/** @} */
+
 #ifdef __cplusplus
 }
 #endif

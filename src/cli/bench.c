@@ -133,12 +133,6 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* One scheduler: its StarPU, warm-up, the timed repetitions. Returns an exit code. */
 static int bench_one(const bench_options *bo, const char *sched, sched_result *res)
 {

@@ -188,6 +188,10 @@ typedef struct train_options {
     const char *trace; /* --trace FILE (train) */
     const char *checkpoint, *resume, *plan_text;
     tsl_plan plan;
+    /* --plan auto: chosen when the model is made (session_open), its text and prediction */
+    int plan_auto;
+    char plan_auto_text[256];
+    double plan_predicted;
     long epochs, batch, max_steps, checkpoint_every;
     double lr, momentum;
     /* weight decay (< 0: the optimizer's default, 0.01 for adamw, else 0), SGD's dampening and
@@ -358,6 +362,27 @@ int command_demo(int argc, char **argv);
 int command_train(int argc, char **argv);
 int command_eval(int argc, char **argv);
 int command_bench(int argc, char **argv);
+/* --plan auto (auto_plan.c). A rank's memory outside its tiles (libraries, threads, oneDNN's
+ * code and scratch): 28-43 MiB measured (bench/RESULTS.md). */
+#define PLAN_OVERHEAD_MIB 48
+
+/* The tile memory a rank may use: mem_mib (> 0) less the overhead, else this node's memory
+ * shared by ranks_here ranks (<= 0: the ranks on it, MPI's shared-memory split) less the
+ * overhead. */
+int64_t auto_budget_bytes(long mem_mib, long overhead_mib, long ranks_here);
+
+/* The performance model's costs for g at this batch on ctx (collective): the cached calibration
+ * of this model, batch, rank and worker count, or a new one (tsl_model_calibrate(), kept in the
+ * StarPU home). *cached: whether it came from the cache. */
+tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *op_seconds,
+                      tsl_plan_costs *costs, int *cached);
+
+/* qsort's order of doubles, ascending. */
+int compare_doubles(const void *a, const void *b);
+
+/* The search's first `shown` plans as a table. */
+void print_ranked(const tsl_plan_prediction *ranked, int32_t shown, int32_t fit, int32_t total);
+
 int command_plan(int argc, char **argv);
 
 #endif /* TESSEL_CLI_H */

@@ -367,6 +367,12 @@ int parse_run_option(const cli_parser *parser, int id, const char *value)
         o->load_params = value;
         return OPTION_OK;
     case OPT_PLAN:
+        if (strcmp(value, "auto") == 0) { /* chosen once the model is known (session_open) */
+            o->plan_auto = 1;
+            o->plan_text = NULL;
+            return OPTION_OK;
+        }
+        o->plan_auto = 0;
         if (tsl_plan_parse(value, &o->plan) != TSL_OK) {
             fprintf(stderr, "%s: %s\n", parser->command, tsl_last_error());
             return OPTION_FAILED;
@@ -556,6 +562,41 @@ static tsl_status set_stages(tsl_graph_t g, const train_options *o)
     return st;
 }
 
+/* --plan auto: the fastest predicted plan that fits this node's memory (auto_plan.c). */
+static int choose_plan(session *s, train_options *o, tsl_graph_t g)
+{
+    int32_t ranks = 1, workers = 1, nops = tsl_graph_op_count(g), count = 0, total = 0, cached = 0;
+    tsl_context_size(s->ctx, &ranks);
+    tsl_context_worker_count(s->ctx, TSL_WORKER_CPU, &workers);
+    double *op_seconds = calloc((size_t)nops + 1, sizeof *op_seconds);
+    tsl_plan_prediction ranked[5];
+    tsl_plan_costs costs;
+    tsl_status st = op_seconds ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
+    if (!st)
+        st = auto_costs(s->ctx, g, o->batch, op_seconds, &costs, &cached);
+    if (!st)
+        st = tsl_plan_candidates(g, ranks, workers, o->batch, NULL, 0, &total);
+    if (!st)
+        st = tsl_plan_search(g, ranks, workers, o->batch,
+                             optimizer_states(o->optimizer, o->momentum), &costs,
+                             auto_budget_bytes(0, PLAN_OVERHEAD_MIB, 0), TSL_OBJECTIVE_TIME, NULL,
+                             NULL, ranked, 5, &count);
+    free(op_seconds);
+    if (st)
+        return fail_collective(st, "choosing a plan (--plan auto)");
+    o->plan = ranked[0].plan;
+    o->plan_predicted = ranked[0].seconds;
+    tsl_plan_format(&o->plan, o->plan_auto_text, sizeof o->plan_auto_text);
+    o->plan_text = o->plan_auto_text;
+    if (rank_of_process == 0) {
+        print_ranked(ranked, count < 5 ? count : 5, count, total);
+        printf("plan auto: chose %s (predicted %.4g s/step; calibration %s)\n", o->plan_auto_text,
+               ranked[0].seconds, cached ? "from the cache" : "measured now");
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int session_open(session *s, train_options *o, int need_train)
 {
     tsl_status st = TSL_OK;
@@ -585,6 +626,10 @@ int session_open(session *s, train_options *o, int need_train)
                     o->model, out.ndim == 1 ? "classification" : "segmentation",
                     info->label_shape.ndim ? "per-voxel" : "per-sample");
         return EXIT_USAGE;
+    }
+    if (o->plan_auto && !o->plan_text && (code = choose_plan(s, o, g))) {
+        tsl_graph_destroy(g);
+        return code;
     }
     if (o->plan_text && tsl_plan_depth(&o->plan) > 1 && (st = set_stages(g, o))) {
         tsl_graph_destroy(g);

@@ -1,6 +1,6 @@
 /* tessel plan: what a plan means for a model on a dataset, without running anything: how the
- * input is tiled, and the estimated tile memory of every rank (tsl_plan_estimate). Pure: no
- * MPI, no StarPU. */
+ * input is tiled, and the estimated tile memory of every rank (tsl_plan_estimate). Pure (no
+ * MPI, no StarPU) but for --plan auto, whose calibration runs the model once (auto_plan.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,23 +9,35 @@
 
 static void usage_plan(FILE *out)
 {
-    fprintf(out,
-            "usage: tessel plan --data SPEC [--model NAME|FILE] [--plan PLAN] [--ranks N]\n"
-            "                   [--batch B] [--ncpu W] [--optimizer sgd|adam|adamw]\n"
-            "                   [--mem-per-rank M [--overhead-mib O]]\n"
-            "  how PLAN (default: samples over all ranks and workers) tiles the model's tensors\n"
-            "  on N ranks (default: the plan's rank count) of W CPU workers (default 1), and\n"
-            "  the estimated tile memory of every rank for training with batches of B\n"
-            "  (default 64): activations, gradients, labels, and the parameters where the\n"
-            "  placement puts them, with their gradients and the optimizer state (adam, the\n"
-            "  default, and adamw keep two copies; sgd one); with stages=, the stage table: each\n"
-            "  stage's ranks, layers, largest rank's estimated tiles (all, and live at once\n"
-            "  with received copies) and forward flops; and the bytes each rank sends per\n"
-            "  training step (parameters, batch-norm sums, halos, stage boundaries, losses)\n"
-            "  --mem-per-rank M   a verdict: whether every rank fits in M MiB (its tiles live\n"
-            "                     at once, received copies and the process overhead)\n"
-            "  --overhead-mib O   a rank's memory outside its tiles (default 48: measured\n"
-            "                     28-43 MiB, bench/RESULTS.md)\n");
+    fprintf(
+        out,
+        "usage: tessel plan --data SPEC [--model NAME|FILE] [--plan PLAN] [--ranks N]\n"
+        "                   [--batch B] [--ncpu W] [--optimizer sgd|adam|adamw]\n"
+        "                   [--mem-per-rank M [--overhead-mib O]]\n"
+        "  how PLAN (default: samples over all ranks and workers) tiles the model's tensors\n"
+        "  on N ranks (default: the plan's rank count) of W CPU workers (default 1), and\n"
+        "  the estimated tile memory of every rank for training with batches of B\n"
+        "  (default 64): activations, gradients, labels, and the parameters where the\n"
+        "  placement puts them, with their gradients and the optimizer state (adam, the\n"
+        "  default, and adamw keep two copies; sgd one); with stages=, the stage table: each\n"
+        "  stage's ranks, layers, largest rank's estimated tiles (all, and live at once\n"
+        "  with received copies) and forward flops; and the bytes each rank sends per\n"
+        "  training step (parameters, batch-norm sums, halos, stage boundaries, losses)\n"
+        "  --mem-per-rank M   a verdict: whether every rank fits in M MiB (its tiles live\n"
+        "                     at once, received copies and the process overhead)\n"
+        "  --overhead-mib O   a rank's memory outside its tiles (default 48: measured\n"
+        "                     28-43 MiB, bench/RESULTS.md)\n"
+        "  --plan auto        choose the plan: every factorisation of the ranks into data,\n"
+        "                     space, stages (micro-batches, tiles) predicted by the\n"
+        "                     performance model from a calibration of the model on this\n"
+        "                     machine (measured once with W workers, kept in the StarPU\n"
+        "                     home); prints the five best that fit the memory (--mem-per-rank,\n"
+        "                     default this node's memory / N), then the chosen plan's detail\n"
+        "  --objective time|memory  what --plan auto minimises (default time: predicted\n"
+        "                     s/step; memory: the largest rank's peak, for the largest sample)\n"
+        "  --link GBPS,US     the network between ranks for --plan auto (GB/s and latency in\n"
+        "                     microseconds); needed for N > 1 ranks, as one process cannot\n"
+        "                     measure it\n");
 }
 
 /* How the parameters are kept (tsl_plan_param_placement). */
@@ -105,16 +117,21 @@ static int print_stages(const tsl_plan *plan, tsl_graph_t g, long ranks, int64_t
     return 0;
 }
 
-enum { OPT_RANKS = OPT_COMMAND_FIRST, OPT_WORKERS, OPT_OPTIMIZER, OPT_MEM, OPT_OVERHEAD };
-
-/* A rank's peak memory outside its StarPU buffers (libraries, threads, oneDNN's code and
- * scratch), measured as peak RSS minus the most buffer memory at once: 28-31 MiB on the small
- * cnn2d at 1, 2 and 4 ranks, 43 MiB on U-Net 3-D at 128^3 (bench/RESULTS.md). */
-#define PLAN_OVERHEAD_MIB 48
+enum {
+    OPT_RANKS = OPT_COMMAND_FIRST,
+    OPT_WORKERS,
+    OPT_OPTIMIZER,
+    OPT_MEM,
+    OPT_OVERHEAD,
+    OPT_OBJECTIVE,
+    OPT_LINK
+};
 
 typedef struct plan_options {
     const char *model, *data, *plan_text, *optimizer;
     long ranks, batch, workers, mem_mib, overhead_mib;
+    int objective;             /* --objective: a tsl_plan_objective */
+    double link_gbps, link_us; /* --link (0: not given) */
 } plan_options;
 
 /* tessel plan starts no StarPU: --ncpu is the workers of the ranks it plans for. */
@@ -151,6 +168,16 @@ static int parse_plan_option(const cli_parser *parser, int id, const char *v)
     case OPT_OVERHEAD:
         bad = parse_int_arg(v, 0, 1L << 30, &o->overhead_mib);
         break;
+    case OPT_OBJECTIVE:
+        bad = strcmp(v, "time") != 0 && strcmp(v, "memory") != 0;
+        o->objective = strcmp(v, "memory") == 0 ? TSL_OBJECTIVE_MEMORY : TSL_OBJECTIVE_TIME;
+        break;
+    case OPT_LINK: {
+        char tail = 0;
+        bad = sscanf(v, "%lf,%lf%c", &o->link_gbps, &o->link_us, &tail) != 2 ||
+              !(o->link_gbps > 0 && o->link_gbps < 1e6) || !(o->link_us >= 0 && o->link_us < 1e6);
+        break;
+    }
     default:
         return OPTION_UNKNOWN;
     }
@@ -170,6 +197,8 @@ static int parse_plan(int argc, char **argv, plan_options *o)
                                             {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
                                             {"mem-per-rank", required_argument, NULL, OPT_MEM},
                                             {"overhead-mib", required_argument, NULL, OPT_OVERHEAD},
+                                            {"objective", required_argument, NULL, OPT_OBJECTIVE},
+                                            {"link", required_argument, NULL, OPT_LINK},
                                             {0}};
     *o = (plan_options){.model = "cnn",
                         .optimizer = "adam",
@@ -326,6 +355,55 @@ static void print_traffic(const int64_t *sent, long ranks)
            (double)sent[TSL_TRAFFIC_LOSSES * ranks + top] / mib, all / mib);
 }
 
+/* --plan auto: calibrate (or take the cached calibration), rank the candidates, print the
+ * best five; *plan is the choice. Returns an exit code. */
+static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t states, tsl_plan *plan)
+{
+    if (ranks > 1 && !(o->link_gbps > 0)) {
+        fprintf(stderr,
+                "tessel plan: --plan auto for %ld ranks needs --link GBPS,US (the network "
+                "between them)\n",
+                ranks);
+        return EXIT_USAGE;
+    }
+    tsl_context_config config;
+    tsl_context_config_init(&config);
+    config.ncpu = (int32_t)o->workers;
+    config.ncuda = 0;
+    tsl_context_t ctx = NULL;
+    int32_t nops = tsl_graph_op_count(g), count = 0, total = 0;
+    double *op_seconds = calloc((size_t)nops + 1, sizeof *op_seconds);
+    tsl_plan_costs costs;
+    tsl_plan_prediction ranked[5];
+    int cached = 0;
+    tsl_status st = op_seconds ? tsl_context_create(&ctx, &config) : TSL_ERR_OUT_OF_MEMORY;
+    if (!st)
+        st = auto_costs(ctx, g, o->batch, op_seconds, &costs, &cached);
+    tsl_context_destroy(ctx);
+    if (!st && o->link_gbps > 0) {
+        costs.bandwidth = o->link_gbps * 1e9;
+        costs.latency = o->link_us * 1e-6;
+    }
+    if (!st)
+        st = tsl_plan_candidates(g, (int32_t)ranks, (int32_t)o->workers, o->batch, NULL, 0, &total);
+    if (!st)
+        st = tsl_plan_search(g, (int32_t)ranks, (int32_t)o->workers, o->batch, states, &costs,
+                             auto_budget_bytes(o->mem_mib, o->overhead_mib, ranks), o->objective,
+                             NULL, NULL, ranked, 5, &count);
+    free(op_seconds);
+    if (st)
+        return fail(st, "choosing a plan (--plan auto)");
+    print_ranked(ranked, count < 5 ? count : 5, count, total);
+    char text[256];
+    tsl_plan_format(&ranked[0].plan, text, sizeof text);
+    printf("plan auto: chose %s (predicted %.4g s/step, binding term %s; calibration %s, %ld "
+           "workers)\n",
+           text, ranked[0].seconds, tsl_plan_term_name(ranked[0].binding),
+           cached ? "from the cache" : "measured now", o->workers);
+    *plan = ranked[0].plan;
+    return 0;
+}
+
 int command_plan(int argc, char **argv)
 {
     plan_options o;
@@ -336,12 +414,13 @@ int command_plan(int argc, char **argv)
     const char *optimizer = o.optimizer;
     long ranks = o.ranks, batch = o.batch, workers = o.workers;
     tsl_plan plan;
-    if (plan_text && tsl_plan_parse(plan_text, &plan) != TSL_OK) {
+    int automatic = plan_text && strcmp(plan_text, "auto") == 0;
+    if (plan_text && !automatic && tsl_plan_parse(plan_text, &plan) != TSL_OK) {
         fprintf(stderr, "tessel plan: %s\n", tsl_last_error());
         return EXIT_USAGE;
     }
     if (!ranks)
-        ranks = plan_text ? (long)tsl_plan_ranks(&plan) : 1;
+        ranks = plan_text && !automatic ? (long)tsl_plan_ranks(&plan) : 1;
     tsl_dataset_t ds;
     tsl_status st = tsl_dataset_open(&ds, data, TSL_SPLIT_TRAIN);
     if (st)
@@ -354,6 +433,13 @@ int command_plan(int argc, char **argv)
                               &g)))
         return fail(st, "building the model");
     int32_t states = optimizer_states(optimizer, 1); /* sgd as tessel train's default momentum */
+    if (automatic) {
+        int code = choose(&o, g, ranks, states, &plan);
+        if (code) {
+            tsl_graph_destroy(g);
+            return code;
+        }
+    }
     int64_t *bytes = calloc((size_t)ranks, sizeof *bytes), one = 0;
     int64_t *received = calloc((size_t)ranks, sizeof *received);
     int64_t *peak = calloc((size_t)ranks, sizeof *peak), one_peak = 0;
@@ -361,7 +447,7 @@ int command_plan(int argc, char **argv)
     int64_t *sent = calloc((size_t)ranks * TSL_TRAFFIC_TERMS, sizeof *sent);
     tsl_tile_grid grid;
     tsl_owner_map owners;
-    const tsl_plan *pp = plan_text ? &plan : NULL;
+    const tsl_plan *pp = plan_text ? &plan : NULL; /* (auto: the choice) */
     /* One rank with the plan's memory policy (recompute=), for the ratios. */
     tsl_plan solo;
     tsl_plan_init(&solo);

@@ -478,6 +478,21 @@ static int write_metrics_to(FILE *f, const void *arg)
     for (int64_t k = 0; k < mf->nlosses; k++)
         fprintf(f, "%s%.6f", k ? ", " : "", mf->step_seconds[k]);
     fprintf(f, "]");
+    if (o->plan_auto && o->plan_text) { /* the chosen plan: predicted against measured */
+        double *sorted = mf->nlosses > 1 ? malloc(sizeof *sorted * (size_t)mf->nlosses) : NULL;
+        double measured = -1;
+        if (sorted) { /* the median step, the first (warm-up) left out */
+            int64_t n = mf->nlosses - 1;
+            memcpy(sorted, mf->step_seconds + 1, sizeof *sorted * (size_t)n);
+            qsort(sorted, (size_t)n, sizeof *sorted, compare_doubles);
+            measured = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+            free(sorted);
+        }
+        fprintf(f, ",\n  \"plan_auto\": {\"plan\": ");
+        json_string(f, o->plan_text);
+        fprintf(f, ", \"predicted_seconds_per_step\": %.6g, \"measured_seconds_per_step\": %.6g}",
+                o->plan_predicted, measured);
+    }
     if (mf->signal)
         fprintf(f, ",\n  \"stopped_by\": \"%s\"", signal_name(mf->signal));
     fprintf(f, ",\n  \"final_test_accuracy\": %.9g\n}\n",

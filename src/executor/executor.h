@@ -157,6 +157,9 @@ int32_t tsl_exec_conv_inputs(struct tsl_model *m, instance *in, int32_t i, tsl_t
  * into a plan's sample groups rather than the sample tiles of values without space. */
 int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y);
 
+/* Op i's layer label in traces: its name, or "<kind>#<i>" for an unnamed op (in buf). */
+const char *tsl_exec_op_label(const struct tsl_model *m, int32_t i, char *buf, size_t size);
+
 /* Value v cut along N only (flatten reads spatial tiles so): made on first use. */
 tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t);
 

@@ -16,6 +16,15 @@ tsl_tensor_t tsl_exec_op_param(struct tsl_model *m, const tsl_graph_op *o, int k
     return grad ? m->pgrads[o->params[k]] : m->params[o->params[k]];
 }
 
+const char *tsl_exec_op_label(const struct tsl_model *m, int32_t i, char *buf, size_t size)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    if (o->name[0])
+        return o->name;
+    snprintf(buf, size, "%s#%d", tsl_op_kind_name(o->kind), (int)i);
+    return buf;
+}
+
 int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y)
 {
     return tsl_exec_spatially_cut(x) || x->grid.splits[0] != y->grid.splits[0];
@@ -116,7 +125,9 @@ tsl_status tsl_exec_op_forward(struct tsl_model *m, instance *in, int32_t i, int
         x = cx ? cx : x;
         y = cy ? cy : y;
     }
-    tsl_trace_label(m->ctx, o->name, train ? "forward" : "inference");
+    char label[48];
+    tsl_trace_label(m->ctx, tsl_exec_op_label(m, i, label, sizeof label),
+                    train ? "forward" : "inference");
     st = tsl_exec_table[o->kind].forward(m, in, i, x, y, train);
     if (!st && y != y_final)
         st = tsl_tensor_redistribute(y_final, y);

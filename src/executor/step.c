@@ -263,7 +263,8 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
             i = seg->s.first_op;
             continue;
         }
-        tsl_trace_label(m->ctx, m->g->ops[i].name, "backward");
+        char label[48];
+        tsl_trace_label(m->ctx, tsl_exec_op_label(m, i, label, sizeof label), "backward");
         st = tsl_exec_op_backward(m, in, i); /* a bucket reduces once all its members are in */
         tsl_tensor_release(in->pidx[i]);
         tsl_tensor_release(in->mask[i]);

@@ -1,0 +1,331 @@
+/* The performance model and the plan search (include/tessel/plan.h: tsl_plan_predict(),
+ * tsl_plan_candidates(), tsl_plan_search()). Pure C: the measured costs come in as numbers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "graph_internal.h"
+#include "plan_internal.h"
+#include "tessel/plan.h"
+
+const char *tsl_plan_term_name(int32_t term)
+{
+    static const char *const names[TSL_TERM_COUNT] = {"compute", "tasks",  "params", "batchnorm",
+                                                      "halos",   "stages", "bubble"};
+    return term >= 0 && term < TSL_TERM_COUNT ? names[term] : "?";
+}
+
+/* Per rank: the share of op o's output volume it owns (shares) and its tiles of it (tiles);
+ * elements: scratch. All nranks entries, zeroed here. */
+static tsl_status op_shares(const tsl_plan *plan, const struct tsl_graph *g, const tsl_shape *input,
+                            int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                            int32_t o, int64_t *elements, double *shares, int64_t *tiles)
+{
+    const tsl_shape *sample = &g->values[g->ops[o].output].shape;
+    memset(elements, 0, sizeof *elements * (size_t)nranks);
+    memset(tiles, 0, sizeof *tiles * (size_t)nranks);
+    tsl_status st = tsl_plan_tensor_counts(plan, input, nranks, stage, workers, batch, sample, 1, 1,
+                                           elements, tiles);
+    double total = (double)batch * (double)tsl_shape_numel(sample);
+    for (int32_t r = 0; r < nranks && !st; r++)
+        shares[r] = (double)elements[r] / total;
+    return st;
+}
+
+/* Exchanges (latencies) per step of each traffic term on a rank that sends bytes of it. */
+static void exchanges(const tsl_plan *plan, const struct tsl_graph *g, int32_t group,
+                      double *per_term)
+{
+    int32_t nbn = 0, nconv = 0, nparams = 0;
+    for (int32_t o = 0; o < g->nops; o++) {
+        nbn += g->ops[o].kind == TSL_OP_BATCHNORM;
+        nconv += g->ops[o].kind == TSL_OP_CONV || g->ops[o].kind == TSL_OP_POOL;
+        nparams += g->ops[o].nparams > 0;
+    }
+    int32_t cut = 0;
+    for (int d = 0; d < 3; d++)
+        cut += plan->space[d] > 1;
+    per_term[TSL_TRAFFIC_PARAMS] = 2.0 * nparams;
+    /* forward and backward sums, a tree over the group's ranks */
+    per_term[TSL_TRAFFIC_BATCHNORM] = 2.0 * nbn * ceil(log2(group > 1 ? group : 2));
+    per_term[TSL_TRAFFIC_HALOS] = 2.0 * nconv * 2 * cut;
+    per_term[TSL_TRAFFIC_STAGES] = 2.0 * 2 * plan->micro;
+}
+
+tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
+                            int64_t batch, int32_t optimizer_states, const tsl_plan_costs *costs,
+                            tsl_plan_prediction *out)
+{
+    const char *fn = "tsl_plan_predict";
+    if (!plan || !g || !costs || !out || nranks < 1 || workers < 1 || batch < 1 ||
+        !costs->op_seconds)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    if (costs->nops != g->nops)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: costs of %d ops for a graph of %d", fn,
+                         (int)costs->nops, (int)g->nops);
+    if (nranks > 1 && !(costs->bandwidth > 0))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d ranks need a bandwidth", fn,
+                         (int)nranks);
+    if (plan->layers > 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: layers= (MGRIT) is not described by the performance model", fn);
+    if (g->input < 0 || g->output < 0)
+        return tsl_error(NULL, TSL_ERR_STATE, "%s: the graph needs an input and an output", fn);
+    tsl_shape input = g->values[g->input].shape;
+    tsl_status st = tsl_plan_check(plan, &input, nranks);
+    if (st)
+        return st;
+    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
+    int32_t *op_stage = malloc(sizeof *op_stage * ((size_t)g->nops + 1));
+    double *compute = calloc((size_t)nranks, sizeof *compute),
+           *tasks = calloc((size_t)nranks, sizeof *tasks),
+           *shares = calloc((size_t)nranks, sizeof *shares);
+    int64_t *tiles = calloc((size_t)nranks, sizeof *tiles),
+            *elements = calloc((size_t)nranks, sizeof *elements),
+            *sent = calloc((size_t)nranks * TSL_TRAFFIC_TERMS, sizeof *sent),
+            *peak = calloc((size_t)nranks, sizeof *peak),
+            *received = calloc((size_t)nranks, sizeof *received);
+    if (!op_stage || !compute || !tasks || !shares || !tiles || !elements || !sent || !peak ||
+        !received)
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (!st)
+        st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
+    for (int32_t o = 0; o < g->nops && !st; o++) {
+        if (g->ops[o].kind == TSL_OP_INPUT)
+            continue;
+        if ((st = op_shares(plan, g, &input, nranks, op_stage[o], workers, batch, o, elements,
+                            shares, tiles)))
+            break;
+        double per_tile = g->ops[o].nparams > 0 ? 3 : 2;
+        for (int32_t r = 0; r < nranks; r++) {
+            if (!tiles[r])
+                continue;
+            double par = (double)(tiles[r] < workers ? tiles[r] : workers);
+            compute[r] += costs->op_seconds[o] * (double)batch * shares[r] / par;
+            tasks[r] += per_tile * (double)tiles[r] * costs->task_seconds / par;
+        }
+    }
+    if (!st)
+        st = tsl_plan_estimate_traffic(plan, g, nranks, workers, batch, optimizer_states, sent);
+    if (!st)
+        st = tsl_plan_peak_for_stages(plan, g, nranks, workers, batch, optimizer_states, op_stage,
+                                      peak);
+    if (!st)
+        st = tsl_plan_received_for_stages(plan, g, nranks, batch, optimizer_states, op_stage,
+                                          received);
+    if (!st) {
+        memset(out, 0, sizeof *out);
+        out->plan = *plan;
+        double per_term[TSL_TRAFFIC_TERMS] = {0}, slowest = -1;
+        exchanges(plan, g, group, per_term);
+        int32_t worst = 0;
+        double stage_time = 0;
+        for (int32_t r = 0; r < nranks; r++) {
+            double comm[TSL_TRAFFIC_TERMS] = {0};
+            for (int t = 0; t < TSL_TRAFFIC_TOTAL && nranks > 1; t++) {
+                double bytes = (double)sent[(int64_t)t * nranks + r];
+                comm[t] = bytes > 0 ? bytes / costs->bandwidth + per_term[t] * costs->latency : 0;
+            }
+            double overlapped = comm[TSL_TRAFFIC_PARAMS] + comm[TSL_TRAFFIC_HALOS] +
+                                comm[TSL_TRAFFIC_STAGES] + comm[TSL_TRAFFIC_LOSSES];
+            double work = compute[r] + tasks[r];
+            double t = (work > overlapped ? work : overlapped) + comm[TSL_TRAFFIC_BATCHNORM];
+            if (t > slowest) {
+                slowest = t;
+                worst = r;
+                out->terms[TSL_TERM_COMPUTE] = compute[r];
+                out->terms[TSL_TERM_TASKS] = tasks[r];
+                out->terms[TSL_TERM_PARAMS] = comm[TSL_TRAFFIC_PARAMS] + comm[TSL_TRAFFIC_LOSSES];
+                out->terms[TSL_TERM_BATCHNORM] = comm[TSL_TRAFFIC_BATCHNORM];
+                out->terms[TSL_TERM_HALOS] = comm[TSL_TRAFFIC_HALOS];
+                out->terms[TSL_TERM_STAGES] = comm[TSL_TRAFFIC_STAGES];
+            }
+            int64_t live = peak[r] + received[r];
+            out->peak_bytes = live > out->peak_bytes ? live : out->peak_bytes;
+            int64_t total = sent[(int64_t)TSL_TRAFFIC_TOTAL * nranks + r];
+            out->sent_bytes = total > out->sent_bytes ? total : out->sent_bytes;
+        }
+        (void)worst;
+        stage_time = slowest;
+        double m = (double)plan->micro;
+        out->seconds = stages > 1 ? stage_time * (m + stages - 1) / m : stage_time;
+        out->terms[TSL_TERM_BUBBLE] = out->seconds - stage_time;
+        out->binding = 0;
+        for (int32_t t = 1; t < TSL_TERM_COUNT; t++)
+            if (out->terms[t] > out->terms[out->binding])
+                out->binding = t;
+    }
+    free(op_stage);
+    free(compute);
+    free(tasks);
+    free(shares);
+    free(tiles);
+    free(elements);
+    free(sent);
+    free(peak);
+    free(received);
+    return st;
+}
+
+/* Append a plan to the list (counting it past cap). */
+static void emit(const tsl_plan *p, tsl_plan *plans, int32_t cap, int32_t *count)
+{
+    if (*count < cap && plans)
+        plans[*count] = *p;
+    (*count)++;
+}
+
+/* Every ordered split of `rest` ranks over spatial dimensions d.. (each part at most that
+ * dimension's size), then the stages' micro-batches and the tiles, for each. */
+static void spatial_splits(tsl_plan *p, const tsl_shape *input, int32_t d, int32_t rest,
+                           int32_t workers, int64_t batch, tsl_plan *plans, int32_t cap,
+                           int32_t *count)
+{
+    int32_t nsp = input->ndim - 1;
+    if (d < nsp && d < 3) {
+        for (int32_t a = 1; a <= rest; a++) {
+            if (rest % a || a > input->dims[1 + d])
+                continue;
+            p->space[d] = a;
+            spatial_splits(p, input, d + 1, rest / a, workers, batch, plans, cap, count);
+        }
+        p->space[d] = 1;
+        return;
+    }
+    if (rest != 1)
+        return;
+    p->space_ndim = 0;
+    for (int32_t k = 0; k < 3; k++)
+        if (p->space[k] > 1)
+            p->space_ndim = k + 1;
+    int32_t split = p->space[0] * p->space[1] * p->space[2];
+    int64_t per_rank = batch / p->data;
+    static const int32_t micros[] = {1, 2, 4, 8};
+    for (int32_t mi = 0; mi < 4; mi++) {
+        p->micro = micros[mi];
+        if (p->micro > 1 && (p->stages == 1 || p->micro > per_rank))
+            break;
+        p->tiles = 1;
+        emit(p, plans, cap, count);
+        if (workers > 1 && nsp > 0 && (split > 1 || per_rank < workers)) {
+            p->tiles = workers;
+            emit(p, plans, cap, count);
+        }
+    }
+    p->micro = 1;
+    p->tiles = 1;
+}
+
+tsl_status tsl_plan_candidates(tsl_graph_t g, int32_t nranks, int32_t workers, int64_t batch,
+                               tsl_plan *plans, int32_t cap, int32_t *count)
+{
+    if (!g || nranks < 1 || workers < 1 || batch < 1 || !count || cap < 0 || (cap > 0 && !plans))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_candidates: bad argument");
+    if (g->input < 0)
+        return tsl_error(NULL, TSL_ERR_STATE, "tsl_plan_candidates: the graph has no input");
+    const tsl_shape *input = &g->values[g->input].shape;
+    *count = 0;
+    for (int32_t s = 1; s <= nranks; s++) {
+        if (nranks % s || s > g->nops)
+            continue;
+        int32_t group = nranks / s;
+        for (int32_t d = 1; d <= group; d++) {
+            if (group % d || d > batch)
+                continue;
+            tsl_plan p;
+            tsl_plan_init(&p);
+            p.stages = s;
+            p.data = d;
+            spatial_splits(&p, input, 0, group / d, workers, batch, plans, cap, count);
+        }
+    }
+    return TSL_OK;
+}
+
+typedef struct ranked_plan {
+    tsl_plan_prediction pred;
+    int32_t index; /* candidate order, the last tie-break */
+    int32_t objective;
+} ranked_plan;
+
+static int compare_ranked(const void *pa, const void *pb)
+{
+    const ranked_plan *a = pa, *b = pb;
+    double ka = a->objective == TSL_OBJECTIVE_MEMORY ? (double)a->pred.peak_bytes : a->pred.seconds;
+    double kb = b->objective == TSL_OBJECTIVE_MEMORY ? (double)b->pred.peak_bytes : b->pred.seconds;
+    double ta = a->objective == TSL_OBJECTIVE_MEMORY ? a->pred.seconds : (double)a->pred.peak_bytes;
+    double tb = b->objective == TSL_OBJECTIVE_MEMORY ? b->pred.seconds : (double)b->pred.peak_bytes;
+    if (ka != kb)
+        return ka < kb ? -1 : 1;
+    if (ta != tb)
+        return ta < tb ? -1 : 1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+tsl_status tsl_plan_search(tsl_graph_t g, int32_t nranks, int32_t workers, int64_t batch,
+                           int32_t optimizer_states, const tsl_plan_costs *costs,
+                           int64_t budget_bytes, int32_t objective, tsl_plan_predict_fn predict,
+                           void *user, tsl_plan_prediction *ranked, int32_t cap, int32_t *count)
+{
+    const char *fn = "tsl_plan_search";
+    if (!g || !count || cap < 0 || (cap > 0 && !ranked) || (!predict && !costs) ||
+        (objective != TSL_OBJECTIVE_TIME && objective != TSL_OBJECTIVE_MEMORY))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    int32_t n = 0;
+    tsl_status st = tsl_plan_candidates(g, nranks, workers, batch, NULL, 0, &n);
+    if (st)
+        return st;
+    tsl_plan *plans = malloc(sizeof *plans * ((size_t)n + 1));
+    ranked_plan *fit = malloc(sizeof *fit * ((size_t)n + 1));
+    if (!plans || !fit) {
+        free(plans);
+        free(fit);
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    st = tsl_plan_candidates(g, nranks, workers, batch, plans, n, &n);
+    int32_t nfit = 0, predicted = 0;
+    int64_t smallest = -1;
+    tsl_status last = TSL_OK;
+    char why[256] = "";
+    for (int32_t i = 0; i < n && !st; i++) {
+        tsl_plan_prediction pr;
+        tsl_status ps = predict ? predict(&plans[i], user, &pr)
+                                : tsl_plan_predict(&plans[i], g, nranks, workers, batch,
+                                                   optimizer_states, costs, &pr);
+        if (ps) { /* a plan this graph cannot take (its stages, say): not a candidate */
+            last = ps;
+            snprintf(why, sizeof why, "%s", tsl_last_error());
+            continue;
+        }
+        predicted++;
+        pr.plan = plans[i];
+        if (smallest < 0 || pr.peak_bytes < smallest)
+            smallest = pr.peak_bytes;
+        if (budget_bytes > 0 && pr.peak_bytes > budget_bytes)
+            continue;
+        fit[nfit].pred = pr;
+        fit[nfit].index = i;
+        fit[nfit].objective = objective;
+        nfit++;
+    }
+    if (!st && !predicted)
+        st = tsl_error(NULL, last ? last : TSL_ERR_INVALID_ARG,
+                       "%s: no plan for %d ranks could be predicted (%s)", fn, (int)nranks, why);
+    else if (!st && !nfit)
+        st = tsl_error(NULL, TSL_ERR_RESOURCE,
+                       "%s: no plan on %d ranks fits in %.1f MiB per rank; the smallest needs "
+                       "%.1f MiB",
+                       fn, (int)nranks, (double)budget_bytes / 1048576.0,
+                       (double)smallest / 1048576.0);
+    if (!st) {
+        qsort(fit, (size_t)nfit, sizeof *fit, compare_ranked);
+        for (int32_t i = 0; i < nfit && i < cap; i++)
+            ranked[i] = fit[i].pred;
+        *count = nfit;
+    }
+    free(plans);
+    free(fit);
+    return st;
+}

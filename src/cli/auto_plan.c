@@ -1,0 +1,134 @@
+/* --plan auto: the measured costs of the performance model (calibrated once per model, batch and
+ * workers, cached in the StarPU home), the memory budget, the search and its report. */
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int64_t auto_budget_bytes(long mem_mib, long overhead_mib, long ranks_here)
+{
+    if (mem_mib > 0)
+        return ((int64_t)mem_mib - overhead_mib) * 1048576;
+    int nlocal = ranks_here > 0 ? (int)ranks_here : 1, inited = 0;
+    MPI_Initialized(&inited);
+    if (ranks_here <= 0 && inited) { /* the ranks sharing this node share its memory */
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_size(node, &nlocal);
+        MPI_Comm_free(&node);
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    int64_t node_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    return node_bytes / nlocal - (int64_t)overhead_mib * 1048576;
+}
+
+/* The cache file of a calibration: <STARPU_HOME or HOME>/.starpu/tessel/calibration-<key>.txt,
+ * the key a hash of the model (its JSON), the batch and the ranks and workers. */
+static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t workers, char *path,
+                      size_t size)
+{
+    const char *home = getenv("STARPU_HOME");
+    if (!home || !*home)
+        home = getenv("HOME");
+    char *json = NULL;
+    if (!home || tsl_graph_print_json(g, &json) != TSL_OK)
+        return -1;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = json; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    free(json);
+    long long parts[3] = {(long long)batch, ranks, workers};
+    for (int k = 0; k < 3; k++)
+        h = (h ^ (uint64_t)parts[k]) * 1099511628211ull;
+    char dir[3072];
+    snprintf(dir, sizeof dir, "%s/.starpu", home);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/.starpu/tessel", home);
+    mkdir(dir, 0755);
+    return snprintf(path, size, "%s/calibration-%016llx.txt", dir, (unsigned long long)h) <
+                   (int)size
+               ? 0
+               : -1;
+}
+
+/* Read a cached calibration of nops ops; 0 when it was there and whole. */
+static int cache_read(const char *path, int32_t nops, double *op_seconds, double *head)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = 0, ok = fscanf(f, "tessel calibration 1 ops %d task %lg latency %lg bandwidth %lg", &n,
+                           &head[0], &head[1], &head[2]) == 4 &&
+                    n == nops;
+    for (int32_t o = 0; ok && o < nops; o++)
+        ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+static int cache_write(FILE *f, const void *arg)
+{
+    const tsl_plan_costs *c = arg;
+    fprintf(f, "tessel calibration 1 ops %d task %.17g latency %.17g bandwidth %.17g\n",
+            (int)c->nops, c->task_seconds, c->latency, c->bandwidth);
+    for (int32_t o = 0; o < c->nops; o++)
+        fprintf(f, "%.17g\n", c->op_seconds[o]);
+    return 0;
+}
+
+tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *op_seconds,
+                      tsl_plan_costs *costs, int *cached)
+{
+    int32_t ranks = 1, workers = 1, rank = 0, nops = tsl_graph_op_count(g);
+    tsl_context_size(ctx, &ranks);
+    tsl_context_rank(ctx, &rank);
+    tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
+    char path[4096] = "";
+    double head[3] = {0, 0, 0};
+    int have = 0;
+    if (rank == 0)
+        have = cache_path(g, batch, ranks, workers, path, sizeof path) == 0 &&
+               cache_read(path, nops, op_seconds, head) == 0;
+    MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    *cached = have;
+    if (have) {
+        MPI_Bcast(head, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(op_seconds, nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        costs->nops = nops;
+        costs->op_seconds = op_seconds;
+        costs->task_seconds = head[0];
+        costs->latency = head[1];
+        costs->bandwidth = head[2];
+        return TSL_OK;
+    }
+    tsl_status st = tsl_model_calibrate(ctx, g, batch, 3, op_seconds, costs);
+    if (!st && rank == 0 && path[0] && write_file_atomic(path, cache_write, costs) != 0)
+        fprintf(stderr, "tessel: warning: could not keep the calibration in %s: %s\n", path,
+                strerror(errno));
+    return st;
+}
+
+void print_ranked(const tsl_plan_prediction *ranked, int32_t shown, int32_t fit, int32_t total)
+{
+    printf("plan auto: %d of %d candidate plans fit; the fastest predicted:\n", (int)fit,
+           (int)total);
+    printf("  %-36s %12s %12s %12s  %s\n", "plan", "s/step", "peak MiB", "MB/step", "binding");
+    for (int32_t i = 0; i < shown; i++) {
+        char text[256];
+        tsl_plan_format(&ranked[i].plan, text, sizeof text);
+        printf("  %-36s %12.4g %12.1f %12.2f  %s\n", text, ranked[i].seconds,
+               (double)ranked[i].peak_bytes / 1048576.0, (double)ranked[i].sent_bytes / 1e6,
+               tsl_plan_term_name(ranked[i].binding));
+    }
+}

@@ -1,0 +1,150 @@
+/* tsl_model_calibrate(): the measured costs of the performance model (graph/plan_model.c). A
+ * throwaway model of the graph with the default plan trains a few steps on random data under a
+ * task trace; the trace's run time per op label, the workers' time outside tasks and a
+ * ping-pong between ranks 0 and 1 give the numbers. */
+#include <mpi.h>
+#include <starpu.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "executor/executor.h"
+#include "trace.h"
+
+/* Half the round trip of `bytes`-byte messages between ranks 0 and 1 (others wait), seconds. */
+static double ping_pong(struct tsl_context *ctx, char *buf, int bytes, int reps)
+{
+    MPI_Barrier(ctx->ctl_comm);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < reps; i++) {
+        if (ctx->rank == 0) {
+            MPI_Send(buf, bytes, MPI_BYTE, 1, 7, ctx->ctl_comm);
+            MPI_Recv(buf, bytes, MPI_BYTE, 1, 7, ctx->ctl_comm, MPI_STATUS_IGNORE);
+        } else if (ctx->rank == 1) {
+            MPI_Recv(buf, bytes, MPI_BYTE, 0, 7, ctx->ctl_comm, MPI_STATUS_IGNORE);
+            MPI_Send(buf, bytes, MPI_BYTE, 0, 7, ctx->ctl_comm);
+        }
+    }
+    return (MPI_Wtime() - t0) / (2.0 * reps);
+}
+
+/* The random batch (rank 0's; others keep NULL) and the trace-measured steps. */
+static tsl_status timed_steps(struct tsl_context *ctx, tsl_model_t model, tsl_optimizer_t opt,
+                              int64_t batch, int32_t steps, const float *x, const int64_t *labels,
+                              double *wall)
+{
+    tsl_status st = tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
+    if (!st)
+        st = tsl_context_trace_begin(ctx, (int64_t)1 << 24);
+    double t0 = starpu_timing_now();
+    for (int32_t s = 0; s < steps && !st; s++)
+        st = tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
+    tsl_status w = tsl_context_wait(ctx);
+    *wall = (starpu_timing_now() - t0) * 1e-6;
+    return st ? st : w;
+}
+
+tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t steps,
+                               double *op_seconds, tsl_plan_costs *costs)
+{
+    const char *fn = "tsl_model_calibrate";
+    if (!ctx || !g || !op_seconds || !costs || batch < 1 || steps < 1 || steps > 1000)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    if (g->input < 0 || g->output < 0)
+        return tsl_error(ctx, TSL_ERR_STATE, "%s: the graph needs an input and an output", fn);
+    int32_t nops = g->nops;
+    const tsl_shape *in = &g->values[g->input].shape, *out = &g->values[g->output].shape;
+    int64_t per_sample = tsl_shape_numel(in), positions = 1;
+    for (int d = 1; d < out->ndim; d++)
+        positions *= out->dims[d];
+    float *x = NULL;
+    int64_t *labels = NULL;
+    const char **names = calloc((size_t)nops + 1, sizeof *names);
+    char(*bufs)[48] = calloc((size_t)nops + 1, sizeof *bufs);
+    double *local = calloc((size_t)nops + 3, sizeof *local), *sums = NULL;
+    char *pp = NULL;
+    tsl_status st = names && bufs && local ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
+    if (!st && ctx->rank == 0) {
+        x = malloc(sizeof *x * (size_t)(batch * per_sample));
+        labels = malloc(sizeof *labels * (size_t)(batch * positions));
+        st = x && labels ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
+        uint64_t r = 0x9e3779b97f4a7c15ull;
+        for (int64_t i = 0; !st && i < batch * per_sample; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        }
+        for (int64_t i = 0; !st && i < batch * positions; i++)
+            labels[i] = (int64_t)((i * 7 + 3) % out->dims[0]);
+    }
+    if (st) {
+        free(names);
+        free(bufs);
+        free(local);
+        free(x);
+        free(labels);
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    tsl_model_t model = NULL;
+    tsl_optimizer_t opt = NULL;
+    tsl_sgd_config sgd = {.lr = 1e-3};
+    double wall = 0, busy = 0;
+    int64_t ntasks = 0;
+    st = tsl_model_create_plan(&model, ctx, g, 1, NULL);
+    if (!st)
+        st = tsl_optimizer_create_sgd(&opt, ctx, &sgd);
+    if (!st)
+        st = timed_steps(ctx, model, opt, batch, steps, x, labels, &wall);
+    for (int32_t o = 0; !st && o < nops; o++)
+        names[o] = tsl_exec_op_label(model, o, bufs[o], sizeof bufs[o]);
+    /* the loss's tasks, labelled by the loss, count with the output's producer */
+    names[nops] = model && model->nloss == 1 && model->loss[0].kind == TSL_MODEL_LOSS_CROSS_ENTROPY
+                      ? "cross_entropy"
+                      : "loss";
+    if (!st)
+        st = tsl_trace_totals(ctx, nops + 1, names, local, &busy, &ntasks);
+    tsl_trace_destroy(ctx);
+    tsl_optimizer_destroy(opt);
+    tsl_status d = tsl_model_destroy(model);
+    st = st ? st : d;
+    /* every rank's sums: per op, the workers' time outside tasks, the tasks */
+    int32_t workers = (int32_t)starpu_worker_get_count();
+    if (!st) {
+        local[nops + 1] = wall * workers - busy;
+        local[nops + 2] = (double)ntasks;
+        sums = calloc((size_t)nops + 3, sizeof *sums);
+        pp = calloc(4 << 20, 1);
+        if (!sums || !pp)
+            st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    if (!st) { /* the same on every rank: its own outcome decides nothing alone */
+        MPI_Allreduce(local, sums, nops + 3, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        sums[g->ops[g->values[g->output].producer].kind == TSL_OP_INPUT
+                 ? 0
+                 : g->values[g->output].producer] += sums[nops];
+        double latency = 0, bandwidth = 0;
+        if (ctx->size > 1) {
+            latency = ping_pong(ctx, pp, 8, 200);
+            double big = ping_pong(ctx, pp, 4 << 20, 8);
+            bandwidth = big > latency ? (double)(4 << 20) / (big - latency) : 0;
+        }
+        double mine[3] = {
+            latency, bandwidth,
+            sums[nops + 2] > 0 ? (sums[nops + 1] > 0 ? sums[nops + 1] : 0) / sums[nops + 2] : 0};
+        MPI_Bcast(mine, 3, MPI_DOUBLE, 0, ctx->ctl_comm);
+        MPI_Bcast(sums, nops, MPI_DOUBLE, 0, ctx->ctl_comm);
+        for (int32_t o = 0; o < nops; o++)
+            op_seconds[o] = sums[o] / ((double)steps * (double)batch);
+        costs->nops = nops;
+        costs->op_seconds = op_seconds;
+        costs->latency = mine[0];
+        costs->bandwidth = mine[1];
+        costs->task_seconds = mine[2];
+    }
+    free(names);
+    free(bufs);
+    free(local);
+    free(sums);
+    free(pp);
+    free(x);
+    free(labels);
+    return st;
+}

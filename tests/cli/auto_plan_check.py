@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""--plan auto: tessel plan ranks the candidates from a calibration it measures once and keeps
+in the StarPU home (the second run takes it from there), with clear errors for a missing
+network description and a budget nothing fits; tessel train --plan auto on 2 ranks chooses a
+plan on every rank alike (the run equals a run with that plan given, step for step), and the
+metrics file holds the predicted and the measured s/step.
+
+usage: auto_plan_check.py TESSEL WORKDIR MPIEXEC [MPIEXEC ARGS...]   (run with -np 2 appended)"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+tessel, work = sys.argv[1], sys.argv[2]
+mpiexec = sys.argv[3:]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+env = dict(os.environ, STARPU_HOME=os.path.join(work, "home"))
+os.makedirs(env["STARPU_HOME"])
+data = "synthetic:dims=2,size=24,samples=32,classes=3"
+
+
+def run(cmd, expect=0):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != expect:
+        sys.exit(f"exit {p.returncode}, expected {expect}: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p.stdout + p.stderr
+
+
+plan = [tessel, "plan", "--model", "fcn2d", "--data", data, "--batch", "8", "--ncpu", "1",
+        "--plan", "auto", "--ranks", "2"]
+out = run(plan + ["--link", "10,5"])
+table = re.findall(r"^  (\S+=\S*)\s+([0-9.e+-]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\w+)$", out, re.M)
+assert 1 <= len(table) <= 5, out
+assert [float(t[1]) for t in table] == sorted(float(t[1]) for t in table), out
+chosen = re.search(r"plan auto: chose (\S+) \(predicted ([0-9.e+-]+) s/step", out)
+assert chosen and chosen.group(1) == table[0][0], out
+assert "calibration measured now" in out, out
+assert f"plan {chosen.group(1)} on 2 ranks" in out, out  # then the chosen plan's detail
+out = run(plan + ["--link", "10,5"])
+assert "calibration from the cache" in out, out
+out = run(plan + ["--link", "10,5", "--objective", "memory"])
+peaks = [float(t[2]) for t in re.findall(
+    r"^  (\S+=\S*)\s+([0-9.e+-]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\w+)$", out, re.M)]
+assert peaks == sorted(peaks), out
+out = run(plan, expect=2)
+assert "needs --link" in out, out
+out = run(plan + ["--link", "10,5", "--mem-per-rank", "49"], expect=1)
+assert "fits in" in out, out
+
+# tessel train --plan auto on 2 ranks, then with the chosen plan given
+train = mpiexec + ["-np", "2", tessel, "train", "--model", "fcn2d", "--data", data, "--batch", "8",
+                   "--epochs", "1", "--max-steps", "3", "--seed", "5", "--optimizer", "sgd"]
+auto_json = os.path.join(work, "auto.json")
+out = run(train + ["--plan", "auto", "--metrics-json", auto_json])
+chosen = re.search(r"plan auto: chose (\S+) ", out)
+assert chosen, out
+with open(auto_json) as f:
+    auto = json.load(f)
+pa = auto["plan_auto"]
+assert pa["plan"] == chosen.group(1), pa
+assert pa["predicted_seconds_per_step"] > 0 and pa["measured_seconds_per_step"] > 0, pa
+given_json = os.path.join(work, "given.json")
+run(train + ["--plan", chosen.group(1), "--metrics-json", given_json])
+with open(given_json) as f:
+    given = json.load(f)
+assert "plan_auto" not in given, given
+assert auto["step_losses"] == given["step_losses"], (auto["step_losses"], given["step_losses"])
+print(f"auto_plan_check: chose {chosen.group(1)}; predicted {pa['predicted_seconds_per_step']:.4g}"
+      f" s/step, measured {pa['measured_seconds_per_step']:.4g}")

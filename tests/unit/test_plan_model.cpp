@@ -1,0 +1,225 @@
+// The performance model and the plan search (graph/plan_model.c): the candidates against an
+// enumeration written here, the search against brute force on a synthetic cost table, the
+// model's terms on plans whose answer is known, and bad arguments.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "tessel/graph.h"
+#include "tessel/plan.h"
+}
+
+namespace
+{
+
+tsl_graph_t cnn(int64_t side)
+{
+    const int64_t sample[3] = {1, side, side};
+    tsl_graph_t g = nullptr;
+    EXPECT_EQ(tsl_zoo_graph("cnn", 3, sample, 10, &g), TSL_OK) << tsl_last_error();
+    return g;
+}
+
+std::string text(const tsl_plan &p)
+{
+    char t[256];
+    EXPECT_EQ(tsl_plan_format(&p, t, sizeof t), TSL_OK);
+    return t;
+}
+
+std::vector<tsl_plan> candidates(tsl_graph_t g, int32_t ranks, int32_t workers, int64_t batch)
+{
+    int32_t n = 0;
+    EXPECT_EQ(tsl_plan_candidates(g, ranks, workers, batch, nullptr, 0, &n), TSL_OK);
+    std::vector<tsl_plan> plans((size_t)n);
+    int32_t again = 0;
+    EXPECT_EQ(tsl_plan_candidates(g, ranks, workers, batch, plans.data(), n, &again), TSL_OK);
+    EXPECT_EQ(again, n);
+    return plans;
+}
+
+// The plans the search must consider, enumerated independently of plan_model.c: every
+// D x A x B x S = ranks (2-D samples of side `side`), micro 1/2/4/8 with stages, tiles 1 and W.
+std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, int64_t side,
+                               int32_t nops)
+{
+    std::set<std::string> out;
+    for (int s = 1; s <= ranks; s++)
+        for (int d = 1; d <= ranks; d++)
+            for (int a = 1; a <= ranks; a++)
+                for (int b = 1; b <= ranks; b++) {
+                    if (s * d * a * b != ranks || d > batch || a > side || b > side || s > nops)
+                        continue;
+                    for (int m : {1, 2, 4, 8}) {
+                        if (m > 1 && (s == 1 || m > batch / d))
+                            continue;
+                        std::vector<int> tiles = {1};
+                        if (workers > 1 && (a * b > 1 || batch / d < workers))
+                            tiles.push_back(workers);
+                        for (int t : tiles) {
+                            std::string p = "data=" + std::to_string(d);
+                            if (a * b > 1)
+                                p += ",space=" + std::to_string(a) +
+                                     (b > 1 ? "x" + std::to_string(b) : "");
+                            if (s > 1)
+                                p += ",stages=" + std::to_string(s);
+                            if (m > 1)
+                                p += ",micro=" + std::to_string(m);
+                            if (t > 1)
+                                p += ",tiles=" + std::to_string(t);
+                            tsl_plan parsed;
+                            EXPECT_EQ(tsl_plan_parse(p.c_str(), &parsed), TSL_OK) << p;
+                            out.insert(text(parsed));
+                        }
+                    }
+                }
+    return out;
+}
+
+} // namespace
+
+TEST(PlanModel, CandidatesAreEveryFactorisation)
+{
+    tsl_graph_t g = cnn(28);
+    for (int32_t ranks : {1, 2, 4, 6, 8})
+        for (int32_t workers : {1, 2}) {
+            std::vector<tsl_plan> got = candidates(g, ranks, workers, 16);
+            std::set<std::string> names;
+            for (const tsl_plan &p : got) {
+                EXPECT_EQ(tsl_plan_ranks(&p), ranks) << text(p);
+                names.insert(text(p));
+            }
+            EXPECT_EQ(names.size(), got.size()) << "a candidate twice";
+            EXPECT_EQ(names, expected(ranks, workers, 16, 28, tsl_graph_op_count(g)))
+                << ranks << " ranks, " << workers << " workers";
+        }
+    // few samples: no sample group larger than the batch, no micro-batch of nothing
+    for (const tsl_plan &p : candidates(g, 8, 1, 2)) {
+        EXPECT_LE(p.data, 2) << text(p);
+        EXPECT_LE(p.micro, 2 / p.data) << text(p);
+    }
+    tsl_graph_destroy(g);
+}
+
+namespace
+{
+
+// A synthetic cost table: seconds and peak from a hash of the plan's text.
+tsl_status synthetic(const tsl_plan *plan, void *, tsl_plan_prediction *out)
+{
+    std::string t = text(*plan);
+    uint64_t h = 1469598103934665603ull;
+    for (char c : t)
+        h = (h ^ (unsigned char)c) * 1099511628211ull;
+    std::memset(out, 0, sizeof *out);
+    out->seconds = (double)(h % 1000) / 100.0;
+    out->peak_bytes = (int64_t)((h >> 20) % 500) * 1024;
+    out->binding = (int32_t)(h % TSL_TERM_COUNT);
+    return TSL_OK;
+}
+
+} // namespace
+
+TEST(PlanModel, SearchEqualsBruteForceOnASyntheticTable)
+{
+    tsl_graph_t g = cnn(28);
+    for (int32_t ranks : {2, 4, 8}) {
+        std::vector<tsl_plan> all = candidates(g, ranks, 2, 32);
+        for (int objective : {TSL_OBJECTIVE_TIME, TSL_OBJECTIVE_MEMORY})
+            for (int64_t budget : {(int64_t)0, (int64_t)250 * 1024}) {
+                // brute force: the best by (objective, other, candidate order) within budget
+                int best = -1, fit = 0;
+                tsl_plan_prediction pb{}, pi;
+                for (size_t i = 0; i < all.size(); i++) {
+                    synthetic(&all[i], nullptr, &pi);
+                    if (budget > 0 && pi.peak_bytes > budget)
+                        continue;
+                    fit++;
+                    double k1 = objective ? (double)pi.peak_bytes : pi.seconds;
+                    double k2 = objective ? pi.seconds : (double)pi.peak_bytes;
+                    double b1 = objective ? (double)pb.peak_bytes : pb.seconds;
+                    double b2 = objective ? pb.seconds : (double)pb.peak_bytes;
+                    if (best < 0 || k1 < b1 || (k1 == b1 && k2 < b2)) {
+                        best = (int)i;
+                        pb = pi;
+                    }
+                }
+                ASSERT_GE(best, 0);
+                std::vector<tsl_plan_prediction> ranked(5);
+                int32_t count = 0;
+                ASSERT_EQ(tsl_plan_search(g, ranks, 2, 32, 2, nullptr, budget, objective, synthetic,
+                                          nullptr, ranked.data(), 5, &count),
+                          TSL_OK)
+                    << tsl_last_error();
+                EXPECT_EQ(count, fit);
+                EXPECT_EQ(text(ranked[0].plan), text(all[(size_t)best]))
+                    << ranks << " ranks, objective " << objective << ", budget " << budget;
+                for (int32_t i = 1; i < 5 && i < count; i++) { // sorted
+                    double a = objective ? (double)ranked[i - 1].peak_bytes : ranked[i - 1].seconds;
+                    double b = objective ? (double)ranked[i].peak_bytes : ranked[i].seconds;
+                    EXPECT_LE(a, b);
+                    if (budget > 0)
+                        EXPECT_LE(ranked[i].peak_bytes, budget);
+                }
+            }
+        // nothing fits: a clear error naming the smallest need
+        int32_t count = 0;
+        tsl_plan_prediction one;
+        EXPECT_EQ(tsl_plan_search(g, ranks, 2, 32, 2, nullptr, 1, TSL_OBJECTIVE_TIME, synthetic,
+                                  nullptr, &one, 1, &count),
+                  TSL_ERR_RESOURCE);
+        EXPECT_NE(std::string(tsl_last_error()).find("fits in"), std::string::npos);
+    }
+    tsl_graph_destroy(g);
+}
+
+TEST(PlanModel, PredictionsFollowTheGeometry)
+{
+    tsl_graph_t g = cnn(28);
+    int32_t nops = tsl_graph_op_count(g);
+    std::vector<double> op(nops, 1e-4);
+    tsl_plan_costs costs = {nops, op.data(), 0.0, 1e-6, 1e10};
+    auto predict = [&](const char *p, int32_t ranks, int32_t workers) {
+        tsl_plan plan;
+        EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
+        tsl_plan_prediction out;
+        EXPECT_EQ(tsl_plan_predict(&plan, g, ranks, workers, 64, 2, &costs, &out), TSL_OK)
+            << p << ": " << tsl_last_error();
+        return out;
+    };
+    tsl_plan_prediction one = predict("data=1", 1, 1), two = predict("data=2", 2, 1),
+                        four = predict("data=4", 4, 1), w2 = predict("data=1", 1, 2);
+    double serial = 1e-4 * 64 * (nops - 1); // every op but the input, one worker
+    EXPECT_NEAR(one.terms[TSL_TERM_COMPUTE], serial, 1e-9 * serial);
+    EXPECT_NEAR(two.terms[TSL_TERM_COMPUTE], serial / 2, 1e-9 * serial);
+    EXPECT_NEAR(four.terms[TSL_TERM_COMPUTE], serial / 4, 1e-9 * serial);
+    EXPECT_NEAR(w2.terms[TSL_TERM_COMPUTE], serial / 2, 1e-9 * serial);
+    EXPECT_EQ(one.terms[TSL_TERM_PARAMS], 0.0); // one rank sends nothing
+    EXPECT_GT(two.terms[TSL_TERM_PARAMS], 0.0);
+    EXPECT_GT(two.sent_bytes, 0);
+    EXPECT_EQ(one.binding, TSL_TERM_COMPUTE);
+    // a pipeline: the slowest stage x (M + S - 1) / M, the rest the bubble
+    tsl_plan_prediction pipe = predict("stages=2,micro=4", 2, 1);
+    EXPECT_NEAR(pipe.terms[TSL_TERM_BUBBLE], pipe.seconds / 5.0, 1e-12);
+    EXPECT_GT(pipe.seconds, two.seconds);
+    // a slow network binds a data-parallel step
+    costs.bandwidth = 1e3;
+    EXPECT_EQ(predict("data=2", 2, 1).binding, TSL_TERM_PARAMS);
+    // bad arguments
+    tsl_plan plan;
+    tsl_plan_prediction out;
+    ASSERT_EQ(tsl_plan_parse("data=2", &plan), TSL_OK);
+    costs.bandwidth = 0;
+    EXPECT_EQ(tsl_plan_predict(&plan, g, 2, 1, 64, 2, &costs, &out), TSL_ERR_INVALID_ARG);
+    costs.bandwidth = 1e10;
+    costs.nops = nops - 1;
+    EXPECT_EQ(tsl_plan_predict(&plan, g, 2, 1, 64, 2, &costs, &out), TSL_ERR_INVALID_ARG);
+    costs.nops = nops;
+    EXPECT_EQ(tsl_plan_predict(&plan, g, 4, 1, 64, 2, &costs, &out), TSL_ERR_INVALID_ARG);
+    tsl_graph_destroy(g);
+}
