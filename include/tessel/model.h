@@ -68,12 +68,20 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * on is dropped; none is on afterwards). op_seconds[o] is the run time of op o's tasks, forward
  * and backward (the loss's with the output's producer), summed over every rank and worker, per
  * sample; costs->task_seconds the workers' time not spent running tasks during those steps,
- * per task; costs->latency and costs->bandwidth come from a ping-pong between ranks 0 and 1
- * (8-byte and 4 MiB messages; both 0 on one rank). Every rank gets rank 0's numbers.
+ * per task; costs->latency and costs->bandwidth from tsl_context_measure_link(). Every rank
+ * gets rank 0's numbers.
  * @param[out] op_seconds tsl_graph_op_count() entries (costs->op_seconds points at it)
  */
 TSL_API tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t graph, int64_t batch,
                                        int32_t steps, double *op_seconds, tsl_plan_costs *costs);
+
+/**
+ * @brief The network between ranks 0 and 1 by a ping-pong on the context's control
+ * communicator: @p latency half the round trip of 8-byte messages (200 of them), @p bandwidth
+ * 4 MiB messages' bytes per second beyond that latency (8 of them); both 0 on one rank. Every
+ * rank gets rank 0's numbers. Collective.
+ */
+TSL_API tsl_status tsl_context_measure_link(tsl_context_t ctx, double *latency, double *bandwidth);
 
 /** @brief Wait for the model's tasks and free it (NULL is a no-op). */
 TSL_API tsl_status tsl_model_destroy(tsl_model_t model);

@@ -33,44 +33,48 @@ int64_t auto_budget_bytes(long mem_mib, long overhead_mib, long ranks_here)
     return node_bytes / nlocal - (int64_t)overhead_mib * 1048576;
 }
 
-/* The cache file of a calibration: <STARPU_HOME or HOME>/.starpu/tessel/calibration-<key>.txt,
- * the key a hash of the model (its JSON), the batch and the ranks and workers. */
-static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t workers, char *path,
-                      size_t size)
+/* <STARPU_HOME or HOME>/.starpu/tessel/<name> (the folders made), in path; 0 on success. */
+static int home_file(const char *name, char *path, size_t size)
 {
     const char *home = getenv("STARPU_HOME");
     if (!home || !*home)
         home = getenv("HOME");
-    char *json = NULL;
-    if (!home || tsl_graph_print_json(g, &json) != TSL_OK)
+    if (!home)
         return -1;
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = json; *c; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    free(json);
-    long long parts[3] = {(long long)batch, ranks, workers};
-    for (int k = 0; k < 3; k++)
-        h = (h ^ (uint64_t)parts[k]) * 1099511628211ull;
     char dir[3072];
     snprintf(dir, sizeof dir, "%s/.starpu", home);
     mkdir(dir, 0755);
     snprintf(dir, sizeof dir, "%s/.starpu/tessel", home);
     mkdir(dir, 0755);
-    return snprintf(path, size, "%s/calibration-%016llx.txt", dir, (unsigned long long)h) <
-                   (int)size
-               ? 0
-               : -1;
+    return snprintf(path, size, "%s/%s", dir, name) < (int)size ? 0 : -1;
+}
+
+/* The cache file of a calibration: calibration-<key>.txt in the StarPU home's tessel folder,
+ * the key a hash of the model (its JSON), the batch and the workers per rank. */
+static int cache_path(tsl_graph_t g, int64_t batch, int32_t workers, char *path, size_t size)
+{
+    char *json = NULL;
+    if (tsl_graph_print_json(g, &json) != TSL_OK)
+        return -1;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = json; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    free(json);
+    long long parts[2] = {(long long)batch, workers};
+    for (int k = 0; k < 2; k++)
+        h = (h ^ (uint64_t)parts[k]) * 1099511628211ull;
+    char name[64];
+    snprintf(name, sizeof name, "calibration-%016llx.txt", (unsigned long long)h);
+    return home_file(name, path, size);
 }
 
 /* Read a cached calibration of nops ops; 0 when it was there and whole. */
-static int cache_read(const char *path, int32_t nops, double *op_seconds, double *head)
+static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
-    int n = 0, ok = fscanf(f, "tessel calibration 1 ops %d task %lg latency %lg bandwidth %lg", &n,
-                           &head[0], &head[1], &head[2]) == 4 &&
-                    n == nops;
+    int n = 0, ok = fscanf(f, "tessel calibration 2 ops %d task %lg", &n, task) == 2 && n == nops;
     for (int32_t o = 0; ok && o < nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
     fclose(f);
@@ -80,11 +84,29 @@ static int cache_read(const char *path, int32_t nops, double *op_seconds, double
 static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
-    fprintf(f, "tessel calibration 1 ops %d task %.17g latency %.17g bandwidth %.17g\n",
-            (int)c->nops, c->task_seconds, c->latency, c->bandwidth);
+    fprintf(f, "tessel calibration 2 ops %d task %.17g\n", (int)c->nops, c->task_seconds);
     for (int32_t o = 0; o < c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
+}
+
+static int link_write(FILE *f, const void *arg)
+{
+    const tsl_plan_costs *c = arg;
+    fprintf(f, "tessel link 1 latency %.17g bandwidth %.17g\n", c->latency, c->bandwidth);
+    return 0;
+}
+
+int auto_cached_link(double *latency, double *bandwidth)
+{
+    char path[4096];
+    FILE *f = home_file("link.txt", path, sizeof path) == 0 ? fopen(path, "r") : NULL;
+    if (!f)
+        return -1;
+    int ok = fscanf(f, "tessel link 1 latency %lg bandwidth %lg", latency, bandwidth) == 2 &&
+             *latency >= 0 && *bandwidth > 0;
+    fclose(f);
+    return ok ? 0 : -1;
 }
 
 tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *op_seconds,
@@ -95,26 +117,31 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *o
     tsl_context_rank(ctx, &rank);
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
-    double head[3] = {0, 0, 0};
+    double task = 0;
     int have = 0;
     if (rank == 0)
-        have = cache_path(g, batch, ranks, workers, path, sizeof path) == 0 &&
-               cache_read(path, nops, op_seconds, head) == 0;
+        have = cache_path(g, batch, workers, path, sizeof path) == 0 &&
+               cache_read(path, nops, op_seconds, &task) == 0;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
     *cached = have;
-    if (have) {
-        MPI_Bcast(head, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    tsl_status st = TSL_OK;
+    if (have) { /* the ops' costs from the cache, the network measured now */
+        MPI_Bcast(&task, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         MPI_Bcast(op_seconds, nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
         costs->op_seconds = op_seconds;
-        costs->task_seconds = head[0];
-        costs->latency = head[1];
-        costs->bandwidth = head[2];
-        return TSL_OK;
+        costs->task_seconds = task;
+        st = tsl_context_measure_link(ctx, &costs->latency, &costs->bandwidth);
+    } else {
+        st = tsl_model_calibrate(ctx, g, batch, 3, op_seconds, costs);
+        if (!st && rank == 0 && path[0] && write_file_atomic(path, cache_write, costs) != 0)
+            fprintf(stderr, "tessel: warning: could not keep the calibration in %s: %s\n", path,
+                    strerror(errno));
     }
-    tsl_status st = tsl_model_calibrate(ctx, g, batch, 3, op_seconds, costs);
-    if (!st && rank == 0 && path[0] && write_file_atomic(path, cache_write, costs) != 0)
-        fprintf(stderr, "tessel: warning: could not keep the calibration in %s: %s\n", path,
+    /* the network, for tessel plan --plan auto on one process */
+    if (!st && rank == 0 && ranks > 1 && home_file("link.txt", path, sizeof path) == 0 &&
+        write_file_atomic(path, link_write, costs) != 0)
+        fprintf(stderr, "tessel: warning: could not keep the network in %s: %s\n", path,
                 strerror(errno));
     return st;
 }

@@ -372,10 +372,14 @@ int command_bench(int argc, char **argv);
 int64_t auto_budget_bytes(long mem_mib, long overhead_mib, long ranks_here);
 
 /* The performance model's costs for g at this batch on ctx (collective): the cached calibration
- * of this model, batch, rank and worker count, or a new one (tsl_model_calibrate(), kept in the
- * StarPU home). *cached: whether it came from the cache. */
+ * of this model, batch and worker count, or a new one (tsl_model_calibrate(), kept in the
+ * StarPU home's .starpu/tessel/), and the network measured now (tsl_context_measure_link(), kept
+ * there too with several ranks). *cached: whether the ops' costs came from the cache. */
 tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *op_seconds,
                       tsl_plan_costs *costs, int *cached);
+
+/* The network the last run on several ranks measured (0), or -1 when none is kept. */
+int auto_cached_link(double *latency, double *bandwidth);
 
 /* qsort's order of doubles, ascending. */
 int compare_doubles(const void *a, const void *b);

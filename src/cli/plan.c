@@ -14,6 +14,7 @@ static void usage_plan(FILE *out)
         "usage: tessel plan --data SPEC [--model NAME|FILE] [--plan PLAN] [--ranks N]\n"
         "                   [--batch B] [--ncpu W] [--optimizer sgd|adam|adamw]\n"
         "                   [--mem-per-rank M [--overhead-mib O]]\n"
+        "                   [--plan auto [--objective time|memory] [--link GBPS,US] [--json F]]\n"
         "  how PLAN (default: samples over all ranks and workers) tiles the model's tensors\n"
         "  on N ranks (default: the plan's rank count) of W CPU workers (default 1), and\n"
         "  the estimated tile memory of every rank for training with batches of B\n"
@@ -124,13 +125,15 @@ enum {
     OPT_MEM,
     OPT_OVERHEAD,
     OPT_OBJECTIVE,
-    OPT_LINK
+    OPT_LINK,
+    OPT_JSON
 };
 
 typedef struct plan_options {
     const char *model, *data, *plan_text, *optimizer;
     long ranks, batch, workers, mem_mib, overhead_mib;
     int objective;             /* --objective: a tsl_plan_objective */
+    const char *json;          /* --json FILE: --plan auto's ranking */
     double link_gbps, link_us; /* --link (0: not given) */
 } plan_options;
 
@@ -168,6 +171,9 @@ static int parse_plan_option(const cli_parser *parser, int id, const char *v)
     case OPT_OVERHEAD:
         bad = parse_int_arg(v, 0, 1L << 30, &o->overhead_mib);
         break;
+    case OPT_JSON:
+        o->json = v;
+        break;
     case OPT_OBJECTIVE:
         bad = strcmp(v, "time") != 0 && strcmp(v, "memory") != 0;
         o->objective = strcmp(v, "memory") == 0 ? TSL_OBJECTIVE_MEMORY : TSL_OBJECTIVE_TIME;
@@ -199,6 +205,7 @@ static int parse_plan(int argc, char **argv, plan_options *o)
                                             {"overhead-mib", required_argument, NULL, OPT_OVERHEAD},
                                             {"objective", required_argument, NULL, OPT_OBJECTIVE},
                                             {"link", required_argument, NULL, OPT_LINK},
+                                            {"json", required_argument, NULL, OPT_JSON},
                                             {0}};
     *o = (plan_options){.model = "cnn",
                         .optimizer = "adam",
@@ -355,14 +362,59 @@ static void print_traffic(const int64_t *sent, long ranks)
            (double)sent[TSL_TRAFFIC_LOSSES * ranks + top] / mib, all / mib);
 }
 
+/* --json FILE of --plan auto: every plan that fits, ranked, with its prediction. */
+typedef struct ranked_json {
+    const plan_options *o;
+    long ranks;
+    const tsl_plan_costs *costs;
+    const tsl_plan_prediction *ranked;
+    int32_t count, total;
+} ranked_json;
+
+static int write_ranked(FILE *f, const void *arg)
+{
+    const ranked_json *r = arg;
+    fprintf(f, "{\n  \"model\": ");
+    json_string(f, r->o->model);
+    fprintf(f, ",\n  \"data\": ");
+    json_string(f, r->o->data);
+    fprintf(f,
+            ",\n  \"ranks\": %ld, \"workers\": %ld, \"batch\": %ld, \"objective\": \"%s\",\n"
+            "  \"costs\": {\"task_seconds\": %.6g, \"latency\": %.6g, \"bandwidth\": %.6g},\n"
+            "  \"candidates\": %d,\n  \"plans\": [\n",
+            r->ranks, r->o->workers, r->o->batch,
+            r->o->objective == TSL_OBJECTIVE_MEMORY ? "memory" : "time", r->costs->task_seconds,
+            r->costs->latency, r->costs->bandwidth, (int)r->total);
+    for (int32_t i = 0; i < r->count; i++) {
+        const tsl_plan_prediction *p = &r->ranked[i];
+        char text[256];
+        tsl_plan_format(&p->plan, text, sizeof text);
+        fprintf(f, "    {\"plan\": ");
+        json_string(f, text);
+        fprintf(f,
+                ", \"seconds\": %.6g, \"peak_bytes\": %lld, \"sent_bytes\": %lld, "
+                "\"binding\": \"%s\", \"terms\": {",
+                p->seconds, (long long)p->peak_bytes, (long long)p->sent_bytes,
+                tsl_plan_term_name(p->binding));
+        for (int32_t t = 0; t < TSL_TERM_COUNT; t++)
+            fprintf(f, "%s\"%s\": %.6g", t ? ", " : "", tsl_plan_term_name(t), p->terms[t]);
+        fprintf(f, "}}%s\n", i + 1 < r->count ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    return 0;
+}
+
 /* --plan auto: calibrate (or take the cached calibration), rank the candidates, print the
- * best five; *plan is the choice. Returns an exit code. */
+ * best five (all of them to --json); *plan is the choice. Returns an exit code. */
 static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t states, tsl_plan *plan)
 {
-    if (ranks > 1 && !(o->link_gbps > 0)) {
+    double latency = o->link_us * 1e-6, bandwidth = o->link_gbps * 1e9;
+    int kept = !(o->link_gbps > 0) && auto_cached_link(&latency, &bandwidth) == 0;
+    if (ranks > 1 && !(bandwidth > 0)) {
         fprintf(stderr,
-                "tessel plan: --plan auto for %ld ranks needs --link GBPS,US (the network "
-                "between them)\n",
+                "tessel plan: --plan auto for %ld ranks needs the network between them: give "
+                "--link GBPS,US, or run tessel train --plan auto on several ranks once (it keeps "
+                "what it measures in the StarPU home)\n",
                 ranks);
         return EXIT_USAGE;
     }
@@ -374,34 +426,43 @@ static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t stat
     int32_t nops = tsl_graph_op_count(g), count = 0, total = 0;
     double *op_seconds = calloc((size_t)nops + 1, sizeof *op_seconds);
     tsl_plan_costs costs;
-    tsl_plan_prediction ranked[5];
-    int cached = 0;
+    tsl_plan_prediction *ranked = NULL;
+    int cached = 0, code = 0;
     tsl_status st = op_seconds ? tsl_context_create(&ctx, &config) : TSL_ERR_OUT_OF_MEMORY;
     if (!st)
         st = auto_costs(ctx, g, o->batch, op_seconds, &costs, &cached);
     tsl_context_destroy(ctx);
-    if (!st && o->link_gbps > 0) {
-        costs.bandwidth = o->link_gbps * 1e9;
-        costs.latency = o->link_us * 1e-6;
-    }
+    costs.bandwidth = bandwidth;
+    costs.latency = latency;
     if (!st)
         st = tsl_plan_candidates(g, (int32_t)ranks, (int32_t)o->workers, o->batch, NULL, 0, &total);
+    if (!st && !(ranked = calloc((size_t)total + 1, sizeof *ranked)))
+        st = TSL_ERR_OUT_OF_MEMORY;
     if (!st)
         st = tsl_plan_search(g, (int32_t)ranks, (int32_t)o->workers, o->batch, states, &costs,
                              auto_budget_bytes(o->mem_mib, o->overhead_mib, ranks), o->objective,
-                             NULL, NULL, ranked, 5, &count);
+                             NULL, NULL, ranked, total, &count);
+    if (st) {
+        code = fail(st, "choosing a plan (--plan auto)");
+    } else {
+        print_ranked(ranked, count < 5 ? count : 5, count, total);
+        char text[256];
+        tsl_plan_format(&ranked[0].plan, text, sizeof text);
+        printf("plan auto: chose %s (predicted %.4g s/step, binding term %s; calibration %s, %ld "
+               "workers; network %.3g GB/s, %.3g us%s)\n",
+               text, ranked[0].seconds, tsl_plan_term_name(ranked[0].binding),
+               cached ? "from the cache" : "measured now", o->workers, bandwidth / 1e9,
+               latency * 1e6, kept ? ", as the last run on several ranks measured it" : "");
+        *plan = ranked[0].plan;
+        ranked_json r = {o, ranks, &costs, ranked, count, total};
+        if (o->json && write_file_atomic(o->json, write_ranked, &r) != 0) {
+            fprintf(stderr, "tessel plan: cannot write '%s'\n", o->json);
+            code = EXIT_FAILURE;
+        }
+    }
+    free(ranked);
     free(op_seconds);
-    if (st)
-        return fail(st, "choosing a plan (--plan auto)");
-    print_ranked(ranked, count < 5 ? count : 5, count, total);
-    char text[256];
-    tsl_plan_format(&ranked[0].plan, text, sizeof text);
-    printf("plan auto: chose %s (predicted %.4g s/step, binding term %s; calibration %s, %ld "
-           "workers)\n",
-           text, ranked[0].seconds, tsl_plan_term_name(ranked[0].binding),
-           cached ? "from the cache" : "measured now", o->workers);
-    *plan = ranked[0].plan;
-    return 0;
+    return code;
 }
 
 int command_plan(int argc, char **argv)

@@ -27,6 +27,30 @@ static double ping_pong(struct tsl_context *ctx, char *buf, int bytes, int reps)
     return (MPI_Wtime() - t0) / (2.0 * reps);
 }
 
+tsl_status tsl_context_measure_link(tsl_context_t ctx, double *latency, double *bandwidth)
+{
+    if (!ctx || !latency || !bandwidth)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_measure_link: bad argument");
+    double got[2] = {0, 0};
+    if (ctx->size > 1) {
+        char *buf = calloc(4 << 20, 1);
+        int ok = buf != NULL, all = 0;
+        MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, ctx->ctl_comm);
+        if (!all) {
+            free(buf);
+            return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_context_measure_link: out of memory");
+        }
+        got[0] = ping_pong(ctx, buf, 8, 200);
+        double big = ping_pong(ctx, buf, 4 << 20, 8);
+        got[1] = big > got[0] ? (double)(4 << 20) / (big - got[0]) : 0;
+        free(buf);
+        MPI_Bcast(got, 2, MPI_DOUBLE, 0, ctx->ctl_comm);
+    }
+    *latency = got[0];
+    *bandwidth = got[1];
+    return TSL_OK;
+}
+
 /* The random batch (rank 0's; others keep NULL) and the trace-measured steps. */
 static tsl_status timed_steps(struct tsl_context *ctx, tsl_model_t model, tsl_optimizer_t opt,
                               int64_t batch, int32_t steps, const float *x, const int64_t *labels,
@@ -61,7 +85,6 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     const char **names = calloc((size_t)nops + 1, sizeof *names);
     char(*bufs)[48] = calloc((size_t)nops + 1, sizeof *bufs);
     double *local = calloc((size_t)nops + 3, sizeof *local), *sums = NULL;
-    char *pp = NULL;
     tsl_status st = names && bufs && local ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     if (!st && ctx->rank == 0) {
         x = malloc(sizeof *x * (size_t)(batch * per_sample));
@@ -111,8 +134,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         local[nops + 1] = wall * workers - busy;
         local[nops + 2] = (double)ntasks;
         sums = calloc((size_t)nops + 3, sizeof *sums);
-        pp = calloc(4 << 20, 1);
-        if (!sums || !pp)
+        if (!sums)
             st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     if (!st) { /* the same on every rank: its own outcome decides nothing alone */
@@ -121,11 +143,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
                  ? 0
                  : g->values[g->output].producer] += sums[nops];
         double latency = 0, bandwidth = 0;
-        if (ctx->size > 1) {
-            latency = ping_pong(ctx, pp, 8, 200);
-            double big = ping_pong(ctx, pp, 4 << 20, 8);
-            bandwidth = big > latency ? (double)(4 << 20) / (big - latency) : 0;
-        }
+        st = tsl_context_measure_link(ctx, &latency, &bandwidth);
         double mine[3] = {
             latency, bandwidth,
             sums[nops + 2] > 0 ? (sums[nops + 1] > 0 ? sums[nops + 1] : 0) / sums[nops + 2] : 0};
@@ -143,7 +161,6 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     free(bufs);
     free(local);
     free(sums);
-    free(pp);
     free(x);
     free(labels);
     return st;

@@ -39,14 +39,23 @@ chosen = re.search(r"plan auto: chose (\S+) \(predicted ([0-9.e+-]+) s/step", ou
 assert chosen and chosen.group(1) == table[0][0], out
 assert "calibration measured now" in out, out
 assert f"plan {chosen.group(1)} on 2 ranks" in out, out  # then the chosen plan's detail
-out = run(plan + ["--link", "10,5"])
+ranking = os.path.join(work, "ranking.json")
+out = run(plan + ["--link", "10,5", "--json", ranking])
 assert "calibration from the cache" in out, out
+with open(ranking) as f:
+    ranked = json.load(f)
+fit = int(re.search(r"plan auto: (\d+) of (\d+) candidate plans fit", out).group(1))
+assert len(ranked["plans"]) == fit and ranked["candidates"] >= fit, ranked
+assert ranked["plans"][0]["plan"] == table[0][0], ranked
+secs = [p["seconds"] for p in ranked["plans"]]
+assert secs == sorted(secs), secs
+assert ranked["costs"]["bandwidth"] == 10e9, ranked["costs"]
 out = run(plan + ["--link", "10,5", "--objective", "memory"])
 peaks = [float(t[2]) for t in re.findall(
     r"^  (\S+=\S*)\s+([0-9.e+-]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\w+)$", out, re.M)]
 assert peaks == sorted(peaks), out
-out = run(plan, expect=2)
-assert "needs --link" in out, out
+out = run(plan, expect=2)  # no network given, none measured yet
+assert "needs the network" in out, out
 out = run(plan + ["--link", "10,5", "--mem-per-rank", "49"], expect=1)
 assert "fits in" in out, out
 
@@ -62,6 +71,9 @@ with open(auto_json) as f:
 pa = auto["plan_auto"]
 assert pa["plan"] == chosen.group(1), pa
 assert pa["predicted_seconds_per_step"] > 0 and pa["measured_seconds_per_step"] > 0, pa
+# the network the 2-rank run measured serves tessel plan on one process
+out = run(plan)
+assert "as the last run on several ranks measured it" in out, out
 given_json = os.path.join(work, "given.json")
 run(train + ["--plan", chosen.group(1), "--metrics-json", given_json])
 with open(given_json) as f:
