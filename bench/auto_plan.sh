@@ -10,7 +10,7 @@
 #
 # usage: bench/auto_plan.sh [BUILD_DIR] [RANKS] [WORKERS] [CASE...]
 #   CASE: MODEL:DATA:BATCH, data specs without ':' (default: cnn on fashion-mnist at 64, resnet
-#   on synthetic 48^2 at 16, unet2d on synthetic 64^2 at 8)
+#   on synthetic 48^2 at 16 (per-sample labels), unet2d on synthetic 64^2 at 8)
 set -euo pipefail
 build=${1:-build}
 ranks=${2:-2}
@@ -18,7 +18,7 @@ workers=${3:-1}
 shift $(($# < 3 ? $# : 3))
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("cnn:fashion-mnist:64"
-                                 "resnet:synthetic@dims=2,size=48,samples=64,classes=10:16"
+                                 "resnet:synthetic@dims=2,size=48,samples=64,classes=4,labels=sample:16"
                                  "unet2d:synthetic@dims=2,size=64,samples=32,classes=3:8")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STARPU_SILENT=1
 export STARPU_NCPU=$workers STARPU_HOME=${STARPU_HOME:-$(mktemp -d)}
@@ -31,7 +31,7 @@ mpi=(mpirun --oversubscribe --bind-to none -np "$ranks")
 for c in "${cases[@]}"; do
     IFS=: read -r model data batch <<< "$c"
     data=${data//@/:}
-    tag=$(echo "$model-$batch" | tr -c 'a-zA-Z0-9-' _)
+    tag=$(printf '%s' "$model-$batch" | tr -c 'a-zA-Z0-9-' _)
     "${mpi[@]}" "$build/tessel" train --model "$model" --data "$data" --batch "$batch" \
         --max-steps 1 --epochs 1 --plan auto --optimizer sgd > "$work/$tag-calibrate.txt"
     "$build/tessel" plan --model "$model" --data "$data" --batch "$batch" --ranks "$ranks" \
@@ -43,10 +43,10 @@ for p in json.load(open(sys.argv[1]))["plans"]: print(p["plan"])' "$work/$tag-ra
         order=("${plans[@]}")
         [ "$pass" = 2 ] && mapfile -t order < <(printf '%s\n' "${plans[@]}" | tac)
         for p in "${order[@]}"; do
-            f="$work/$tag-$(echo "$p" | tr -c 'a-zA-Z0-9' _)-$pass.json"
+            f="$work/$tag-$(printf '%s' "$p" | tr -c 'a-zA-Z0-9' _)-$pass.json"
             "${mpi[@]}" "$build/tessel" bench --model "$model" --data "$data" --batch "$batch" \
                 --optimizer sgd --plan "$p" --sched lws --warmup "$warmup" --steps "$steps" \
-                --repeat "$repeats" --json "$f" > /dev/null
+                --repeat "$repeats" --json "$f" > /dev/null 2>> "$work/stderr.txt"
         done
     done
     echo "### $model, $data, batch $batch, $ranks ranks x $workers workers"

@@ -18,16 +18,25 @@ const char *tsl_plan_term_name(int32_t term)
 }
 
 /* Per rank: the share of op o's output volume it owns (shares) and its tiles of it (tiles);
- * elements: scratch. All nranks entries, zeroed here. */
+ * elements: scratch. All nranks entries, zeroed here. *cut: whether the output is cut along a
+ * spatial dimension (its op then runs on windows). */
 static tsl_status op_shares(const tsl_plan *plan, const struct tsl_graph *g, const tsl_shape *input,
                             int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
-                            int32_t o, int64_t *elements, double *shares, int64_t *tiles)
+                            int32_t o, int64_t *elements, double *shares, int64_t *tiles, int *cut)
 {
     const tsl_shape *sample = &g->values[g->ops[o].output].shape;
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    tsl_status st = tsl_plan_tensor_tiling(plan, input, nranks, stage, workers, batch, sample, 1,
+                                           &grid, &owners);
+    *cut = 0;
+    for (int d = 2; !st && d <= sample->ndim; d++)
+        *cut |= grid.splits[d] > 1;
     memset(elements, 0, sizeof *elements * (size_t)nranks);
     memset(tiles, 0, sizeof *tiles * (size_t)nranks);
-    tsl_status st = tsl_plan_tensor_counts(plan, input, nranks, stage, workers, batch, sample, 1, 1,
-                                           elements, tiles);
+    if (!st)
+        st = tsl_plan_tensor_counts(plan, input, nranks, stage, workers, batch, sample, 1, 1,
+                                    elements, tiles);
     double total = (double)batch * (double)tsl_shape_numel(sample);
     for (int32_t r = 0; r < nranks && !st; r++)
         shares[r] = (double)elements[r] / total;
@@ -95,15 +104,19 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     for (int32_t o = 0; o < g->nops && !st; o++) {
         if (g->ops[o].kind == TSL_OP_INPUT)
             continue;
+        int cut = 0;
         if ((st = op_shares(plan, g, &input, nranks, op_stage[o], workers, batch, o, elements,
-                            shares, tiles)))
+                            shares, tiles, &cut)))
             break;
+        /* an op on spatial tiles runs on windows: its windowed cost where measured */
+        double per_sample = cut && costs->op_seconds_windowed ? costs->op_seconds_windowed[o]
+                                                              : costs->op_seconds[o];
         double per_tile = g->ops[o].nparams > 0 ? 3 : 2;
         for (int32_t r = 0; r < nranks; r++) {
             if (!tiles[r])
                 continue;
             double par = (double)(tiles[r] < workers ? tiles[r] : workers);
-            compute[r] += costs->op_seconds[o] * (double)batch * shares[r] / par;
+            compute[r] += per_sample * (double)batch * shares[r] / par;
             tasks[r] += per_tile * (double)tiles[r] * costs->task_seconds / par;
         }
     }
@@ -118,40 +131,45 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     if (!st) {
         memset(out, 0, sizeof *out);
         out->plan = *plan;
-        double per_term[TSL_TRAFFIC_TERMS] = {0}, slowest = -1;
+        double per_term[TSL_TRAFFIC_TERMS] = {0}, slowest = -1, sum = 0, longest = 0;
         exchanges(plan, g, group, per_term);
-        int32_t worst = 0;
-        double stage_time = 0;
-        for (int32_t r = 0; r < nranks; r++) {
-            double comm[TSL_TRAFFIC_TERMS] = {0};
-            for (int t = 0; t < TSL_TRAFFIC_TOTAL && nranks > 1; t++) {
-                double bytes = (double)sent[(int64_t)t * nranks + r];
-                comm[t] = bytes > 0 ? bytes / costs->bandwidth + per_term[t] * costs->latency : 0;
+        for (int32_t s = 0; s < stages; s++) {
+            double stage_time = 0; /* its slowest rank's */
+            for (int32_t r = s * group; r < (s + 1) * group && r < nranks; r++) {
+                double comm[TSL_TRAFFIC_TERMS] = {0};
+                for (int t = 0; t < TSL_TRAFFIC_TOTAL && nranks > 1; t++) {
+                    double bytes = (double)sent[(int64_t)t * nranks + r];
+                    comm[t] =
+                        bytes > 0 ? bytes / costs->bandwidth + per_term[t] * costs->latency : 0;
+                }
+                double overlapped = comm[TSL_TRAFFIC_PARAMS] + comm[TSL_TRAFFIC_HALOS] +
+                                    comm[TSL_TRAFFIC_STAGES] + comm[TSL_TRAFFIC_LOSSES];
+                double work = compute[r] + tasks[r];
+                double t = (work > overlapped ? work : overlapped) + comm[TSL_TRAFFIC_BATCHNORM];
+                stage_time = t > stage_time ? t : stage_time;
+                if (t > slowest) {
+                    slowest = t;
+                    out->terms[TSL_TERM_COMPUTE] = compute[r];
+                    out->terms[TSL_TERM_TASKS] = tasks[r];
+                    out->terms[TSL_TERM_PARAMS] =
+                        comm[TSL_TRAFFIC_PARAMS] + comm[TSL_TRAFFIC_LOSSES];
+                    out->terms[TSL_TERM_BATCHNORM] = comm[TSL_TRAFFIC_BATCHNORM];
+                    out->terms[TSL_TERM_HALOS] = comm[TSL_TRAFFIC_HALOS];
+                    out->terms[TSL_TERM_STAGES] = comm[TSL_TRAFFIC_STAGES];
+                }
+                int64_t live = peak[r] + received[r];
+                out->peak_bytes = live > out->peak_bytes ? live : out->peak_bytes;
+                int64_t total = sent[(int64_t)TSL_TRAFFIC_TOTAL * nranks + r];
+                out->sent_bytes = total > out->sent_bytes ? total : out->sent_bytes;
             }
-            double overlapped = comm[TSL_TRAFFIC_PARAMS] + comm[TSL_TRAFFIC_HALOS] +
-                                comm[TSL_TRAFFIC_STAGES] + comm[TSL_TRAFFIC_LOSSES];
-            double work = compute[r] + tasks[r];
-            double t = (work > overlapped ? work : overlapped) + comm[TSL_TRAFFIC_BATCHNORM];
-            if (t > slowest) {
-                slowest = t;
-                worst = r;
-                out->terms[TSL_TERM_COMPUTE] = compute[r];
-                out->terms[TSL_TERM_TASKS] = tasks[r];
-                out->terms[TSL_TERM_PARAMS] = comm[TSL_TRAFFIC_PARAMS] + comm[TSL_TRAFFIC_LOSSES];
-                out->terms[TSL_TERM_BATCHNORM] = comm[TSL_TRAFFIC_BATCHNORM];
-                out->terms[TSL_TERM_HALOS] = comm[TSL_TRAFFIC_HALOS];
-                out->terms[TSL_TERM_STAGES] = comm[TSL_TRAFFIC_STAGES];
-            }
-            int64_t live = peak[r] + received[r];
-            out->peak_bytes = live > out->peak_bytes ? live : out->peak_bytes;
-            int64_t total = sent[(int64_t)TSL_TRAFFIC_TOTAL * nranks + r];
-            out->sent_bytes = total > out->sent_bytes ? total : out->sent_bytes;
+            sum += stage_time;
+            longest = stage_time > longest ? stage_time : longest;
         }
-        (void)worst;
-        stage_time = slowest;
+        /* M micro-batches through S stages: each stage's share of a micro-batch once in turn
+         * (the fill and drain), then M - 1 more at the pace of the slowest stage */
         double m = (double)plan->micro;
-        out->seconds = stages > 1 ? stage_time * (m + stages - 1) / m : stage_time;
-        out->terms[TSL_TERM_BUBBLE] = out->seconds - stage_time;
+        out->seconds = (sum + (m - 1) * longest) / m;
+        out->terms[TSL_TERM_BUBBLE] = out->seconds > longest ? out->seconds - longest : 0;
         out->binding = 0;
         for (int32_t t = 1; t < TSL_TERM_COUNT; t++)
             if (out->terms[t] > out->terms[out->binding])

@@ -62,15 +62,19 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
 
 /**
  * @brief Measure what the performance model (tsl_plan_predict(), tsl_plan_search()) needs for
- * @p graph on this context's ranks and workers. Collective. A model of @p graph with the
- * default plan (parameters seeded with 1, plain SGD) trains one warm-up step and then @p steps
- * steps on batches of @p batch random samples and labels with a task trace on (a trace already
- * on is dropped; none is on afterwards). op_seconds[o] is the run time of op o's tasks, forward
+ * @p graph on this context's ranks and workers. Collective. Models of @p graph (parameters
+ * seeded with 1, plain SGD) each train one warm-up step and then @p steps steps on batches of
+ * @p batch random samples and labels with a task trace on (a trace already on is dropped; none
+ * is on afterwards): with the default plan, with data=R,micro=4 (the same work in 4 times the
+ * tiles) and, for samples with spatial dimensions, with data=R,tiles=2 (every sample cut in two:
+ * convolutions and pooling on windows). op_seconds[o] is the run time of op o's tasks, forward
  * and backward (the loss's with the output's producer), summed over every rank and worker, per
- * sample; costs->task_seconds the workers' time not spent running tasks during those steps,
- * per task; costs->latency and costs->bandwidth from tsl_context_measure_link(). Every rank
- * gets rank 0's numbers.
- * @param[out] op_seconds tsl_graph_op_count() entries (costs->op_seconds points at it)
+ * sample, under the default plan; op_seconds[nops + o] the same on windows (costs->
+ * op_seconds_windowed points there; NULL without spatial dimensions). costs->task_seconds is
+ * the busy time the finer tiles added per task they added, plus the default run's worker time
+ * outside tasks per task; costs->latency and costs->bandwidth from tsl_context_measure_link().
+ * Every rank gets rank 0's numbers.
+ * @param[out] op_seconds 2 x tsl_graph_op_count() entries (costs->op_seconds points at it)
  */
 TSL_API tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t graph, int64_t batch,
                                        int32_t steps, double *op_seconds, tsl_plan_costs *costs);

@@ -289,13 +289,14 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * A plan's training step is predicted from measured costs (tsl_plan_costs: what one rank's
  * calibration run and a ping-pong between ranks give, see tsl_model_calibrate()) and the
  * plan's geometry. Per rank r of stage s, each op o of the stage costs
- * op_seconds[o] x batch x (the share of o's output tiles that r owns) / min(workers, r's tiles
- * of it) of compute, and (2, or 3 with parameters) tasks per tile x task_seconds / the same
- * parallelism; the bytes r sends (tsl_plan_estimate_traffic(), term by term) cost bytes /
- * bandwidth plus one latency per exchange. Computation and the parameter, halo and stage
- * traffic overlap (the rank's time is the larger of the two); batch norm's exact sums are a
- * synchronisation in the forward and the backward and add their time. A pipeline of S stages
- * and M micro-batches takes the slowest stage's time x (M + S - 1) / M, the difference being
+ * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space) x batch x (the
+ * share of o's output tiles that r owns) / min(workers, r's tiles of it) of compute, and (2, or 3
+ * with parameters) tasks per tile x task_seconds / the same parallelism; the bytes r sends
+ * (tsl_plan_estimate_traffic(), term by term) cost bytes / bandwidth plus one latency per exchange.
+ * Computation and the parameter, halo and stage traffic overlap (the rank's time is the larger of
+ * the two); batch norm's exact sums are a synchronisation in the forward and the backward and add
+ * their time. A pipeline of S stages (a stage's time: its slowest rank's) and M micro-batches takes
+ * (the sum of the stage times + (M - 1) x the slowest) / M, the time beyond the slowest stage being
  * the bubble. Peak memory is tsl_plan_estimate_peak() plus tsl_plan_estimate_received().
  * @{
  */
@@ -304,10 +305,13 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
 typedef struct tsl_plan_costs {
     int32_t nops;             /**< entries of op_seconds: the graph's op count */
     const double *op_seconds; /**< per op: its tasks' run time (forward and backward) per sample
-                                   on one worker, seconds */
-    double task_seconds;      /**< each task's cost beyond its run time (scheduling, waiting) */
-    double latency;           /**< one message between two ranks, seconds */
-    double bandwidth;         /**< bytes per second between two ranks (> 0 with several ranks) */
+                                   on one worker, seconds, on sample tiles */
+    const double *op_seconds_windowed; /**< the same on spatial tiles (windows with halos), for
+                                            ops whose output a plan cuts in space; NULL: as
+                                            op_seconds */
+    double task_seconds; /**< each task's cost beyond its run time (scheduling, waiting) */
+    double latency;      /**< one message between two ranks, seconds */
+    double bandwidth;    /**< bytes per second between two ranks (> 0 with several ranks) */
 } tsl_plan_costs;
 
 /** The terms of a predicted step (tsl_plan_prediction). */

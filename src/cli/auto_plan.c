@@ -68,14 +68,18 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t workers, char *path,
     return home_file(name, path, size);
 }
 
-/* Read a cached calibration of nops ops; 0 when it was there and whole. */
-static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task)
+/* Read a cached calibration of nops ops (2 x nops costs: sample tiles, windows) and whether it
+ * has windowed costs; 0 when it was there and whole. */
+static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task,
+                      int *windowed)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
-    int n = 0, ok = fscanf(f, "tessel calibration 2 ops %d task %lg", &n, task) == 2 && n == nops;
-    for (int32_t o = 0; ok && o < nops; o++)
+    int n = 0, ok = fscanf(f, "tessel calibration 3 ops %d windowed %d task %lg", &n, windowed,
+                           task) == 3 &&
+                    n == nops;
+    for (int32_t o = 0; ok && o < 2 * nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
     fclose(f);
     return ok ? 0 : -1;
@@ -84,8 +88,9 @@ static int cache_read(const char *path, int32_t nops, double *op_seconds, double
 static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
-    fprintf(f, "tessel calibration 2 ops %d task %.17g\n", (int)c->nops, c->task_seconds);
-    for (int32_t o = 0; o < c->nops; o++)
+    fprintf(f, "tessel calibration 3 ops %d windowed %d task %.17g\n", (int)c->nops,
+            c->op_seconds_windowed != NULL, c->task_seconds);
+    for (int32_t o = 0; o < 2 * c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
 }
@@ -118,18 +123,20 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *o
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
     double task = 0;
-    int have = 0;
+    int have = 0, windowed = 0;
     if (rank == 0)
         have = cache_path(g, batch, workers, path, sizeof path) == 0 &&
-               cache_read(path, nops, op_seconds, &task) == 0;
+               cache_read(path, nops, op_seconds, &task, &windowed) == 0;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
     *cached = have;
     tsl_status st = TSL_OK;
     if (have) { /* the ops' costs from the cache, the network measured now */
         MPI_Bcast(&task, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        MPI_Bcast(op_seconds, nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(&windowed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(op_seconds, 2 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
         costs->op_seconds = op_seconds;
+        costs->op_seconds_windowed = windowed ? op_seconds + nops : NULL;
         costs->task_seconds = task;
         st = tsl_context_measure_link(ctx, &costs->latency, &costs->bandwidth);
     } else {

@@ -371,10 +371,11 @@ int command_bench(int argc, char **argv);
  * overhead. */
 int64_t auto_budget_bytes(long mem_mib, long overhead_mib, long ranks_here);
 
-/* The performance model's costs for g at this batch on ctx (collective): the cached calibration
- * of this model, batch and worker count, or a new one (tsl_model_calibrate(), kept in the
- * StarPU home's .starpu/tessel/), and the network measured now (tsl_context_measure_link(), kept
- * there too with several ranks). *cached: whether the ops' costs came from the cache. */
+/* The performance model's costs for g at this batch on ctx (collective; op_seconds: 2 x the ops):
+ * the cached calibration of this model, batch and worker count, or a new one
+ * (tsl_model_calibrate(), kept in the StarPU home's .starpu/tessel/), and the network measured now
+ * (tsl_context_measure_link(), kept there too with several ranks). *cached: whether the ops' costs
+ * came from the cache. */
 tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *op_seconds,
                       tsl_plan_costs *costs, int *cached);
 

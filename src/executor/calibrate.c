@@ -51,20 +51,53 @@ tsl_status tsl_context_measure_link(tsl_context_t ctx, double *latency, double *
     return TSL_OK;
 }
 
-/* The random batch (rank 0's; others keep NULL) and the trace-measured steps. */
-static tsl_status timed_steps(struct tsl_context *ctx, tsl_model_t model, tsl_optimizer_t opt,
-                              int64_t batch, int32_t steps, const float *x, const int64_t *labels,
-                              double *wall)
+/* What one traced run measured: per op (and the loss, at nops) the tasks' run time on this
+ * rank, the workers' time outside tasks, the tasks. */
+typedef struct measured {
+    double *op;  /* nops + 1 */
+    double idle; /* workers x wall - busy */
+    double tasks;
+} measured;
+
+/* A model of g under `plan` (NULL: the default) trains one warm-up step and `steps` traced steps
+ * on the batch (rank 0's x and labels); *m gets this rank's totals. */
+static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan *plan,
+                          int64_t batch, int32_t steps, const float *x, const int64_t *labels,
+                          const char **names, char (*bufs)[48], measured *m)
 {
-    tsl_status st = tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
+    tsl_model_t model = NULL;
+    tsl_optimizer_t opt = NULL;
+    tsl_sgd_config sgd = {.lr = 1e-3};
+    int32_t nops = g->nops;
+    double busy = 0, t0 = 0;
+    int64_t ntasks = 0;
+    tsl_status st = tsl_model_create_plan(&model, ctx, g, 1, plan);
+    if (!st)
+        st = tsl_optimizer_create_sgd(&opt, ctx, &sgd);
+    if (!st) /* warm-up */
+        st = tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
     if (!st)
         st = tsl_context_trace_begin(ctx, (int64_t)1 << 24);
-    double t0 = starpu_timing_now();
+    t0 = starpu_timing_now();
     for (int32_t s = 0; s < steps && !st; s++)
         st = tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
     tsl_status w = tsl_context_wait(ctx);
-    *wall = (starpu_timing_now() - t0) * 1e-6;
-    return st ? st : w;
+    double wall = (starpu_timing_now() - t0) * 1e-6;
+    st = st ? st : w;
+    for (int32_t o = 0; !st && o < nops; o++)
+        names[o] = tsl_exec_op_label(model, o, bufs[o], sizeof bufs[o]);
+    /* the loss's tasks, labelled by the loss, count with the output's producer */
+    names[nops] = model && model->nloss == 1 && model->loss[0].kind == TSL_MODEL_LOSS_CROSS_ENTROPY
+                      ? "cross_entropy"
+                      : "loss";
+    if (!st)
+        st = tsl_trace_totals(ctx, nops + 1, names, m->op, &busy, &ntasks);
+    tsl_trace_destroy(ctx);
+    tsl_optimizer_destroy(opt);
+    tsl_status d = tsl_model_destroy(model);
+    m->idle = wall * (double)starpu_worker_get_count() - busy;
+    m->tasks = (double)ntasks;
+    return st ? st : d;
 }
 
 tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t steps,
@@ -75,17 +108,20 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
     if (g->input < 0 || g->output < 0)
         return tsl_error(ctx, TSL_ERR_STATE, "%s: the graph needs an input and an output", fn);
-    int32_t nops = g->nops;
+    int32_t nops = g->nops, n = nops + 3;
     const tsl_shape *in = &g->values[g->input].shape, *out = &g->values[g->output].shape;
     int64_t per_sample = tsl_shape_numel(in), positions = 1;
     for (int d = 1; d < out->ndim; d++)
         positions *= out->dims[d];
+    int spatial = in->ndim > 1;
     float *x = NULL;
     int64_t *labels = NULL;
     const char **names = calloc((size_t)nops + 1, sizeof *names);
     char(*bufs)[48] = calloc((size_t)nops + 1, sizeof *bufs);
-    double *local = calloc((size_t)nops + 3, sizeof *local), *sums = NULL;
-    tsl_status st = names && bufs && local ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
+    /* three runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows */
+    double *local = calloc(3 * (size_t)n, sizeof *local),
+           *sums = calloc(3 * (size_t)n, sizeof *sums);
+    tsl_status st = names && bufs && local && sums ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     if (!st && ctx->rank == 0) {
         x = malloc(sizeof *x * (size_t)(batch * per_sample));
         labels = malloc(sizeof *labels * (size_t)(batch * positions));
@@ -102,60 +138,59 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         free(names);
         free(bufs);
         free(local);
+        free(sums);
         free(x);
         free(labels);
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
-    tsl_model_t model = NULL;
-    tsl_optimizer_t opt = NULL;
-    tsl_sgd_config sgd = {.lr = 1e-3};
-    double wall = 0, busy = 0;
-    int64_t ntasks = 0;
-    st = tsl_model_create_plan(&model, ctx, g, 1, NULL);
-    if (!st)
-        st = tsl_optimizer_create_sgd(&opt, ctx, &sgd);
-    if (!st)
-        st = timed_steps(ctx, model, opt, batch, steps, x, labels, &wall);
-    for (int32_t o = 0; !st && o < nops; o++)
-        names[o] = tsl_exec_op_label(model, o, bufs[o], sizeof bufs[o]);
-    /* the loss's tasks, labelled by the loss, count with the output's producer */
-    names[nops] = model && model->nloss == 1 && model->loss[0].kind == TSL_MODEL_LOSS_CROSS_ENTROPY
-                      ? "cross_entropy"
-                      : "loss";
-    if (!st)
-        st = tsl_trace_totals(ctx, nops + 1, names, local, &busy, &ntasks);
-    tsl_trace_destroy(ctx);
-    tsl_optimizer_destroy(opt);
-    tsl_status d = tsl_model_destroy(model);
-    st = st ? st : d;
-    /* every rank's sums: per op, the workers' time outside tasks, the tasks */
-    int32_t workers = (int32_t)starpu_worker_get_count();
-    if (!st) {
-        local[nops + 1] = wall * workers - busy;
-        local[nops + 2] = (double)ntasks;
-        sums = calloc((size_t)nops + 3, sizeof *sums);
-        if (!sums)
-            st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    /* 1: the default plan; 2: the same tiles cut 4 times finer (micro=4: the tasks' fixed
+     * cost); 3: the samples cut in two along their longest dimension (tiles=2: windows) */
+    tsl_plan finer, windows;
+    tsl_plan_init(&finer);
+    finer.data = ctx->size;
+    finer.micro = 4;
+    tsl_plan_init(&windows);
+    windows.data = ctx->size;
+    windows.tiles = 2;
+    const tsl_plan *plans[3] = {NULL, &finer, &windows};
+    for (int k = 0; k < 3 && !st; k++) {
+        if (k == 2 && !spatial)
+            break;
+        measured m = {local + (size_t)k * n, 0, 0};
+        if (!(st = measure(ctx, g, plans[k], batch, steps, x, labels, names, bufs, &m))) {
+            local[(size_t)k * n + nops + 1] = m.idle;
+            local[(size_t)k * n + nops + 2] = m.tasks;
+        }
     }
     if (!st) { /* the same on every rank: its own outcome decides nothing alone */
-        MPI_Allreduce(local, sums, nops + 3, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
-        sums[g->ops[g->values[g->output].producer].kind == TSL_OP_INPUT
-                 ? 0
-                 : g->values[g->output].producer] += sums[nops];
-        double latency = 0, bandwidth = 0;
-        st = tsl_context_measure_link(ctx, &latency, &bandwidth);
-        double mine[3] = {
-            latency, bandwidth,
-            sums[nops + 2] > 0 ? (sums[nops + 1] > 0 ? sums[nops + 1] : 0) / sums[nops + 2] : 0};
-        MPI_Bcast(mine, 3, MPI_DOUBLE, 0, ctx->ctl_comm);
-        MPI_Bcast(sums, nops, MPI_DOUBLE, 0, ctx->ctl_comm);
-        for (int32_t o = 0; o < nops; o++)
-            op_seconds[o] = sums[o] / ((double)steps * (double)batch);
+        MPI_Allreduce(local, sums, 3 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        int32_t producer = g->values[g->output].producer;
+        double busy[2] = {0, 0}, per = (double)steps * (double)batch;
+        for (int k = 0; k < 3; k++) {
+            double *r = sums + (size_t)k * n;
+            r[g->ops[producer].kind == TSL_OP_INPUT ? 0 : producer] += r[nops];
+            for (int32_t o = 0; k < 2 && o < nops; o++)
+                busy[k] += r[o];
+        }
+        /* a task's fixed cost: the busy time the finer tiles added per task they added, plus
+         * the workers' time outside tasks per task of the default run */
+        double *r0 = sums, *r1 = sums + n, extra = r1[nops + 2] - r0[nops + 2];
+        double fixed = extra > 0 && busy[1] > busy[0] ? (busy[1] - busy[0]) / extra : 0;
+        double idle = r0[nops + 2] > 0 && r0[nops + 1] > 0 ? r0[nops + 1] / r0[nops + 2] : 0;
+        double head[3] = {fixed + idle, 0, 0};
+        st = tsl_context_measure_link(ctx, &head[1], &head[2]);
+        MPI_Bcast(head, 3, MPI_DOUBLE, 0, ctx->ctl_comm);
+        MPI_Bcast(sums, 3 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
+        for (int32_t o = 0; o < nops; o++) {
+            op_seconds[o] = sums[o] / per;
+            op_seconds[nops + o] = spatial ? sums[2 * (size_t)n + o] / per : op_seconds[o];
+        }
         costs->nops = nops;
         costs->op_seconds = op_seconds;
-        costs->latency = mine[0];
-        costs->bandwidth = mine[1];
-        costs->task_seconds = mine[2];
+        costs->op_seconds_windowed = spatial ? op_seconds + nops : NULL;
+        costs->task_seconds = head[0];
+        costs->latency = head[1];
+        costs->bandwidth = head[2];
     }
     free(names);
     free(bufs);

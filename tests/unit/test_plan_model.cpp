@@ -183,7 +183,12 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     tsl_graph_t g = cnn(28);
     int32_t nops = tsl_graph_op_count(g);
     std::vector<double> op(nops, 1e-4);
-    tsl_plan_costs costs = {nops, op.data(), 0.0, 1e-6, 1e10};
+    std::vector<double> windowed(nops, 3e-4);
+    tsl_plan_costs costs{};
+    costs.nops = nops;
+    costs.op_seconds = op.data();
+    costs.latency = 1e-6;
+    costs.bandwidth = 1e10;
     auto predict = [&](const char *p, int32_t ranks, int32_t workers) {
         tsl_plan plan;
         EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
@@ -203,10 +208,23 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     EXPECT_GT(two.terms[TSL_TERM_PARAMS], 0.0);
     EXPECT_GT(two.sent_bytes, 0);
     EXPECT_EQ(one.binding, TSL_TERM_COMPUTE);
-    // a pipeline: the slowest stage x (M + S - 1) / M, the rest the bubble
-    tsl_plan_prediction pipe = predict("stages=2,micro=4", 2, 1);
-    EXPECT_NEAR(pipe.terms[TSL_TERM_BUBBLE], pipe.seconds / 5.0, 1e-12);
-    EXPECT_GT(pipe.seconds, two.seconds);
+    // a pipeline: (the stages' times + (M - 1) x the slowest) / M; one micro-batch runs the
+    // stages one after the other (the serial work), more overlap them down to the slowest
+    tsl_plan_prediction pipe1 = predict("stages=2", 2, 1),
+                        pipe4 = predict("stages=2,micro=4", 2, 1);
+    EXPECT_NEAR(pipe1.seconds, serial, 0.01 * serial);
+    EXPECT_LT(pipe4.seconds, pipe1.seconds);
+    EXPECT_GE(pipe4.seconds, 0.625 * serial * 0.99); // the slowest stage holds >= half the work
+    EXPECT_GT(pipe4.seconds, two.seconds);
+    EXPECT_GT(pipe4.terms[TSL_TERM_BUBBLE], 0.0);
+    EXPECT_LT(pipe4.terms[TSL_TERM_BUBBLE], pipe4.seconds);
+    // ops on spatial tiles take their windowed costs (3x here); sample tiles do not
+    costs.op_seconds_windowed = windowed.data();
+    EXPECT_NEAR(predict("data=2", 2, 1).terms[TSL_TERM_COMPUTE], serial / 2, 1e-9 * serial);
+    tsl_plan_prediction space = predict("space=2", 2, 1);
+    EXPECT_GT(space.terms[TSL_TERM_COMPUTE], 2.0 * serial / 2); // all but the head on windows
+    EXPECT_LE(space.terms[TSL_TERM_COMPUTE], 3.0 * serial / 2 * (1 + 1e-9));
+    costs.op_seconds_windowed = nullptr;
     // a slow network binds a data-parallel step
     costs.bandwidth = 1e3;
     EXPECT_EQ(predict("data=2", 2, 1).binding, TSL_TERM_PARAMS);
