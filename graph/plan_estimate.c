@@ -127,6 +127,18 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
                 bytes[r] += 4 * numel;
             continue;
         }
+        if (sharded[i] == 2) { /* cut by filters: each tile on its owner, no whole copies */
+            int64_t row = numel / shape.dims[0];
+            for (int32_t k = 0; k < grids[i].splits[0] && !st; k++) {
+                int64_t start, extent;
+                int32_t coords[TSL_MAX_DIMS] = {k}, rank;
+                tsl_tile_extent(shape.dims[0], grids[i].splits[0], k, &start, &extent);
+                if (!(st = tsl_owner_map_rank(&owners[i], coords, shape.ndim, &grids[i], nranks,
+                                              &rank)))
+                    bytes[rank] += 4 * row * extent * copies;
+            }
+            continue;
+        }
         int32_t first = owners[i].first_rank,
                 size = owners[i].group_size > 0 ? owners[i].group_size : nranks;
         tsl_plan_add_shards(&shape, grids[i].splits[0], size, 4 * copies, bytes + first);

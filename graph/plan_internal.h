@@ -19,6 +19,13 @@ tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, 
                                   const tsl_shape *sample, int32_t first, int64_t elem,
                                   int64_t *bytes, int64_t *tiles);
 
+/* Whether op o's weight and bias are cut along their first dimension like its output's
+ * channels under plan's filters= (a convolution, not transposed, one group, whose output has
+ * spatial dimensions and channels that F divides, not the model's output, which the executor
+ * keeps whole along channels for the losses): then tsl_plan_param_placement() gives them
+ * F tiles, tile f on filter group f's first rank, and sharded 2. */
+int tsl_plan_filter_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o);
+
 /* The op of each parameter (op_of: nparams entries). */
 void tsl_plan_param_ops(const struct tsl_graph *g, int32_t *op_of);
 

@@ -20,7 +20,7 @@ tsl_status tsl_plan_init(tsl_plan *plan)
     plan->shard = TSL_PLAN_SHARD_DEFAULT;
     plan->bucket = TSL_PLAN_BUCKET_DEFAULT;
     plan->space[0] = plan->space[1] = plan->space[2] = 1;
-    plan->layers = plan->levels = 1;
+    plan->layers = plan->levels = plan->filters = 1;
     plan->cf = plan->iters = 2;
     plan->biters = 1;
     plan->relax = TSL_RELAX_FCF;
@@ -54,9 +54,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
     tsl_plan p;
     tsl_plan_init(&p);
     static const char *const keys[] = {
-        "data",      "space",  "stages", "micro", "tiles", "shard",  "balance", "bucket",
-        "recompute", "layers", "levels", "cf",    "iters", "biters", "relax",   "skip"};
-    enum { NKEYS = 16 };
+        "data",   "space",  "stages", "micro", "tiles",  "shard", "balance", "bucket", "recompute",
+        "layers", "levels", "cf",     "iters", "biters", "relax", "skip",    "filters"};
+    enum { NKEYS = 17 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -66,7 +66,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
                              "micro, balance, tiles, shard, bucket, recompute, layers, levels, "
-                             "cf, iters, biters, relax, skip)",
+                             "cf, iters, biters, relax, skip, filters)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -77,7 +77,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
                              "balance, tiles, shard, bucket, recompute, layers, levels, cf, "
-                             "iters, biters, relax, skip)",
+                             "iters, biters, relax, skip, filters)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -135,9 +135,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': %s='%.*s' is not an integer in [1, %ld]", text,
                                  keys[k], (int)vlen, v, PLAN_MAX_VALUE);
-            int32_t *slot[NKEYS] = {&p.data,   NULL,  &p.stages, &p.micro, &p.tiles,
-                                    &p.shard,  NULL,  NULL,      NULL,     &p.layers,
-                                    &p.levels, &p.cf, &p.iters,  &p.biters};
+            int32_t *slot[NKEYS] = {&p.data,  NULL,      &p.stages, &p.micro,  &p.tiles,  &p.shard,
+                                    NULL,     NULL,      NULL,      &p.layers, &p.levels, &p.cf,
+                                    &p.iters, &p.biters, NULL,      NULL,      &p.filters};
             *slot[k] = (int32_t)value;
         }
         at += len;
@@ -152,7 +152,8 @@ int64_t tsl_plan_ranks(const tsl_plan *p)
 {
     if (!p)
         return 0;
-    return (int64_t)p->data * p->space[0] * p->space[1] * p->space[2] * tsl_plan_depth(p);
+    return (int64_t)p->data * p->filters * p->space[0] * p->space[1] * p->space[2] *
+           tsl_plan_depth(p);
 }
 
 int32_t tsl_plan_depth(const tsl_plan *p)
@@ -171,6 +172,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
 #define PART(...) n += (size_t)snprintf(buf + n, sizeof buf - n, __VA_ARGS__)
     if (p->data != 1)
         PART("%sdata=%d", n ? "," : "", (int)p->data);
+    if (p->filters != 1)
+        PART("%sfilters=%d", n ? "," : "", (int)p->filters);
     if (p->space_ndim > 0) {
         PART("%sspace=%d", n ? "," : "", (int)p->space[0]);
         for (int d = 1; d < p->space_ndim && d < 3; d++)
@@ -241,6 +244,15 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s': layers= runs whole batches (micro=1), not micro=%d", text,
                          (int)plan->micro);
+    if (plan->filters > 1 &&
+        (plan->space[0] * plan->space[1] * plan->space[2] > 1 || plan->tiles > 1))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': filters= does not combine with a spatial split (space=, "
+                         "tiles=) yet",
+                         text);
+    if (plan->filters > 1 && plan->layers > 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': filters= does not combine with layers= (MGRIT) yet", text);
     if (plan->cf < 2)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s': cf=%d; the coarsening factor must be at least 2", text,

@@ -67,24 +67,31 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
     if (!plan && (plan = default_spatial_plan(input, nranks, workers, batch, &fill)))
         group = nranks; /* the default has one stage */
     int64_t micro = plan ? plan->micro : 1;
-    int32_t splits[3];
+    int32_t splits[3], filters = plan ? plan->filters : 1;
     *grid = tsl_tile_grid_single();
-    if (!wanted_splits(plan, input, splits) || sample->ndim <= first) {
+    int spatial = wanted_splits(plan, input, splits);
+    if ((!spatial && filters == 1) || sample->ndim <= first) {
         int64_t tiles = (int64_t)group * (workers > 0 ? workers : 1) * micro;
         grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
         *owners = on_stage(tsl_owner_block(NULL), stages, group, stage);
         return TSL_OK;
     }
+    /* The rank grid D x F x A x B x C (row-major); channels cut in F where they divide (else
+     * on the filter group 0), per-position labels on D x F sample groups. Without a spatial
+     * split, each rank gets a sample tile per worker. */
     int32_t procs[TSL_MAX_DIMS] = {0};
-    int64_t sample_tiles = (int64_t)plan->data * micro;
+    int64_t per = spatial ? 1 : (workers > 0 ? workers : 1);
+    int64_t sample_tiles = (int64_t)plan->data * micro * per;
     grid->splits[0] = (int32_t)(sample_tiles < batch ? sample_tiles : batch);
-    procs[0] = plan->data;
+    procs[0] = plan->data * (first == 0 ? filters : 1);
     for (int d = 1; d <= sample->ndim && d < TSL_MAX_DIMS; d++) {
         int sp = d - 1 - first; /* spatial index, or < 0 for channels */
-        procs[d] = sp >= 0 ? plan->space[sp] : 1;
+        procs[d] = sp >= 0 ? plan->space[sp] : filters;
         if (sp >= 0) {
             int64_t size = sample->dims[d - 1];
             grid->splits[d] = (int32_t)(splits[sp] < size ? splits[sp] : size);
+        } else if (filters > 1 && sample->dims[0] % filters == 0) {
+            grid->splits[d] = filters;
         }
     }
     *owners = on_stage(tsl_owner_block(procs), stages, group, stage);
@@ -108,6 +115,16 @@ static int is_weight(const struct tsl_graph *g, int32_t i)
             g->ops[o].nparams > 0 && g->ops[o].params[0] == i)
             return 1;
     return 0;
+}
+
+int tsl_plan_filter_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o)
+{
+    if (!plan || plan->filters < 2 || o < 0 || o >= g->nops)
+        return 0;
+    const tsl_graph_op *op = &g->ops[o];
+    const tsl_shape *out = &g->values[op->output].shape;
+    return op->kind == TSL_OP_CONV && !op->transposed && op->conv.groups == 1 && out->ndim >= 2 &&
+           out->dims[0] % plan->filters == 0 && op->output != g->output;
 }
 
 tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
@@ -142,6 +159,20 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
         grids[i] = tsl_tile_grid_single();
         owners[i] = on_stage(tsl_owner_single(0), stages, group, stage);
         int64_t numel = tsl_shape_numel(s);
+        if (tsl_plan_filter_cut(plan, g, op_of[i]) && g->ops[op_of[i]].nparams > 0 &&
+            (g->ops[op_of[i]].params[0] == i ||
+             (g->ops[op_of[i]].nparams > 1 && g->ops[op_of[i]].params[1] == i))) {
+            /* a convolution's weight and bias cut like its output's channels: tile f on the
+             * first rank of filter group f (rank grid D x F x A x B x C) */
+            int32_t procs[TSL_MAX_DIMS] = {0};
+            for (int d = 0; d < TSL_MAX_DIMS; d++)
+                procs[d] = 1;
+            procs[0] = group / plan->data;
+            grids[i].splits[0] = plan->filters;
+            owners[i] = on_stage(tsl_owner_block(procs), stages, group, stage);
+            cut[i] = 2;
+            continue;
+        }
         if (group > 1 && s->dims[0] > 1 && numel >= min && is_weight(g, i)) {
             grids[i].splits[0] = (int32_t)(s->dims[0] < group ? s->dims[0] : group);
             owners[i] = on_stage(tsl_owner_block(NULL), stages, group, stage);

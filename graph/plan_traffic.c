@@ -125,13 +125,16 @@ static void exact_reduce(const tiles *t, int32_t nranks, int64_t *sent)
 
 /* Halo slabs of a convolution (not transposed) from x's tiles to y's: each output tile's input
  * window meets other input tiles; those on other ranks send the slab forward, and the backward
- * sends the window gradient's slab back (when x takes a gradient). */
+ * sends the window gradient's slab back (when x takes a gradient). Under filters= (channel
+ * tiles) the same geometry gives the channel tiles read across filter groups: every output tile
+ * reads the whole of each input tile of its samples, and sends back its partial of the input
+ * gradient. */
 static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, const tsl_shape *w,
-                       int backward, int64_t *sent)
+                       int backward, int channels, int64_t *sent)
 {
     const tsl_conv_params *c = &op->conv;
     const int sp = c->spatial;
-    if (x->ndim != y->ndim || x->n != y->n)
+    if (x->ndim != y->ndim || (x->n != y->n && !channels))
         return; /* regridded: not modelled */
     for (int64_t i = 0; i < y->n; i++) {
         int64_t wlo[3], whi[3];
@@ -142,8 +145,8 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
                      (w->dims[2 + d] - 1) * c->dilation[d] + 1;
         }
         for (int64_t j = 0; j < x->n; j++) {
-            if (j == i || x->rank[j] == y->rank[i] || x->lo[j][0] != y->lo[i][0])
-                continue;
+            if ((!channels && j == i) || x->rank[j] == y->rank[i] || x->lo[j][0] != y->lo[i][0])
+                continue; /* (tile i itself: a value from another stage, counted there) */
             int64_t vol = x->ext[j][0] * x->ext[j][1];
             for (int d = 0; d < sp && vol; d++) {
                 int64_t lo = x->lo[j][2 + d] > wlo[d] ? x->lo[j][2 + d] : wlo[d];
@@ -171,7 +174,7 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
     tsl_owner_map *owners = calloc((size_t)np, sizeof *owners);
     int32_t *sharded = calloc((size_t)np, sizeof *sharded), *op_of = calloc((size_t)np, 4);
     int32_t *bucket_of = calloc((size_t)np, 4), *replicated = calloc((size_t)np, 4), nb = 0;
-    uint8_t *part = calloc((size_t)nranks, 1), *bpart = calloc((size_t)np * nranks, 1);
+    uint8_t *part = calloc(2 * (size_t)nranks, 1), *bpart = calloc((size_t)np * nranks, 1);
     int64_t *btotal = calloc((size_t)np, sizeof *btotal);
     int32_t *bowner = calloc((size_t)np, 4);
     int32_t group;
@@ -205,9 +208,21 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
                 if ((st = tsl_owner_map_rank(&owners[p], coords, prm->shape.ndim, &grids[p], nranks,
                                              &so)))
                     break;
+                if (sharded[p] == 2) { /* cut by filters: tile k to and from the ranks with
+                                        * output tiles of channel tile k (once each) */
+                    uint8_t *mark = part + nranks; /* (part has room for 2 x nranks) */
+                    memset(mark, 0, (size_t)nranks);
+                    for (int64_t i = 0; i < dy->n; i++)
+                        if (dy->lo[i][1] == start && dy->rank[i] != so && !mark[dy->rank[i]]) {
+                            mark[dy->rank[i]] = 1;
+                            sent[dy->rank[i]] += 4 * row * extent;
+                            sent[so] += 4 * row * extent;
+                        }
+                    continue;
+                }
                 for (int32_t r = first; r < first + group; r++) {
                     sent[r] += (part[r] && r != so) ? 4 * row * extent : 0;
-                    sent[so] += r != so ? 4 * row * extent : 0;
+                    sent[so] += r != so ? 4 * row * extent : 0; /* to every whole copy */
                 }
             }
             continue;
@@ -318,7 +333,7 @@ tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g, int32_
         }
         if (op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0)
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
-                       op->inputs[0] != g->input, halo);
+                       op->inputs[0] != g->input, plan && plan->filters > 1, halo);
         for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */
             int32_t v = op->inputs[k];
             if (op_stage[g->values[v].producer] == op_stage[o])

@@ -92,6 +92,7 @@ typedef struct tsl_plan {
     int32_t biters;     /**< B: MGRIT backward (adjoint) iterations */
     int32_t relax;      /**< a ::tsl_mgrit_relax */
     int32_t skip;       /**< 1: MGRIT's first down-cycle skipped (a coarse-level first guess) */
+    int32_t filters;    /**< F: rank groups along the output channels (filter parallelism) */
 } tsl_plan;
 
 /**
@@ -158,7 +159,11 @@ TSL_API tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int6
  * runs per rank. Otherwise:
  * min(D x M, batch) sample tiles (M micro-batches per sample group), space[d] tiles along
  * spatial dimension d (tiles=T times more along the longest dimension of @p input), each
- * capped by the size, owned by tsl_owner_block() over the process grid D x 1 x A x B x C.
+ * capped by the size, owned by tsl_owner_block() over the process grid D x F x A x B x C.
+ * With filters=F > 1 the same path also without a spatial split (then min(D x M x workers,
+ * batch) sample tiles), activations with spatial dimensions get F channel tiles where F divides
+ * their channels (else one, on filter group 0), and per-position labels the process grid
+ * (D x F) x A x B x C.
  * The plan must have passed tsl_plan_check().
  */
 TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input,
@@ -179,7 +184,12 @@ TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape 
  * rank), taken in parameter order after the sharded weights.
  * @param[out] grids   one per parameter
  * @param[out] owners  one per parameter
- * @param[out] sharded one per parameter: 1 for a sharded weight (may be NULL)
+ * With filters=F > 1, the weight and bias of a convolution whose output channels the plan cuts
+ * (one group, not transposed, output channels divisible by F) are instead cut into F tiles
+ * along their first dimension, tile f on the first rank of filter group f (rank grid D x F x
+ * A x B x C), and read tile by tile: no whole copies.
+ * @param[out] sharded one per parameter: 1 for a sharded weight, 2 for one cut by filters
+ *                     (may be NULL)
  */
 TSL_API tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
                                             const int32_t *op_stage, tsl_tile_grid *grids,
@@ -350,11 +360,13 @@ TSL_API tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t graph, int
 
 /**
  * @brief The plans tsl_plan_search() considers for @p graph on @p nranks ranks: every
- * factorisation nranks = D x A x B x C x S with D <= batch, a spatial grid over at most the
- * samples' spatial dimensions (each part at most that dimension's size), S at most the ops;
+ * factorisation nranks = D x F x A x B x C x S with D <= batch, F > 1 only without a spatial
+ * split (filters=), a spatial grid over at most the samples' spatial dimensions (each part at
+ * most that dimension's size), S at most the ops;
  * with S > 1, micro= 1, 2, 4 and 8 (at most batch / D); tiles= 1, and with a spatial split or
- * fewer samples per rank than workers also tiles=workers; every other part its default. In a
- * fixed order (the same on every rank); @p count is how many there are, of which the first
+ * fewer samples per rank than workers (and no filters=) also tiles=workers; every other part its
+ * default. In a fixed order (the same on every rank); @p count is how many there are, of which the
+ * first
  * @p cap are written to @p plans (may be NULL with cap 0).
  */
 TSL_API tsl_status tsl_plan_candidates(tsl_graph_t graph, int32_t nranks, int32_t workers,

@@ -57,8 +57,8 @@ static int print_placement(const tsl_plan *plan, tsl_graph_t g, int32_t ranks,
         tsl_shape s;
         if ((st = tsl_graph_param_info(g, i, NULL, &s, NULL)))
             break;
-        nsharded += sharded[i];
-        bytes[sharded[i]] += 4 * tsl_shape_numel(&s);
+        nsharded += sharded[i] != 0;
+        bytes[sharded[i] != 0] += 4 * tsl_shape_numel(&s);
     }
     if (!st)
         printf("parameters: %d of %d sharded over their stage's ranks (%.2f MiB: weights of %d "

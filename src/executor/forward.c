@@ -27,7 +27,30 @@ const char *tsl_exec_op_label(const struct tsl_model *m, int32_t i, char *buf, s
 
 int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y)
 {
-    return tsl_exec_spatially_cut(x) || x->grid.splits[0] != y->grid.splits[0];
+    return tsl_exec_spatially_cut(x) || x->grid.splits[0] != y->grid.splits[0] ||
+           (x->shape.ndim > 1 && x->grid.splits[1] != 1);
+}
+
+/* Whether op o runs on channel tiles (filters= plans) as they are; the others get their input
+ * and output moved to channel-whole tiles first (tsl_exec_on_common_grid). */
+static int takes_channel_tiles(const tsl_graph_op *o)
+{
+    switch (o->kind) {
+    case TSL_OP_CONV:
+        return !o->transposed && o->conv.groups == 1;
+    case TSL_OP_BATCHNORM:
+    case TSL_OP_ACTIVATION:
+    case TSL_OP_POOL:
+    case TSL_OP_CONCAT:
+    case TSL_OP_ADD:
+    case TSL_OP_FLATTEN:
+    case TSL_OP_MUL:
+    case TSL_OP_SLICE:
+    case TSL_OP_DROPOUT:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
@@ -42,6 +65,9 @@ tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_te
 
 int tsl_exec_needs_regrid(const tsl_graph_op *o, tsl_tensor_t x, tsl_tensor_t y)
 {
+    if (!takes_channel_tiles(o) && ((x->shape.ndim > 1 && x->grid.splits[1] != 1) ||
+                                    (y->shape.ndim > 1 && y->grid.splits[1] != 1)))
+        return 1;
     if (o->kind != TSL_OP_CONV && o->kind != TSL_OP_POOL && o->kind != TSL_OP_UPSAMPLE)
         return 0;
     for (int d = 2; d < x->shape.ndim; d++)
@@ -55,7 +81,7 @@ tsl_status tsl_exec_on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_t
 {
     tsl_tile_grid grid = y->grid;
     grid.splits[1] = 1;
-    int same = 1;
+    int same = like->shape.ndim < 2 || like->grid.splits[1] == 1;
     for (int d = 2; d < x->shape.ndim; d++) {
         grid.splits[d] =
             x->grid.splits[d] < y->grid.splits[d] ? x->grid.splits[d] : y->grid.splits[d];

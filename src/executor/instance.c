@@ -104,6 +104,24 @@ int tsl_exec_spatially_cut(tsl_tensor_t t)
     return 0;
 }
 
+/* *t again with its channels in one tile (same owners' map: filter group 0), if cut. */
+static tsl_status channels_whole(struct tsl_model *m, tsl_tensor_t *t)
+{
+    tsl_tensor_t was = *t;
+    if (was->shape.ndim < 2 || was->grid.splits[1] == 1)
+        return TSL_OK;
+    tsl_tile_grid grid = was->grid;
+    grid.splits[1] = 1;
+    tsl_tensor_t made = NULL;
+    tsl_status st = tsl_tensor_create_transient(&made, m->ctx, was->dtype, &was->shape, &grid,
+                                                &was->owners, was->layout);
+    if (!st) {
+        tsl_tensor_destroy(was);
+        *t = made;
+    }
+    return st;
+}
+
 static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in)
 {
     struct tsl_graph *g = m->g;
@@ -140,6 +158,10 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         st = tsl_exec_batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
         if (!st && v != g->input)
             st = tsl_exec_batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
+        if (!st && v == g->output) /* the losses read whole channels (filters= cuts the rest) */
+            st = channels_whole(m, &in->act[v]);
+        if (!st && v == g->output && in->grad[v])
+            st = channels_whole(m, &in->grad[v]);
         if (!st && tsl_exec_pipelined(m)) {
             tsl_tensor_order_by_samples(in->act[v]);
             if (in->grad[v])

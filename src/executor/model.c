@@ -137,7 +137,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
         if (!st && p->trainable)
             st = tsl_tensor_create(&m->pgrads[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
-        if (!st && sharded[i])
+        if (!st && sharded[i] == 1) /* (2: cut by filters, read tile by tile) */
             st = tsl_tensor_make_replicas(m->params[i]);
         if (!st && m->replicated[i]) {
             int32_t group = ctx->size / tsl_plan_depth(pl);

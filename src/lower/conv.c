@@ -37,9 +37,28 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
     if (memcmp(want.dims, y->shape.dims, sizeof want.dims) != 0 || want.ndim != y->shape.ndim)
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: %s has the wrong shape for these settings", fn,
                          what);
-    if (x->grid.splits[1] != 1 || y->grid.splits[1] != 1)
-        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: x and %s may not be cut along channels", fn,
-                         what);
+    int32_t ky = y->grid.splits[1];
+    int cut = x->grid.splits[1] != 1 || ky != 1;
+    if (cut && (transposed || p->groups != 1))
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: x and %s may be cut along channels only for a convolution of one "
+                         "group, not transposed",
+                         fn, what);
+    for (int d = 2; cut && d < x->shape.ndim; d++)
+        if (x->grid.splits[d] != 1)
+            return tsl_error(ctx, TSL_ERR_SHAPE,
+                             "%s: x and %s may not be cut along channels and space at once (not "
+                             "built yet)",
+                             fn, what);
+    /* y cut along channels: w (and b) cut the same way along their first dimension, tile g
+     * holding the filters of y's channel tile g */
+    int wcut = ky > 1 && w->grid.splits[0] == ky && w->ntiles == ky &&
+               (!b || (b->grid.splits[0] == ky && b->ntiles == ky));
+    if (ky > 1 && !wcut)
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: %s is cut into %d channel tiles; w and b must be cut into as many "
+                         "along their first dimension",
+                         fn, what, (int)ky);
     for (int d = 2; d < x->shape.ndim; d++) {
         if (x->grid.splits[d] != y->grid.splits[d])
             return tsl_error(ctx, TSL_ERR_SHAPE,
@@ -52,12 +71,12 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                          "%s: x and %s need the same layout (plain or channels-last) and w must "
                          "be plain",
                          fn, what);
-    if (x->grid.splits[0] != y->grid.splits[0] || !tsl_tensor_whole(w))
+    if (x->grid.splits[0] != y->grid.splits[0] || (!wcut && !tsl_tensor_whole(w)))
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: x and %s need the same sample tiles, and w must be one tile (or a "
                          "model's sharded weight)",
                          fn, what);
-    if (b && (b->shape.ndim != 1 || b->shape.dims[0] != want.dims[1] || b->ntiles != 1))
+    if (b && (b->shape.ndim != 1 || b->shape.dims[0] != want.dims[1] || (!wcut && b->ntiles != 1)))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: the bias must be one tile of %lld values", fn,
                          (long long)want.dims[1]);
     memset(args, 0, sizeof *args);
@@ -479,6 +498,211 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
     return st ? st : fin;
 }
 
+/* ---- channel tiles (filters= plans): no spatial cut ----
+ * Output tile (n, g) is the sum over every input part and its channel tiles k of the
+ * convolution of x tile (n, k) with its run of input channels of w's tile g (its filters), the
+ * first writing, the others adding (the forward codelet's accumulate). The weight gradient of
+ * dy tile (n, g) is one partial of w's tile g, each input tile writing its run of columns; the
+ * partials of a g are summed onto w's tile g. The input gradient of x tile (n, k) sums the
+ * contributions of every output channel tile by a tree rooted where the tile lives. */
+
+/* The most channel tiles of a convolution's output. */
+#define CHANNEL_TILES_MAX 1024
+
+/* Whether x (any part) or y is cut along channels. */
+static int channel_cut(int32_t n, const tsl_tensor_t *xs, tsl_tensor_t y)
+{
+    int cut = y->grid.splits[1] > 1;
+    for (int32_t k = 0; k < n; k++)
+        cut |= xs[k]->grid.splits[1] > 1;
+    return cut;
+}
+
+/* The tile of t at grid coordinates c (row-major). */
+static int64_t tile_at(tsl_tensor_t t, const int32_t *c)
+{
+    int64_t i = 0;
+    for (int d = 0; d < t->shape.ndim; d++)
+        i = i * t->grid.splits[d] + c[d];
+    return i;
+}
+
+static void coords_of(tsl_tensor_t t, int64_t tile, int32_t *c)
+{
+    for (int d = t->shape.ndim - 1; d >= 0; d--) {
+        c[d] = (int32_t)(tile % t->grid.splits[d]);
+        tile /= t->grid.splits[d];
+    }
+}
+
+/* Arguments of the pass of x tile xt (input part args a) to y tile yt. */
+static tsl_conv_task_args channel_args(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t x,
+                                       int64_t xt, tsl_tensor_t y, int64_t yt)
+{
+    int64_t xs0[TSL_MAX_DIMS], xe[TSL_MAX_DIMS], ys0[TSL_MAX_DIMS], ye[TSL_MAX_DIMS];
+    tsl_tensor_tile_box(x, xt, xs0, xe);
+    tsl_tensor_tile_box(y, yt, ys0, ye);
+    tsl_conv_task_args t = task_args(a, ye[0]);
+    t.conv.in_channels = xe[1];
+    t.conv.w_in_channels = w->shape.dims[1];
+    t.conv.w_in_offset = a->w_in_offset + xs0[1];
+    t.conv.out_channels = ye[1];
+    t.conv.accumulate = 0;
+    return t;
+}
+
+/* w's handle (tile g when cut by filters, else the whole on `rank`). */
+static starpu_data_handle_t filters_of(tsl_tensor_t w, int32_t ky, int32_t g, int32_t rank)
+{
+    return ky > 1 ? w->handles[g] : tsl_whole_handle(w, rank);
+}
+
+static tsl_status forward_channels(const tsl_conv_args *a, int32_t n, const tsl_tensor_t *xs,
+                                   tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y)
+{
+    tsl_status st = TSL_OK;
+    int32_t ky = y->grid.splits[1];
+    for (int64_t i = 0; i < y->ntiles && !st; i++) {
+        int32_t c[TSL_MAX_DIMS], g, first = 1, owner = y->tile_owner[i];
+        coords_of(y, i, c);
+        g = c[1];
+        for (int32_t p = 0; p < n && !st; p++)
+            for (int32_t k = 0; k < xs[p]->grid.splits[1] && !st; k++, first = 0) {
+                c[1] = k;
+                int64_t j = tile_at(xs[p], c);
+                tsl_conv_task_args t = channel_args(&a[p], w, xs[p], j, y, i);
+                t.conv.has_bias = first && b;
+                t.conv.accumulate = !first;
+                int32_t nh = 0;
+                tsl_task_desc desc = {.codelet = &tsl_cl_conv_forward,
+                                      .args = &t,
+                                      .args_size = sizeof t,
+                                      .flops = conv_flops(&t.conv)};
+                desc.handles[nh] = xs[p]->handles[j];
+                desc.modes[nh++] = STARPU_R;
+                desc.handles[nh] = filters_of(w, ky, g, owner);
+                desc.modes[nh++] = STARPU_R;
+                if (t.conv.has_bias) {
+                    desc.handles[nh] = filters_of(b, ky, g, owner);
+                    desc.modes[nh++] = STARPU_R;
+                }
+                desc.handles[nh] = y->handles[i];
+                desc.modes[nh++] = first ? STARPU_W : STARPU_RW;
+                desc.nhandles = nh;
+                st = tsl_task_submit(y->ctx, &desc);
+            }
+    }
+    if (ky == 1) {
+        tsl_whole_flush(w);
+        if (b)
+            tsl_whole_flush(b);
+    }
+    return st;
+}
+
+typedef struct channel_grads {
+    int32_t n;
+    const tsl_conv_args *args;
+    const tsl_tensor_t *xs;
+    tsl_tensor_t w, dy;
+} channel_grads;
+
+/* The weight-gradient partial of dy tile i: every input tile of its samples writes its run of
+ * columns (the first also db_part). */
+static tsl_status channel_partial(int64_t i, starpu_data_handle_t dw_part,
+                                  starpu_data_handle_t db_part, void *user)
+{
+    channel_grads *cg = user;
+    tsl_status st = TSL_OK;
+    int32_t c[TSL_MAX_DIMS], first = 1;
+    coords_of(cg->dy, i, c);
+    for (int32_t p = 0; p < cg->n && !st; p++)
+        for (int32_t k = 0; k < cg->xs[p]->grid.splits[1] && !st; k++, first = 0) {
+            c[1] = k;
+            int64_t j = tile_at(cg->xs[p], c);
+            tsl_conv_task_args t = channel_args(&cg->args[p], cg->w, cg->xs[p], j, cg->dy, i);
+            t.conv.has_bias = first && db_part != NULL;
+            int32_t nh = 0;
+            tsl_task_desc desc = {.codelet = &tsl_cl_conv_backward_weights,
+                                  .args = &t,
+                                  .args_size = sizeof t,
+                                  .flops = conv_flops(&t.conv)};
+            desc.handles[nh] = cg->xs[p]->handles[j];
+            desc.modes[nh++] = STARPU_R;
+            desc.handles[nh] = cg->dy->handles[i];
+            desc.modes[nh++] = STARPU_R;
+            desc.handles[nh] = dw_part;
+            desc.modes[nh++] = first ? STARPU_W : STARPU_RW;
+            if (t.conv.has_bias) {
+                desc.handles[nh] = db_part;
+                desc.modes[nh++] = STARPU_W;
+            }
+            desc.nhandles = nh;
+            st = tsl_task_submit(cg->dy->ctx, &desc);
+        }
+    return st;
+}
+
+/* dx (input part args a) from every output channel tile of dy: one task per pair, summed. */
+static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t dy,
+                                         tsl_tensor_t dx)
+{
+    struct tsl_context *ctx = dx->ctx;
+    int32_t ky = dy->grid.splits[1];
+    starpu_data_handle_t part[CHANNEL_TILES_MAX], order[CHANNEL_TILES_MAX];
+    int32_t owner_of[CHANNEL_TILES_MAX];
+    if (ky > CHANNEL_TILES_MAX)
+        return tsl_error(ctx, TSL_ERR_SHAPE, "convolution backward: %d channel tiles (at most %d)",
+                         (int)ky, CHANNEL_TILES_MAX);
+    tsl_status st = TSL_OK;
+    for (int64_t j = 0; j < dx->ntiles && !st; j++) {
+        int32_t c[TSL_MAX_DIMS];
+        coords_of(dx, j, c);
+        for (int32_t g = 0; g < ky; g++) {
+            c[1] = g;
+            owner_of[g] = dy->tile_owner[tile_at(dy, c)];
+        }
+        int64_t root = tsl_first_owned(owner_of, ky, dx->tile_owner[j]);
+        int64_t count = tsl_tensor_tile_numel(dx, j);
+        for (int32_t g = 0; g < ky && !st; g++) {
+            c[1] = g;
+            int64_t i = tile_at(dy, c);
+            part[g] = NULL;
+            if (g == root || ky == 1)
+                part[g] = dx->handles[j];
+            else
+                st = tsl_temp_handle_register(ctx, count, dx->elem_size, owner_of[g], &part[g]);
+            if (st)
+                break;
+            tsl_conv_task_args t = channel_args(a, w, dx, j, dy, i);
+            tsl_task_desc desc = {
+                .codelet = &tsl_cl_conv_backward_data,
+                .args = &t,
+                .args_size = sizeof t,
+                .nhandles = 3,
+                .handles = {dy->handles[i], filters_of(w, ky, g, owner_of[g]), part[g]},
+                .modes = {STARPU_R, STARPU_R, STARPU_W},
+                .flops = conv_flops(&t.conv),
+            };
+            st = tsl_task_submit(ctx, &desc);
+        }
+        if (st) {
+            for (int32_t g = 0; g < ky; g++)
+                if (part[g] && part[g] != dx->handles[j])
+                    tsl_temp_handle_release(ctx, part[g]);
+            break;
+        }
+        if (ky > 1) {
+            tsl_rooted_order(owner_of, ky, dx->tile_owner[j], part, order);
+            st = tsl_tree_sum_into(ctx, order, ky, dx->dtype, count, dx->handles[j],
+                                   TSL_REDUCE_PRIORITY);
+        }
+    }
+    if (ky == 1)
+        tsl_whole_flush(w);
+    return st;
+}
+
 /* Forward over the channel concatenation of xs[0..n): one pass per part, each through its
  * run of the weights' input channels, the later ones adding to y. */
 static tsl_status forward(const tsl_conv_params *p, int transposed, int32_t n,
@@ -490,6 +714,12 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, int32_t n,
     for (int32_t k = 0; k < n && !st; k++)
         if (y == xs[k])
             return tsl_error(y->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    if (!st && channel_cut(n, xs, y)) {
+        for (int32_t k = 0; k < n; k++)
+            if (!a[k].w_in_channels) /* the weights' whole input, of which tiles take runs */
+                a[k].w_in_channels = w->shape.dims[1];
+        return forward_channels(a, n, xs, w, b, y);
+    }
     int windowed = !st && spatially_tiled(xs[0]);
     for (int32_t k = 0; windowed && k < n && !st; k++)
         st = check_windows(&a[k], xs[k], y);
@@ -630,13 +860,27 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, int32_t n,
         g.x[k] = xs[k];
     }
     if (db && (db->ctx != ctx || db->dtype != TSL_F32 || db->shape.ndim != 1 ||
-               db->shape.dims[0] != g.args[0].out_channels || db->ntiles != 1))
+               db->shape.dims[0] != g.args[0].out_channels ||
+               (db->ntiles != 1 && db->ntiles != dy->grid.splits[1])))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: db must be one tile of %lld f32 values", fn,
                          (long long)g.args[0].out_channels);
     if (db && !dw)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: db needs dw (computed together)", fn);
     if (dw == w)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
+    if (channel_cut(n, xs, dy)) {
+        for (int32_t k = 0; k < n; k++)
+            if (!g.args[k].w_in_channels)
+                g.args[k].w_in_channels = w->shape.dims[1];
+        channel_grads cg = {n, g.args, xs, w, dy};
+        for (int32_t k = 0; keeps && k < n; k++) /* (no windows, no slabs kept) */
+            tsl_halo_keep_release(ctx, &keeps[k]);
+        st = dw ? tsl_param_gradients(xs[0], dy, dw, db, channel_partial, &cg) : TSL_OK;
+        for (int32_t k = 0; k < n && !st; k++)
+            if (dxs && dxs[k])
+                st = backward_data_channels(&g.args[k], w, dy, dxs[k]);
+        return st;
+    }
     g.n = n;
     g.dy = dy;
     g.keep = keeps;

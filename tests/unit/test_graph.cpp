@@ -236,6 +236,87 @@ TEST(Plan, ParsesEveryPartAndFormatsBack)
     EXPECT_STREQ(text, "space=2,recompute=1");
     ASSERT_EQ(tsl_plan_parse("recompute=0", &p), TSL_OK);
     EXPECT_EQ(p.recompute, 0);
+    EXPECT_EQ(p.filters, 1);
+    ASSERT_EQ(tsl_plan_parse("data=2,filters=4", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.filters, 4);
+    EXPECT_EQ(tsl_plan_ranks(&p), 8);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "data=2,filters=4");
+    const int64_t sample[3] = {3, 8, 8};
+    tsl_shape in;
+    tsl_shape_make(&in, 3, sample);
+    ASSERT_EQ(tsl_plan_parse("filters=2,layers=2", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_check(&p, &in, 4), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("filters="), std::string::npos);
+    for (const char *bad : {"filters=2,space=2", "filters=2,tiles=2"}) {
+        ASSERT_EQ(tsl_plan_parse(bad, &p), TSL_OK);
+        EXPECT_EQ(tsl_plan_check(&p, &in, 4 / p.tiles), TSL_ERR_INVALID_ARG) << bad;
+    }
+}
+
+// filters=F: activations cut into F channel tiles where F divides their channels (on filter
+// group f's ranks of the grid D x F x A x B x C), else whole on group 0; labels over D x F; a
+// convolution's weight and bias cut like its output, tile f on group f's first rank.
+TEST(Plan, FiltersCutChannelsAndTheirConvolutionsWeights)
+{
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("data=2,filters=2", &p), TSL_OK);
+    const int64_t sample[3] = {1, 8, 8};
+    tsl_shape in, act, odd, labels;
+    tsl_shape_make(&in, 3, sample);
+    const int64_t a[3] = {4, 8, 8}, o[3] = {3, 8, 8}, l[2] = {8, 8};
+    tsl_shape_make(&act, 3, a);
+    tsl_shape_make(&odd, 3, o);
+    tsl_shape_make(&labels, 2, l);
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(std::vector<int32_t>(grid.splits, grid.splits + 4),
+              std::vector<int32_t>({2, 2, 1, 1}));
+    for (int n = 0; n < 2; n++)
+        for (int c = 0; c < 2; c++) {
+            int32_t t[TSL_MAX_DIMS] = {n, c, 0, 0}, rank = -1;
+            ASSERT_EQ(tsl_owner_map_rank(&owners, t, 4, &grid, 4, &rank), TSL_OK);
+            EXPECT_EQ(rank, n * 2 + c); // rank (d, f) = d x F + f
+        }
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &odd, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[1], 1); // 3 channels: whole, on filter group 0
+    for (int n = 0; n < 2; n++) {
+        int32_t t[TSL_MAX_DIMS] = {n, 0, 0, 0}, rank = -1;
+        ASSERT_EQ(tsl_owner_map_rank(&owners, t, 4, &grid, 4, &rank), TSL_OK);
+        EXPECT_EQ(rank, n * 2);
+    }
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &labels, 0, &grid, &owners), TSL_OK);
+    EXPECT_EQ(grid.splits[0], 2);
+    EXPECT_EQ(grid.splits[1], 1);
+    // the cnn's convolutions: weights and biases cut in 2, tile f on rank f (d = 0)
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn", 3, sample, 10, &g), TSL_OK);
+    int32_t np = tsl_graph_param_count(g);
+    std::vector<tsl_tile_grid> grids(np);
+    std::vector<tsl_owner_map> maps(np);
+    std::vector<int32_t> sharded(np);
+    ASSERT_EQ(
+        tsl_plan_param_placement(&p, g, 4, nullptr, grids.data(), maps.data(), sharded.data()),
+        TSL_OK)
+        << tsl_last_error();
+    int cut = 0;
+    for (int32_t i = 0; i < np; i++) {
+        const char *name;
+        tsl_shape s;
+        ASSERT_EQ(tsl_graph_param_info(g, i, &name, &s, nullptr), TSL_OK);
+        if (sharded[i] != 2)
+            continue;
+        cut++;
+        EXPECT_EQ(grids[i].splits[0], 2) << name;
+        for (int32_t f = 0; f < 2; f++) {
+            int32_t t[TSL_MAX_DIMS] = {f}, rank = -1;
+            ASSERT_EQ(tsl_owner_map_rank(&maps[i], t, s.ndim, &grids[i], 4, &rank), TSL_OK);
+            EXPECT_EQ(rank, f) << name;
+        }
+    }
+    EXPECT_GE(cut, 2); // at least one convolution's weight and bias
+    tsl_graph_destroy(g);
 }
 
 // The layer-parallel (MGRIT) parts: defaults, every part, the rank count, formatting, and the

@@ -44,40 +44,45 @@ std::vector<tsl_plan> candidates(tsl_graph_t g, int32_t ranks, int32_t workers, 
 }
 
 // The plans the search must consider, enumerated independently of plan_model.c: every
-// D x A x B x S = ranks (2-D samples of side `side`), micro 1/2/4/8 with stages, tiles 1 and W.
+// D x F x A x B x S = ranks (2-D samples of side `side`; F only without a spatial split), micro
+// 1/2/4/8 with stages, tiles 1 and W (not with F).
 std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, int64_t side,
                                int32_t nops)
 {
     std::set<std::string> out;
     for (int s = 1; s <= ranks; s++)
         for (int d = 1; d <= ranks; d++)
-            for (int a = 1; a <= ranks; a++)
-                for (int b = 1; b <= ranks; b++) {
-                    if (s * d * a * b != ranks || d > batch || a > side || b > side || s > nops)
-                        continue;
-                    for (int m : {1, 2, 4, 8}) {
-                        if (m > 1 && (s == 1 || m > batch / d))
+            for (int f = 1; f <= ranks; f++)
+                for (int a = 1; a <= ranks; a++)
+                    for (int b = 1; b <= ranks; b++) {
+                        if (s * d * f * a * b != ranks || d > batch || a > side || b > side ||
+                            s > nops || (f > 1 && a * b > 1))
                             continue;
-                        std::vector<int> tiles = {1};
-                        if (workers > 1 && (a * b > 1 || batch / d < workers))
-                            tiles.push_back(workers);
-                        for (int t : tiles) {
-                            std::string p = "data=" + std::to_string(d);
-                            if (a * b > 1)
-                                p += ",space=" + std::to_string(a) +
-                                     (b > 1 ? "x" + std::to_string(b) : "");
-                            if (s > 1)
-                                p += ",stages=" + std::to_string(s);
-                            if (m > 1)
-                                p += ",micro=" + std::to_string(m);
-                            if (t > 1)
-                                p += ",tiles=" + std::to_string(t);
-                            tsl_plan parsed;
-                            EXPECT_EQ(tsl_plan_parse(p.c_str(), &parsed), TSL_OK) << p;
-                            out.insert(text(parsed));
+                        for (int m : {1, 2, 4, 8}) {
+                            if (m > 1 && (s == 1 || m > batch / d))
+                                continue;
+                            std::vector<int> tiles = {1};
+                            if (workers > 1 && f == 1 && (a * b > 1 || batch / d < workers))
+                                tiles.push_back(workers);
+                            for (int t : tiles) {
+                                std::string p = "data=" + std::to_string(d);
+                                if (f > 1)
+                                    p += ",filters=" + std::to_string(f);
+                                if (a * b > 1)
+                                    p += ",space=" + std::to_string(a) +
+                                         (b > 1 ? "x" + std::to_string(b) : "");
+                                if (s > 1)
+                                    p += ",stages=" + std::to_string(s);
+                                if (m > 1)
+                                    p += ",micro=" + std::to_string(m);
+                                if (t > 1)
+                                    p += ",tiles=" + std::to_string(t);
+                                tsl_plan parsed;
+                                EXPECT_EQ(tsl_plan_parse(p.c_str(), &parsed), TSL_OK) << p;
+                                out.insert(text(parsed));
+                            }
                         }
                     }
-                }
     return out;
 }
 
