@@ -39,6 +39,61 @@ tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, 
     int64_t ntiles = 1;
     for (int d = 0; d < whole.ndim; d++)
         ntiles *= grid.splits[d];
+    /* A block map over a process grid gives tile t the rank of its per-dimension process
+     * coordinates t[d] x P[d] / splits[d]: the sums separate by dimension, so each rank's
+     * elements and tiles are products of per-dimension sums (the plan search predicts
+     * thousands of plans: this keeps it linear in the ranks, not in the tiles). */
+    int32_t zero[TSL_MAX_DIMS] = {0}, first_rank;
+    int block = owners.kind == TSL_OWNER_BLOCK && owners.process_grid[0] > 0 && ntiles > 64;
+    if (block &&
+        !(st = tsl_owner_map_rank(&owners, zero, whole.ndim, &grid, nranks, &first_rank))) {
+        int64_t sums[TSL_MAX_DIMS][64], counts[TSL_MAX_DIMS][64], procs = 1;
+        for (int d = 0; d < whole.ndim && block; d++) {
+            int64_t p = owners.process_grid[d];
+            block = p <= 64;
+            for (int64_t q = 0; block && q < p; q++)
+                sums[d][q] = counts[d][q] = 0;
+            for (int32_t k = 0; block && k < grid.splits[d]; k++) {
+                int64_t start, extent, q = (int64_t)k * p / grid.splits[d];
+                tsl_tile_extent(whole.dims[d], grid.splits[d], k, &start, &extent);
+                sums[d][q] += extent;
+                counts[d][q]++;
+            }
+            procs *= p;
+        }
+        for (int64_t linear = 0; block && linear < procs; linear++) {
+            int64_t rest = linear, count = elem, n = 1;
+            for (int d = whole.ndim - 1; d >= 0; d--) {
+                int64_t p = owners.process_grid[d], q = rest % p;
+                rest /= p;
+                count *= sums[d][q];
+                n *= counts[d][q];
+            }
+            bytes[first_rank + linear] += count; /* (tile 0's rank is the group's first) */
+            if (tiles)
+                tiles[first_rank + linear] += n;
+        }
+        if (block)
+            return TSL_OK;
+    }
+    /* Sample tiles dealt in contiguous runs (a block map without a process grid, only the first
+     * dimension cut): tile t on the group's rank t x ranks / tiles. */
+    int runs = owners.kind == TSL_OWNER_BLOCK && owners.process_grid[0] == 0 && ntiles > 64 &&
+               ntiles == grid.splits[0];
+    if (runs && !st &&
+        !(st = tsl_owner_map_rank(&owners, zero, whole.ndim, &grid, nranks, &first_rank))) {
+        int64_t inner = elem, nr = owners.group_size > 0 ? owners.group_size : nranks;
+        for (int d = 1; d < whole.ndim; d++)
+            inner *= whole.dims[d];
+        for (int64_t t = 0; t < ntiles; t++) {
+            int64_t start, extent, r = first_rank + t * nr / ntiles;
+            tsl_tile_extent(whole.dims[0], grid.splits[0], (int32_t)t, &start, &extent);
+            bytes[r] += inner * extent;
+            if (tiles)
+                tiles[r]++;
+        }
+        return TSL_OK;
+    }
     for (int64_t t = 0; t < ntiles && !st; t++) {
         int32_t coords[TSL_MAX_DIMS] = {0};
         int64_t rest = t, count = elem;

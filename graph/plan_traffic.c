@@ -21,6 +21,8 @@
 typedef struct tiles {
     int64_t n;
     int ndim;
+    int32_t samples; /* sample tiles (the grid's first dimension): tile i has sample tile
+                        i / (n / samples), tiles in row-major order */
     int64_t (*lo)[TSL_MAX_DIMS], (*ext)[TSL_MAX_DIMS];
     int32_t *rank;
 } tiles;
@@ -47,6 +49,7 @@ static tsl_status tiles_of(const tsl_plan *plan, const tsl_shape *input, int32_t
     tsl_shape whole;
     tsl_batch_shape(batch, sample, &whole);
     t->ndim = whole.ndim;
+    t->samples = grid.splits[0];
     t->n = 1;
     for (int d = 0; d < whole.ndim; d++)
         t->n *= grid.splits[d];
@@ -144,7 +147,15 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
             whi[d] = (lo + ext - 1) * c->stride[d] - c->padding[d] +
                      (w->dims[2 + d] - 1) * c->dilation[d] + 1;
         }
-        for (int64_t j = 0; j < x->n; j++) {
+        /* only x's tiles of the same samples can meet the window (all when the sample tiles
+         * differ) */
+        int64_t from = 0, to = x->n;
+        if (x->samples == y->samples && x->samples > 0) {
+            int64_t s0 = i / (y->n / y->samples), per = x->n / x->samples;
+            from = s0 * per;
+            to = from + per;
+        }
+        for (int64_t j = from; j < to; j++) {
             if ((!channels && j == i) || x->rank[j] == y->rank[i] || x->lo[j][0] != y->lo[i][0])
                 continue; /* (tile i itself: a value from another stage, counted there) */
             int64_t vol = x->ext[j][0] * x->ext[j][1];

@@ -3,7 +3,7 @@
  * @brief Parallel plans: how a model's tensors are tiled and which ranks own the tiles.
  *
  * A plan string is
- * `data=D,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`
+ * `data=D,filters=F,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`
  * with the layer-parallel parts `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K`;
  * every part is optional and defaults to 1 (balance= to memory, shard= to
  * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0, cf= to 2,
@@ -18,9 +18,12 @@
  * (tsl_plan_buckets(); 0: every small parameter on its own), and R: 1 to have training drop
  * each batch norm's fused ReLU output after the forward and make it again for the backward
  * (less memory for an elementwise pass per layer, the same bits; tsl_graph_recomputed()),
- * 0 to keep it. A plan runs on
- * D x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x A x B x C, each
- * stage's tensors split over its G ranks as data= and space= say.
+ * 0 to keep it. F rank groups along channels (filter parallelism: activations cut into F channel
+ * tiles where F divides their channels, each convolution's filters with them; no spatial split
+ * with it yet). A plan runs on
+ * D x F x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x F x A x B x C,
+ * each stage's tensors split over its G ranks as data=, filters= and space= say (rank grid
+ * D x F x A x B x C, row-major).
  *
  * Layer-parallel training by multigrid in time: the residual steps of the graph's ODE segments
  * (tsl_graph_ode_segments(), runs of at least two steps) are cut into P consecutive groups of
@@ -112,7 +115,7 @@ TSL_API tsl_status tsl_plan_init(tsl_plan *plan);
  */
 TSL_API tsl_status tsl_plan_parse(const char *text, tsl_plan *plan);
 
-/** @brief The ranks a plan runs on: D x A x B x C x S (0 for a NULL plan). */
+/** @brief The ranks a plan runs on: D x F x A x B x C x S (0 for a NULL plan). */
 TSL_API int64_t tsl_plan_ranks(const tsl_plan *plan);
 
 /** @brief Write the plan in its string form, parts that are not their default only ("data=1"
@@ -121,7 +124,7 @@ TSL_API tsl_status tsl_plan_format(const tsl_plan *plan, char *text, size_t size
 
 /**
  * @brief Check @p plan for a model whose samples have shape @p input (C, spatial...) on
- * @p nranks ranks: the rank count must be D x A x B x C x S and space= may not split more
+ * @p nranks ranks: the rank count must be D x F x A x B x C x S and space= may not split more
  * dimensions than the samples have. Errors name the plan.
  */
 TSL_API tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t nranks);

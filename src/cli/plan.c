@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -14,7 +15,8 @@ static void usage_plan(FILE *out)
         "usage: tessel plan --data SPEC [--model NAME|FILE] [--plan PLAN] [--ranks N]\n"
         "                   [--batch B] [--ncpu W] [--optimizer sgd|adam|adamw]\n"
         "                   [--mem-per-rank M [--overhead-mib O]]\n"
-        "                   [--plan auto [--objective time|memory] [--link GBPS,US] [--json F]]\n"
+        "                   [--plan auto [--objective time|memory] [--link GBPS,US] [--json F]\n"
+        "                    [--scaling F]]\n"
         "  how PLAN (default: samples over all ranks and workers) tiles the model's tensors\n"
         "  on N ranks (default: the plan's rank count) of W CPU workers (default 1), and\n"
         "  the estimated tile memory of every rank for training with batches of B\n"
@@ -126,7 +128,8 @@ enum {
     OPT_OVERHEAD,
     OPT_OBJECTIVE,
     OPT_LINK,
-    OPT_JSON
+    OPT_JSON,
+    OPT_SCALING
 };
 
 typedef struct plan_options {
@@ -134,6 +137,7 @@ typedef struct plan_options {
     long ranks, batch, workers, mem_mib, overhead_mib;
     int objective;             /* --objective: a tsl_plan_objective */
     const char *json;          /* --json FILE: --plan auto's ranking */
+    const char *scaling;       /* --scaling FILE: the strong- and weak-scaling curves */
     double link_gbps, link_us; /* --link (0: not given) */
 } plan_options;
 
@@ -174,6 +178,9 @@ static int parse_plan_option(const cli_parser *parser, int id, const char *v)
     case OPT_JSON:
         o->json = v;
         break;
+    case OPT_SCALING:
+        o->scaling = v;
+        break;
     case OPT_OBJECTIVE:
         bad = strcmp(v, "time") != 0 && strcmp(v, "memory") != 0;
         o->objective = strcmp(v, "memory") == 0 ? TSL_OBJECTIVE_MEMORY : TSL_OBJECTIVE_TIME;
@@ -206,6 +213,7 @@ static int parse_plan(int argc, char **argv, plan_options *o)
                                             {"objective", required_argument, NULL, OPT_OBJECTIVE},
                                             {"link", required_argument, NULL, OPT_LINK},
                                             {"json", required_argument, NULL, OPT_JSON},
+                                            {"scaling", required_argument, NULL, OPT_SCALING},
                                             {0}};
     *o = (plan_options){.model = "cnn",
                         .optimizer = "adam",
@@ -404,6 +412,96 @@ static int write_ranked(FILE *f, const void *arg)
     return 0;
 }
 
+/* One point of a scaling curve: the best predicted plan at `ranks` for `batch`. */
+typedef struct scaling_point {
+    long ranks;
+    int64_t batch;
+    int ok;
+    tsl_plan_prediction best;
+} scaling_point;
+
+typedef struct scaling_json {
+    const scaling_point *strong, *weak;
+    int n;
+} scaling_json;
+
+static void write_points(FILE *f, const char *name, const scaling_point *p, int n)
+{
+    fprintf(f, "  \"%s\": [\n", name);
+    for (int i = 0; i < n; i++) {
+        char text[256] = "";
+        if (p[i].ok)
+            tsl_plan_format(&p[i].best.plan, text, sizeof text);
+        fprintf(f, "    {\"ranks\": %ld, \"batch\": %lld, \"plan\": ", p[i].ranks,
+                (long long)p[i].batch);
+        json_string(f, text);
+        fprintf(f, ", \"seconds\": %.6g, \"peak_bytes\": %lld, \"binding\": \"%s\"}%s\n",
+                p[i].ok ? p[i].best.seconds : -1.0,
+                (long long)(p[i].ok ? p[i].best.peak_bytes : -1),
+                p[i].ok ? tsl_plan_term_name(p[i].best.binding) : "", i + 1 < n ? "," : "");
+    }
+    fprintf(f, "  ]");
+}
+
+static int write_scaling(FILE *f, const void *arg)
+{
+    const scaling_json *s = arg;
+    fprintf(f, "{\n");
+    write_points(f, "strong", s->strong, s->n);
+    fprintf(f, ",\n");
+    write_points(f, "weak", s->weak, s->n);
+    fprintf(f, "\n}\n");
+    return 0;
+}
+
+/* --scaling: the best predicted plan at 1, 2, 4, ... ranks (and `ranks`), for the batch (strong)
+ * and for the batch per rank (weak), printed and written to o->scaling. */
+static int scaling(const plan_options *o, tsl_graph_t g, long ranks, int32_t states,
+                   const tsl_plan_costs *costs)
+{
+    scaling_point strong[48], weak[48];
+    int n = 0;
+    for (long r = 1; n < 48 && r <= ranks; r = r * 2 <= ranks ? r * 2 : ranks) {
+        scaling_point *pts[2] = {&strong[n], &weak[n]};
+        for (int k = 0; k < 2; k++) {
+            int32_t count = 0;
+            pts[k]->ranks = r;
+            pts[k]->batch = k ? o->batch * r : o->batch;
+            pts[k]->ok =
+                tsl_plan_search(g, (int32_t)r, (int32_t)o->workers, pts[k]->batch, states, costs,
+                                auto_budget_bytes(o->mem_mib, o->overhead_mib, r), o->objective,
+                                NULL, NULL, &pts[k]->best, 1, &count) == TSL_OK;
+        }
+        n++;
+        if (r == ranks)
+            break;
+    }
+    printf("scaling (predicted, the best plan at each rank count; efficiency against 1 rank):\n");
+    printf("  %-6s | %-30s %10s %11s %6s | %-8s %-30s %10s %6s\n", "ranks", "strong: plan",
+           "s/step", "samples/s", "eff.", "batch", "weak: plan", "s/step", "eff.");
+    for (int i = 0; i < n; i++) {
+        char a[256] = "-", b[256] = "-";
+        if (strong[i].ok)
+            tsl_plan_format(&strong[i].best.plan, a, sizeof a);
+        if (weak[i].ok)
+            tsl_plan_format(&weak[i].best.plan, b, sizeof b);
+        double ts = strong[i].ok ? strong[i].best.seconds : 0,
+               tw = weak[i].ok ? weak[i].best.seconds : 0;
+        double es =
+            strong[0].ok && ts > 0 ? strong[0].best.seconds / (ts * (double)strong[i].ranks) : 0;
+        double ew = weak[0].ok && tw > 0 ? weak[0].best.seconds / tw : 0;
+        printf("  %-6ld | %-30s %10.4g %11.1f %5.0f%% | %-8lld %-30s %10.4g %5.0f%%\n",
+               strong[i].ranks, a, ts, ts > 0 ? (double)o->batch / ts : 0, 100 * es,
+               (long long)weak[i].batch, b, tw, 100 * ew);
+    }
+    scaling_json sj = {strong, weak, n};
+    if (write_file_atomic(o->scaling, write_scaling, &sj) != 0) {
+        fprintf(stderr, "tessel plan: cannot write '%s'\n", o->scaling);
+        return EXIT_FAILURE;
+    }
+    return 0;
+}
+
 /* --plan auto: calibrate (or take the cached calibration), rank the candidates, print the
  * best five (all of them to --json); *plan is the choice. Returns an exit code. */
 static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t states, tsl_plan *plan)
@@ -420,7 +518,9 @@ static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t stat
     }
     tsl_context_config config;
     tsl_context_config_init(&config);
-    config.ncpu = (int32_t)o->workers;
+    /* the ops' costs are per worker: measured with at most this machine's cores busy */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    config.ncpu = (int32_t)(cores > 0 && cores < o->workers ? cores : o->workers);
     config.ncuda = 0;
     tsl_context_t ctx = NULL;
     int32_t nops = tsl_graph_op_count(g), count = 0, total = 0;
@@ -459,6 +559,8 @@ static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t stat
             fprintf(stderr, "tessel plan: cannot write '%s'\n", o->json);
             code = EXIT_FAILURE;
         }
+        if (!code && o->scaling)
+            code = scaling(o, g, ranks, states, &costs);
     }
     free(ranked);
     free(op_seconds);

@@ -54,6 +54,17 @@ out = run(plan + ["--link", "10,5", "--objective", "memory"])
 peaks = [float(t[2]) for t in re.findall(
     r"^  (\S+=\S*)\s+([0-9.e+-]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\w+)$", out, re.M)]
 assert peaks == sorted(peaks), out
+# prediction beyond this machine: the scaling curves up to 8 ranks
+curves = os.path.join(work, "scaling.json")
+out = run(plan[:-1] + ["8", "--link", "10,5", "--scaling", curves])
+assert "scaling (predicted" in out, out
+with open(curves) as f:
+    sc = json.load(f)
+assert [p["ranks"] for p in sc["strong"]] == [1, 2, 4, 8], sc
+assert all(p["batch"] == 8 for p in sc["strong"]), sc
+assert [p["batch"] for p in sc["weak"]] == [8, 16, 32, 64], sc
+assert all(p["seconds"] > 0 and p["plan"] for p in sc["strong"] + sc["weak"]), sc
+assert sc["strong"][0]["plan"] == "data=1" or sc["strong"][0]["plan"].startswith("tiles="), sc
 out = run(plan, expect=2)  # no network given, none measured yet
 assert "needs the network" in out, out
 out = run(plan + ["--link", "10,5", "--mem-per-rank", "49"], expect=1)
