@@ -227,7 +227,7 @@ static void spatial_splits(tsl_plan *p, const tsl_shape *input, int32_t d, int32
             break;
         p->tiles = 1;
         emit(p, plans, cap, count);
-        if (workers > 1 && nsp > 0 && p->filters == 1 && (split > 1 || per_rank < workers)) {
+        if (workers > 1 && nsp > 0 && (split > 1 || per_rank < workers)) {
             p->tiles = workers;
             emit(p, plans, cap, count);
         }
@@ -252,8 +252,8 @@ tsl_status tsl_plan_candidates(tsl_graph_t g, int32_t nranks, int32_t workers, i
         for (int32_t d = 1; d <= group; d++) {
             if (group % d || d > batch)
                 continue;
-            for (int32_t f = 1; f <= group / d; f++) { /* filters: no spatial split with them */
-                if ((group / d) % f || (f > 1 && f != group / d))
+            for (int32_t f = 1; f <= group / d; f++) {
+                if ((group / d) % f)
                     continue;
                 tsl_plan p;
                 tsl_plan_init(&p);

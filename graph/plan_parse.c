@@ -244,12 +244,6 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s': layers= runs whole batches (micro=1), not micro=%d", text,
                          (int)plan->micro);
-    if (plan->filters > 1 &&
-        (plan->space[0] * plan->space[1] * plan->space[2] > 1 || plan->tiles > 1))
-        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                         "plan '%s': filters= does not combine with a spatial split (space=, "
-                         "tiles=) yet",
-                         text);
     if (plan->filters > 1 && plan->layers > 1)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s': filters= does not combine with layers= (MGRIT) yet", text);

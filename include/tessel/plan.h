@@ -19,8 +19,7 @@
  * each batch norm's fused ReLU output after the forward and make it again for the backward
  * (less memory for an elementwise pass per layer, the same bits; tsl_graph_recomputed()),
  * 0 to keep it. F rank groups along channels (filter parallelism: activations cut into F channel
- * tiles where F divides their channels, each convolution's filters with them; no spatial split
- * with it yet). A plan runs on
+ * tiles where F divides their channels, each convolution's filters with them). A plan runs on
  * D x F x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x F x A x B x C,
  * each stage's tensors split over its G ranks as data=, filters= and space= say (rank grid
  * D x F x A x B x C, row-major).
@@ -363,11 +362,10 @@ TSL_API tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t graph, int
 
 /**
  * @brief The plans tsl_plan_search() considers for @p graph on @p nranks ranks: every
- * factorisation nranks = D x F x A x B x C x S with D <= batch, F > 1 only without a spatial
- * split (filters=), a spatial grid over at most the samples' spatial dimensions (each part at
+ * factorisation nranks = D x F x A x B x C x S with D <= batch (F: filters=), a spatial grid over at most the samples' spatial dimensions (each part at
  * most that dimension's size), S at most the ops;
  * with S > 1, micro= 1, 2, 4 and 8 (at most batch / D); tiles= 1, and with a spatial split or
- * fewer samples per rank than workers (and no filters=) also tiles=workers; every other part its
+ * fewer samples per rank than workers also tiles=workers; every other part its
  * default. In a fixed order (the same on every rank); @p count is how many there are, of which the
  * first
  * @p cap are written to @p plans (may be NULL with cap 0).

@@ -44,12 +44,6 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                          "%s: x and %s may be cut along channels only for a convolution of one "
                          "group, not transposed",
                          fn, what);
-    for (int d = 2; cut && d < x->shape.ndim; d++)
-        if (x->grid.splits[d] != 1)
-            return tsl_error(ctx, TSL_ERR_SHAPE,
-                             "%s: x and %s may not be cut along channels and space at once (not "
-                             "built yet)",
-                             fn, what);
     /* y cut along channels: w (and b) cut the same way along their first dimension, tile g
      * holding the filters of y's channel tile g */
     int wcut = ky > 1 && w->grid.splits[0] == ky && w->ntiles == ky &&
@@ -200,8 +194,8 @@ static int64_t floor_div(int64_t a, int64_t b)
 /* Codelet arguments of output tile `tile` of y on a window of x: the input positions its
  * outputs reach (from out_lo * stride - padding, zeros outside the input), its own input
  * tile, and the halo slabs of the other tiles (their indices into `src`). */
-static tsl_status window_args(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t y, int64_t tile,
-                              tsl_conv_task_args *t, int64_t *src)
+static tsl_status window_args_of(const tsl_conv_args *a, tsl_tensor_t x, int64_t xtile,
+                                 tsl_tensor_t y, int64_t tile, tsl_conv_task_args *t, int64_t *src)
 {
     memset(t, 0, sizeof *t);
     t->conv = *a;
@@ -237,8 +231,15 @@ static tsl_status window_args(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor
         t->conv.out_size[d] = ye[2 + d];
         t->conv.padding[d] = pad;
     }
-    return tsl_halo_slabs(x, tile, a->spatial, &w->window, &w->tile, &w->nslabs, src, w->slab,
+    return tsl_halo_slabs(x, xtile, a->spatial, &w->window, &w->tile, &w->nslabs, src, w->slab,
                           TSL_CONV_MAX_SLABS);
+}
+
+/* The window of output tile `tile` on input tile `tile` (the same grid). */
+static tsl_status window_args(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t y, int64_t tile,
+                              tsl_conv_task_args *t, int64_t *src)
+{
+    return window_args_of(a, x, tile, y, tile, t, src);
 }
 
 /* Plan every output tile's window before submitting anything: a window that reaches too
@@ -535,20 +536,25 @@ static void coords_of(tsl_tensor_t t, int64_t tile, int32_t *c)
     }
 }
 
-/* Arguments of the pass of x tile xt (input part args a) to y tile yt. */
-static tsl_conv_task_args channel_args(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t x,
-                                       int64_t xt, tsl_tensor_t y, int64_t yt)
+/* The task arguments of the pass of x tile xt (input part args a) to y tile yt: the channels'
+ * runs, and when x is cut in space the window of the output tile on input tile xt, with the
+ * tiles its halo slabs come from in src. */
+static tsl_status channel_pass(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t x, int64_t xt,
+                               tsl_tensor_t y, int64_t yt, tsl_conv_task_args *t, int64_t *src)
 {
     int64_t xs0[TSL_MAX_DIMS], xe[TSL_MAX_DIMS], ys0[TSL_MAX_DIMS], ye[TSL_MAX_DIMS];
     tsl_tensor_tile_box(x, xt, xs0, xe);
     tsl_tensor_tile_box(y, yt, ys0, ye);
-    tsl_conv_task_args t = task_args(a, ye[0]);
-    t.conv.in_channels = xe[1];
-    t.conv.w_in_channels = w->shape.dims[1];
-    t.conv.w_in_offset = a->w_in_offset + xs0[1];
-    t.conv.out_channels = ye[1];
-    t.conv.accumulate = 0;
-    return t;
+    tsl_conv_args c = *a;
+    c.in_channels = xe[1];
+    c.w_in_channels = w->shape.dims[1];
+    c.w_in_offset = a->w_in_offset + xs0[1];
+    c.out_channels = ye[1];
+    c.accumulate = 0;
+    if (spatially_tiled(x))
+        return window_args_of(&c, x, xt, y, yt, t, src);
+    *t = task_args(&c, ye[0]);
+    return TSL_OK;
 }
 
 /* w's handle (tile g when cut by filters, else the whole on `rank`). */
@@ -557,10 +563,31 @@ static starpu_data_handle_t filters_of(tsl_tensor_t w, int32_t ky, int32_t g, in
     return ky > 1 ? w->handles[g] : tsl_whole_handle(w, rank);
 }
 
+/* Every pass's window planned before any task: one that reaches too many tiles is an error
+ * with nothing submitted. */
+static tsl_status channel_windows(const tsl_conv_args *a, int32_t n, const tsl_tensor_t *xs,
+                                  tsl_tensor_t w, tsl_tensor_t y)
+{
+    tsl_status st = TSL_OK;
+    for (int64_t i = 0; i < y->ntiles && !st; i++) {
+        int32_t c[TSL_MAX_DIMS];
+        coords_of(y, i, c);
+        for (int32_t p = 0; p < n && !st && spatially_tiled(xs[p]); p++)
+            for (int32_t k = 0; k < xs[p]->grid.splits[1] && !st; k++) {
+                c[1] = k;
+                tsl_conv_task_args t;
+                int64_t src[TSL_CONV_MAX_SLABS];
+                st = channel_pass(&a[p], w, xs[p], tile_at(xs[p], c), y, i, &t, src);
+            }
+    }
+    return st;
+}
+
 static tsl_status forward_channels(const tsl_conv_args *a, int32_t n, const tsl_tensor_t *xs,
                                    tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y)
 {
-    tsl_status st = TSL_OK;
+    struct tsl_context *ctx = y->ctx;
+    tsl_status st = channel_windows(a, n, xs, w, y);
     int32_t ky = y->grid.splits[1];
     for (int64_t i = 0; i < y->ntiles && !st; i++) {
         int32_t c[TSL_MAX_DIMS], g, first = 1, owner = y->tile_owner[i];
@@ -569,17 +596,26 @@ static tsl_status forward_channels(const tsl_conv_args *a, int32_t n, const tsl_
         for (int32_t p = 0; p < n && !st; p++)
             for (int32_t k = 0; k < xs[p]->grid.splits[1] && !st; k++, first = 0) {
                 c[1] = k;
-                int64_t j = tile_at(xs[p], c);
-                tsl_conv_task_args t = channel_args(&a[p], w, xs[p], j, y, i);
+                int64_t j = tile_at(xs[p], c), src[TSL_CONV_MAX_SLABS];
+                starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
+                tsl_conv_task_args t;
+                if ((st = channel_pass(&a[p], w, xs[p], j, y, i, &t, src)) ||
+                    (t.windowed &&
+                     (st = tsl_halo_pack_window(xs[p], a[p].spatial, &t.window, src, slabs))))
+                    break;
+                int32_t ns = t.windowed ? t.window.nslabs : 0, nh = 0;
                 t.conv.has_bias = first && b;
                 t.conv.accumulate = !first;
-                int32_t nh = 0;
                 tsl_task_desc desc = {.codelet = &tsl_cl_conv_forward,
                                       .args = &t,
                                       .args_size = sizeof t,
                                       .flops = conv_flops(&t.conv)};
                 desc.handles[nh] = xs[p]->handles[j];
                 desc.modes[nh++] = STARPU_R;
+                for (int32_t q = 0; q < ns; q++) {
+                    desc.handles[nh] = slabs[q];
+                    desc.modes[nh++] = STARPU_R;
+                }
                 desc.handles[nh] = filters_of(w, ky, g, owner);
                 desc.modes[nh++] = STARPU_R;
                 if (t.conv.has_bias) {
@@ -589,7 +625,8 @@ static tsl_status forward_channels(const tsl_conv_args *a, int32_t n, const tsl_
                 desc.handles[nh] = y->handles[i];
                 desc.modes[nh++] = first ? STARPU_W : STARPU_RW;
                 desc.nhandles = nh;
-                st = tsl_task_submit(y->ctx, &desc);
+                st = tsl_task_submit(ctx, &desc);
+                tsl_halo_release(ctx, slabs, ns);
             }
     }
     if (ky == 1) {
@@ -607,28 +644,39 @@ typedef struct channel_grads {
     tsl_tensor_t w, dy;
 } channel_grads;
 
-/* The weight-gradient partial of dy tile i: every input tile of its samples writes its run of
- * columns (the first also db_part). */
+/* The weight-gradient partial of dy tile i: every input tile of its samples (and spatial box)
+ * writes its run of columns (the first also db_part). */
 static tsl_status channel_partial(int64_t i, starpu_data_handle_t dw_part,
                                   starpu_data_handle_t db_part, void *user)
 {
     channel_grads *cg = user;
+    struct tsl_context *ctx = cg->dy->ctx;
     tsl_status st = TSL_OK;
     int32_t c[TSL_MAX_DIMS], first = 1;
     coords_of(cg->dy, i, c);
     for (int32_t p = 0; p < cg->n && !st; p++)
         for (int32_t k = 0; k < cg->xs[p]->grid.splits[1] && !st; k++, first = 0) {
             c[1] = k;
-            int64_t j = tile_at(cg->xs[p], c);
-            tsl_conv_task_args t = channel_args(&cg->args[p], cg->w, cg->xs[p], j, cg->dy, i);
+            tsl_tensor_t x = cg->xs[p];
+            int64_t j = tile_at(x, c), src[TSL_CONV_MAX_SLABS];
+            starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
+            tsl_conv_task_args t;
+            if ((st = channel_pass(&cg->args[p], cg->w, x, j, cg->dy, i, &t, src)) ||
+                (t.windowed &&
+                 (st = tsl_halo_pack_window(x, cg->args[p].spatial, &t.window, src, slabs))))
+                break;
+            int32_t ns = t.windowed ? t.window.nslabs : 0, nh = 0;
             t.conv.has_bias = first && db_part != NULL;
-            int32_t nh = 0;
             tsl_task_desc desc = {.codelet = &tsl_cl_conv_backward_weights,
                                   .args = &t,
                                   .args_size = sizeof t,
                                   .flops = conv_flops(&t.conv)};
-            desc.handles[nh] = cg->xs[p]->handles[j];
+            desc.handles[nh] = x->handles[j];
             desc.modes[nh++] = STARPU_R;
+            for (int32_t q = 0; q < ns; q++) {
+                desc.handles[nh] = slabs[q];
+                desc.modes[nh++] = STARPU_R;
+            }
             desc.handles[nh] = cg->dy->handles[i];
             desc.modes[nh++] = STARPU_R;
             desc.handles[nh] = dw_part;
@@ -638,69 +686,102 @@ static tsl_status channel_partial(int64_t i, starpu_data_handle_t dw_part,
                 desc.modes[nh++] = STARPU_W;
             }
             desc.nhandles = nh;
-            st = tsl_task_submit(cg->dy->ctx, &desc);
+            st = tsl_task_submit(ctx, &desc);
+            tsl_halo_release(ctx, slabs, ns);
         }
     return st;
 }
 
-/* dx (input part args a) from every output channel tile of dy: one task per pair, summed. */
+/* dx (input part args a) from every output channel tile of dy: per pair (dy tile i, dx tile j
+ * of its samples and box) one task writing its part of dx tile j (into the tile itself for the
+ * pair on the tile's owner, else a temporary) and, on windows, the gradient slabs of j's
+ * neighbours; then per dx tile a task tree adds its parts, and the slabs are added in tile
+ * order. */
 static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t dy,
                                          tsl_tensor_t dx)
 {
     struct tsl_context *ctx = dx->ctx;
-    int32_t ky = dy->grid.splits[1];
-    starpu_data_handle_t part[CHANNEL_TILES_MAX], order[CHANNEL_TILES_MAX];
-    int32_t owner_of[CHANNEL_TILES_MAX];
+    int32_t ky = dy->grid.splits[1], kx = dx->grid.splits[1];
+    int windowed = spatially_tiled(dx);
     if (ky > CHANNEL_TILES_MAX)
         return tsl_error(ctx, TSL_ERR_SHAPE, "convolution backward: %d channel tiles (at most %d)",
                          (int)ky, CHANNEL_TILES_MAX);
-    tsl_status st = TSL_OK;
-    for (int64_t j = 0; j < dx->ntiles && !st; j++) {
+    starpu_data_handle_t *part = calloc((size_t)dx->ntiles * ky, sizeof *part);
+    int32_t *owner_of = calloc((size_t)dx->ntiles * ky, sizeof *owner_of);
+    int64_t *root = calloc((size_t)dx->ntiles, sizeof *root);
+    tsl_halo_returns r;
+    memset(&r, 0, sizeof r);
+    tsl_status st = part && owner_of && root ? TSL_OK
+                                             : tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY,
+                                                         "convolution backward: out of memory");
+    if (!st && windowed)
+        st = tsl_halo_returns_init(&r, ctx, dy->ntiles * kx);
+    int returns = !st && windowed;
+    for (int64_t j = 0; j < dx->ntiles && !st; j++) { /* the part on each tile's owner */
         int32_t c[TSL_MAX_DIMS];
         coords_of(dx, j, c);
         for (int32_t g = 0; g < ky; g++) {
             c[1] = g;
-            owner_of[g] = dy->tile_owner[tile_at(dy, c)];
+            owner_of[j * ky + g] = dy->tile_owner[tile_at(dy, c)];
         }
-        int64_t root = tsl_first_owned(owner_of, ky, dx->tile_owner[j]);
-        int64_t count = tsl_tensor_tile_numel(dx, j);
-        for (int32_t g = 0; g < ky && !st; g++) {
-            c[1] = g;
-            int64_t i = tile_at(dy, c);
-            part[g] = NULL;
-            if (g == root || ky == 1)
-                part[g] = dx->handles[j];
-            else
-                st = tsl_temp_handle_register(ctx, count, dx->elem_size, owner_of[g], &part[g]);
-            if (st)
+        root[j] = ky == 1 ? 0 : tsl_first_owned(owner_of + j * ky, ky, dx->tile_owner[j]);
+    }
+    for (int64_t i = 0; i < dy->ntiles && !st; i++) {
+        int32_t c[TSL_MAX_DIMS], g;
+        coords_of(dy, i, c);
+        g = c[1];
+        for (int32_t k = 0; k < kx && !st; k++) {
+            c[1] = k;
+            int64_t j = tile_at(dx, c), src[TSL_CONV_MAX_SLABS], slot = i * kx + k;
+            int32_t owner = dy->tile_owner[i];
+            tsl_conv_task_args t;
+            if ((st = channel_pass(a, w, dx, j, dy, i, &t, src)))
                 break;
-            tsl_conv_task_args t = channel_args(a, w, dx, j, dy, i);
-            tsl_task_desc desc = {
-                .codelet = &tsl_cl_conv_backward_data,
-                .args = &t,
-                .args_size = sizeof t,
-                .nhandles = 3,
-                .handles = {dy->handles[i], filters_of(w, ky, g, owner_of[g]), part[g]},
-                .modes = {STARPU_R, STARPU_R, STARPU_W},
-                .flops = conv_flops(&t.conv),
-            };
+            starpu_data_handle_t *to = &part[j * ky + g];
+            if (g == root[j])
+                *to = dx->handles[j];
+            else if ((st = tsl_temp_handle_register(ctx, tsl_tensor_tile_numel(dx, j),
+                                                    dx->elem_size, owner, to)))
+                break;
+            if (t.windowed &&
+                (st = tsl_halo_returns_add(&r, dx, slot, a->spatial, &t.window, src, owner)))
+                break;
+            int32_t nh = 0, ns = t.windowed ? t.window.nslabs : 0;
+            tsl_task_desc desc = {.codelet = &tsl_cl_conv_backward_data,
+                                  .args = &t,
+                                  .args_size = sizeof t,
+                                  .flops = conv_flops(&t.conv)};
+            desc.handles[nh] = dy->handles[i];
+            desc.modes[nh++] = STARPU_R;
+            desc.handles[nh] = filters_of(w, ky, g, owner);
+            desc.modes[nh++] = STARPU_R;
+            desc.handles[nh] = *to;
+            desc.modes[nh++] = STARPU_W;
+            for (int32_t q = 0; q < ns; q++) {
+                desc.handles[nh] = r.slabs[slot * TSL_CONV_MAX_SLABS + q];
+                desc.modes[nh++] = STARPU_W;
+            }
+            desc.nhandles = nh;
             st = tsl_task_submit(ctx, &desc);
         }
-        if (st) {
-            for (int32_t g = 0; g < ky; g++)
-                if (part[g] && part[g] != dx->handles[j])
-                    tsl_temp_handle_release(ctx, part[g]);
-            break;
-        }
-        if (ky > 1) {
-            tsl_rooted_order(owner_of, ky, dx->tile_owner[j], part, order);
-            st = tsl_tree_sum_into(ctx, order, ky, dx->dtype, count, dx->handles[j],
-                                   TSL_REDUCE_PRIORITY);
-        }
     }
+    starpu_data_handle_t order[CHANNEL_TILES_MAX];
+    for (int64_t j = 0; j < dx->ntiles && !st && ky > 1; j++) {
+        tsl_rooted_order(owner_of + j * ky, ky, dx->tile_owner[j], part + j * ky, order);
+        st = tsl_tree_sum_into(ctx, order, ky, dx->dtype, tsl_tensor_tile_numel(dx, j),
+                               dx->handles[j], TSL_REDUCE_PRIORITY);
+        memset(part + j * ky, 0, sizeof *part * (size_t)ky); /* released by the sum */
+    }
+    for (int64_t q = 0; part && q < dx->ntiles * ky; q++) /* (after an error) */
+        if (part[q] && part[q] != dx->handles[q / ky])
+            tsl_temp_handle_release(ctx, part[q]);
+    tsl_status fin = returns ? tsl_halo_returns_finish(&r, dx, !st) : TSL_OK;
     if (ky == 1)
         tsl_whole_flush(w);
-    return st;
+    free(part);
+    free(owner_of);
+    free(root);
+    return st ? st : fin;
 }
 
 /* Forward over the channel concatenation of xs[0..n): one pass per part, each through its

@@ -30,6 +30,7 @@ CASES = {
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2")],
     4: [("resnet", "synthetic:dims=2,size=16,samples=32,labels=sample", 8, "data=4"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "data=2,filters=2"),
+        ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2,space=2"),
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 2, "data=2,space=2"),
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "stages=4,micro=2"),
         ("cnn3d", "synthetic:dims=3,size=16,samples=8,labels=sample", 2, "space=2x2")],

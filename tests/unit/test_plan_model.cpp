@@ -44,8 +44,8 @@ std::vector<tsl_plan> candidates(tsl_graph_t g, int32_t ranks, int32_t workers, 
 }
 
 // The plans the search must consider, enumerated independently of plan_model.c: every
-// D x F x A x B x S = ranks (2-D samples of side `side`; F only without a spatial split), micro
-// 1/2/4/8 with stages, tiles 1 and W (not with F).
+// D x F x A x B x S = ranks (2-D samples of side `side`), micro 1/2/4/8 with stages, tiles 1 and
+// W.
 std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, int64_t side,
                                int32_t nops)
 {
@@ -56,13 +56,13 @@ std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, in
                 for (int a = 1; a <= ranks; a++)
                     for (int b = 1; b <= ranks; b++) {
                         if (s * d * f * a * b != ranks || d > batch || a > side || b > side ||
-                            s > nops || (f > 1 && a * b > 1))
+                            s > nops)
                             continue;
                         for (int m : {1, 2, 4, 8}) {
                             if (m > 1 && (s == 1 || m > batch / d))
                                 continue;
                             std::vector<int> tiles = {1};
-                            if (workers > 1 && f == 1 && (a * b > 1 || batch / d < workers))
+                            if (workers > 1 && (a * b > 1 || batch / d < workers))
                                 tiles.push_back(workers);
                             for (int t : tiles) {
                                 std::string p = "data=" + std::to_string(d);
