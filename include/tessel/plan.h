@@ -362,13 +362,12 @@ TSL_API tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t graph, int
 
 /**
  * @brief The plans tsl_plan_search() considers for @p graph on @p nranks ranks: every
- * factorisation nranks = D x F x A x B x C x S with D <= batch (F: filters=), a spatial grid over at most the samples' spatial dimensions (each part at
- * most that dimension's size), S at most the ops;
- * with S > 1, micro= 1, 2, 4 and 8 (at most batch / D); tiles= 1, and with a spatial split or
- * fewer samples per rank than workers also tiles=workers; every other part its
- * default. In a fixed order (the same on every rank); @p count is how many there are, of which the
- * first
- * @p cap are written to @p plans (may be NULL with cap 0).
+ * factorisation nranks = D x F x A x B x C x S with D <= batch (F: filters=), a spatial grid over
+ * at most the samples' spatial dimensions (each part at most that dimension's size), S at most the
+ * ops; with S > 1, micro= 1, 2, 4 and 8 (at most batch / D); tiles= 1, and with a spatial split or
+ * fewer samples per rank than workers also tiles=workers; every other part its default. In a
+ * fixed order (the same on every rank); @p count is how many there are, of which the first @p cap
+ * are written to @p plans (may be NULL with cap 0).
  */
 TSL_API tsl_status tsl_plan_candidates(tsl_graph_t graph, int32_t nranks, int32_t workers,
                                        int64_t batch, tsl_plan *plans, int32_t cap, int32_t *count);

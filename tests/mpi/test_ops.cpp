@@ -1291,7 +1291,7 @@ TEST(Convolution, SpatialTilesMoveOnlyHalos)
         tsl_tensor_destroy(t);
 }
 
-// What spatial tiling does not cover yet is refused with a clear message.
+// What spatial tiling does not cover is refused with a clear message; channel tiles are taken.
 TEST(Convolution, SpatialTilingLimitsAreErrors)
 {
     tsl_owner_map block = tsl_owner_block(nullptr);
@@ -1304,9 +1304,21 @@ TEST(Convolution, SpatialTilingLimitsAreErrors)
     EXPECT_EQ(tsl_conv_forward(&p, x, w, nullptr, y3), TSL_ERR_SHAPE);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "same spatial tile grid"), nullptr);
     EXPECT_EQ(tsl_conv_forward(&p, x, w, nullptr, y2), TSL_OK) << tsl_context_last_error(ctx);
+    // Channel tiles (filters= plans) with spatial tiles: the output of the whole channels; an
+    // output cut along channels needs the weights cut the same way.
     tsl_tensor_t xc = make_tensor(TSL_F32, {1, 2, 12}, {1, 2, 2}, block);
-    EXPECT_EQ(tsl_conv_forward(&p, xc, w, nullptr, y2), TSL_ERR_SHAPE);
-    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "channels"), nullptr);
+    tsl_tensor_t y2c = make_tensor(TSL_F32, {1, 2, 10}, {1, 1, 2}, block);
+    tsl_tensor_t yc = make_tensor(TSL_F32, {1, 2, 10}, {1, 2, 2}, block);
+    ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 40, 0.0, 1.0), TSL_OK);
+    ASSERT_EQ(tsl_tensor_redistribute(xc, x), TSL_OK) << tsl_context_last_error(ctx);
+    ASSERT_EQ(tsl_tensor_fill_normal(w, seed + 41, 0.0, 1.0), TSL_OK);
+    ASSERT_EQ(tsl_conv_forward(&p, x, w, nullptr, y2), TSL_OK);
+    ASSERT_EQ(tsl_conv_forward(&p, xc, w, nullptr, y2c), TSL_OK) << tsl_context_last_error(ctx);
+    std::vector<std::vector<float>> got = gather_all({y2, y2c});
+    if (rank == 0)
+        EXPECT_LT(max_rel_diff(got[1], got[0]), 1e-5);
+    EXPECT_EQ(tsl_conv_forward(&p, xc, w, nullptr, yc), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "channel tiles"), nullptr);
     // Tiles of one position with a kernel of 61 reach too many neighbours.
     tsl_tensor_t xf = make_tensor(TSL_F32, {1, 2, 40}, {1, 1, 40}, block);
     tsl_tensor_t wf = make_tensor(TSL_F32, {2, 2, 31}, {}, block);
@@ -1314,7 +1326,7 @@ TEST(Convolution, SpatialTilingLimitsAreErrors)
     p.padding[0] = 15;
     EXPECT_EQ(tsl_conv_forward(&p, xf, wf, nullptr, yf), TSL_ERR_SHAPE);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "larger spatial tiles"), nullptr);
-    for (tsl_tensor_t t : {x, w, y2, y3, xc, xf, wf, yf})
+    for (tsl_tensor_t t : {x, w, y2, y3, xc, y2c, yc, xf, wf, yf})
         tsl_tensor_destroy(t);
 }
 
