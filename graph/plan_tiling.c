@@ -180,6 +180,19 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
             tsl_plan_add_shards(s, grids[i].splits[0], group, 1, load + (int64_t)stage * group);
         }
     }
+    int32_t filter_cut = 0;
+    for (int32_t i = 0; i < g->nparams; i++)
+        filter_cut += cut[i] == 2;
+    if (plan && plan->filters > 1 && !filter_cut) {
+        free(load);
+        free(op_of);
+        free(cut);
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan: filters=%d divides the output channels of none of the model's "
+                         "convolutions (one group, not transposed, not the model's output): the "
+                         "ranks outside filter group 0 would have nothing to do",
+                         (int)plan->filters);
+    }
     for (int32_t i = 0; i < g->nparams; i++) {
         if (sharded)
             sharded[i] = cut[i];

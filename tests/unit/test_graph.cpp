@@ -314,6 +314,13 @@ TEST(Plan, FiltersCutChannelsAndTheirConvolutionsWeights)
         }
     }
     EXPECT_GE(cut, 2); // at least one convolution's weight and bias
+    // F dividing no convolution's channels (the cnn's are 32 and 64) is an error
+    ASSERT_EQ(tsl_plan_parse("filters=3", &p), TSL_OK);
+    EXPECT_EQ(
+        tsl_plan_param_placement(&p, g, 3, nullptr, grids.data(), maps.data(), sharded.data()),
+        TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("divides the output channels of none"),
+              std::string::npos);
     tsl_graph_destroy(g);
 }
 
