@@ -19,6 +19,10 @@ tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, 
                                   const tsl_shape *sample, int32_t first, int64_t elem,
                                   int64_t *bytes, int64_t *tiles);
 
+/* Whether the executor runs op o on channel tiles (filters= plans) as they are; the others get
+ * their input and output moved to channel-whole tiles first (on filter group 0). */
+int tsl_plan_takes_channel_tiles(const tsl_graph_op *o);
+
 /* Whether op o's weight and bias are cut along their first dimension like its output's
  * channels under plan's filters= (a convolution, not transposed, one group, whose output has
  * spatial dimensions and channels that F divides, not the model's output, which the executor

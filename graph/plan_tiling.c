@@ -117,6 +117,26 @@ static int is_weight(const struct tsl_graph *g, int32_t i)
     return 0;
 }
 
+int tsl_plan_takes_channel_tiles(const tsl_graph_op *o)
+{
+    switch (o->kind) {
+    case TSL_OP_CONV:
+        return !o->transposed && o->conv.groups == 1;
+    case TSL_OP_BATCHNORM:
+    case TSL_OP_ACTIVATION:
+    case TSL_OP_POOL:
+    case TSL_OP_CONCAT:
+    case TSL_OP_ADD:
+    case TSL_OP_FLATTEN:
+    case TSL_OP_MUL:
+    case TSL_OP_SLICE:
+    case TSL_OP_DROPOUT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 int tsl_plan_filter_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o)
 {
     if (!plan || plan->filters < 2 || o < 0 || o >= g->nops)

@@ -173,6 +173,35 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
     }
 }
 
+/* An op that does not take channel tiles under filters= (tsl_plan_takes_channel_tiles): its
+ * input's channel tiles outside the first go to the channel-whole tile on filter group 0 and its
+ * output's come back from there; the backward does the same with the gradients (dx when x takes
+ * one). Each moved tile's bytes once. */
+static void channel_regrid(const tiles *x, const tiles *y, int backward, int64_t *sent)
+{
+    for (int pass = 0; pass < 2; pass++) { /* forward, then the gradients */
+        if (pass && !backward)
+            break;
+        const tiles *in = pass ? y : x, *out = pass ? x : y; /* dy in, dx out */
+        for (int64_t j = 0; j < in->n; j++)
+            if (in->ndim > 1 && in->lo[j][1] != 0)
+                sent[in->rank[j]] += 4 * tile_numel(in, j);
+        for (int64_t j = 0; j < out->n; j++) { /* from the rank of the channel-0 tile */
+            if (out->ndim < 2 || out->lo[j][1] == 0)
+                continue;
+            for (int64_t i = 0; i < out->n; i++) {
+                int same = out->lo[i][1] == 0;
+                for (int d = 0; same && d < out->ndim; d++)
+                    same = d == 1 || out->lo[i][d] == out->lo[j][d];
+                if (same) {
+                    sent[out->rank[i]] += out->rank[i] != out->rank[j] ? 4 * tile_numel(out, j) : 0;
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /* Gradients and refreshed values of the parameters. */
 static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                 const int32_t *op_stage, tiles *vt, int64_t *sent,
@@ -342,6 +371,8 @@ tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g, int32_
             acc_allreduce(x, nranks, need, bytes, bn);
             acc_allreduce(x, nranks, need, bytes, bn);
         }
+        if (plan && plan->filters > 1 && op->ninputs > 0 && !tsl_plan_takes_channel_tiles(op))
+            channel_regrid(&vt[op->inputs[0]], y, op->inputs[0] != g->input, halo);
         if (op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0)
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
                        op->inputs[0] != g->input, plan && plan->filters > 1, halo);

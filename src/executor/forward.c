@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "executor/executor.h"
+#include "plan_internal.h"
 #include "trace.h"
 
 tsl_tensor_t tsl_exec_op_param(struct tsl_model *m, const tsl_graph_op *o, int k, int grad)
@@ -31,28 +32,6 @@ int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y)
            (x->shape.ndim > 1 && x->grid.splits[1] != 1);
 }
 
-/* Whether op o runs on channel tiles (filters= plans) as they are; the others get their input
- * and output moved to channel-whole tiles first (tsl_exec_on_common_grid). */
-static int takes_channel_tiles(const tsl_graph_op *o)
-{
-    switch (o->kind) {
-    case TSL_OP_CONV:
-        return !o->transposed && o->conv.groups == 1;
-    case TSL_OP_BATCHNORM:
-    case TSL_OP_ACTIVATION:
-    case TSL_OP_POOL:
-    case TSL_OP_CONCAT:
-    case TSL_OP_ADD:
-    case TSL_OP_FLATTEN:
-    case TSL_OP_MUL:
-    case TSL_OP_SLICE:
-    case TSL_OP_DROPOUT:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
 {
     const tsl_shape *s = &m->g->values[v].shape;
@@ -65,8 +44,8 @@ tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_te
 
 int tsl_exec_needs_regrid(const tsl_graph_op *o, tsl_tensor_t x, tsl_tensor_t y)
 {
-    if (!takes_channel_tiles(o) && ((x->shape.ndim > 1 && x->grid.splits[1] != 1) ||
-                                    (y->shape.ndim > 1 && y->grid.splits[1] != 1)))
+    if (!tsl_plan_takes_channel_tiles(o) && ((x->shape.ndim > 1 && x->grid.splits[1] != 1) ||
+                                             (y->shape.ndim > 1 && y->grid.splits[1] != 1)))
         return 1;
     if (o->kind != TSL_OP_CONV && o->kind != TSL_OP_POOL && o->kind != TSL_OP_UPSAMPLE)
         return 0;
