@@ -22,7 +22,8 @@ const char *tsl_plan_term_name(int32_t term)
  * spatial dimension (its op then runs on windows). */
 static tsl_status op_shares(const tsl_plan *plan, const struct tsl_graph *g, const tsl_shape *input,
                             int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
-                            int32_t o, int64_t *elements, double *shares, int64_t *tiles, int *cut)
+                            int32_t o, int64_t *elements, double *shares, int64_t *tiles, int *cut,
+                            int *chan)
 {
     const tsl_shape *sample = &g->values[g->ops[o].output].shape;
     tsl_tile_grid grid;
@@ -32,6 +33,7 @@ static tsl_status op_shares(const tsl_plan *plan, const struct tsl_graph *g, con
     *cut = 0;
     for (int d = 2; !st && d <= sample->ndim; d++)
         *cut |= grid.splits[d] > 1;
+    *chan = !st && sample->ndim >= 1 && grid.splits[1] > 1;
     memset(elements, 0, sizeof *elements * (size_t)nranks);
     memset(tiles, 0, sizeof *tiles * (size_t)nranks);
     if (!st)
@@ -104,13 +106,17 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     for (int32_t o = 0; o < g->nops && !st; o++) {
         if (g->ops[o].kind == TSL_OP_INPUT)
             continue;
-        int cut = 0;
+        int cut = 0, chan = 0;
         if ((st = op_shares(plan, g, &input, nranks, op_stage[o], workers, batch, o, elements,
-                            shares, tiles, &cut)))
+                            shares, tiles, &cut, &chan)))
             break;
-        /* an op on spatial tiles runs on windows: its windowed cost where measured */
-        double per_sample = cut && costs->op_seconds_windowed ? costs->op_seconds_windowed[o]
-                                                              : costs->op_seconds[o];
+        /* an op on spatial tiles runs on windows, one on channel tiles passes over them: its
+         * cost measured so where there is one (the larger for both) */
+        double per_sample = costs->op_seconds[o];
+        if (cut && costs->op_seconds_windowed)
+            per_sample = costs->op_seconds_windowed[o];
+        if (chan && costs->op_seconds_channels && costs->op_seconds_channels[o] > per_sample)
+            per_sample = costs->op_seconds_channels[o];
         double per_tile = g->ops[o].nparams > 0 ? 3 : 2;
         for (int32_t r = 0; r < nranks; r++) {
             if (!tiles[r])

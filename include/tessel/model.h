@@ -67,14 +67,16 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * @p batch random samples and labels with a task trace on (a trace already on is dropped; none
  * is on afterwards): with the default plan, with data=R,micro=4 (the same work in 4 times the
  * tiles) and, for samples with spatial dimensions, with data=R,tiles=2 (every sample cut in two:
- * convolutions and pooling on windows). op_seconds[o] is the run time of op o's tasks, forward
+ * convolutions and pooling on windows) and on R > 1 ranks with filters=R where R divides some
+ * convolution's channels (channel tiles). op_seconds[o] is the run time of op o's tasks, forward
  * and backward (the loss's with the output's producer), summed over every rank and worker, per
  * sample, under the default plan; op_seconds[nops + o] the same on windows (costs->
- * op_seconds_windowed points there; NULL without spatial dimensions). costs->task_seconds is
+ * op_seconds_windowed points there; NULL without spatial dimensions); op_seconds[2 nops + o]
+ * on channel tiles (costs->op_seconds_channels; NULL when not measured). costs->task_seconds is
  * the busy time the finer tiles added per task they added, plus the default run's worker time
  * outside tasks per task; costs->latency and costs->bandwidth from tsl_context_measure_link().
  * Every rank gets rank 0's numbers.
- * @param[out] op_seconds 2 x tsl_graph_op_count() entries (costs->op_seconds points at it)
+ * @param[out] op_seconds 3 x tsl_graph_op_count() entries (costs->op_seconds points at it)
  */
 TSL_API tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t graph, int64_t batch,
                                        int32_t steps, double *op_seconds, tsl_plan_costs *costs);

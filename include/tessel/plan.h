@@ -301,7 +301,8 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * A plan's training step is predicted from measured costs (tsl_plan_costs: what one rank's
  * calibration run and a ping-pong between ranks give, see tsl_model_calibrate()) and the
  * plan's geometry. Per rank r of stage s, each op o of the stage costs
- * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space) x batch x (the
+ * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space,
+ * op_seconds_channels[o] where along channels, the larger where both) x batch x (the
  * share of o's output tiles that r owns) / min(workers, r's tiles of it) of compute, and (2, or 3
  * with parameters) tasks per tile x task_seconds / the same parallelism; the bytes r sends
  * (tsl_plan_estimate_traffic(), term by term) cost bytes / bandwidth plus one latency per exchange.
@@ -320,6 +321,9 @@ typedef struct tsl_plan_costs {
                                    on one worker, seconds, on sample tiles */
     const double *op_seconds_windowed; /**< the same on spatial tiles (windows with halos), for
                                             ops whose output a plan cuts in space; NULL: as
+                                            op_seconds */
+    const double *op_seconds_channels; /**< the same on channel tiles (filters=), for ops whose
+                                            output a plan cuts along channels; NULL: as
                                             op_seconds */
     double task_seconds; /**< each task's cost beyond its run time (scheduling, waiting) */
     double latency;      /**< one message between two ranks, seconds */

@@ -50,8 +50,10 @@ static int home_file(const char *name, char *path, size_t size)
 }
 
 /* The cache file of a calibration: calibration-<key>.txt in the StarPU home's tessel folder,
- * the key a hash of the model (its JSON), the batch and the workers per rank. */
-static int cache_path(tsl_graph_t g, int64_t batch, int32_t workers, char *path, size_t size)
+ * the key a hash of the model (its JSON), the batch, one rank or several (only several measure
+ * channel tiles) and the workers per rank. */
+static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t workers, char *path,
+                      size_t size)
 {
     char *json = NULL;
     if (tsl_graph_print_json(g, &json) != TSL_OK)
@@ -60,26 +62,26 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t workers, char *path,
     for (const char *c = json; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211ull;
     free(json);
-    long long parts[2] = {(long long)batch, workers};
-    for (int k = 0; k < 2; k++)
+    long long parts[3] = {(long long)batch, ranks > 1, workers};
+    for (int k = 0; k < 3; k++)
         h = (h ^ (uint64_t)parts[k]) * 1099511628211ull;
     char name[64];
     snprintf(name, sizeof name, "calibration-%016llx.txt", (unsigned long long)h);
     return home_file(name, path, size);
 }
 
-/* Read a cached calibration of nops ops (2 x nops costs: sample tiles, windows) and whether it
- * has windowed costs; 0 when it was there and whole. */
+/* Read a cached calibration of nops ops (3 x nops costs: sample tiles, windows, channel tiles)
+ * and whether it has windowed and channel costs; 0 when it was there and whole. */
 static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task,
-                      int *windowed)
+                      int *windowed, int *channels)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
-    int n = 0, ok = fscanf(f, "tessel calibration 3 ops %d windowed %d task %lg", &n, windowed,
-                           task) == 3 &&
+    int n = 0, ok = fscanf(f, "tessel calibration 4 ops %d windowed %d channels %d task %lg", &n,
+                           windowed, channels, task) == 4 &&
                     n == nops;
-    for (int32_t o = 0; ok && o < 2 * nops; o++)
+    for (int32_t o = 0; ok && o < 3 * nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
     fclose(f);
     return ok ? 0 : -1;
@@ -88,9 +90,9 @@ static int cache_read(const char *path, int32_t nops, double *op_seconds, double
 static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
-    fprintf(f, "tessel calibration 3 ops %d windowed %d task %.17g\n", (int)c->nops,
-            c->op_seconds_windowed != NULL, c->task_seconds);
-    for (int32_t o = 0; o < 2 * c->nops; o++)
+    fprintf(f, "tessel calibration 4 ops %d windowed %d channels %d task %.17g\n", (int)c->nops,
+            c->op_seconds_windowed != NULL, c->op_seconds_channels != NULL, c->task_seconds);
+    for (int32_t o = 0; o < 3 * c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
 }
@@ -123,20 +125,21 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *o
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
     double task = 0;
-    int have = 0, windowed = 0;
+    int have = 0, flags[2] = {0, 0};
     if (rank == 0)
-        have = cache_path(g, batch, workers, path, sizeof path) == 0 &&
-               cache_read(path, nops, op_seconds, &task, &windowed) == 0;
+        have = cache_path(g, batch, ranks, workers, path, sizeof path) == 0 &&
+               cache_read(path, nops, op_seconds, &task, &flags[0], &flags[1]) == 0;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
     *cached = have;
     tsl_status st = TSL_OK;
     if (have) { /* the ops' costs from the cache, the network measured now */
         MPI_Bcast(&task, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        MPI_Bcast(&windowed, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Bcast(op_seconds, 2 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(flags, 2, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(op_seconds, 3 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
         costs->op_seconds = op_seconds;
-        costs->op_seconds_windowed = windowed ? op_seconds + nops : NULL;
+        costs->op_seconds_windowed = flags[0] ? op_seconds + nops : NULL;
+        costs->op_seconds_channels = flags[1] ? op_seconds + 2 * nops : NULL;
         costs->task_seconds = task;
         st = tsl_context_measure_link(ctx, &costs->latency, &costs->bandwidth);
     } else {

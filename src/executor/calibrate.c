@@ -100,6 +100,19 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
     return st ? st : d;
 }
 
+/* Whether `plan` (filters=R) cuts some convolution's filters of g: its placement succeeds. */
+static int filter_plan_fits(const tsl_plan *plan, tsl_graph_t g, int32_t nranks)
+{
+    int32_t np = tsl_graph_param_count(g);
+    tsl_tile_grid *grids = calloc((size_t)np + 1, sizeof *grids);
+    tsl_owner_map *owners = calloc((size_t)np + 1, sizeof *owners);
+    int fits = grids && owners &&
+               tsl_plan_param_placement(plan, g, nranks, NULL, grids, owners, NULL) == TSL_OK;
+    free(grids);
+    free(owners);
+    return fits;
+}
+
 tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t steps,
                                double *op_seconds, tsl_plan_costs *costs)
 {
@@ -118,9 +131,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     int64_t *labels = NULL;
     const char **names = calloc((size_t)nops + 1, sizeof *names);
     char(*bufs)[48] = calloc((size_t)nops + 1, sizeof *bufs);
-    /* three runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows */
-    double *local = calloc(3 * (size_t)n, sizeof *local),
-           *sums = calloc(3 * (size_t)n, sizeof *sums);
+    /* four runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, channel
+     * tiles */
+    double *local = calloc(4 * (size_t)n, sizeof *local),
+           *sums = calloc(4 * (size_t)n, sizeof *sums);
     tsl_status st = names && bufs && local && sums ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     if (!st && ctx->rank == 0) {
         x = malloc(sizeof *x * (size_t)(batch * per_sample));
@@ -144,18 +158,22 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     /* 1: the default plan; 2: the same tiles cut 4 times finer (micro=4: the tasks' fixed
-     * cost); 3: the samples cut in two along their longest dimension (tiles=2: windows) */
-    tsl_plan finer, windows;
+     * cost); 3: the samples cut in two along their longest dimension (tiles=2: windows); 4: on
+     * several ranks, filters=R where R divides some convolution's channels (channel tiles) */
+    tsl_plan finer, windows, filters;
     tsl_plan_init(&finer);
     finer.data = ctx->size;
     finer.micro = 4;
     tsl_plan_init(&windows);
     windows.data = ctx->size;
     windows.tiles = 2;
-    const tsl_plan *plans[3] = {NULL, &finer, &windows};
-    for (int k = 0; k < 3 && !st; k++) {
-        if (k == 2 && !spatial)
-            break;
+    tsl_plan_init(&filters);
+    filters.filters = ctx->size;
+    int channels = spatial && ctx->size > 1 && filter_plan_fits(&filters, g, ctx->size);
+    const tsl_plan *plans[4] = {NULL, &finer, &windows, &filters};
+    for (int k = 0; k < 4 && !st; k++) {
+        if ((k == 2 && !spatial) || (k == 3 && !channels))
+            continue;
         measured m = {local + (size_t)k * n, 0, 0};
         if (!(st = measure(ctx, g, plans[k], batch, steps, x, labels, names, bufs, &m))) {
             local[(size_t)k * n + nops + 1] = m.idle;
@@ -163,10 +181,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         }
     }
     if (!st) { /* the same on every rank: its own outcome decides nothing alone */
-        MPI_Allreduce(local, sums, 3 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        MPI_Allreduce(local, sums, 4 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
         int32_t producer = g->values[g->output].producer;
         double busy[2] = {0, 0}, per = (double)steps * (double)batch;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             double *r = sums + (size_t)k * n;
             r[g->ops[producer].kind == TSL_OP_INPUT ? 0 : producer] += r[nops];
             for (int32_t o = 0; k < 2 && o < nops; o++)
@@ -180,14 +198,16 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         double head[3] = {fixed + idle, 0, 0};
         st = tsl_context_measure_link(ctx, &head[1], &head[2]);
         MPI_Bcast(head, 3, MPI_DOUBLE, 0, ctx->ctl_comm);
-        MPI_Bcast(sums, 3 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
+        MPI_Bcast(sums, 4 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
         for (int32_t o = 0; o < nops; o++) {
             op_seconds[o] = sums[o] / per;
             op_seconds[nops + o] = spatial ? sums[2 * (size_t)n + o] / per : op_seconds[o];
+            op_seconds[2 * nops + o] = channels ? sums[3 * (size_t)n + o] / per : op_seconds[o];
         }
         costs->nops = nops;
         costs->op_seconds = op_seconds;
         costs->op_seconds_windowed = spatial ? op_seconds + nops : NULL;
+        costs->op_seconds_channels = channels ? op_seconds + 2 * nops : NULL;
         costs->task_seconds = head[0];
         costs->latency = head[1];
         costs->bandwidth = head[2];
