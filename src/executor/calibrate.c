@@ -148,15 +148,8 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         for (int64_t i = 0; !st && i < batch * positions; i++)
             labels[i] = (int64_t)((i * 7 + 3) % out->dims[0]);
     }
-    if (st) {
-        free(names);
-        free(bufs);
-        free(local);
-        free(sums);
-        free(x);
-        free(labels);
-        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
+    if (st) /* (nothing runs then; the frees at the end) */
+        st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     /* 1: the default plan; 2: the same tiles cut 4 times finer (micro=4: the tasks' fixed
      * cost); 3: the samples cut in two along their longest dimension (tiles=2: windows); 4: on
      * several ranks, filters=R where R divides some convolution's channels (channel tiles) */
