@@ -7,8 +7,10 @@
  * Forward threads call pool_math.h's per-output functions, as the CPU loops. The backward is a
  * gather rather than the CPU's scatter: each input element visits the outputs whose windows
  * hold it, in the CPU's order of outputs, and rounds its sum to the dtype after each addition
- * as the CPU does, so the results are the same bits, with no atomics (deterministic). Compiled
- * with -fmad=false. */
+ * as the CPU does, so the results are the same bits, with no atomics (deterministic). Where no
+ * two windows share an element (2x2 stride 2, say) the backward instead zeroes dx and lets each
+ * output write its window (tsl_pool_backward_disjoint(), the same bits): a quarter of the
+ * threads and none of the gather's searches. Compiled with -fmad=false. */
 #include <starpu.h>
 
 #include "cuda_check.h"
@@ -18,27 +20,6 @@
 
 namespace
 {
-
-/* Plane and position of element m of a tile of planes of `plane` positions (m in memory order:
- * consecutive threads touch consecutive elements in either layout). */
-__device__ void plane_position(const tsl_pool_args &a, int64_t plane, int64_t m, int64_t *pl,
-                               int64_t *pos)
-{
-    if (a.channels_last) {
-        int64_t c = m % a.channels, r = m / a.channels;
-        *pos = r % plane;
-        *pl = r / plane * a.channels + c;
-    } else {
-        *pl = m / plane;
-        *pos = m % plane;
-    }
-}
-
-/* v rounded to the dtype (the CPU stores each partial sum in the tile). */
-__device__ double round_to(int dtype, double v)
-{
-    return dtype == TSL_F32 ? (double)(float)v : v;
-}
 
 /* floor(a / b) for b > 0. */
 __device__ int64_t floor_div(int64_t a, int64_t b)
@@ -75,14 +56,6 @@ __device__ void upsample_outputs_of(const tsl_pool_geom &g, const int64_t q[3], 
     }
 }
 
-/* Position pos of a plane of `size` as three coordinates. */
-__device__ void split_position(const int64_t *size, int64_t pos, int64_t q[3])
-{
-    q[0] = pos / (size[1] * size[2]);
-    q[1] = pos / size[2] % size[1];
-    q[2] = pos % size[2];
-}
-
 /* y (and, for max pooling with ix, the indices) from x. */
 __global__ void pool_forward_kernel(tsl_pool_args a, tsl_pool_geom g, const void *x, void *y,
                                     void *ix)
@@ -90,8 +63,8 @@ __global__ void pool_forward_kernel(tsl_pool_args a, tsl_pool_geom g, const void
     TSL_CUDA_FOR(m, a.planes * g.out_plane)
     {
         int64_t pl, out, o[3], best;
-        plane_position(a, g.out_plane, m, &pl, &out);
-        split_position(g.out, out, o);
+        tsl_pool_plane_position(&a, g.out_plane, m, &pl, &out);
+        tsl_pool_split_position(g.out, out, o);
         double v = tsl_pool_output(&a, &g, x, tsl_pool_plane_base(&a, pl, g.in_plane), o[0], o[1],
                                    o[2], &best);
         if (ix && a.kind == TSL_POOL_MAX)
@@ -108,8 +81,8 @@ __global__ void pool_backward_kernel(tsl_pool_args a, tsl_pool_geom g, const voi
     TSL_CUDA_FOR(m, a.planes * g.in_plane)
     {
         int64_t pl, pos, q[3], lo[3], hi[3];
-        plane_position(a, g.in_plane, m, &pl, &pos);
-        split_position(g.in, pos, q);
+        tsl_pool_plane_position(&a, g.in_plane, m, &pl, &pos);
+        tsl_pool_split_position(g.in, pos, q);
         pool_outputs_of(g, q, lo, hi);
         int64_t xb = tsl_pool_plane_base(&a, pl, g.in_plane);
         int64_t yb = tsl_pool_plane_base(&a, pl, g.out_plane);
@@ -122,17 +95,27 @@ __global__ void pool_backward_kernel(tsl_pool_args a, tsl_pool_geom g, const voi
                     if (ix) {
                         int64_t k = tsl_pool_load_index(a.index_dtype, ix, at);
                         if (k >= 0 && tsl_pool_index_position(&g, o0, o1, o2, k) == pos)
-                            acc = round_to(a.dtype, acc + grad);
+                            acc = tsl_pool_round(a.dtype, acc + grad);
                     } else if (a.kind == TSL_POOL_MAX) {
                         if (tsl_pool_max_at(&a, &g, x, xb, o0, o1, o2) == m)
-                            acc = round_to(a.dtype, acc + grad);
+                            acc = tsl_pool_round(a.dtype, acc + grad);
                     } else {
-                        acc = round_to(a.dtype,
-                                       acc + grad / tsl_pool_avg_divisor(&a, &g, o0, o1, o2));
+                        acc = tsl_pool_round(a.dtype,
+                                             acc + grad / tsl_pool_avg_divisor(&a, &g, o0, o1, o2));
                     }
                 }
         tsl_store(a.dtype, dx, m, acc);
     }
+}
+
+/* dx of a pooling whose windows are disjoint, zeroed before: one thread an output element
+ * (tsl_pool_backward_disjoint()), a quarter of the gather's threads for 2x2 windows and no
+ * search for the outputs of an input element. */
+__global__ void pool_backward_disjoint_kernel(tsl_pool_args a, tsl_pool_geom g, const void *x,
+                                              const void *ix, const void *dy, void *dx)
+{
+    TSL_CUDA_FOR(m, a.planes * g.out_plane)
+    tsl_pool_backward_disjoint(&a, &g, x, ix, dy, dx, m);
 }
 
 __global__ void upsample_forward_kernel(tsl_pool_args a, tsl_pool_geom g, const void *x, void *y)
@@ -140,7 +123,7 @@ __global__ void upsample_forward_kernel(tsl_pool_args a, tsl_pool_geom g, const 
     TSL_CUDA_FOR(m, a.planes * g.out_plane)
     {
         int64_t pl, out;
-        plane_position(a, g.out_plane, m, &pl, &out);
+        tsl_pool_plane_position(&a, g.out_plane, m, &pl, &out);
         tsl_store(a.dtype, y, m, tsl_upsample_output(&a, &g, x, pl, out));
     }
 }
@@ -151,8 +134,8 @@ __global__ void upsample_backward_kernel(tsl_pool_args a, tsl_pool_geom g, const
     {
         int64_t pl, pos, q[3], lo[3], hi[3], at[8];
         double weight[8];
-        plane_position(a, g.in_plane, m, &pl, &pos);
-        split_position(g.in, pos, q);
+        tsl_pool_plane_position(&a, g.in_plane, m, &pl, &pos);
+        tsl_pool_split_position(g.in, pos, q);
         upsample_outputs_of(g, q, lo, hi);
         int64_t yb = tsl_pool_plane_base(&a, pl, g.out_plane);
         double acc = 0;
@@ -164,7 +147,7 @@ __global__ void upsample_backward_kernel(tsl_pool_args a, tsl_pool_geom g, const
                     double grad = tsl_load(a.dtype, dy, yb + out * g.cs);
                     for (int t = 0; t < n; t++)
                         if (at[t] == pos)
-                            acc = round_to(a.dtype, acc + weight[t] * grad);
+                            acc = tsl_pool_round(a.dtype, acc + weight[t] * grad);
                 }
         tsl_store(a.dtype, dx, m, acc);
     }
@@ -220,12 +203,21 @@ void launch(const tsl_pool_args &a, pool_op op, const void *in0, const void *in1
     case POOL_FORWARD:
         pool_forward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, out0, out1);
         break;
-    case POOL_BACKWARD: /* x, dy */
-        pool_backward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, NULL, in1, out0);
+    case POOL_BACKWARD:         /* x, dy */
+    case POOL_BACKWARD_INDEX: { /* indices, dy */
+        const void *x = op == POOL_BACKWARD ? in0 : NULL, *ix = op == POOL_BACKWARD ? NULL : in0;
+        if (tsl_pool_windows_disjoint(&g)) {
+            size_t bytes = (size_t)n * (a.dtype == TSL_F32 ? sizeof(float) : sizeof(double));
+            TSL_CUDA_CHECK(cudaMemsetAsync(out0, 0, bytes, stream));
+            int64_t outputs = a.planes * g.out_plane;
+            if (outputs > 0)
+                pool_backward_disjoint_kernel<<<tsl_cuda_blocks(outputs), TSL_CUDA_THREADS, 0,
+                                                stream>>>(a, g, x, ix, in1, out0);
+        } else {
+            pool_backward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, x, ix, in1, out0);
+        }
         break;
-    case POOL_BACKWARD_INDEX: /* indices, dy */
-        pool_backward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, NULL, in0, in1, out0);
-        break;
+    }
     case UPSAMPLE_FORWARD:
         upsample_forward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, out0);
         break;

@@ -239,4 +239,89 @@ static inline TSL_HD double tsl_upsample_output(const tsl_pool_args *a, const ts
     return v;
 }
 
+/* Plane and position of element m of a tile of planes of `plane` positions (m in memory order:
+ * consecutive CUDA threads touch consecutive elements in either layout). */
+static inline TSL_HD void tsl_pool_plane_position(const tsl_pool_args *a, int64_t plane, int64_t m,
+                                                  int64_t *pl, int64_t *pos)
+{
+    if (a->channels_last) {
+        int64_t c = m % a->channels, r = m / a->channels;
+        *pos = r % plane;
+        *pl = r / plane * a->channels + c;
+    } else {
+        *pl = m / plane;
+        *pos = m % plane;
+    }
+}
+
+/* Position pos of a plane of `size` as three coordinates. */
+static inline TSL_HD void tsl_pool_split_position(const int64_t *size, int64_t pos, int64_t q[3])
+{
+    q[0] = pos / (size[1] * size[2]);
+    q[1] = pos / size[2] % size[1];
+    q[2] = pos % size[2];
+}
+
+/* v rounded to the dtype (the CPU stores each partial sum in the tile). */
+static inline TSL_HD double tsl_pool_round(int dtype, double v)
+{
+    return dtype == TSL_F32 ? (double)(float)v : v;
+}
+
+/* Whether no two pooling windows share an input element (stride >= kernel in every dimension)
+ * and the in-bounds elements of every window lie in the tile: the backward then writes each
+ * element of the tile from at most one output (tsl_pool_backward_disjoint()). */
+static inline TSL_HD int tsl_pool_windows_disjoint(const tsl_pool_geom *g)
+{
+    for (int d = 0; d < 3; d++) {
+        if (g->s[d] < g->k[d])
+            return 0;
+        if (g->out[d] <= 0)
+            continue;
+        int64_t lo = g->oo[d] * g->s[d] - g->p[d];
+        int64_t hi = (g->oo[d] + g->out[d] - 1) * g->s[d] - g->p[d] + g->k[d];
+        if (lo < 0)
+            lo = 0;
+        if (hi > g->gin[d])
+            hi = g->gin[d];
+        if (lo < g->io[d] || hi > g->io[d] + g->in[d])
+            return 0;
+    }
+    return 1;
+}
+
+/* The backward of a pooling whose windows are disjoint, from output element m (memory order of
+ * dy): into dx, zeroed before, writes 0 + dy's share rounded to the dtype (the bits of the
+ * general backward's one-term sum) at the window's choice (max: from the indices ix, or from x
+ * without them) or at each element of the window (average). One call per output, in any order
+ * or at once: no two write the same element. */
+static inline TSL_HD void tsl_pool_backward_disjoint(const tsl_pool_args *a, const tsl_pool_geom *g,
+                                                     const void *x, const void *ix, const void *dy,
+                                                     void *dx, int64_t m)
+{
+    int64_t pl, out, o[3];
+    tsl_pool_plane_position(a, g->out_plane, m, &pl, &out);
+    tsl_pool_split_position(g->out, out, o);
+    int64_t xb = tsl_pool_plane_base(a, pl, g->in_plane);
+    double grad = tsl_load(a->dtype, dy, m);
+    if (a->kind == TSL_POOL_MAX) {
+        int64_t at;
+        if (ix) {
+            int64_t k = tsl_pool_load_index(a->index_dtype, ix, m);
+            if (k < 0)
+                return;
+            at = xb + tsl_pool_index_position(g, o[0], o[1], o[2], k) * g->cs;
+        } else {
+            at = tsl_pool_max_at(a, g, x, xb, o[0], o[1], o[2]);
+            if (at < 0)
+                return;
+        }
+        tsl_store(a->dtype, dx, at, tsl_pool_round(a->dtype, 0.0 + grad));
+        return;
+    }
+    double share = grad / tsl_pool_avg_divisor(a, g, o[0], o[1], o[2]);
+    TSL_POOL_FOR_WINDOW(*g, o[0], o[1], o[2], idx,
+                        tsl_store(a->dtype, dx, xb + idx, tsl_pool_round(a->dtype, 0.0 + share)));
+}
+
 #endif /* TESSEL_CODELETS_POOL_MATH_H */

@@ -33,7 +33,8 @@
 #       U-Net steps under dmdas on the GPU alone and with 15 CPU workers beside it, and where
 #       the tasks ran, in hetero.txt); then zoo training steps timed with STARPU_NCUDA=1 and 0.
 #       then an Nsight Compute profile of every kernel of three U-Net steps (ncu-kernels.txt:
-#       launches, total and median per kernel; GPU_CHECK_ONLY=ncu runs only that).
+#       launches, total and median per kernel). GPU_CHECK_ONLY=ncu runs only that; in general a
+#       comma-separated list of cuda, mpi, hetero and ncu runs only those parts.
 #       GPU_CHECK_NO_BENCH=1
 #       leaves the GPU benchmarks out; VS_PYTORCH_PAIRS (default 1) and VS_PYTORCH_LIMIT
 #       (seconds, default 170) size the PyTorch comparison. Every log goes to
@@ -498,9 +499,20 @@ PY
         step info 90 "workers on rank 0: [0-9]+ CPU" "${mpi[@]}" -n 1 "$KIT/bin/tessel" info
     fi
 
-    # GPU_CHECK_ONLY=ncu: only the kernel profile (ncu_profile below), then the summary.
-    if [ "${GPU_CHECK_ONLY:-}" = ncu ]; then
-        [ $gpu = 1 ] && ncu_profile "$out" $((KIT_DEADLINE - $(date +%s) - 10))
+    # GPU_CHECK_ONLY=PART[,PART...]: only those parts, in this order, then the summary: cuda (the
+    # Cuda* suites at 1 rank and the heterogeneous model test), mpi (the distributed suite at 1
+    # and 2 ranks with the default placement), hetero (the heterogeneous row), ncu (the kernel
+    # profile, with what is left of the budget).
+    if [ -n "${GPU_CHECK_ONLY:-}" ]; then
+        local only=",${GPU_CHECK_ONLY},"
+        [ $gpu = 1 ] || note SKIP gpu-parts - "no GPU"
+        if [ $gpu = 1 ]; then
+            [[ $only == *,cuda,* ]] && tests_step cuda-np1 200 1 cuda.np1 cuda.hetero
+            [[ $only == *,mpi,* ]] && tests_step tests-np1 90 1 mpi.tensor.np1
+            [[ $only == *,mpi,* ]] && tests_step tests-np2 90 1 mpi.tensor.np2
+            [[ $only == *,hetero,* ]] && hetero_bench "$out" "${HETERO_LIMIT:-150}"
+            [[ $only == *,ncu,* ]] && ncu_profile "$out" $((KIT_DEADLINE - $(date +%s) - 10))
+        fi
         finish "$out"
     fi
 
@@ -619,19 +631,27 @@ gpu_trace() {
 # hetero_bench OUTDIR LIMIT: the heterogeneous row: the same U-Net 2-D 512^2 batch-8
 # steps under dmdas on the GPU alone (TSL_TASK_WHERE=cuda, 4 CPU workers for the reads) and on
 # the GPU with 15 CPU workers beside it (the default placement: dmdas's calibrated models choose),
-# each a tessel bench (10 warm-up steps calibrate the models), with where the tasks ran; both
-# tables into OUTDIR/hetero.txt.
+# each a tessel bench, with where the tasks ran; both tables into OUTDIR/hetero.txt. dmdas sends
+# a task to a kind of worker whose history model lacks its size until it has 10 measurements
+# there, so first a run of HETERO_CALIBRATE steps (default 30) with every worker fills the
+# models of both kinds (saved in STARPU_HOME when it ends); the timed runs then read them.
 hetero_bench() {
-    local out="$1" lim="$2" half
+    local out="$1" lim="$2" part
     fits "$lim" hetero-bench || return
-    half=$((lim / 2))
-    local args=(--model unet2d --data synthetic:dims=2,size=512,samples=96 --batch 8 --sched dmdas
-        --warmup 10 --steps 5 --repeat 3)
-    step hetero-gpu-only "$half" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
-        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}"
-    step hetero-gpu-cpu "$half" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 TSL_TASK_WHERE=any \
-        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}"
+    part=$((lim / 4))
+    local args=(--model unet2d --data synthetic:dims=2,size=512,samples=96 --batch 8 --sched dmdas)
+    step hetero-calibrate $((lim - 2 * part)) "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 \
+        TSL_TASK_WHERE=any mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench \
+        "${args[@]}" --warmup "${HETERO_CALIBRATE:-30}" --steps 1 --repeat 1
+    step hetero-gpu-only "$part" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
+        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}" \
+        --warmup 5 --steps 5 --repeat 3
+    step hetero-gpu-cpu "$part" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 TSL_TASK_WHERE=any \
+        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}" \
+        --warmup 5 --steps 5 --repeat 3
     {
+        echo "Calibration run (${HETERO_CALIBRATE:-30} steps, GPU + 15 CPU workers, default placement):"
+        grep -A1 "^scheduler\|^dmdas" "$out/hetero-calibrate.log"
         echo "GPU only (TSL_TASK_WHERE=cuda, 4 CPU workers):"
         grep -A1 "^scheduler\|^dmdas" "$out/hetero-gpu-only.log"
         echo "GPU + 15 CPU workers (default placement):"

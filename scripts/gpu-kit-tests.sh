@@ -136,8 +136,12 @@ one() {
         if have_numpy && [ -x "$b/tessel_unit_tests" ] && [ -d "$WORK/numpy-fixtures" ]; then
             run "$1" 1 "" "" "$PY" "$SHARE/make_numpy_fixtures.py" "$WORK/numpy-fixtures" --check
         else result SKIP "$1" 0 "needs python3 with numpy and unit.gtest"; fi ;;
-    mpi.tensor.np1) run "$1" 2 "" "" "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
-    mpi.tensor.np2) run "$1" 1 "" "" "${MPIEXEC[@]}" -n 2 "$b/tessel_mpi_tests" ;;
+    # With the scheduler's placement (TSL_TASK_WHERE=any: CPU and CUDA workers side by side);
+    # the default (auto) places tasks as cuda does where there is a CUDA worker.
+    mpi.tensor.np1)
+        TSL_TASK_WHERE=any run "$1" 2 "" "" "${MPIEXEC[@]}" -n 1 "$b/tessel_mpi_tests" ;;
+    mpi.tensor.np2)
+        TSL_TASK_WHERE=any run "$1" 1 "" "" "${MPIEXEC[@]}" -n 2 "$b/tessel_mpi_tests" ;;
     # The same with every task that has a CUDA function on the CUDA worker (TSL_TASK_WHERE=cuda):
     # a fixed placement, so runs compared bit for bit place their tasks alike (with `any`,
     # an exp or log computed on the GPU may differ from the CPU's in the last place).

@@ -123,11 +123,12 @@ static tsl_status context_alloc(const tsl_context_config *config, struct tsl_con
     ctx->comm = MPI_COMM_NULL;
     ctx->ctl_comm = MPI_COMM_NULL;
     ctx->idle_hook = -1;
+    ctx->task_where = TSL_TASK_WHERE_AUTO;
     const char *where = getenv("TSL_TASK_WHERE");
     if (where && *where && tsl_task_where_parse(where, &ctx->task_where)) {
         free(ctx);
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                         "context: TSL_TASK_WHERE=%s: expected any, cpu or cuda", where);
+                         "context: TSL_TASK_WHERE=%s: expected any, cpu, cuda or auto", where);
     }
     pthread_mutex_init(&ctx->pending_lock, NULL);
     pthread_cond_init(&ctx->pending_done, NULL);

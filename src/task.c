@@ -117,8 +117,8 @@ void tsl_cache_flush(struct tsl_context *ctx, starpu_data_handle_t handle)
 
 tsl_status tsl_task_where_parse(const char *text, tsl_task_where *out)
 {
-    static const char *const names[] = {"any", "cpu", "cuda"};
-    for (int i = 0; text && i < 3; i++)
+    static const char *const names[] = {"any", "cpu", "cuda", "auto"};
+    for (int i = 0; text && i < 4; i++)
         if (strcmp(text, names[i]) == 0) {
             *out = (tsl_task_where)i;
             return TSL_OK;
@@ -130,7 +130,8 @@ tsl_status tsl_context_set_task_where(tsl_context_t ctx, tsl_task_where where)
 {
     if (!ctx)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_context_set_task_where: ctx is NULL");
-    if (where != TSL_TASK_WHERE_ANY && where != TSL_TASK_WHERE_CPU && where != TSL_TASK_WHERE_CUDA)
+    if (where != TSL_TASK_WHERE_ANY && where != TSL_TASK_WHERE_CPU &&
+        where != TSL_TASK_WHERE_CUDA && where != TSL_TASK_WHERE_AUTO)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_set_task_where: unknown value %d",
                          (int)where);
     ctx->task_where = where;
@@ -139,12 +140,12 @@ tsl_status tsl_context_set_task_where(tsl_context_t ctx, tsl_task_where where)
 
 tsl_task_where tsl_context_task_where(tsl_context_t ctx)
 {
-    return ctx ? ctx->task_where : TSL_TASK_WHERE_ANY;
+    return ctx ? ctx->task_where : TSL_TASK_WHERE_AUTO;
 }
 
-/* task->where for a built task under a choice other than TSL_TASK_WHERE_ANY: CUDA only where
- * the choice is CUDA, the process has a CUDA worker, the codelet has a CUDA function and its
- * can_execute (if any) accepts the task on that worker; CPU otherwise. */
+/* task->where for a built task under TSL_TASK_WHERE_CPU or _CUDA: CUDA only where the choice
+ * is CUDA, the process has a CUDA worker, the codelet has a CUDA function and its can_execute
+ * (if any) accepts the task on that worker; CPU otherwise. */
 static int32_t task_where_mask(tsl_task_where where, struct starpu_task *task)
 {
     const struct starpu_codelet *cl = task->cl;
@@ -183,8 +184,11 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
     struct starpu_task *task =
         starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
     if (task) {
-        if (ctx->task_where != TSL_TASK_WHERE_ANY)
-            task->where = task_where_mask(ctx->task_where, task);
+        tsl_task_where where = ctx->task_where;
+        if (where == TSL_TASK_WHERE_AUTO)
+            where = starpu_cuda_worker_get_count() > 0 ? TSL_TASK_WHERE_CUDA : TSL_TASK_WHERE_ANY;
+        if (where != TSL_TASK_WHERE_ANY)
+            task->where = task_where_mask(where, task);
         if (ctx->trace)
             tsl_trace_task(ctx, task, desc->name ? desc->name : desc->codelet->name);
         cached_note(ctx, descrs, desc->nhandles);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mpi_test_env.h"
+#include "src/task_where.h"
 
 namespace tsltest
 {
@@ -87,6 +88,30 @@ inline tsl_optimizer_t momentum_sgd()
     EXPECT_EQ(tsl_optimizer_create_sgd(&opt, ctx, &c), TSL_OK);
     return opt;
 }
+
+// Runs compared bit for bit must put each task on the same kind of worker in both: cuDNN and
+// oneDNN round a convolution differently, and with the default placement the scheduler may put
+// a tile's task on either. Where this process has a CUDA worker, the test's tasks go wherever
+// they can run on it (TSL_TASK_WHERE_CUDA, one fixed choice per task); without one this changes
+// nothing. The placement before is restored at the end of the scope.
+class SamePlacementInEveryRun
+{
+  public:
+    SamePlacementInEveryRun() : before_(tsl_context_task_where(ctx))
+    {
+        int32_t ncuda = 0;
+        tsl_context_worker_count(ctx, TSL_WORKER_CUDA, &ncuda);
+        if (ncuda > 0 && before_ != TSL_TASK_WHERE_CPU)
+            EXPECT_EQ(tsl_context_set_task_where(ctx, TSL_TASK_WHERE_CUDA), TSL_OK);
+    }
+    ~SamePlacementInEveryRun()
+    {
+        tsl_context_set_task_where(ctx, before_);
+    }
+
+  private:
+    tsl_task_where before_;
+};
 
 } // namespace tsltest
 

@@ -161,7 +161,7 @@ class ModelRunner
         r->counts = read_counts();
         tsl_optimizer_destroy(opt);
         tsl_model_destroy(m);
-        ASSERT_EQ(tsl_context_set_task_where(ctx, TSL_TASK_WHERE_ANY), TSL_OK);
+        ASSERT_EQ(tsl_context_set_task_where(ctx, TSL_TASK_WHERE_AUTO), TSL_OK);
     }
 
     // "" when `got` equals `ref` within float rounding, else the first difference. The loss of
@@ -339,11 +339,14 @@ TEST(CudaModel, TaskWhereIsCheckedAndParsed)
     EXPECT_EQ(w, TSL_TASK_WHERE_CUDA);
     EXPECT_EQ(tsl_task_where_parse("cpu", &w), TSL_OK);
     EXPECT_EQ(w, TSL_TASK_WHERE_CPU);
-    EXPECT_EQ(tsl_task_where_parse("gpu", &w), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_task_where_parse("auto", &w), TSL_OK);
+    EXPECT_EQ(w, TSL_TASK_WHERE_AUTO);
+    EXPECT_EQ(tsl_task_where_parse("cpu", &w), TSL_OK);
+    EXPECT_EQ(tsl_task_where_parse("gpu", &w), TSL_ERR_INVALID_ARG); // unchanged
     EXPECT_EQ(w, TSL_TASK_WHERE_CPU);
     EXPECT_EQ(tsl_context_set_task_where(ctx, (tsl_task_where)7), TSL_ERR_INVALID_ARG);
     EXPECT_EQ(tsl_context_set_task_where(nullptr, TSL_TASK_WHERE_CPU), TSL_ERR_INVALID_ARG);
-    EXPECT_EQ(tsl_context_task_where(ctx), TSL_TASK_WHERE_ANY);
+    EXPECT_EQ(tsl_context_task_where(ctx), TSL_TASK_WHERE_AUTO);
     // CPU workers only: no task runs on a CUDA worker (in any build, with or without a GPU).
     ModelRunner runner("cnn", zoo_samples().at("cnn"));
     ASSERT_TRUE(runner.ok());
@@ -351,5 +354,18 @@ TEST(CudaModel, TaskWhereIsCheckedAndParsed)
     runner.run(TSL_TASK_WHERE_CPU, nullptr, &r);
     EXPECT_EQ(r.counts.cuda, 0);
     EXPECT_GT(r.counts.cpu, 0);
-    EXPECT_EQ(tsl_context_task_where(ctx), TSL_TASK_WHERE_ANY);
+    EXPECT_EQ(tsl_context_task_where(ctx), TSL_TASK_WHERE_AUTO);
+    // The default places every task as TSL_TASK_WHERE_CUDA does where this process has a CUDA
+    // worker (the same count on each kind), and leaves CUDA workers unused where it has none.
+    RunResult cuda, automatic;
+    runner.run(TSL_TASK_WHERE_CUDA, nullptr, &cuda);
+    runner.run(TSL_TASK_WHERE_AUTO, nullptr, &automatic);
+    int32_t ncuda = 0;
+    tsl_context_worker_count(ctx, TSL_WORKER_CUDA, &ncuda);
+    EXPECT_EQ(automatic.counts.cuda, cuda.counts.cuda);
+    EXPECT_EQ(automatic.counts.cpu, cuda.counts.cpu);
+    if (ncuda > 0)
+        EXPECT_GT(automatic.counts.cuda, 0);
+    else
+        EXPECT_EQ(automatic.counts.cuda, 0);
 }

@@ -117,6 +117,9 @@ template <typename T> void check_pools()
                     continue;
                 check_pool<T>(pool_args(dt, kind, incl, cl, {13, 11}, 3, 2, 1), "2-D 3x3 s2 p1");
                 check_pool<T>(pool_args(dt, kind, incl, cl, {14, 10}, 2, 2, 0), "2-D 2x2 s2");
+                // disjoint windows (the backward's scatter path): padding, uncovered rows
+                check_pool<T>(pool_args(dt, kind, incl, cl, {11, 10}, 3, 3, 1), "2-D 3x3 s3 p1");
+                check_pool<T>(pool_args(dt, kind, incl, cl, {7, 6, 5}, 2, 2, 0), "3-D 2 s2");
                 check_pool<T>(pool_args(dt, kind, incl, cl, {7, 6, 5}, 2, 1, 0), "3-D 2 s1");
                 check_pool<T>(pool_args(dt, kind, incl, cl, {5, 7, 6}, 3, 2, 1), "3-D 3 s2 p1");
                 check_pool<T>(pool_args(dt, kind, incl, cl, {29}, 4, 3, 2), "1-D 4 s3 p2");

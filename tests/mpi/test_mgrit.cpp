@@ -110,6 +110,7 @@ std::string differs(const Outcome &got, const Outcome &ref, double tol)
 // rounding that other tiles bring (as the other plans' tests allow).
 TEST(Mgrit, ExactSchedulesEqualTheSerialExecutor)
 {
+    SamePlacementInEveryRun same_placement; // bits compared across runs
     struct Case {
         const char *plan, *serial;
     };
@@ -147,6 +148,7 @@ TEST(Mgrit, ExactSchedulesEqualTheSerialExecutor)
 // executor's bits; and one cycle of F-relaxation does not get there.
 TEST(Mgrit, ThreeLevelsEightCyclesMatchTheSerialExecutor)
 {
+    SamePlacementInEveryRun same_placement; // bits compared across runs
     if (size == 3 || size > 4)
         GTEST_SKIP() << "plans for 1, 2 and 4 ranks";
     std::string layers = size > 1 ? "layers=" + std::to_string(size) : "";

@@ -93,6 +93,9 @@ tsl_shape dims_shape(const std::vector<int64_t> &dims)
 
 TEST(Model, GradientsOfEveryZooNetworkMatchCentralFiniteDifferences)
 {
+    // Every loss of a finite difference from the same function: no task moves between cuDNN and
+    // oneDNN from one evaluation to the next.
+    SamePlacementInEveryRun same_placement;
     struct Net {
         const char *name;
         std::vector<int64_t> sample;
@@ -500,29 +503,6 @@ TEST(Model, SpatialPlansMatchSampleTiles)
 // Batch-norm + ReLU outputs dropped after the forward and made again for the backward (plan
 // part recompute=1) change no bit: the same loss, gradients and parameters after two steps as
 // keeping them, on spatial plans (halo slabs of the remade tiles) and sample tiles.
-// Runs compared bit for bit must put each task on the same kind of worker in both: cuDNN and
-// oneDNN round a convolution differently, and with the default placement the scheduler may put
-// a tile's task on either. Where this process has a CUDA worker, the test's tasks go wherever
-// they can run on it (TSL_TASK_WHERE_CUDA, one fixed choice per task); without one this changes
-// nothing. The placement before is restored at the end of the scope.
-class SamePlacementInEveryRun
-{
-  public:
-    SamePlacementInEveryRun() : before_(tsl_context_task_where(ctx))
-    {
-        int32_t ncuda = 0;
-        tsl_context_worker_count(ctx, TSL_WORKER_CUDA, &ncuda);
-        if (ncuda > 0 && before_ == TSL_TASK_WHERE_ANY)
-            EXPECT_EQ(tsl_context_set_task_where(ctx, TSL_TASK_WHERE_CUDA), TSL_OK);
-    }
-    ~SamePlacementInEveryRun()
-    {
-        tsl_context_set_task_where(ctx, before_);
-    }
-
-  private:
-    tsl_task_where before_;
-};
 
 TEST(Model, RecomputedReluOutputsChangeNoBit)
 {
@@ -940,6 +920,7 @@ TEST(Model, StepsReadByTheOwnersEqualScatteredSteps)
 // not fit the model are errors before any task.
 TEST(Model, StepsOnApplicationTensorsEqualScatteredSteps)
 {
+    SamePlacementInEveryRun same_placement;
     struct Net {
         const char *name;
         std::vector<int64_t> sample;
@@ -1078,6 +1059,7 @@ TEST(Model, StepsOnApplicationTensorsEqualScatteredSteps)
 // tsl_model_set_loss: what cannot be a model's loss is refused before anything changes.
 TEST(Model, LossesThatDoNotFitAreRefused)
 {
+    SamePlacementInEveryRun same_placement;
     const int64_t image[3] = {2, 8, 8};
     tsl_graph_t cls = nullptr, seg = nullptr;
     ASSERT_EQ(tsl_zoo_graph("cnn", 3, image, 3, &cls), TSL_OK);

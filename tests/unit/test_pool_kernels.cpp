@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "codelets/pool.h"
+#include "codelets/pool_math.h"
 #include "tessel/ops.h"
 }
 
@@ -48,6 +49,23 @@ P make(int spatial, int kind, int incl, int64_t planes, std::vector<int64_t> in,
         p.in_plane *= in[d];
         p.out_plane *= p.a.out_size[d];
     }
+    return p;
+}
+
+// 2 samples x 3 channels of the given layout and dtype, with the index dtype the kernel size
+// needs (u8 up to 255 window positions).
+P make_planes(int spatial, int kind, int incl, std::vector<int64_t> in, int64_t k, int64_t s,
+              int64_t pad, int dtype, int last)
+{
+    const int64_t samples = 2, channels = 3;
+    P p = make(spatial, kind, incl, samples * channels, in, k, s, pad);
+    p.a.dtype = dtype;
+    p.a.channels_last = last;
+    p.a.channels = channels;
+    int64_t kvol = 1;
+    for (int d = 0; d < spatial; d++)
+        kvol *= k;
+    p.a.index_dtype = kvol > 255 ? TSL_I32 : TSL_U8;
     return p;
 }
 
@@ -243,16 +261,11 @@ TEST(PoolKernel, IndicesGiveTheBackwardsBits)
                                      std::to_string(c.pad) + (dtype == TSL_F32 ? ", f32" : "") +
                                      (last ? ", channels-last" : "") + (tile ? ", a tile" : "") +
                                      (nans ? ", NaNs" : ""));
-                        const int64_t samples = 2, channels = 3;
-                        P p = make(c.spatial, TSL_POOL_MAX, 1, samples * channels, c.in, c.k, c.s,
-                                   c.pad);
-                        p.a.dtype = dtype;
-                        p.a.channels_last = last;
-                        p.a.channels = channels;
+                        P p = make_planes(c.spatial, TSL_POOL_MAX, 1, c.in, c.k, c.s, c.pad, dtype,
+                                          last);
                         int64_t kvol = 1;
                         for (int d = 0; d < c.spatial; d++)
                             kvol *= c.k;
-                        p.a.index_dtype = kvol > 255 ? TSL_I32 : TSL_U8;
                         if (tile) { /* the outputs from 1 of a tensor whose end it holds */
                             p.out_plane = 1;
                             for (int d = 0; d < c.spatial; d++) {
@@ -570,4 +583,80 @@ TEST(PoolKernel, LinearUpsamplingOnRandomOddShapes)
                         << "f32 dx[" << i << "]";
             }
     EXPECT_EQ(cases, 24);
+}
+
+// The CUDA backward of pools whose windows are disjoint (tsl_pool_backward_disjoint(), one call
+// per output into a zeroed dx, in any order) gives the CPU backward's bits: max pooling from
+// indices and from x (NaNs, ties, windows of padding only), average pooling with both divisors,
+// f32 and f64, plain and channels-last, -0.0 gradients; geometries where windows overlap or
+// leave the tile are refused.
+TEST(PoolKernel, DisjointWindowsBackwardGivesTheGeneralBits)
+{
+    std::mt19937_64 rng(test_seed() + 71);
+    std::uniform_int_distribution<int> level(-3, 3), pick(0, 30);
+    std::normal_distribution<double> grad(0, 1);
+    struct C {
+        int spatial;
+        std::vector<int64_t> in;
+        int64_t k, s, pad;
+    };
+    const C cases[] = {{2, {8, 8}, 2, 2, 0}, {2, {7, 9}, 2, 2, 0}, {3, {6, 5, 7}, 2, 2, 0},
+                       {2, {9, 9}, 3, 3, 1}, {1, {13}, 3, 4, 1},   {3, {5, 6, 4}, 2, 3, 1},
+                       {2, {4, 6}, 3, 3, 2}};
+    int compared = 0;
+    for (const C &c : cases)
+        for (int kind : {0, 1, 2, 3}) /* max from indices, max from x, average excl / incl pad */
+            for (int dtype : {TSL_F64, TSL_F32})
+                for (int last : {0, 1}) {
+                    SCOPED_TRACE(std::to_string(c.spatial) + "-D, k " + std::to_string(c.k) +
+                                 ", s " + std::to_string(c.s) + ", pad " + std::to_string(c.pad) +
+                                 ", kind " + std::to_string(kind) +
+                                 (dtype == TSL_F32 ? ", f32" : "") +
+                                 (last ? ", channels-last" : ""));
+                    P p = make_planes(c.spatial, kind < 2 ? TSL_POOL_MAX : TSL_POOL_AVG, kind == 3,
+                                      c.in, c.k, c.s, c.pad, dtype, last);
+                    tsl_pool_geom g = tsl_pool_geometry(&p.a);
+                    ASSERT_TRUE(tsl_pool_windows_disjoint(&g));
+                    size_t es = dtype == TSL_F32 ? 4 : 8, is = p.a.index_dtype == TSL_I32 ? 4 : 1;
+                    size_t nx = (size_t)(p.a.planes * p.in_plane),
+                           ny = (size_t)(p.a.planes * p.out_plane);
+                    std::vector<unsigned char> x(nx * es), dy(ny * es);
+                    auto put = [&](std::vector<unsigned char> &b, size_t i, double v) {
+                        dtype == TSL_F32 ? (void)(((float *)b.data())[i] = (float)v)
+                                         : (void)(((double *)b.data())[i] = v);
+                    };
+                    for (size_t i = 0; i < nx; i++)
+                        put(x, i, pick(rng) == 0 ? NAN : 0.5 * level(rng));
+                    for (size_t i = 0; i < ny; i++)
+                        put(dy, i, pick(rng) == 0 ? -0.0 : grad(rng));
+                    std::vector<unsigned char> y(ny * es), ix(ny * is, 0xee);
+                    std::vector<unsigned char> want(nx * es, 7), got(nx * es, 0);
+                    if (kind == 0) {
+                        tsl_pool_forward_index_kernel(&p.a, x.data(), y.data(), ix.data());
+                        tsl_pool_backward_index_kernel(&p.a, ix.data(), dy.data(), want.data());
+                    } else {
+                        tsl_pool_backward_kernel(&p.a, x.data(), dy.data(), want.data());
+                    }
+                    // Outputs visited backwards: no order is assumed.
+                    for (int64_t m = (int64_t)ny - 1; m >= 0; m--)
+                        tsl_pool_backward_disjoint(&p.a, &g, kind == 1 ? x.data() : nullptr,
+                                                   kind == 0 ? ix.data() : nullptr, dy.data(),
+                                                   got.data(), m);
+                    ASSERT_EQ(0, memcmp(want.data(), got.data(), want.size())) << "dx bits";
+                    compared++;
+                }
+    EXPECT_EQ(compared, 7 * 4 * 2 * 2);
+
+    // Overlapping windows, and windows that reach past the tile, take the general backward.
+    P overlap = make(2, TSL_POOL_MAX, 0, 1, {8, 8}, 3, 2, 1);
+    tsl_pool_geom g = tsl_pool_geometry(&overlap.a);
+    EXPECT_FALSE(tsl_pool_windows_disjoint(&g));
+    P tile = make(2, TSL_POOL_MAX, 0, 1, {8, 8}, 2, 2, 0);
+    tile.a.global_in[0] = tile.a.global_in[1] = 16;
+    tile.a.in_origin[0] = 1; /* outputs 0..3 read rows 0..7, the tile holds rows 1..8 */
+    g = tsl_pool_geometry(&tile.a);
+    EXPECT_FALSE(tsl_pool_windows_disjoint(&g));
+    tile.a.in_origin[0] = 0;
+    g = tsl_pool_geometry(&tile.a);
+    EXPECT_TRUE(tsl_pool_windows_disjoint(&g));
 }
