@@ -166,6 +166,53 @@ static dnnl_primitive_attr_t forward_attr(const tsl_conv_args *a, int kind)
     return attr;
 }
 
+/* Whether oneDNN's "jit_1x1" weight gradient would write past its scratchpad: a 1x1 convolution
+ * with a stride over fewer than 16 input channels a group. Seen with Debian's oneDNN 2.6.3 on
+ * AVX-512 (its jit_1x1:avx512_core backward_weights, channels-last tiles of 48^2 and more: a
+ * standalone program with the scratchpad in guarded memory faults on a store one byte past it;
+ * in training the heap was corrupted and the process aborted a step later: ResNet under
+ * filters=2, whose shortcut convolutions then see 8 channels). Such problems take the next
+ * implementation oneDNN offers. */
+static int avoid_jit_1x1(const tsl_conv_args *a, int kind)
+{
+    if (kind != BWD_WEIGHTS || a->transposed || a->in_channels / a->groups >= 16)
+        return 0;
+    int strided = 0;
+    for (int d = 0; d < a->spatial; d++) {
+        if (a->kernel[d] != 1)
+            return 0;
+        strided |= a->stride[d] > 1;
+    }
+    return strided;
+}
+
+/* The backward primitive descriptor for `back`: oneDNN's first implementation, or with
+ * avoid_jit_1x1() the first that is not "jit_1x1". */
+static void backward_desc(const tsl_conv_args *a, int kind, const void *back, dnnl_engine_t engine,
+                          const_dnnl_primitive_desc_t fpd, dnnl_primitive_desc_t *pd)
+{
+    if (!avoid_jit_1x1(a, kind)) {
+        DNNL_OK(dnnl_primitive_desc_create(pd, back, NULL, engine, fpd));
+        return;
+    }
+    dnnl_primitive_desc_iterator_t it;
+    DNNL_OK(dnnl_primitive_desc_iterator_create(&it, back, NULL, engine, fpd));
+    *pd = NULL;
+    do {
+        dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
+        TSL_CODELET_CHECK(cand, "conv: no backward implementation");
+        const char *impl = NULL;
+        DNNL_OK(dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &impl));
+        if (impl && strncmp(impl, "jit_1x1", 7) != 0) {
+            *pd = cand;
+            break;
+        }
+        dnnl_primitive_desc_destroy(cand);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    TSL_CODELET_CHECK(*pd, "conv: oneDNN offers only jit_1x1 for a strided 1x1 weight gradient");
+}
+
 /* The forward primitive descriptor *fpd (the hint for the backward ones) and the one of `kind`
  * in *pd (*fpd itself for the forward). Convolution and deconvolution descriptors are distinct
  * types; each branch makes the forward descriptor and the backward one asked for. */
@@ -211,7 +258,7 @@ static void primitive_descs(const tsl_conv_args *a, int kind, dnnl_engine_t engi
     if (kind == FWD)
         *pd = *fpd;
     else
-        DNNL_OK(dnnl_primitive_desc_create(pd, back, NULL, engine, *fpd));
+        backward_desc(a, kind, back, engine, *fpd, pd);
 }
 
 /* The entry's execution arguments and its memories over the tiles (plain weights). */

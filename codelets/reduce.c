@@ -708,13 +708,8 @@ static void sum_sqdiff_cpu(void *buffers[], void *cl_arg)
     const float *x = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     const float *y = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
     tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    TSL_CODELET_CHECK(tsl_acc_buffer_ok(buffers[2]), "squared difference: accumulator size");
-    TSL_CODELET_CHECK(a.dtype == TSL_F32 && a.count >= 0 &&
-                          (uint64_t)a.count * 4 <= (uint64_t)STARPU_VECTOR_GET_NX(buffers[0]) *
-                                                       STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) &&
-                          (uint64_t)a.count * 4 <= (uint64_t)STARPU_VECTOR_GET_NX(buffers[1]) *
-                                                       STARPU_VECTOR_GET_ELEMSIZE(buffers[1]),
-                      "squared difference: tile size");
+    TSL_CODELET_CHECK(tsl_sqdiff_buffers_ok(buffers, &a),
+                      "squared difference: f32 tiles of the count and an accumulator");
     tsl_acc_init(acc);
     float d[1024];
     for (int64_t at = 0; at < a.count; at += 1024) {
@@ -751,7 +746,7 @@ static uint32_t sum_partial_variant(struct starpu_task *task)
 
 TSL_CODELET(tsl_cl_sum_partial, "tsl_sum_partial", sum_partial_cpu, tsl_sum_partial_cuda,
             sum_partial_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_sum_sqdiff, "tsl_sum_sqdiff", sum_sqdiff_cpu, NULL, NULL, .nbuffers = 3,
-            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_sum_sqdiff, "tsl_sum_sqdiff", sum_sqdiff_cpu, tsl_sum_sqdiff_cuda, NULL,
+            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_sum_merge, "tsl_sum_merge", sum_merge_cpu, tsl_sum_merge_cuda, NULL,
             .nbuffers = 2, .modes = {STARPU_R, STARPU_RW});

@@ -46,6 +46,24 @@ template <typename T> __global__ void sum_blocks(const T *x, int64_t n, tsl_acc 
     shared_merge_out(&s, out, 1);
 }
 
+/* out (zeroed) += the block's share of the squares of x[i] - y[i]: each difference rounded to
+ * float, its square exact in double (24-bit significands), as the CPU's sum_sqdiff. */
+__global__ void sqdiff_blocks(const float *x, const float *y, int64_t n, tsl_acc *out)
+{
+    __shared__ shared_acc s;
+    shared_zero(&s, 1);
+    __syncthreads();
+    thread_acc t;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float d = __fsub_rn(x[i], y[i]);
+        t.add(&s, __dmul_rn((double)d, (double)d));
+    }
+    t.flush(&s);
+    __syncthreads();
+    shared_merge_out(&s, out, 1);
+}
+
 template <typename T> void launch_sum(const void *x, int64_t n, tsl_acc *out, cudaStream_t stream)
 {
     sum_blocks<T><<<grid_for(n), block_threads, 0, stream>>>((const T *)x, n, out);
@@ -85,6 +103,26 @@ extern "C" void tsl_sum_partial_cuda(void *buffers[], void *cl_arg)
         default:
             TSL_CODELET_CHECK(0, "sum (CUDA): dtype");
         }
+    }
+    normalize(acc, 1, stream);
+}
+
+/* The exact sum of (x[i] - y[i])^2 over two f32 tiles (a residual norm, tsl_cl_sum_sqdiff):
+ * the CPU's accumulator bit for bit. */
+extern "C" void tsl_sum_sqdiff_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_sum_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    const float *x = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    const float *y = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    TSL_CODELET_CHECK(tsl_sqdiff_buffers_ok(buffers, &a),
+                      "squared difference (CUDA): f32 tiles of the count and an accumulator");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(tsl_acc), stream));
+    if (a.count > 0) {
+        sqdiff_blocks<<<grid_for(a.count), block_threads, 0, stream>>>(x, y, a.count, acc);
+        TSL_CUDA_CHECK_LAUNCH();
     }
     normalize(acc, 1, stream);
 }

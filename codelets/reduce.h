@@ -75,17 +75,30 @@ typedef struct tsl_sum_args {
     int64_t count;
 } tsl_sum_args;
 
+/* Whether tsl_cl_sum_sqdiff's buffers fit its arguments: two f32 tiles of at least `count`
+ * elements and one accumulator. */
+static inline int tsl_sqdiff_buffers_ok(void *buffers[], const tsl_sum_args *a)
+{
+    uint64_t need = (uint64_t)a->count * 4;
+    return tsl_acc_buffer_ok(buffers[2]) && a->dtype == TSL_F32 && a->count >= 0 &&
+           need <= (uint64_t)STARPU_VECTOR_GET_NX(buffers[0]) *
+                       STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) &&
+           need <=
+               (uint64_t)STARPU_VECTOR_GET_NX(buffers[1]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[1]);
+}
+
 #ifdef TESSEL_USE_CUDA
 /* The codelets' CUDA functions (reduce.cu): the same arguments, buffers and bits as the CPU
  * functions, launched on the worker's stream. */
 void tsl_sum_partial_cuda(void *buffers[], void *cl_arg);
 void tsl_sum_merge_cuda(void *buffers[], void *cl_arg);
+void tsl_sum_sqdiff_cuda(void *buffers[], void *cl_arg);
 #endif
 
 extern struct starpu_codelet tsl_cl_sum_partial; /* R tile, W acc */
 extern struct starpu_codelet tsl_cl_sum_merge;   /* R src acc, RW dst acc */
 /* R a, R b (f32 tiles of one layout), W acc: the exact sum of (a - b)^2, differences rounded
- * to float (CPU only: a diagnostic, MGRIT's residual norms). */
+ * to float (MGRIT's residual norms); CPU and CUDA give the same bits. */
 extern struct starpu_codelet tsl_cl_sum_sqdiff;
 
 #ifdef __cplusplus

@@ -34,7 +34,9 @@
 #       the tasks ran, in hetero.txt); then zoo training steps timed with STARPU_NCUDA=1 and 0.
 #       then an Nsight Compute profile of every kernel of three U-Net steps (ncu-kernels.txt:
 #       launches, total and median per kernel). GPU_CHECK_ONLY=ncu runs only that; in general a
-#       comma-separated list of cuda, mpi, hetero and ncu runs only those parts.
+#       comma-separated list of cuda, mpi, hetero, knobs (the small networks' steps under
+#       StarPU's schedulers, CUDA pipeline depths and two workers per GPU, knobs.txt) and ncu
+#       runs only those parts.
 #       GPU_CHECK_NO_BENCH=1
 #       leaves the GPU benchmarks out; VS_PYTORCH_PAIRS (default 1) and VS_PYTORCH_LIMIT
 #       (seconds, default 170) size the PyTorch comparison. Every log goes to
@@ -502,7 +504,8 @@ PY
     # GPU_CHECK_ONLY=PART[,PART...]: only those parts, in this order, then the summary: cuda (the
     # Cuda* suites at 1 rank and the heterogeneous model test), mpi (the distributed suite at 1
     # and 2 ranks with the default placement), hetero (the heterogeneous row), ncu (the kernel
-    # profile, with what is left of the budget).
+    # profile, with what is left of the budget), knobs (the small networks under StarPU's
+    # settings).
     if [ -n "${GPU_CHECK_ONLY:-}" ]; then
         local only=",${GPU_CHECK_ONLY},"
         [ $gpu = 1 ] || note SKIP gpu-parts - "no GPU"
@@ -511,6 +514,7 @@ PY
             [[ $only == *,mpi,* ]] && tests_step tests-np1 90 1 mpi.tensor.np1
             [[ $only == *,mpi,* ]] && tests_step tests-np2 90 1 mpi.tensor.np2
             [[ $only == *,hetero,* ]] && hetero_bench "$out" "${HETERO_LIMIT:-150}"
+            [[ $only == *,knobs,* ]] && knobs_bench "$out" "${KNOBS_LIMIT:-200}"
             [[ $only == *,ncu,* ]] && ncu_profile "$out" $((KIT_DEADLINE - $(date +%s) - 10))
         fi
         finish "$out"
@@ -547,6 +551,7 @@ PY
     fi
     [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && gpu_trace "$out" 60
     [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && hetero_bench "$out" 150
+    [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && knobs_bench "$out" 200
     [ $gpu = 1 ] && [ -z "${GPU_CHECK_NO_BENCH:-}" ] && fits 60 ncu && ncu_profile "$out" 60
     [ $gpu = 1 ] && fits 45 diagnostics && tests_step diagnostics 45 1 diag.scatter_again.cuda
 
@@ -659,6 +664,35 @@ hetero_bench() {
     } >"$out/hetero.txt" 2>&1
 }
 
+# knobs_bench OUTDIR LIMIT: the small networks' steps (cnn on Fashion-MNIST at batch 256, CNN3D
+# 64^3 at batch 4: many sub-millisecond tasks) under StarPU's settings that bear on a task's cost
+# on a GPU: the schedulers lws, dmda and eager, STARPU_CUDA_PIPELINE (tasks queued ahead on the
+# CUDA worker, StarPU's default 2) 0, 4 and 8, and two CUDA workers sharing the GPU
+# (STARPU_NWORKER_PER_CUDA=2: the batch is cut for both); tessel bench tables into
+# OUTDIR/knobs.txt.
+knobs_bench() {
+    local out="$1" lim="$2" spec variant name env_set
+    fits "$lim" knobs || return
+    : >"$out/knobs.txt"
+    for spec in "cnn fashion-mnist 256" "cnn3d synthetic:dims=3,size=64,samples=32 4"; do
+        set -- $spec
+        for variant in "sched:" "pipeline0:STARPU_CUDA_PIPELINE=0" \
+            "pipeline4:STARPU_CUDA_PIPELINE=4" "pipeline8:STARPU_CUDA_PIPELINE=8" \
+            "two-workers:STARPU_NWORKER_PER_CUDA=2"; do
+            name="knobs-$1-${variant%%:*}"
+            env_set=${variant#*:}
+            local scheds=lws
+            [ -z "$env_set" ] && scheds=lws,dmda,eager
+            step "$name" $((lim / 10)) "^lws" env STARPU_NCUDA=1 STARPU_NCPU=4 $env_set \
+                mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench --model "$1" \
+                --data "$2" --batch "$3" --sched "$scheds" --warmup 5 --steps 10 --repeat 3
+            local shown="${env_set:-StarPU defaults}"
+            { echo "== $1 $shown"; grep -A1 "^scheduler\|^lws\|^dmda\|^eager" \
+                "$out/$name.log"; } >>"$out/knobs.txt" 2>&1
+        done
+    done
+}
+
 # ncu_profile OUTDIR LIMIT: every kernel of a U-Net 2-D 512^2 batch-8 run of 3 steps (every
 # task that can on the CUDA worker) timed by Nsight Compute (gpu__time_duration, kernels
 # serialised, clocks as found), the machine's ncu; per kernel name the launches, the total and
@@ -746,7 +780,8 @@ finish() {
         echo "RESULT FAIL (${secs}s)" | tee -a "$SUMMARY"
     fi
     local f
-    for f in bench-cuda-ops.log vs-pytorch-gpu.md gpu-trace.txt hetero.txt ncu-kernels.txt bench.txt; do
+    for f in bench-cuda-ops.log vs-pytorch-gpu.md gpu-trace.txt hetero.txt knobs.txt ncu-kernels.txt \
+        bench.txt; do
         [ -f "$1/$f" ] || continue
         { echo; echo "== $f"; grep -v '^+ timeout' "$1/$f"; } | tee -a "$SUMMARY"
     done

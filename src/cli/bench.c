@@ -6,7 +6,8 @@
  * ended by waiting for every task; rank 0 prints a table (seconds per step: median, min, max
  * over the repetitions, each repetition's time the slowest rank's; workers busy and idle;
  * bytes sent between ranks per step; with CUDA workers, the share of tasks each kind of worker
- * ran and how busy it was) and writes it as JSON with --json. */
+ * ran and how busy it was) and writes it as JSON with --json, with the most bytes any rank's
+ * buffers held at once (tsl_context_buffer_bytes, the measure tsl_plan_estimate_peak predicts). */
 #include <math.h>
 #include <mpi.h>
 #include <starpu.h>
@@ -33,6 +34,7 @@ typedef struct sched_result {
     char name[32];
     double *secs; /* [repeat]: seconds per step of each repetition */
     double median, min, max, busy, bytes_per_step;
+    double buffer_peak_mib; /* the most any rank's buffers held at once (tiles, copies, scratch) */
     /* by kind of worker (CPU, CUDA; all ranks): tasks run in the timed steps, busy share
        (-1 without workers of that kind) */
     double tasks[2], kind_busy[2];
@@ -211,6 +213,10 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
     if (!code && ranks > 1 && (st = tsl_context_comm_bytes(s.ctx, &sent1, &recv)))
         code = fail_collective(st, "counting bytes");
     if (!code) {
+        int64_t in_use = 0, most = 0;
+        tsl_context_buffer_bytes(s.ctx, &in_use, &most);
+        double mine = (double)most / 1048576.0;
+        MPI_Allreduce(&mine, &res->buffer_peak_mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         double local[9] = {(double)(sent1 - sent0)}, all[9] = {0};
         for (int k = 0; k < 2; k++) {
             local[1 + k] = (double)busy.tasks[k];
@@ -277,9 +283,10 @@ static int write_json(FILE *f, const void *arg)
         fprintf(f,
                 "], \"median\": %.9g, \"min\": %.9g, \"max\": %.9g, \"workers_busy\": %.6g, "
                 "\"bytes_per_step\": %.9g, \"tasks_cpu\": %.0f, \"tasks_cuda\": %.0f, "
-                "\"busy_cpu\": %.6g, \"busy_cuda\": %.6g",
+                "\"busy_cpu\": %.6g, \"busy_cuda\": %.6g, \"buffer_peak_mib\": %.3f",
                 res[i].median, res[i].min, res[i].max, res[i].busy, res[i].bytes_per_step,
-                res[i].tasks[0], res[i].tasks[1], res[i].kind_busy[0], res[i].kind_busy[1]);
+                res[i].tasks[0], res[i].tasks[1], res[i].kind_busy[0], res[i].kind_busy[1],
+                res[i].buffer_peak_mib);
         for (int dir = 0; dir < 2 && res[i].nmgrit[0] > 0; dir++) {
             fprintf(f, ", \"mgrit_%s\": [", dir ? "backward" : "forward");
             for (int32_t k = 0; k < res[i].nmgrit[dir]; k++)

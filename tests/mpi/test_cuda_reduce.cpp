@@ -1,7 +1,8 @@
 // CUDA exact sums (codelets/reduce.cu): the partial sum of a tile and the merge of accumulator
 // arrays give the CPU's accumulator bit for bit, on values of every kind (huge, tiny, subnormal,
 // zeros of both signs, NaN, infinities), every dtype the CPU takes and sizes of one block, many
-// blocks, not a multiple of a block, and over 2^20 elements.
+// blocks, not a multiple of a block, and over 2^20 elements; the exact sum of squared
+// differences of two f32 tiles (MGRIT's residual norms) likewise.
 #include "cuda_test.h"
 
 #include <cstring>
@@ -147,6 +148,39 @@ TEST(CudaReduce, PartialIntegersMatchCpuBits)
     for (size_t n : sizes) {
         check_partial(integer_values<int32_t>(n, 8), "i32");
         check_partial(integer_values<uint8_t>(n, 9), "u8");
+    }
+}
+
+TEST(CudaReduce, SquaredDifferencesMatchCpuBits)
+{
+    SKIP_WITHOUT_CUDA();
+    for (size_t n : sizes) {
+        for (int kind = 0; kind < 3; kind++) {
+            std::vector<float> x = kind == 0 ? random_values<float>(n, 11, -3.0f, 5.0f)
+                                             : hard_values<float>(n, 12, kind == 2),
+                               y = kind == 0 ? random_values<float>(n, 13, -3.0f, 5.0f)
+                                             : hard_values<float>(n, 14, kind == 2);
+            for (size_t i = 0; i < n; i += 7) // some equal pairs: differences of zero
+                y[i] = x[i];
+            tsl_sum_args a{};
+            a.dtype = TSL_F32;
+            a.count = (int64_t)n;
+            std::vector<tsl_acc> want(1);
+            tsl_acc_init(&want[0]);
+            std::vector<float> d(n);
+            for (size_t i = 0; i < n; i++)
+                d[i] = x[i] - y[i];
+            tsl_acc_add_squares_f32(&want[0], d.data(), (int64_t)n);
+            tsl_acc_normalize(&want[0]);
+            if (x.empty()) {
+                x.resize(1);
+                y.resize(1);
+            }
+            std::vector<tsl_acc> got = garbage_accs(1);
+            run_on_cuda(tsl_cl_sum_sqdiff, a,
+                        {cuda_buf(x, STARPU_R), cuda_buf(y, STARPU_R), cuda_buf(got, STARPU_W)});
+            EXPECT_TRUE(same_bits(got[0], want[0])) << "kind " << kind << ", " << n << " elements";
+        }
     }
 }
 

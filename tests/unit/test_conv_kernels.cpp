@@ -684,6 +684,39 @@ TEST(ConvKernel, SpatialTilesWithHaloSlabsMatchTheWholeConvolution)
 }
 
 // A window that reaches a neighbour whose slab is missing is a codelet error, not garbage.
+// The weight gradient of a strided 1x1 convolution over fewer than 16 input channels on
+// channels-last tiles of 48^2 and more (ResNet's shortcut under filters=2): oneDNN 2.6.3's
+// jit_1x1 AVX-512 implementation writes past its scratchpad there (the heap was corrupted and
+// the process aborted); tessel takes the next implementation. Against a direct sum, repeated.
+TEST(ConvKernel, StridedOneByOneWeightGradientOnFewChannels)
+{
+    std::mt19937_64 rng(91);
+    for (int64_t cin : {3, 8, 12})
+        for (int64_t size : {48, 64, 96}) {
+            SCOPED_TRACE(std::to_string(cin) + " channels, " + std::to_string(size) + "^2");
+            const int64_t n = 2, cout = 16, out = size / 2;
+            Problem p = make(2, n, cin, cout, 1, {size, size}, 1, 2, 0, 1);
+            p.a.channels_last = 1;
+            std::vector<float> x = randf(rng, p.x_size), dy = randf(rng, p.y_size);
+            for (int rep = 0; rep < 3; rep++) {
+                std::vector<float> dw(p.w_size, 1e30f), db;
+                tsl_conv_backward_weights_kernel(&p.a, x.data(), dy.data(), dw.data(), nullptr);
+                double worst = 0;
+                for (int64_t o = 0; o < cout; o++)
+                    for (int64_t c = 0; c < cin; c++) {
+                        double want = 0;
+                        for (int64_t s = 0; s < n; s++)
+                            for (int64_t i = 0; i < out; i++)
+                                for (int64_t j = 0; j < out; j++)
+                                    want += (double)dy[((s * out + i) * out + j) * cout + o] *
+                                            x[((s * size + 2 * i) * size + 2 * j) * cin + c];
+                        worst = std::max(worst, std::fabs(dw[o * cin + c] - want));
+                    }
+                ASSERT_LT(worst, 1e-3) << "repetition " << rep;
+            }
+        }
+}
+
 TEST(ConvKernelDeathTest, MissingHaloSlabAborts)
 {
     Problem p = make(1, 1, 2, 2, 1, {10}, 3, 1, 1, 1);
