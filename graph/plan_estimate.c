@@ -238,6 +238,15 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     return st;
 }
 
+/* Whether the executor cuts value v along channels under the plan's filters= (a value with
+ * spatial dimensions whose channels F divides, not the model's output). */
+static int channel_cut(const tsl_plan *plan, tsl_graph_t g, int32_t v)
+{
+    const tsl_shape *s = &g->values[v].shape;
+    return plan && plan->filters > 1 && v != g->output && s->ndim >= 2 &&
+           s->dims[0] % plan->filters == 0;
+}
+
 /* Add (sign 1) or take away (-1) value v's activation-sized tile bytes, size[v * nranks + r],
  * and keep each rank's largest total in peak. */
 static void live_add(int64_t *live, int64_t *peak, const int64_t *size, int32_t v, int32_t nranks,
@@ -275,9 +284,15 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
     uint8_t *dropped = calloc((size_t)nv + 1, 1); /* and made again for the backward */
     int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
     int64_t *isize = calloc((size_t)n * (size_t)nranks + 1, sizeof *isize); /* max pool indices */
+    /* A convolution over channel tiles runs where its output tiles live and reads the input's
+     * other F - 1 channel tiles of the same samples there: received copies, kept for its
+     * weight gradient until its backward. An op that takes no channel tiles (a transposed
+     * convolution, a linear layer) reads a channel-cut input as a channel-whole copy on filter
+     * group 0 (F times a rank's tiles of it), kept likewise. */
+    int64_t *xcopy = calloc((size_t)n * (size_t)nranks + 1, sizeof *xcopy);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
-                            size && isize && live
+                            size && isize && xcopy && live
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -295,6 +310,16 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
         if (ib)
             st = add_tensor(plan, &input, nranks, op_stage[o], workers, batch, &shape, 1, ib,
                             isize + (int64_t)o * nranks);
+        const tsl_graph_op *op = &g->ops[o];
+        int64_t copies = op->kind == TSL_OP_CONV && tsl_plan_takes_channel_tiles(op)
+                             ? (plan ? plan->filters - 1 : 0)
+                         : !tsl_plan_takes_channel_tiles(op) ? (plan ? plan->filters : 0)
+                                                             : 0;
+        for (int32_t k = 0; k < op->ninputs && !st && copies > 0; k++)
+            if (channel_cut(plan, g, op->inputs[k]))
+                for (int32_t r = 0; r < nranks; r++)
+                    xcopy[(int64_t)o * nranks + r] +=
+                        copies * size[(int64_t)op->inputs[k] * nranks + r];
     }
     if (!st) {
         memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
@@ -311,6 +336,7 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
             if (relu_of[o] < 0 && fold[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, 1);
             live_add(live, bytes, isize, o, nranks, 1); /* a max pooling's indices */
+            live_add(live, bytes, xcopy, o, nranks, 1);
             int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
             for (int32_t k = 0; k < nin; k++) {
                 int32_t v = ins[k];
@@ -360,6 +386,7 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
             for (int c = 0; c < copies; c++)
                 live_add(live, bytes, size, y, nranks, -1);
             live_add(live, bytes, isize, o, nranks, -1);
+            live_add(live, bytes, xcopy, o, nranks, -1);
         }
     }
     free(op_stage);
@@ -372,6 +399,7 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
     free(dropped);
     free(size);
     free(isize);
+    free(xcopy);
     free(live);
     return st;
 }

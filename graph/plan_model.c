@@ -279,17 +279,23 @@ typedef struct ranked_plan {
     int32_t objective;
 } ranked_plan;
 
+/* The order of the ranking: by time, then the fewest bytes sent (of plans predicted alike, the
+ * one that leans least on the network the model can least foresee: measured on ResNet at 48^2,
+ * filters=2 predicted as fast as data=2 ran 43 % slower), then peak memory; by memory, then
+ * time; candidate order last. */
 static int compare_ranked(const void *pa, const void *pb)
 {
     const ranked_plan *a = pa, *b = pb;
-    double ka = a->objective == TSL_OBJECTIVE_MEMORY ? (double)a->pred.peak_bytes : a->pred.seconds;
-    double kb = b->objective == TSL_OBJECTIVE_MEMORY ? (double)b->pred.peak_bytes : b->pred.seconds;
-    double ta = a->objective == TSL_OBJECTIVE_MEMORY ? a->pred.seconds : (double)a->pred.peak_bytes;
-    double tb = b->objective == TSL_OBJECTIVE_MEMORY ? b->pred.seconds : (double)b->pred.peak_bytes;
-    if (ka != kb)
-        return ka < kb ? -1 : 1;
-    if (ta != tb)
-        return ta < tb ? -1 : 1;
+    int memory = a->objective == TSL_OBJECTIVE_MEMORY;
+    double ka[3] = {a->pred.seconds, (double)a->pred.sent_bytes, (double)a->pred.peak_bytes};
+    double kb[3] = {b->pred.seconds, (double)b->pred.sent_bytes, (double)b->pred.peak_bytes};
+    if (memory) {
+        ka[0] = (double)a->pred.peak_bytes, ka[1] = a->pred.seconds, ka[2] = 0;
+        kb[0] = (double)b->pred.peak_bytes, kb[1] = b->pred.seconds, kb[2] = 0;
+    }
+    for (int k = 0; k < 3; k++)
+        if (ka[k] != kb[k])
+            return ka[k] < kb[k] ? -1 : 1;
     return (a->index > b->index) - (a->index < b->index);
 }
 

@@ -635,33 +635,48 @@ gpu_trace() {
 
 # hetero_bench OUTDIR LIMIT: the issue's heterogeneous row: the same U-Net 2-D 512^2 batch-8
 # steps under dmdas on the GPU alone (TSL_TASK_WHERE=cuda, 4 CPU workers for the reads) and on
-# the GPU with 15 CPU workers beside it (the default placement: dmdas's calibrated models choose),
-# each a tessel bench, with where the tasks ran; both tables into OUTDIR/hetero.txt. dmdas sends
+# the GPU with 15 CPU workers beside it (TSL_TASK_WHERE=any: dmdas's calibrated models choose),
+# each a tessel bench, with where the tasks ran; the tables into OUTDIR/hetero.txt. dmdas sends
 # a task to a kind of worker whose history model lacks its size until it has 10 measurements
 # there, so first a run of HETERO_CALIBRATE steps (default 30) with every worker fills the
 # models of both kinds (saved in STARPU_HOME when it ends); the timed runs then read them.
+# HETERO_PLANS (space-separated, default "default": the model's own plan, one sample tile per
+# GPU) adds plans whose tiles CPU workers can share, e.g. "default tiles=4": each plan is
+# calibrated and timed in turn, the LIMIT shared among them.
 hetero_bench() {
-    local out="$1" lim="$2" part
+    local out="$1" lim="$2" part plan tag
     fits "$lim" hetero-bench || return
-    part=$((lim / 4))
-    local args=(--model unet2d --data synthetic:dims=2,size=512,samples=96 --batch 8 --sched dmdas)
-    step hetero-calibrate $((lim - 2 * part)) "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 \
-        TSL_TASK_WHERE=any mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench \
-        "${args[@]}" --warmup "${HETERO_CALIBRATE:-30}" --steps 1 --repeat 1
-    step hetero-gpu-only "$part" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
-        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}" \
-        --warmup 5 --steps 5 --repeat 3
-    step hetero-gpu-cpu "$part" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 TSL_TASK_WHERE=any \
-        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" bench "${args[@]}" \
-        --warmup 5 --steps 5 --repeat 3
-    {
-        echo "Calibration run (${HETERO_CALIBRATE:-30} steps, GPU + 15 CPU workers, default placement):"
-        grep -A1 "^scheduler\|^dmdas" "$out/hetero-calibrate.log"
-        echo "GPU only (TSL_TASK_WHERE=cuda, 4 CPU workers):"
-        grep -A1 "^scheduler\|^dmdas" "$out/hetero-gpu-only.log"
-        echo "GPU + 15 CPU workers (default placement):"
-        grep -A1 "^scheduler\|^dmdas" "$out/hetero-gpu-cpu.log"
-    } >"$out/hetero.txt" 2>&1
+    local plans=(${HETERO_PLANS:-default})
+    part=$((lim / 4 / ${#plans[@]}))
+    : >"$out/hetero.txt"
+    for plan in "${plans[@]}"; do
+        local args=(--model unet2d --data synthetic:dims=2,size=512,samples=96 --batch 8
+            --sched dmdas)
+        tag=""
+        if [ "$plan" != default ]; then
+            args+=(--plan "$plan")
+            tag="-$plan"
+            tag=${tag//[^a-zA-Z0-9-]/_}
+        fi
+        step "hetero-calibrate$tag" $((2 * part)) "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 \
+            TSL_TASK_WHERE=any mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" \
+            bench "${args[@]}" --warmup "${HETERO_CALIBRATE:-30}" --steps 1 --repeat 1
+        step "hetero-gpu-only$tag" "$part" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=4 \
+            TSL_TASK_WHERE=cuda mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" \
+            bench "${args[@]}" --warmup 5 --steps 5 --repeat 3
+        step "hetero-gpu-cpu$tag" "$part" "^dmdas" env STARPU_NCUDA=1 STARPU_NCPU=15 \
+            TSL_TASK_WHERE=any mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" \
+            bench "${args[@]}" --warmup 5 --steps 5 --repeat 3
+        {
+            echo "== plan $plan"
+            echo "Calibration run (${HETERO_CALIBRATE:-30} steps, GPU + 15 CPU workers, any):"
+            grep -A1 "^scheduler\|^dmdas" "$out/hetero-calibrate$tag.log"
+            echo "GPU only (TSL_TASK_WHERE=cuda, 4 CPU workers):"
+            grep -A1 "^scheduler\|^dmdas" "$out/hetero-gpu-only$tag.log"
+            echo "GPU + 15 CPU workers (TSL_TASK_WHERE=any):"
+            grep -A1 "^scheduler\|^dmdas" "$out/hetero-gpu-cpu$tag.log"
+        } >>"$out/hetero.txt" 2>&1
+    done
 }
 
 # knobs_bench OUTDIR LIMIT: the small networks' steps (cnn on Fashion-MNIST at batch 256, CNN3D

@@ -124,6 +124,7 @@ tsl_status synthetic(const tsl_plan *plan, void *, tsl_plan_prediction *out)
     std::memset(out, 0, sizeof *out);
     out->seconds = (double)(h % 1000) / 100.0;
     out->peak_bytes = (int64_t)((h >> 20) % 500) * 1024;
+    out->sent_bytes = (int64_t)((h >> 40) % 7) * 1000; // few values: ties on time break on it
     out->binding = (int32_t)(h % TSL_TERM_COUNT);
     return TSL_OK;
 }
@@ -137,19 +138,21 @@ TEST(PlanModel, SearchEqualsBruteForceOnASyntheticTable)
         std::vector<tsl_plan> all = candidates(g, ranks, 2, 32);
         for (int objective : {TSL_OBJECTIVE_TIME, TSL_OBJECTIVE_MEMORY})
             for (int64_t budget : {(int64_t)0, (int64_t)250 * 1024}) {
-                // brute force: the best by (objective, other, candidate order) within budget
+                // brute force: the best by (time, bytes sent, peak) or (peak, time), then
+                // candidate order, within budget
                 int best = -1, fit = 0;
                 tsl_plan_prediction pb{}, pi;
+                auto key = [objective](const tsl_plan_prediction &p) {
+                    return objective ? std::vector<double>{(double)p.peak_bytes, p.seconds}
+                                     : std::vector<double>{p.seconds, (double)p.sent_bytes,
+                                                           (double)p.peak_bytes};
+                };
                 for (size_t i = 0; i < all.size(); i++) {
                     synthetic(&all[i], nullptr, &pi);
                     if (budget > 0 && pi.peak_bytes > budget)
                         continue;
                     fit++;
-                    double k1 = objective ? (double)pi.peak_bytes : pi.seconds;
-                    double k2 = objective ? pi.seconds : (double)pi.peak_bytes;
-                    double b1 = objective ? (double)pb.peak_bytes : pb.seconds;
-                    double b2 = objective ? pb.seconds : (double)pb.peak_bytes;
-                    if (best < 0 || k1 < b1 || (k1 == b1 && k2 < b2)) {
+                    if (best < 0 || key(pi) < key(pb)) {
                         best = (int)i;
                         pb = pi;
                     }
