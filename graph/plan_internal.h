@@ -46,6 +46,10 @@ int64_t tsl_plan_value_copies(const struct tsl_graph *g, int32_t v, const int32_
 tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                     int32_t workers, int64_t batch, int32_t optimizer_states,
                                     const int32_t *given, int64_t *bytes);
+/* tsl_plan_estimate_traffic() for the op stages `given` (NULL: tsl_plan_stages()). */
+tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                       int32_t workers, int64_t batch, int32_t optimizer_states,
+                                       const int32_t *given, int64_t *sent);
 tsl_status tsl_plan_received_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                         int64_t batch, int32_t optimizer_states,
                                         const int32_t *given, int64_t *bytes);

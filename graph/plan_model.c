@@ -127,7 +127,8 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
         }
     }
     if (!st)
-        st = tsl_plan_estimate_traffic(plan, g, nranks, workers, batch, optimizer_states, sent);
+        st = tsl_plan_traffic_for_stages(plan, g, nranks, workers, batch, optimizer_states,
+                                         op_stage, sent);
     if (!st)
         st = tsl_plan_peak_for_stages(plan, g, nranks, workers, batch, optimizer_states, op_stage,
                                       peak);

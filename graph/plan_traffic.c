@@ -330,6 +330,14 @@ tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g, int32_
                                      int32_t workers, int64_t batch, int32_t optimizer_states,
                                      int64_t *sent)
 {
+    return tsl_plan_traffic_for_stages(plan, g, nranks, workers, batch, optimizer_states, NULL,
+                                       sent);
+}
+
+tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
+                                       int32_t workers, int64_t batch, int32_t optimizer_states,
+                                       const int32_t *given, int64_t *sent)
+{
     if (!g || !sent || nranks < 1 || workers < 1 || batch < 1 || optimizer_states < 0)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_traffic: bad argument");
     memset(sent, 0, sizeof *sent * (size_t)nranks * TSL_TRAFFIC_TERMS);
@@ -346,7 +354,9 @@ tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g, int32_
     int32_t *param_owner = calloc((size_t)g->nparams + 1, sizeof *param_owner);
     if (!st && (!op_stage || !vt || !need || !param_owner))
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_traffic: out of memory");
-    if (!st)
+    if (!st && given)
+        memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
+    else if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     for (int32_t v = 0; v < g->nvalues && !st; v++)
         st = tiles_of(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
