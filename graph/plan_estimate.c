@@ -290,9 +290,13 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
      * convolution, a linear layer) reads a channel-cut input as a channel-whole copy on filter
      * group 0 (F times a rank's tiles of it), kept likewise. */
     int64_t *xcopy = calloc((size_t)n * (size_t)nranks + 1, sizeof *xcopy);
+    /* Its data gradient is made in parts where the output gradient's tiles live: F - 1 parts
+     * of a rank's input-gradient tiles made for other ranks, and F - 1 received from them,
+     * alive while the op's backward adds them. */
+    int64_t *dxpart = calloc((size_t)n * (size_t)nranks + 1, sizeof *dxpart);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
-                            size && isize && xcopy && live
+                            size && isize && xcopy && dxpart && live
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -317,9 +321,17 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
                                                              : 0;
         for (int32_t k = 0; k < op->ninputs && !st && copies > 0; k++)
             if (channel_cut(plan, g, op->inputs[k]))
-                for (int32_t r = 0; r < nranks; r++)
-                    xcopy[(int64_t)o * nranks + r] +=
-                        copies * size[(int64_t)op->inputs[k] * nranks + r];
+                for (int32_t r = 0; r < nranks; r++) {
+                    int64_t b = size[(int64_t)op->inputs[k] * nranks + r];
+                    xcopy[(int64_t)o * nranks + r] += copies * b;
+                    if (op->kind == TSL_OP_CONV && tsl_plan_takes_channel_tiles(op) &&
+                        op->inputs[k] != g->input)
+                        dxpart[(int64_t)o * nranks + r] += 2 * copies * b;
+                }
+        if (!st && plan && !tsl_plan_takes_channel_tiles(op) && channel_cut(plan, g, op->output))
+            for (int32_t r = 0; r < nranks; r++) /* and its output made channel-whole first */
+                xcopy[(int64_t)o * nranks + r] +=
+                    plan->filters * size[(int64_t)op->output * nranks + r];
     }
     if (!st) {
         memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
@@ -382,6 +394,8 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
                     live_add(live, bytes, size, v, nranks, 1);
                 }
             }
+            live_add(live, bytes, dxpart, o, nranks, 1);
+            live_add(live, bytes, dxpart, o, nranks, -1);
             int copies = (y != out && !gone[y]) + written[y] * (y != g->input) + spare[y];
             for (int c = 0; c < copies; c++)
                 live_add(live, bytes, size, y, nranks, -1);
@@ -400,6 +414,7 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
     free(size);
     free(isize);
     free(xcopy);
+    free(dxpart);
     free(live);
     return st;
 }
