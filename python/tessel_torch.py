@@ -16,6 +16,9 @@ Command line (``python3 python/tessel_torch.py --help``):
            the module's outputs on DIR/x_test.npy against ``tessel eval --outputs FILE``
     save   --model FILE --sample-shape ... --classes K --seed S --out DIR
            a freshly initialised module's parameters, as tessel reads them
+    export-onnx --model FILE --sample-shape ... --classes K --params DIR --out FILE.onnx
+           the trained network as an ONNX file (inference: batch norm with its running
+           statistics, dropout off), input "x" and output "logits" with a free batch size
 
 Only the standard library, numpy and torch are used.
 """
@@ -419,10 +422,29 @@ def _save(args):
     return 0
 
 
+def export_onnx(module, sample_shape, path, opset=13):
+    """Write ``module`` (in eval mode) as an ONNX file: input "x" of shape (batch, *sample_shape)
+    and output "logits", the batch size free. Batch norms fold into the convolutions before
+    them where torch's exporter can."""
+    module.eval()
+    x = torch.zeros((2,) + tuple(sample_shape))
+    torch.onnx.export(module, x, path, input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                      opset_version=opset)
+
+
+def _export(args):
+    module = build(args.model, args.sample_shape, args.classes)
+    load_params(module, args.params)
+    export_onnx(module, args.sample_shape, args.out, args.opset)
+    print(f"export-onnx: {args.model} with {args.params} written to {args.out} (opset {args.opset})")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="tessel_torch", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("check", "save"):
+    for name in ("check", "save", "export-onnx"):
         p = sub.add_parser(name)
         p.add_argument("--model", required=True, help="a tessel model file (.json)")
         p.add_argument("--sample-shape", type=_shape, required=True, help="C,S1,S2,... of one sample")
@@ -436,9 +458,14 @@ def main(argv=None):
     s = sub.choices["save"]
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True)
+    e = sub.choices["export-onnx"]
+    e.add_argument("--params", required=True, help="a tessel --save-params directory")
+    e.add_argument("--out", required=True, help="the .onnx file to write")
+    e.add_argument("--opset", type=int, default=13)
     args = parser.parse_args(argv)
+    commands = {"check": _check, "save": _save, "export-onnx": _export}
     try:
-        return _check(args) if args.command == "check" else _save(args)
+        return commands[args.command](args)
     except (ModelFileError, OSError, RuntimeError) as e:
         print(f"tessel_torch: {e}", file=sys.stderr)
         return 2
