@@ -646,7 +646,8 @@ gpu_trace() {
 hetero_bench() {
     local out="$1" lim="$2" part plan tag
     fits "$lim" hetero-bench || return
-    local plans=(${HETERO_PLANS:-default})
+    local plans
+    read -r -a plans <<<"${HETERO_PLANS:-default}"
     part=$((lim / 4 / ${#plans[@]}))
     : >"$out/hetero.txt"
     for plan in "${plans[@]}"; do
