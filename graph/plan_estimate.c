@@ -267,10 +267,80 @@ tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t n
     return tsl_plan_peak_for_stages(plan, g, nranks, workers, batch, optimizer_states, NULL, bytes);
 }
 
+struct tsl_peak_memo {
+    int32_t stages, nranks;
+    int64_t nvalues, nops;
+    int64_t **values, **indices; /* [nvalues * stages], [nops * stages]: rank bytes, or NULL */
+};
+
+tsl_peak_memo *tsl_peak_memo_create(const struct tsl_graph *g, int32_t stages, int32_t nranks)
+{
+    tsl_peak_memo *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->stages = stages;
+    m->nranks = nranks;
+    m->nvalues = g->nvalues;
+    m->nops = g->nops;
+    m->values = calloc((size_t)(m->nvalues * stages) + 1, sizeof *m->values);
+    m->indices = calloc((size_t)(m->nops * stages) + 1, sizeof *m->indices);
+    if (!m->values || !m->indices) {
+        tsl_peak_memo_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+void tsl_peak_memo_destroy(tsl_peak_memo *m)
+{
+    if (!m)
+        return;
+    for (int64_t i = 0; m->values && i < m->nvalues * m->stages; i++)
+        free(m->values[i]);
+    for (int64_t i = 0; m->indices && i < m->nops * m->stages; i++)
+        free(m->indices[i]);
+    free(m->values);
+    free(m->indices);
+    free(m);
+}
+
+/* add_tensor() into `row` (zeroed, nranks entries), through the memo's entry `slot` where
+ * there is one. */
+static tsl_status add_tensor_memo(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
+                                  int32_t stage, int32_t workers, int64_t batch,
+                                  const tsl_shape *sample, int64_t elem, int64_t **slot,
+                                  int64_t *row)
+{
+    if (!slot)
+        return add_tensor(plan, input, nranks, stage, workers, batch, sample, 1, elem, row);
+    if (!*slot) {
+        int64_t *made = calloc((size_t)nranks, sizeof *made);
+        if (!made)
+            return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_peak: out of memory");
+        tsl_status st =
+            add_tensor(plan, input, nranks, stage, workers, batch, sample, 1, elem, made);
+        if (st) {
+            free(made);
+            return st;
+        }
+        *slot = made;
+    }
+    memcpy(row, *slot, sizeof *row * (size_t)nranks);
+    return TSL_OK;
+}
+
 /* tsl_plan_estimate_peak() for the op stages `given` (NULL: tsl_plan_stages()). */
 tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                     int32_t workers, int64_t batch, int32_t optimizer_states,
                                     const int32_t *given, int64_t *bytes)
+{
+    return tsl_plan_peak_memo(plan, g, nranks, workers, batch, optimizer_states, given, NULL,
+                              bytes);
+}
+
+tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
+                              int64_t batch, int32_t optimizer_states, const int32_t *given,
+                              tsl_peak_memo *memo, int64_t *bytes)
 {
     const char *fn = "tsl_plan_estimate_peak";
     memset(bytes, 0, sizeof *bytes * (size_t)nranks);
@@ -303,17 +373,24 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
         tsl_graph_value_shape(g, g->input, &input);
+    if (memo && (memo->nranks != nranks || memo->nvalues != nv || memo->nops != n))
+        memo = NULL;
     for (int32_t v = 0; v < nv && !st; v++) {
+        int32_t s = op_stage[g->values[v].producer];
         tsl_graph_value_shape(g, v, &shape);
-        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
-                        &shape, 1, 4, size + (int64_t)v * nranks);
+        st = add_tensor_memo(plan, &input, nranks, s, workers, batch, &shape, 4,
+                             memo && s < memo->stages ? &memo->values[(int64_t)v * memo->stages + s]
+                                                      : NULL,
+                             size + (int64_t)v * nranks);
     }
     for (int32_t o = 0; o < n && !st; o++) {
-        int32_t ib = tsl_graph_pool_index_bytes(&g->ops[o]);
+        int32_t ib = tsl_graph_pool_index_bytes(&g->ops[o]), s = op_stage[o];
         tsl_graph_value_shape(g, g->ops[o].output, &shape);
         if (ib)
-            st = add_tensor(plan, &input, nranks, op_stage[o], workers, batch, &shape, 1, ib,
-                            isize + (int64_t)o * nranks);
+            st = add_tensor_memo(
+                plan, &input, nranks, s, workers, batch, &shape, ib,
+                memo && s < memo->stages ? &memo->indices[(int64_t)o * memo->stages + s] : NULL,
+                isize + (int64_t)o * nranks);
         const tsl_graph_op *op = &g->ops[o];
         int64_t copies = op->kind == TSL_OP_CONV && tsl_plan_takes_channel_tiles(op)
                              ? (plan ? plan->filters - 1 : 0)

@@ -50,6 +50,17 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
 tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                        int32_t workers, int64_t batch, int32_t optimizer_states,
                                        const int32_t *given, int64_t *sent);
+/* The tile bytes per (value, stage) and (pooling op, stage) that tsl_plan_peak_for_stages()
+ * works out, kept across calls that differ only in the op stages: the memory-balanced stage
+ * split (plan_stages.c) scores many splits of one plan. Each entry is made on first use. */
+typedef struct tsl_peak_memo tsl_peak_memo;
+tsl_peak_memo *tsl_peak_memo_create(const struct tsl_graph *g, int32_t stages, int32_t nranks);
+void tsl_peak_memo_destroy(tsl_peak_memo *memo);
+/* tsl_plan_peak_for_stages() with `memo` (NULL: none), made for this plan, graph, rank count,
+ * workers and batch. */
+tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
+                              int64_t batch, int32_t optimizer_states, const int32_t *given,
+                              tsl_peak_memo *memo, int64_t *bytes);
 tsl_status tsl_plan_received_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                         int64_t batch, int32_t optimizer_states,
                                         const int32_t *given, int64_t *bytes);

@@ -130,10 +130,10 @@ typedef struct split_score {
 } split_score;
 
 static tsl_status score_split(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int64_t batch,
-                              int32_t states, const int32_t *op_stage, int64_t *peak,
-                              int64_t *received, split_score *out)
+                              int32_t states, const int32_t *op_stage, tsl_peak_memo *memo,
+                              int64_t *peak, int64_t *received, split_score *out)
 {
-    tsl_status st = tsl_plan_peak_for_stages(plan, g, nranks, 1, batch, states, op_stage, peak);
+    tsl_status st = tsl_plan_peak_memo(plan, g, nranks, 1, batch, states, op_stage, memo, peak);
     if (!st)
         st = tsl_plan_received_for_stages(plan, g, nranks, batch, states, op_stage, received);
     out->most = 0;
@@ -164,10 +164,12 @@ static void refine_runs(const tsl_plan *plan, tsl_graph_t g, int64_t batch, int3
     int64_t *peak = calloc((size_t)nranks, sizeof *peak);
     int64_t *received = calloc((size_t)nranks, sizeof *received);
     int32_t *start = malloc(sizeof *start * (size_t)stages);
+    /* (NULL when out of memory: every estimate then works its tile bytes out again) */
+    tsl_peak_memo *memo = tsl_peak_memo_create(g, stages, nranks);
     split_score best, score;
     assign_runs(g, item, m, first, stages, op_stage);
     if (!peak || !received || !start ||
-        score_split(plan, g, nranks, batch, states, op_stage, peak, received, &best))
+        score_split(plan, g, nranks, batch, states, op_stage, memo, peak, received, &best))
         goto done;
     memcpy(start, first, sizeof *first * (size_t)stages);
     for (int pass = 0, moved = 1; moved && pass < 64; pass++) {
@@ -186,7 +188,8 @@ static void refine_runs(const tsl_plan *plan, tsl_graph_t g, int64_t batch, int3
                 first[k] = j;
                 assign_runs(g, item, m, first, stages, op_stage);
                 first[k] = keep;
-                if (score_split(plan, g, nranks, batch, states, op_stage, peak, received, &score)) {
+                if (score_split(plan, g, nranks, batch, states, op_stage, memo, peak, received,
+                                &score)) {
                     memcpy(first, start, sizeof *first * (size_t)stages);
                     goto done;
                 }
@@ -201,6 +204,7 @@ static void refine_runs(const tsl_plan *plan, tsl_graph_t g, int64_t batch, int3
     }
 done:
     assign_runs(g, item, m, first, stages, op_stage);
+    tsl_peak_memo_destroy(memo);
     free(peak);
     free(received);
     free(start);
