@@ -4,7 +4,9 @@
 # channels, h = 1/N, head): `tessel bench` (lws scheduler, WARMUP untimed steps, then REPEATS
 # repetitions of STEPS timed steps of batch BATCH; median, min and max s/step), the workers'
 # busy share (all task time over all workers' time: the parallelism the plan exposes, as a
-# fraction of the workers), and for MGRIT rows the last step's residual norms per V-cycle,
+# fraction of the workers), one more step traced for its total task time and critical path
+# (with a worker per task and free messages; their ratio is the parallelism the plan exposes
+# whatever the core count), and for MGRIT rows the last step's residual norms per V-cycle,
 # forward and backward, with the cycles the forward's convergence factor needs for 1e-6. One
 # CPU worker per rank; ranks beyond the cores share them (on a 2-core machine the rows show the
 # work each plan does, not a cluster's speed-up).
@@ -29,6 +31,8 @@ row() { # bench JSON
 import json, math, sys
 r = json.load(open(sys.argv[1]))["results"][0]
 out = f"{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f}) | {100 * r['workers_busy']:.0f}%"
+t, c = r["task_seconds"], r["critical_path_seconds"]
+out += f" | {t:.3f} | {c:.3f} | {t / c:.2f}" if c > 0 else " | | |"
 f, b = r.get("mgrit_forward"), r.get("mgrit_backward")
 if f:
     norms = " ".join(f"{x:.1e}" for x in f)
@@ -43,8 +47,8 @@ print(out)
 EOF
 }
 
-printf "| N | ranks | plan | s/step median (min-max) | workers busy | forward residuals | backward residuals | factor | cycles to 1e-6 |\n"
-printf "|---|---|---|---|---|---|---|---|---|\n"
+printf "| N | ranks | plan | s/step median (min-max) | workers busy | task s | critical path s | parallelism | forward residuals | backward residuals | factor | cycles to 1e-6 |\n"
+printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 for n in "${sizes[@]}"; do
     rows=(
         "1 data=1"
@@ -70,7 +74,7 @@ for n in "${sizes[@]}"; do
         mpirun --oversubscribe --bind-to none -np "$1" "$build/tessel" bench \
             --model "odetanh$n" --data fashion-mnist --batch "$batch" --optimizer sgd \
             --plan "$2" --sched lws --warmup 1 --steps "$steps" --repeat "$repeats" \
-            --json "$f" > /dev/null
+            --critical-path --json "$f" > /dev/null
         printf "| %s | %s | %s | %s |\n" "$n" "$1" "$2" "$(row "$f")"
     done
 done

@@ -181,6 +181,8 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
         ordered.priority = ctx->task_priority;
         desc = &ordered;
     }
+    const char *name = desc->name ? desc->name : desc->codelet->name;
+    int64_t seq = ctx->trace ? tsl_trace_submitted(ctx, descrs, desc->nhandles, name) : -1;
     struct starpu_task *task =
         starpu_mpi_task_build(ctx->comm, desc->codelet, TASK_ARGS(desc, descrs));
     if (task) {
@@ -190,7 +192,7 @@ tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
         if (where != TSL_TASK_WHERE_ANY)
             task->where = task_where_mask(where, task);
         if (ctx->trace)
-            tsl_trace_task(ctx, task, desc->name ? desc->name : desc->codelet->name);
+            tsl_trace_task(ctx, task, name, seq);
         cached_note(ctx, descrs, desc->nhandles);
         tsl_pending_add(ctx);
         int ret = starpu_task_submit(task);

@@ -14,12 +14,14 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <starpu.h>
+#include <starpu_mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+#include "critical_path.h"
 #include "trace.h"
 
 typedef struct trace_event {
@@ -27,6 +29,7 @@ typedef struct trace_event {
     int32_t layer;    /* label index, -1: none */
     int32_t pass;     /* label index, -1: none */
     int32_t worker;
+    int64_t seq;       /* its place among the submitted tasks (tsl_trace_submitted), -1: none */
     double start, end; /* us since the trace began */
 } trace_event;
 
@@ -45,6 +48,15 @@ struct tsl_trace {
     char **labels; /* interned */
     int32_t nlabels, cap_labels;
     int32_t layer, pass; /* the current labels (the submitting thread's) */
+    /* Every task submitted while the trace is on, on this rank: task k's name hash sub_name[k],
+     * its data (StarPU-MPI tags) acc_id[sub_first[k] .. sub_first[k + 1] - 1] and how it
+     * accesses them (TSL_ACCESS_*). Every rank submits every task, so the lists agree across
+     * ranks and rank 0's, with every rank's durations, gives the critical path. */
+    int64_t nsub, cap_sub, nacc, cap_acc;
+    int64_t *sub_first, *acc_id;
+    uint32_t *sub_name;
+    uint8_t *acc_mode;
+    int sub_failed; /* out of memory: no critical path */
 };
 
 typedef struct trace_record {
@@ -52,6 +64,7 @@ typedef struct trace_record {
     struct starpu_task *task;
     const char *name;
     int32_t layer, pass;
+    int64_t seq;
 } trace_record;
 
 static void trace_free(struct tsl_trace *t)
@@ -65,6 +78,10 @@ static void trace_free(struct tsl_trace *t)
     free(t->base);
     free(t->sent);
     free(t->times);
+    free(t->sub_first);
+    free(t->sub_name);
+    free(t->acc_id);
+    free(t->acc_mode);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -207,6 +224,7 @@ static void traced_task_done(void *arg)
             .layer = r->layer,
             .pass = r->pass,
             .worker = pi->workerid,
+            .seq = r->seq,
             .start = starpu_timing_timespec_to_us(&pi->start_time) - t->t0,
             .end = starpu_timing_timespec_to_us(&pi->end_time) - t->t0,
         };
@@ -231,13 +249,71 @@ static void traced_task_done(void *arg)
     tsl_task_finished(ctx);
 }
 
-void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const char *name)
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; s && *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+int64_t tsl_trace_submitted(struct tsl_context *ctx, const struct starpu_data_descr *descrs, int n,
+                            const char *name)
+{
+    struct tsl_trace *t = ctx->trace;
+    if (!t || t->sub_failed)
+        return -1;
+    if (t->nsub + 1 >= t->cap_sub) {
+        int64_t cap = t->cap_sub ? 2 * t->cap_sub : 4096;
+        int64_t *first = realloc(t->sub_first, sizeof *first * (size_t)cap);
+        if (first)
+            t->sub_first = first;
+        uint32_t *names = first ? realloc(t->sub_name, sizeof *names * (size_t)cap) : NULL;
+        if (!names) {
+            t->sub_failed = 1;
+            return -1;
+        }
+        t->sub_name = names;
+        t->cap_sub = cap;
+    }
+    if (t->nacc + n > t->cap_acc) {
+        int64_t cap = t->cap_acc ? 2 * t->cap_acc : 16384;
+        while (cap < t->nacc + n)
+            cap *= 2;
+        int64_t *ids = realloc(t->acc_id, sizeof *ids * (size_t)cap);
+        if (ids)
+            t->acc_id = ids;
+        uint8_t *modes = ids ? realloc(t->acc_mode, (size_t)cap) : NULL;
+        if (!modes) {
+            t->sub_failed = 1;
+            return -1;
+        }
+        t->acc_mode = modes;
+        t->cap_acc = cap;
+    }
+    int64_t k = t->nsub++;
+    t->sub_first[k] = t->nacc;
+    t->sub_name[k] = name_hash(name);
+    for (int i = 0; i < n; i++) {
+        enum starpu_data_access_mode m = descrs[i].mode;
+        if (m & STARPU_SCRATCH) /* a worker's private buffer: no dependency */
+            continue;
+        t->acc_id[t->nacc] = (int64_t)starpu_mpi_data_get_tag(descrs[i].handle);
+        t->acc_mode[t->nacc++] = (uint8_t)(((m & STARPU_R) ? TSL_ACCESS_R : 0) |
+                                           ((m & (STARPU_W | STARPU_REDUX)) ? TSL_ACCESS_W : 0));
+    }
+    t->sub_first[k + 1] = t->nacc;
+    return k;
+}
+
+void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const char *name,
+                    int64_t seq)
 {
     struct tsl_trace *t = ctx->trace;
     trace_record *r = t ? malloc(sizeof *r) : NULL;
     if (!r) /* (no memory: the task runs untraced, with the plain callback) */
         return;
-    *r = (trace_record){ctx, task, name, t->layer, t->pass};
+    *r = (trace_record){ctx, task, name, t->layer, t->pass, seq};
     task->callback_func = traced_task_done;
     task->callback_arg = r;
     task->callback_arg_free = 0;
@@ -411,4 +487,92 @@ tsl_status tsl_context_trace_write(tsl_context_t ctx, const char *path)
     free(b.s);
     trace_free(t);
     return st ? st : out;
+}
+
+tsl_status tsl_context_trace_critical_path(tsl_context_t ctx, double *critical_s, double *task_s)
+{
+    const char *fn = "tsl_context_trace_critical_path";
+    if (!ctx || !critical_s || !task_s)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    struct tsl_trace *t = ctx->trace;
+    int ok = t != NULL, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, ctx->ctl_comm);
+    if (!all)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: no trace begun on some rank", fn);
+    tsl_status st = tsl_context_wait(ctx); /* every traced task has ended */
+    if (st)
+        return st;
+    /* This rank's events as (submission number, microseconds, name hash) triples. */
+    pthread_mutex_lock(&t->lock);
+    int64_t n = t->n;
+    double *mine = malloc(sizeof *mine * (size_t)(3 * (n > 0 ? n : 1)));
+    for (int64_t i = 0; mine && i < n; i++) {
+        const trace_event *e = &t->events[i];
+        mine[3 * i] = (double)e->seq;
+        mine[3 * i + 1] = e->end - e->start;
+        mine[3 * i + 2] = e->seq >= 0 && e->seq < t->nsub ? (double)t->sub_name[e->seq] : -1;
+    }
+    pthread_mutex_unlock(&t->lock);
+    /* per rank: events, submitted tasks, and whether it can take part */
+    long long info[3] = {(long long)n, (long long)t->nsub,
+                         mine && !t->sub_failed && !t->dropped && 3 * n < 0x7fffffff};
+    int size = ctx->size;
+    long long *infos = ctx->rank == 0 ? malloc(sizeof *infos * (size_t)(3 * size)) : NULL;
+    int *lens = ctx->rank == 0 ? malloc(sizeof *lens * (size_t)size) : NULL;
+    int *displs = ctx->rank == 0 ? malloc(sizeof *displs * (size_t)size) : NULL;
+    MPI_Gather(info, 3, MPI_LONG_LONG, infos, 3, MPI_LONG_LONG, 0, ctx->ctl_comm);
+    /* 0: fine; 1: out of memory or too many events; 2: the ranks submitted different tasks */
+    int why = 0;
+    long long total = 0;
+    if (ctx->rank == 0) {
+        if (!infos || !lens || !displs)
+            why = 1;
+        for (int r = 0; !why && r < size; r++) {
+            if (!infos[3 * r + 2] || total + 3 * infos[3 * r] > 0x7fffffffLL)
+                why = 1;
+            else if (infos[3 * r + 1] != t->nsub)
+                why = 2;
+            lens[r] = (int)(3 * infos[3 * r]);
+            displs[r] = (int)total;
+            total += 3 * infos[3 * r];
+        }
+    }
+    MPI_Bcast(&why, 1, MPI_INT, 0, ctx->ctl_comm);
+    double *events = NULL, result[2] = {0, 0};
+    if (!why) {
+        events = ctx->rank == 0 ? malloc(sizeof *events * (size_t)(total > 0 ? total : 1)) : NULL;
+        MPI_Gatherv(mine, (int)(3 * n), MPI_DOUBLE, events, lens, displs, MPI_DOUBLE, 0,
+                    ctx->ctl_comm);
+        if (ctx->rank == 0) {
+            double *duration = events ? calloc((size_t)(t->nsub + 1), sizeof *duration) : NULL;
+            why = duration ? 0 : 1;
+            for (long long i = 0; !why && i < total; i += 3) {
+                int64_t seq = (int64_t)events[i];
+                if (seq < 0 || seq >= t->nsub || events[i + 2] != (double)t->sub_name[seq])
+                    why = 2; /* a task rank 0 did not submit at that place */
+                else
+                    duration[seq] = events[i + 1];
+            }
+            if (!why && tsl_critical_path(t->nsub, t->sub_first, t->acc_id, t->acc_mode, duration,
+                                          &result[0], &result[1]))
+                why = 1;
+            free(duration);
+        }
+        MPI_Bcast(&why, 1, MPI_INT, 0, ctx->ctl_comm);
+        MPI_Bcast(result, 2, MPI_DOUBLE, 0, ctx->ctl_comm);
+    }
+    free(mine);
+    free(infos);
+    free(lens);
+    free(displs);
+    free(events);
+    if (why == 2)
+        return tsl_error(ctx, TSL_ERR_STATE,
+                         "%s: the ranks submitted different tasks while the trace was on", fn);
+    if (why)
+        return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY,
+                         "%s: out of memory, or the trace dropped events over its limit", fn);
+    *critical_s = result[0] * 1e-6;
+    *task_s = result[1] * 1e-6;
+    return TSL_OK;
 }

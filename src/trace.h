@@ -3,14 +3,22 @@
 #define TESSEL_SRC_TRACE_H
 
 #include <starpu.h>
+#include <stdint.h>
 
 #include "tessel/status.h"
 
 struct tsl_context;
 
-/* While a trace is on: `task` (built for this rank, not yet submitted) is recorded when it ends,
- * under `name` and the current labels. Nothing otherwise. */
-void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const char *name);
+/* While a trace is on: a task of `n` data `descrs` named `name` is being submitted (on every
+ * rank, whichever runs it); its place in the submission order, or -1 (no trace, no memory). */
+int64_t tsl_trace_submitted(struct tsl_context *ctx, const struct starpu_data_descr *descrs, int n,
+                            const char *name);
+
+/* While a trace is on: `task` (built for this rank, not yet submitted; `seq` from
+ * tsl_trace_submitted) is recorded when it ends, under `name` and the current labels. Nothing
+ * otherwise. */
+void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const char *name,
+                    int64_t seq);
 
 /* The labels of the tasks submitted from now on: the layer (an op's name) and the pass
  * ("forward", "backward", "loss", "update", ...); NULL for none. Nothing while no trace is on. */

@@ -238,6 +238,20 @@ TSL_API tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events
  */
 TSL_API tsl_status tsl_context_trace_write(tsl_context_t ctx, const char *path);
 
+/**
+ * @brief While a trace is on (tsl_context_trace_begin()), the critical path of the traced
+ * tasks: with unlimited workers and free messages, each task starting once the tasks it
+ * depends on (StarPU's sequential consistency on every tile it reads or writes, across all
+ * ranks) have ended and lasting as long as it did, the time the last one ends (@p critical_s),
+ * and the sum of every rank's task times (@p task_s); their ratio is the parallelism the
+ * submitted work exposes. Collective; it waits for the context's tasks and leaves the trace on.
+ * ::TSL_ERR_INVALID_ARG when some rank has no trace on, ::TSL_ERR_OUT_OF_MEMORY when memory ran
+ * out or the trace dropped events over its limit, ::TSL_ERR_STATE when the ranks submitted
+ * different tasks (every rank must submit every task, as StarPU-MPI requires); on every rank.
+ */
+TSL_API tsl_status tsl_context_trace_critical_path(tsl_context_t ctx, double *critical_s,
+                                                   double *task_s);
+
 /** @brief Message of the last error raised on this context, or "" if none.
  *  Valid until the next failing call on the context. Not collective. */
 TSL_API const char *tsl_context_last_error(tsl_context_t ctx);

@@ -18,7 +18,14 @@
 
 #include "cli.h"
 
-enum { OPT_STEPS = OPT_COMMAND_FIRST, OPT_WARMUP, OPT_REPEAT, OPT_JSON, OPT_OPTIMIZER };
+enum {
+    OPT_STEPS = OPT_COMMAND_FIRST,
+    OPT_WARMUP,
+    OPT_REPEAT,
+    OPT_JSON,
+    OPT_OPTIMIZER,
+    OPT_CRITICAL_PATH
+};
 
 #define MAX_SCHEDS 16
 #define DEFAULT_SCHEDS "eager,lws,dmda,dmdas"
@@ -28,6 +35,7 @@ typedef struct bench_options {
     const char *scheds; /* comma-separated */
     long steps, warmup, repeat;
     const char *json;
+    int critical_path; /* --critical-path: one traced step after the timed ones */
 } bench_options;
 
 typedef struct sched_result {
@@ -42,6 +50,8 @@ typedef struct sched_result {
     /* the last step's MGRIT residual norms (first segment; plan levels= > 1) */
     double mgrit[2][64];
     int32_t nmgrit[2];
+    /* --critical-path: the traced step's critical path and all ranks' task time, seconds */
+    double critical, task_time;
 } sched_result;
 
 static void usage_bench(FILE *out)
@@ -50,7 +60,7 @@ static void usage_bench(FILE *out)
             "usage: tessel bench --data SPEC [--model NAME|FILE] [--batch B] [--plan PLAN]\n"
             "                    [--sched LIST] [--steps N] [--warmup W] [--repeat R]\n"
             "                    [--optimizer sgd|adam] [--loss L] [--json FILE] [--ncpu N]\n"
-            "                    [--spin]\n"
+            "                    [--spin] [--critical-path]\n"
             "  training steps of one model, data and plan under each scheduler of LIST, each in\n"
             "  a StarPU of its own: W warm-up steps, then R repetitions of N timed steps\n"
             "  --sched LIST   comma-separated StarPU schedulers (default " DEFAULT_SCHEDS ";\n"
@@ -60,7 +70,10 @@ static void usage_bench(FILE *out)
             "  --warmup W     untimed steps first (default 2)\n"
             "  --repeat R     repetitions (default 3); the table gives their median, min, max\n"
             "                 (with CUDA workers, a line more: where the tasks ran)\n"
-            "  --json FILE    the table as JSON too (python/tessel_plot.py plots it)\n");
+            "  --json FILE    the table as JSON too (python/tessel_plot.py plots it)\n"
+            "  --critical-path  one more step, traced: its tasks' time summed over the ranks\n"
+            "                 and their critical path (with a worker per task and free\n"
+            "                 messages), whose ratio is the parallelism the plan exposes\n");
 }
 
 static int handle_bench_option(const cli_parser *parser, int id, const char *value)
@@ -75,6 +88,9 @@ static int handle_bench_option(const cli_parser *parser, int id, const char *val
         return parse_int_arg(value, 1, 1000, &o->repeat) ? OPTION_BAD_VALUE : OPTION_OK;
     case OPT_JSON:
         o->json = value;
+        return OPTION_OK;
+    case OPT_CRITICAL_PATH:
+        o->critical_path = 1;
         return OPTION_OK;
     case OPT_OPTIMIZER:
         if (!optimizer_known(value))
@@ -160,7 +176,8 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
             code = 1;
         }
     }
-    int64_t samples = s.train_info.samples, steps = bo->warmup + bo->steps * bo->repeat;
+    int64_t samples = s.train_info.samples, timed_end = bo->warmup + bo->steps * bo->repeat,
+            steps = timed_end + (bo->critical_path ? 1 : 0);
     if (!code && samples < o.batch) {
         if (rank_of_process == 0)
             fprintf(stderr, "tessel bench: %lld training samples, fewer than a batch of %ld\n",
@@ -177,7 +194,7 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
     int64_t sent0 = 0, sent1 = 0, recv = 0;
     for (int64_t k = 0, rep = -1; !code && k < steps; k++) {
         int64_t timed = k - bo->warmup;
-        if (timed >= 0 && timed % bo->steps == 0) { /* a repetition begins */
+        if (timed >= 0 && k < timed_end && timed % bo->steps == 0) { /* a repetition begins */
             rep = timed / bo->steps;
             tsl_worker_stats before; /* (restarts the counters) */
             if ((st = tsl_context_wait(s.ctx)) || (st = tsl_context_worker_stats(s.ctx, &before)))
@@ -188,6 +205,9 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
             MPI_Barrier(MPI_COMM_WORLD);
             res->secs[rep] = now();
         }
+        if (!code && k == timed_end && /* the traced step */
+            ((st = tsl_context_wait(s.ctx)) || (st = tsl_context_trace_begin(s.ctx, 1 << 26))))
+            code = fail_collective(st, "starting the trace");
         for (int64_t i = 0; i < 2 * o.batch; i++)
             order[i] = (k * o.batch + i) % samples;
         double loss = 0;
@@ -195,7 +215,8 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
                                                           k + 1 < steps ? order + o.batch : NULL,
                                                           opt, &loss, NULL)))
             code = fail_collective(st, "a training step");
-        if (!code && timed >= 0 && timed % bo->steps == bo->steps - 1) { /* it ends */
+        if (!code && timed >= 0 && k < timed_end && timed % bo->steps == bo->steps - 1) {
+            /* it ends */
             tsl_worker_stats w;
             memset(&w, 0, sizeof w);
             if ((st = tsl_context_wait(s.ctx)) || (st = tsl_context_worker_stats(s.ctx, &w)))
@@ -210,6 +231,9 @@ static int bench_one(const bench_options *bo, const char *sched, sched_result *r
             }
         }
     }
+    if (!code && bo->critical_path &&
+        (st = tsl_context_trace_critical_path(s.ctx, &res->critical, &res->task_time)))
+        code = fail_collective(st, "the traced step's critical path");
     if (!code && ranks > 1 && (st = tsl_context_comm_bytes(s.ctx, &sent1, &recv)))
         code = fail_collective(st, "counting bytes");
     if (!code) {
@@ -287,6 +311,9 @@ static int write_json(FILE *f, const void *arg)
                 res[i].median, res[i].min, res[i].max, res[i].busy, res[i].bytes_per_step,
                 res[i].tasks[0], res[i].tasks[1], res[i].kind_busy[0], res[i].kind_busy[1],
                 res[i].buffer_peak_mib);
+        if (o->critical_path)
+            fprintf(f, ", \"task_seconds\": %.9g, \"critical_path_seconds\": %.9g",
+                    res[i].task_time, res[i].critical);
         for (int dir = 0; dir < 2 && res[i].nmgrit[0] > 0; dir++) {
             fprintf(f, ", \"mgrit_%s\": [", dir ? "backward" : "forward");
             for (int32_t k = 0; k < res[i].nmgrit[dir]; k++)
@@ -308,6 +335,7 @@ int command_bench(int argc, char **argv)
                                             {"repeat", required_argument, NULL, OPT_REPEAT},
                                             {"json", required_argument, NULL, OPT_JSON},
                                             {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+                                            {"critical-path", no_argument, NULL, OPT_CRITICAL_PATH},
                                             {0}};
     bench_options bo;
     memset(&bo, 0, sizeof bo);
@@ -368,6 +396,10 @@ int command_bench(int argc, char **argv)
             printf("%-12s %12.4f %12.4f %12.4f %7.1f%% %7.1f%% %14.0f\n", res[i].name,
                    res[i].median, res[i].min, res[i].max, 100 * res[i].busy,
                    100 * (1 - res[i].busy), res[i].bytes_per_step);
+            if (bo.critical_path)
+                printf("%-12s traced step: task time %.4f s, critical path %.4f s (%.2fx)\n", "",
+                       res[i].task_time, res[i].critical,
+                       res[i].critical > 0 ? res[i].task_time / res[i].critical : 0);
             for (int dir = 0; dir < 2 && res[i].nmgrit[0] > 0; dir++) {
                 printf("%-12s MGRIT %s residuals (last step):", "", dir ? "backward" : "forward");
                 for (int32_t k = 0; k < res[i].nmgrit[dir]; k++)

@@ -6,7 +6,8 @@
   min <= median <= max, positive times, a busy share in (0, 1], tasks and busy shares by kind
   of worker (CPU, CUDA: a CUDA share only with CUDA tasks), and bytes between ranks
   exactly when there is more than one rank; a scheduler StarPU does not have is refused with
-  its list;
+  its list; with --critical-path, a traced step whose critical path is positive and shorter
+  than its tasks' summed time;
 - a metrics file and a trace of a short training run, and the bench JSON, each plotted to a
   PNG: a real PNG (signature, IHDR size) with something drawn (more than one colour); the
   trace's task table (tessel_plot.py tasks) counts every task once.
@@ -48,7 +49,7 @@ def run(args, expect=0):
 bench_json = os.path.join(work, "bench.json")
 out = run(prefix + [tessel, "bench", "--model", "fcn2d", "--data", DATA, "--batch", "8",
                     "--steps", "2", "--warmup", "1", "--repeat", "3", "--sched",
-                    ",".join(SCHEDS), "--json", bench_json])
+                    ",".join(SCHEDS), "--critical-path", "--json", bench_json])
 rows = [line.split()[0] for line in out.splitlines() if line.split()[:1] and
         line.split()[0] in SCHEDS]
 if rows != SCHEDS:
@@ -70,8 +71,15 @@ for r in b["results"]:
             (r["tasks_cuda"] > 0) != (r["busy_cuda"] >= 0):
         problems.append(f"{r['sched']}: tasks {r['tasks_cpu']} on CPU, {r['tasks_cuda']} on "
                         f"CUDA, busy {r['busy_cpu']} / {r['busy_cuda']}")
+    # --critical-path: a traced step's task time and critical path (the optimizer's updates
+    # of the parameters alone run side by side: shorter than the sum)
+    if not 0 < r["critical_path_seconds"] < r["task_seconds"]:
+        problems.append(f"{r['sched']}: critical path {r['critical_path_seconds']} s of "
+                        f"{r['task_seconds']} s of tasks")
     if (r["bytes_per_step"] > 0) != (nranks > 1):
         problems.append(f"{r['sched']}: {r['bytes_per_step']} bytes per step at {nranks} ranks")
+if out.count("traced step: task time") != len(SCHEDS):
+    problems.append("no 'traced step' line per scheduler")
 if problems:
     sys.exit("bench problems:\n  " + "\n  ".join(problems))
 bad = subprocess.run([tessel, "bench", "--data", DATA, "--sched", "eager,no-such"],

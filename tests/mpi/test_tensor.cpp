@@ -1031,3 +1031,48 @@ TEST(Tensor, SumRowsReducesRowsOntoShardOwners)
     for (tsl_tensor_t t : {a, b, c, a2})
         tsl_tensor_destroy(t);
 }
+
+// The critical path of traced tasks follows the tiles' dependencies across the ranks: tasks
+// chained on one tile (a fill, then in-place scalings) have the sum of their times as the
+// path; a fill of tiles dealt round the ranks has its longest task as the path, below the sum.
+TEST(Trace, CriticalPathFollowsTheTiles)
+{
+    double critical = -1, total = -1;
+    EXPECT_EQ(tsl_context_trace_critical_path(ctx, &critical, &total), TSL_ERR_INVALID_ARG);
+    tsl_shape s = {2, {(int64_t)(4 * size), 20000}};
+    tsl_tile_grid grid = tsl_tile_grid_single();
+    grid.splits[0] = 4 * size;
+    tsl_owner_map rr = tsl_owner_callback(round_robin, nullptr);
+    tsl_tensor_t spread = nullptr, one = nullptr;
+    ASSERT_EQ(tsl_tensor_create(&spread, ctx, TSL_F32, &s, &grid, &rr), TSL_OK);
+    tsl_tile_grid single = tsl_tile_grid_single();
+    ASSERT_EQ(tsl_tensor_create(&one, ctx, TSL_F32, &s, &single, nullptr), TSL_OK);
+
+    ASSERT_EQ(tsl_context_trace_begin(ctx, 1 << 20), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(one, 1.0), TSL_OK);
+    for (int k = 0; k < 6; k++)
+        ASSERT_EQ(tsl_tensor_scale(one, 1.0001), TSL_OK);
+    ASSERT_EQ(tsl_context_trace_critical_path(ctx, &critical, &total), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_GT(total, 0);
+    EXPECT_DOUBLE_EQ(critical, total) << "a chain of 7 tasks on one tile";
+
+    ASSERT_EQ(tsl_context_trace_begin(ctx, 1 << 20), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(spread, 2.0), TSL_OK);
+    ASSERT_EQ(tsl_context_trace_critical_path(ctx, &critical, &total), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_GT(critical, 0);
+    EXPECT_LT(critical, total) << 4 * size << " independent tiles";
+    EXPECT_GE(critical * 4 * size, total * (1 - 1e-12)); // the longest is at least the mean
+    // Then a chain on each tile: every tile's path is its own, the longest the whole.
+    for (int k = 0; k < 3; k++)
+        ASSERT_EQ(tsl_tensor_scale(spread, 0.5), TSL_OK);
+    double critical2 = -1, total2 = -1;
+    ASSERT_EQ(tsl_context_trace_critical_path(ctx, &critical2, &total2), TSL_OK);
+    EXPECT_GT(total2, total);
+    EXPECT_GE(critical2, critical);
+    EXPECT_LT(critical2, total2);
+    EXPECT_EQ(tsl_context_trace_write(ctx, "/dev/null"), TSL_OK) << tsl_context_last_error(ctx);
+    tsl_tensor_destroy(spread);
+    tsl_tensor_destroy(one);
+}
