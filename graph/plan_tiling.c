@@ -71,7 +71,8 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
     *grid = tsl_tile_grid_single();
     int spatial = wanted_splits(plan, input, splits);
     if ((!spatial && filters == 1) || sample->ndim <= first) {
-        int64_t tiles = (int64_t)group * (workers > 0 ? workers : 1) * micro;
+        int64_t tiles =
+            (int64_t)group * (workers > 0 ? workers : 1) * micro * (plan ? plan->tiles : 1);
         grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
         *owners = on_stage(tsl_owner_block(NULL), stages, group, stage);
         return TSL_OK;

@@ -12,7 +12,9 @@
  * dimensions (spatial parallelism, halo exchange), S pipeline stages with M micro-batches
  * (layer parallelism: consecutive ops split into S stages as B says, see tsl_plan_stages()),
  * T extra tiles per rank along the longest spatial dimension (over-decomposition, so every
- * worker of a rank has a tile), and E: the fewest elements a convolution or linear weight
+ * worker of a rank has a tile; tensors without spatial dimensions, as a network's head, get T
+ * times their sample tiles, so one rank with tiles=T cuts every tensor as T ranks with
+ * space=T do), and E: the fewest elements a convolution or linear weight
  * needs to be cut into shards over the ranks (tsl_plan_param_placement()), and K: the most
  * elements of the small parameters whose gradients travel packed in one bucket
  * (tsl_plan_buckets(); 0: every small parameter on its own), and R: 1 to have training drop
@@ -157,7 +159,7 @@ TSL_API tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int6
  * each of the R ranks gets fewer samples than it has workers (but at least one) is the plan
  * data=R,tiles=T with T = ceil(workers / (batch / R)): spatial tiles give every worker work.
  * With no spatial split in @p plan (or a NULL plan otherwise), or a sample with no spatial
- * dimension, the tensor gets sample tiles: min(batch, G x workers x M) of them, in contiguous
+ * dimension, the tensor gets sample tiles: min(batch, G x workers x M x T) of them, in contiguous
  * runs per rank. Otherwise:
  * min(D x M, batch) sample tiles (M micro-batches per sample group), space[d] tiles along
  * spatial dimension d (tiles=T times more along the longest dimension of @p input), each

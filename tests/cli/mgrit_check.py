@@ -2,7 +2,8 @@
 """tessel train with layer-parallel MGRIT plans: the same V-cycle schedule gives the same bits
 at 1, 2 and 4 ranks (layers=1, 2, 4: the parameters written after three steps are identical
 byte for byte, and so are the per-step losses and residual norms in the metrics stream), and
-with space=2 at 2 ranks and layers=2,space=2 at 4; a run stopped after two steps and resumed
+space=1 (one rank with the same tiles, tiles=2) against space=2 at 2 ranks and
+layers=2,space=2 at 4; a run stopped after two steps and resumed
 from its checkpoint ends with the same bytes (a resume with another schedule is refused). The stream carries each step's forward and
 backward residual norms (non-increasing here) and their convergence factor; --comm-stats
 prints them; `tessel plan` describes the levels; a plan MGRIT cannot run is refused before
@@ -70,8 +71,11 @@ assert "convergence factor" in one[2], one[2]
 
 same(one, run(2, "layers=2," + schedule), "layers=2 at 2 ranks")
 same(one, run(4, "layers=4," + schedule), "layers=4 at 4 ranks")
-same(run(2, "space=2," + schedule), run(4, "layers=2,space=2," + schedule),
-     "space=2 against layers=2,space=2")
+# space=1 against space=2: one rank cutting every tensor as two ranks with space=2 do
+# (tiles=2: the same spatial tiles, and as many sample tiles for the head), the same bits.
+space2 = run(2, "space=2," + schedule)
+same(run(1, "tiles=2," + schedule), space2, "space=1 (tiles=2) against space=2")
+same(space2, run(4, "layers=2,space=2," + schedule), "space=2 against layers=2,space=2")
 
 # Stopped after two steps and resumed from the checkpoint: the same bits as three at once.
 ck = os.path.join(work, "ck")
@@ -115,4 +119,5 @@ bad = subprocess.run(mpiexec + ["-np", "1", tessel] + common + ["--plan", "level
 assert bad.returncode != 0, bad.stdout
 assert "coarsest level" in bad.stderr, bad.stderr
 assert "epoch 1/1" not in bad.stdout, bad.stdout
-print("mgrit check: bit-identical at 1, 2 and 4 ranks and with space=2; residuals fall")
+print("mgrit check: bit-identical at 1, 2 and 4 ranks and with space=1 against space=2; "
+      "residuals fall")
