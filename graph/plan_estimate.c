@@ -249,10 +249,13 @@ static int channel_cut(const tsl_plan *plan, tsl_graph_t g, int32_t v)
 
 /* Add (sign 1) or take away (-1) value v's activation-sized tile bytes, size[v * nranks + r],
  * and keep each rank's largest total in peak. */
+/* Entry v of `size` (per rank) added to (sign 1) or taken from (-1) what lives on each rank,
+ * with each rank's peak. Entry v has bytes only on ranks lo[v] .. hi[v] - 1 (those of its
+ * stage, all ranks with one stage), so only those are visited. */
 static void live_add(int64_t *live, int64_t *peak, const int64_t *size, int32_t v, int32_t nranks,
-                     int sign)
+                     const int32_t *lo, const int32_t *hi, int sign)
 {
-    for (int32_t r = 0; r < nranks; r++) {
+    for (int32_t r = lo[v]; r < hi[v]; r++) {
         live[r] += sign * size[(int64_t)v * nranks + r];
         peak[r] = live[r] > peak[r] ? live[r] : peak[r];
     }
@@ -410,6 +413,29 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 xcopy[(int64_t)o * nranks + r] +=
                     plan->filters * size[(int64_t)op->output * nranks + r];
     }
+    /* The ranks each value's bytes are on (its producer's stage's), and each op's entries
+     * (its stage's, its inputs' and its output's: the copies above). */
+    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
+    int32_t *vlo = malloc(sizeof *vlo * ((size_t)nv + 1)),
+            *vhi = malloc(sizeof *vhi * ((size_t)nv + 1));
+    int32_t *olo = malloc(sizeof *olo * ((size_t)n + 1)),
+            *ohi = malloc(sizeof *ohi * ((size_t)n + 1));
+    if (!st && (!vlo || !vhi || !olo || !ohi))
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (int32_t v = 0; v < nv && !st; v++) {
+        vlo[v] = stages > 1 ? op_stage[g->values[v].producer] * group : 0;
+        vhi[v] = stages > 1 ? vlo[v] + group : nranks;
+    }
+    for (int32_t o = 0; o < n && !st; o++) {
+        const tsl_graph_op *op = &g->ops[o];
+        olo[o] = stages > 1 ? op_stage[o] * group : 0;
+        ohi[o] = stages > 1 ? olo[o] + group : nranks;
+        for (int32_t k = -1; k < op->ninputs; k++) {
+            int32_t v = k < 0 ? op->output : op->inputs[k];
+            olo[o] = vlo[v] < olo[o] ? vlo[v] : olo[o];
+            ohi[o] = vhi[v] > ohi[o] ? vhi[v] : ohi[o];
+        }
+    }
     if (!st) {
         memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
         for (int32_t o = 0; o < n; o++) {
@@ -423,9 +449,9 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
          * again (tsl_graph_recomputed()), goes after its last forward reader. */
         for (int32_t o = 0; o < n; o++) {
             if (relu_of[o] < 0 && fold[o] < 0)
-                live_add(live, bytes, size, g->ops[o].output, nranks, 1);
-            live_add(live, bytes, isize, o, nranks, 1); /* a max pooling's indices */
-            live_add(live, bytes, xcopy, o, nranks, 1);
+                live_add(live, bytes, size, g->ops[o].output, nranks, vlo, vhi, 1);
+            live_add(live, bytes, isize, o, nranks, olo, ohi, 1); /* a max pooling's indices */
+            live_add(live, bytes, xcopy, o, nranks, olo, ohi, 1);
             int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
             for (int32_t k = 0; k < nin; k++) {
                 int32_t v = ins[k];
@@ -436,7 +462,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                     later && plan && plan->recompute && tsl_graph_recomputed(g, v, op_stage) >= 0;
                 if (!later || dropped[v]) {
                     gone[v] = 1;
-                    live_add(live, bytes, size, v, nranks, -1);
+                    live_add(live, bytes, size, v, nranks, vlo, vhi, -1);
                 }
             }
         }
@@ -446,7 +472,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
          * the accuracy reads it). */
         int32_t out = tsl_graph_output(g);
         written[out] = 1;
-        live_add(live, bytes, size, out, nranks, 1);
+        live_add(live, bytes, size, out, nranks, vlo, vhi, 1);
         for (int32_t o = n - 1; o >= 0; o--) {
             const tsl_graph_op *op = &g->ops[o];
             if (fused[o] || fold[o] >= 0)
@@ -456,28 +482,28 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             for (int32_t k = 0; k < nin && written[y] && tsl_graph_op_reads_input_backward(op); k++)
                 if (dropped[ins[k]]) { /* made again */
                     dropped[ins[k]] = gone[ins[k]] = 0;
-                    live_add(live, bytes, size, ins[k], nranks, 1);
+                    live_add(live, bytes, size, ins[k], nranks, vlo, vhi, 1);
                 }
             for (int32_t k = 0; k < nin && written[y] && op->kind != TSL_OP_INPUT; k++) {
                 int32_t v = ins[k];
                 if (v == g->input) {
                     if (op->kind == TSL_OP_CONCAT && !spare[v]) /* its part goes to a spare */
-                        spare[v] = 1, live_add(live, bytes, size, v, nranks, 1);
+                        spare[v] = 1, live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
                 } else if (!written[v]) {
                     written[v] = 1;
-                    live_add(live, bytes, size, v, nranks, 1);
+                    live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
                 } else if (!spare[v]) {
                     spare[v] = 1;
-                    live_add(live, bytes, size, v, nranks, 1);
+                    live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
                 }
             }
-            live_add(live, bytes, dxpart, o, nranks, 1);
-            live_add(live, bytes, dxpart, o, nranks, -1);
+            live_add(live, bytes, dxpart, o, nranks, olo, ohi, 1);
+            live_add(live, bytes, dxpart, o, nranks, olo, ohi, -1);
             int copies = (y != out && !gone[y]) + written[y] * (y != g->input) + spare[y];
             for (int c = 0; c < copies; c++)
-                live_add(live, bytes, size, y, nranks, -1);
-            live_add(live, bytes, isize, o, nranks, -1);
-            live_add(live, bytes, xcopy, o, nranks, -1);
+                live_add(live, bytes, size, y, nranks, vlo, vhi, -1);
+            live_add(live, bytes, isize, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, xcopy, o, nranks, olo, ohi, -1);
         }
     }
     free(op_stage);
@@ -493,6 +519,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(xcopy);
     free(dxpart);
     free(live);
+    free(vlo);
+    free(vhi);
+    free(olo);
+    free(ohi);
     return st;
 }
 
