@@ -263,6 +263,10 @@ int64_t tsl_trace_submitted(struct tsl_context *ctx, const struct starpu_data_de
     struct tsl_trace *t = ctx->trace;
     if (!t || t->sub_failed)
         return -1;
+    if (t->nsub >= t->max_events) { /* as many as the events kept: no critical path past that */
+        t->sub_failed = 1;
+        return -1;
+    }
     if (t->nsub + 1 >= t->cap_sub) {
         int64_t cap = t->cap_sub ? 2 * t->cap_sub : 4096;
         int64_t *first = realloc(t->sub_first, sizeof *first * (size_t)cap);
@@ -571,7 +575,7 @@ tsl_status tsl_context_trace_critical_path(tsl_context_t ctx, double *critical_s
                          "%s: the ranks submitted different tasks while the trace was on", fn);
     if (why)
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY,
-                         "%s: out of memory, or the trace dropped events over its limit", fn);
+                         "%s: out of memory, or the trace saw more tasks than its limit", fn);
     *critical_s = result[0] * 1e-6;
     *task_s = result[1] * 1e-6;
     return TSL_OK;

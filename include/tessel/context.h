@@ -219,7 +219,9 @@ TSL_API tsl_status tsl_context_set_log_level(tsl_context_t ctx, tsl_log_level le
  * recorded when it ends, with its name (the codelet's), the layer and pass of the model step
  * that submitted it (forward, backward, loss, update; none for other calls), the worker that
  * ran it, and its start and end (StarPU's profiling interface, which this call turns on). At
- * most @p max_events tasks a rank are kept; later ones are only counted. Collective: it waits
+ * most @p max_events tasks a rank are kept; later ones are only counted. Every task submitted
+ * (here or on another rank) is noted too with the tiles it reads and writes, up to
+ * @p max_events of them, for tsl_context_trace_critical_path(). Collective: it waits
  * for the tasks already submitted and the ranks leave a barrier together, whose moment is the
  * trace's time 0 on every rank. A trace already on is dropped. ::TSL_ERR_INVALID_ARG for
  * @p max_events outside [1, 2^40].
@@ -245,9 +247,12 @@ TSL_API tsl_status tsl_context_trace_write(tsl_context_t ctx, const char *path);
  * ranks) have ended and lasting as long as it did, the time the last one ends (@p critical_s),
  * and the sum of every rank's task times (@p task_s); their ratio is the parallelism the
  * submitted work exposes. Collective; it waits for the context's tasks and leaves the trace on.
+ * The trace keeps every submitted task's tiles for this, up to the max_events of
+ * tsl_context_trace_begin().
  * ::TSL_ERR_INVALID_ARG when some rank has no trace on, ::TSL_ERR_OUT_OF_MEMORY when memory ran
- * out or the trace dropped events over its limit, ::TSL_ERR_STATE when the ranks submitted
- * different tasks (every rank must submit every task, as StarPU-MPI requires); on every rank.
+ * out or more tasks than the trace's limit were submitted or run, ::TSL_ERR_STATE when the ranks
+ * submitted different tasks (every rank must submit every task, as StarPU-MPI requires); on every
+ * rank.
  */
 TSL_API tsl_status tsl_context_trace_critical_path(tsl_context_t ctx, double *critical_s,
                                                    double *task_s);

@@ -1034,7 +1034,8 @@ TEST(Tensor, SumRowsReducesRowsOntoShardOwners)
 
 // The critical path of traced tasks follows the tiles' dependencies across the ranks: tasks
 // chained on one tile (a fill, then in-place scalings) have the sum of their times as the
-// path; a fill of tiles dealt round the ranks has its longest task as the path, below the sum.
+// path; a fill of tiles dealt round the ranks has its longest task as the path, below the sum;
+// a trace that saw more tasks than its limit gives none.
 TEST(Trace, CriticalPathFollowsTheTiles)
 {
     double critical = -1, total = -1;
@@ -1073,6 +1074,13 @@ TEST(Trace, CriticalPathFollowsTheTiles)
     EXPECT_GE(critical2, critical);
     EXPECT_LT(critical2, total2);
     EXPECT_EQ(tsl_context_trace_write(ctx, "/dev/null"), TSL_OK) << tsl_context_last_error(ctx);
+    // A trace keeps as many submissions as events: past that, no critical path (on every rank).
+    ASSERT_EQ(tsl_context_trace_begin(ctx, 3), TSL_OK);
+    for (int k = 0; k < 5; k++)
+        ASSERT_EQ(tsl_tensor_scale(one, 1.0), TSL_OK);
+    EXPECT_EQ(tsl_context_trace_critical_path(ctx, &critical, &total), TSL_ERR_OUT_OF_MEMORY);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "limit"), nullptr);
+    EXPECT_EQ(tsl_context_trace_write(ctx, "/dev/null"), TSL_OK);
     tsl_tensor_destroy(spread);
     tsl_tensor_destroy(one);
 }
