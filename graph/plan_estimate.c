@@ -129,10 +129,18 @@ static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32
  * stage, and every parameter where tsl_plan_param_placement() puts it, with its gradient and
  * optimizer states, plus each sharded weight's whole value on every rank of its stage and
  * each replicated one's (tsl_plan_buckets()). */
+/* The bytes that a weight sharded over ranks first .. first + count - 1 adds on each of them
+ * while its gradient is reduced (tsl_plan_peak_memo's backward): every rank's partial gradient
+ * of the whole weight, and the (count - 1) pieces of its shard the others send it. */
+typedef struct shard_reduce {
+    int32_t first, count;
+    int64_t bytes;
+} shard_reduce;
+
 static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                  int32_t workers, int64_t batch, int32_t optimizer_states,
                                  const int32_t *given, int32_t *op_stage, int64_t *bytes,
-                                 const char *fn)
+                                 shard_reduce *reduce, const char *fn)
 {
     int32_t out = tsl_graph_output(g);
     if (out < 0 || g->input < 0)
@@ -196,6 +204,8 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         }
         int32_t first = owners[i].first_rank,
                 size = owners[i].group_size > 0 ? owners[i].group_size : nranks;
+        if (reduce && trainable)
+            reduce[i] = (shard_reduce){first, size, 4 * numel + 4 * numel / size * (size - 1)};
         tsl_plan_add_shards(&shape, grids[i].splits[0], size, 4 * copies, bytes + first);
         for (int32_t r = first; r < first + size; r++) /* each rank's whole copy */
             bytes[r] += 4 * numel;
@@ -217,7 +227,7 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
     tsl_status st =
         op_stage ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, NULL, op_stage,
-                                  bytes, "tsl_plan_estimate")
+                                  bytes, NULL, "tsl_plan_estimate")
                  : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
@@ -368,10 +378,11 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
      * alive while the op's backward adds them. */
     int64_t *dxpart = calloc((size_t)n * (size_t)nranks + 1, sizeof *dxpart);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
+    shard_reduce *reduce = calloc((size_t)g->nparams + 1, sizeof *reduce);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
-                            size && isize && xcopy && dxpart && live
+                            size && isize && xcopy && dxpart && live && reduce
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
-                                         op_stage, live, fn)
+                                         op_stage, live, reduce, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
@@ -499,6 +510,15 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             }
             live_add(live, bytes, dxpart, o, nranks, olo, ohi, 1);
             live_add(live, bytes, dxpart, o, nranks, olo, ohi, -1);
+            /* A sharded weight's gradient reduction: held until the step's reductions end
+             * (the backward submits them all and waits at the end). */
+            for (int32_t q = 0; q < op->nparams; q++) {
+                const shard_reduce *rd = &reduce[op->params[q]];
+                for (int32_t r = rd->first; r < rd->first + rd->count && rd->bytes > 0; r++) {
+                    live[r] += rd->bytes;
+                    bytes[r] = live[r] > bytes[r] ? live[r] : bytes[r];
+                }
+            }
             int copies = (y != out && !gone[y]) + written[y] * (y != g->input) + spare[y];
             for (int c = 0; c < copies; c++)
                 live_add(live, bytes, size, y, nranks, vlo, vhi, -1);
@@ -519,6 +539,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(xcopy);
     free(dxpart);
     free(live);
+    free(reduce);
     free(vlo);
     free(vhi);
     free(olo);

@@ -245,7 +245,10 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * whole step. The estimate follows that order on every rank: the forward makes every op's
  * output; the backward, op by op from the last, makes the op's input gradients (a spare one
  * for a value's second contribution), then releases what the op's backward was the last to
- * read. Counted and not counted as in tsl_plan_estimate().
+ * read. Each weight sharded over its stage's ranks adds, from its op's backward to the end of
+ * the step (the reductions end with it), on every rank of its stage the partial gradient of the
+ * whole weight that rank makes and the pieces of its own shard the others send it. Counted and
+ * not counted otherwise as in tsl_plan_estimate().
  * @param[out] bytes @p nranks entries
  */
 TSL_API tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,

@@ -1362,3 +1362,34 @@ TEST(Graph, AddOfSeveralValues)
     EXPECT_EQ(tsl_graph_op_count(g), ops); // nothing added by the failed calls
     tsl_graph_destroy(g);
 }
+
+// A weight sharded over the ranks (data=4, 4,096 elements and more) adds to every rank's peak,
+// from its backward on, its partial gradient of the whole weight and the three quarters of its
+// shard the other ranks send: a 1x1 convolution of 64 channels to 64 (4,096 weights) on 1x1
+// samples, whose activations are a few hundred bytes, peaks that far above the estimate of
+// everything at once without those (tsl_plan_estimate()).
+TEST(Plan, ShardedWeightsPeakWithTheirReduction)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    int64_t sample[3] = {64, 1, 1}, k[2] = {1, 1};
+    int32_t x, c, f, y;
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "wide", x, 64, k, &cp, 0, 0, &c), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_graph_flatten(g, c, &f), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "fc", f, 2, 1, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("data=4", &p), TSL_OK);
+    int64_t peak[4], all[4];
+    ASSERT_EQ(tsl_plan_estimate_peak(&p, g, 4, 1, 4, 2, peak), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_plan_estimate(&p, g, 4, 1, 4, 2, all), TSL_OK) << tsl_last_error();
+    const int64_t reduction = 4 * 4096 + 4 * 4096 / 4 * 3;
+    for (int r = 0; r < 4; r++) {
+        EXPECT_GE(peak[r] - all[r], reduction - 2048) << "rank " << r;
+        EXPECT_LE(peak[r] - all[r], reduction) << "rank " << r;
+    }
+    tsl_graph_destroy(g);
+}
