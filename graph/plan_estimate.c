@@ -129,13 +129,21 @@ static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32
  * stage, and every parameter where tsl_plan_param_placement() puts it, with its gradient and
  * optimizer states, plus each sharded weight's whole value on every rank of its stage and
  * each replicated one's (tsl_plan_buckets()). */
-/* The bytes that a weight sharded over ranks first .. first + count - 1 adds on each of them
- * while its gradient is reduced (tsl_plan_peak_memo's backward): every rank's partial gradient
- * of the whole weight, and the (count - 1) pieces of its shard the others send it. */
+/* A weight sharded over ranks first .. first + count - 1 of `bytes` bytes, which its gradient's
+ * reduction adds to each of them (tsl_plan_peak_memo's backward): a convolution's rank makes
+ * its partial gradient of the whole weight, a linear layer's the parts of the other ranks'
+ * shards only (its own it writes in place), and each receives the (count - 1) pieces of its
+ * shard the others made. */
 typedef struct shard_reduce {
     int32_t first, count;
     int64_t bytes;
 } shard_reduce;
+
+static int64_t reduce_bytes(const shard_reduce *rd, const tsl_graph_op *op)
+{
+    int64_t others = rd->bytes / rd->count * (rd->count - 1);
+    return (op->kind == TSL_OP_LINEAR ? others : rd->bytes) + others;
+}
 
 static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                  int32_t workers, int64_t batch, int32_t optimizer_states,
@@ -205,7 +213,7 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         int32_t first = owners[i].first_rank,
                 size = owners[i].group_size > 0 ? owners[i].group_size : nranks;
         if (reduce && trainable)
-            reduce[i] = (shard_reduce){first, size, 4 * numel + 4 * numel / size * (size - 1)};
+            reduce[i] = (shard_reduce){first, size, 4 * numel};
         tsl_plan_add_shards(&shape, grids[i].splits[0], size, 4 * copies, bytes + first);
         for (int32_t r = first; r < first + size; r++) /* each rank's whole copy */
             bytes[r] += 4 * numel;
@@ -514,8 +522,9 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
              * (the backward submits them all and waits at the end). */
             for (int32_t q = 0; q < op->nparams; q++) {
                 const shard_reduce *rd = &reduce[op->params[q]];
-                for (int32_t r = rd->first; r < rd->first + rd->count && rd->bytes > 0; r++) {
-                    live[r] += rd->bytes;
+                int64_t add = rd->bytes > 0 ? reduce_bytes(rd, op) : 0;
+                for (int32_t r = rd->first; r < rd->first + rd->count && add > 0; r++) {
+                    live[r] += add;
                     bytes[r] = live[r] > bytes[r] ? live[r] : bytes[r];
                 }
             }
