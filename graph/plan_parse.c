@@ -54,9 +54,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
     tsl_plan p;
     tsl_plan_init(&p);
     static const char *const keys[] = {
-        "data",   "space",  "stages", "micro", "tiles",  "shard", "balance", "bucket", "recompute",
-        "layers", "levels", "cf",     "iters", "biters", "relax", "skip",    "filters"};
-    enum { NKEYS = 17 };
+        "data",   "space",  "stages", "micro", "tiles",  "shard", "balance", "bucket",  "recompute",
+        "layers", "levels", "cf",     "iters", "biters", "relax", "skip",    "filters", "infer"};
+    enum { NKEYS = 18 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -66,7 +66,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
                              "micro, balance, tiles, shard, bucket, recompute, layers, levels, "
-                             "cf, iters, biters, relax, skip, filters)",
+                             "cf, iters, biters, relax, skip, infer, filters)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -77,7 +77,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
                              "balance, tiles, shard, bucket, recompute, layers, levels, cf, "
-                             "iters, biters, relax, skip, filters)",
+                             "iters, biters, relax, skip, infer, filters)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -121,6 +121,15 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': %s='%.*s' is not 0 or 1",
                                  text, keys[k], (int)vlen, v);
             *(k == 8 ? &p.recompute : &p.skip) = v[0] == '1';
+        } else if (k == 17) {
+            if (vlen == 5 && strncmp(v, "exact", 5) == 0)
+                p.infer = TSL_INFER_EXACT;
+            else if (vlen == 5 && strncmp(v, "mgrit", 5) == 0)
+                p.infer = TSL_INFER_MGRIT;
+            else
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                 "plan '%s': infer='%.*s' is not exact or mgrit", text, (int)vlen,
+                                 v);
         } else if (k == 14) {
             if (vlen == 1 && v[0] == 'F')
                 p.relax = TSL_RELAX_F;
@@ -135,9 +144,9 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': %s='%.*s' is not an integer in [1, %ld]", text,
                                  keys[k], (int)vlen, v, PLAN_MAX_VALUE);
-            int32_t *slot[NKEYS] = {&p.data,  NULL,      &p.stages, &p.micro,  &p.tiles,  &p.shard,
-                                    NULL,     NULL,      NULL,      &p.layers, &p.levels, &p.cf,
-                                    &p.iters, &p.biters, NULL,      NULL,      &p.filters};
+            int32_t *slot[NKEYS] = {&p.data,  NULL,      &p.stages, &p.micro,  &p.tiles,   &p.shard,
+                                    NULL,     NULL,      NULL,      &p.layers, &p.levels,  &p.cf,
+                                    &p.iters, &p.biters, NULL,      NULL,      &p.filters, NULL};
             *slot[k] = (int32_t)value;
         }
         at += len;
@@ -202,6 +211,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
              (int)p->biters, p->relax == TSL_RELAX_F ? "F" : "FCF");
         if (p->skip != TSL_PLAN_SKIP_DEFAULT)
             PART(",skip=%d", (int)p->skip);
+        if (p->infer != TSL_INFER_EXACT)
+            PART(",infer=mgrit");
     } else {
         if (p->cf != 2)
             PART("%scf=%d", n ? "," : "", (int)p->cf);
@@ -213,6 +224,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
             PART("%srelax=F", n ? "," : "");
         if (p->skip != TSL_PLAN_SKIP_DEFAULT)
             PART("%sskip=%d", n ? "," : "", (int)p->skip);
+        if (p->infer != TSL_INFER_EXACT)
+            PART("%sinfer=mgrit", n ? "," : "");
     }
     if (!n)
         PART("data=1");

@@ -4,10 +4,11 @@
  *
  * A plan string is
  * `data=D,filters=F,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`
- * with the layer-parallel parts `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K`;
+ * with the layer-parallel parts
+ * `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K,infer=exact|mgrit`;
  * every part is optional and defaults to 1 (balance= to memory, shard= to
  * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0, cf= to 2,
- * iters= to 2, relax= to FCF):
+ * iters= to 2, relax= to FCF, infer= to exact):
  * D sample groups (data parallelism), an A x B x C (or A x B, or A) rank grid over the spatial
  * dimensions (spatial parallelism, halo exchange), S pipeline stages with M micro-batches
  * (layer parallelism: consecutive ops split into S stages as B says, see tsl_plan_stages()),
@@ -37,7 +38,12 @@
  * work skipped, the first guess being the coarsest level's steps alone, brought up the levels by
  * injection and F-relaxation), then one fine sweep that makes
  * every step's values, batch-norm running statistics and parameter gradients. levels=1 runs the
- * layers one after the other (the serial executor). Pure C: no StarPU, no MPI.
+ * layers one after the other (the serial executor). Inference (a forward outside training, as
+ * tsl_model_forward() and a training run's test pass do it) sweeps the steps one after the other
+ * with infer=exact, the default: the network the weights were trained for, exactly, as the
+ * serial executor computes it; infer=mgrit solves it by the training forward's F V-cycles
+ * instead (a shorter critical path across many rank groups, an approximation of the network).
+ * Pure C: no StarPU, no MPI.
  */
 #ifndef TESSEL_PLAN_H
 #define TESSEL_PLAN_H
@@ -71,6 +77,12 @@ typedef enum tsl_stage_balance {
 /** Default of skip=: MGRIT's first down-cycle is done (its work not skipped). */
 #define TSL_PLAN_SKIP_DEFAULT 0
 
+/** How inference runs an MGRIT segment (plan part infer=). */
+typedef enum tsl_mgrit_infer {
+    TSL_INFER_EXACT = 0, /**< `exact`: one sweep through the steps (the default) */
+    TSL_INFER_MGRIT = 1, /**< `mgrit`: iters= V-cycles, as the training forward */
+} tsl_mgrit_infer;
+
 /** MGRIT relaxation (plan part relax=). */
 typedef enum tsl_mgrit_relax {
     TSL_RELAX_F = 0,   /**< `F`: F-relaxation only */
@@ -97,6 +109,7 @@ typedef struct tsl_plan {
     int32_t relax;      /**< a ::tsl_mgrit_relax */
     int32_t skip;       /**< 1: MGRIT's first down-cycle skipped (a coarse-level first guess) */
     int32_t filters;    /**< F: rank groups along the output channels (filter parallelism) */
+    int32_t infer;      /**< a ::tsl_mgrit_infer: how inference runs an MGRIT segment */
 } tsl_plan;
 
 /**

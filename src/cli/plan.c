@@ -329,10 +329,12 @@ static int print_segments(tsl_graph_t g, const tsl_plan *plan, long ranks, int64
         /* The multigrid in time: points per level, and the coarse levels' tensors (a point and
          * a right-hand side per coarse point, for the forward and for the adjoint). */
         printf("layer-parallel (MGRIT): %d rank group%s of %ld rank%s along the steps, %d "
-               "level%s, cf %d, %d forward and %d backward V-cycles, %s-relaxation\n",
+               "level%s, cf %d, %d forward and %d backward V-cycles, %s-relaxation; inference %s\n",
                (int)depth, depth == 1 ? "" : "s", ranks / depth, ranks / depth == 1 ? "" : "s",
                (int)plan->levels, plan->levels == 1 ? " (the serial executor)" : "s", (int)plan->cf,
-               (int)plan->iters, (int)plan->biters, plan->relax == TSL_RELAX_F ? "F" : "FCF");
+               (int)plan->iters, (int)plan->biters, plan->relax == TSL_RELAX_F ? "F" : "FCF",
+               plan->infer == TSL_INFER_MGRIT ? "by the forward's V-cycles (infer=mgrit)"
+                                              : "one sweep through the steps (infer=exact)");
         for (int32_t i = 0; i < n && plan->levels > 1; i++) {
             if (s[i].steps < 2)
                 continue;

@@ -148,7 +148,9 @@ tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train)
         in->dropout_step = m->step++;
     for (int32_t i = 0; i < g->nops && !st; i++) {
         const tsl_mgrit_segment *seg = tsl_mgrit_segment_at(m, i);
-        if (seg) { /* the segment's steps, by multigrid in time; then the op after it */
+        /* the segment's steps by multigrid in time, then the op after it; inference with
+         * infer=exact: one op after the other, as the serial executor */
+        if (seg && (train || m->plan.infer == TSL_INFER_MGRIT)) {
             st = tsl_mgrit_forward(m, in, seg, train);
             i = seg->s.last_op;
             continue;

@@ -113,6 +113,7 @@ assert plan.returncode == 0, plan.stdout + plan.stderr
 assert "layer-parallel (MGRIT): 2 rank groups of 1 rank along the steps, 3 levels, cf 2" in \
     plan.stdout, plan.stdout
 assert "segment of 8 steps: points per level 8, 4, 2" in plan.stdout, plan.stdout
+assert "inference one sweep through the steps (infer=exact)" in plan.stdout, plan.stdout
 
 bad = subprocess.run(mpiexec + ["-np", "1", tessel] + common + ["--plan", "levels=4,cf=2"],
                      capture_output=True, text=True)

@@ -27,6 +27,7 @@ struct Outcome {
     double loss = 0;
     std::vector<std::vector<float>> t; // output, gradients, parameters after 3 steps
     std::vector<double> forward_res, backward_res;
+    std::vector<float> fresh; // the inference output of the model before any training
 };
 
 const int64_t kSample[3] = {2, 6, 6}, kBatch = 4, kClasses = 3;
@@ -45,6 +46,10 @@ void run(const char *zoo, const std::string &plan_text, Outcome *r)
               TSL_OK)
         << tsl_context_last_error(ctx);
     Batch b = make_batch(kBatch, 2 * 6 * 6, kClasses, seed + 8);
+    r->fresh.assign((size_t)(kBatch * kClasses), NAN);
+    ASSERT_EQ(tsl_model_forward(m, kBatch, b.x.data(), 0, r->fresh.data()), TSL_OK)
+        << tsl_context_last_error(ctx);
+    MPI_Bcast(r->fresh.data(), (int)r->fresh.size(), MPI_FLOAT, 0, MPI_COMM_WORLD);
     ASSERT_EQ(tsl_model_gradients(m, kBatch, b.x.data(), b.y.data(), &r->loss), TSL_OK)
         << tsl_context_last_error(ctx);
     if (tsl_model_mgrit_segments(m) > 0) {
@@ -159,6 +164,15 @@ TEST(Mgrit, ThreeLevelsEightCyclesMatchTheSerialExecutor)
     EXPECT_EQ(differs(got, ref, 0.0), "");
     run("odetanh16", layers + sep + "levels=3,cf=2,iters=1,biters=1,relax=F", &few);
     EXPECT_NE(differs(few, ref, 1e-6), "") << "one cycle should not be exact";
+    // Inference sweeps the steps by default (infer=exact): on the same parameters (before any
+    // training) the serial executor's output bit for bit though the training schedule is one
+    // cycle; infer=mgrit runs that cycle, and changes nothing of training.
+    EXPECT_EQ(rel(few.fresh, ref.fresh), 0.0) << "inference with infer=exact";
+    Outcome cycles;
+    run("odetanh16", layers + sep + "levels=3,cf=2,iters=1,biters=1,relax=F,infer=mgrit", &cycles);
+    EXPECT_GT(rel(cycles.fresh, ref.fresh), 1e-6) << "inference with infer=mgrit";
+    for (size_t k = 1; k < few.t.size() && k < cycles.t.size(); k++)
+        EXPECT_EQ(rel(cycles.t[k], few.t[k]), 0.0) << "infer= changed training, tensor " << k;
 }
 
 // The residual norms of the forward and the adjoint cycles do not increase, the first falls

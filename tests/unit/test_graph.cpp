@@ -337,6 +337,7 @@ TEST(Plan, LayerParallelParts)
     EXPECT_EQ(p.biters, 1);
     EXPECT_EQ(p.relax, TSL_RELAX_FCF);
     EXPECT_EQ(p.skip, 0);
+    EXPECT_EQ(p.infer, TSL_INFER_EXACT);
     EXPECT_EQ(tsl_plan_depth(&p), 1);
     EXPECT_EQ(tsl_plan_depth(nullptr), 1);
     ASSERT_EQ(tsl_plan_parse("layers=4,levels=3,cf=4,iters=5,biters=3,relax=F,data=2,skip=1", &p),
@@ -357,6 +358,15 @@ TEST(Plan, LayerParallelParts)
     tsl_plan back;
     ASSERT_EQ(tsl_plan_parse(text, &back), TSL_OK);
     EXPECT_EQ(memcmp(&back, &p, sizeof p), 0);
+    ASSERT_EQ(tsl_plan_parse("layers=2,levels=2,infer=mgrit", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.infer, TSL_INFER_MGRIT);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "layers=2,levels=2,cf=2,iters=2,biters=1,relax=FCF,infer=mgrit");
+    ASSERT_EQ(tsl_plan_parse("infer=exact", &p), TSL_OK);
+    EXPECT_EQ(p.infer, TSL_INFER_EXACT);
+    EXPECT_EQ(tsl_plan_parse("infer=serial", &p), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("is not exact or mgrit"), std::string::npos)
+        << tsl_last_error();
     ASSERT_EQ(tsl_plan_parse("stages=3", &p), TSL_OK);
     EXPECT_EQ(tsl_plan_depth(&p), 3);
     const int64_t sample[3] = {1, 8, 8};
