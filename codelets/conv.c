@@ -8,6 +8,7 @@
 #include "conv.h"
 #include "conv_internal.h"
 #include "copy.h"
+#include "tessel/op_params.h"
 
 /* ---- spatial tiles ---- */
 
@@ -97,6 +98,69 @@ void tsl_conv_window_check(const tsl_conv_args *a, const tsl_conv_window *w)
                       "conv window: halo slabs are missing for part of the window");
 }
 
+/* Position q of dimension d (global coordinates) mapped into the global input [0, n) as the
+ * padding mode fills it. */
+static int64_t pad_source(int mode, int64_t q, int64_t n)
+{
+    if (mode == TSL_PADDING_REFLECT) /* ... x[2] x[1] | x[0] x[1] ... x[n-1] | x[n-2] ... */
+        return q < 0 ? -q : q >= n ? 2 * (n - 1) - q : q;
+    return q < 0 ? 0 : q >= n ? n - 1 : q; /* replicate */
+}
+
+/* Visit every window position outside the global input with the offset (in elements of one
+ * (sample, channel) plane or channels-last row, see below) of itself and of its source; add
+ * (fold) or copy (fill) the values of all samples and channels. */
+static void pad_walk(const tsl_conv_args *a, const tsl_conv_window *w, float *win, int fold)
+{
+    int sp = a->spatial;
+    int64_t size[3] = {1, 1, 1}, lo[3] = {0, 0, 0}, n[3] = {1, 1, 1};
+    for (int d = 0; d < sp; d++) {
+        size[d] = w->window.size[d];
+        lo[d] = w->window.lo[d];
+        n[d] = w->global[d];
+    }
+    int64_t plane = size[0] * size[1] * size[2], channels = a->in_channels;
+    for (int64_t i = 0; i < size[0]; i++)
+        for (int64_t j = 0; j < size[1]; j++)
+            for (int64_t k = 0; k < size[2]; k++) {
+                int64_t q[3] = {lo[0] + i, lo[1] + j, lo[2] + k}, src[3];
+                int outside = 0;
+                for (int d = 0; d < 3; d++) {
+                    src[d] = d < sp ? pad_source(w->pad_mode, q[d], n[d]) : q[d];
+                    outside |= src[d] != q[d];
+                }
+                if (!outside)
+                    continue;
+                for (int d = 0; d < sp; d++)
+                    TSL_CODELET_CHECK(src[d] >= lo[d] && src[d] < lo[d] + size[d],
+                                      "conv window: a padded position's source is outside the "
+                                      "window (padding over half the kernel's span)");
+                int64_t at = (i * size[1] + j) * size[2] + k;
+                int64_t from =
+                    ((src[0] - lo[0]) * size[1] + (src[1] - lo[1])) * size[2] + (src[2] - lo[2]);
+                for (int64_t s = 0; s < a->samples; s++) {
+                    int64_t base = s * channels * plane;
+                    for (int64_t c = 0; c < channels; c++) {
+                        /* plain (N, C, spatial): c * plane + pos; channels-last: pos * C + c */
+                        int64_t to_i =
+                            base + (a->channels_last ? at * channels + c : c * plane + at);
+                        int64_t from_i =
+                            base + (a->channels_last ? from * channels + c : c * plane + from);
+                        if (fold)
+                            win[from_i] += win[to_i];
+                        else
+                            win[to_i] = win[from_i];
+                    }
+                }
+            }
+}
+
+void tsl_conv_window_fold(const tsl_conv_args *a, const tsl_conv_window *w, float *dwindow)
+{
+    if (w->pad_mode != TSL_PADDING_ZEROS)
+        pad_walk(a, w, dwindow, 1);
+}
+
 void tsl_conv_window_assemble(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
                               const float *const *slabs, float *window)
 {
@@ -109,6 +173,8 @@ void tsl_conv_window_assemble(const tsl_conv_args *a, const tsl_conv_window *w, 
     for (int k = 0; k < w->nslabs; k++)
         if (intersect(a->spatial, &w->slab[k], &w->window, &part))
             copy_part(a, &part, &w->slab[k], slabs[k], &w->window, window);
+    if (w->pad_mode != TSL_PADDING_ZEROS)
+        pad_walk(a, w, window, 0);
 }
 
 void tsl_conv_window_scatter(const tsl_conv_args *a, const tsl_conv_window *w, const float *dwindow,
@@ -332,6 +398,7 @@ void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window
         float *dwindow = grow(&tc->scratch, &tc->scratch_floats,
                               (size_t)(a->samples * a->in_channels * box_volume(sp, &w->window)));
         tsl_conv_backward_data_kernel(a, dy, wt, dwindow);
+        tsl_conv_window_fold(a, w, dwindow);
         tsl_conv_window_scatter(a, w, dwindow, dtile, dslabs);
         return;
     }
@@ -349,6 +416,7 @@ void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window
         float *dwindow = grow(&tc->scratch, &tc->scratch_floats,
                               (size_t)(a->samples * a->in_channels * box_volume(sp, &c.w.window)));
         tsl_conv_backward_data_kernel(&c.a, dyc, wt, dwindow);
+        tsl_conv_window_fold(&c.a, &c.w, dwindow);
         for (int k = -1; k < w->nslabs; k++) {
             const tsl_conv_box *box = k < 0 ? &w->tile : &w->slab[k];
             tsl_conv_box part;

@@ -17,8 +17,10 @@ typedef struct tsl_conv_args {
     int32_t has_bias;      /* forward: bias buffer; backward weights: db buffer */
     int32_t transposed;    /* 1: transposed convolution; weights (I, O / groups, k...) */
     int32_t channels_last; /* x, y, dx, dy tiles are channels-last (the struct is a cache key:
-                              four int32 keep it free of padding bytes) */
-    int64_t samples;       /* N of the tile */
+                              six int32 keep it free of padding bytes) */
+    int32_t pad_mode;      /* a tsl_padding_mode; other than zeros: every task on a window */
+    int32_t unused;
+    int64_t samples; /* N of the tile */
     int64_t in_channels, out_channels, groups;
     int64_t in_size[3], out_size[3], kernel[3];
     int64_t stride[3], padding[3], dilation[3]; /* dilation 1 = dense */
@@ -58,7 +60,7 @@ typedef struct tsl_conv_box {
 
 typedef struct tsl_conv_window {
     int32_t nslabs;
-    int32_t unused;      /* no padding bytes */
+    int32_t pad_mode;    /* a tsl_padding_mode: what the window holds outside `global` */
     int64_t global[3];   /* spatial size of the whole input */
     tsl_conv_box window; /* may start below 0 and end past `global`: zeros there */
     tsl_conv_box tile;
@@ -72,9 +74,14 @@ typedef struct tsl_conv_window {
  * Checks the boxes; aborts with a message if the tile and slabs leave part of the window
  * inside the global input uncovered, leave the global input, or overlap. */
 void tsl_conv_window_check(const tsl_conv_args *a, const tsl_conv_window *w);
-/* Window (N, C, window) in the tile layout from the tile, the slabs and zeros. */
+/* Window (N, C, window) in the tile layout from the tile, the slabs and zeros (or, with
+ * w->pad_mode reflect or replicate, the window's own values inside the global input at the
+ * mirrored or nearest position, which the window must hold). */
 void tsl_conv_window_assemble(const tsl_conv_args *a, const tsl_conv_window *w, const float *tile,
                               const float *const *slabs, float *window);
+/* Adjoint of the reflect or replicate fill: each window position outside the global input
+ * adds its gradient into the position it was filled from, in place (nothing for zeros). */
+void tsl_conv_window_fold(const tsl_conv_args *a, const tsl_conv_window *w, float *dwindow);
 /* Adjoint of the assembly: the tile's part and each slab's part of a window gradient
  * (overwritten; positions outside the window get 0). */
 void tsl_conv_window_scatter(const tsl_conv_args *a, const tsl_conv_window *w, const float *dwindow,

@@ -58,9 +58,24 @@ tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w, const t
                          "%s: weights take %lld input channels per group, x has %lld channels in "
                          "%lld groups",
                          fn, (long long)w->dims[1], (long long)x->dims[1], (long long)p->groups);
+    if (p->padding_mode < 0 || p->padding_mode >= TSL_PADDING_MODE_COUNT)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: padding mode %d (want zeros 0, reflect 1 or replicate 2)", fn,
+                         (int)p->padding_mode);
     tsl_shape out = *x;
     out.dims[1] = w->dims[0];
     for (int d = 0; d < sp; d++) {
+        int64_t reach = p->dilation[d] * (w->dims[2 + d] - 1);
+        if (p->padding_mode != TSL_PADDING_ZEROS && p->padding[d] > 0 &&
+            (2 * p->padding[d] > reach ||
+             (p->padding_mode == TSL_PADDING_REFLECT && p->padding[d] >= x->dims[2 + d])))
+            return tsl_error(
+                NULL, TSL_ERR_SHAPE,
+                "%s: %s padding %lld along dimension %d needs 2 x padding <= "
+                "dilation x (kernel - 1) = %lld%s",
+                fn, p->padding_mode == TSL_PADDING_REFLECT ? "reflect" : "replicate",
+                (long long)p->padding[d], d, (long long)reach,
+                p->padding_mode == TSL_PADDING_REFLECT ? " and padding below the input size" : "");
         if (p->stride[d] < 1 || p->dilation[d] < 1 || p->padding[d] < 0)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "%s: stride %lld, dilation %lld and padding %lld of dimension %d "
@@ -93,6 +108,11 @@ tsl_status tsl_conv_transpose_output_shape(const tsl_shape *x, const tsl_shape *
                          "%s: weights (%lld, ...) must take the %lld input channels, in %lld "
                          "groups that divide them",
                          fn, (long long)w->dims[0], (long long)x->dims[1], (long long)p->groups);
+    if (p->padding_mode != TSL_PADDING_ZEROS)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: padding mode %d: transposed convolutions pad with zeros only (as "
+                         "PyTorch's)",
+                         fn, (int)p->padding_mode);
     tsl_shape out = *x;
     out.dims[1] = w->dims[1] * p->groups;
     for (int d = 0; d < sp; d++) {

@@ -38,6 +38,7 @@ enum key {
     K_H,
     K_P,
     K_STAGE,
+    K_PADDING_MODE,
     KEY_COUNT
 };
 

@@ -28,11 +28,12 @@ const char *const json_key_names[KEY_COUNT] = {"name",
                                                "stop",
                                                "h",
                                                "p",
-                                               "stage"};
+                                               "stage",
+                                               "padding_mode"};
 
 const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_INPUT] = {"input", BIT(K_NAME) | BIT(K_OP) | BIT(K_SHAPE), 0, 0, 0, 0},
-    [L_CONV] = {"conv", CONV_KEYS, 1, 1, 1, 1},
+    [L_CONV] = {"conv", CONV_KEYS | BIT(K_PADDING_MODE), 1, 1, 1, 1},
     [L_CONV_TRANSPOSE] = {"conv_transpose", CONV_KEYS | BIT(K_OUTPUT_PADDING), 1, 1, 1, 1},
     [L_BATCHNORM] = {"batchnorm", COMMON_KEYS | BIT(K_EPS) | BIT(K_MOMENTUM), 1, 1, 1, 0},
     [L_ACTIVATION] = {"activation", COMMON_KEYS, 0, 1, 1, 0},

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 _OPS = {
     "input": {"shape": "none"},
     "conv": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1,
-             "bias": True},
+             "bias": True, "padding_mode": "zeros"},
     "conv_transpose": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1,
                        "groups": 1, "bias": True, "output_padding": 0},
     "batchnorm": {"eps": 1e-5, "momentum": 0.1},
@@ -234,7 +234,12 @@ class TesselNet(nn.Module):
             d = _per_dim(a["dilation"], nd, where, "dilation")
             cin, cout = x[0], out_channels()
             if op == "conv":
-                m = conv_cls[nd][0](cin, cout, k, s, p, d, a["groups"], a["bias"])
+                mode = a["padding_mode"]
+                if mode not in ("zeros", "reflect", "replicate"):
+                    raise ModelFileError(f"{where}: 'padding_mode' must be \"zeros\", "
+                                         f"\"reflect\" or \"replicate\"")
+                m = conv_cls[nd][0](cin, cout, k, s, p, d, a["groups"], a["bias"],
+                                    padding_mode=mode)
                 sp = tuple((x[i + 1] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1
                            for i in range(nd))
             else:

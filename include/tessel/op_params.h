@@ -31,11 +31,28 @@ typedef enum tsl_activation {
 /** Number of activation kinds. */
 #define TSL_ACTIVATION_COUNT 6
 
+/** What a convolution's padding holds (PyTorch's padding_mode). */
+typedef enum tsl_padding_mode {
+    TSL_PADDING_ZEROS = 0,     /**< `zeros`: zeros (the default) */
+    TSL_PADDING_REFLECT = 1,   /**< `reflect`: the input mirrored at its edge, the edge not
+                                    repeated (x[-i] = x[i]) */
+    TSL_PADDING_REPLICATE = 2, /**< `replicate`: the edge value repeated (x[-i] = x[0]) */
+} tsl_padding_mode;
+
+/** Number of padding modes. */
+#define TSL_PADDING_MODE_COUNT 3
+
 /** Convolution settings, as PyTorch's nn.Conv1d/2d/3d. */
 typedef struct tsl_conv_params {
-    int32_t spatial;     /**< 1, 2 or 3 spatial dimensions */
+    int32_t spatial; /**< 1, 2 or 3 spatial dimensions */
+    /** a ::tsl_padding_mode (default zeros). Reflect and replicate padding: convolutions only
+     *  (not transposed), padding at most half the kernel's span (2 padding <=
+     *  dilation (k - 1), as a "same" convolution has), and for reflect below the input size;
+     *  any spatial tiling (the halo windows fill it, their gradient folds back). Their tasks
+     *  run on the window path, on CPU workers (as spatially tiled convolutions' do) */
+    int32_t padding_mode;
     int64_t stride[3];   /**< >= 1 per spatial dimension */
-    int64_t padding[3];  /**< zeros added on both sides, >= 0 */
+    int64_t padding[3];  /**< added on both sides (zeros, or as padding_mode says), >= 0 */
     int64_t dilation[3]; /**< >= 1 (1 = dense) */
     int64_t groups;      /**< >= 1, dividing the input and output channels */
     /** transposed convolutions only: extra output size on one side, below the stride or the

@@ -81,6 +81,10 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
     args->in_channels = xs->dims[1];
     args->out_channels = want.dims[1];
     args->groups = p->groups;
+    args->pad_mode = p->padding_mode;
+    if (p->padding_mode != TSL_PADDING_ZEROS && transposed)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG,
+                         "%s: transposed convolutions pad with zeros only", fn);
     for (int d = 0; d < p->spatial; d++) {
         args->in_size[d] = x->shape.dims[2 + d];
         args->out_size[d] = want.dims[2 + d];
@@ -176,9 +180,12 @@ static double conv_tile_args(int64_t tile, void *args, void *user)
     return conv_flops(&t->conv);
 }
 
-/* Whether x is cut along a spatial dimension (then every task runs on a window). */
-static int spatially_tiled(tsl_tensor_t x)
+/* Whether every task runs on a window: x is cut along a spatial dimension, or the padding
+ * is not zeros (the window holds it). */
+static int spatially_tiled(const tsl_conv_args *a, tsl_tensor_t x)
 {
+    if (a->pad_mode != TSL_PADDING_ZEROS)
+        return 1;
     for (int d = 2; d < x->shape.ndim; d++)
         if (x->grid.splits[d] > 1)
             return 1;
@@ -205,6 +212,7 @@ static tsl_status window_args_of(const tsl_conv_args *a, tsl_tensor_t x, int64_t
     t->conv.samples = ye[0];
     tsl_conv_window *w = &t->window;
     tsl_halo_window_reset(w);
+    w->pad_mode = a->pad_mode;
     for (int d = 0; d < a->spatial; d++) {
         int64_t s = a->stride[d], p = a->padding[d], reach = (a->kernel[d] - 1) * a->dilation[d];
         int64_t olo = ys[2 + d], ohi = olo + ye[2 + d], lo, hi, pad = 0;
@@ -551,7 +559,7 @@ static tsl_status channel_pass(const tsl_conv_args *a, tsl_tensor_t w, tsl_tenso
     c.w_in_offset = a->w_in_offset + xs0[1];
     c.out_channels = ye[1];
     c.accumulate = 0;
-    if (spatially_tiled(x))
+    if (spatially_tiled(&c, x))
         return window_args_of(&c, x, xt, y, yt, t, src);
     *t = task_args(&c, ye[0]);
     return TSL_OK;
@@ -572,7 +580,7 @@ static tsl_status channel_windows(const tsl_conv_args *a, int32_t n, const tsl_t
     for (int64_t i = 0; i < y->ntiles && !st; i++) {
         int32_t c[TSL_MAX_DIMS];
         coords_of(y, i, c);
-        for (int32_t p = 0; p < n && !st && spatially_tiled(xs[p]); p++)
+        for (int32_t p = 0; p < n && !st && spatially_tiled(&a[p], xs[p]); p++)
             for (int32_t k = 0; k < xs[p]->grid.splits[1] && !st; k++) {
                 c[1] = k;
                 tsl_conv_task_args t;
@@ -702,7 +710,7 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
 {
     struct tsl_context *ctx = dx->ctx;
     int32_t ky = dy->grid.splits[1], kx = dx->grid.splits[1];
-    int windowed = spatially_tiled(dx);
+    int windowed = spatially_tiled(a, dx);
     if (ky > CHANNEL_TILES_MAX)
         return tsl_error(ctx, TSL_ERR_SHAPE, "convolution backward: %d channel tiles (at most %d)",
                          (int)ky, CHANNEL_TILES_MAX);
@@ -801,7 +809,7 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, int32_t n,
                 a[k].w_in_channels = w->shape.dims[1];
         return forward_channels(a, n, xs, w, b, y);
     }
-    int windowed = !st && spatially_tiled(xs[0]);
+    int windowed = !st && spatially_tiled(&a[0], xs[0]);
     for (int32_t k = 0; windowed && k < n && !st; k++)
         st = check_windows(&a[k], xs[k], y);
     for (int32_t k = 0; k < n && !st; k++) {
@@ -837,7 +845,7 @@ static tsl_status part_partial(conv_grads *g, int32_t k, int64_t tile, starpu_da
     tsl_status st = TSL_OK;
     tsl_halo_keep *keep = g->keep ? &g->keep[k] : NULL;
     int kept = keep && keep->x == x && keep->ntiles == g->dy->ntiles;
-    if (!spatially_tiled(x)) {
+    if (!spatially_tiled(&g->args[k], x)) {
         a = task_args(&g->args[k], tile_samples(x, tile));
     } else if ((st = window_args(&g->args[k], x, g->dy, tile, &a, src))) {
         return st;
@@ -892,7 +900,7 @@ static tsl_status conv_partial(int64_t tile, starpu_data_handle_t dw_part,
 static tsl_status backward_data(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
                                 tsl_tensor_t dy, tsl_tensor_t dx)
 {
-    if (spatially_tiled(x))
+    if (spatially_tiled(a, x))
         return backward_data_windowed(a, x, w, dy, dx);
     tsl_status st = TSL_OK;
     for (int64_t i = 0; i < x->ntiles && !st; i++) {
@@ -966,7 +974,7 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, int32_t n,
     g.dy = dy;
     g.keep = keeps;
     for (int32_t k = 0; k < n && !st; k++)
-        if (spatially_tiled(xs[k]))
+        if (spatially_tiled(&g.args[k], xs[k]))
             st = check_windows(&g.args[k], xs[k], dy);
     if (st)
         return st;

@@ -10,7 +10,15 @@ import math
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
+
+try:  # onnx >= 1.13
+    _NP_TYPE = helper.tensor_dtype_to_np_dtype
+except AttributeError:  # Debian 12's onnx 1.12
+    from onnx import mapping
+
+    def _NP_TYPE(t):
+        return mapping.TENSOR_TYPE_TO_NP_TYPE[t]
 
 
 class UnsupportedOp(ValueError):
@@ -173,11 +181,13 @@ def _slice(x, starts, ends, axes, steps):
 
 
 def _pad(x, pads, value, mode):
+    r = x.ndim
+    widths = [(int(pads[i]), int(pads[r + i])) for i in range(r)]
+    if mode in ("reflect", "edge"):  # numpy's modes of the same names: x[-i] = x[i], x[0]
+        return np.pad(x, widths, mode=mode)
     if mode != "constant":
         raise UnsupportedOp(f"Pad: mode {mode}")
-    r = x.ndim
-    return np.pad(x, [(int(pads[i]), int(pads[r + i])) for i in range(r)],
-                  constant_values=0.0 if value is None else float(value))
+    return np.pad(x, widths, constant_values=0.0 if value is None else float(value))
 
 
 _ERF = np.vectorize(math.erf)
@@ -236,6 +246,13 @@ def _node(node, ins):
         return numpy_helper.to_array(a["value"]) if "value" in a else None
     if op == "Shape":
         return np.array(x.shape, dtype=np.int64)
+    if op == "ConstantOfShape":
+        value = numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
+        return np.full([int(v) for v in x], value.reshape(-1)[0], dtype=value.dtype)
+    if op == "Transpose":
+        return np.transpose(x, a.get("perm"))
+    if op == "Cast":
+        return x.astype(_NP_TYPE(a["to"]))
     if op == "Slice":
         return _slice(x, ins[1], ins[2], ins[3] if len(ins) > 3 else None,
                       ins[4] if len(ins) > 4 else None)

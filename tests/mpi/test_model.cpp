@@ -51,14 +51,17 @@ tsl_graph_t conv_relu_graph(const char *name, int32_t *act)
     return g;
 }
 
-// A gated segmentation network of a (C, H, W) input (ops the zoo lacks: the elementwise product
-// and difference, slices): a = conv(x) (4 channels), g = channels 1 to 4 of sigmoid(conv(x)) (6
-// channels), a g - a cut to rows [2, H) and columns [1, W - 1), through a 1x1 convolution to
+// A gated segmentation network of a (C, H, W) input (ops and settings the zoo lacks: the
+// elementwise product and difference, slices, reflect and replicate padding): a = conv(x) (4
+// channels, reflect padding), g = channels 1 to 4 of sigmoid(conv(x)) (6 channels, replicate
+// padding), a g - a cut to rows [2, H) and columns [1, W - 1), through a 1x1 convolution to
 // `classes` per position.
 tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
 {
     const int64_t k3[2] = {3, 3}, k1[2] = {1, 1};
-    tsl_conv_params cp = same_3x3(), one;
+    tsl_conv_params cp = same_3x3(), rp = same_3x3(), one;
+    cp.padding_mode = TSL_PADDING_REFLECT;
+    rp.padding_mode = TSL_PADDING_REPLICATE;
     tsl_conv_params_init(&one, 2);
     tsl_graph_t g = nullptr;
     int32_t x, a, b, v;
@@ -67,7 +70,7 @@ tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
     bool ok = tsl_graph_create(&g) == TSL_OK &&
               tsl_graph_input(g, (int32_t)sample.size(), sample.data(), &x) == TSL_OK &&
               tsl_graph_conv(g, "a", x, 4, k3, &cp, 0, 1, &a) == TSL_OK &&
-              tsl_graph_conv(g, "b", x, 6, k3, &cp, 0, 1, &b) == TSL_OK &&
+              tsl_graph_conv(g, "b", x, 6, k3, &rp, 0, 1, &b) == TSL_OK &&
               tsl_graph_activation(g, b, TSL_ACT_SIGMOID, 0, &b) == TSL_OK &&
               tsl_graph_slice(g, b, gate_lo, gate_hi, &b) == TSL_OK &&
               tsl_graph_mul(g, a, b, &v) == TSL_OK && tsl_graph_sub(g, v, a, &v) == TSL_OK &&

@@ -952,7 +952,8 @@ struct SpatialCase {
     std::vector<int32_t> splits;
     int64_t cout, k, stride, padding, dilation, groups;
     tsl_layout layout;
-    int transposed; // then output padding = stride - 1
+    int transposed;   // then output padding = stride - 1
+    int32_t mode = 0; // a tsl_padding_mode
 };
 
 // y, dx, dw and db of a convolution on tensors cut by `splits`, gathered on rank 0.
@@ -970,6 +971,7 @@ static std::vector<std::vector<float>> conv_results(const SpatialCase &c,
         p.dilation[d] = c.dilation;
     }
     p.groups = c.groups;
+    p.padding_mode = c.mode;
     if (c.transposed)
         for (int d = 0; d < sp; d++)
             p.output_padding[d] = c.stride - 1;
@@ -1072,6 +1074,141 @@ TEST(Convolution, SpatialTilesMatchOneTile)
             EXPECT_LT(summed_diff(got[3], ref[3]), 1e-5) << "db";
         }
     }
+}
+
+// Position q of a padded input of size n, mapped into [0, n) as PyTorch's padding modes do.
+static int64_t padded_source(int32_t mode, int64_t q, int64_t n)
+{
+    if (mode == TSL_PADDING_REFLECT)
+        return q < 0 ? -q : q >= n ? 2 * (n - 1) - q : q;
+    return q < 0 ? 0 : q >= n ? n - 1 : q;
+}
+
+// y, dx, dw and db of case c (one group, not transposed, reflect or replicate padding) by
+// direct loops in double over the inputs conv_results fills (the same seeds, gathered from one
+// tile): every kernel tap reads the padded input at its mapped position, and the data gradient
+// adds each tap's term into that position.
+static std::vector<std::vector<float>> padded_reference(const SpatialCase &c)
+{
+    int sp = (int)c.xdims.size() - 2;
+    std::vector<int64_t> wd = {c.cout, c.xdims[1]};
+    for (int d = 0; d < sp; d++)
+        wd.push_back(c.k);
+    tsl_owner_map root = tsl_owner_single(0);
+    int64_t n = c.xdims[0], ci = c.xdims[1], co = c.cout;
+    int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, kk[3] = {1, 1, 1};
+    for (int d = 0; d < sp; d++) {
+        in[d] = c.xdims[2 + d];
+        out[d] = (in[d] + 2 * c.padding - c.dilation * (c.k - 1) - 1) / c.stride + 1;
+        kk[d] = c.k;
+    }
+    std::vector<int64_t> yd = {n, co};
+    for (int d = 0; d < sp; d++)
+        yd.push_back(out[d]);
+    tsl_tensor_t x = make_tensor(TSL_F32, c.xdims, {}, root),
+                 w = make_tensor(TSL_F32, wd, {}, root);
+    tsl_tensor_t b = make_tensor(TSL_F32, {co}, {}, root), dy = make_tensor(TSL_F32, yd, {}, root);
+    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 100, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 101, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 102, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 103, -1, 1), TSL_OK);
+    std::vector<std::vector<float>> v = gather_all({x, w, b, dy});
+    for (tsl_tensor_t t : {x, w, b, dy})
+        tsl_tensor_destroy(t);
+    const std::vector<float> &xv = v[0], &wv = v[1], &bv = v[2], &dyv = v[3];
+    int64_t ns = in[0] * in[1] * in[2], os = out[0] * out[1] * out[2], ks = kk[0] * kk[1] * kk[2];
+    std::vector<double> y((size_t)(n * co * os)), dx((size_t)(n * ci * ns)),
+        dw((size_t)(co * ci * ks)), db((size_t)co);
+    if (rank != 0)
+        return {};
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t p = 0; p < os; p++) {
+                int64_t op[3] = {p / (out[1] * out[2]), p / out[2] % out[1], p % out[2]};
+                size_t yi = (size_t)((s * co + o) * os + p);
+                double acc = bv[(size_t)o], g = dyv[yi];
+                db[(size_t)o] += g;
+                for (int64_t i = 0; i < ci; i++)
+                    for (int64_t t = 0; t < ks; t++) {
+                        int64_t tp[3] = {t / (kk[1] * kk[2]), t / kk[2] % kk[1], t % kk[2]}, at = 0;
+                        for (int d = 0; d < 3; d++) {
+                            int64_t q =
+                                d < sp ? op[d] * c.stride - c.padding + tp[d] * c.dilation : 0;
+                            at = at * in[d] + (d < sp ? padded_source(c.mode, q, in[d]) : 0);
+                        }
+                        size_t xi = (size_t)((s * ci + i) * ns + at),
+                               wi = (size_t)((o * ci + i) * ks + t);
+                        acc += (double)wv[wi] * xv[xi];
+                        dx[xi] += (double)wv[wi] * g;
+                        dw[wi] += g * xv[xi];
+                    }
+                y[yi] = acc;
+            }
+    std::vector<std::vector<float>> r;
+    for (const std::vector<double> *a : {&y, &dx, &dw, &db})
+        r.emplace_back(a->begin(), a->end());
+    return r;
+}
+
+// Reflect and replicate padding (PyTorch's padding_mode) on one tile and on spatial tiles
+// equal direct loops over the mapped positions: 1-D to 3-D, kernels 3 and 5, stride 1 and 2,
+// dilation 2, padding 1 and 2, both layouts, tiles as thin as the padding (a window fills
+// its padding from a neighbour's halo), tiles dealt in blocks and outputs in reverse.
+TEST(Convolution, ReflectAndReplicatePaddingMatchDirectLoops)
+{
+    const tsl_layout P = TSL_LAYOUT_PLAIN, CL = TSL_LAYOUT_CHANNELS_LAST;
+    std::vector<SpatialCase> cases;
+    for (int32_t mode : {TSL_PADDING_REFLECT, TSL_PADDING_REPLICATE}) {
+        cases.push_back({{2, 3, 23}, {1, 1, 3}, 4, 3, 1, 1, 1, 1, P, 0, mode});
+        cases.push_back({{2, 3, 10}, {1, 1, 5}, 2, 5, 1, 2, 1, 1, CL, 0, mode});
+        cases.push_back({{2, 3, 24}, {2, 1, 4}, 4, 3, 2, 2, 2, 1, P, 0, mode});
+        cases.push_back({{3, 2, 13, 11}, {1, 1, 2, 3}, 5, 3, 1, 1, 1, 1, P, 0, mode});
+        cases.push_back({{2, 2, 14, 12}, {2, 1, 2, 2}, 3, 5, 2, 2, 1, 1, CL, 0, mode});
+        cases.push_back({{1, 2, 9, 8, 7}, {1, 1, 2, 2, 2}, 3, 3, 1, 1, 1, 1, P, 0, mode});
+    }
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  root = tsl_owner_single(0);
+    for (size_t n = 0; n < cases.size(); n++) {
+        const SpatialCase &c = cases[n];
+        SCOPED_TRACE("case " + std::to_string(n) +
+                     (c.mode == TSL_PADDING_REFLECT ? " reflect" : " replicate"));
+        std::vector<std::vector<float>> ref = padded_reference(c);
+        std::vector<std::vector<float>> one = conv_results(c, {}, root, root);
+        std::vector<std::vector<float>> got = conv_results(c, c.splits, block, rev);
+        if (rank != 0)
+            continue;
+        for (const auto *r : {&one, &got}) {
+            const char *what = r == &one ? "one tile" : "tiles";
+            EXPECT_LT(max_rel_diff((*r)[0], ref[0]), 1e-5) << "y, " << what;
+            EXPECT_LT(max_rel_diff((*r)[1], ref[1]), 1e-5) << "dx, " << what;
+            EXPECT_LT(max_norm_rel_diff((*r)[2], ref[2]), 1e-5) << "dw, " << what;
+            EXPECT_LT(max_norm_rel_diff((*r)[3], ref[3]), 1e-5) << "db, " << what;
+        }
+    }
+    // Zeros padding differs (the mode is used), and settings the halo windows cannot fill are
+    // refused before any task.
+    SpatialCase z = cases[0];
+    z.mode = TSL_PADDING_ZEROS;
+    std::vector<std::vector<float>> zeros = conv_results(z, {}, root, root);
+    std::vector<std::vector<float>> reflect = padded_reference(cases[0]);
+    if (rank == 0)
+        EXPECT_GT(max_rel_diff(zeros[0], reflect[0]), 1e-3);
+    tsl_conv_params p;
+    ASSERT_EQ(tsl_conv_params_init(&p, 1), TSL_OK);
+    tsl_shape xs, ws, ys;
+    const int64_t xd[3] = {1, 2, 12}, wd[3] = {2, 2, 3};
+    ASSERT_EQ(tsl_shape_make(&xs, 3, xd), TSL_OK);
+    ASSERT_EQ(tsl_shape_make(&ws, 3, wd), TSL_OK);
+    p.padding_mode = TSL_PADDING_REFLECT;
+    p.padding[0] = 2; // kernel 3 spans 2: at most 1
+    EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_last_error(), "2 x padding <= dilation x (kernel - 1)"), nullptr)
+        << tsl_last_error();
+    p.padding[0] = 1;
+    EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_OK);
+    EXPECT_EQ(tsl_conv_transpose_output_shape(&xs, &ws, &p, &ys), TSL_ERR_INVALID_ARG);
+    p.padding_mode = 7;
+    EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_ERR_INVALID_ARG);
 }
 
 // One convolution over concatenated inputs: the parts' channels, x's other dimensions, the

@@ -63,7 +63,8 @@ std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spat
         int n = p.spatial;
         if (p.spatial != q.spatial || !same_ints(p.stride, q.stride, n) ||
             !same_ints(p.padding, q.padding, n) || !same_ints(p.dilation, q.dilation, n) ||
-            p.groups != q.groups || a.transposed != b.transposed || a.bias != b.bias ||
+            p.groups != q.groups || p.padding_mode != q.padding_mode ||
+            a.transposed != b.transposed || a.bias != b.bias ||
             (a.transposed && !same_ints(p.output_padding, q.output_padding, n)))
             return "convolution settings";
         return "";
@@ -315,6 +316,7 @@ tsl_graph_t every_op_graph()
     tsl_conv_params_init(&cp, 2);
     cp.padding[0] = 1;
     cp.padding[1] = 2;
+    cp.padding_mode = TSL_PADDING_REPLICATE;
     int64_t k35[2] = {3, 5}, k3[2] = {3, 3}, k31[2] = {3, 1};
     st = st ? st : tsl_graph_conv(g, "stem", x, 8, k35, &cp, 0, 1, &v); // 8x16x16
     // Numbers that need all 17 digits to come back to the same bits.
@@ -330,6 +332,7 @@ tsl_graph_t every_op_graph()
     gp.padding[0] = gp.padding[1] = 2;
     gp.dilation[0] = gp.dilation[1] = 2;
     gp.groups = 4;
+    gp.padding_mode = TSL_PADDING_REFLECT;
     st = st ? st : tsl_graph_conv(g, "grouped", v, 16, k3, &gp, 0, 0, &v); // 16x8x8
     tsl_pool_params ap;
     tsl_pool_params_init(&ap, TSL_POOL_AVG, 2, 2);
@@ -381,6 +384,8 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     // Settings that differ per dimension are arrays; equal ones, one number.
     EXPECT_NE(text.find("\"kernel\": [3, 5], \"padding\": [1, 2]"), std::string::npos) << text;
     EXPECT_NE(text.find("\"output_padding\": [0, 1]"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"groups\": 4, \"padding_mode\": \"reflect\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"padding_mode\": \"replicate\""), std::string::npos) << text;
     EXPECT_NE(text.find("\"ceil_mode\": true, \"count_include_pad\": false"), std::string::npos)
         << text;
     EXPECT_NE(text.find("\"eps\": 0.0010000000000000002, \"momentum\": 0.25"), std::string::npos)
@@ -775,7 +780,20 @@ TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
         {"misspelt key", model(in + R"({"name": "c", "op": "conv", "out": 2, "kernal": 3})"),
          TSL_ERR_FORMAT,
          "layers[1] 'c' (conv): unknown key 'kernal' (a conv layer takes: name, op, inputs, out, "
-         "kernel, stride, padding, dilation, groups, bias, stage)"},
+         "kernel, stride, padding, dilation, groups, bias, stage, padding_mode)"},
+        {"unknown padding mode",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "padding": 1,
+         "padding_mode": "circular"})"),
+         TSL_ERR_FORMAT,
+         "layers[1] 'c' (conv): 'padding_mode' must be \"zeros\", \"reflect\" or \"replicate\""},
+        {"padding mode on a transposed convolution",
+         model(in + R"({"name": "t", "op": "conv_transpose", "out": 2, "kernel": 3,
+         "padding_mode": "reflect"})"),
+         TSL_ERR_FORMAT, "unknown key 'padding_mode'"},
+        {"reflect padding over half the kernel",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "padding": 2,
+         "padding_mode": "reflect"})"),
+         TSL_ERR_SHAPE, "2 x padding <= dilation x (kernel - 1)"},
         {"a key of another op", model(in + R"({"op": "relu", "kernel": 3})"), TSL_ERR_FORMAT,
          "layers[1] (relu): unknown key 'kernel' (a relu layer takes: name, op, inputs, stage)"},
         {"kernel of the wrong type", model(in + R"({"name": "c", "op": "conv", "out": 2,
