@@ -174,6 +174,17 @@ tsl_status tsl_tensor_make_replicas_on(struct tsl_tensor *t, int32_t first, int3
  * together with others of its owner (tsl_tensors_redistribute). */
 tsl_status tsl_tensor_sync_replicas(struct tsl_tensor *t);
 
+/* FNV-1a (64-bit) of n bytes, continuing from h (start from TSL_FNV1A_START): the digests
+ * ranks compare to agree that they read the same samples or submitted the same tasks. */
+#define TSL_FNV1A_START 0xcbf29ce484222325ULL
+static inline uint64_t tsl_fnv1a(uint64_t h, const void *bytes, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)bytes;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
 /* Whether tasks can read `t` whole: one tile, or replicas. */
 static inline int tsl_tensor_whole(const struct tsl_tensor *t)
 {

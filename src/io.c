@@ -235,14 +235,6 @@ static tsl_status check_read(struct tsl_context *ctx, tsl_tensor_t x, tsl_tensor
 }
 
 /* FNV-1a over bytes. */
-static uint64_t fnv1a(uint64_t h, const void *bytes, size_t n)
-{
-    const unsigned char *p = bytes;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
                                     const int64_t *indices)
 {
@@ -270,11 +262,11 @@ tsl_status tsl_read_samples_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dat
     else if (!(st = tsl_dataset_get_info(dataset, &info)))
         st = check_read(ctx, x, labels, &info, indices, count);
     /* Every rank must read the same samples: rank 0's digest of the batch is the reference. */
-    uint64_t digest = 0xcbf29ce484222325ULL, root_digest = 0;
+    uint64_t digest = TSL_FNV1A_START, root_digest = 0;
     if (!st) {
-        digest = fnv1a(digest, indices, (size_t)count * sizeof *indices);
-        digest = fnv1a(digest, &info.samples, sizeof info.samples);
-        digest = fnv1a(digest, info.sample_shape.dims, sizeof info.sample_shape.dims);
+        digest = tsl_fnv1a(digest, indices, (size_t)count * sizeof *indices);
+        digest = tsl_fnv1a(digest, &info.samples, sizeof info.samples);
+        digest = tsl_fnv1a(digest, info.sample_shape.dims, sizeof info.sample_shape.dims);
     }
     root_digest = digest;
     if (MPI_Bcast(&root_digest, 1, MPI_UINT64_T, 0, ctx->ctl_comm) != MPI_SUCCESS)

@@ -251,10 +251,7 @@ static void traced_task_done(void *arg)
 
 static uint32_t name_hash(const char *s)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (; s && *s; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
+    return (uint32_t)tsl_fnv1a(TSL_FNV1A_START, s ? s : "", s ? strlen(s) : 0);
 }
 
 int64_t tsl_trace_submitted(struct tsl_context *ctx, const struct starpu_data_descr *descrs, int n,
