@@ -35,6 +35,15 @@ static int intersect(int sp, const tsl_conv_box *a, const tsl_conv_box *b, tsl_c
     return 1;
 }
 
+/* Where slab k sits in the window: its box moved by its shift (circular padding). */
+static tsl_conv_box placed(const tsl_conv_window *w, int k)
+{
+    tsl_conv_box b = w->slab[k];
+    for (int d = 0; d < 3; d++)
+        b.lo[d] += w->slab_shift[k][d];
+    return b;
+}
+
 /* Copy (or add) `part` (a box inside both) from an (N, channels, from_box) array to an
  * (N, channels, to_box) one. */
 static void copy_box(const tsl_conv_args *a, int64_t channels, const tsl_conv_box *part,
@@ -77,23 +86,29 @@ void tsl_conv_window_check(const tsl_conv_args *a, const tsl_conv_window *w)
         TSL_CODELET_CHECK(w->window.size[d] == a->in_size[d],
                           "conv window: the arguments' input size must be the window's");
     const tsl_conv_box *parts[TSL_CONV_MAX_SLABS + 1];
+    tsl_conv_box at[TSL_CONV_MAX_SLABS + 1]; /* where each sits in the window */
     parts[0] = &w->tile;
-    for (int k = 0; k < w->nslabs; k++)
+    at[0] = w->tile;
+    for (int k = 0; k < w->nslabs; k++) {
         parts[k + 1] = &w->slab[k];
+        at[k + 1] = placed(w, k);
+    }
     int64_t covered = 0;
     for (int k = 0; k <= w->nslabs; k++) {
         tsl_conv_box inside, part, overlap;
         TSL_CODELET_CHECK(intersect(sp, parts[k], &global, &inside) &&
                               box_volume(sp, &inside) == box_volume(sp, parts[k]),
                           "conv window: a tile or slab box leaves the global input");
-        if (intersect(sp, parts[k], &w->window, &part))
+        if (intersect(sp, &at[k], &w->window, &part))
             covered += box_volume(sp, &part);
         for (int j = 0; j < k; j++)
-            TSL_CODELET_CHECK(!intersect(sp, parts[k], parts[j], &overlap),
+            TSL_CODELET_CHECK(!intersect(sp, &at[k], &at[j], &overlap),
                               "conv window: the tile and the slabs overlap");
     }
-    tsl_conv_box needed;
-    int64_t need = intersect(sp, &w->window, &global, &needed) ? box_volume(sp, &needed) : 0;
+    tsl_conv_box needed; /* circular padding: the whole window, else its part in the input */
+    int64_t need = w->pad_mode == TSL_PADDING_CIRCULAR           ? box_volume(sp, &w->window)
+                   : intersect(sp, &w->window, &global, &needed) ? box_volume(sp, &needed)
+                                                                 : 0;
     TSL_CODELET_CHECK(covered == need,
                       "conv window: halo slabs are missing for part of the window");
 }
@@ -157,7 +172,7 @@ static void pad_walk(const tsl_conv_args *a, const tsl_conv_window *w, float *wi
 
 void tsl_conv_window_fold(const tsl_conv_args *a, const tsl_conv_window *w, float *dwindow)
 {
-    if (w->pad_mode != TSL_PADDING_ZEROS)
+    if (w->pad_mode == TSL_PADDING_REFLECT || w->pad_mode == TSL_PADDING_REPLICATE)
         pad_walk(a, w, dwindow, 1);
 }
 
@@ -170,10 +185,12 @@ void tsl_conv_window_assemble(const tsl_conv_args *a, const tsl_conv_window *w, 
     tsl_conv_box part;
     if (intersect(a->spatial, &w->tile, &w->window, &part))
         copy_part(a, &part, &w->tile, tile, &w->window, window);
-    for (int k = 0; k < w->nslabs; k++)
-        if (intersect(a->spatial, &w->slab[k], &w->window, &part))
-            copy_part(a, &part, &w->slab[k], slabs[k], &w->window, window);
-    if (w->pad_mode != TSL_PADDING_ZEROS)
+    for (int k = 0; k < w->nslabs; k++) {
+        tsl_conv_box at = placed(w, k);
+        if (intersect(a->spatial, &at, &w->window, &part))
+            copy_part(a, &part, &at, slabs[k], &w->window, window);
+    }
+    if (w->pad_mode == TSL_PADDING_REFLECT || w->pad_mode == TSL_PADDING_REPLICATE)
         pad_walk(a, w, window, 0);
 }
 
@@ -183,12 +200,12 @@ void tsl_conv_window_scatter(const tsl_conv_args *a, const tsl_conv_window *w, c
     int64_t channels = a->in_channels;
     tsl_conv_box part;
     for (int k = -1; k < w->nslabs; k++) {
-        const tsl_conv_box *box = k < 0 ? &w->tile : &w->slab[k];
+        tsl_conv_box box = k < 0 ? w->tile : placed(w, k);
         float *out = k < 0 ? dtile : dslabs[k];
         memset(out, 0,
-               sizeof(float) * (size_t)(a->samples * channels * box_volume(a->spatial, box)));
-        if (intersect(a->spatial, box, &w->window, &part))
-            copy_part(a, &part, &w->window, dwindow, box, out);
+               sizeof(float) * (size_t)(a->samples * channels * box_volume(a->spatial, &box)));
+        if (intersect(a->spatial, &box, &w->window, &part))
+            copy_part(a, &part, &w->window, dwindow, &box, out);
     }
 }
 
@@ -418,10 +435,10 @@ void tsl_conv_window_backward_data(const tsl_conv_args *a, const tsl_conv_window
         tsl_conv_backward_data_kernel(&c.a, dyc, wt, dwindow);
         tsl_conv_window_fold(&c.a, &c.w, dwindow);
         for (int k = -1; k < w->nslabs; k++) {
-            const tsl_conv_box *box = k < 0 ? &w->tile : &w->slab[k];
+            tsl_conv_box box = k < 0 ? w->tile : placed(w, k);
             tsl_conv_box part;
-            if (intersect(sp, box, &c.w.window, &part))
-                copy_box(a, a->in_channels, &part, &c.w.window, dwindow, box,
+            if (intersect(sp, &box, &c.w.window, &part))
+                copy_box(a, a->in_channels, &part, &c.w.window, dwindow, &box,
                          k < 0 ? dtile : dslabs[k], 1);
         }
     }

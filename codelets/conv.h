@@ -65,6 +65,9 @@ typedef struct tsl_conv_window {
     tsl_conv_box window; /* may start below 0 and end past `global`: zeros there */
     tsl_conv_box tile;
     tsl_conv_box slab[TSL_CONV_MAX_SLABS];
+    /* circular padding: where slab k sits in the window is its box (global, inside the
+     * input) moved by slab_shift[k] (0 or +-global per dimension); 0 otherwise */
+    int64_t slab_shift[TSL_CONV_MAX_SLABS][3];
 } tsl_conv_window;
 
 /* The arguments of a convolution on a window: `a` with in_size = the window's size and

@@ -60,13 +60,20 @@ tsl_status tsl_conv_output_shape(const tsl_shape *x, const tsl_shape *w, const t
                          fn, (long long)w->dims[1], (long long)x->dims[1], (long long)p->groups);
     if (p->padding_mode < 0 || p->padding_mode >= TSL_PADDING_MODE_COUNT)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                         "%s: padding mode %d (want zeros 0, reflect 1 or replicate 2)", fn,
-                         (int)p->padding_mode);
+                         "%s: padding mode %d (want zeros 0, reflect 1, replicate 2 or "
+                         "circular 3)",
+                         fn, (int)p->padding_mode);
     tsl_shape out = *x;
     out.dims[1] = w->dims[0];
     for (int d = 0; d < sp; d++) {
         int64_t reach = p->dilation[d] * (w->dims[2 + d] - 1);
-        if (p->padding_mode != TSL_PADDING_ZEROS && p->padding[d] > 0 &&
+        if (p->padding_mode == TSL_PADDING_CIRCULAR && p->padding[d] > x->dims[2 + d])
+            return tsl_error(NULL, TSL_ERR_SHAPE,
+                             "%s: circular padding %lld along dimension %d wraps round the input "
+                             "of %lld more than once",
+                             fn, (long long)p->padding[d], d, (long long)x->dims[2 + d]);
+        if ((p->padding_mode == TSL_PADDING_REFLECT || p->padding_mode == TSL_PADDING_REPLICATE) &&
+            p->padding[d] > 0 &&
             (2 * p->padding[d] > reach ||
              (p->padding_mode == TSL_PADDING_REFLECT && p->padding[d] >= x->dims[2 + d])))
             return tsl_error(

@@ -235,9 +235,9 @@ class TesselNet(nn.Module):
             cin, cout = x[0], out_channels()
             if op == "conv":
                 mode = a["padding_mode"]
-                if mode not in ("zeros", "reflect", "replicate"):
+                if mode not in ("zeros", "reflect", "replicate", "circular"):
                     raise ModelFileError(f"{where}: 'padding_mode' must be \"zeros\", "
-                                         f"\"reflect\" or \"replicate\"")
+                                         f"\"reflect\", \"replicate\" or \"circular\"")
                 m = conv_cls[nd][0](cin, cout, k, s, p, d, a["groups"], a["bias"],
                                     padding_mode=mode)
                 sp = tuple((x[i + 1] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1
@@ -427,15 +427,41 @@ def _save(args):
     return 0
 
 
+def _explicit_circular(conv):
+    """A forward for ``conv`` (circular padding) that wraps its input by concatenating the
+    slices from the other end, then convolves unpadded: the same values, and an ONNX graph of
+    Slice and Concat with the right ends (Debian's torch exports circular padding's slices
+    one position short)."""
+    nd = conv.weight.dim() - 2
+    fn = (F.conv1d, F.conv2d, F.conv3d)[nd - 1]
+
+    def forward(x):
+        for d in range(nd):
+            p, axis = int(conv.padding[d]), 2 + d
+            if p:
+                n = x.shape[axis]
+                x = torch.cat([x.narrow(axis, n - p, p), x, x.narrow(axis, 0, p)], dim=axis)
+        return fn(x, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+    return forward
+
+
 def export_onnx(module, sample_shape, path, opset=13):
     """Write ``module`` (in eval mode) as an ONNX file: input "x" of shape (batch, *sample_shape)
     and output "logits", the batch size free. Batch norms fold into the convolutions before
     them where torch's exporter can."""
     module.eval()
     x = torch.zeros((2,) + tuple(sample_shape))
-    torch.onnx.export(module, x, path, input_names=["x"], output_names=["logits"],
-                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
-                      opset_version=opset)
+    circular = [m for m in module.modules()
+                if isinstance(m, torch.nn.modules.conv._ConvNd) and m.padding_mode == "circular"]
+    for m in circular:
+        m.forward = _explicit_circular(m)
+    try:
+        torch.onnx.export(module, x, path, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=opset)
+    finally:
+        for m in circular:
+            del m.forward
 
 
 def _export(args):

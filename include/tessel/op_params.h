@@ -37,19 +37,23 @@ typedef enum tsl_padding_mode {
     TSL_PADDING_REFLECT = 1,   /**< `reflect`: the input mirrored at its edge, the edge not
                                     repeated (x[-i] = x[i]) */
     TSL_PADDING_REPLICATE = 2, /**< `replicate`: the edge value repeated (x[-i] = x[0]) */
+    TSL_PADDING_CIRCULAR = 3,  /**< `circular`: the input wrapped round (x[-i] = x[n - i]), a
+                                    periodic domain */
 } tsl_padding_mode;
 
 /** Number of padding modes. */
-#define TSL_PADDING_MODE_COUNT 3
+#define TSL_PADDING_MODE_COUNT 4
 
 /** Convolution settings, as PyTorch's nn.Conv1d/2d/3d. */
 typedef struct tsl_conv_params {
     int32_t spatial; /**< 1, 2 or 3 spatial dimensions */
-    /** a ::tsl_padding_mode (default zeros). Reflect and replicate padding: convolutions only
-     *  (not transposed), padding at most half the kernel's span (2 padding <=
-     *  dilation (k - 1), as a "same" convolution has), and for reflect below the input size;
-     *  any spatial tiling (the halo windows fill it, their gradient folds back). Their tasks
-     *  run on the window path, on CPU workers (as spatially tiled convolutions' do) */
+    /** a ::tsl_padding_mode (default zeros). Other modes: convolutions only (not transposed);
+     *  reflect and replicate with padding at most half the kernel's span (2 padding <=
+     *  dilation (k - 1), as a "same" convolution has), reflect below the input size (the
+     *  halo windows fill it from their own values, their gradient folds back); circular with
+     *  padding at most the input size (the windows take halo slabs from the tiles at the
+     *  other end, whose gradients go back there). Any spatial tiling. Their tasks run on the
+     *  window path, on CPU workers (as spatially tiled convolutions' do) */
     int32_t padding_mode;
     int64_t stride[3];   /**< >= 1 per spatial dimension */
     int64_t padding[3];  /**< added on both sides (zeros, or as padding_mode says), >= 0 */

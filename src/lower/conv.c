@@ -240,6 +240,7 @@ static tsl_status window_args_of(const tsl_conv_args *a, tsl_tensor_t x, int64_t
         t->conv.padding[d] = pad;
     }
     return tsl_halo_slabs(x, xtile, a->spatial, &w->window, &w->tile, &w->nslabs, src, w->slab,
+                          a->pad_mode == TSL_PADDING_CIRCULAR ? w->slab_shift : NULL,
                           TSL_CONV_MAX_SLABS);
 }
 
@@ -295,9 +296,11 @@ static tsl_status submit_window_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tens
 
 /* The outputs of tile i (box `out`, global) whose inputs lie in the tile's own input box or
  * in the zero padding, so they need no halo slab: per dimension the run of outputs o with
- * [o s - p, o s - p + reach] inside the input tile once clipped to the input. 0 when empty
- * in some dimension. (Convolutions only: a transposed convolution's windows are not
- * monotone runs like these.) */
+ * [o s - p, o s - p + reach] inside the input tile once clipped to the input (reflect and
+ * replicate padding take their values from that clipped range, 2 p <= reach; circular
+ * padding's from the other end: outputs that read it are not interior). 0 when empty in
+ * some dimension. (Convolutions only: a transposed convolution's windows are not monotone
+ * runs like these.) */
 static int interior_box(const tsl_conv_args *a, const tsl_conv_window *w, const tsl_conv_box *out,
                         tsl_conv_box *in)
 {
@@ -307,6 +310,8 @@ static int interior_box(const tsl_conv_args *a, const tsl_conv_window *w, const 
         int64_t first = -1, last = -1;
         for (int64_t o = out->lo[d]; o < out->lo[d] + out->size[d]; o++) {
             int64_t lo = o * s - p, hi = lo + reach;
+            if (a->pad_mode == TSL_PADDING_CIRCULAR && (lo < 0 || hi > g - 1))
+                continue;
             lo = lo < 0 ? 0 : lo;
             hi = hi > g - 1 ? g - 1 : hi;
             if (lo > hi || (lo >= tlo && hi < thi)) {
@@ -349,12 +354,14 @@ static void part_args(const tsl_conv_args *a, const tsl_conv_task_args *whole,
     w->nslabs = 0;
     for (int32_t k = 0; k < whole->window.nslabs; k++) {
         int meets = 1;
-        for (int d = 0; d < a->spatial; d++) {
-            int64_t lo = whole->window.slab[k].lo[d], hi = lo + whole->window.slab[k].size[d];
+        for (int d = 0; d < a->spatial; d++) { /* where the slab sits in the window */
+            int64_t lo = whole->window.slab[k].lo[d] + whole->window.slab_shift[k][d],
+                    hi = lo + whole->window.slab[k].size[d];
             meets &= lo < w->window.lo[d] + w->window.size[d] && w->window.lo[d] < hi;
         }
         if (meets) {
             pick[w->nslabs] = k;
+            memcpy(w->slab_shift[w->nslabs], whole->window.slab_shift[k], sizeof w->slab_shift[k]);
             w->slab[w->nslabs++] = whole->window.slab[k];
         }
     }

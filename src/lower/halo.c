@@ -37,31 +37,52 @@ static void spatial_box(struct tsl_tensor *x, int64_t tile, int spatial, tsl_con
 
 tsl_status tsl_halo_slabs(struct tsl_tensor *x, int64_t tile, int spatial,
                           const tsl_conv_box *window, tsl_conv_box *own, int32_t *nslabs,
-                          int64_t *src_tile, tsl_conv_box *boxes, int32_t max)
+                          int64_t *src_tile, tsl_conv_box *boxes, int64_t (*shift)[3], int32_t max)
 {
     int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
     spatial_box(x, tile, spatial, own, start, extent);
-    tsl_conv_box global = {{0, 0, 0}, {1, 1, 1}}, need;
+    tsl_conv_box global = {{0, 0, 0}, {1, 1, 1}};
     for (int d = 0; d < spatial; d++)
         global.size[d] = x->shape.dims[2 + d];
     *nslabs = 0;
-    if (!box_meet(spatial, window, &global, &need))
-        return TSL_OK;
-    for (int64_t j = 0; j < x->ntiles; j++) {
-        if (j == tile)
+    /* Image m of the input (m = 0 .. 3^spatial - 1, digit d - 1 its move along dimension d;
+     * image 0 alone without wrapping): the window's part in it, moved back into the input. */
+    int32_t images = 1;
+    for (int d = 0; shift && d < spatial; d++)
+        images *= 3;
+    for (int32_t m = 0; m < images; m++) {
+        int64_t move[3] = {0, 0, 0};
+        int centre = 1;
+        for (int d = 0, code = m; shift && d < spatial; d++, code /= 3) {
+            int64_t k = (code + 1) % 3 - 1; /* m = 0 is the input itself */
+            move[d] = k * global.size[d];
+            centre &= k == 0;
+        }
+        tsl_conv_box image = global, need;
+        for (int d = 0; d < spatial; d++)
+            image.lo[d] += move[d];
+        if (!box_meet(spatial, window, &image, &need))
             continue;
-        int64_t s[TSL_MAX_DIMS], e[TSL_MAX_DIMS];
-        tsl_conv_box other, part;
-        spatial_box(x, j, spatial, &other, s, e);
-        if (s[0] != start[0] || s[1] != start[1] || !box_meet(spatial, &other, &need, &part))
-            continue; /* other samples or channels, or outside the window */
-        if (*nslabs == max)
-            return tsl_error(x->ctx, TSL_ERR_SHAPE,
-                             "halo exchange: the window of tile %lld reaches more than %d other "
-                             "tiles; use fewer, larger spatial tiles for this kernel",
-                             (long long)tile, (int)max);
-        src_tile[*nslabs] = j;
-        boxes[(*nslabs)++] = part;
+        for (int d = 0; d < spatial; d++)
+            need.lo[d] -= move[d];
+        for (int64_t j = 0; j < x->ntiles; j++) {
+            if (j == tile && centre)
+                continue;
+            int64_t s[TSL_MAX_DIMS], e[TSL_MAX_DIMS];
+            tsl_conv_box other, part;
+            spatial_box(x, j, spatial, &other, s, e);
+            if (s[0] != start[0] || s[1] != start[1] || !box_meet(spatial, &other, &need, &part))
+                continue; /* other samples or channels, or outside the window */
+            if (*nslabs == max)
+                return tsl_error(x->ctx, TSL_ERR_SHAPE,
+                                 "halo exchange: the window of tile %lld reaches more than %d "
+                                 "other tiles; use fewer, larger spatial tiles for this kernel",
+                                 (long long)tile, (int)max);
+            src_tile[*nslabs] = j;
+            for (int d = 0; shift && d < 3; d++)
+                shift[*nslabs][d] = move[d];
+            boxes[(*nslabs)++] = part;
+        }
     }
     return TSL_OK;
 }

@@ -13,10 +13,13 @@
 /* The halo of tile `tile` of x for `window` (spatial, global coordinates): the other tiles
  * of the same sample and channel range whose box meets window ∩ global input, and those
  * parts, in tile order. `own` gets the tile's own spatial box. More than `max` slabs is a
- * TSL_ERR_SHAPE error (tiles too small for the window). */
+ * TSL_ERR_SHAPE error (tiles too small for the window). With `shift` (circular padding), the
+ * window's parts outside the input too, wrapped round it: each image of the input (moved by
+ * -1, 0 or +1 times its size per dimension) that the window meets gives the parts of every
+ * tile in it (the own tile's as well, away from image 0), shift[k] the move of slab k. */
 tsl_status tsl_halo_slabs(struct tsl_tensor *x, int64_t tile, int spatial,
                           const tsl_conv_box *window, tsl_conv_box *own, int32_t *nslabs,
-                          int64_t *src_tile, tsl_conv_box *boxes, int32_t max);
+                          int64_t *src_tile, tsl_conv_box *boxes, int64_t (*shift)[3], int32_t max);
 
 /* Elements of a slab of `box` for tile `tile`'s samples and all channels. */
 int64_t tsl_halo_numel(struct tsl_tensor *x, int64_t tile, int spatial, const tsl_conv_box *box);

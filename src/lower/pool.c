@@ -102,7 +102,7 @@ static tsl_status window_args(const tsl_pool_args *a, int pooling, tsl_tensor_t 
         t->pool.out_origin[d] = bs[2 + d];
     }
     return tsl_halo_slabs(small, tile, a->spatial, &w->window, &w->tile, &w->nslabs, src, w->slab,
-                          TSL_CONV_MAX_SLABS);
+                          NULL, TSL_CONV_MAX_SLABS);
 }
 
 /* Spatial tiles. Forward (pooling and upsampling): per output tile, pack the halo of `small`

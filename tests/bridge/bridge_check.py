@@ -45,6 +45,8 @@ OPS_MODEL = {
          "padding_mode": "reflect"},
         {"name": "g1", "op": "conv", "out": 6, "kernel": 3, "padding": 1, "groups": 3,
          "bias": False, "padding_mode": "replicate"},
+        {"name": "w1", "op": "conv", "out": 6, "kernel": [3, 5], "padding": [1, 2],
+         "padding_mode": "circular"},
         {"name": "gelu", "op": "gelu"},
         {"op": "silu"},
         {"name": "ap", "op": "avgpool", "kernel": 3, "stride": 2, "padding": 1,

@@ -249,6 +249,11 @@ def _node(node, ins):
     if op == "ConstantOfShape":
         value = numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
         return np.full([int(v) for v in x], value.reshape(-1)[0], dtype=value.dtype)
+    if op == "Gather":
+        return np.take(x, ins[1].astype(np.int64), axis=a.get("axis", 0))
+    if op == "Unsqueeze":  # opset 13: the axes are an input
+        axes = [int(v) % (x.ndim + len(ins[1])) for v in ins[1]]
+        return np.expand_dims(x, tuple(sorted(axes)))
     if op == "Transpose":
         return np.transpose(x, a.get("perm"))
     if op == "Cast":

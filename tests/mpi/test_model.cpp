@@ -52,8 +52,8 @@ tsl_graph_t conv_relu_graph(const char *name, int32_t *act)
 }
 
 // A gated segmentation network of a (C, H, W) input (ops and settings the zoo lacks: the
-// elementwise product and difference, slices, reflect and replicate padding): a = conv(x) (4
-// channels, reflect padding), g = channels 1 to 4 of sigmoid(conv(x)) (6 channels, replicate
+// elementwise product and difference, slices, reflect and circular padding): a = conv(x) (4
+// channels, reflect padding), g = channels 1 to 4 of sigmoid(conv(x)) (6 channels, circular
 // padding), a g - a cut to rows [2, H) and columns [1, W - 1), through a 1x1 convolution to
 // `classes` per position.
 tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
@@ -61,7 +61,7 @@ tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
     const int64_t k3[2] = {3, 3}, k1[2] = {1, 1};
     tsl_conv_params cp = same_3x3(), rp = same_3x3(), one;
     cp.padding_mode = TSL_PADDING_REFLECT;
-    rp.padding_mode = TSL_PADDING_REPLICATE;
+    rp.padding_mode = TSL_PADDING_CIRCULAR;
     tsl_conv_params_init(&one, 2);
     tsl_graph_t g = nullptr;
     int32_t x, a, b, v;

@@ -1081,6 +1081,8 @@ static int64_t padded_source(int32_t mode, int64_t q, int64_t n)
 {
     if (mode == TSL_PADDING_REFLECT)
         return q < 0 ? -q : q >= n ? 2 * (n - 1) - q : q;
+    if (mode == TSL_PADDING_CIRCULAR)
+        return (q % n + n) % n;
     return q < 0 ? 0 : q >= n ? n - 1 : q;
 }
 
@@ -1150,15 +1152,16 @@ static std::vector<std::vector<float>> padded_reference(const SpatialCase &c)
     return r;
 }
 
-// Reflect and replicate padding (PyTorch's padding_mode) on one tile and on spatial tiles
-// equal direct loops over the mapped positions: 1-D to 3-D, kernels 3 and 5, stride 1 and 2,
-// dilation 2, padding 1 and 2, both layouts, tiles as thin as the padding (a window fills
-// its padding from a neighbour's halo), tiles dealt in blocks and outputs in reverse.
-TEST(Convolution, ReflectAndReplicatePaddingMatchDirectLoops)
+// Reflect, replicate and circular padding (PyTorch's padding_mode) on one tile and on spatial
+// tiles equal direct loops over the mapped positions: 1-D to 3-D, kernels 3 and 5, stride 1
+// and 2, dilation 2, padding 1 and 2, both layouts, tiles as thin as the padding (a window
+// fills its padding from a neighbour's halo; circular: from the tiles at the other end, or
+// the tile itself where it spans a dimension), tiles dealt in blocks and outputs in reverse.
+TEST(Convolution, ReflectReplicateAndCircularPaddingMatchDirectLoops)
 {
     const tsl_layout P = TSL_LAYOUT_PLAIN, CL = TSL_LAYOUT_CHANNELS_LAST;
     std::vector<SpatialCase> cases;
-    for (int32_t mode : {TSL_PADDING_REFLECT, TSL_PADDING_REPLICATE}) {
+    for (int32_t mode : {TSL_PADDING_REFLECT, TSL_PADDING_REPLICATE, TSL_PADDING_CIRCULAR}) {
         cases.push_back({{2, 3, 23}, {1, 1, 3}, 4, 3, 1, 1, 1, 1, P, 0, mode});
         cases.push_back({{2, 3, 10}, {1, 1, 5}, 2, 5, 1, 2, 1, 1, CL, 0, mode});
         cases.push_back({{2, 3, 24}, {2, 1, 4}, 4, 3, 2, 2, 2, 1, P, 0, mode});
@@ -1166,12 +1169,18 @@ TEST(Convolution, ReflectAndReplicatePaddingMatchDirectLoops)
         cases.push_back({{2, 2, 14, 12}, {2, 1, 2, 2}, 3, 5, 2, 2, 1, 1, CL, 0, mode});
         cases.push_back({{1, 2, 9, 8, 7}, {1, 1, 2, 2, 2}, 3, 3, 1, 1, 1, 1, P, 0, mode});
     }
+    // circular: padding over half the kernel's span; one tile along a dimension (it wraps onto
+    // itself) beside two (both neighbours the same tile); tiles of one position (a window
+    // wraps two tiles deep)
+    const int32_t C = TSL_PADDING_CIRCULAR;
+    cases.push_back({{2, 3, 11}, {1, 1, 2}, 3, 3, 1, 2, 1, 1, P, 0, C});
+    cases.push_back({{2, 2, 6, 9}, {1, 1, 1, 2}, 3, 5, 1, 2, 1, 1, CL, 0, C});
+    cases.push_back({{1, 2, 8}, {1, 1, 8}, 2, 5, 1, 2, 1, 1, P, 0, C});
     tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
                   root = tsl_owner_single(0);
     for (size_t n = 0; n < cases.size(); n++) {
         const SpatialCase &c = cases[n];
-        SCOPED_TRACE("case " + std::to_string(n) +
-                     (c.mode == TSL_PADDING_REFLECT ? " reflect" : " replicate"));
+        SCOPED_TRACE("case " + std::to_string(n) + " mode " + std::to_string(c.mode));
         std::vector<std::vector<float>> ref = padded_reference(c);
         std::vector<std::vector<float>> one = conv_results(c, {}, root, root);
         std::vector<std::vector<float>> got = conv_results(c, c.splits, block, rev);
@@ -1207,6 +1216,12 @@ TEST(Convolution, ReflectAndReplicatePaddingMatchDirectLoops)
     p.padding[0] = 1;
     EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_OK);
     EXPECT_EQ(tsl_conv_transpose_output_shape(&xs, &ws, &p, &ys), TSL_ERR_INVALID_ARG);
+    p.padding_mode = TSL_PADDING_CIRCULAR;
+    p.padding[0] = 13; // wraps round the 12 inputs more than once
+    EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_last_error(), "more than once"), nullptr) << tsl_last_error();
+    p.padding[0] = 2; // over half the kernel's span: circular padding may
+    EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_OK) << tsl_last_error();
     p.padding_mode = 7;
     EXPECT_EQ(tsl_conv_output_shape(&xs, &ws, &p, &ys), TSL_ERR_INVALID_ARG);
 }

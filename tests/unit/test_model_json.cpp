@@ -609,6 +609,37 @@ TEST_F(ModelJson, WrittenNamesDoNotCollide)
     tsl_graph_destroy(g);
 }
 
+// Every padding mode is written by its name and read back as itself.
+TEST(ModelJsonFormat, PaddingModesRoundTrip)
+{
+    const int64_t sample[3] = {2, 9, 8};
+    for (const char *mode : {"reflect", "replicate", "circular"}) {
+        SCOPED_TRACE(mode);
+        std::string text = model(
+            std::string(R"({"op": "input"},
+            {"name": "c", "op": "conv", "out": 4, "kernel": 3, "padding": 1, "padding_mode": ")") +
+            mode + R"("}, {"op": "flatten"}, {"name": "fc", "op": "linear", "out": "classes"})");
+        tsl_graph_t g = nullptr;
+        ASSERT_EQ(tsl_graph_parse_json(text.c_str(), 3, sample, 3, &g), TSL_OK) << tsl_last_error();
+        int32_t conv = 0;
+        while (conv < g->nops && g->ops[conv].kind != TSL_OP_CONV)
+            conv++;
+        ASSERT_LT(conv, g->nops);
+        EXPECT_EQ(g->ops[conv].conv.padding_mode,
+                  std::string(mode) == "reflect"     ? TSL_PADDING_REFLECT
+                  : std::string(mode) == "replicate" ? TSL_PADDING_REPLICATE
+                                                     : TSL_PADDING_CIRCULAR);
+        std::string back = print_json(g);
+        EXPECT_NE(back.find("\"padding_mode\": \"" + std::string(mode) + "\""), std::string::npos)
+            << back;
+        tsl_graph_t again = nullptr;
+        ASSERT_EQ(tsl_graph_parse_json(back.c_str(), 3, sample, 3, &again), TSL_OK);
+        EXPECT_EQ(graph_difference(g, again), "");
+        tsl_graph_destroy(again);
+        tsl_graph_destroy(g);
+    }
+}
+
 TEST_F(ModelJson, WriteIsAtomicAndChecksItsArguments)
 {
     tsl_graph_t g = every_op_graph();
@@ -783,9 +814,14 @@ TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
          "kernel, stride, padding, dilation, groups, bias, stage, padding_mode)"},
         {"unknown padding mode",
          model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "padding": 1,
-         "padding_mode": "circular"})"),
+         "padding_mode": "periodic"})"),
          TSL_ERR_FORMAT,
-         "layers[1] 'c' (conv): 'padding_mode' must be \"zeros\", \"reflect\" or \"replicate\""},
+         "layers[1] 'c' (conv): 'padding_mode' must be \"zeros\", \"reflect\", \"replicate\" or "
+         "\"circular\""},
+        {"circular padding round the input more than once",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "padding": 8,
+         "padding_mode": "circular"})"),
+         TSL_ERR_SHAPE, "wraps round the input of 7 more than once"},
         {"padding mode on a transposed convolution",
          model(in + R"({"name": "t", "op": "conv_transpose", "out": 2, "kernel": 3,
          "padding_mode": "reflect"})"),
