@@ -128,10 +128,11 @@ static void exact_reduce(const tiles *t, int32_t nranks, int64_t *sent)
 
 /* Halo slabs of a convolution (not transposed) from x's tiles to y's: each output tile's input
  * window meets other input tiles; those on other ranks send the slab forward, and the backward
- * sends the window gradient's slab back (when x takes a gradient). Under filters= (channel
- * tiles) the same geometry gives the channel tiles read across filter groups: every output tile
- * reads the whole of each input tile of its samples, and sends back its partial of the input
- * gradient. */
+ * sends the window gradient's slab back (when x takes a gradient). With circular padding the
+ * window also meets the tiles at the other end, moved round the input (the images of the input
+ * one size away, per dimension). Under filters= (channel tiles) the same geometry gives the
+ * channel tiles read across filter groups: every output tile reads the whole of each input tile
+ * of its samples, and sends back its partial of the input gradient. */
 static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, const tsl_shape *w,
                        int backward, int channels, int64_t *sent)
 {
@@ -155,20 +156,32 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
             from = s0 * per;
             to = from + per;
         }
-        for (int64_t j = from; j < to; j++) {
-            if ((!channels && j == i) || x->rank[j] == y->rank[i] || x->lo[j][0] != y->lo[i][0])
-                continue; /* (tile i itself: a value from another stage, counted there) */
-            int64_t vol = x->ext[j][0] * x->ext[j][1];
-            for (int d = 0; d < sp && vol; d++) {
-                int64_t lo = x->lo[j][2 + d] > wlo[d] ? x->lo[j][2 + d] : wlo[d];
-                int64_t hi = x->lo[j][2 + d] + x->ext[j][2 + d] < whi[d]
-                                 ? x->lo[j][2 + d] + x->ext[j][2 + d]
-                                 : whi[d];
-                vol = hi > lo ? vol * (hi - lo) : 0;
+        int64_t global[3] = {0, 0, 0}; /* the input's spatial size: its tiles' reach */
+        for (int64_t j = 0; j < x->n; j++)
+            for (int d = 0; d < sp; d++)
+                if (x->lo[j][2 + d] + x->ext[j][2 + d] > global[d])
+                    global[d] = x->lo[j][2 + d] + x->ext[j][2 + d];
+        int32_t images = 1;
+        for (int d = 0; c->padding_mode == TSL_PADDING_CIRCULAR && d < sp; d++)
+            images *= 3;
+        for (int32_t m = 0; m < images; m++) {
+            int64_t move[3] = {0, 0, 0};
+            for (int d = 0, code = m; images > 1 && d < sp; d++, code /= 3)
+                move[d] = ((code + 1) % 3 - 1) * global[d];
+            for (int64_t j = from; j < to; j++) {
+                if ((!channels && j == i && m == 0) || x->rank[j] == y->rank[i] ||
+                    x->lo[j][0] != y->lo[i][0])
+                    continue; /* (tile i itself: a value from another stage, counted there) */
+                int64_t vol = x->ext[j][0] * x->ext[j][1];
+                for (int d = 0; d < sp && vol; d++) {
+                    int64_t jlo = x->lo[j][2 + d] + move[d], jhi = jlo + x->ext[j][2 + d];
+                    int64_t lo = jlo > wlo[d] ? jlo : wlo[d], hi = jhi < whi[d] ? jhi : whi[d];
+                    vol = hi > lo ? vol * (hi - lo) : 0;
+                }
+                sent[x->rank[j]] += 4 * vol;
+                if (backward)
+                    sent[y->rank[i]] += 4 * vol;
             }
-            sent[x->rank[j]] += 4 * vol;
-            if (backward)
-                sent[y->rank[i]] += 4 * vol;
         }
     }
 }

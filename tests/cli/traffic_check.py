@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tessel plan's traffic estimate against what StarPU-MPI counts: for plans of every kind (data,
 spatial, mixed, pipeline stages with micro-batches, buckets off, a default plan that leaves a rank
-idle, filters), the bytes `tessel plan` says each rank sends per training step equal, within 5 % (and
+idle, filters, spatial tiles of circular convolutions), the bytes `tessel plan` says each rank sends per training step equal, within 5 % (and
 8 KiB), the bytes `tessel train --comm-stats` measures on the same model, data, batch and plan
 (the metrics file's per-rank sent_bytes_per_step). At 1 rank the estimate is 0 and so is the
 measurement.
@@ -19,6 +19,20 @@ launcher = sys.argv[4:]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 
+# A segmentation network of circular (periodic) convolutions: at an edge of the input a tile's
+# window takes halo slabs from the tiles at the other end too.
+PERIODIC = os.path.join(work, "periodic.json")
+with open(PERIODIC, "w") as f:
+    json.dump({"format": "tessel-model", "version": 1, "layers": [
+        {"op": "input"},
+        {"name": "c1", "op": "conv", "out": 8, "kernel": 3, "padding": 1,
+         "padding_mode": "circular"},
+        {"op": "relu"},
+        {"name": "c2", "op": "conv", "out": 8, "kernel": 5, "padding": 2,
+         "padding_mode": "circular"},
+        {"op": "relu"},
+        {"name": "head", "op": "conv", "out": "classes", "kernel": 1}]}, f)
+
 # (model, data, batch, plan or None); each a few seconds at its rank count
 CASES = {
     1: [("unet2d", "synthetic:dims=2,size=32,samples=8", 2, None)],
@@ -28,13 +42,15 @@ CASES = {
         ("resnet", "synthetic:dims=2,size=16,samples=32,labels=sample", 8, "data=2,bucket=0"),
         ("fcn2d", "synthetic:dims=2,size=64,samples=8", 1, None),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2"),
-        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "filters=2")],
+        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "filters=2"),
+        (PERIODIC, "synthetic:dims=2,size=256,samples=8", 4, "space=2")],
     4: [("resnet", "synthetic:dims=2,size=16,samples=32,labels=sample", 8, "data=4"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "data=2,filters=2"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2,space=2"),
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 2, "data=2,space=2"),
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "stages=4,micro=2"),
-        ("cnn3d", "synthetic:dims=3,size=16,samples=8,labels=sample", 2, "space=2x2")],
+        ("cnn3d", "synthetic:dims=3,size=16,samples=8,labels=sample", 2, "space=2x2"),
+        (PERIODIC, "synthetic:dims=2,size=192,samples=8", 4, "space=2x2")],
 }
 
 
