@@ -198,16 +198,20 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
                 bytes[r] += 4 * numel;
             continue;
         }
-        if (sharded[i] == 2) { /* cut by filters: each tile on its owner, no whole copies */
-            int64_t row = numel / shape.dims[0];
-            for (int32_t k = 0; k < grids[i].splits[0] && !st; k++) {
-                int64_t start, extent;
-                int32_t coords[TSL_MAX_DIMS] = {k}, rank;
-                tsl_tile_extent(shape.dims[0], grids[i].splits[0], k, &start, &extent);
-                if (!(st = tsl_owner_map_rank(&owners[i], coords, shape.ndim, &grids[i], nranks,
-                                              &rank)))
-                    bytes[rank] += 4 * row * extent * copies;
-            }
+        if (sharded[i] >= 2) { /* cut by channels: each tile on its owner, no whole copies */
+            int32_t s1 = sharded[i] == 3 ? grids[i].splits[1] : 1;
+            int64_t per = numel / shape.dims[0] / (sharded[i] == 3 ? shape.dims[1] : 1);
+            for (int32_t k = 0; k < grids[i].splits[0] && !st; k++)
+                for (int32_t q = 0; q < s1 && !st; q++) {
+                    int64_t start, extent, s, e = 1;
+                    int32_t coords[TSL_MAX_DIMS] = {k, q}, rank;
+                    tsl_tile_extent(shape.dims[0], grids[i].splits[0], k, &start, &extent);
+                    if (sharded[i] == 3)
+                        tsl_tile_extent(shape.dims[1], s1, q, &s, &e);
+                    if (!(st = tsl_owner_map_rank(&owners[i], coords, shape.ndim, &grids[i], nranks,
+                                                  &rank)))
+                        bytes[rank] += 4 * per * extent * e * copies;
+                }
             continue;
         }
         int32_t first = owners[i].first_rank,
@@ -261,8 +265,8 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
 static int channel_cut(const tsl_plan *plan, tsl_graph_t g, int32_t v)
 {
     const tsl_shape *s = &g->values[v].shape;
-    return plan && plan->filters > 1 && v != g->output && s->ndim >= 2 &&
-           s->dims[0] % plan->filters == 0;
+    int32_t f = tsl_plan_channel_groups(plan);
+    return f > 1 && v != g->output && s->ndim >= 2 && s->dims[0] % f == 0;
 }
 
 /* Add (sign 1) or take away (-1) value v's activation-sized tile bytes, size[v * nranks + r],
@@ -414,10 +418,20 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 memo && s < memo->stages ? &memo->indices[(int64_t)o * memo->stages + s] : NULL,
                 isize + (int64_t)o * nranks);
         const tsl_graph_op *op = &g->ops[o];
-        int64_t copies = op->kind == TSL_OP_CONV && tsl_plan_takes_channel_tiles(op)
-                             ? (plan ? plan->filters - 1 : 0)
-                         : !tsl_plan_takes_channel_tiles(op) ? (plan ? plan->filters : 0)
-                                                             : 0;
+        int32_t f = tsl_plan_channel_groups(plan);
+        if (tsl_plan_input_channel_cut(plan, g, o)) {
+            /* channels=: nothing kept from the forward; its backward receives the output
+             * gradient's F - 1 other channel tiles and makes F - 1 parts of each input
+             * gradient tile where it lives, alive while the parts are added */
+            for (int32_t r = 0; r < nranks; r++)
+                dxpart[(int64_t)o * nranks + r] +=
+                    (f - 1) * (size[(int64_t)op->output * nranks + r] +
+                               size[(int64_t)op->inputs[0] * nranks + r]);
+            continue;
+        }
+        int64_t copies = op->kind == TSL_OP_CONV && tsl_plan_takes_channel_tiles(op) ? f - 1
+                         : !tsl_plan_takes_channel_tiles(op)                         ? f
+                                                                                     : 0;
         for (int32_t k = 0; k < op->ninputs && !st && copies > 0; k++)
             if (channel_cut(plan, g, op->inputs[k]))
                 for (int32_t r = 0; r < nranks; r++) {
@@ -429,8 +443,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 }
         if (!st && plan && !tsl_plan_takes_channel_tiles(op) && channel_cut(plan, g, op->output))
             for (int32_t r = 0; r < nranks; r++) /* and its output made channel-whole first */
-                xcopy[(int64_t)o * nranks + r] +=
-                    plan->filters * size[(int64_t)op->output * nranks + r];
+                xcopy[(int64_t)o * nranks + r] += f * size[(int64_t)op->output * nranks + r];
     }
     /* The ranks each value's bytes are on (its producer's stage's), and each op's entries
      * (its stage's, its inputs' and its output's: the copies above). */

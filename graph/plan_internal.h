@@ -19,6 +19,20 @@ tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, 
                                   const tsl_shape *sample, int32_t first, int64_t elem,
                                   int64_t *bytes, int64_t *tiles);
 
+/* The rank groups along channels: filters= or channels= (they do not combine), 1 for neither
+ * or a NULL plan. Activations are cut alike under both. */
+static inline int32_t tsl_plan_channel_groups(const tsl_plan *plan)
+{
+    return !plan ? 1 : plan->filters > 1 ? plan->filters : plan->channels > 1 ? plan->channels : 1;
+}
+
+/* Whether op o is a convolution whose weights channels=K cuts along their input channels too
+ * (K x K tiles, or 1 x K when its output keeps whole channels: the model's output): one group,
+ * not transposed, input channels that K divides, its input neither the model's input nor a
+ * concatenation (whose parts the executor folds into the convolution). Tile (g, k) of the
+ * weight lives on the first rank of channel group k; sharded 3. */
+int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o);
+
 /* Whether the executor runs op o on channel tiles (filters= plans) as they are; the others get
  * their input and output moved to channel-whole tiles first (on filter group 0). */
 int tsl_plan_takes_channel_tiles(const tsl_graph_op *o);

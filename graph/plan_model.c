@@ -262,12 +262,14 @@ tsl_status tsl_plan_candidates(tsl_graph_t g, int32_t nranks, int32_t workers, i
             for (int32_t f = 1; f <= group / d; f++) {
                 if ((group / d) % f)
                     continue;
-                tsl_plan p;
-                tsl_plan_init(&p);
-                p.stages = s;
-                p.data = d;
-                p.filters = f;
-                spatial_splits(&p, input, 0, group / d / f, workers, batch, plans, cap, count);
+                for (int32_t by_inputs = 0; by_inputs < (f > 1 ? 2 : 1); by_inputs++) {
+                    tsl_plan p; /* filters=F, then channels=F */
+                    tsl_plan_init(&p);
+                    p.stages = s;
+                    p.data = d;
+                    *(by_inputs ? &p.channels : &p.filters) = f;
+                    spatial_splits(&p, input, 0, group / d / f, workers, batch, plans, cap, count);
+                }
             }
         }
     }

@@ -20,7 +20,7 @@ tsl_status tsl_plan_init(tsl_plan *plan)
     plan->shard = TSL_PLAN_SHARD_DEFAULT;
     plan->bucket = TSL_PLAN_BUCKET_DEFAULT;
     plan->space[0] = plan->space[1] = plan->space[2] = 1;
-    plan->layers = plan->levels = plan->filters = 1;
+    plan->layers = plan->levels = plan->filters = plan->channels = 1;
     plan->cf = plan->iters = 2;
     plan->biters = 1;
     plan->relax = TSL_RELAX_FCF;
@@ -53,10 +53,11 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
     tsl_plan p;
     tsl_plan_init(&p);
-    static const char *const keys[] = {
-        "data",   "space",  "stages", "micro", "tiles",  "shard", "balance", "bucket",  "recompute",
-        "layers", "levels", "cf",     "iters", "biters", "relax", "skip",    "filters", "infer"};
-    enum { NKEYS = 18 };
+    static const char *const keys[] = {"data",   "space",   "stages", "micro",     "tiles",
+                                       "shard",  "balance", "bucket", "recompute", "layers",
+                                       "levels", "cf",      "iters",  "biters",    "relax",
+                                       "skip",   "filters", "infer",  "channels"};
+    enum { NKEYS = 19 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -66,7 +67,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
                              "micro, balance, tiles, shard, bucket, recompute, layers, levels, "
-                             "cf, iters, biters, relax, skip, infer, filters)",
+                             "cf, iters, biters, relax, skip, infer, filters, channels)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -77,7 +78,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
                              "balance, tiles, shard, bucket, recompute, layers, levels, cf, "
-                             "iters, biters, relax, skip, infer, filters)",
+                             "iters, biters, relax, skip, infer, filters, channels)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -144,9 +145,10 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': %s='%.*s' is not an integer in [1, %ld]", text,
                                  keys[k], (int)vlen, v, PLAN_MAX_VALUE);
-            int32_t *slot[NKEYS] = {&p.data,  NULL,      &p.stages, &p.micro,  &p.tiles,   &p.shard,
-                                    NULL,     NULL,      NULL,      &p.layers, &p.levels,  &p.cf,
-                                    &p.iters, &p.biters, NULL,      NULL,      &p.filters, NULL};
+            int32_t *slot[NKEYS] = {&p.data,   NULL,       &p.stages, &p.micro,   &p.tiles,
+                                    &p.shard,  NULL,       NULL,      NULL,       &p.layers,
+                                    &p.levels, &p.cf,      &p.iters,  &p.biters,  NULL,
+                                    NULL,      &p.filters, NULL,      &p.channels};
             *slot[k] = (int32_t)value;
         }
         at += len;
@@ -161,7 +163,7 @@ int64_t tsl_plan_ranks(const tsl_plan *p)
 {
     if (!p)
         return 0;
-    return (int64_t)p->data * p->filters * p->space[0] * p->space[1] * p->space[2] *
+    return (int64_t)p->data * p->filters * p->channels * p->space[0] * p->space[1] * p->space[2] *
            tsl_plan_depth(p);
 }
 
@@ -183,6 +185,8 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
         PART("%sdata=%d", n ? "," : "", (int)p->data);
     if (p->filters != 1)
         PART("%sfilters=%d", n ? "," : "", (int)p->filters);
+    if (p->channels != 1)
+        PART("%schannels=%d", n ? "," : "", (int)p->channels);
     if (p->space_ndim > 0) {
         PART("%sspace=%d", n ? "," : "", (int)p->space[0]);
         for (int d = 1; d < p->space_ndim && d < 3; d++)
@@ -260,6 +264,12 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
     if (plan->filters > 1 && plan->layers > 1)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s': filters= does not combine with layers= (MGRIT) yet", text);
+    if (plan->channels > 1 && plan->layers > 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': channels= does not combine with layers= (MGRIT) yet", text);
+    if (plan->channels > 1 && plan->filters > 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': channels= and filters= both cut the channels; give one", text);
     if (plan->cf < 2)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s': cf=%d; the coarsening factor must be at least 2", text,

@@ -67,7 +67,7 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
     if (!plan && (plan = default_spatial_plan(input, nranks, workers, batch, &fill)))
         group = nranks; /* the default has one stage */
     int64_t micro = plan ? plan->micro : 1;
-    int32_t splits[3], filters = plan ? plan->filters : 1;
+    int32_t splits[3], filters = tsl_plan_channel_groups(plan);
     *grid = tsl_tile_grid_single();
     int spatial = wanted_splits(plan, input, splits);
     if ((!spatial && filters == 1) || sample->ndim <= first) {
@@ -140,12 +140,26 @@ int tsl_plan_takes_channel_tiles(const tsl_graph_op *o)
 
 int tsl_plan_filter_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o)
 {
-    if (!plan || plan->filters < 2 || o < 0 || o >= g->nops)
+    int32_t f = tsl_plan_channel_groups(plan);
+    if (f < 2 || o < 0 || o >= g->nops)
         return 0;
     const tsl_graph_op *op = &g->ops[o];
     const tsl_shape *out = &g->values[op->output].shape;
     return op->kind == TSL_OP_CONV && !op->transposed && op->conv.groups == 1 && out->ndim >= 2 &&
-           out->dims[0] % plan->filters == 0 && op->output != g->output;
+           out->dims[0] % f == 0 && op->output != g->output;
+}
+
+int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o)
+{
+    if (!plan || plan->channels < 2 || plan->filters > 1 || o < 0 || o >= g->nops)
+        return 0;
+    const tsl_graph_op *op = &g->ops[o];
+    if (op->kind != TSL_OP_CONV || op->transposed || op->conv.groups != 1 || op->ninputs < 1)
+        return 0;
+    int32_t v = op->inputs[0], producer = g->values[v].producer;
+    const tsl_shape *in = &g->values[v].shape;
+    return v != g->input && v != g->output && in->ndim >= 2 && in->dims[0] % plan->channels == 0 &&
+           !(producer >= 0 && g->ops[producer].kind == TSL_OP_CONCAT);
 }
 
 tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
@@ -180,6 +194,19 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
         grids[i] = tsl_tile_grid_single();
         owners[i] = on_stage(tsl_owner_single(0), stages, group, stage);
         int64_t numel = tsl_shape_numel(s);
+        if (tsl_plan_input_channel_cut(plan, g, op_of[i]) && g->ops[op_of[i]].params[0] == i) {
+            /* channels=K: the weight cut along its input channels (and its filters when the
+             * output is cut), tile (g, k) on the first rank of channel group k */
+            int32_t procs[TSL_MAX_DIMS] = {0};
+            for (int d = 0; d < TSL_MAX_DIMS; d++)
+                procs[d] = 1;
+            procs[1] = group / plan->data;
+            grids[i].splits[0] = tsl_plan_filter_cut(plan, g, op_of[i]) ? plan->channels : 1;
+            grids[i].splits[1] = plan->channels;
+            owners[i] = on_stage(tsl_owner_block(procs), stages, group, stage);
+            cut[i] = 3;
+            continue;
+        }
         if (tsl_plan_filter_cut(plan, g, op_of[i]) && g->ops[op_of[i]].nparams > 0 &&
             (g->ops[op_of[i]].params[0] == i ||
              (g->ops[op_of[i]].nparams > 1 && g->ops[op_of[i]].params[1] == i))) {
@@ -189,7 +216,7 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
             for (int d = 0; d < TSL_MAX_DIMS; d++)
                 procs[d] = 1;
             procs[0] = group / plan->data;
-            grids[i].splits[0] = plan->filters;
+            grids[i].splits[0] = tsl_plan_channel_groups(plan);
             owners[i] = on_stage(tsl_owner_block(procs), stages, group, stage);
             cut[i] = 2;
             continue;
@@ -203,16 +230,18 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
     }
     int32_t filter_cut = 0;
     for (int32_t i = 0; i < g->nparams; i++)
-        filter_cut += cut[i] == 2;
-    if (plan && plan->filters > 1 && !filter_cut) {
+        filter_cut += cut[i] >= 2;
+    if (tsl_plan_channel_groups(plan) > 1 && !filter_cut) {
         free(load);
         free(op_of);
         free(cut);
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                         "plan: filters=%d divides the output channels of none of the model's "
+                         "plan: %s=%d divides the %s channels of none of the model's "
                          "convolutions (one group, not transposed, not the model's output): the "
-                         "ranks outside filter group 0 would have nothing to do",
-                         (int)plan->filters);
+                         "ranks outside channel group 0 would have nothing to do",
+                         plan->filters > 1 ? "filters" : "channels",
+                         (int)tsl_plan_channel_groups(plan),
+                         plan->filters > 1 ? "output" : "input or output");
     }
     for (int32_t i = 0; i < g->nparams; i++) {
         if (sharded)

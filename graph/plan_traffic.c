@@ -186,6 +186,104 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
     }
 }
 
+/* Channel tiles of t: those of its first sample tile at spatial position 0. */
+static int64_t channel_tiles(const tiles *t)
+{
+    int64_t per = t->n / (t->samples > 0 ? t->samples : 1), c = 0;
+    for (int64_t i = 0; i < per; i++) {
+        int at0 = 1;
+        for (int d = 2; d < t->ndim; d++)
+            at0 &= t->lo[i][d] == 0;
+        c += at0;
+    }
+    return c > 0 ? c : 1;
+}
+
+/* A channels= convolution whose weights are cut along their input channels
+ * (tsl_plan_input_channel_cut): output tile (n, g, box) is the sum of one partial per input
+ * channel tile (n, k, box), each made where that input tile lives and added by a binomial tree
+ * rooted at the output tile's owner; the backward sends the output gradient's tile to every
+ * rank of another channel group that holds an input tile of its samples and box (the input
+ * gradient's parts are then made where they are summed). On spatial tiles each pass reads its
+ * input tile's window: the slabs from the same channel tile's neighbours, once for the
+ * forward pass and once for the weight-gradient pass of every output channel tile, and the
+ * input gradient's slabs go back once per output channel tile. */
+static void conv_parts(const tsl_graph_op *op, const tiles *x, const tiles *y, const tsl_shape *w,
+                       int64_t *sent)
+{
+    if (x->samples != y->samples || x->samples < 1 || x->ndim != y->ndim)
+        return;
+    int64_t cx = channel_tiles(x), cy = channel_tiles(y), inner = y->n / y->samples / cy;
+    if (inner < 1 || x->n != (int64_t)x->samples * cx * inner || cx > 4096)
+        return;
+    int32_t r[4096];
+    const tsl_conv_params *c = &op->conv;
+    const int sp = c->spatial;
+    int64_t global[3] = {0, 0, 0};
+    for (int64_t j = 0; j < x->n; j++)
+        for (int d = 0; d < sp; d++)
+            if (x->lo[j][2 + d] + x->ext[j][2 + d] > global[d])
+                global[d] = x->lo[j][2 + d] + x->ext[j][2 + d];
+    for (int64_t i = 0; i < y->n; i++) {
+        int64_t s = i / (cy * inner), at = i % inner, bytes = 4 * tile_numel(y, i), root = 0;
+        for (int64_t k = 0; k < cx; k++)
+            r[k] = x->rank[(s * cx + k) * inner + at];
+        for (int64_t k = 0; k < cx; k++)
+            if (r[k] == y->rank[i]) {
+                root = k;
+                break;
+            }
+        for (int64_t step = 1; step < cx; step *= 2) /* the forward's tree */
+            for (int64_t k = 0; k + step < cx; k += 2 * step) {
+                int32_t to = r[(root + k) % cx], from = r[(root + k + step) % cx];
+                sent[from] += from != to ? bytes : 0;
+            }
+        if (r[root] != y->rank[i])
+            sent[r[root]] += bytes;
+        for (int64_t k = 0; k < cx; k++) { /* dy to the other groups' ranks, once each */
+            int seen = r[k] == y->rank[i];
+            for (int64_t q = 0; q < k && !seen; q++)
+                seen = r[q] == r[k];
+            sent[y->rank[i]] += seen ? 0 : bytes;
+        }
+        int64_t wlo[3], whi[3];
+        int windowed = c->padding_mode != TSL_PADDING_ZEROS;
+        for (int d = 0; d < sp; d++) {
+            int64_t lo = y->lo[i][2 + d], ext = y->ext[i][2 + d];
+            wlo[d] = lo * c->stride[d] - c->padding[d];
+            whi[d] = (lo + ext - 1) * c->stride[d] - c->padding[d] +
+                     (w->dims[2 + d] - 1) * c->dilation[d] + 1;
+            windowed |= x->ext[0][2 + d] != global[d];
+        }
+        if (!windowed)
+            continue;
+        int32_t images = 1;
+        for (int d = 0; c->padding_mode == TSL_PADDING_CIRCULAR && d < sp; d++)
+            images *= 3;
+        for (int64_t k = 0; k < cx; k++) {
+            int64_t self = (s * cx + k) * inner + at;
+            for (int32_t m = 0; m < images; m++) {
+                int64_t move[3] = {0, 0, 0};
+                for (int d = 0, code = m; images > 1 && d < sp; d++, code /= 3)
+                    move[d] = ((code + 1) % 3 - 1) * global[d];
+                for (int64_t b = 0; b < inner; b++) {
+                    int64_t j = (s * cx + k) * inner + b;
+                    if ((j == self && m == 0) || x->rank[j] == x->rank[self])
+                        continue;
+                    int64_t vol = x->ext[j][0] * x->ext[j][1];
+                    for (int d = 0; d < sp && vol; d++) {
+                        int64_t jlo = x->lo[j][2 + d] + move[d], jhi = jlo + x->ext[j][2 + d];
+                        int64_t lo = jlo > wlo[d] ? jlo : wlo[d], hi = jhi < whi[d] ? jhi : whi[d];
+                        vol = hi > lo ? vol * (hi - lo) : 0;
+                    }
+                    sent[x->rank[j]] += 2 * 4 * vol;
+                    sent[x->rank[self]] += 4 * vol;
+                }
+            }
+        }
+    }
+}
+
 /* An op that does not take channel tiles under filters= (tsl_plan_takes_channel_tiles): its
  * input's channel tiles outside the first go to the channel-whole tile on filter group 0 and its
  * output's come back from there; the backward does the same with the gradients (dx when x takes
@@ -252,6 +350,58 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             break;
         param_owner[p] = owner;
         int64_t numel = tsl_shape_numel(&prm->shape), bytes = 4 * numel;
+        if (sharded[p] == 3) { /* cut along both channels (channels=): tile (q0, q1) read by
+                                * the ranks of input channel tile q1, its gradient's partials
+                                * made there (one per output tile of channel tile q0) */
+            const tiles *x = &vt[op->inputs[0]];
+            int64_t cx = channel_tiles(x), cy = channel_tiles(dy),
+                    inner = dy->n / (dy->samples > 0 ? dy->samples : 1) / cy;
+            int64_t per = numel / prm->shape.dims[0] / prm->shape.dims[1];
+            int32_t *pr = malloc(sizeof *pr * ((size_t)dy->n + 1));
+            if (!pr) {
+                st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
+                               "tsl_plan_estimate_traffic: out of memory");
+                break;
+            }
+            for (int32_t q0 = 0; q0 < grids[p].splits[0] && !st; q0++)
+                for (int32_t q1 = 0; q1 < grids[p].splits[1] && !st; q1++) {
+                    int64_t s0, e0, s1, e1;
+                    int32_t coords[TSL_MAX_DIMS] = {q0, q1}, so;
+                    tsl_tile_extent(prm->shape.dims[0], grids[p].splits[0], q0, &s0, &e0);
+                    tsl_tile_extent(prm->shape.dims[1], grids[p].splits[1], q1, &s1, &e1);
+                    if ((st = tsl_owner_map_rank(&owners[p], coords, prm->shape.ndim, &grids[p],
+                                                 nranks, &so)))
+                        break;
+                    int64_t tb = 4 * per * e0 * e1, m = 0, root = 0;
+                    uint8_t *mark = part + nranks;
+                    memset(mark, 0, (size_t)nranks);
+                    for (int64_t j = 0; j < x->n; j++) /* the forward's reads */
+                        if (x->lo[j][1] == s1 && x->rank[j] != so && !mark[x->rank[j]]) {
+                            mark[x->rank[j]] = 1;
+                            sent[so] += tb;
+                        }
+                    for (int64_t i = 0; i < dy->n && prm->trainable; i++) {
+                        if (dy->lo[i][1] != s0 && grids[p].splits[0] > 1)
+                            continue;
+                        int64_t smp = i / (cy * inner), at = i % inner;
+                        pr[m++] = x->rank[(smp * cx + q1) * inner + at];
+                    }
+                    for (int64_t k = 0; k < m; k++)
+                        if (pr[k] == so) {
+                            root = k;
+                            break;
+                        }
+                    for (int64_t step = 1; step < m; step *= 2)
+                        for (int64_t k = 0; k + step < m; k += 2 * step) {
+                            int32_t to = pr[(root + k) % m], from = pr[(root + k + step) % m];
+                            sent[from] += from != to ? tb : 0;
+                        }
+                    if (m > 0 && pr[root] != so)
+                        sent[pr[root]] += tb;
+                }
+            free(pr);
+            continue;
+        }
         if (sharded[p]) { /* reduce-scatter of the partials, allgather of the shards */
             int64_t row = numel / prm->shape.dims[0];
             for (int32_t k = 0; k < grids[p].splits[0]; k++) {
@@ -394,11 +544,14 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
             acc_allreduce(x, nranks, need, bytes, bn);
             acc_allreduce(x, nranks, need, bytes, bn);
         }
-        if (plan && plan->filters > 1 && op->ninputs > 0 && !tsl_plan_takes_channel_tiles(op))
+        if (tsl_plan_channel_groups(plan) > 1 && op->ninputs > 0 &&
+            !tsl_plan_takes_channel_tiles(op))
             channel_regrid(&vt[op->inputs[0]], y, op->inputs[0] != g->input, halo);
-        if (op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0)
+        if (tsl_plan_input_channel_cut(plan, g, o))
+            conv_parts(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape, halo);
+        else if (op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0)
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
-                       op->inputs[0] != g->input, plan && plan->filters > 1, halo);
+                       op->inputs[0] != g->input, tsl_plan_channel_groups(plan) > 1, halo);
         for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */
             int32_t v = op->inputs[k];
             if (op_stage[g->values[v].producer] == op_stage[o])

@@ -3,8 +3,8 @@
  * @brief Parallel plans: how a model's tensors are tiled and which ranks own the tiles.
  *
  * A plan string is
- * `data=D,filters=F,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,recompute=R`
- * with the layer-parallel parts
+ * `data=D,filters=F,channels=K,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,
+ * recompute=R` with the layer-parallel parts
  * `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K,infer=exact|mgrit`;
  * every part is optional and defaults to 1 (balance= to memory, shard= to
  * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0, cf= to 2,
@@ -22,10 +22,16 @@
  * each batch norm's fused ReLU output after the forward and make it again for the backward
  * (less memory for an elementwise pass per layer, the same bits; tsl_graph_recomputed()),
  * 0 to keep it. F rank groups along channels (filter parallelism: activations cut into F channel
- * tiles where F divides their channels, each convolution's filters with them). A plan runs on
+ * tiles where F divides their channels, each convolution's filters with them). channels=K
+ * cuts the activations the same way but each convolution whose input and output K divides
+ * keeps its weights cut along their input channels too (K x K tiles, tile (g, k) with input
+ * group k): group k convolves its input channels with them and the partial outputs are summed
+ * onto the output's channel tiles (channel parallelism: partial outputs cross ranks, where
+ * filters= moves the inputs); it takes the place of F in the rank grid and does not combine
+ * with filters= or layers=. A plan runs on
  * D x F x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x F x A x B x C,
  * each stage's tensors split over its G ranks as data=, filters= and space= say (rank grid
- * D x F x A x B x C, row-major).
+ * D x F x A x B x C, row-major; with channels=K, K in F's place).
  *
  * Layer-parallel training by multigrid in time: the residual steps of the graph's ODE segments
  * (tsl_graph_ode_segments(), runs of at least two steps) are cut into P consecutive groups of
@@ -110,6 +116,7 @@ typedef struct tsl_plan {
     int32_t skip;       /**< 1: MGRIT's first down-cycle skipped (a coarse-level first guess) */
     int32_t filters;    /**< F: rank groups along the output channels (filter parallelism) */
     int32_t infer;      /**< a ::tsl_mgrit_infer: how inference runs an MGRIT segment */
+    int32_t channels;   /**< C: rank groups along the input channels (channel parallelism) */
 } tsl_plan;
 
 /**
@@ -129,7 +136,7 @@ TSL_API tsl_status tsl_plan_init(tsl_plan *plan);
  */
 TSL_API tsl_status tsl_plan_parse(const char *text, tsl_plan *plan);
 
-/** @brief The ranks a plan runs on: D x F x A x B x C x S (0 for a NULL plan). */
+/** @brief The ranks a plan runs on: D x F x K x A x B x C x S (K: channels=; 0 for a NULL plan). */
 TSL_API int64_t tsl_plan_ranks(const tsl_plan *plan);
 
 /** @brief Write the plan in its string form, parts that are not their default only ("data=1"
@@ -205,8 +212,13 @@ TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape 
  * (one group, not transposed, output channels divisible by F) are instead cut into F tiles
  * along their first dimension, tile f on the first rank of filter group f (rank grid D x F x
  * A x B x C), and read tile by tile: no whole copies.
- * @param[out] sharded one per parameter: 1 for a sharded weight, 2 for one cut by filters
- *                     (may be NULL)
+ * With channels=K > 1, the weight of a convolution whose input channels K divides (one group,
+ * not transposed, its input neither the model's input nor a concatenation) is cut into K tiles
+ * along its input channels as well (along its filters too where its output is cut), tile
+ * (g, k) on the first rank of channel group k; the other convolutions' weights and biases are
+ * cut as under filters=K.
+ * @param[out] sharded one per parameter: 1 for a sharded weight, 2 for one cut by filters, 3
+ *                     for one cut along its input channels by channels= (may be NULL)
  */
 TSL_API tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
                                             const int32_t *op_stage, tsl_tile_grid *grids,

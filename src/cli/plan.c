@@ -54,25 +54,29 @@ static int print_placement(const tsl_plan *plan, tsl_graph_t g, int32_t ranks,
     tsl_status st = grids && owners && sharded
                         ? tsl_plan_param_placement(plan, g, ranks, op_stage, grids, owners, sharded)
                         : TSL_ERR_OUT_OF_MEMORY;
-    int64_t bytes[3] = {0, 0, 0};
-    int32_t ncut = 0;
+    int64_t bytes[4] = {0, 0, 0, 0};
+    int32_t ncut = 0, ncut2 = 0;
     for (int32_t i = 0; i < np && !st; i++) {
         tsl_shape s;
         if ((st = tsl_graph_param_info(g, i, NULL, &s, NULL)))
             break;
         nsharded += sharded[i] == 1;
         ncut += sharded[i] == 2;
-        bytes[sharded[i] < 3 ? sharded[i] : 0] += 4 * tsl_shape_numel(&s);
+        ncut2 += sharded[i] == 3;
+        bytes[sharded[i] < 4 ? sharded[i] : 0] += 4 * tsl_shape_numel(&s);
     }
     if (!st)
         printf("parameters: %d of %d sharded over their stage's ranks (%.2f MiB: weights of %d "
                "elements and more), %d whole on one rank each (%.2f MiB)",
                (int)nsharded, (int)np, (double)bytes[1] / 1048576.0,
-               plan ? (int)plan->shard : TSL_PLAN_SHARD_DEFAULT, (int)(np - nsharded - ncut),
-               (double)bytes[0] / 1048576.0);
+               plan ? (int)plan->shard : TSL_PLAN_SHARD_DEFAULT,
+               (int)(np - nsharded - ncut - ncut2), (double)bytes[0] / 1048576.0);
     if (!st && ncut)
-        printf(", %d cut by filters over the filter groups (%.2f MiB)", (int)ncut,
-               (double)bytes[2] / 1048576.0);
+        printf(", %d cut by filters over the %s groups (%.2f MiB)", (int)ncut,
+               plan && plan->channels > 1 ? "channel" : "filter", (double)bytes[2] / 1048576.0);
+    if (!st && ncut2)
+        printf(", %d cut by input channels (and filters) over the channel groups (%.2f MiB)",
+               (int)ncut2, (double)bytes[3] / 1048576.0);
     if (!st)
         printf("\n");
     free(grids);
@@ -653,8 +657,9 @@ int command_plan(int argc, char **argv)
         for (int d = 0; d <= info.sample_shape.ndim; d++)
             printf("%s%d", d ? " x " : " ", (int)grid.splits[d]);
         printf("\n");
-        if (tsl_plan_depth(pp) <= 1 && (!pp || pp->filters == 1)) /* (filters=: the input's
-                                                                   * channels on group 0) */
+        if (tsl_plan_depth(pp) <= 1 &&
+            (!pp || (pp->filters == 1 && pp->channels == 1))) /* (filters= and
+                                                               * channels=: the input on group 0) */
             warn_idle_ranks(&grid, &owners, info.sample_shape.ndim + 1, ranks, batch);
         printf("rank  tiles (all)   tiles (most live at once)  received copies (largest at "
                "once)  sends per step\n");

@@ -45,9 +45,23 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                          "group, not transposed",
                          fn, what);
     /* y cut along channels: w (and b) cut the same way along their first dimension, tile g
-     * holding the filters of y's channel tile g */
-    int wcut = ky > 1 && w->grid.splits[0] == ky && w->ntiles == ky &&
-               (!b || (b->grid.splits[0] == ky && b->ntiles == ky));
+     * holding the filters of y's channel tile g; w cut along its input channels too
+     * (channels= plans): as many tiles there as x has channel tiles, tile (g, k) of the filters
+     * of y's channel tile g over x's channel tile k */
+    int32_t kx = x->grid.splits[1];
+    int incut = w->shape.ndim > 1 && w->grid.splits[1] > 1;
+    if (incut &&
+        (transposed || p->groups != 1 || xs->dims[1] != x->shape.dims[1] ||
+         w->grid.splits[1] != kx || w->grid.splits[0] != ky || w->ntiles != (int64_t)ky * kx ||
+         (b && (b->ntiles != ky || b->grid.splits[0] != ky))))
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: w cut along its input channels (%d tiles) needs one input (not a "
+                         "concatenation) of one group, not transposed, cut into as many channel "
+                         "tiles (x has %d), and w's first dimension (and b) cut as %s's channels "
+                         "(%d tiles)",
+                         fn, (int)w->grid.splits[1], (int)kx, what, (int)ky);
+    int wcut = incut || (ky > 1 && w->grid.splits[0] == ky && w->ntiles == ky &&
+                         (!b || (b->grid.splits[0] == ky && b->ntiles == ky)));
     if (ky > 1 && !wcut)
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: %s is cut into %d channel tiles; w and b must be cut into as many "
@@ -514,6 +528,20 @@ static tsl_status backward_data_windowed(const tsl_conv_args *a, tsl_tensor_t x,
     return st ? st : fin;
 }
 
+/* A window pass's first reads: the input tile, then its ns halo slabs; the handles so far. */
+static int32_t window_reads(tsl_task_desc *desc, starpu_data_handle_t x,
+                            const starpu_data_handle_t *slabs, int32_t ns)
+{
+    int32_t nh = 0;
+    desc->handles[nh] = x;
+    desc->modes[nh++] = STARPU_R;
+    for (int32_t q = 0; q < ns; q++) {
+        desc->handles[nh] = slabs[q];
+        desc->modes[nh++] = STARPU_R;
+    }
+    return nh;
+}
+
 /* ---- channel tiles (filters= plans): no spatial cut ----
  * Output tile (n, g) is the sum over every input part and its channel tiles k of the
  * convolution of x tile (n, k) with its run of input channels of w's tile g (its filters), the
@@ -625,12 +653,7 @@ static tsl_status forward_channels(const tsl_conv_args *a, int32_t n, const tsl_
                                       .args = &t,
                                       .args_size = sizeof t,
                                       .flops = conv_flops(&t.conv)};
-                desc.handles[nh] = xs[p]->handles[j];
-                desc.modes[nh++] = STARPU_R;
-                for (int32_t q = 0; q < ns; q++) {
-                    desc.handles[nh] = slabs[q];
-                    desc.modes[nh++] = STARPU_R;
-                }
+                nh = window_reads(&desc, xs[p]->handles[j], slabs, ns);
                 desc.handles[nh] = filters_of(w, ky, g, owner);
                 desc.modes[nh++] = STARPU_R;
                 if (t.conv.has_bias) {
@@ -686,12 +709,7 @@ static tsl_status channel_partial(int64_t i, starpu_data_handle_t dw_part,
                                   .args = &t,
                                   .args_size = sizeof t,
                                   .flops = conv_flops(&t.conv)};
-            desc.handles[nh] = x->handles[j];
-            desc.modes[nh++] = STARPU_R;
-            for (int32_t q = 0; q < ns; q++) {
-                desc.handles[nh] = slabs[q];
-                desc.modes[nh++] = STARPU_R;
-            }
+            nh = window_reads(&desc, x->handles[j], slabs, ns);
             desc.handles[nh] = cg->dy->handles[i];
             desc.modes[nh++] = STARPU_R;
             desc.handles[nh] = dw_part;
@@ -707,6 +725,10 @@ static tsl_status channel_partial(int64_t i, starpu_data_handle_t dw_part,
     return st;
 }
 
+static int input_parts(tsl_tensor_t w);
+static tsl_status part_pass(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t x, int64_t xt,
+                            tsl_tensor_t y, int64_t yt, tsl_conv_task_args *t, int64_t *src);
+
 /* dx (input part args a) from every output channel tile of dy: per pair (dy tile i, dx tile j
  * of its samples and box) one task writing its part of dx tile j (into the tile itself for the
  * pair on the tile's owner, else a temporary) and, on windows, the gradient slabs of j's
@@ -717,7 +739,7 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
 {
     struct tsl_context *ctx = dx->ctx;
     int32_t ky = dy->grid.splits[1], kx = dx->grid.splits[1];
-    int windowed = spatially_tiled(a, dx);
+    int windowed = spatially_tiled(a, dx), parts = input_parts(w);
     if (ky > CHANNEL_TILES_MAX)
         return tsl_error(ctx, TSL_ERR_SHAPE, "convolution backward: %d channel tiles (at most %d)",
                          (int)ky, CHANNEL_TILES_MAX);
@@ -737,7 +759,7 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
         coords_of(dx, j, c);
         for (int32_t g = 0; g < ky; g++) {
             c[1] = g;
-            owner_of[j * ky + g] = dy->tile_owner[tile_at(dy, c)];
+            owner_of[j * ky + g] = parts ? dx->tile_owner[j] : dy->tile_owner[tile_at(dy, c)];
         }
         root[j] = ky == 1 ? 0 : tsl_first_owned(owner_of + j * ky, ky, dx->tile_owner[j]);
     }
@@ -748,9 +770,9 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
         for (int32_t k = 0; k < kx && !st; k++) {
             c[1] = k;
             int64_t j = tile_at(dx, c), src[TSL_CONV_MAX_SLABS], slot = i * kx + k;
-            int32_t owner = dy->tile_owner[i];
+            int32_t owner = parts ? dx->tile_owner[j] : dy->tile_owner[i];
             tsl_conv_task_args t;
-            if ((st = channel_pass(a, w, dx, j, dy, i, &t, src)))
+            if ((st = (parts ? part_pass : channel_pass)(a, w, dx, j, dy, i, &t, src)))
                 break;
             starpu_data_handle_t *to = &part[j * ky + g];
             if (g == root[j])
@@ -768,7 +790,8 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
                                   .flops = conv_flops(&t.conv)};
             desc.handles[nh] = dy->handles[i];
             desc.modes[nh++] = STARPU_R;
-            desc.handles[nh] = filters_of(w, ky, g, owner);
+            desc.handles[nh] =
+                parts ? w->handles[(int64_t)g * kx + k] : filters_of(w, ky, g, owner);
             desc.modes[nh++] = STARPU_R;
             desc.handles[nh] = *to;
             desc.modes[nh++] = STARPU_W;
@@ -791,12 +814,250 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
         if (part[q] && part[q] != dx->handles[q / ky])
             tsl_temp_handle_release(ctx, part[q]);
     tsl_status fin = returns ? tsl_halo_returns_finish(&r, dx, !st) : TSL_OK;
-    if (ky == 1)
+    if (ky == 1 && !parts)
         tsl_whole_flush(w);
     free(part);
     free(owner_of);
     free(root);
     return st ? st : fin;
+}
+
+/* ---- input-channel parts (channels= plans) ----
+ * w is cut along its input channels as x is (and along its filters as y is): tile (g, k) holds
+ * the filters of y's channel tile g over x's channel tile k, and lives with x's channel group k.
+ * The pass of y tile (n, g) over x tile (n, k) runs where that x tile lives and writes a partial
+ * output there (into the y tile itself where it lives); a tree rooted at the y tile's owner
+ * adds the partials, so partial outputs cross ranks where filters= moves the inputs. The
+ * gradient of w's tile (g, k) sums, over the dy tiles of channel tile g, the passes over the x
+ * tiles (n, k), each made where its x tile lives; the input gradient of x tile (n, k) sums over
+ * g the passes with w's tile (g, k), all where the tile lives (dy crosses ranks). */
+
+static int input_parts(tsl_tensor_t w)
+{
+    return w->shape.ndim > 1 && w->grid.splits[1] > 1;
+}
+
+/* The pass of x tile xt to y tile yt with w's tile of exactly x tile xt's channels. */
+static tsl_status part_pass(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t x, int64_t xt,
+                            tsl_tensor_t y, int64_t yt, tsl_conv_task_args *t, int64_t *src)
+{
+    tsl_status st = channel_pass(a, w, x, xt, y, yt, t, src);
+    t->conv.w_in_channels = t->conv.w_in_offset = 0;
+    return st;
+}
+
+static tsl_status forward_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t w,
+                                tsl_tensor_t b, tsl_tensor_t y)
+{
+    struct tsl_context *ctx = y->ctx;
+    int32_t kx = x->grid.splits[1];
+    if (kx > CHANNEL_TILES_MAX)
+        return tsl_error(ctx, TSL_ERR_SHAPE, "convolution: %d channel tiles (at most %d)", (int)kx,
+                         CHANNEL_TILES_MAX);
+    tsl_status st = channel_windows(a, 1, &x, w, y);
+    starpu_data_handle_t part[CHANNEL_TILES_MAX], order[CHANNEL_TILES_MAX];
+    int32_t owner_of[CHANNEL_TILES_MAX];
+    for (int64_t i = 0; i < y->ntiles && !st; i++) {
+        int32_t c[TSL_MAX_DIMS], g;
+        coords_of(y, i, c);
+        g = c[1];
+        for (int32_t k = 0; k < kx; k++) {
+            c[1] = k;
+            owner_of[k] = x->tile_owner[tile_at(x, c)];
+            part[k] = NULL;
+        }
+        int64_t root = tsl_first_owned(owner_of, kx, y->tile_owner[i]);
+        for (int32_t k = 0; k < kx && !st; k++) {
+            c[1] = k;
+            int64_t j = tile_at(x, c), src[TSL_CONV_MAX_SLABS];
+            starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
+            tsl_conv_task_args t;
+            if ((st = part_pass(a, w, x, j, y, i, &t, src)))
+                break;
+            if (k == root)
+                part[k] = y->handles[i];
+            else if ((st = tsl_temp_handle_register(ctx, tsl_tensor_tile_numel(y, i), y->elem_size,
+                                                    owner_of[k], &part[k])))
+                break;
+            if (t.windowed && (st = tsl_halo_pack_window(x, a->spatial, &t.window, src, slabs)))
+                break;
+            int32_t ns = t.windowed ? t.window.nslabs : 0, nh = 0;
+            t.conv.has_bias = k == 0 && b;
+            t.conv.accumulate = 0;
+            tsl_task_desc desc = {.codelet = &tsl_cl_conv_forward,
+                                  .args = &t,
+                                  .args_size = sizeof t,
+                                  .flops = conv_flops(&t.conv)};
+            nh = window_reads(&desc, x->handles[j], slabs, ns);
+            desc.handles[nh] = w->handles[(int64_t)g * kx + k];
+            desc.modes[nh++] = STARPU_R;
+            if (t.conv.has_bias) {
+                desc.handles[nh] = b->handles[b->ntiles > 1 ? g : 0];
+                desc.modes[nh++] = STARPU_R;
+            }
+            desc.handles[nh] = part[k];
+            desc.modes[nh++] = STARPU_W;
+            desc.nhandles = nh;
+            st = tsl_task_submit(ctx, &desc);
+            tsl_halo_release(ctx, slabs, ns);
+        }
+        if (!st) {
+            tsl_rooted_order(owner_of, kx, y->tile_owner[i], part, order);
+            st = tsl_tree_sum_into(ctx, order, kx, y->dtype, tsl_tensor_tile_numel(y, i),
+                                   y->handles[i], TSL_REDUCE_PRIORITY);
+        } else {
+            for (int32_t k = 0; k < kx; k++)
+                if (part[k] && part[k] != y->handles[i])
+                    tsl_temp_handle_release(ctx, part[k]);
+        }
+    }
+    return st;
+}
+
+/* Sum partials[0..n) (owned by owner_of) onto tile `tile` of grad: the first one on the tile's
+ * owner is the tile itself. Releases the temporaries. */
+static tsl_status sum_onto_tile(struct tsl_context *ctx, tsl_tensor_t grad, int64_t tile, int64_t n,
+                                const int32_t *owner_of, starpu_data_handle_t *partials,
+                                starpu_data_handle_t *order)
+{
+    if (!n)
+        return TSL_OK;
+    tsl_rooted_order(owner_of, n, grad->tile_owner[tile], partials, order);
+    return tsl_tree_sum_into(ctx, order, n, grad->dtype, tsl_tensor_tile_numel(grad, tile),
+                             grad->handles[tile], TSL_REDUCE_PRIORITY);
+}
+
+/* dw (cut as w: ky x kx tiles) and db (ky tiles, or one) from x and dy: one pass per (dy tile,
+ * x channel tile) where the x tile lives, the first of each dy tile also making its db part. */
+static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl_tensor_t dy,
+                                     tsl_tensor_t dw, tsl_tensor_t db)
+{
+    struct tsl_context *ctx = x->ctx;
+    int32_t ky = dy->grid.splits[1], kx = x->grid.splits[1];
+    int64_t n = dy->ntiles, nw = dw->ntiles;
+    if (ctx->tag_count - ctx->tags_used < (int64_t)n * (kx + 1))
+        return tsl_error(ctx, TSL_ERR_RESOURCE, "parameter gradients: StarPU-MPI tags exhausted");
+    starpu_data_handle_t *pw = calloc((size_t)(n * kx), sizeof *pw),
+                         *pb = calloc((size_t)n, sizeof *pb),
+                         *mine = calloc((size_t)(n * kx), sizeof *mine),
+                         *order = calloc((size_t)(n * kx), sizeof *order);
+    int32_t *ow = calloc((size_t)(n * kx), sizeof *ow), *ob = calloc((size_t)n, sizeof *ob),
+            *owners = calloc((size_t)(n * kx), sizeof *owners);
+    int64_t *qof = calloc((size_t)(n * kx), sizeof *qof);
+    uint8_t *rooted = calloc((size_t)nw + (size_t)ky + (size_t)n, 1);
+    tsl_status st =
+        pw && pb && mine && order && ow && ob && owners && qof && rooted
+            ? TSL_OK
+            : tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "parameter gradients: out of memory");
+    uint8_t *brooted = rooted ? rooted + nw : NULL, *btile = rooted ? rooted + nw + ky : NULL;
+    int whole_b = db && db->ntiles == 1;
+    int64_t broot = -1;
+    for (int64_t i = 0; !st && i < n; i++) { /* where each dy tile's db part is made */
+        int32_t c[TSL_MAX_DIMS];
+        coords_of(dy, i, c);
+        c[1] = 0;
+        ob[i] = x->tile_owner[tile_at(x, c)];
+    }
+    if (!st && whole_b)
+        broot = tsl_grad_root(db, ob, n);
+    for (int64_t i = 0; i < n && !st; i++) {
+        int32_t c[TSL_MAX_DIMS], g;
+        coords_of(dy, i, c);
+        g = c[1];
+        for (int32_t k = 0; k < kx && !st; k++) {
+            c[1] = k;
+            int64_t j = tile_at(x, c), q = (int64_t)g * kx + k, slot = i * kx + k,
+                    src[TSL_CONV_MAX_SLABS];
+            int32_t owner = x->tile_owner[j];
+            ow[slot] = owner;
+            qof[slot] = q;
+            starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
+            tsl_conv_task_args t;
+            if ((st = part_pass(a, dw, x, j, dy, i, &t, src)))
+                break;
+            if (!rooted[q] && owner == dw->tile_owner[q]) {
+                rooted[q] = 1;
+                pw[slot] = dw->handles[q];
+            } else if ((st = tsl_temp_handle_register(ctx, tsl_tensor_tile_numel(dw, q),
+                                                      dw->elem_size, owner, &pw[slot]))) {
+                break;
+            }
+            t.conv.has_bias = k == 0 && db;
+            if (t.conv.has_bias) {
+                int64_t bt = whole_b ? 0 : g;
+                if (whole_b ? i == broot : (!brooted[g] && owner == db->tile_owner[g])) {
+                    brooted[g] |= !whole_b;
+                    btile[i] = 1;
+                    pb[i] = db->handles[bt];
+                } else if ((st = tsl_temp_handle_register(ctx, tsl_tensor_tile_numel(db, bt),
+                                                          db->elem_size, owner, &pb[i]))) {
+                    break;
+                }
+            }
+            if (t.windowed && (st = tsl_halo_pack_window(x, a->spatial, &t.window, src, slabs)))
+                break;
+            int32_t ns = t.windowed ? t.window.nslabs : 0, nh = 0;
+            tsl_task_desc desc = {.codelet = &tsl_cl_conv_backward_weights,
+                                  .args = &t,
+                                  .args_size = sizeof t,
+                                  .flops = conv_flops(&t.conv)};
+            nh = window_reads(&desc, x->handles[j], slabs, ns);
+            desc.handles[nh] = dy->handles[i];
+            desc.modes[nh++] = STARPU_R;
+            desc.handles[nh] = pw[slot];
+            desc.modes[nh++] = STARPU_W;
+            if (t.conv.has_bias) {
+                desc.handles[nh] = pb[i];
+                desc.modes[nh++] = STARPU_W;
+            }
+            desc.nhandles = nh;
+            st = tsl_task_submit(ctx, &desc);
+            tsl_halo_release(ctx, slabs, ns);
+        }
+    }
+    for (int64_t q = 0; q < nw && !st; q++) { /* each tile's partials, in dy tile order */
+        int64_t m = 0;
+        for (int64_t s = 0; s < n * kx; s++)
+            if (pw[s] && qof[s] == q) {
+                mine[m] = pw[s];
+                owners[m++] = ow[s];
+                pw[s] = NULL; /* released by the sum */
+            }
+        st = sum_onto_tile(ctx, dw, q, m, owners, mine, order);
+    }
+    if (!st && db && whole_b) {
+        st = tsl_grad_sum(db, n, pb, ob);
+        memset(pb, 0, sizeof *pb * (size_t)n);
+    }
+    for (int32_t g = 0; g < ky && !st && db && !whole_b; g++) {
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int32_t c[TSL_MAX_DIMS];
+            coords_of(dy, i, c);
+            if (c[1] == g && pb[i]) {
+                mine[m] = pb[i];
+                owners[m++] = ob[i];
+                pb[i] = NULL;
+            }
+        }
+        st = sum_onto_tile(ctx, db, g, m, owners, mine, order);
+    }
+    for (int64_t s = 0; pw && s < n * kx; s++) /* (after an error) */
+        if (pw[s] && pw[s] != dw->handles[qof[s]])
+            tsl_temp_handle_release(ctx, pw[s]);
+    for (int64_t i = 0; pb && i < n; i++)
+        if (pb[i] && !btile[i])
+            tsl_temp_handle_release(ctx, pb[i]);
+    free(pw);
+    free(pb);
+    free(mine);
+    free(order);
+    free(ow);
+    free(ob);
+    free(owners);
+    free(qof);
+    free(rooted);
+    return st;
 }
 
 /* Forward over the channel concatenation of xs[0..n): one pass per part, each through its
@@ -810,6 +1071,8 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, int32_t n,
     for (int32_t k = 0; k < n && !st; k++)
         if (y == xs[k])
             return tsl_error(y->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    if (!st && input_parts(w))
+        return forward_parts(&a[0], xs[0], w, b, y);
     if (!st && channel_cut(n, xs, y)) {
         for (int32_t k = 0; k < n; k++)
             if (!a[k].w_in_channels) /* the weights' whole input, of which tiles take runs */
@@ -964,6 +1227,14 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, int32_t n,
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: db needs dw (computed together)", fn);
     if (dw == w)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
+    if (input_parts(w)) { /* (check() took one input) */
+        for (int32_t k = 0; keeps && k < n; k++)
+            tsl_halo_keep_release(ctx, &keeps[k]);
+        st = dw ? weight_grads_parts(&g.args[0], xs[0], dy, dw, db) : TSL_OK;
+        if (!st && dxs && dxs[0])
+            st = backward_data_channels(&g.args[0], w, dy, dxs[0]);
+        return st;
+    }
     if (channel_cut(n, xs, dy)) {
         for (int32_t k = 0; k < n; k++)
             if (!g.args[k].w_in_channels)

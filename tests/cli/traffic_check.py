@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tessel plan's traffic estimate against what StarPU-MPI counts: for plans of every kind (data,
 spatial, mixed, pipeline stages with micro-batches, buckets off, a default plan that leaves a rank
-idle, filters, spatial tiles of circular convolutions), the bytes `tessel plan` says each rank sends per training step equal, within 5 % (and
+idle, filters, channels, spatial tiles of circular convolutions), the bytes `tessel plan` says each rank sends per training step equal, within 5 % (and
 8 KiB), the bytes `tessel train --comm-stats` measures on the same model, data, batch and plan
 (the metrics file's per-rank sent_bytes_per_step). At 1 rank the estimate is 0 and so is the
 measurement.
@@ -43,14 +43,18 @@ CASES = {
         ("fcn2d", "synthetic:dims=2,size=64,samples=8", 1, None),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2"),
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "filters=2"),
-        (PERIODIC, "synthetic:dims=2,size=256,samples=8", 4, "space=2")],
+        (PERIODIC, "synthetic:dims=2,size=256,samples=8", 4, "space=2"),
+        ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "channels=2"),
+        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "channels=2")],
     4: [("resnet", "synthetic:dims=2,size=16,samples=32,labels=sample", 8, "data=4"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "data=2,filters=2"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2,space=2"),
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 2, "data=2,space=2"),
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "stages=4,micro=2"),
         ("cnn3d", "synthetic:dims=3,size=16,samples=8,labels=sample", 2, "space=2x2"),
-        (PERIODIC, "synthetic:dims=2,size=192,samples=8", 4, "space=2x2")],
+        (PERIODIC, "synthetic:dims=2,size=192,samples=8", 4, "space=2x2"),
+        ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "channels=2,space=2"),
+        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "channels=4")],
 }
 
 

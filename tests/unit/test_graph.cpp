@@ -324,6 +324,90 @@ TEST(Plan, FiltersCutChannelsAndTheirConvolutionsWeights)
     tsl_graph_destroy(g);
 }
 
+// A graph's parameter placement under a plan (tsl_plan_param_placement).
+struct Placement {
+    tsl_graph_t g;
+    std::vector<tsl_tile_grid> grids;
+    std::vector<tsl_owner_map> maps;
+    std::vector<int32_t> sharded;
+    explicit Placement(tsl_graph_t graph)
+        : g(graph), grids(tsl_graph_param_count(graph)), maps(grids.size()), sharded(grids.size())
+    {
+    }
+    tsl_status place(const tsl_plan *p, int32_t ranks)
+    {
+        return tsl_plan_param_placement(p, g, ranks, nullptr, grids.data(), maps.data(),
+                                        sharded.data());
+    }
+};
+
+// channels=K: parsed, formatted, counted in the ranks, refused with filters= and layers=;
+// activations cut as under filters=; a convolution whose input and output channels K divides
+// (its input not the model's) has its weight cut K x K, tile (g, k) on channel group k's first
+// rank (sharded 3), its bias like its output; the first convolution (on the model's input) is
+// cut by filters only.
+TEST(Plan, ChannelsCutWeightsAlongInputChannels)
+{
+    tsl_plan p;
+    char text[256];
+    ASSERT_EQ(tsl_plan_parse("data=2,channels=2", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.channels, 2);
+    EXPECT_EQ(p.filters, 1);
+    EXPECT_EQ(tsl_plan_ranks(&p), 4);
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "data=2,channels=2");
+    const int64_t sample[3] = {1, 8, 8};
+    tsl_shape in, act;
+    tsl_shape_make(&in, 3, sample);
+    EXPECT_EQ(tsl_plan_check(&p, &in, 4), TSL_OK) << tsl_last_error();
+    const int64_t a[3] = {4, 8, 8};
+    tsl_shape_make(&act, 3, a);
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &act, 1, &grid, &owners), TSL_OK);
+    EXPECT_EQ(std::vector<int32_t>(grid.splits, grid.splits + 4),
+              std::vector<int32_t>({2, 2, 1, 1}));
+    tsl_plan bad;
+    ASSERT_EQ(tsl_plan_parse("channels=2,filters=2", &bad), TSL_OK);
+    EXPECT_EQ(tsl_plan_check(&bad, &in, 4), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("channels= and filters="), std::string::npos);
+    ASSERT_EQ(tsl_plan_parse("channels=2,layers=2", &bad), TSL_OK);
+    EXPECT_EQ(tsl_plan_check(&bad, &in, 4), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("channels="), std::string::npos);
+    EXPECT_EQ(tsl_plan_parse("channels=0", &bad), TSL_ERR_INVALID_ARG);
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn", 3, sample, 10, &g), TSL_OK);
+    Placement at(g);
+    ASSERT_EQ(at.place(&p, 4), TSL_OK) << tsl_last_error();
+    const std::vector<int32_t> &sharded = at.sharded;
+    const std::vector<tsl_tile_grid> &grids = at.grids;
+    int by_filters = 0, by_inputs = 0;
+    for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+        const char *name;
+        tsl_shape s;
+        ASSERT_EQ(tsl_graph_param_info(g, i, &name, &s, nullptr), TSL_OK);
+        by_filters += sharded[i] == 2;
+        if (sharded[i] != 3)
+            continue;
+        by_inputs++;
+        EXPECT_EQ(grids[i].splits[0], 2) << name;
+        EXPECT_EQ(grids[i].splits[1], 2) << name;
+        for (int32_t f = 0; f < 2; f++)
+            for (int32_t k = 0; k < 2; k++) {
+                int32_t t[TSL_MAX_DIMS] = {f, k}, rank = -1;
+                ASSERT_EQ(tsl_owner_map_rank(&at.maps[i], t, s.ndim, &grids[i], 4, &rank), TSL_OK);
+                EXPECT_EQ(rank, k) << name; // channel group k, sample group 0
+            }
+    }
+    EXPECT_GE(by_inputs, 1);  // the second convolution's weight
+    EXPECT_GE(by_filters, 1); // the first convolution's weight (on the input: filters only)
+    ASSERT_EQ(tsl_plan_parse("channels=3", &p), TSL_OK);
+    EXPECT_EQ(at.place(&p, 3), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("channels=3 divides the input or output"),
+              std::string::npos);
+    tsl_graph_destroy(g);
+}
+
 // The layer-parallel (MGRIT) parts: defaults, every part, the rank count, formatting, and the
 // combinations tsl_plan_check refuses.
 TEST(Plan, LayerParallelParts)

@@ -44,8 +44,8 @@ std::vector<tsl_plan> candidates(tsl_graph_t g, int32_t ranks, int32_t workers, 
 }
 
 // The plans the search must consider, enumerated independently of plan_model.c: every
-// D x F x A x B x S = ranks (2-D samples of side `side`), micro 1/2/4/8 with stages, tiles 1 and
-// W.
+// D x F x A x B x S = ranks (F as filters= or as channels=) (2-D samples of side `side`), micro
+// 1/2/4/8 with stages, tiles 1 and W.
 std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, int64_t side,
                                int32_t nops)
 {
@@ -64,23 +64,26 @@ std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, in
                             std::vector<int> tiles = {1};
                             if (workers > 1 && (a * b > 1 || batch / d < workers))
                                 tiles.push_back(workers);
-                            for (int t : tiles) {
-                                std::string p = "data=" + std::to_string(d);
-                                if (f > 1)
-                                    p += ",filters=" + std::to_string(f);
-                                if (a * b > 1)
-                                    p += ",space=" + std::to_string(a) +
-                                         (b > 1 ? "x" + std::to_string(b) : "");
-                                if (s > 1)
-                                    p += ",stages=" + std::to_string(s);
-                                if (m > 1)
-                                    p += ",micro=" + std::to_string(m);
-                                if (t > 1)
-                                    p += ",tiles=" + std::to_string(t);
-                                tsl_plan parsed;
-                                EXPECT_EQ(tsl_plan_parse(p.c_str(), &parsed), TSL_OK) << p;
-                                out.insert(text(parsed));
-                            }
+                            for (int t : tiles)
+                                for (const char *cut : {"filters", "channels"}) {
+                                    if (f == 1 && std::string(cut) == "channels")
+                                        continue;
+                                    std::string p = "data=" + std::to_string(d);
+                                    if (f > 1)
+                                        p += std::string(",") + cut + "=" + std::to_string(f);
+                                    if (a * b > 1)
+                                        p += ",space=" + std::to_string(a) +
+                                             (b > 1 ? "x" + std::to_string(b) : "");
+                                    if (s > 1)
+                                        p += ",stages=" + std::to_string(s);
+                                    if (m > 1)
+                                        p += ",micro=" + std::to_string(m);
+                                    if (t > 1)
+                                        p += ",tiles=" + std::to_string(t);
+                                    tsl_plan parsed;
+                                    EXPECT_EQ(tsl_plan_parse(p.c_str(), &parsed), TSL_OK) << p;
+                                    out.insert(text(parsed));
+                                }
                         }
                     }
     return out;
