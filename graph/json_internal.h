@@ -43,6 +43,8 @@ enum key {
 };
 
 extern const char *const json_key_names[KEY_COUNT];
+/* The model file's names of the convolutions' padding modes (a tsl_padding_mode each). */
+extern const char *const json_padding_mode_names[TSL_PADDING_MODE_COUNT];
 
 #define BIT(k) (1u << (k))
 #define COMMON_KEYS (BIT(K_NAME) | BIT(K_OP) | BIT(K_INPUTS) | BIT(K_STAGE))

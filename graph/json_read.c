@@ -353,11 +353,9 @@ static tsl_status read_conv(layer *l, int32_t *value)
         return st;
     const cJSON *mode = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_PADDING_MODE]);
     if (mode) {
-        static const char *const modes[TSL_PADDING_MODE_COUNT] = {"zeros", "reflect", "replicate",
-                                                                  "circular"};
         p.padding_mode = -1;
         for (int32_t k = 0; cJSON_IsString(mode) && k < TSL_PADDING_MODE_COUNT; k++)
-            if (strcmp(mode->valuestring, modes[k]) == 0)
+            if (strcmp(mode->valuestring, json_padding_mode_names[k]) == 0)
                 p.padding_mode = k;
         if (p.padding_mode < 0)
             return fail(l->r, l, TSL_ERR_FORMAT,

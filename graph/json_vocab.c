@@ -31,6 +31,9 @@ const char *const json_key_names[KEY_COUNT] = {"name",
                                                "stage",
                                                "padding_mode"};
 
+const char *const json_padding_mode_names[TSL_PADDING_MODE_COUNT] = {"zeros", "reflect",
+                                                                     "replicate", "circular"};
+
 const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_INPUT] = {"input", BIT(K_NAME) | BIT(K_OP) | BIT(K_SHAPE), 0, 0, 0, 0},
     [L_CONV] = {"conv", CONV_KEYS | BIT(K_PADDING_MODE), 1, 1, 1, 1},

@@ -197,10 +197,7 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
                add_ints(j, K_GROUPS, &c->groups, 1, json_ones) ||
                (c->padding_mode != TSL_PADDING_ZEROS &&
                 !cJSON_AddStringToObject(j, json_key_names[K_PADDING_MODE],
-                                         c->padding_mode == TSL_PADDING_REFLECT ? "reflect"
-                                         : c->padding_mode == TSL_PADDING_REPLICATE
-                                             ? "replicate"
-                                             : "circular")) ||
+                                         json_padding_mode_names[c->padding_mode])) ||
                (op == L_CONV_TRANSPOSE &&
                 add_ints(j, K_OUTPUT_PADDING, c->output_padding, c->spatial, json_zeros)) ||
                add_bool(j, K_BIAS, o->bias, 1);

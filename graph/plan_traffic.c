@@ -126,6 +126,62 @@ static void exact_reduce(const tiles *t, int32_t nranks, int64_t *sent)
     sent[t->rank[0]] += (int64_t)(nranks - 1) * TSL_PLAN_ACC_BYTES;
 }
 
+/* The input window [wlo, whi) of output tile i of a convolution (not transposed), per spatial
+ * dimension, in input coordinates (may reach outside the input). */
+static void conv_window(const tsl_conv_params *c, const tsl_shape *w, const tiles *y, int64_t i,
+                        int64_t *wlo, int64_t *whi)
+{
+    for (int d = 0; d < c->spatial; d++) {
+        int64_t lo = y->lo[i][2 + d], ext = y->ext[i][2 + d];
+        wlo[d] = lo * c->stride[d] - c->padding[d];
+        whi[d] = (lo + ext - 1) * c->stride[d] - c->padding[d] +
+                 (w->dims[2 + d] - 1) * c->dilation[d] + 1;
+    }
+}
+
+/* The input's spatial size: its tiles' reach. */
+static void input_size(const tiles *x, int sp, int64_t *global)
+{
+    for (int d = 0; d < 3; d++)
+        global[d] = 0;
+    for (int64_t j = 0; j < x->n; j++)
+        for (int d = 0; d < sp; d++)
+            if (x->lo[j][2 + d] + x->ext[j][2 + d] > global[d])
+                global[d] = x->lo[j][2 + d] + x->ext[j][2 + d];
+}
+
+/* The images of the input a window meets: the input itself, or with circular padding also
+ * the input moved by +-size along each spatial dimension (3^spatial). */
+static int32_t image_count(const tsl_conv_params *c)
+{
+    int32_t images = 1;
+    for (int d = 0; c->padding_mode == TSL_PADDING_CIRCULAR && d < c->spatial; d++)
+        images *= 3;
+    return images;
+}
+
+/* How far image m of `images` is moved along each dimension (0 for the input itself). */
+static void image_move(int32_t m, int32_t images, int sp, const int64_t *global, int64_t *move)
+{
+    for (int d = 0; d < 3; d++)
+        move[d] = 0;
+    for (int d = 0, code = m; images > 1 && d < sp; d++, code /= 3)
+        move[d] = ((code + 1) % 3 - 1) * global[d];
+}
+
+/* Elements of x's tile j, moved by `move`, inside the window [wlo, whi). */
+static int64_t window_overlap(const tiles *x, int64_t j, int sp, const int64_t *wlo,
+                              const int64_t *whi, const int64_t *move)
+{
+    int64_t vol = x->ext[j][0] * x->ext[j][1];
+    for (int d = 0; d < sp && vol; d++) {
+        int64_t jlo = x->lo[j][2 + d] + move[d], jhi = jlo + x->ext[j][2 + d];
+        int64_t lo = jlo > wlo[d] ? jlo : wlo[d], hi = jhi < whi[d] ? jhi : whi[d];
+        vol = hi > lo ? vol * (hi - lo) : 0;
+    }
+    return vol;
+}
+
 /* Halo slabs of a convolution (not transposed) from x's tiles to y's: each output tile's input
  * window meets other input tiles; those on other ranks send the slab forward, and the backward
  * sends the window gradient's slab back (when x takes a gradient). With circular padding the
@@ -140,14 +196,12 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
     const int sp = c->spatial;
     if (x->ndim != y->ndim || (x->n != y->n && !channels))
         return; /* regridded: not modelled */
+    int64_t global[3];
+    input_size(x, sp, global);
+    const int32_t images = image_count(c);
     for (int64_t i = 0; i < y->n; i++) {
         int64_t wlo[3], whi[3];
-        for (int d = 0; d < sp; d++) {
-            int64_t lo = y->lo[i][2 + d], ext = y->ext[i][2 + d];
-            wlo[d] = lo * c->stride[d] - c->padding[d];
-            whi[d] = (lo + ext - 1) * c->stride[d] - c->padding[d] +
-                     (w->dims[2 + d] - 1) * c->dilation[d] + 1;
-        }
+        conv_window(c, w, y, i, wlo, whi);
         /* only x's tiles of the same samples can meet the window (all when the sample tiles
          * differ) */
         int64_t from = 0, to = x->n;
@@ -156,28 +210,14 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
             from = s0 * per;
             to = from + per;
         }
-        int64_t global[3] = {0, 0, 0}; /* the input's spatial size: its tiles' reach */
-        for (int64_t j = 0; j < x->n; j++)
-            for (int d = 0; d < sp; d++)
-                if (x->lo[j][2 + d] + x->ext[j][2 + d] > global[d])
-                    global[d] = x->lo[j][2 + d] + x->ext[j][2 + d];
-        int32_t images = 1;
-        for (int d = 0; c->padding_mode == TSL_PADDING_CIRCULAR && d < sp; d++)
-            images *= 3;
         for (int32_t m = 0; m < images; m++) {
-            int64_t move[3] = {0, 0, 0};
-            for (int d = 0, code = m; images > 1 && d < sp; d++, code /= 3)
-                move[d] = ((code + 1) % 3 - 1) * global[d];
+            int64_t move[3];
+            image_move(m, images, sp, global, move);
             for (int64_t j = from; j < to; j++) {
                 if ((!channels && j == i && m == 0) || x->rank[j] == y->rank[i] ||
                     x->lo[j][0] != y->lo[i][0])
                     continue; /* (tile i itself: a value from another stage, counted there) */
-                int64_t vol = x->ext[j][0] * x->ext[j][1];
-                for (int d = 0; d < sp && vol; d++) {
-                    int64_t jlo = x->lo[j][2 + d] + move[d], jhi = jlo + x->ext[j][2 + d];
-                    int64_t lo = jlo > wlo[d] ? jlo : wlo[d], hi = jhi < whi[d] ? jhi : whi[d];
-                    vol = hi > lo ? vol * (hi - lo) : 0;
-                }
+                int64_t vol = window_overlap(x, j, sp, wlo, whi, move);
                 sent[x->rank[j]] += 4 * vol;
                 if (backward)
                     sent[y->rank[i]] += 4 * vol;
@@ -219,11 +259,12 @@ static void conv_parts(const tsl_graph_op *op, const tiles *x, const tiles *y, c
     int32_t r[4096];
     const tsl_conv_params *c = &op->conv;
     const int sp = c->spatial;
-    int64_t global[3] = {0, 0, 0};
-    for (int64_t j = 0; j < x->n; j++)
-        for (int d = 0; d < sp; d++)
-            if (x->lo[j][2 + d] + x->ext[j][2 + d] > global[d])
-                global[d] = x->lo[j][2 + d] + x->ext[j][2 + d];
+    int64_t global[3];
+    input_size(x, sp, global);
+    const int32_t images = image_count(c);
+    int windowed = c->padding_mode != TSL_PADDING_ZEROS;
+    for (int d = 0; d < sp; d++) /* (as the lowering: x cut in space, or padding not zeros) */
+        windowed |= x->ext[0][2 + d] != global[d];
     for (int64_t i = 0; i < y->n; i++) {
         int64_t s = i / (cy * inner), at = i % inner, bytes = 4 * tile_numel(y, i), root = 0;
         for (int64_t k = 0; k < cx; k++)
@@ -246,36 +287,20 @@ static void conv_parts(const tsl_graph_op *op, const tiles *x, const tiles *y, c
                 seen = r[q] == r[k];
             sent[y->rank[i]] += seen ? 0 : bytes;
         }
-        int64_t wlo[3], whi[3];
-        int windowed = c->padding_mode != TSL_PADDING_ZEROS;
-        for (int d = 0; d < sp; d++) {
-            int64_t lo = y->lo[i][2 + d], ext = y->ext[i][2 + d];
-            wlo[d] = lo * c->stride[d] - c->padding[d];
-            whi[d] = (lo + ext - 1) * c->stride[d] - c->padding[d] +
-                     (w->dims[2 + d] - 1) * c->dilation[d] + 1;
-            windowed |= x->ext[0][2 + d] != global[d];
-        }
         if (!windowed)
             continue;
-        int32_t images = 1;
-        for (int d = 0; c->padding_mode == TSL_PADDING_CIRCULAR && d < sp; d++)
-            images *= 3;
+        int64_t wlo[3], whi[3];
+        conv_window(c, w, y, i, wlo, whi);
         for (int64_t k = 0; k < cx; k++) {
             int64_t self = (s * cx + k) * inner + at;
             for (int32_t m = 0; m < images; m++) {
-                int64_t move[3] = {0, 0, 0};
-                for (int d = 0, code = m; images > 1 && d < sp; d++, code /= 3)
-                    move[d] = ((code + 1) % 3 - 1) * global[d];
+                int64_t move[3];
+                image_move(m, images, sp, global, move);
                 for (int64_t b = 0; b < inner; b++) {
                     int64_t j = (s * cx + k) * inner + b;
                     if ((j == self && m == 0) || x->rank[j] == x->rank[self])
                         continue;
-                    int64_t vol = x->ext[j][0] * x->ext[j][1];
-                    for (int d = 0; d < sp && vol; d++) {
-                        int64_t jlo = x->lo[j][2 + d] + move[d], jhi = jlo + x->ext[j][2 + d];
-                        int64_t lo = jlo > wlo[d] ? jlo : wlo[d], hi = jhi < whi[d] ? jhi : whi[d];
-                        vol = hi > lo ? vol * (hi - lo) : 0;
-                    }
+                    int64_t vol = window_overlap(x, j, sp, wlo, whi, move);
                     sent[x->rank[j]] += 2 * 4 * vol;
                     sent[x->rank[self]] += 4 * vol;
                 }

@@ -941,36 +941,36 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
                          *pb = calloc((size_t)n, sizeof *pb),
                          *mine = calloc((size_t)(n * kx), sizeof *mine),
                          *order = calloc((size_t)(n * kx), sizeof *order);
+    /* per slot i * kx + k (dy tile i, x channel tile k): its partial and its owner; per dy
+     * tile: its channel tile and where its db part is made (with x's channel tile 0) */
     int32_t *ow = calloc((size_t)(n * kx), sizeof *ow), *ob = calloc((size_t)n, sizeof *ob),
-            *owners = calloc((size_t)(n * kx), sizeof *owners);
-    int64_t *qof = calloc((size_t)(n * kx), sizeof *qof);
+            *owners = calloc((size_t)(n * kx), sizeof *owners), *gof = calloc((size_t)n, 4);
     uint8_t *rooted = calloc((size_t)nw + (size_t)ky + (size_t)n, 1);
     tsl_status st =
-        pw && pb && mine && order && ow && ob && owners && qof && rooted
+        pw && pb && mine && order && ow && ob && owners && gof && rooted
             ? TSL_OK
             : tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "parameter gradients: out of memory");
     uint8_t *brooted = rooted ? rooted + nw : NULL, *btile = rooted ? rooted + nw + ky : NULL;
     int whole_b = db && db->ntiles == 1;
     int64_t broot = -1;
-    for (int64_t i = 0; !st && i < n; i++) { /* where each dy tile's db part is made */
+    for (int64_t i = 0; !st && i < n; i++) {
         int32_t c[TSL_MAX_DIMS];
         coords_of(dy, i, c);
+        gof[i] = c[1];
         c[1] = 0;
         ob[i] = x->tile_owner[tile_at(x, c)];
     }
     if (!st && whole_b)
         broot = tsl_grad_root(db, ob, n);
     for (int64_t i = 0; i < n && !st; i++) {
-        int32_t c[TSL_MAX_DIMS], g;
+        int32_t c[TSL_MAX_DIMS], g = gof[i];
         coords_of(dy, i, c);
-        g = c[1];
         for (int32_t k = 0; k < kx && !st; k++) {
             c[1] = k;
             int64_t j = tile_at(x, c), q = (int64_t)g * kx + k, slot = i * kx + k,
                     src[TSL_CONV_MAX_SLABS];
             int32_t owner = x->tile_owner[j];
             ow[slot] = owner;
-            qof[slot] = q;
             starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
             tsl_conv_task_args t;
             if ((st = part_pass(a, dw, x, j, dy, i, &t, src)))
@@ -1017,8 +1017,8 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
     }
     for (int64_t q = 0; q < nw && !st; q++) { /* each tile's partials, in dy tile order */
         int64_t m = 0;
-        for (int64_t s = 0; s < n * kx; s++)
-            if (pw[s] && qof[s] == q) {
+        for (int64_t i = 0, s = q % kx; i < n; i++, s += kx)
+            if (gof[i] == q / kx) {
                 mine[m] = pw[s];
                 owners[m++] = ow[s];
                 pw[s] = NULL; /* released by the sum */
@@ -1031,19 +1031,16 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
     }
     for (int32_t g = 0; g < ky && !st && db && !whole_b; g++) {
         int64_t m = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int32_t c[TSL_MAX_DIMS];
-            coords_of(dy, i, c);
-            if (c[1] == g && pb[i]) {
+        for (int64_t i = 0; i < n; i++)
+            if (gof[i] == g) {
                 mine[m] = pb[i];
                 owners[m++] = ob[i];
                 pb[i] = NULL;
             }
-        }
         st = sum_onto_tile(ctx, db, g, m, owners, mine, order);
     }
-    for (int64_t s = 0; pw && s < n * kx; s++) /* (after an error) */
-        if (pw[s] && pw[s] != dw->handles[qof[s]])
+    for (int64_t s = 0; pw && gof && s < n * kx; s++) /* (after an error) */
+        if (pw[s] && pw[s] != dw->handles[(int64_t)gof[s / kx] * kx + s % kx])
             tsl_temp_handle_release(ctx, pw[s]);
     for (int64_t i = 0; pb && i < n; i++)
         if (pb[i] && !btile[i])
@@ -1055,7 +1052,7 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
     free(ow);
     free(ob);
     free(owners);
-    free(qof);
+    free(gof);
     free(rooted);
     return st;
 }

@@ -1349,6 +1349,115 @@ TEST(Convolution, ConcatenatedInputsMatchTheMaterialisedConcatenation)
     }
 }
 
+// A convolution whose weights are cut along their input channels as x is (channels= plans):
+// x's channel tiles, the weight's tiles (ky x kx), y's channel tiles (ky: 1 or kx), x's other
+// splits, kernel, stride, padding and padding mode (every spatial dimension alike).
+struct PartsCase {
+    std::vector<int64_t> dims; // N, C, spatial...
+    std::vector<int32_t> splits;
+    int64_t cout, k, stride, padding;
+    int32_t ky;
+    tsl_padding_mode mode;
+    tsl_layout layout;
+};
+
+// y, dx, dw and db gathered on rank 0: on one tile each on rank 0 (tiled 0), or x cut by
+// splits, the weight ky x kx, y and b ky along channels, dealt over the ranks (tiled 1).
+static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, int tiled)
+{
+    int sp = (int)c.dims.size() - 2;
+    tsl_conv_params p;
+    EXPECT_EQ(tsl_conv_params_init(&p, sp), TSL_OK);
+    p.padding_mode = c.mode;
+    for (int d = 0; d < sp; d++) {
+        p.stride[d] = c.stride;
+        p.padding[d] = c.padding;
+    }
+    tsl_owner_map root = tsl_owner_single(0), block = tsl_owner_block(nullptr),
+                  rev = tsl_owner_callback(reversed, nullptr);
+    std::vector<int64_t> wd = {c.cout, c.dims[1]};
+    for (int d = 0; d < sp; d++)
+        wd.push_back(c.k);
+    std::vector<int32_t> none, ysplits = c.splits, wsplits = {c.ky, c.splits[1]};
+    ysplits[1] = c.ky;
+    tsl_tensor_t x =
+        make_tensor(TSL_F32, c.dims, tiled ? c.splits : none, tiled ? block : root, c.layout);
+    tsl_tensor_t dx =
+        make_tensor(TSL_F32, c.dims, tiled ? c.splits : none, tiled ? block : root, c.layout);
+    tsl_tensor_t w = make_tensor(TSL_F32, wd, tiled ? wsplits : none, tiled ? rev : root);
+    tsl_tensor_t dw = make_tensor(TSL_F32, wd, tiled ? wsplits : none, tiled ? rev : root);
+    std::vector<int32_t> bsplits = {c.ky};
+    tsl_tensor_t b = make_tensor(TSL_F32, {c.cout}, tiled ? bsplits : none, tiled ? block : root);
+    tsl_tensor_t db = make_tensor(TSL_F32, {c.cout}, tiled ? bsplits : none, tiled ? rev : root);
+    tsl_shape xsh, wsh, ysh;
+    tsl_tensor_shape(x, &xsh);
+    tsl_tensor_shape(w, &wsh);
+    EXPECT_EQ(tsl_conv_output_shape(&xsh, &wsh, &p, &ysh), TSL_OK) << tsl_last_error();
+    std::vector<int64_t> yd(ysh.dims, ysh.dims + ysh.ndim);
+    tsl_tensor_t y = make_tensor(TSL_F32, yd, tiled ? ysplits : none, tiled ? rev : root, c.layout);
+    tsl_tensor_t dy =
+        make_tensor(TSL_F32, yd, tiled ? ysplits : none, tiled ? block : root, c.layout);
+    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 160, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 161, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 162, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 163, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : {y, dx, dw, db})
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
+    EXPECT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_conv_backward(&p, x, w, dy, dx, dw, db), TSL_OK) << tsl_context_last_error(ctx);
+    std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
+    for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
+// Weights cut along their input channels (each pass where its input tile lives, the partial
+// outputs summed on the output's owners; dy sent to the input tiles' ranks, dx made there)
+// equal one tile: 1-D, 2-D and 3-D, two and three channel tiles, output channels cut as many
+// times or whole, with and without spatial tiles (windows, halo slabs), stride 2, reflect and
+// circular padding, both layouts; tiles dealt in blocks, the weights in reverse.
+TEST(Convolution, InputChannelPartsMatchOneTile)
+{
+    const tsl_layout P = TSL_LAYOUT_PLAIN, CL = TSL_LAYOUT_CHANNELS_LAST;
+    const tsl_padding_mode Z = TSL_PADDING_ZEROS;
+    std::vector<PartsCase> cases = {
+        {{2, 4, 7, 6}, {2, 2, 1, 1}, 6, 3, 1, 1, 2, Z, P},
+        {{1, 6, 11}, {1, 3, 2}, 4, 3, 2, 1, 1, Z, CL},
+        {{3, 6, 9}, {3, 3, 1}, 6, 1, 1, 0, 3, Z, P},
+        {{1, 4, 5, 6, 5}, {1, 2, 1, 2, 1}, 4, 3, 1, 1, 2, Z, CL},
+        {{1, 4, 8, 7}, {1, 2, 2, 1}, 4, 3, 1, 1, 2, TSL_PADDING_REFLECT, P},
+        {{2, 4, 9, 8}, {1, 2, 1, 2}, 2, 3, 1, 1, 2, TSL_PADDING_CIRCULAR, CL},
+    };
+    for (size_t n = 0; n < cases.size(); n++) {
+        SCOPED_TRACE("case " + std::to_string(n));
+        std::vector<std::vector<float>> ref = parts_conv_results(cases[n], 0);
+        std::vector<std::vector<float>> got = parts_conv_results(cases[n], 1);
+        if (rank == 0) {
+            ASSERT_EQ(got.size(), 4u);
+            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
+            EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
+            EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "dw";
+            EXPECT_LT(max_norm_rel_diff(got[3], ref[3]), 1e-5) << "db";
+        }
+    }
+    // a weight cut along its input channels unlike x, or over a concatenation, is refused
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_conv_params p;
+    ASSERT_EQ(tsl_conv_params_init(&p, 1), TSL_OK);
+    tsl_tensor_t x = make_tensor(TSL_F32, {1, 4, 8}, {1, 2, 1}, block);
+    tsl_tensor_t w3 = make_tensor(TSL_F32, {2, 4, 3}, {1, 3, 1}, block);
+    tsl_tensor_t y = make_tensor(TSL_F32, {1, 2, 6}, {}, block);
+    EXPECT_EQ(tsl_conv_forward(&p, x, w3, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "cut along its input channels"), nullptr);
+    tsl_tensor_t xs[2] = {make_tensor(TSL_F32, {1, 2, 8}, {1, 1, 1}, block),
+                          make_tensor(TSL_F32, {1, 2, 8}, {1, 1, 1}, block)};
+    tsl_tensor_t w2 = make_tensor(TSL_F32, {2, 4, 3}, {1, 2, 1}, block);
+    EXPECT_EQ(tsl_conv_concat_forward(&p, 2, xs, w2, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "not a concatenation"), nullptr);
+    for (tsl_tensor_t t : {x, w3, y, xs[0], xs[1], w2})
+        tsl_tensor_destroy(t);
+}
+
 // Inputs that cannot be concatenated, or a convolution that cannot read them apart, are
 // refused before anything runs.
 TEST(Convolution, ConcatenatedInputsThatDoNotFitAreErrors)
