@@ -85,6 +85,13 @@ TSL_API tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_
  * @p x is (N, K) and @p y (N, O), both cut along N only, with the same N splits; @p w is
  * (O, K) and @p b (O) or NULL, one tile each (PyTorch's nn.Linear layout). One task per
  * sample tile runs on the owner of its y tile. f32 or f64.
+ *
+ * Feature tiles (f32; the filters= and channels= plans): @p x and @p y may also be cut along
+ * their features, with the rules of tsl_conv_forward()'s channel tiles for a kernel of 1:
+ * @p y cut into F feature tiles needs @p w and @p b cut into F row blocks (tile g, the rows
+ * of y's tile g); @p w may also be cut along its columns as @p x is along its features (tile
+ * (g, k) on the rank that makes the partial of y's tile g over x's tile k; the partials are
+ * added by a tree on y's tile owner).
  */
 TSL_API tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b,
                                       tsl_tensor_t y);

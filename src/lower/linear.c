@@ -4,7 +4,13 @@
  * tile or cut along its rows (O): one tile takes a partial sum per sample tile, added by a
  * tree of tasks; a dw cut into row blocks takes, per block and rank, one task that adds the
  * GEMMs of all that rank's sample tiles into the block's rows (no partial of the whole matrix,
- * no merge on one rank), then the ranks' blocks meet by a tree on the block's owner. */
+ * no merge on one rank), then the ranks' blocks meet by a tree on the block's owner.
+ *
+ * x or y cut along their features, or w along its columns (filters= and channels= plans): a
+ * linear layer is a convolution of kernel 1 over one position, so those layers run through the
+ * convolution's channel tiles (src/lower/conv.c): output tile (n, g) adds the passes of x's
+ * feature tiles (n, k) with the weights' rows of g (on the output tile's owner), or, with w cut
+ * along its columns as x is, partial outputs made where x's tiles live and added by a tree. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +76,93 @@ static tsl_status check_bias(tsl_tensor_t b, tsl_tensor_t w, const char *fn)
     return TSL_OK;
 }
 
+/* ---- feature tiles ---- */
+
+/* Whether x or y (dy) is cut along its features, or w along its columns. */
+static int feature_cut(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t y)
+{
+    return (x && x->shape.ndim == 2 && x->grid.splits[1] > 1) ||
+           (y && y->shape.ndim == 2 && y->grid.splits[1] > 1) ||
+           (w && w->shape.ndim == 2 && w->grid.splits[1] > 1);
+}
+
+/* t (a matrix) seen as a one-position signal (rows, features, 1): the same tiles, owners and
+ * handles, a trailing dimension of 1 (plain and channels-last alike in memory). */
+static struct tsl_tensor as_signal(tsl_tensor_t t)
+{
+    struct tsl_tensor v = *t;
+    int d = v.shape.ndim;
+    v.shape.dims[d] = 1;
+    v.grid.splits[d] = 1;
+    if (v.owners.kind == TSL_OWNER_BLOCK && v.owners.process_grid[0] > 0)
+        v.owners.process_grid[d] = 1;
+    v.shape.ndim = d + 1;
+    v.layout = TSL_LAYOUT_PLAIN;
+    return v;
+}
+
+/* The convolution a linear layer is: kernel 1, stride 1, no padding, over one position. */
+static tsl_conv_params kernel_one(void)
+{
+    tsl_conv_params p;
+    memset(&p, 0, sizeof p);
+    p.spatial = 1;
+    p.stride[0] = p.dilation[0] = 1;
+    p.groups = 1;
+    p.padding_mode = TSL_PADDING_ZEROS;
+    return p;
+}
+
+/* Shapes of a feature-cut layer: matrices, f32 (the convolution's type), whole rows of w. */
+static tsl_status check_features(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t y, const char *what,
+                                 const char *fn)
+{
+    tsl_status st = tsl_tensor_check(x, fn);
+    if (st || (st = tsl_tensor_check(w, fn)) || (st = tsl_tensor_check(y, fn)))
+        return st;
+    if (x->shape.ndim != 2 || w->shape.ndim != 2 || y->shape.ndim != 2 ||
+        w->shape.dims[1] != x->shape.dims[1] || y->shape.dims[1] != w->shape.dims[0] ||
+        y->shape.dims[0] != x->shape.dims[0])
+        return tsl_error(x->ctx, TSL_ERR_SHAPE,
+                         "%s: x (N, K), w (O, K) and %s (N, O) must be matrices of fitting "
+                         "shapes",
+                         fn, what);
+    if (x->dtype != TSL_F32 || w->dtype != TSL_F32 || y->dtype != TSL_F32)
+        return tsl_error(x->ctx, TSL_ERR_DTYPE,
+                         "%s: tensors cut along their features take f32 (the convolution's "
+                         "channel tiles run them)",
+                         fn);
+    return TSL_OK;
+}
+
+static tsl_status forward_features(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y)
+{
+    tsl_status st = check_features(x, w, y, "y", "tsl_linear_forward");
+    if (st)
+        return st;
+    struct tsl_tensor xv = as_signal(x), wv = as_signal(w), yv = as_signal(y);
+    tsl_conv_params p = kernel_one();
+    return tsl_conv_forward(&p, &xv, &wv, b, &yv);
+}
+
+static tsl_status backward_features(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy,
+                                    tsl_tensor_t dx, tsl_tensor_t dw, tsl_tensor_t db)
+{
+    const char *fn = "tsl_linear_backward";
+    tsl_status st = check_features(x, w, dy, "dy", fn);
+    if (st || (dx && (st = tsl_tensor_check_same_layout(dx, x, fn))))
+        return st;
+    if (dw && (dw->shape.ndim != 2 || dw->shape.dims[0] != w->shape.dims[0] ||
+               dw->shape.dims[1] != w->shape.dims[1]))
+        return tsl_error(x->ctx, TSL_ERR_SHAPE, "%s: dw must have w's shape", fn);
+    if (db && !dw)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: db needs dw (computed together)", fn);
+    struct tsl_tensor xv = as_signal(x), wv = as_signal(w), dyv = as_signal(dy);
+    struct tsl_tensor dxv = dx ? as_signal(dx) : xv, dwv = dw ? as_signal(dw) : wv;
+    tsl_conv_params p = kernel_one();
+    return tsl_conv_backward(&p, &xv, &wv, &dyv, dx ? &dxv : NULL, dw ? &dwv : NULL, db);
+}
+
 static tsl_linear_args args_for(tsl_tensor_t x, tsl_tensor_t w, int64_t tile, int has_bias)
 {
     int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
@@ -98,6 +191,8 @@ static double linear_tile_args(int64_t tile, void *args, void *user)
 tsl_status tsl_linear_forward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t y)
 {
     const char *fn = "tsl_linear_forward";
+    if (x && w && y && feature_cut(x, w, y))
+        return forward_features(x, w, b, y);
     tsl_status st = check_pair(x, w, y, w ? w->shape.dims[0] : 0, "y", fn);
     if (st || (st = check_bias(b, w, fn)))
         return st;
@@ -263,6 +358,8 @@ tsl_status tsl_linear_backward(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t dy, 
                                tsl_tensor_t dw, tsl_tensor_t db)
 {
     const char *fn = "tsl_linear_backward";
+    if (x && w && dy && feature_cut(x, w, dy))
+        return backward_features(x, w, dy, dx, dw, db);
     tsl_status st = check_pair(x, w, dy, w ? w->shape.dims[0] : 0, "dy", fn);
     if (st)
         return st;

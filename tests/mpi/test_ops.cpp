@@ -521,8 +521,9 @@ TEST(Linear, EveryTilingMatchesOneTileWithinRounding)
     tsl_tensor_t y2 = make_tensor(TSL_F64, {n, o}, {2, 1}, block);
     tsl_tensor_t wrong = make_tensor(TSL_F64, {o, k + 1}, {1, 1}, block);
     tsl_tensor_t bias = make_tensor(TSL_F64, {o}, {1}, block);
-    EXPECT_EQ(tsl_linear_forward(x, w, nullptr, y), TSL_ERR_SHAPE);   // N splits differ
-    EXPECT_EQ(tsl_linear_forward(xk, w, nullptr, y2), TSL_ERR_SHAPE); // K split
+    EXPECT_EQ(tsl_linear_forward(x, w, nullptr, y), TSL_ERR_SHAPE); // N splits differ
+    // K split: feature tiles (filters=/channels= plans) run in f32 only
+    EXPECT_EQ(tsl_linear_forward(xk, w, nullptr, y2), TSL_ERR_DTYPE);
     EXPECT_EQ(tsl_linear_forward(x, w2, nullptr, y2), TSL_ERR_SHAPE); // weights tiled
     EXPECT_EQ(tsl_linear_forward(x, wrong, nullptr, y2), TSL_ERR_SHAPE);
     EXPECT_EQ(tsl_linear_forward(x, w, nullptr, y2), TSL_OK);
@@ -1455,6 +1456,85 @@ TEST(Convolution, InputChannelPartsMatchOneTile)
     EXPECT_EQ(tsl_conv_concat_forward(&p, 2, xs, w2, nullptr, y), TSL_ERR_SHAPE);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "not a concatenation"), nullptr);
     for (tsl_tensor_t t : {x, w3, y, xs[0], xs[1], w2})
+        tsl_tensor_destroy(t);
+}
+
+// A linear layer on feature tiles (filters= and channels= plans): x (N, K) cut into sn x kx
+// tiles, y ky along its features, w ky x wx (wx 1: rows cut as y, read by the output tile's
+// owner; wx = kx: cut along its columns as x, partial outputs added by a tree).
+struct FeatureCase {
+    int64_t n, k, o;
+    int32_t sn, kx, ky, wx;
+};
+
+// y, dx, dw and db gathered on rank 0: one tile each on rank 0 through the BLAS path (tiled 0),
+// or cut as the case says and dealt over the ranks (tiled 1).
+static std::vector<std::vector<float>> feature_linear_results(const FeatureCase &c, int tiled)
+{
+    tsl_owner_map root = tsl_owner_single(0), block = tsl_owner_block(nullptr),
+                  rev = tsl_owner_callback(reversed, nullptr);
+    std::vector<int32_t> none, xs = {c.sn, c.kx}, ys = {c.sn, c.ky}, ws = {c.ky, c.wx}, bs = {c.ky};
+    tsl_tensor_t x = make_tensor(TSL_F32, {c.n, c.k}, tiled ? xs : none, tiled ? block : root);
+    tsl_tensor_t dx = make_tensor(TSL_F32, {c.n, c.k}, tiled ? xs : none, tiled ? rev : root);
+    tsl_tensor_t w = make_tensor(TSL_F32, {c.o, c.k}, tiled ? ws : none, tiled ? rev : root);
+    tsl_tensor_t dw = make_tensor(TSL_F32, {c.o, c.k}, tiled ? ws : none, tiled ? rev : root);
+    tsl_tensor_t b = make_tensor(TSL_F32, {c.o}, tiled ? bs : none, tiled ? block : root);
+    tsl_tensor_t db = make_tensor(TSL_F32, {c.o}, tiled ? bs : none, tiled ? rev : root);
+    tsl_tensor_t y = make_tensor(TSL_F32, {c.n, c.o}, tiled ? ys : none, tiled ? rev : root);
+    tsl_tensor_t dy = make_tensor(TSL_F32, {c.n, c.o}, tiled ? ys : none, tiled ? block : root);
+    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 170, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 171, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 172, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 173, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : {y, dx, dw, db})
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
+    EXPECT_EQ(tsl_linear_forward(x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
+    EXPECT_EQ(tsl_linear_backward(x, w, dy, dx, dw, db), TSL_OK) << tsl_context_last_error(ctx);
+    std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
+    for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
+// Feature tiles equal the one-tile layer: the input cut and the output whole (a classifier
+// under filters=), the output cut by filters and the input whole or cut, the weights cut along
+// their columns with the output whole or cut (channels=), two and three feature tiles, one to
+// three sample tiles; the tiles dealt in blocks, the weights and outputs in reverse. A layer
+// whose tiles do not fit is refused.
+TEST(Linear, FeatureTilesMatchOneTile)
+{
+    const std::vector<FeatureCase> cases = {
+        {4, 6, 5, 2, 2, 1, 1}, {5, 6, 4, 1, 1, 2, 1}, {6, 9, 6, 3, 3, 3, 1},  {3, 8, 5, 1, 2, 1, 2},
+        {4, 6, 6, 2, 3, 1, 3}, {5, 8, 6, 2, 2, 2, 2}, {7, 12, 9, 3, 3, 3, 3},
+    };
+    for (size_t n = 0; n < cases.size(); n++) {
+        SCOPED_TRACE("case " + std::to_string(n));
+        std::vector<std::vector<float>> ref = feature_linear_results(cases[n], 0);
+        std::vector<std::vector<float>> got = feature_linear_results(cases[n], 1);
+        if (rank == 0) {
+            ASSERT_EQ(got.size(), 4u);
+            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
+            EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
+            EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "dw";
+            EXPECT_LT(max_norm_rel_diff(got[3], ref[3]), 1e-5) << "db";
+        }
+    }
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_tensor_t x = make_tensor(TSL_F32, {4, 6}, {1, 2}, block);
+    tsl_tensor_t w = make_tensor(TSL_F32, {4, 6}, {}, block);
+    tsl_tensor_t w3 = make_tensor(TSL_F32, {4, 6}, {1, 3}, block);
+    tsl_tensor_t y2 = make_tensor(TSL_F32, {4, 4}, {1, 2}, block);
+    tsl_tensor_t y = make_tensor(TSL_F32, {4, 4}, {}, block);
+    tsl_tensor_t x64 = make_tensor(TSL_F64, {4, 6}, {1, 2}, block);
+    tsl_tensor_t w64 = make_tensor(TSL_F64, {4, 6}, {}, block);
+    tsl_tensor_t y64 = make_tensor(TSL_F64, {4, 4}, {}, block);
+    EXPECT_EQ(tsl_linear_forward(x, w, nullptr, y2), TSL_ERR_SHAPE); // y cut, w whole
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "cut into as many"), nullptr);
+    EXPECT_EQ(tsl_linear_forward(x, w3, nullptr, y), TSL_ERR_SHAPE); // w's columns unlike x
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "cut along its input channels"), nullptr);
+    EXPECT_EQ(tsl_linear_forward(x64, w64, nullptr, y64), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_linear_forward(x, w, nullptr, x), TSL_ERR_SHAPE);
+    for (tsl_tensor_t t : {x, w, w3, y2, y, x64, w64, y64})
         tsl_tensor_destroy(t);
 }
 
