@@ -260,13 +260,11 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     return st;
 }
 
-/* Whether the executor cuts value v along channels under the plan's filters= (a value with
- * spatial dimensions whose channels F divides, not the model's output). */
+/* Whether the executor cuts value v along channels under the plan's filters= or channels=
+ * (tsl_plan_cuts_channels; not the model's output). */
 static int channel_cut(const tsl_plan *plan, tsl_graph_t g, int32_t v)
 {
-    const tsl_shape *s = &g->values[v].shape;
-    int32_t f = tsl_plan_channel_groups(plan);
-    return f > 1 && v != g->output && s->ndim >= 2 && s->dims[0] % f == 0;
+    return v != g->output && tsl_plan_cuts_channels(plan, &g->values[v].shape);
 }
 
 /* Add (sign 1) or take away (-1) value v's activation-sized tile bytes, size[v * nranks + r],
@@ -379,10 +377,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     uint8_t *dropped = calloc((size_t)nv + 1, 1); /* and made again for the backward */
     int64_t *size = calloc((size_t)nv * (size_t)nranks + 1, sizeof *size);
     int64_t *isize = calloc((size_t)n * (size_t)nranks + 1, sizeof *isize); /* max pool indices */
-    /* A convolution over channel tiles runs where its output tiles live and reads the input's
-     * other F - 1 channel tiles of the same samples there: received copies, kept for its
-     * weight gradient until its backward. An op that takes no channel tiles (a transposed
-     * convolution, a linear layer) reads a channel-cut input as a channel-whole copy on filter
+    /* A convolution (or linear layer) over channel tiles runs where its output tiles live and
+     * reads the input's other F - 1 channel tiles of the same samples there: received copies,
+     * kept for its weight gradient until its backward. An op that takes no channel tiles (a
+     * transposed convolution) reads a channel-cut input as a channel-whole copy on filter
      * group 0 (F times a rank's tiles of it), kept likewise. */
     int64_t *xcopy = calloc((size_t)n * (size_t)nranks + 1, sizeof *xcopy);
     /* Its data gradient is made in parts where the output gradient's tiles live: F - 1 parts
@@ -429,16 +427,15 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                                size[(int64_t)op->inputs[0] * nranks + r]);
             continue;
         }
-        int64_t copies = op->kind == TSL_OP_CONV && tsl_plan_takes_channel_tiles(op) ? f - 1
-                         : !tsl_plan_takes_channel_tiles(op)                         ? f
-                                                                                     : 0;
+        int weighted = (op->kind == TSL_OP_CONV || op->kind == TSL_OP_LINEAR) &&
+                       tsl_plan_takes_channel_tiles(op);
+        int64_t copies = weighted ? f - 1 : !tsl_plan_takes_channel_tiles(op) ? f : 0;
         for (int32_t k = 0; k < op->ninputs && !st && copies > 0; k++)
             if (channel_cut(plan, g, op->inputs[k]))
                 for (int32_t r = 0; r < nranks; r++) {
                     int64_t b = size[(int64_t)op->inputs[k] * nranks + r];
                     xcopy[(int64_t)o * nranks + r] += copies * b;
-                    if (op->kind == TSL_OP_CONV && tsl_plan_takes_channel_tiles(op) &&
-                        op->inputs[k] != g->input)
+                    if (weighted && op->inputs[k] != g->input)
                         dxpart[(int64_t)o * nranks + r] += 2 * copies * b;
                 }
         if (!st && plan && !tsl_plan_takes_channel_tiles(op) && channel_cut(plan, g, op->output))

@@ -26,10 +26,23 @@ static inline int32_t tsl_plan_channel_groups(const tsl_plan *plan)
     return !plan ? 1 : plan->filters > 1 ? plan->filters : plan->channels > 1 ? plan->channels : 1;
 }
 
-/* Whether op o is a convolution whose weights channels=K cuts along their input channels too
- * (K x K tiles, or 1 x K when its output keeps whole channels: the model's output): one group,
- * not transposed, input channels that K divides, its input neither the model's input nor a
- * concatenation (whose parts the executor folds into the convolution). Tile (g, k) of the
+/* Whether the plan cuts a value of sample shape s along its channels: F (filters= or channels=)
+ * divides them; for a sample without spatial dimensions (a linear layer's features) only where
+ * the plan cuts no spatial dimension (its ranks form the data x channel grid alone). The
+ * model's output is then made whole along channels by the executor. */
+static inline int tsl_plan_cuts_channels(const tsl_plan *plan, const tsl_shape *s)
+{
+    int32_t f = tsl_plan_channel_groups(plan);
+    if (f < 2 || s->ndim < 1 || s->dims[0] % f != 0)
+        return 0;
+    return s->ndim >= 2 || plan->space[0] * plan->space[1] * plan->space[2] == 1;
+}
+
+/* Whether op o is a convolution or linear layer whose weights channels=K cuts along their input
+ * channels too (K x K tiles, or 1 x K when its output keeps whole channels: the model's output):
+ * one group, not transposed, an input the plan cuts along channels (tsl_plan_cuts_channels),
+ * neither the model's input nor a concatenation (whose parts the executor folds into the
+ * convolution). Tile (g, k) of the
  * weight lives on the first rank of channel group k; sharded 3. */
 int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o);
 
@@ -38,10 +51,10 @@ int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, 
 int tsl_plan_takes_channel_tiles(const tsl_graph_op *o);
 
 /* Whether op o's weight and bias are cut along their first dimension like its output's
- * channels under plan's filters= (a convolution, not transposed, one group, whose output has
- * spatial dimensions and channels that F divides, not the model's output, which the executor
- * keeps whole along channels for the losses): then tsl_plan_param_placement() gives them
- * F tiles, tile f on filter group f's first rank, and sharded 2. */
+ * channels under plan's filters= (a convolution, not transposed, one group, or a linear layer,
+ * whose output the plan cuts along channels (tsl_plan_cuts_channels), not the model's output, which
+ * the executor keeps whole along channels for the losses): then tsl_plan_param_placement() gives
+ * them F tiles, tile f on filter group f's first rank, and sharded 2. */
 int tsl_plan_filter_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o);
 
 /* The op of each parameter (op_of: nparams entries). */

@@ -70,6 +70,34 @@ tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input, 
     int32_t splits[3], filters = tsl_plan_channel_groups(plan);
     *grid = tsl_tile_grid_single();
     int spatial = wanted_splits(plan, input, splits);
+    if (first == 1 && sample->ndim == 1 && filters > 1) {
+        /* features (no spatial dimension; the plan cuts none: tsl_plan_cuts_channels): the rank
+         * grid D x F, features cut in F where they divide (else on the filter group 0), each
+         * data group's sample tiles as without channel groups */
+        int64_t tiles = (int64_t)plan->data * (workers > 0 ? workers : 1) * micro * plan->tiles;
+        int32_t procs[TSL_MAX_DIMS] = {plan->data, filters};
+        if (tsl_plan_cuts_channels(plan, sample)) {
+            grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
+            grid->splits[1] = filters;
+            *owners = on_stage(tsl_owner_block(procs), stages, group, stage);
+            return TSL_OK;
+        }
+        if (plan->space[0] * plan->space[1] * plan->space[2] == 1) {
+            grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
+            *owners = on_stage(tsl_owner_block(procs), stages, group, stage);
+            return TSL_OK;
+        }
+    }
+    if (first == 0 && sample->ndim == 0 && filters > 1 &&
+        plan->space[0] * plan->space[1] * plan->space[2] == 1) {
+        /* a classifier's labels: the sample tiles of its output (features above), on the
+         * D x F sample groups */
+        int64_t tiles = (int64_t)plan->data * (workers > 0 ? workers : 1) * micro * plan->tiles;
+        int32_t procs[TSL_MAX_DIMS] = {plan->data * filters};
+        grid->splits[0] = (int32_t)(tiles < batch ? tiles : batch);
+        *owners = on_stage(tsl_owner_block(procs), stages, group, stage);
+        return TSL_OK;
+    }
     if ((!spatial && filters == 1) || sample->ndim <= first) {
         int64_t tiles =
             (int64_t)group * (workers > 0 ? workers : 1) * micro * (plan ? plan->tiles : 1);
@@ -123,6 +151,7 @@ int tsl_plan_takes_channel_tiles(const tsl_graph_op *o)
     switch (o->kind) {
     case TSL_OP_CONV:
         return !o->transposed && o->conv.groups == 1;
+    case TSL_OP_LINEAR:
     case TSL_OP_BATCHNORM:
     case TSL_OP_ACTIVATION:
     case TSL_OP_POOL:
@@ -145,8 +174,9 @@ int tsl_plan_filter_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t
         return 0;
     const tsl_graph_op *op = &g->ops[o];
     const tsl_shape *out = &g->values[op->output].shape;
-    return op->kind == TSL_OP_CONV && !op->transposed && op->conv.groups == 1 && out->ndim >= 2 &&
-           out->dims[0] % f == 0 && op->output != g->output;
+    int conv = op->kind == TSL_OP_CONV && !op->transposed && op->conv.groups == 1 && out->ndim >= 2;
+    return (conv || (op->kind == TSL_OP_LINEAR && out->ndim == 1)) &&
+           tsl_plan_cuts_channels(plan, out) && op->output != g->output;
 }
 
 int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o)
@@ -154,11 +184,13 @@ int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, 
     if (!plan || plan->channels < 2 || plan->filters > 1 || o < 0 || o >= g->nops)
         return 0;
     const tsl_graph_op *op = &g->ops[o];
-    if (op->kind != TSL_OP_CONV || op->transposed || op->conv.groups != 1 || op->ninputs < 1)
+    int conv = op->kind == TSL_OP_CONV && !op->transposed && op->conv.groups == 1;
+    if ((!conv && op->kind != TSL_OP_LINEAR) || op->ninputs < 1)
         return 0;
     int32_t v = op->inputs[0], producer = g->values[v].producer;
     const tsl_shape *in = &g->values[v].shape;
-    return v != g->input && v != g->output && in->ndim >= 2 && in->dims[0] % plan->channels == 0 &&
+    return v != g->input && v != g->output && (conv ? in->ndim >= 2 : in->ndim == 1) &&
+           tsl_plan_cuts_channels(plan, in) &&
            !(producer >= 0 && g->ops[producer].kind == TSL_OP_CONCAT);
 }
 
@@ -237,8 +269,9 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
         free(cut);
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan: %s=%d divides the %s channels of none of the model's "
-                         "convolutions (one group, not transposed, not the model's output): the "
-                         "ranks outside channel group 0 would have nothing to do",
+                         "convolutions (one group, not transposed, not the model's output) or "
+                         "linear layers: the ranks outside channel group 0 would have nothing "
+                         "to do",
                          plan->filters > 1 ? "filters" : "channels",
                          (int)tsl_plan_channel_groups(plan),
                          plan->filters > 1 ? "output" : "input or output");

@@ -572,9 +572,18 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
         if (tsl_plan_channel_groups(plan) > 1 && op->ninputs > 0 &&
             !tsl_plan_takes_channel_tiles(op))
             channel_regrid(&vt[op->inputs[0]], y, op->inputs[0] != g->input, halo);
+        /* a linear layer moves what a convolution of kernel 1 over one position does */
+        tsl_graph_op lin;
+        if (op->kind == TSL_OP_LINEAR) {
+            lin = *op;
+            memset(&lin.conv, 0, sizeof lin.conv);
+            lin.conv.padding_mode = TSL_PADDING_ZEROS;
+            op = &lin;
+        }
         if (tsl_plan_input_channel_cut(plan, g, o))
             conv_parts(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape, halo);
-        else if (op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0)
+        else if ((op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0) ||
+                 (op->kind == TSL_OP_LINEAR && tsl_plan_channel_groups(plan) > 1))
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
                        op->inputs[0] != g->input, tsl_plan_channel_groups(plan) > 1, halo);
         for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */

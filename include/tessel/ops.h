@@ -119,7 +119,9 @@ TSL_API tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl
 /**
  * @brief Copy @p src into @p dst of another shape with the same samples and elements per
  * sample, in C order (flatten (N, C, H, W) to (N, C*H*W), and back for its gradient). Both
- * tensors must be cut along N only, into the same tiles. Either side may have channels-last
+ * tensors must be cut along N, and perhaps along dimension 1, so that tile i of each holds the
+ * same samples and the same run of their elements (channel tiles flattened to feature tiles,
+ * the filters= and channels= plans). Either side may have channels-last
  * tiles (the copy reorders them; the flat side is plain), not both unless shapes are equal.
  */
 TSL_API tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst);

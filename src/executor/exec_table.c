@@ -137,14 +137,18 @@ static tsl_status forward_slice(struct tsl_model *m, instance *in, int32_t i, ts
 static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                   tsl_tensor_t y, int train)
 {
-    if (tsl_exec_flat_needed(x, y)) {
-        tsl_tensor_t flat;
-        tsl_status st = tsl_exec_flat_of(m, in, m->g->ops[i].inputs[0], &flat);
-        if (st || (st = tsl_tensor_redistribute(flat, x)))
-            return st;
-        x = flat;
-    }
-    return tsl_reshape_samples(x, y);
+    if (!tsl_exec_flat_needed(x, y)) /* (channel tiles to feature tiles too) */
+        return tsl_reshape_samples(x, y);
+    tsl_tensor_t fx, fy;
+    tsl_status st = tsl_exec_flat_of(m, in, m->g->ops[i].inputs[0], &fx);
+    if (st || (st = tsl_tensor_redistribute(fx, x)))
+        return st;
+    if (!tsl_exec_flat_needed(fx, y))
+        return tsl_reshape_samples(fx, y);
+    if ((st = tsl_exec_flat_of(m, in, m->g->ops[i].output, &fy)) ||
+        (st = tsl_reshape_samples(fx, fy)))
+        return st;
+    return tsl_tensor_redistribute(y, fy);
 }
 
 static tsl_status forward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -297,11 +301,14 @@ static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i,
 {
     if (!tsl_exec_flat_needed(x, y))
         return tsl_reshape_samples(dy, dx[0]);
-    tsl_tensor_t flat;
-    tsl_status st = tsl_exec_flat_of(m, in, m->g->ops[i].inputs[0], &flat);
-    if (st || (st = tsl_reshape_samples(dy, flat)))
-        return st;
-    return tsl_tensor_redistribute(dx[0], flat);
+    tsl_tensor_t fx, fy;
+    tsl_status st = tsl_exec_flat_of(m, in, m->g->ops[i].inputs[0], &fx);
+    if (!st && !tsl_exec_flat_needed(fx, dy))
+        st = tsl_reshape_samples(dy, fx);
+    else if (!st && !(st = tsl_exec_flat_of(m, in, m->g->ops[i].output, &fy)) &&
+             !(st = tsl_tensor_redistribute(fy, dy)))
+        st = tsl_reshape_samples(fy, fx);
+    return st ? st : tsl_tensor_redistribute(dx[0], fx);
 }
 
 static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,

@@ -153,14 +153,16 @@ tsl_status tsl_exec_batchnorm_forward(struct tsl_model *m, instance *in, int32_t
 int32_t tsl_exec_conv_inputs(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                              tsl_tensor_t *xs);
 
-/* Whether flatten must first move x to sample tiles like y's: x is spatially cut, or cut
- * into a plan's sample groups rather than the sample tiles of values without space. */
+/* Whether flatten must go through sample tiles (tsl_exec_flat_of) rather than copy tile i of x
+ * into tile i of y: either is spatially cut, their sample tiles differ (a plan's sample groups
+ * against the sample tiles of values without space), or their channel and feature tiles. */
 int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y);
 
 /* Op i's layer label in traces: its name, or "<kind>#<i>" for an unnamed op (in buf). */
 const char *tsl_exec_op_label(const struct tsl_model *m, int32_t i, char *buf, size_t size);
 
-/* Value v cut along N only (flatten reads spatial tiles so): made on first use. */
+/* Value v cut along N only (flatten's way between tilings that do not match): made on first
+ * use. */
 tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t);
 
 /* Max pooling op i's indices for its output y as the op computes it (made on first use):

@@ -28,8 +28,10 @@ const char *tsl_exec_op_label(const struct tsl_model *m, int32_t i, char *buf, s
 
 int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y)
 {
-    return tsl_exec_spatially_cut(x) || x->grid.splits[0] != y->grid.splits[0] ||
-           (x->shape.ndim > 1 && x->grid.splits[1] != 1);
+    return tsl_exec_spatially_cut(x) || tsl_exec_spatially_cut(y) ||
+           x->grid.splits[0] != y->grid.splits[0] ||
+           (x->shape.ndim > 1 ? x->grid.splits[1] : 1) !=
+               (y->shape.ndim > 1 ? y->grid.splits[1] : 1);
 }
 
 tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
@@ -37,7 +39,7 @@ tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_te
     const tsl_shape *s = &m->g->values[v].shape;
     tsl_status st = in->flat[v] ? TSL_OK
                                 : tsl_exec_batch_tensor(m, in->batch, tsl_exec_value_stage(m, v), s,
-                                                        s->ndim, TSL_F32, &in->flat[v]);
+                                                        s->ndim + 1, TSL_F32, &in->flat[v]);
     *t = in->flat[v];
     return st;
 }

@@ -72,12 +72,35 @@ tsl_status tsl_split_channels(tsl_tensor_t src, int32_t count, const tsl_tensor_
     return channels(src, count, dsts, 1, "tsl_split_channels");
 }
 
-/* Cut along N only. */
-static int samples_only(tsl_tensor_t t)
+/* The run of each sample's elements (C order) tile i of t holds: t cut along N and perhaps
+ * along dimension 1 only; 0 otherwise. */
+static int sample_run(tsl_tensor_t t, int64_t i, int64_t *n0, int64_t *n, int64_t *lo, int64_t *len)
 {
-    for (int d = 1; d < t->shape.ndim; d++)
+    for (int d = 2; d < t->shape.ndim; d++)
         if (t->grid.splits[d] != 1)
             return 0;
+    int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS], inner = 1;
+    tsl_tensor_tile_box(t, i, start, extent);
+    for (int d = 2; d < t->shape.ndim; d++)
+        inner *= t->shape.dims[d];
+    *n0 = start[0];
+    *n = extent[0];
+    *lo = t->shape.ndim > 1 ? start[1] * inner : 0;
+    *len = t->shape.ndim > 1 ? extent[1] * inner : 1;
+    return 1;
+}
+
+/* Tile i of src and of dst hold the same samples and the same run of their elements. */
+static int same_runs(tsl_tensor_t src, tsl_tensor_t dst)
+{
+    if (src->ntiles != dst->ntiles || src->grid.splits[0] != dst->grid.splits[0])
+        return 0;
+    for (int64_t i = 0; i < src->ntiles; i++) {
+        int64_t a[4], b[4];
+        if (!sample_run(src, i, &a[0], &a[1], &a[2], &a[3]) ||
+            !sample_run(dst, i, &b[0], &b[1], &b[2], &b[3]) || memcmp(a, b, sizeof a) != 0)
+            return 0;
+    }
     return 1;
 }
 
@@ -98,9 +121,11 @@ tsl_status tsl_reshape_samples(tsl_tensor_t src, tsl_tensor_t dst)
         tsl_shape_numel(&dst->shape) != tsl_shape_numel(&src->shape))
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: both tensors need the same samples and elements per sample", fn);
-    if (!samples_only(src) || !samples_only(dst) || src->grid.splits[0] != dst->grid.splits[0])
+    if (!same_runs(src, dst))
         return tsl_error(ctx, TSL_ERR_SHAPE,
-                         "%s: both tensors must be cut along N only, into the same tiles", fn);
+                         "%s: both tensors must be cut along N (and perhaps dimension 1) into "
+                         "tiles that hold the same samples and the same run of their elements",
+                         fn);
     tsl_tensor_t tensors[2] = {src, dst};
     enum starpu_data_access_mode modes[2] = {STARPU_R, STARPU_W};
     if (src->layout == TSL_LAYOUT_PLAIN && dst->layout == TSL_LAYOUT_PLAIN) {

@@ -344,8 +344,9 @@ struct Placement {
 // channels=K: parsed, formatted, counted in the ranks, refused with filters= and layers=;
 // activations cut as under filters=; a convolution whose input and output channels K divides
 // (its input not the model's) has its weight cut K x K, tile (g, k) on channel group k's first
-// rank (sharded 3), its bias like its output; the first convolution (on the model's input) is
-// cut by filters only.
+// rank (sharded 3), its bias like its output, and so is a linear layer's (1 x K for the
+// classifier, whose output stays whole); the first convolution (on the model's input) is cut by
+// filters only.
 TEST(Plan, ChannelsCutWeightsAlongInputChannels)
 {
     tsl_plan p;
@@ -381,7 +382,7 @@ TEST(Plan, ChannelsCutWeightsAlongInputChannels)
     ASSERT_EQ(at.place(&p, 4), TSL_OK) << tsl_last_error();
     const std::vector<int32_t> &sharded = at.sharded;
     const std::vector<tsl_tile_grid> &grids = at.grids;
-    int by_filters = 0, by_inputs = 0;
+    int by_filters = 0, by_inputs = 0, by_linear = 0;
     for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
         const char *name;
         tsl_shape s;
@@ -390,16 +391,20 @@ TEST(Plan, ChannelsCutWeightsAlongInputChannels)
         if (sharded[i] != 3)
             continue;
         by_inputs++;
-        EXPECT_EQ(grids[i].splits[0], 2) << name;
+        // the classifier (fc2, the model's output) keeps whole rows: 1 x 2
+        bool output = std::string(name).rfind("fc2", 0) == 0;
+        by_linear += std::string(name).rfind("fc", 0) == 0;
+        EXPECT_EQ(grids[i].splits[0], output ? 1 : 2) << name;
         EXPECT_EQ(grids[i].splits[1], 2) << name;
-        for (int32_t f = 0; f < 2; f++)
+        for (int32_t f = 0; f < grids[i].splits[0]; f++)
             for (int32_t k = 0; k < 2; k++) {
                 int32_t t[TSL_MAX_DIMS] = {f, k}, rank = -1;
                 ASSERT_EQ(tsl_owner_map_rank(&at.maps[i], t, s.ndim, &grids[i], 4, &rank), TSL_OK);
                 EXPECT_EQ(rank, k) << name; // channel group k, sample group 0
             }
     }
-    EXPECT_GE(by_inputs, 1);  // the second convolution's weight
+    EXPECT_GE(by_inputs, 3);  // the second convolution's weight, fc1's and fc2's
+    EXPECT_EQ(by_linear, 2);  // fc1 (128 x K: 2 x 2) and fc2 (1 x 2)
     EXPECT_GE(by_filters, 1); // the first convolution's weight (on the input: filters only)
     ASSERT_EQ(tsl_plan_parse("channels=3", &p), TSL_OK);
     EXPECT_EQ(at.place(&p, 3), TSL_ERR_INVALID_ARG);
