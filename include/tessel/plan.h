@@ -22,8 +22,9 @@
  * each batch norm's fused ReLU output after the forward and make it again for the backward
  * (less memory for an elementwise pass per layer, the same bits; tsl_graph_recomputed()),
  * 0 to keep it. F rank groups along channels (filter parallelism: activations cut into F channel
- * tiles where F divides their channels, each convolution's filters with them). channels=K
- * cuts the activations the same way but each convolution whose input and output K divides
+ * tiles where F divides their channels, each convolution's and linear layer's filters with
+ * them; features only without space=). channels=K
+ * cuts the activations the same way but each convolution or linear layer whose input K divides
  * keeps its weights cut along their input channels too (K x K tiles, tile (g, k) with input
  * group k): group k convolves its input channels with them and the partial outputs are summed
  * onto the output's channel tiles (channel parallelism: partial outputs cross ranks, where
@@ -187,7 +188,10 @@ TSL_API tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int6
  * With filters=F > 1 the same path also without a spatial split (then min(D x M x workers,
  * batch) sample tiles), activations with spatial dimensions get F channel tiles where F divides
  * their channels (else one, on filter group 0), and per-position labels the process grid
- * (D x F) x A x B x C.
+ * (D x F) x A x B x C. A sample without spatial dimensions (features) under filters=F (or
+ * channels=F) and no spatial split gets min(batch, D x workers x M x T) sample tiles on the
+ * process grid D x F, its features cut into F tiles where F divides them (else one, on group 0),
+ * and per-sample labels (a 0-D sample, @p first 0) the same sample tiles on D x F groups.
  * The plan must have passed tsl_plan_check().
  */
 TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape *input,
@@ -208,12 +212,14 @@ TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape 
  * rank), taken in parameter order after the sharded weights.
  * @param[out] grids   one per parameter
  * @param[out] owners  one per parameter
- * With filters=F > 1, the weight and bias of a convolution whose output channels the plan cuts
- * (one group, not transposed, output channels divisible by F) are instead cut into F tiles
+ * With filters=F > 1, the weight and bias of a convolution or linear layer whose output channels
+ * (features) the plan cuts (one group, not transposed, output channels divisible by F; for a
+ * linear layer, no spatial split) are instead cut into F tiles
  * along their first dimension, tile f on the first rank of filter group f (rank grid D x F x
  * A x B x C), and read tile by tile: no whole copies.
- * With channels=K > 1, the weight of a convolution whose input channels K divides (one group,
- * not transposed, its input neither the model's input nor a concatenation) is cut into K tiles
+ * With channels=K > 1, the weight of a convolution or linear layer whose input channels the
+ * plan cuts (one group, not transposed, its input neither the model's input nor a
+ * concatenation) is cut into K tiles
  * along its input channels as well (along its filters too where its output is cut), tile
  * (g, k) on the first rank of channel group k; the other convolutions' weights and biases are
  * cut as under filters=K.
