@@ -451,8 +451,8 @@ void tsl_conv_window_backward_weights(const tsl_conv_args *a, const tsl_conv_win
     int64_t rows = chunk_rows(a), k = kernel_volume(a), ci = a->in_channels / a->groups;
     int64_t count = a->out_channels * ci * k;
     /* A run of the weights' input channels: each output channel's part of dw is a run of
-     * ci * k values, w_in_channels * k apart. */
-    int64_t stride = a->w_in_channels > 0 ? a->w_in_channels * k : ci * k;
+     * ci * k values, w_in_channels * k apart (a transposed convolution's run is one block). */
+    int64_t stride = a->w_in_channels > 0 && !a->transposed ? a->w_in_channels * k : ci * k;
     float *dw_at = dw + weights_at(a);
     for (int64_t r0 = 0; r0 < a->out_size[0]; r0 += rows) {
         chunk c;

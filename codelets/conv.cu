@@ -16,7 +16,8 @@
  * transposed back): cuDNN's fast channels-last kernels want the filter in the tensors' layout,
  * and the weights are small beside the tiles. A run of the weights' input channels (w_in_channels)
  * is gathered into the workspace likewise (and its gradient scattered back, the rest of dw left
- * as it is, as on the CPU).
+ * as it is, as on the CPU); a transposed convolution's run is a block of its filters, read in
+ * place.
  *
  * Algorithms. Per worker and per problem, cuDNN's heuristics (cudnnGet*Algorithm_v7) rank the
  * algorithms; the first that is supported, deterministic (unless tsl_cuda_deterministic() is off;
@@ -127,7 +128,7 @@ bool make_view(const tsl_conv_args *a, view *v)
     int64_t filter_count = cy_ch * (cx_ch / a->groups) * kv;
     if (cx_count > INT_MAX || cy_count > INT_MAX || filter_count > INT_MAX)
         return false;
-    if (a->w_in_channels > 0 && (a->transposed || a->groups != 1 || a->w_in_offset < 0 ||
+    if (a->w_in_channels > 0 && (a->groups != 1 || a->w_in_offset < 0 ||
                                  a->w_in_offset + a->in_channels > a->w_in_channels))
         return false;
     v->cx_count = cx_count;
@@ -443,9 +444,12 @@ weights_plan plan_weights(const tsl_conv_args *a, const view &v)
     p.k = v.k;
     p.cg = v.c / v.groups;
     p.vol = v.kernel_volume;
-    p.row = a->w_in_channels > 0 ? a->w_in_channels * p.vol : p.cg * p.vol;
-    p.offset = a->w_in_channels > 0 ? (size_t)(a->w_in_offset * p.vol) : 0;
-    p.copy = v.channels_last || a->w_in_channels > 0;
+    /* a run of a transposed convolution's (I, O, k...) weights is a block of its filters (the
+     * view's K rows): read in place from its first row */
+    bool strided = a->w_in_channels > 0 && !a->transposed;
+    p.row = strided ? a->w_in_channels * p.vol : p.cg * p.vol;
+    p.offset = a->w_in_channels > 0 ? (size_t)(a->w_in_offset * (strided ? p.vol : p.row)) : 0;
+    p.copy = v.channels_last || strided;
     p.bytes = (size_t)(p.k * p.cg * p.vol) * sizeof(float);
     return p;
 }
@@ -502,9 +506,13 @@ void unpack(void *buffers[], void *cl_arg, task_kind kind, tsl_conv_task_args *t
     const int *b = at[kind];
     int64_t xs = a->transposed ? v->cy_count : v->cx_count;
     int64_t ys = a->transposed ? v->cx_count : v->cy_count;
-    int64_t wrows = a->w_in_channels > 0 ? a->w_in_channels : v->c / v->groups;
+    /* the weights: K x C / groups filters, or with a run of the input channels w_in_channels
+     * of them (transposed: of K) */
+    int64_t wcount = (int64_t)v->k * (v->c / v->groups);
+    if (a->w_in_channels > 0)
+        wcount = a->w_in_channels * (a->transposed ? v->c / v->groups : v->k);
     TSL_CODELET_CHECK(nx(buffers, b[0]) == xs && nx(buffers, b[1]) == ys &&
-                          nx(buffers, b[2]) >= v->k * wrows * v->kernel_volume,
+                          nx(buffers, b[2]) >= wcount * v->kernel_volume,
                       "conv (CUDA): tile sizes");
     TSL_CODELET_CHECK(!bias || b[3] < 0 || nx(buffers, b[3]) == a->out_channels,
                       "conv (CUDA): bias size");

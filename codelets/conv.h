@@ -26,8 +26,9 @@ typedef struct tsl_conv_args {
     int64_t stride[3], padding[3], dilation[3]; /* dilation 1 = dense */
     /* Input channels of the weights when x is a run of them (a convolution over a channel
      * concatenation, each part on its own): x's in_channels are the weights' inputs from
-     * w_in_offset of w_in_channels. 0: the weights take exactly x's channels. Convolutions
-     * with one group only. */
+     * w_in_offset of w_in_channels (for a transposed convolution, whose weights are
+     * (I, O, k...), the block of rows from w_in_offset). 0: the weights take exactly x's
+     * channels. Convolutions with one group only. */
     int64_t w_in_channels, w_in_offset;
     int64_t accumulate; /* forward: y += conv(x, w) (+ b) instead of y = */
 } tsl_conv_args;

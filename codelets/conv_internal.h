@@ -39,10 +39,16 @@ static inline int64_t kernel_volume(const tsl_conv_args *a)
     return k;
 }
 
-/* Where a run of the weights' input channels starts (the weights themselves without one). */
+/* Where a run of the weights' input channels starts (the weights themselves without one): in
+ * (O, w_in_channels, k...) weights the run's columns start at w_in_offset (rows
+ * w_in_channels x k apart); in a transposed convolution's (w_in_channels, O, k...) weights the
+ * run is the contiguous block of rows from w_in_offset. */
 static inline size_t weights_at(const tsl_conv_args *a)
 {
-    return a->w_in_channels > 0 ? (size_t)(a->w_in_offset * kernel_volume(a)) : 0;
+    if (a->w_in_channels <= 0)
+        return 0;
+    int64_t row = a->transposed ? a->out_channels / a->groups * kernel_volume(a) : kernel_volume(a);
+    return (size_t)(a->w_in_offset * row);
 }
 
 #endif /* TESSEL_CODELETS_CONV_INTERNAL_H */

@@ -403,10 +403,10 @@ void tsl_conv_forward_kernel(const tsl_conv_args *a, const float *x, const float
                              float *y)
 {
     TSL_CODELET_CHECK(a->w_in_channels == 0 ||
-                          (!a->transposed && a->groups == 1 && a->w_in_offset >= 0 &&
+                          (a->groups == 1 && a->w_in_offset >= 0 &&
                            a->w_in_offset + a->in_channels <= a->w_in_channels),
-                      "conv: a run of the weights' input channels needs one group, no "
-                      "transposition, and to lie inside the weights");
+                      "conv: a run of the weights' input channels needs one group and to lie "
+                      "inside the weights");
     w += weights_at(a);
     if (a->transposed && a->has_bias) {
         /* oneDNN's transposed convolution with a bias keeps a scratchpad as large as its

@@ -46,12 +46,14 @@ static inline int tsl_plan_cuts_channels(const tsl_plan *plan, const tsl_shape *
  * weight lives on the first rank of channel group k; sharded 3. */
 int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o);
 
-/* Whether the executor runs op o on channel tiles (filters= plans) as they are; the others get
- * their input and output moved to channel-whole tiles first (on filter group 0). */
+/* Whether the executor runs op o on channel tiles (filters= plans) as they are (convolutions of
+ * one group, transposed or not, linear layers and the elementwise, pooling and normalising
+ * ops); the others get their input and output moved to channel-whole tiles first (on filter
+ * group 0). */
 int tsl_plan_takes_channel_tiles(const tsl_graph_op *o);
 
-/* Whether op o's weight and bias are cut along their first dimension like its output's
- * channels under plan's filters= (a convolution, not transposed, one group, or a linear layer,
+/* Whether op o's weight and bias are cut along their filters like its output's channels under
+ * plan's filters= (a convolution of one group, transposed or not, or a linear layer,
  * whose output the plan cuts along channels (tsl_plan_cuts_channels), not the model's output, which
  * the executor keeps whole along channels for the losses): then tsl_plan_param_placement() gives
  * them F tiles, tile f on filter group f's first rank, and sharded 2. */

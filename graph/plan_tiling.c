@@ -150,7 +150,7 @@ int tsl_plan_takes_channel_tiles(const tsl_graph_op *o)
 {
     switch (o->kind) {
     case TSL_OP_CONV:
-        return !o->transposed && o->conv.groups == 1;
+        return o->conv.groups == 1;
     case TSL_OP_LINEAR:
     case TSL_OP_BATCHNORM:
     case TSL_OP_ACTIVATION:
@@ -174,7 +174,7 @@ int tsl_plan_filter_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t
         return 0;
     const tsl_graph_op *op = &g->ops[o];
     const tsl_shape *out = &g->values[op->output].shape;
-    int conv = op->kind == TSL_OP_CONV && !op->transposed && op->conv.groups == 1 && out->ndim >= 2;
+    int conv = op->kind == TSL_OP_CONV && op->conv.groups == 1 && out->ndim >= 2;
     return (conv || (op->kind == TSL_OP_LINEAR && out->ndim == 1)) &&
            tsl_plan_cuts_channels(plan, out) && op->output != g->output;
 }
@@ -242,13 +242,16 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
         if (tsl_plan_filter_cut(plan, g, op_of[i]) && g->ops[op_of[i]].nparams > 0 &&
             (g->ops[op_of[i]].params[0] == i ||
              (g->ops[op_of[i]].nparams > 1 && g->ops[op_of[i]].params[1] == i))) {
-            /* a convolution's weight and bias cut like its output's channels: tile f on the
+            /* a convolution's weight and bias cut like its output's channels (a transposed
+             * convolution's weight along its second dimension, its filters): tile f on the
              * first rank of filter group f (rank grid D x F x A x B x C) */
-            int32_t procs[TSL_MAX_DIMS] = {0};
+            int32_t procs[TSL_MAX_DIMS] = {0}, fdim = 0;
             for (int d = 0; d < TSL_MAX_DIMS; d++)
                 procs[d] = 1;
-            procs[0] = group / plan->data;
-            grids[i].splits[0] = tsl_plan_channel_groups(plan);
+            if (g->ops[op_of[i]].transposed && g->ops[op_of[i]].params[0] == i)
+                fdim = 1;
+            procs[fdim] = group / plan->data;
+            grids[i].splits[fdim] = tsl_plan_channel_groups(plan);
             owners[i] = on_stage(tsl_owner_block(procs), stages, group, stage);
             cut[i] = 2;
             continue;
@@ -269,8 +272,8 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
         free(cut);
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan: %s=%d divides the %s channels of none of the model's "
-                         "convolutions (one group, not transposed, not the model's output) or "
-                         "linear layers: the ranks outside channel group 0 would have nothing "
+                         "convolutions (one group, not the model's output) or linear layers: "
+                         "the ranks outside channel group 0 would have nothing "
                          "to do",
                          plan->filters > 1 ? "filters" : "channels",
                          (int)tsl_plan_channel_groups(plan),

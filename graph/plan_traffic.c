@@ -226,6 +226,16 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
     }
 }
 
+/* Whether t is cut along a spatial dimension. */
+static int spatially_cut(const tiles *t)
+{
+    for (int64_t i = 0; i < t->n; i++)
+        for (int d = 2; d < t->ndim; d++)
+            if (t->lo[i][d] != 0)
+                return 1;
+    return 0;
+}
+
 /* Channel tiles of t: those of its first sample tile at spatial position 0. */
 static int64_t channel_tiles(const tiles *t)
 {
@@ -428,11 +438,14 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             continue;
         }
         if (sharded[p]) { /* reduce-scatter of the partials, allgather of the shards */
-            int64_t row = numel / prm->shape.dims[0];
-            for (int32_t k = 0; k < grids[p].splits[0]; k++) {
+            /* (cut by filters: a transposed convolution's weight along its second dimension) */
+            int cd = prm->shape.ndim > 1 && grids[p].splits[1] > 1 ? 1 : 0;
+            int64_t row = numel / prm->shape.dims[cd];
+            for (int32_t k = 0; k < grids[p].splits[cd]; k++) {
                 int64_t start, extent;
-                int32_t coords[TSL_MAX_DIMS] = {k}, so;
-                tsl_tile_extent(prm->shape.dims[0], grids[p].splits[0], k, &start, &extent);
+                int32_t coords[TSL_MAX_DIMS] = {0}, so;
+                coords[cd] = k;
+                tsl_tile_extent(prm->shape.dims[cd], grids[p].splits[cd], k, &start, &extent);
                 if ((st = tsl_owner_map_rank(&owners[p], coords, prm->shape.ndim, &grids[p], nranks,
                                              &so)))
                     break;
@@ -583,7 +596,9 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
         if (tsl_plan_input_channel_cut(plan, g, o))
             conv_parts(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape, halo);
         else if ((op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0) ||
-                 (op->kind == TSL_OP_LINEAR && tsl_plan_channel_groups(plan) > 1))
+                 (op->kind == TSL_OP_LINEAR && tsl_plan_channel_groups(plan) > 1) ||
+                 (op->kind == TSL_OP_CONV && op->transposed && op->conv.groups == 1 &&
+                  tsl_plan_channel_groups(plan) > 1 && !spatially_cut(&vt[op->inputs[0]])))
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
                        op->inputs[0] != g->input, tsl_plan_channel_groups(plan) > 1, halo);
         for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */

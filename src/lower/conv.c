@@ -12,6 +12,19 @@
 #include "halo.h"
 #include "tessel/ops.h"
 
+/* Whether w is cut along its input channels (channels= plans; a convolution, not transposed,
+ * whose filters are w's first dimension and input channels its second). */
+static int input_parts(tsl_tensor_t w, int transposed)
+{
+    return !transposed && w->shape.ndim > 1 && w->grid.splits[1] > 1;
+}
+
+/* The weights' input channels: their second dimension, a transposed convolution's first. */
+static int64_t weight_inputs(tsl_tensor_t w, int transposed)
+{
+    return w->shape.dims[transposed ? 0 : 1];
+}
+
 /* Check the tensors against the settings; fill the per-tile arguments' shared part. The
  * input's shape is xs (x's own, or that of the concatenation x is the first part of). */
 static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x,
@@ -39,17 +52,18 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                          what);
     int32_t ky = y->grid.splits[1];
     int cut = x->grid.splits[1] != 1 || ky != 1;
-    if (cut && (transposed || p->groups != 1))
+    if (cut && p->groups != 1)
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: x and %s may be cut along channels only for a convolution of one "
-                         "group, not transposed",
+                         "group",
                          fn, what);
-    /* y cut along channels: w (and b) cut the same way along their first dimension, tile g
-     * holding the filters of y's channel tile g; w cut along its input channels too
-     * (channels= plans): as many tiles there as x has channel tiles, tile (g, k) of the filters
-     * of y's channel tile g over x's channel tile k */
-    int32_t kx = x->grid.splits[1];
-    int incut = w->shape.ndim > 1 && w->grid.splits[1] > 1;
+    /* y cut along channels: w (and b) cut the same way along their filters (the first
+     * dimension; a transposed convolution's second), tile g holding the filters of y's channel
+     * tile g; w cut along its input channels too (channels= plans, not transposed): as many
+     * tiles there as x has channel tiles, tile (g, k) of the filters of y's channel tile g over
+     * x's channel tile k */
+    int32_t kx = x->grid.splits[1], fdim = transposed ? 1 : 0;
+    int incut = input_parts(w, transposed);
     if (incut &&
         (transposed || p->groups != 1 || xs->dims[1] != x->shape.dims[1] ||
          w->grid.splits[1] != kx || w->grid.splits[0] != ky || w->ntiles != (int64_t)ky * kx ||
@@ -60,13 +74,13 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
                          "tiles (x has %d), and w's first dimension (and b) cut as %s's channels "
                          "(%d tiles)",
                          fn, (int)w->grid.splits[1], (int)kx, what, (int)ky);
-    int wcut = incut || (ky > 1 && w->grid.splits[0] == ky && w->ntiles == ky &&
+    int wcut = incut || (ky > 1 && w->grid.splits[fdim] == ky && w->ntiles == ky &&
                          (!b || (b->grid.splits[0] == ky && b->ntiles == ky)));
     if (ky > 1 && !wcut)
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: %s is cut into %d channel tiles; w and b must be cut into as many "
-                         "along their first dimension",
-                         fn, what, (int)ky);
+                         "along their filters (w's %s dimension)",
+                         fn, what, (int)ky, transposed ? "second" : "first");
     for (int d = 2; d < x->shape.ndim; d++) {
         if (x->grid.splits[d] != y->grid.splits[d])
             return tsl_error(ctx, TSL_ERR_SHAPE,
@@ -590,7 +604,7 @@ static tsl_status channel_pass(const tsl_conv_args *a, tsl_tensor_t w, tsl_tenso
     tsl_tensor_tile_box(y, yt, ys0, ye);
     tsl_conv_args c = *a;
     c.in_channels = xe[1];
-    c.w_in_channels = w->shape.dims[1];
+    c.w_in_channels = weight_inputs(w, a->transposed);
     c.w_in_offset = a->w_in_offset + xs0[1];
     c.out_channels = ye[1];
     c.accumulate = 0;
@@ -725,7 +739,6 @@ static tsl_status channel_partial(int64_t i, starpu_data_handle_t dw_part,
     return st;
 }
 
-static int input_parts(tsl_tensor_t w);
 static tsl_status part_pass(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t x, int64_t xt,
                             tsl_tensor_t y, int64_t yt, tsl_conv_task_args *t, int64_t *src);
 
@@ -739,7 +752,7 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
 {
     struct tsl_context *ctx = dx->ctx;
     int32_t ky = dy->grid.splits[1], kx = dx->grid.splits[1];
-    int windowed = spatially_tiled(a, dx), parts = input_parts(w);
+    int windowed = spatially_tiled(a, dx), parts = input_parts(w, a->transposed);
     if (ky > CHANNEL_TILES_MAX)
         return tsl_error(ctx, TSL_ERR_SHAPE, "convolution backward: %d channel tiles (at most %d)",
                          (int)ky, CHANNEL_TILES_MAX);
@@ -831,11 +844,6 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
  * gradient of w's tile (g, k) sums, over the dy tiles of channel tile g, the passes over the x
  * tiles (n, k), each made where its x tile lives; the input gradient of x tile (n, k) sums over
  * g the passes with w's tile (g, k), all where the tile lives (dy crosses ranks). */
-
-static int input_parts(tsl_tensor_t w)
-{
-    return w->shape.ndim > 1 && w->grid.splits[1] > 1;
-}
 
 /* The pass of x tile xt to y tile yt with w's tile of exactly x tile xt's channels. */
 static tsl_status part_pass(const tsl_conv_args *a, tsl_tensor_t w, tsl_tensor_t x, int64_t xt,
@@ -1068,12 +1076,12 @@ static tsl_status forward(const tsl_conv_params *p, int transposed, int32_t n,
     for (int32_t k = 0; k < n && !st; k++)
         if (y == xs[k])
             return tsl_error(y->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
-    if (!st && input_parts(w))
+    if (!st && input_parts(w, transposed))
         return forward_parts(&a[0], xs[0], w, b, y);
     if (!st && channel_cut(n, xs, y)) {
         for (int32_t k = 0; k < n; k++)
             if (!a[k].w_in_channels) /* the weights' whole input, of which tiles take runs */
-                a[k].w_in_channels = w->shape.dims[1];
+                a[k].w_in_channels = weight_inputs(w, transposed);
         return forward_channels(a, n, xs, w, b, y);
     }
     int windowed = !st && spatially_tiled(&a[0], xs[0]);
@@ -1224,7 +1232,7 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, int32_t n,
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: db needs dw (computed together)", fn);
     if (dw == w)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a gradient may not overwrite an input", fn);
-    if (input_parts(w)) { /* (check() took one input) */
+    if (input_parts(w, transposed)) { /* (check() took one input) */
         for (int32_t k = 0; keeps && k < n; k++)
             tsl_halo_keep_release(ctx, &keeps[k]);
         st = dw ? weight_grads_parts(&g.args[0], xs[0], dy, dw, db) : TSL_OK;
@@ -1235,7 +1243,7 @@ static tsl_status backward(const tsl_conv_params *p, int transposed, int32_t n,
     if (channel_cut(n, xs, dy)) {
         for (int32_t k = 0; k < n; k++)
             if (!g.args[k].w_in_channels)
-                g.args[k].w_in_channels = w->shape.dims[1];
+                g.args[k].w_in_channels = weight_inputs(w, transposed);
         channel_grads cg = {n, g.args, xs, w, dy};
         for (int32_t k = 0; keeps && k < n; k++) /* (no windows, no slabs kept) */
             tsl_halo_keep_release(ctx, &keeps[k]);

@@ -51,15 +51,20 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
 {
     struct tsl_context *ctx = x->ctx;
     const char *fn = "parameter gradients";
-    for (int d = 1; d < dw->shape.ndim; d++)
-        if (dw->grid.splits[d] != 1)
-            return tsl_error(ctx, TSL_ERR_SHAPE,
-                             "%s: dw must be one tile or cut along its first dimension only", fn);
-    /* dy cut along channels into ky tiles and dw (db) the same way: one partial per dy tile of
-     * its tile's size, summed per channel tile (rows); else a sharded weight's partials are whole
+    /* dy cut along channels into ky tiles and dw (db) the same way along its filters (its first
+     * dimension; a transposed convolution's second): one partial per dy tile of its tile's
+     * size, summed per channel tile (rows); else a sharded weight's partials are whole
      * (sharded), or the gradient is one tile */
     const int32_t ky = dy->shape.ndim > 1 ? dy->grid.splits[1] : 1;
-    const int rows = ky > 1 && dw->ntiles == ky && dw->grid.splits[0] == ky;
+    const int by_second =
+        ky > 1 && dw->shape.ndim > 1 && dw->grid.splits[0] == 1 && dw->grid.splits[1] == ky;
+    for (int d = 1; d < dw->shape.ndim; d++)
+        if (dw->grid.splits[d] != 1 && !(d == 1 && by_second))
+            return tsl_error(ctx, TSL_ERR_SHAPE,
+                             "%s: dw must be one tile or cut along its first dimension only (or "
+                             "along its second, as dy's channels)",
+                             fn);
+    const int rows = ky > 1 && dw->ntiles == ky && (dw->grid.splits[0] == ky || by_second);
     const int sharded = !rows && dw->ntiles > 1;
     if (db && rows != (db->ntiles == ky && ky > 1))
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: db must be cut like dw", fn);

@@ -1362,9 +1362,25 @@ struct PartsCase {
     tsl_layout layout;
 };
 
+// A layer's y, dx, dw and db (gathered on rank 0) against a reference: y and dx element by
+// element, the parameter gradients (sums whose order the tiling changes) as whole tensors.
+static void expect_layer_matches(const std::vector<std::vector<float>> &got,
+                                 const std::vector<std::vector<float>> &ref)
+{
+    if (rank != 0)
+        return;
+    ASSERT_EQ(got.size(), 4u);
+    EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
+    EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
+    EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "dw";
+    EXPECT_LT(max_norm_rel_diff(got[3], ref[3]), 1e-5) << "db";
+}
+
 // y, dx, dw and db gathered on rank 0: on one tile each on rank 0 (tiled 0), or x cut by
-// splits, the weight ky x kx, y and b ky along channels, dealt over the ranks (tiled 1).
-static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, int tiled)
+// splits, the weight ky x kx, y and b ky along channels, dealt over the ranks (tiled 1). A
+// transposed convolution (weights (I, O, k...)) has its weight cut 1 x ky, along its filters.
+static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, int tiled,
+                                                          int transposed = 0)
 {
     int sp = (int)c.dims.size() - 2;
     tsl_conv_params p;
@@ -1377,9 +1393,15 @@ static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, in
     tsl_owner_map root = tsl_owner_single(0), block = tsl_owner_block(nullptr),
                   rev = tsl_owner_callback(reversed, nullptr);
     std::vector<int64_t> wd = {c.cout, c.dims[1]};
+    if (transposed)
+        wd = {c.dims[1], c.cout};
     for (int d = 0; d < sp; d++)
         wd.push_back(c.k);
     std::vector<int32_t> none, ysplits = c.splits, wsplits = {c.ky, c.splits[1]};
+    if (transposed) {
+        wsplits.assign(wd.size(), 1);
+        wsplits[1] = c.ky;
+    }
     ysplits[1] = c.ky;
     tsl_tensor_t x =
         make_tensor(TSL_F32, c.dims, tiled ? c.splits : none, tiled ? block : root, c.layout);
@@ -1393,7 +1415,10 @@ static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, in
     tsl_shape xsh, wsh, ysh;
     tsl_tensor_shape(x, &xsh);
     tsl_tensor_shape(w, &wsh);
-    EXPECT_EQ(tsl_conv_output_shape(&xsh, &wsh, &p, &ysh), TSL_OK) << tsl_last_error();
+    EXPECT_EQ((transposed ? tsl_conv_transpose_output_shape : tsl_conv_output_shape)(&xsh, &wsh, &p,
+                                                                                     &ysh),
+              TSL_OK)
+        << tsl_last_error();
     std::vector<int64_t> yd(ysh.dims, ysh.dims + ysh.ndim);
     tsl_tensor_t y = make_tensor(TSL_F32, yd, tiled ? ysplits : none, tiled ? rev : root, c.layout);
     tsl_tensor_t dy =
@@ -1404,8 +1429,12 @@ static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, in
     EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 163, -1, 1), TSL_OK);
     for (tsl_tensor_t t : {y, dx, dw, db})
         EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
-    EXPECT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
-    EXPECT_EQ(tsl_conv_backward(&p, x, w, dy, dx, dw, db), TSL_OK) << tsl_context_last_error(ctx);
+    EXPECT_EQ((transposed ? tsl_conv_transpose_forward : tsl_conv_forward)(&p, x, w, b, y), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_EQ(
+        (transposed ? tsl_conv_transpose_backward : tsl_conv_backward)(&p, x, w, dy, dx, dw, db),
+        TSL_OK)
+        << tsl_context_last_error(ctx);
     std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
     for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
         tsl_tensor_destroy(t);
@@ -1432,14 +1461,7 @@ TEST(Convolution, InputChannelPartsMatchOneTile)
     for (size_t n = 0; n < cases.size(); n++) {
         SCOPED_TRACE("case " + std::to_string(n));
         std::vector<std::vector<float>> ref = parts_conv_results(cases[n], 0);
-        std::vector<std::vector<float>> got = parts_conv_results(cases[n], 1);
-        if (rank == 0) {
-            ASSERT_EQ(got.size(), 4u);
-            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
-            EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
-            EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "dw";
-            EXPECT_LT(max_norm_rel_diff(got[3], ref[3]), 1e-5) << "db";
-        }
+        expect_layer_matches(parts_conv_results(cases[n], 1), ref);
     }
     // a weight cut along its input channels unlike x, or over a concatenation, is refused
     tsl_owner_map block = tsl_owner_block(nullptr);
@@ -1510,14 +1532,7 @@ TEST(Linear, FeatureTilesMatchOneTile)
     for (size_t n = 0; n < cases.size(); n++) {
         SCOPED_TRACE("case " + std::to_string(n));
         std::vector<std::vector<float>> ref = feature_linear_results(cases[n], 0);
-        std::vector<std::vector<float>> got = feature_linear_results(cases[n], 1);
-        if (rank == 0) {
-            ASSERT_EQ(got.size(), 4u);
-            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "y";
-            EXPECT_LT(max_rel_diff(got[1], ref[1]), 1e-5) << "dx";
-            EXPECT_LT(max_norm_rel_diff(got[2], ref[2]), 1e-5) << "dw";
-            EXPECT_LT(max_norm_rel_diff(got[3], ref[3]), 1e-5) << "db";
-        }
+        expect_layer_matches(feature_linear_results(cases[n], 1), ref);
     }
     tsl_owner_map block = tsl_owner_block(nullptr);
     tsl_tensor_t x = make_tensor(TSL_F32, {4, 6}, {1, 2}, block);
@@ -1709,6 +1724,38 @@ TEST(Convolution, TransposedSampleTilingsMatchOneTile)
         for (tsl_tensor_t t : {x, w, y, dx, dw})
             tsl_tensor_destroy(t);
     }
+}
+
+// Channel tiles of a transposed convolution equal one tile: 1-D, 2-D and 3-D, the input cut
+// into two or three channel tiles or whole, the output cut into two or whole, with and without
+// spatial tiles (windows), stride 1 and 2, both layouts. Weights cut along their first
+// dimension (input channels) are refused.
+TEST(Convolution, TransposedChannelTilesMatchOneTile)
+{
+    const tsl_layout P = TSL_LAYOUT_PLAIN, CL = TSL_LAYOUT_CHANNELS_LAST;
+    const tsl_padding_mode Z = TSL_PADDING_ZEROS;
+    const std::vector<PartsCase> cases = {
+        {{2, 4, 5, 6}, {2, 2, 1, 1}, 6, 2, 2, 0, 2, Z, P},
+        {{1, 6, 7}, {1, 3, 1}, 4, 3, 1, 1, 2, Z, CL},
+        {{1, 4, 6, 6}, {1, 2, 2, 1}, 4, 2, 2, 0, 2, Z, CL},
+        {{1, 4, 3, 4, 3}, {1, 2, 1, 1, 1}, 2, 2, 2, 0, 1, Z, P},
+        {{2, 3, 5, 5}, {1, 1, 1, 1}, 4, 3, 1, 1, 2, Z, P},
+    };
+    for (size_t n = 0; n < cases.size(); n++) {
+        SCOPED_TRACE("case " + std::to_string(n));
+        std::vector<std::vector<float>> ref = parts_conv_results(cases[n], 0, 1);
+        expect_layer_matches(parts_conv_results(cases[n], 1, 1), ref);
+    }
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_conv_params p;
+    ASSERT_EQ(tsl_conv_params_init(&p, 1), TSL_OK);
+    tsl_tensor_t x = make_tensor(TSL_F32, {1, 4, 5}, {1, 2, 1}, block);
+    tsl_tensor_t w = make_tensor(TSL_F32, {4, 2, 3}, {2, 1, 1}, block); // by input channels
+    tsl_tensor_t y = make_tensor(TSL_F32, {1, 2, 7}, {1, 2, 1}, block);
+    EXPECT_EQ(tsl_conv_transpose_forward(&p, x, w, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "second dimension"), nullptr);
+    for (tsl_tensor_t t : {x, w, y})
+        tsl_tensor_destroy(t);
 }
 
 // Pooling and upsampling on spatial tiles against one tile: 1-D, 2-D and 3-D rank grids, even
