@@ -213,7 +213,8 @@ TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape 
  * @param[out] grids   one per parameter
  * @param[out] owners  one per parameter
  * With filters=F > 1, the weight and bias of a convolution or linear layer whose output channels
- * (features) the plan cuts (one group, not transposed, output channels divisible by F; for a
+ * (features) the plan cuts (one group, output channels divisible by F, a transposed
+ * convolution's weight then cut along its second dimension; for a
  * linear layer, no spatial split) are instead cut into F tiles
  * along their first dimension, tile f on the first rank of filter group f (rank grid D x F x
  * A x B x C), and read tile by tile: no whole copies.
