@@ -39,11 +39,11 @@ static inline int tsl_plan_cuts_channels(const tsl_plan *plan, const tsl_shape *
 }
 
 /* Whether op o is a convolution or linear layer whose weights channels=K cuts along their input
- * channels too (K x K tiles, or 1 x K when its output keeps whole channels: the model's output):
- * one group, not transposed, an input the plan cuts along channels (tsl_plan_cuts_channels),
- * neither the model's input nor a concatenation (whose parts the executor folds into the
- * convolution). Tile (g, k) of the
- * weight lives on the first rank of channel group k; sharded 3. */
+ * channels too (K x K tiles, or 1 x K when its output keeps whole channels: the model's output;
+ * a transposed convolution's weight K x K or K x 1): one group, an input the plan cuts along
+ * channels (tsl_plan_cuts_channels), neither the model's input nor a concatenation (whose parts the
+ * executor folds into the convolution). Tile (g, k) of the weight lives on the first rank of
+ * channel group k; sharded 3. */
 int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, int32_t o);
 
 /* Whether the executor runs op o on channel tiles (filters= plans) as they are (convolutions of

@@ -184,7 +184,7 @@ int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, 
     if (!plan || plan->channels < 2 || plan->filters > 1 || o < 0 || o >= g->nops)
         return 0;
     const tsl_graph_op *op = &g->ops[o];
-    int conv = op->kind == TSL_OP_CONV && !op->transposed && op->conv.groups == 1;
+    int conv = op->kind == TSL_OP_CONV && op->conv.groups == 1;
     if ((!conv && op->kind != TSL_OP_LINEAR) || op->ninputs < 1)
         return 0;
     int32_t v = op->inputs[0], producer = g->values[v].producer;
@@ -228,13 +228,14 @@ tsl_status tsl_plan_param_placement(const tsl_plan *plan, tsl_graph_t g, int32_t
         int64_t numel = tsl_shape_numel(s);
         if (tsl_plan_input_channel_cut(plan, g, op_of[i]) && g->ops[op_of[i]].params[0] == i) {
             /* channels=K: the weight cut along its input channels (and its filters when the
-             * output is cut), tile (g, k) on the first rank of channel group k */
-            int32_t procs[TSL_MAX_DIMS] = {0};
+             * output is cut), tile (g, k) on the first rank of channel group k (a transposed
+             * convolution's weight (I, O, k...): tile (k, g)) */
+            int32_t procs[TSL_MAX_DIMS] = {0}, id = g->ops[op_of[i]].transposed ? 0 : 1;
             for (int d = 0; d < TSL_MAX_DIMS; d++)
                 procs[d] = 1;
-            procs[1] = group / plan->data;
-            grids[i].splits[0] = tsl_plan_filter_cut(plan, g, op_of[i]) ? plan->channels : 1;
-            grids[i].splits[1] = plan->channels;
+            procs[id] = group / plan->data;
+            grids[i].splits[1 - id] = tsl_plan_filter_cut(plan, g, op_of[i]) ? plan->channels : 1;
+            grids[i].splits[id] = plan->channels;
             owners[i] = on_stage(tsl_owner_block(procs), stages, group, stage);
             cut[i] = 3;
             continue;

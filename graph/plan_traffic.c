@@ -275,6 +275,7 @@ static void conv_parts(const tsl_graph_op *op, const tiles *x, const tiles *y, c
     int windowed = c->padding_mode != TSL_PADDING_ZEROS;
     for (int d = 0; d < sp; d++) /* (as the lowering: x cut in space, or padding not zeros) */
         windowed |= x->ext[0][2 + d] != global[d];
+    windowed &= !op->transposed; /* (a transposed convolution's windows: not modelled) */
     for (int64_t i = 0; i < y->n; i++) {
         int64_t s = i / (cy * inner), at = i % inner, bytes = 4 * tile_numel(y, i), root = 0;
         for (int64_t k = 0; k < cx; k++)
@@ -392,18 +393,21 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             int64_t cx = channel_tiles(x), cy = channel_tiles(dy),
                     inner = dy->n / (dy->samples > 0 ? dy->samples : 1) / cy;
             int64_t per = numel / prm->shape.dims[0] / prm->shape.dims[1];
+            int fd = op->transposed ? 1 : 0, id = 1 - fd; /* filters' and inputs' dimensions */
             int32_t *pr = malloc(sizeof *pr * ((size_t)dy->n + 1));
             if (!pr) {
                 st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
                                "tsl_plan_estimate_traffic: out of memory");
                 break;
             }
-            for (int32_t q0 = 0; q0 < grids[p].splits[0] && !st; q0++)
-                for (int32_t q1 = 0; q1 < grids[p].splits[1] && !st; q1++) {
+            for (int32_t q0 = 0; q0 < grids[p].splits[fd] && !st; q0++)
+                for (int32_t q1 = 0; q1 < grids[p].splits[id] && !st; q1++) {
                     int64_t s0, e0, s1, e1;
-                    int32_t coords[TSL_MAX_DIMS] = {q0, q1}, so;
-                    tsl_tile_extent(prm->shape.dims[0], grids[p].splits[0], q0, &s0, &e0);
-                    tsl_tile_extent(prm->shape.dims[1], grids[p].splits[1], q1, &s1, &e1);
+                    int32_t coords[TSL_MAX_DIMS] = {0}, so;
+                    coords[fd] = q0;
+                    coords[id] = q1;
+                    tsl_tile_extent(prm->shape.dims[fd], grids[p].splits[fd], q0, &s0, &e0);
+                    tsl_tile_extent(prm->shape.dims[id], grids[p].splits[id], q1, &s1, &e1);
                     if ((st = tsl_owner_map_rank(&owners[p], coords, prm->shape.ndim, &grids[p],
                                                  nranks, &so)))
                         break;
@@ -416,7 +420,7 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
                             sent[so] += tb;
                         }
                     for (int64_t i = 0; i < dy->n && prm->trainable; i++) {
-                        if (dy->lo[i][1] != s0 && grids[p].splits[0] > 1)
+                        if (dy->lo[i][1] != s0 && grids[p].splits[fd] > 1)
                             continue;
                         int64_t smp = i / (cy * inner), at = i % inner;
                         pr[m++] = x->rank[(smp * cx + q1) * inner + at];

@@ -219,8 +219,8 @@ TSL_API tsl_status tsl_plan_tensor_tiling(const tsl_plan *plan, const tsl_shape 
  * along their first dimension, tile f on the first rank of filter group f (rank grid D x F x
  * A x B x C), and read tile by tile: no whole copies.
  * With channels=K > 1, the weight of a convolution or linear layer whose input channels the
- * plan cuts (one group, not transposed, its input neither the model's input nor a
- * concatenation) is cut into K tiles
+ * plan cuts (one group, its input neither the model's input nor a concatenation) is cut into
+ * K tiles
  * along its input channels as well (along its filters too where its output is cut), tile
  * (g, k) on the first rank of channel group k; the other convolutions' weights and biases are
  * cut as under filters=K.

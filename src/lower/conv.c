@@ -12,11 +12,18 @@
 #include "halo.h"
 #include "tessel/ops.h"
 
-/* Whether w is cut along its input channels (channels= plans; a convolution, not transposed,
- * whose filters are w's first dimension and input channels its second). */
+/* Whether w is cut along its input channels (channels= plans): its second dimension, a
+ * transposed convolution's first (not a model's sharded weight, whose tasks read replicas). */
 static int input_parts(tsl_tensor_t w, int transposed)
 {
-    return !transposed && w->shape.ndim > 1 && w->grid.splits[1] > 1;
+    return w->shape.ndim > 1 && !w->replicas && w->grid.splits[transposed ? 0 : 1] > 1;
+}
+
+/* The tile of w cut ky x kx along its filters and input channels holding the filters of y's
+ * channel tile g over x's channel tile k (a transposed convolution's weight is cut kx x ky). */
+static int64_t part_tile(int transposed, int32_t g, int32_t k, int32_t ky, int32_t kx)
+{
+    return transposed ? (int64_t)k * ky + g : (int64_t)g * kx + k;
 }
 
 /* The weights' input channels: their second dimension, a transposed convolution's first. */
@@ -65,15 +72,14 @@ static tsl_status check(const tsl_conv_params *p, int transposed, tsl_tensor_t x
     int32_t kx = x->grid.splits[1], fdim = transposed ? 1 : 0;
     int incut = input_parts(w, transposed);
     if (incut &&
-        (transposed || p->groups != 1 || xs->dims[1] != x->shape.dims[1] ||
-         w->grid.splits[1] != kx || w->grid.splits[0] != ky || w->ntiles != (int64_t)ky * kx ||
+        (p->groups != 1 || xs->dims[1] != x->shape.dims[1] || w->grid.splits[1 - fdim] != kx ||
+         w->grid.splits[fdim] != ky || w->ntiles != (int64_t)ky * kx ||
          (b && (b->ntiles != ky || b->grid.splits[0] != ky))))
         return tsl_error(ctx, TSL_ERR_SHAPE,
                          "%s: w cut along its input channels (%d tiles) needs one input (not a "
-                         "concatenation) of one group, not transposed, cut into as many channel "
-                         "tiles (x has %d), and w's first dimension (and b) cut as %s's channels "
-                         "(%d tiles)",
-                         fn, (int)w->grid.splits[1], (int)kx, what, (int)ky);
+                         "concatenation) of one group, cut into as many channel tiles (x has %d), "
+                         "and w's filters (and b) cut as %s's channels (%d tiles)",
+                         fn, (int)w->grid.splits[1 - fdim], (int)kx, what, (int)ky);
     int wcut = incut || (ky > 1 && w->grid.splits[fdim] == ky && w->ntiles == ky &&
                          (!b || (b->grid.splits[0] == ky && b->ntiles == ky)));
     if (ky > 1 && !wcut)
@@ -803,8 +809,8 @@ static tsl_status backward_data_channels(const tsl_conv_args *a, tsl_tensor_t w,
                                   .flops = conv_flops(&t.conv)};
             desc.handles[nh] = dy->handles[i];
             desc.modes[nh++] = STARPU_R;
-            desc.handles[nh] =
-                parts ? w->handles[(int64_t)g * kx + k] : filters_of(w, ky, g, owner);
+            desc.handles[nh] = parts ? w->handles[part_tile(a->transposed, g, k, ky, kx)]
+                                     : filters_of(w, ky, g, owner);
             desc.modes[nh++] = STARPU_R;
             desc.handles[nh] = *to;
             desc.modes[nh++] = STARPU_W;
@@ -897,7 +903,7 @@ static tsl_status forward_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl_tens
                                   .args_size = sizeof t,
                                   .flops = conv_flops(&t.conv)};
             nh = window_reads(&desc, x->handles[j], slabs, ns);
-            desc.handles[nh] = w->handles[(int64_t)g * kx + k];
+            desc.handles[nh] = w->handles[part_tile(a->transposed, g, k, y->grid.splits[1], kx)];
             desc.modes[nh++] = STARPU_R;
             if (t.conv.has_bias) {
                 desc.handles[nh] = b->handles[b->ntiles > 1 ? g : 0];
@@ -975,8 +981,8 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
         coords_of(dy, i, c);
         for (int32_t k = 0; k < kx && !st; k++) {
             c[1] = k;
-            int64_t j = tile_at(x, c), q = (int64_t)g * kx + k, slot = i * kx + k,
-                    src[TSL_CONV_MAX_SLABS];
+            int64_t j = tile_at(x, c), q = part_tile(a->transposed, g, k, ky, kx),
+                    slot = i * kx + k, src[TSL_CONV_MAX_SLABS];
             int32_t owner = x->tile_owner[j];
             ow[slot] = owner;
             starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
@@ -1024,9 +1030,9 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
         }
     }
     for (int64_t q = 0; q < nw && !st; q++) { /* each tile's partials, in dy tile order */
-        int64_t m = 0;
-        for (int64_t i = 0, s = q % kx; i < n; i++, s += kx)
-            if (gof[i] == q / kx) {
+        int64_t m = 0, g = a->transposed ? q % ky : q / kx, k = a->transposed ? q / ky : q % kx;
+        for (int64_t i = 0, s = k; i < n; i++, s += kx)
+            if (gof[i] == g) {
                 mine[m] = pw[s];
                 owners[m++] = ow[s];
                 pw[s] = NULL; /* released by the sum */
@@ -1048,7 +1054,8 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
         st = sum_onto_tile(ctx, db, g, m, owners, mine, order);
     }
     for (int64_t s = 0; pw && gof && s < n * kx; s++) /* (after an error) */
-        if (pw[s] && pw[s] != dw->handles[(int64_t)gof[s / kx] * kx + s % kx])
+        if (pw[s] &&
+            pw[s] != dw->handles[part_tile(a->transposed, gof[s / kx], (int32_t)(s % kx), ky, kx)])
             tsl_temp_handle_release(ctx, pw[s]);
     for (int64_t i = 0; pb && i < n; i++)
         if (pb[i] && !btile[i])

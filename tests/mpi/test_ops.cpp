@@ -1378,7 +1378,8 @@ static void expect_layer_matches(const std::vector<std::vector<float>> &got,
 
 // y, dx, dw and db gathered on rank 0: on one tile each on rank 0 (tiled 0), or x cut by
 // splits, the weight ky x kx, y and b ky along channels, dealt over the ranks (tiled 1). A
-// transposed convolution (weights (I, O, k...)) has its weight cut 1 x ky, along its filters.
+// transposed convolution (weights (I, O, k...)) has its weight cut 1 x ky, along its filters
+// (transposed 1), or kx x ky (transposed 2, channels= parts).
 static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, int tiled,
                                                           int transposed = 0)
 {
@@ -1400,6 +1401,7 @@ static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, in
     std::vector<int32_t> none, ysplits = c.splits, wsplits = {c.ky, c.splits[1]};
     if (transposed) {
         wsplits.assign(wd.size(), 1);
+        wsplits[0] = transposed == 2 ? c.splits[1] : 1;
         wsplits[1] = c.ky;
     }
     ysplits[1] = c.ky;
@@ -1728,8 +1730,9 @@ TEST(Convolution, TransposedSampleTilingsMatchOneTile)
 
 // Channel tiles of a transposed convolution equal one tile: 1-D, 2-D and 3-D, the input cut
 // into two or three channel tiles or whole, the output cut into two or whole, with and without
-// spatial tiles (windows), stride 1 and 2, both layouts. Weights cut along their first
-// dimension (input channels) are refused.
+// spatial tiles (windows), stride 1 and 2, both layouts; the weights cut along their filters
+// (filters=), or along their input channels as well (channels=: partial outputs added by
+// trees). Weights cut along their input channels unlike x are refused.
 TEST(Convolution, TransposedChannelTilesMatchOneTile)
 {
     const tsl_layout P = TSL_LAYOUT_PLAIN, CL = TSL_LAYOUT_CHANNELS_LAST;
@@ -1741,20 +1744,24 @@ TEST(Convolution, TransposedChannelTilesMatchOneTile)
         {{1, 4, 3, 4, 3}, {1, 2, 1, 1, 1}, 2, 2, 2, 0, 1, Z, P},
         {{2, 3, 5, 5}, {1, 1, 1, 1}, 4, 3, 1, 1, 2, Z, P},
     };
-    for (size_t n = 0; n < cases.size(); n++) {
-        SCOPED_TRACE("case " + std::to_string(n));
-        std::vector<std::vector<float>> ref = parts_conv_results(cases[n], 0, 1);
-        expect_layer_matches(parts_conv_results(cases[n], 1, 1), ref);
-    }
+    for (size_t n = 0; n < cases.size(); n++)
+        for (int parts = 0; parts < 2; parts++) {
+            SCOPED_TRACE("case " + std::to_string(n) + (parts ? ", weights cut by inputs" : ""));
+            std::vector<std::vector<float>> ref = parts_conv_results(cases[n], 0, 1 + parts);
+            expect_layer_matches(parts_conv_results(cases[n], 1, 1 + parts), ref);
+        }
     tsl_owner_map block = tsl_owner_block(nullptr);
     tsl_conv_params p;
     ASSERT_EQ(tsl_conv_params_init(&p, 1), TSL_OK);
     tsl_tensor_t x = make_tensor(TSL_F32, {1, 4, 5}, {1, 2, 1}, block);
-    tsl_tensor_t w = make_tensor(TSL_F32, {4, 2, 3}, {2, 1, 1}, block); // by input channels
+    tsl_tensor_t w = make_tensor(TSL_F32, {4, 2, 3}, {1, 1, 1}, block);
+    tsl_tensor_t w3 = make_tensor(TSL_F32, {4, 2, 3}, {3, 2, 1}, block); // 3 input tiles
     tsl_tensor_t y = make_tensor(TSL_F32, {1, 2, 7}, {1, 2, 1}, block);
     EXPECT_EQ(tsl_conv_transpose_forward(&p, x, w, nullptr, y), TSL_ERR_SHAPE);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "second dimension"), nullptr);
-    for (tsl_tensor_t t : {x, w, y})
+    EXPECT_EQ(tsl_conv_transpose_forward(&p, x, w3, nullptr, y), TSL_ERR_SHAPE);
+    EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "cut along its input channels"), nullptr);
+    for (tsl_tensor_t t : {x, w, w3, y})
         tsl_tensor_destroy(t);
 }
 
