@@ -57,7 +57,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
-# name: (model file under examples/models, sample shape, classes, batch, tessel --plan or None)
+# name: (model file under examples/models, or a path from the repository root, sample shape,
+# classes, batch, tessel --plan or None)
 ROWS = {
     "cnn-fashion": ("cnn.json", (1, 28, 28), 10, 64, None),
     "unet2d-256": ("unet2d.json", (1, 256, 256), 3, 2, None),
@@ -68,6 +69,7 @@ ROWS = {
     "resnet-64": ("resnet.json", (1, 64, 64), 10, 16, None),
     "unet3d-128": ("unet3d.json", (1, 128, 128, 128), 3, 1, None),
     "fcn2d-512": ("fcn2d.json", (1, 512, 512), 3, 2, None),
+    "wide-head-16": ("bench/models/wide_head.json", (1, 16, 16), 10, 16, None),
 }
 
 # The same, on a GPU (--device cuda): the CUDA issue's rows (the default plan gives each CUDA
@@ -349,7 +351,8 @@ def main():
     failed = False
     for name in names:
         model_file, shape, classes, batch, plan = table[name]
-        model = os.path.join(ROOT, "examples", "models", model_file)
+        model = os.path.join(ROOT, *(model_file.split("/") if "/" in model_file
+                                     else ("examples", "models", model_file)))
         segmentation = output_is_spatial(model, shape, classes)
         label = name + (f" (`--plan {plan}`)" if plan else "")
         with tempfile.TemporaryDirectory(prefix="tessel-vs-pytorch-") as work:

@@ -5,7 +5,11 @@
  * layout (the fast jit/brgemm kernels want blocked weights) and each call reorders the small
  * plain weights into it, or the weight gradient out of it; activations are never reordered.
  * Primitives are cached per thread (so per StarPU worker) and per problem, and every oneDNN
- * status is checked. oneDNN runs one thread inside a task (DESIGN rule 7). */
+ * status is checked. oneDNN runs one thread inside a task (DESIGN rule 7). A convolution
+ * of kernel 1 over one position (a linear layer on feature tiles, src/lower/linear.c) is one
+ * GEMM, given to OpenBLAS (one thread, as the linear codelets): oneDNN's 1x1 kernels are
+ * slower on that shape. */
+#include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>
@@ -399,6 +403,25 @@ static void add_bias(const tsl_conv_args *a, const float *b, float *y)
     }
 }
 
+/* Whether the problem is a product of matrices: one group, not transposed, every spatial size
+ * and kernel 1, no padding (then both layouts hold a tile as rows of channels). */
+static int is_gemm(const tsl_conv_args *a)
+{
+    if (a->transposed || a->groups != 1 || a->spatial < 1 || a->samples > INT32_MAX ||
+        a->in_channels > INT32_MAX || a->out_channels > INT32_MAX || a->w_in_channels > INT32_MAX)
+        return 0;
+    for (int d = 0; d < a->spatial; d++)
+        if (a->in_size[d] != 1 || a->out_size[d] != 1 || a->kernel[d] != 1 || a->padding[d] != 0)
+            return 0;
+    return 1;
+}
+
+/* The weights' row stride (the run of input channels is a column offset, weights_at). */
+static int gemm_ldw(const tsl_conv_args *a)
+{
+    return (int)(a->w_in_channels > 0 ? a->w_in_channels : a->in_channels);
+}
+
 void tsl_conv_forward_kernel(const tsl_conv_args *a, const float *x, const float *w, const float *b,
                              float *y)
 {
@@ -408,6 +431,15 @@ void tsl_conv_forward_kernel(const tsl_conv_args *a, const float *x, const float
                       "conv: a run of the weights' input channels needs one group and to lie "
                       "inside the weights");
     w += weights_at(a);
+    if (is_gemm(a)) { /* y (n x o) = x (n x k) w^T (+ y) (+ b) */
+        const int n = (int)a->samples, k = (int)a->in_channels, o = (int)a->out_channels;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o, k, 1.0f, x, k, w, gemm_ldw(a),
+                    a->accumulate ? 1.0f : 0.0f, y, o);
+        for (int r = 0; a->has_bias && r < n; r++)
+            for (int j = 0; j < o; j++)
+                y[(int64_t)r * o + j] += b[j];
+        return;
+    }
     if (a->transposed && a->has_bias) {
         /* oneDNN's transposed convolution with a bias keeps a scratchpad as large as its
          * output (32 MiB per worker for a U-Net 3D up-convolution tile of 64x64x128 voxels and
@@ -426,6 +458,12 @@ void tsl_conv_forward_kernel(const tsl_conv_args *a, const float *x, const float
 void tsl_conv_backward_data_kernel(const tsl_conv_args *a, const float *dy, const float *w,
                                    float *dx)
 {
+    if (is_gemm(a)) { /* dx (n x k) = dy (n x o) w */
+        const int n = (int)a->samples, k = (int)a->in_channels, o = (int)a->out_channels;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, o, 1.0f, dy, o,
+                    w + weights_at(a), gemm_ldw(a), 0.0f, dx, k);
+        return;
+    }
     tsl_conv_args key = *a;
     key.has_bias = 0;
     key.accumulate = 0;
@@ -436,6 +474,17 @@ void tsl_conv_backward_data_kernel(const tsl_conv_args *a, const float *dy, cons
 void tsl_conv_backward_weights_kernel(const tsl_conv_args *a, const float *x, const float *dy,
                                       float *dw, float *db)
 {
+    if (is_gemm(a)) { /* dw's run (o x k) = dy^T x; db = dy's column sums */
+        const int n = (int)a->samples, k = (int)a->in_channels, o = (int)a->out_channels;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, k, n, 1.0f, dy, o, x, k, 0.0f,
+                    dw + weights_at(a), gemm_ldw(a));
+        for (int j = 0; db && a->has_bias && j < o; j++)
+            db[j] = 0;
+        for (int r = 0; db && a->has_bias && r < n; r++)
+            for (int j = 0; j < o; j++)
+                db[j] += dy[(int64_t)r * o + j];
+        return;
+    }
     tsl_conv_args key = *a;
     key.accumulate = 0;
     void *buffers[4] = {(void *)x, (void *)dy, dw + weights_at(a), db};
