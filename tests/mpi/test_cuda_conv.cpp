@@ -78,10 +78,12 @@ void check_case(const Case &c)
     const int64_t kv = volume(sp, a.kernel);
     const size_t nx = (size_t)(a.samples * a.in_channels * volume(sp, a.in_size));
     const size_t ny = (size_t)(a.samples * a.out_channels * volume(sp, a.out_size));
-    const int64_t w_rows = c.transposed ? a.in_channels : a.out_channels;
-    const int64_t w_cols = c.w_in_channels > 0 ? c.w_in_channels
-                           : c.transposed      ? a.out_channels / a.groups
-                                               : a.in_channels / a.groups;
+    // (O, I / groups, k...) weights, or (I, O / groups, k...) transposed; a run of the input
+    // channels lies in w_in_channels of them (columns, or a transposed weight's rows)
+    const int64_t w_in = c.w_in_channels > 0 ? c.w_in_channels : a.in_channels / a.groups;
+    const int64_t w_rows =
+        c.transposed ? (c.w_in_channels > 0 ? w_in : a.in_channels) : a.out_channels;
+    const int64_t w_cols = c.transposed ? a.out_channels / a.groups : w_in;
     const size_t nw = (size_t)(w_rows * w_cols * kv);
     const size_t nb = (size_t)a.out_channels;
     const std::string what =
@@ -156,6 +158,8 @@ const Case cases[] = {
      {7, 5}, {3, 3}, {2, 1}, {1, 1}, {1, 1}, {0, 0}, 0, 0},
     {"2-D, a run of the weights' input channels", 2, false, false, false, 2, 3, 5, 1,
      {7, 5}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, 7, 2},
+    {"1-D, kernel 1 over one position (a linear layer's run of features)", 1, false, false,
+     true, 4, 3, 6, 1, {1}, {1}, {1}, {0}, {1}, {0}, 9, 5},
     {"3-D, 3x5x7, stride 2, padding 1", 3, false, false, true, 2, 3, 5, 1,
      {3, 5, 7}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, 0, 0},
     {"3-D, dilation 2", 3, false, false, false, 1, 5, 3, 1,
@@ -170,6 +174,8 @@ const Case cases[] = {
      {5, 3}, {3, 3}, {2, 1}, {1, 1}, {1, 1}, {1, 0}, 0, 0},
     {"transposed 3-D, 3x5x7", 3, true, false, true, 2, 5, 3, 1,
      {3, 5, 7}, {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, 0, 0},
+    {"transposed 2-D, a run of the weights' input channels", 2, true, false, true, 2, 3, 4, 1,
+     {4, 5}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, {0, 0}, 7, 2},
 };
 // clang-format on
 

@@ -413,6 +413,51 @@ TEST(Plan, ChannelsCutWeightsAlongInputChannels)
     tsl_graph_destroy(g);
 }
 
+// A transposed convolution's weight (I, O, k...) is cut along its filters, its second
+// dimension: under filters=2 1 x 2 with tile (0, f) on filter group f; under channels=2 along its
+// input channels too, 2 x 2 with tile (k, g) on channel group k; its bias like its output.
+TEST(Plan, TransposedWeightsCutAlongTheirFilters)
+{
+    const int64_t sample[3] = {1, 16, 16};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("unet2d", 3, sample, 3, &g), TSL_OK) << tsl_last_error();
+    Placement at(g);
+    for (const char *text : {"filters=2", "channels=2"}) {
+        SCOPED_TRACE(text);
+        tsl_plan p;
+        ASSERT_EQ(tsl_plan_parse(text, &p), TSL_OK);
+        ASSERT_EQ(at.place(&p, 2), TSL_OK) << tsl_last_error();
+        bool parts = p.channels > 1;
+        int weights = 0;
+        for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+            const char *name;
+            tsl_shape s;
+            ASSERT_EQ(tsl_graph_param_info(g, i, &name, &s, nullptr), TSL_OK);
+            std::string n(name);
+            if (n.rfind("up", 0) != 0)
+                continue;
+            if (s.ndim == 1) { // the bias: cut as the output's channels
+                EXPECT_EQ(at.grids[i].splits[0], 2) << n;
+                EXPECT_EQ(at.sharded[i], 2) << n;
+                continue;
+            }
+            weights++;
+            EXPECT_EQ(at.sharded[i], parts ? 3 : 2) << n;
+            EXPECT_EQ(at.grids[i].splits[0], parts ? 2 : 1) << n;
+            EXPECT_EQ(at.grids[i].splits[1], 2) << n;
+            for (int32_t a = 0; a < at.grids[i].splits[0]; a++)
+                for (int32_t b = 0; b < 2; b++) {
+                    int32_t t[TSL_MAX_DIMS] = {a, b}, rank = -1;
+                    ASSERT_EQ(tsl_owner_map_rank(&at.maps[i], t, s.ndim, &at.grids[i], 2, &rank),
+                              TSL_OK);
+                    EXPECT_EQ(rank, parts ? a : b) << n; // the input's group, else the filters'
+                }
+        }
+        EXPECT_EQ(weights, 2); // up2 and up1
+    }
+    tsl_graph_destroy(g);
+}
+
 // The layer-parallel (MGRIT) parts: defaults, every part, the rank count, formatting, and the
 // combinations tsl_plan_check refuses.
 TEST(Plan, LayerParallelParts)
