@@ -32,6 +32,17 @@ tsl_conv_params same_3x3()
     return cp;
 }
 
+// g when every call that built it succeeded, else NULL (g destroyed, the failure reported).
+tsl_graph_t built(bool ok, tsl_graph_t g)
+{
+    EXPECT_TRUE(ok) << tsl_last_error();
+    if (!ok) {
+        tsl_graph_destroy(g);
+        return nullptr;
+    }
+    return g;
+}
+
 // A graph whose (2, 8, 8) input goes through a 3x3 convolution named `name` (4 channels) and
 // a ReLU, whose value *act receives; NULL (and a failure) if a builder call fails.
 tsl_graph_t conv_relu_graph(const char *name, int32_t *act)
@@ -43,12 +54,7 @@ tsl_graph_t conv_relu_graph(const char *name, int32_t *act)
     bool ok = tsl_graph_create(&g) == TSL_OK && tsl_graph_input(g, 3, sample, &x) == TSL_OK &&
               tsl_graph_conv(g, name, x, 4, k, &cp, 0, 1, &c) == TSL_OK &&
               tsl_graph_activation(g, c, TSL_ACT_RELU, 0, act) == TSL_OK;
-    EXPECT_TRUE(ok) << tsl_last_error();
-    if (!ok) {
-        tsl_graph_destroy(g);
-        return nullptr;
-    }
-    return g;
+    return built(ok, g);
 }
 
 // A gated segmentation network of a (C, H, W) input (ops and settings the zoo lacks: the
@@ -77,12 +83,25 @@ tsl_graph_t gated_graph(const std::vector<int64_t> &sample, int64_t classes)
               tsl_graph_slice(g, v, cut_lo, cut_hi, &v) == TSL_OK &&
               tsl_graph_conv(g, "head", v, classes, k1, &one, 0, 1, &v) == TSL_OK &&
               tsl_graph_set_output(g, v) == TSL_OK;
-    EXPECT_TRUE(ok) << tsl_last_error();
-    if (!ok) {
-        tsl_graph_destroy(g);
-        return nullptr;
-    }
-    return g;
+    return built(ok, g);
+}
+
+// A multilayer perceptron on 1-D samples of features: linear, batch norm, ReLU, linear, ReLU,
+// linear (filters= and channels= cut its features from the model's input on).
+tsl_graph_t mlp_graph(const std::vector<int64_t> &sample, int64_t classes)
+{
+    tsl_graph_t g = nullptr;
+    int32_t v;
+    bool ok = tsl_graph_create(&g) == TSL_OK &&
+              tsl_graph_input(g, (int32_t)sample.size(), sample.data(), &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc1", v, 16, 1, &v) == TSL_OK &&
+              tsl_graph_batchnorm(g, "bn1", v, 1e-5, 0.1, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc2", v, 8, 1, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc3", v, classes, 1, &v) == TSL_OK &&
+              tsl_graph_set_output(g, v) == TSL_OK;
+    return built(ok, g);
 }
 
 tsl_shape dims_shape(const std::vector<int64_t> &dims)
@@ -399,6 +418,12 @@ TEST(Model, SpatialPlansMatchSampleTiles)
          true,
          {{"tiles=3"}, {"space=2x1,tiles=2", "filters=2", "channels=2"}, {}}},
         {"gated", {2, 12, 10}, true, {{"tiles=2"}, {"space=2", "data=2"}, {"space=2x2"}}},
+        // linear layers cut by filters (rows) and input channels (columns)
+        {"cnn", {1, 12, 12}, false, {{}, {"filters=2", "channels=2"}, {"filters=4", "channels=4"}}},
+        {"mlp",
+         {12},
+         false,
+         {{}, {"filters=2", "channels=2"}, {"data=2,filters=2", "data=2,channels=2", "filters=4"}}},
     };
     const int64_t n = 2, classes = 3;
     for (const Net &net : nets) {
@@ -413,6 +438,8 @@ TEST(Model, SpatialPlansMatchSampleTiles)
         tsl_graph_t g = nullptr;
         if (std::string(net.name) == "gated")
             g = gated_graph(net.sample, classes);
+        else if (std::string(net.name) == "mlp")
+            g = mlp_graph(net.sample, classes);
         else
             EXPECT_EQ(tsl_zoo_graph(net.name, ndim, sample, classes, &g), TSL_OK)
                 << tsl_last_error();
