@@ -1362,6 +1362,17 @@ struct PartsCase {
     tsl_layout layout;
 };
 
+// A layer's inputs x, w, b and dy random (seeds from `at`), its outputs poisoned.
+static void fill_layer(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t dy,
+                       std::initializer_list<tsl_tensor_t> outputs, uint64_t at)
+{
+    int k = 0;
+    for (tsl_tensor_t t : {x, w, b, dy})
+        EXPECT_EQ(tsl_tensor_fill_uniform(t, at + (uint64_t)k++, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : outputs)
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
+}
+
 // A layer's y, dx, dw and db (gathered on rank 0) against a reference: y and dx element by
 // element, the parameter gradients (sums whose order the tiling changes) as whole tensors.
 static void expect_layer_matches(const std::vector<std::vector<float>> &got,
@@ -1425,12 +1436,7 @@ static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, in
     tsl_tensor_t y = make_tensor(TSL_F32, yd, tiled ? ysplits : none, tiled ? rev : root, c.layout);
     tsl_tensor_t dy =
         make_tensor(TSL_F32, yd, tiled ? ysplits : none, tiled ? block : root, c.layout);
-    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 160, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 161, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 162, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 163, -1, 1), TSL_OK);
-    for (tsl_tensor_t t : {y, dx, dw, db})
-        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
+    fill_layer(x, w, b, dy, {y, dx, dw, db}, seed + 160);
     EXPECT_EQ((transposed ? tsl_conv_transpose_forward : tsl_conv_forward)(&p, x, w, b, y), TSL_OK)
         << tsl_context_last_error(ctx);
     EXPECT_EQ(
@@ -1506,12 +1512,7 @@ static std::vector<std::vector<float>> feature_linear_results(const FeatureCase 
     tsl_tensor_t db = make_tensor(TSL_F32, {c.o}, tiled ? bs : none, tiled ? rev : root);
     tsl_tensor_t y = make_tensor(TSL_F32, {c.n, c.o}, tiled ? ys : none, tiled ? rev : root);
     tsl_tensor_t dy = make_tensor(TSL_F32, {c.n, c.o}, tiled ? ys : none, tiled ? block : root);
-    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 170, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 171, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 172, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 173, -1, 1), TSL_OK);
-    for (tsl_tensor_t t : {y, dx, dw, db})
-        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
+    fill_layer(x, w, b, dy, {y, dx, dw, db}, seed + 170);
     EXPECT_EQ(tsl_linear_forward(x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
     EXPECT_EQ(tsl_linear_backward(x, w, dy, dx, dw, db), TSL_OK) << tsl_context_last_error(ctx);
     std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
