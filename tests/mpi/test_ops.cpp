@@ -957,6 +957,37 @@ struct SpatialCase {
     int32_t mode = 0; // a tsl_padding_mode
 };
 
+// A layer's inputs x, w, b and dy random (seeds from `at`), its outputs poisoned.
+static void fill_layer(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t dy,
+                       std::initializer_list<tsl_tensor_t> outputs, uint64_t at)
+{
+    int k = 0;
+    for (tsl_tensor_t t : {x, w, b, dy})
+        EXPECT_EQ(tsl_tensor_fill_uniform(t, at + (uint64_t)k++, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : outputs)
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
+}
+
+// Forward and backward of a convolution (transposed or not) on x, w, b and dy into y, dx, dw and
+// db; those four gathered on rank 0, and every tensor destroyed.
+static std::vector<std::vector<float>> conv_layer_results(const tsl_conv_params &p, bool transposed,
+                                                          tsl_tensor_t x, tsl_tensor_t w,
+                                                          tsl_tensor_t b, tsl_tensor_t dy,
+                                                          tsl_tensor_t y, tsl_tensor_t dx,
+                                                          tsl_tensor_t dw, tsl_tensor_t db)
+{
+    EXPECT_EQ((transposed ? tsl_conv_transpose_forward : tsl_conv_forward)(&p, x, w, b, y), TSL_OK)
+        << tsl_context_last_error(ctx);
+    EXPECT_EQ(
+        (transposed ? tsl_conv_transpose_backward : tsl_conv_backward)(&p, x, w, dy, dx, dw, db),
+        TSL_OK)
+        << tsl_context_last_error(ctx);
+    std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
+    for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
 // y, dx, dw and db of a convolution on tensors cut by `splits`, gathered on rank 0.
 static std::vector<std::vector<float>> conv_results(const SpatialCase &c,
                                                     const std::vector<int32_t> &splits,
@@ -997,26 +1028,8 @@ static std::vector<std::vector<float>> conv_results(const SpatialCase &c,
     std::vector<int64_t> yd(ys.dims, ys.dims + ys.ndim);
     tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo, c.layout);
     tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, yo, c.layout);
-    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 100, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(w, seed + 101, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(b, seed + 102, -1, 1), TSL_OK);
-    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 103, -1, 1), TSL_OK);
-    for (tsl_tensor_t t : {y, dx, dw, db}) // poison: every output must be written
-        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK);
-    if (c.transposed) {
-        EXPECT_EQ(tsl_conv_transpose_forward(&p, x, w, b, y), TSL_OK)
-            << tsl_context_last_error(ctx);
-        EXPECT_EQ(tsl_conv_transpose_backward(&p, x, w, dy, dx, dw, db), TSL_OK)
-            << tsl_context_last_error(ctx);
-    } else {
-        EXPECT_EQ(tsl_conv_forward(&p, x, w, b, y), TSL_OK) << tsl_context_last_error(ctx);
-        EXPECT_EQ(tsl_conv_backward(&p, x, w, dy, dx, dw, db), TSL_OK)
-            << tsl_context_last_error(ctx);
-    }
-    std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
-    for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
-        tsl_tensor_destroy(t);
-    return got;
+    fill_layer(x, w, b, dy, {y, dx, dw, db}, seed + 100); // poison: every output written
+    return conv_layer_results(p, c.transposed, x, w, b, dy, y, dx, dw, db);
 }
 
 // Spatial tiles with halo exchange give the one-tile result: 1-D, 2-D and 3-D rank grids,
@@ -1362,17 +1375,6 @@ struct PartsCase {
     tsl_layout layout;
 };
 
-// A layer's inputs x, w, b and dy random (seeds from `at`), its outputs poisoned.
-static void fill_layer(tsl_tensor_t x, tsl_tensor_t w, tsl_tensor_t b, tsl_tensor_t dy,
-                       std::initializer_list<tsl_tensor_t> outputs, uint64_t at)
-{
-    int k = 0;
-    for (tsl_tensor_t t : {x, w, b, dy})
-        EXPECT_EQ(tsl_tensor_fill_uniform(t, at + (uint64_t)k++, -1, 1), TSL_OK);
-    for (tsl_tensor_t t : outputs)
-        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK); // poison
-}
-
 // A layer's y, dx, dw and db (gathered on rank 0) against a reference: y and dx element by
 // element, the parameter gradients (sums whose order the tiling changes) as whole tensors.
 static void expect_layer_matches(const std::vector<std::vector<float>> &got,
@@ -1437,16 +1439,7 @@ static std::vector<std::vector<float>> parts_conv_results(const PartsCase &c, in
     tsl_tensor_t dy =
         make_tensor(TSL_F32, yd, tiled ? ysplits : none, tiled ? block : root, c.layout);
     fill_layer(x, w, b, dy, {y, dx, dw, db}, seed + 160);
-    EXPECT_EQ((transposed ? tsl_conv_transpose_forward : tsl_conv_forward)(&p, x, w, b, y), TSL_OK)
-        << tsl_context_last_error(ctx);
-    EXPECT_EQ(
-        (transposed ? tsl_conv_transpose_backward : tsl_conv_backward)(&p, x, w, dy, dx, dw, db),
-        TSL_OK)
-        << tsl_context_last_error(ctx);
-    std::vector<std::vector<float>> got = gather_all({y, dx, dw, db});
-    for (tsl_tensor_t t : {x, dx, w, dw, b, db, y, dy})
-        tsl_tensor_destroy(t);
-    return got;
+    return conv_layer_results(p, transposed != 0, x, w, b, dy, y, dx, dw, db);
 }
 
 // Weights cut along their input channels (each pass where its input tile lives, the partial

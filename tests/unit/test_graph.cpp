@@ -187,6 +187,15 @@ TEST(Graph, BadCallsAreErrorsAndChangeNothing)
 
 // ---------------------------------------------------------------- plans
 
+// `text` parses into *p and *p formats back to `text`.
+static void parses_and_formats_back(const char *text, tsl_plan *p)
+{
+    ASSERT_EQ(tsl_plan_parse(text, p), TSL_OK) << tsl_last_error();
+    char back[256];
+    ASSERT_EQ(tsl_plan_format(p, back, sizeof back), TSL_OK);
+    EXPECT_STREQ(back, text);
+}
+
 TEST(Plan, ParsesEveryPartAndFormatsBack)
 {
     tsl_plan p;
@@ -237,11 +246,9 @@ TEST(Plan, ParsesEveryPartAndFormatsBack)
     ASSERT_EQ(tsl_plan_parse("recompute=0", &p), TSL_OK);
     EXPECT_EQ(p.recompute, 0);
     EXPECT_EQ(p.filters, 1);
-    ASSERT_EQ(tsl_plan_parse("data=2,filters=4", &p), TSL_OK) << tsl_last_error();
+    parses_and_formats_back("data=2,filters=4", &p);
     EXPECT_EQ(p.filters, 4);
     EXPECT_EQ(tsl_plan_ranks(&p), 8);
-    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
-    EXPECT_STREQ(text, "data=2,filters=4");
     const int64_t sample[3] = {3, 8, 8};
     tsl_shape in;
     tsl_shape_make(&in, 3, sample);
@@ -252,6 +259,18 @@ TEST(Plan, ParsesEveryPartAndFormatsBack)
     EXPECT_EQ(tsl_plan_check(&p, &in, 4), TSL_OK) << tsl_last_error();
 }
 
+// The tile grid (as a vector of its first four splits) tsl_plan_tensor_tiling() gives a batch
+// of 4 activations (C, H, W) = dims on 4 ranks of one worker, the input's sample shape `in`.
+static std::vector<int32_t> activation_splits(const tsl_plan &p, const tsl_shape &in,
+                                              const int64_t *dims, tsl_tile_grid *grid,
+                                              tsl_owner_map *owners)
+{
+    tsl_shape act;
+    tsl_shape_make(&act, 3, dims);
+    EXPECT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &act, 1, grid, owners), TSL_OK);
+    return std::vector<int32_t>(grid->splits, grid->splits + 4);
+}
+
 // filters=F: activations cut into F channel tiles where F divides their channels (on filter
 // group f's ranks of the grid D x F x A x B x C), else whole on group 0; labels over D x F; a
 // convolution's weight and bias cut like its output, tile f on group f's first rank.
@@ -260,25 +279,20 @@ TEST(Plan, FiltersCutChannelsAndTheirConvolutionsWeights)
     tsl_plan p;
     ASSERT_EQ(tsl_plan_parse("data=2,filters=2", &p), TSL_OK);
     const int64_t sample[3] = {1, 8, 8};
-    tsl_shape in, act, odd, labels;
+    tsl_shape in, labels;
     tsl_shape_make(&in, 3, sample);
     const int64_t a[3] = {4, 8, 8}, o[3] = {3, 8, 8}, l[2] = {8, 8};
-    tsl_shape_make(&act, 3, a);
-    tsl_shape_make(&odd, 3, o);
     tsl_shape_make(&labels, 2, l);
     tsl_tile_grid grid;
     tsl_owner_map owners;
-    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &act, 1, &grid, &owners), TSL_OK);
-    EXPECT_EQ(std::vector<int32_t>(grid.splits, grid.splits + 4),
-              std::vector<int32_t>({2, 2, 1, 1}));
+    EXPECT_EQ(activation_splits(p, in, a, &grid, &owners), std::vector<int32_t>({2, 2, 1, 1}));
     for (int n = 0; n < 2; n++)
         for (int c = 0; c < 2; c++) {
             int32_t t[TSL_MAX_DIMS] = {n, c, 0, 0}, rank = -1;
             ASSERT_EQ(tsl_owner_map_rank(&owners, t, 4, &grid, 4, &rank), TSL_OK);
             EXPECT_EQ(rank, n * 2 + c); // rank (d, f) = d x F + f
         }
-    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &odd, 1, &grid, &owners), TSL_OK);
-    EXPECT_EQ(grid.splits[1], 1); // 3 channels: whole, on filter group 0
+    EXPECT_EQ(activation_splits(p, in, o, &grid, &owners)[1], 1); // 3 channels: whole, group 0
     for (int n = 0; n < 2; n++) {
         int32_t t[TSL_MAX_DIMS] = {n, 0, 0, 0}, rank = -1;
         ASSERT_EQ(tsl_owner_map_rank(&owners, t, 4, &grid, 4, &rank), TSL_OK);
@@ -351,23 +365,18 @@ TEST(Plan, ChannelsCutWeightsAlongInputChannels)
 {
     tsl_plan p;
     char text[256];
-    ASSERT_EQ(tsl_plan_parse("data=2,channels=2", &p), TSL_OK) << tsl_last_error();
+    parses_and_formats_back("data=2,channels=2", &p);
     EXPECT_EQ(p.channels, 2);
     EXPECT_EQ(p.filters, 1);
     EXPECT_EQ(tsl_plan_ranks(&p), 4);
-    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
-    EXPECT_STREQ(text, "data=2,channels=2");
     const int64_t sample[3] = {1, 8, 8};
-    tsl_shape in, act;
+    tsl_shape in;
     tsl_shape_make(&in, 3, sample);
     EXPECT_EQ(tsl_plan_check(&p, &in, 4), TSL_OK) << tsl_last_error();
     const int64_t a[3] = {4, 8, 8};
-    tsl_shape_make(&act, 3, a);
     tsl_tile_grid grid;
     tsl_owner_map owners;
-    ASSERT_EQ(tsl_plan_tensor_tiling(&p, &in, 4, 0, 1, 4, &act, 1, &grid, &owners), TSL_OK);
-    EXPECT_EQ(std::vector<int32_t>(grid.splits, grid.splits + 4),
-              std::vector<int32_t>({2, 2, 1, 1}));
+    EXPECT_EQ(activation_splits(p, in, a, &grid, &owners), std::vector<int32_t>({2, 2, 1, 1}));
     tsl_plan bad;
     ASSERT_EQ(tsl_plan_parse("channels=2,filters=2", &bad), TSL_OK);
     EXPECT_EQ(tsl_plan_check(&bad, &in, 4), TSL_ERR_INVALID_ARG);
