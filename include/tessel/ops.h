@@ -164,6 +164,33 @@ TSL_API tsl_status tsl_batchnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_t
                                           tsl_tensor_t dbeta);
 
 /**
+ * @brief Group normalization (torch.nn.GroupNorm; with @p groups 1, layer normalization over
+ * each sample's channels and positions): each sample's C channels form @p groups groups of
+ * C / groups; y = (x - mean) / sqrt(var + eps) * gamma + beta, mean and biased variance over
+ * the sample's group (its channels, every position), gamma and beta per channel (one tile of
+ * C values of x's dtype). The same in training and inference (no running statistics). @p saved
+ * (one f64 tile of (N, groups, 2)) receives each (sample, group)'s mean and 1 / sqrt(var + eps)
+ * for the backward. The sums are exact and each sample slab's tiles merge their own (a
+ * sample-cut plan exchanges nothing), so any tiling, layout and rank count gives the same bits.
+ * Does not wait.
+ */
+TSL_API tsl_status tsl_groupnorm_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                         int64_t groups, tsl_tensor_t saved, tsl_tensor_t y,
+                                         double eps);
+
+/**
+ * @brief Backward of tsl_groupnorm_forward(), from its input @p x and @p saved: with
+ * xhat = (x - mean) invstd, dx = invstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat))
+ * (means over the sample's group; when @p dx is not NULL), dgamma = sum(dy xhat) and
+ * dbeta = sum(dy) per channel over every sample and position (each may be NULL; overwritten).
+ * Each xhat has the same bits on every tile and the sums are exact, so the results are
+ * identical for every tiling and rank count.
+ */
+TSL_API tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                          int64_t groups, tsl_tensor_t saved, tsl_tensor_t dx,
+                                          tsl_tensor_t dgamma, tsl_tensor_t dbeta);
+
+/**
  * @brief Batch normalization then ReLU, training mode, fused: as
  * tsl_batchnorm_forward_train() (same arguments and statistics) followed by
  * tsl_activation_forward(::TSL_ACT_RELU) on @p y, in one pass over each tile, with the same

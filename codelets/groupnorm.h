@@ -1,0 +1,85 @@
+/* Group normalization (and layer normalization, one group) with exact statistics over all
+ * tiles (kernels and codelets in codelets/groupnorm.c; per-element arithmetic in
+ * codelets/groupnorm_math.h).
+ *
+ * Each sample's channels are cut into G groups of C / G; a group's mean and variance run over
+ * its channels and every spatial position of the sample. Per tile, the sums of x and x^2 of
+ * each (sample, group) go into exact accumulators; the tiles of one run of samples (a sample
+ * slab: every channel and spatial tile of those samples) merge theirs; a finalize task turns
+ * the totals into (mean, 1 / sqrt(var + eps)) per (sample, group). The backward computes
+ * xhat = (x - mean) invstd per element (the same bits on every tile) and sums, exactly, per
+ * channel dy and dy xhat (the parameter gradients, over every tile) and per (sample, group)
+ * dy gamma and dy gamma xhat (over the slab), so results are identical for every tiling,
+ * layout and rank count. */
+#ifndef TESSEL_CODELETS_GROUPNORM_H
+#define TESSEL_CODELETS_GROUPNORM_H
+
+#include <starpu.h>
+#include <stdint.h>
+
+#include "reduce.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsl_gn_args {
+    int32_t dtype;         /* of x, y, dy, dx, gamma, beta, dgamma, dbeta: f32 or f64 */
+    int32_t channels_last; /* tiles stored N D H W C (positions, then channels) */
+    int64_t channels;      /* C of the whole tensor */
+    int64_t groups;        /* G: C / G channels per group */
+    int64_t samples;       /* tile extent along N (the slab's samples) */
+    int64_t n0;            /* the tile's first sample: its statistics' row in saved */
+    int64_t batch;         /* N of the whole tensor: saved holds 2 N G doubles */
+    int64_t c0;            /* first channel of the tile */
+    int64_t cext;          /* channels in the tile */
+    int64_t inner;         /* spatial positions in the tile */
+    int64_t per_group;     /* (C / G) x spatial positions of a sample: a statistic's count */
+    double eps;
+    int32_t which;  /* parameter gradient a task writes: 0 beta (sum dy), 1 gamma (sum dy xhat) */
+    int32_t unused; /* no padding bytes */
+} tsl_gn_args;
+
+/* Forward sums of one tile: acc[2 (s G + g)] += sum x, acc[2 (s G + g) + 1] += sum x^2 over the
+ * tile's elements of sample s (tile-local) and group g; acc has 2 samples G entries, zeroed
+ * first. */
+void tsl_gn_stats_tile(const tsl_gn_args *a, const void *x, tsl_acc *acc);
+/* Totals of a slab (2 samples G accumulators) -> its statistics, 2 samples G doubles:
+ * (mean, invstd) of sample s and group g at [2 (s G + g)] and [2 (s G + g) + 1]. The saved
+ * statistics of a whole batch are these rows for every sample, row n at 2 n G. */
+void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats);
+/* y = (x - mean) (invstd gamma) + beta on one tile, stats the slab's (mean, invstd) rows. */
+void tsl_gn_normalize_tile(const tsl_gn_args *a, const void *x, const double *stats,
+                           const void *gamma, const void *beta, void *y);
+/* Backward sums of one tile over every channel: acc[2c] += sum dy, acc[2c + 1] += sum dy xhat
+ * (2 C accumulators, c the global channel; zeroed first). saved: the whole batch's rows. */
+void tsl_gn_channel_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
+                              const double *saved, tsl_acc *acc);
+/* Backward sums of one tile per (sample, group): acc[2 (s G + g)] += sum dy gamma and
+ * acc[2 (s G + g) + 1] += sum dy gamma xhat (2 samples G accumulators, zeroed first). */
+void tsl_gn_group_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
+                            const double *saved, const void *gamma, tsl_acc *acc);
+/* Slab totals -> coef (2 samples G doubles: the group means of dy gamma and dy gamma xhat). */
+void tsl_gn_backward_coef(const tsl_gn_args *a, const tsl_acc *acc, double *coef);
+/* Channel totals -> dbeta (which 0) or dgamma (which 1), C values of the dtype. */
+void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad);
+/* dx = invstd (dy gamma - m1 - xhat m2) on one tile, (m1, m2) the slab's coef. */
+void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *dy,
+                               const double *saved, const void *gamma, const double *coef,
+                               void *dx);
+
+extern struct starpu_codelet tsl_cl_gn_stats;        /* R x, W acc */
+extern struct starpu_codelet tsl_cl_gn_finalize;     /* R acc, W stats (the slab's rows) */
+extern struct starpu_codelet tsl_cl_gn_save;         /* R acc, RW saved (rows n0 ...) */
+extern struct starpu_codelet tsl_cl_gn_normalize;    /* R x, R stats, R gamma, R beta, W y */
+extern struct starpu_codelet tsl_cl_gn_channel_sums; /* R x, R dy, R saved, W acc */
+extern struct starpu_codelet tsl_cl_gn_group_sums;   /* R x, R dy, R saved, R gamma, W acc */
+extern struct starpu_codelet tsl_cl_gn_bwd_coef;     /* R acc, W coef */
+extern struct starpu_codelet tsl_cl_gn_param_grad;   /* R acc, W dgamma or dbeta */
+extern struct starpu_codelet tsl_cl_gn_bwd_data;     /* R x, R dy, R saved, R gamma, R coef, W dx */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSEL_CODELETS_GROUPNORM_H */
