@@ -318,6 +318,42 @@ tsl_status tsl_graph_batchnorm(tsl_graph_t g, const char *name, int32_t x, doubl
     return TSL_OK;
 }
 
+static tsl_status group_norm(tsl_graph_t g, const char *name, int32_t x, int64_t groups, double eps,
+                             int32_t layer, int32_t *value, const char *fn)
+{
+    tsl_status st = check_op(g, value, x, name, fn);
+    if (st)
+        return st;
+    int64_t c = g->values[x].shape.dims[0];
+    if (!(eps > 0) || !isfinite(eps))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: '%s' needs eps > 0", fn, name);
+    if (groups < 1 || c % groups)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: '%s': %lld groups do not divide %lld channels",
+                         fn, name, (long long)groups, (long long)c);
+    tsl_graph_op op = unary_op(TSL_OP_GROUPNORM, x, name);
+    op.eps = eps;
+    op.norm_groups = groups;
+    op.layer_norm = layer;
+    tsl_shape cs = shape_of(1, &c);
+    if ((st = add_op(g, &op, NULL, value, fn)))
+        return st;
+    add_param(g, "weight", &cs, 1, TSL_INIT_ONES, 0);
+    add_param(g, "bias", &cs, 1, TSL_INIT_ZEROS, 0);
+    return TSL_OK;
+}
+
+tsl_status tsl_graph_groupnorm(tsl_graph_t g, const char *name, int32_t x, int64_t groups,
+                               double eps, int32_t *value)
+{
+    return group_norm(g, name, x, groups, eps, 0, value, "tsl_graph_groupnorm");
+}
+
+tsl_status tsl_graph_layernorm(tsl_graph_t g, const char *name, int32_t x, double eps,
+                               int32_t *value)
+{
+    return group_norm(g, name, x, 1, eps, 1, value, "tsl_graph_layernorm");
+}
+
 tsl_status tsl_graph_activation(tsl_graph_t g, int32_t x, tsl_activation kind, double slope,
                                 int32_t *value)
 {

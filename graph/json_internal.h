@@ -72,6 +72,8 @@ enum layer_op {
     L_MUL,
     L_SLICE,
     L_DROPOUT,
+    L_GROUPNORM,
+    L_LAYERNORM,
     LAYER_OP_COUNT
 };
 

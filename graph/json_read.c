@@ -450,6 +450,19 @@ static tsl_status build_layer(layer *l, int32_t *value)
             return st;
         return built(l, tsl_graph_dropout(g, l->inputs[0], p, value));
     }
+    case L_GROUPNORM: {
+        int64_t groups;
+        if ((st = get_int(l, K_GROUPS, 1, -1, &groups)) ||
+            (st = get_number(l, K_EPS, DEFAULT_EPS, &eps)))
+            return st;
+        if (groups < 0)
+            return fail(l->r, l, TSL_ERR_FORMAT, "a group_norm needs \"groups\"");
+        return built(l, tsl_graph_groupnorm(g, l->name, l->inputs[0], groups, eps, value));
+    }
+    case L_LAYERNORM:
+        if ((st = get_number(l, K_EPS, DEFAULT_EPS, &eps)))
+            return st;
+        return built(l, tsl_graph_layernorm(g, l->name, l->inputs[0], eps, value));
     case L_FLATTEN:
         return built(l, tsl_graph_flatten(g, l->inputs[0], value));
     case L_LINEAR:

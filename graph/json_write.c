@@ -87,7 +87,7 @@ static int is_global_avgpool(const struct tsl_graph *g, const tsl_graph_op *o)
 
 static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *o)
 {
-    _Static_assert(TSL_OP_KIND_COUNT == 13, "layer_op_of() and add_attributes() take every kind");
+    _Static_assert(TSL_OP_KIND_COUNT == 14, "layer_op_of() and add_attributes() take every kind");
     switch (o->kind) {
     case TSL_OP_INPUT:
         return L_INPUT;
@@ -117,6 +117,8 @@ static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *
         return L_SLICE;
     case TSL_OP_DROPOUT:
         return L_DROPOUT;
+    case TSL_OP_GROUPNORM:
+        return o->layer_norm ? L_LAYERNORM : L_GROUPNORM;
     }
     return LAYER_OP_COUNT;
 }
@@ -224,6 +226,11 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
         return add_number(j, K_H, o->h, 1.0);
     case L_DROPOUT:
         return add_number(j, K_P, o->p, DEFAULT_DROPOUT);
+    case L_GROUPNORM:
+        return add_ints(j, K_GROUPS, &o->norm_groups, 1, NULL) ||
+               add_number(j, K_EPS, o->eps, DEFAULT_EPS);
+    case L_LAYERNORM:
+        return add_number(j, K_EPS, o->eps, DEFAULT_EPS);
     case L_SLICE: { /* over the sample axes, C first */
         int32_t n = g->values[o->inputs[0]].shape.ndim;
         cJSON *a = cJSON_AddArrayToObject(j, json_key_names[K_START]);

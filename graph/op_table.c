@@ -263,6 +263,7 @@ static const tsl_op_info ops[] = {
     [TSL_OP_SLICE] = {"slice", infer_slice, flops_none, reads_never, 0},
     /* (its backward reads the mask its forward kept, not x) */
     [TSL_OP_DROPOUT] = {"dropout", infer_same, flops_per_output, reads_never, 0},
+    [TSL_OP_GROUPNORM] = {"groupnorm", infer_same, flops_batchnorm, reads_always, 0},
 };
 _Static_assert(sizeof ops / sizeof ops[0] == TSL_OP_KIND_COUNT, "one row per op kind");
 

@@ -51,7 +51,7 @@ static void exchanges(const tsl_plan *plan, const struct tsl_graph *g, int32_t g
 {
     int32_t nbn = 0, nconv = 0, nparams = 0;
     for (int32_t o = 0; o < g->nops; o++) {
-        nbn += g->ops[o].kind == TSL_OP_BATCHNORM;
+        nbn += g->ops[o].kind == TSL_OP_BATCHNORM || g->ops[o].kind == TSL_OP_GROUPNORM;
         nconv += g->ops[o].kind == TSL_OP_CONV || g->ops[o].kind == TSL_OP_POOL;
         nparams += g->ops[o].nparams > 0;
     }

@@ -161,6 +161,7 @@ int tsl_plan_takes_channel_tiles(const tsl_graph_op *o)
     case TSL_OP_MUL:
     case TSL_OP_SLICE:
     case TSL_OP_DROPOUT:
+    case TSL_OP_GROUPNORM:
         return 1;
     default:
         return 0;

@@ -116,6 +116,53 @@ static void acc_allreduce(const tiles *t, int32_t nranks, const uint8_t *need, i
     free(has);
 }
 
+/* Sample slab s of t (its tiles are in row-major order, the sample tile first). */
+static tiles slab_of(const tiles *t, int32_t s)
+{
+    tiles slab = *t;
+    int64_t per = t->n / t->samples;
+    slab.n = per;
+    slab.samples = 1;
+    slab.lo += s * per;
+    slab.ext += s * per;
+    slab.rank += s * per;
+    return slab;
+}
+
+/* Group norm (tsl_groupnorm_forward/backward): each sample slab's (sample, group) sums among
+ * the slab's ranks, forward (on x's ranks, to y's and the statistics' keeper) and backward (on
+ * y's, to x's); the saved statistics from the keeper to every other rank with a tile; the
+ * parameter gradients' 2 C accumulators over every tile to the parameters' owners. */
+static void groupnorm_traffic(const struct tsl_graph *g, const tsl_graph_op *op, const tiles *x,
+                              const tiles *y, int32_t keeper, const int32_t *param_owner,
+                              int32_t nranks, uint8_t *need, int64_t *sent)
+{
+    int64_t batch = 0;
+    for (int32_t s = 0; s < x->samples; s++) {
+        tiles xs = slab_of(x, s), ys = slab_of(y, s);
+        int64_t bytes = 2 * xs.ext[0][0] * op->norm_groups * TSL_PLAN_ACC_BYTES;
+        batch += xs.ext[0][0];
+        memset(need, 0, (size_t)nranks);
+        ranks_of(&ys, nranks, need);
+        need[keeper] = 1;
+        acc_allreduce(&xs, nranks, need, bytes, sent);
+        memset(need, 0, (size_t)nranks);
+        ranks_of(&xs, nranks, need);
+        acc_allreduce(&ys, nranks, need, bytes, sent);
+    }
+    memset(need, 0, (size_t)nranks);
+    ranks_of(x, nranks, need);
+    ranks_of(y, nranks, need);
+    for (int32_t r = 0; r < nranks; r++)
+        sent[keeper] += need[r] && r != keeper ? 16 * batch * op->norm_groups : 0;
+    memset(need, 0, (size_t)nranks);
+    for (int32_t k = 0; k < op->nparams; k++)
+        if (op->params[k] >= 0)
+            need[param_owner[op->params[k]]] = 1;
+    acc_allreduce(y, nranks, need, 2 * g->values[op->inputs[0]].shape.dims[0] * TSL_PLAN_ACC_BYTES,
+                  sent);
+}
+
 /* tsl_exact_reduce over a tensor's tiles: a tree of one accumulator each, then the total to every
  * other rank. */
 static void exact_reduce(const tiles *t, int32_t nranks, int64_t *sent)
@@ -474,8 +521,8 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
         }
         if (replicated[p]) /* the owner refreshes every other rank's whole copy */
             sent[owner] += (int64_t)(group - 1) * bytes;
-        if (!prm->trainable || op->kind == TSL_OP_BATCHNORM)
-            continue; /* batch norm's parameter gradients come from its exchanged sums */
+        if (!prm->trainable || op->kind == TSL_OP_BATCHNORM || op->kind == TSL_OP_GROUPNORM)
+            continue; /* batch and group norm's parameter gradients come from exchanged sums */
         if (bucket_of[p] >= 0) {
             int32_t b = bucket_of[p];
             btotal[b] += bytes;
@@ -586,6 +633,10 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
             acc_allreduce(x, nranks, need, bytes, bn);
             acc_allreduce(x, nranks, need, bytes, bn);
         }
+        if (op->kind == TSL_OP_GROUPNORM)
+            groupnorm_traffic(g, op, &vt[op->inputs[0]], y,
+                              op_stage[o] * (nranks / tsl_plan_depth(plan)), param_owner, nranks,
+                              need, bn);
         if (tsl_plan_channel_groups(plan) > 1 && op->ninputs > 0 &&
             !tsl_plan_takes_channel_tiles(op))
             channel_regrid(&vt[op->inputs[0]], y, op->inputs[0] != g->input, halo);

@@ -45,6 +45,8 @@ _OPS = {
     "conv_transpose": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1,
                        "groups": 1, "bias": True, "output_padding": 0},
     "batchnorm": {"eps": 1e-5, "momentum": 0.1},
+    "group_norm": {"groups": None, "eps": 1e-5},
+    "layer_norm": {"eps": 1e-5},
     "relu": {}, "sigmoid": {}, "tanh": {}, "gelu": {}, "silu": {},
     "leaky_relu": {"slope": 0.01},
     "maxpool": {"kernel": None, "stride": "kernel", "padding": 0, "ceil_mode": False},
@@ -251,6 +253,17 @@ class TesselNet(nn.Module):
             return m, (cout,) + sp
         if op == "batchnorm":
             m = _BATCHNORM[max(nd, 1)](x[0], eps=float(a["eps"]), momentum=float(a["momentum"]))
+            self._register(name, m, where)
+            return m, x
+        if op in ("group_norm", "layer_norm"):
+            # layer norm: over features nn.LayerNorm(F); over (C, spatial...) one group
+            if op == "layer_norm" and len(x) == 1:
+                m = nn.LayerNorm(x[0], eps=float(a["eps"]))
+            else:
+                g_ = 1 if op == "layer_norm" else a["groups"]
+                if not isinstance(g_, int) or isinstance(g_, bool) or g_ < 1 or x[0] % g_:
+                    raise ModelFileError(f"{where}: groups {g_!r} must divide {x[0]} channels")
+                m = nn.GroupNorm(g_, x[0], eps=float(a["eps"]))
             self._register(name, m, where)
             return m, x
         if op in ("relu", "sigmoid", "tanh"):

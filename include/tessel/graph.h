@@ -45,10 +45,11 @@ typedef enum tsl_op_kind {
     TSL_OP_MUL = 10,       /**< elementwise product of two values (gates) */
     TSL_OP_SLICE = 11,     /**< a box of each sample: channels and spatial ranges */
     TSL_OP_DROPOUT = 12,   /**< training: zero elements with probability p, scale the rest */
+    TSL_OP_GROUPNORM = 13, /**< group (or layer) normalization, per-sample statistics */
 } tsl_op_kind;
 
 /** Number of op kinds. */
-#define TSL_OP_KIND_COUNT 13
+#define TSL_OP_KIND_COUNT 14
 
 /** Longest name of a value, op or parameter, terminating zero included. */
 #define TSL_GRAPH_NAME_MAX 96
@@ -80,6 +81,24 @@ TSL_API tsl_status tsl_graph_conv(tsl_graph_t graph, const char *name, int32_t x
  *  `name.bias` (zeros) and buffers `name.running_mean`, `name.running_var`. */
 TSL_API tsl_status tsl_graph_batchnorm(tsl_graph_t graph, const char *name, int32_t x, double eps,
                                        double momentum, int32_t *value);
+
+/**
+ * @brief Group normalization (torch.nn.GroupNorm(groups, C, eps)): each sample's C channels in
+ * @p groups groups (groups divides C), each normalized over its channels and positions with
+ * that sample's statistics; parameters `name.weight` (ones) and `name.bias` (zeros) of C
+ * values. The same in training and evaluation (tsl_groupnorm_forward()).
+ */
+TSL_API tsl_status tsl_graph_groupnorm(tsl_graph_t graph, const char *name, int32_t x,
+                                       int64_t groups, double eps, int32_t *value);
+
+/**
+ * @brief Layer normalization: group normalization with one group, each sample normalized over
+ * all its channels and positions, with a weight and bias per channel. On features (a (F)
+ * value) it is torch.nn.LayerNorm(F, eps); on (C, spatial...) values torch.nn.GroupNorm(1, C,
+ * eps). Written to model files as "layer_norm".
+ */
+TSL_API tsl_status tsl_graph_layernorm(tsl_graph_t graph, const char *name, int32_t x, double eps,
+                                       int32_t *value);
 
 /** @brief Activation (tsl_activation_forward()). */
 TSL_API tsl_status tsl_graph_activation(tsl_graph_t graph, int32_t x, tsl_activation kind,

@@ -307,7 +307,7 @@ TSL_API tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t 
 /** @brief The terms of tsl_plan_estimate_traffic(), each an array of one count per rank. */
 typedef enum tsl_traffic_term {
     TSL_TRAFFIC_PARAMS = 0,    /**< gradients to the owners, parameters back to every copy */
-    TSL_TRAFFIC_BATCHNORM = 1, /**< batch norm's exact sums, forward and backward */
+    TSL_TRAFFIC_BATCHNORM = 1, /**< batch and group norm's exact sums, forward and backward */
     TSL_TRAFFIC_HALOS = 2,     /**< convolutions' halo slabs, forward and backward */
     TSL_TRAFFIC_STAGES = 3,    /**< values crossing pipeline stages and their gradients */
     TSL_TRAFFIC_LOSSES = 4,    /**< the loss's and the accuracy's sums */

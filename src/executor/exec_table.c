@@ -36,6 +36,15 @@ static tsl_status forward_batchnorm(struct tsl_model *m, instance *in, int32_t i
     return tsl_exec_batchnorm_forward(m, in, i, x, train);
 }
 
+/* The same in training and evaluation: statistics of each sample. */
+static tsl_status forward_groupnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                    tsl_tensor_t y, int train)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_groupnorm_forward(x, tsl_exec_op_param(m, o, 0, 0), tsl_exec_op_param(m, o, 1, 0),
+                                 o->norm_groups, in->saved[i], y, o->eps);
+}
+
 static tsl_status forward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                      tsl_tensor_t y, int train)
 {
@@ -182,6 +191,8 @@ static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, 
                                   tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 static tsl_status backward_dropout(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                    tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
+static tsl_status backward_groupnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx);
 
 const tsl_exec_row tsl_exec_table[] = {
     [TSL_OP_INPUT] = {forward_none, NULL},
@@ -197,6 +208,7 @@ const tsl_exec_row tsl_exec_table[] = {
     [TSL_OP_MUL] = {forward_mul, backward_mul},
     [TSL_OP_SLICE] = {forward_slice, backward_slice},
     [TSL_OP_DROPOUT] = {forward_dropout, backward_dropout},
+    [TSL_OP_GROUPNORM] = {forward_groupnorm, backward_groupnorm},
 };
 _Static_assert(sizeof tsl_exec_table / sizeof tsl_exec_table[0] == TSL_OP_KIND_COUNT,
                "one row of the execution table per op kind");
@@ -332,4 +344,13 @@ static tsl_status backward_dropout(struct tsl_model *m, instance *in, int32_t i,
         return tsl_error(m->ctx, TSL_ERR_STATE, "dropout %d: a backward without its forward",
                          (int)i);
     return tsl_dropout_apply(dx[0], dy, in->mask[i], o->p);
+}
+
+static tsl_status backward_groupnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
+                                     tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
+{
+    const tsl_graph_op *o = &m->g->ops[i];
+    return tsl_groupnorm_backward(x, dy, tsl_exec_op_param(m, o, 0, 0), o->norm_groups,
+                                  in->saved[i], dx[0], tsl_exec_op_param(m, o, 0, 1),
+                                  tsl_exec_op_param(m, o, 1, 1));
 }

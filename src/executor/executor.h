@@ -37,7 +37,7 @@ typedef struct instance {
     tsl_tensor_t *rx, *ry;   /* [nops]: input and output on a common tile grid, when the op's
                                 input and output grids differ (see needs_regrid) */
     tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
-    tsl_tensor_t *saved;     /* [nops]: batch-norm statistics */
+    tsl_tensor_t *saved;     /* [nops]: batch-norm and group-norm statistics */
     tsl_tensor_t *pidx;      /* [nops]: a max pooling's indices, from forward to backward */
     tsl_tensor_t *mask;      /* [nops]: a dropout's uniform draws, from forward to backward */
     uint64_t dropout_step;   /* the model's step count when its last training forward began */

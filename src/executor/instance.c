@@ -175,6 +175,12 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
             tsl_shape_make(&s, 2, dims);
             tsl_owner_map on = tsl_owner_single(stage_rank(m, m->op_stage[o]));
             st = tsl_tensor_create(&in->saved[o], m->ctx, TSL_F64, &s, NULL, &on);
+        } else if (g->ops[o].kind == TSL_OP_GROUPNORM) { /* (mean, invstd) per sample and group */
+            int64_t dims[3] = {batch, g->ops[o].norm_groups, 2};
+            tsl_shape s;
+            tsl_shape_make(&s, 3, dims);
+            tsl_owner_map on = tsl_owner_single(stage_rank(m, m->op_stage[o]));
+            st = tsl_tensor_create(&in->saved[o], m->ctx, TSL_F64, &s, NULL, &on);
         }
     if (!st)
         st = tsl_exec_input_tensors(m, batch, &in->act[g->input], &in->labels);

@@ -43,6 +43,7 @@ OPS_MODEL = {
         {"name": "a1", "op": "leaky_relu", "slope": 0.2},
         {"name": "r1", "op": "conv", "out": 6, "kernel": [5, 3], "padding": [2, 1],
          "padding_mode": "reflect"},
+        {"name": "gn", "op": "group_norm", "groups": 3, "eps": 1e-4},
         {"name": "g1", "op": "conv", "out": 6, "kernel": 3, "padding": 1, "groups": 3,
          "bias": False, "padding_mode": "replicate"},
         {"name": "w1", "op": "conv", "out": 6, "kernel": [3, 5], "padding": [1, 2],
@@ -68,6 +69,7 @@ OPS_MODEL = {
         {"op": "global_avgpool"},
         {"op": "flatten"},
         {"name": "h", "op": "linear", "out": 10, "bias": False},
+        {"name": "ln", "op": "layer_norm"},
         {"name": "fc", "op": "linear", "out": "classes"},
     ],
 }

@@ -206,6 +206,18 @@ def _node(node, ins):
         shape = (1, -1) + (1,) * (x.ndim - 2)
         return ((x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + a.get("epsilon", 1e-5)) *
                 scale.reshape(shape) + bias.reshape(shape))
+    if op == "InstanceNormalization":  # per (sample, channel) over the remaining axes
+        scale, bias = ins[1:3]
+        axes = tuple(range(2, x.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return ((x - mean) / np.sqrt(var + a.get("epsilon", 1e-5)) * scale.reshape(shape) +
+                bias.reshape(shape))
+    if op == "Pow":
+        return np.power(ins[0], ins[1])
+    if op == "Sqrt":
+        return np.sqrt(x)
     if op == "Relu":
         return np.maximum(x, 0.0)
     if op == "LeakyRelu":

@@ -33,6 +33,19 @@ with open(PERIODIC, "w") as f:
         {"op": "relu"},
         {"name": "head", "op": "conv", "out": "classes", "kernel": 1}]}, f)
 
+# Group and layer norm: per-sample statistics summed within each sample slab.
+NORM = os.path.join(work, "norm.json")
+with open(NORM, "w") as f:
+    json.dump({"format": "tessel-model", "version": 1, "layers": [
+        {"op": "input"},
+        {"name": "c1", "op": "conv", "out": 8, "kernel": 3, "padding": 1},
+        {"name": "gn1", "op": "group_norm", "groups": 4},
+        {"op": "relu"},
+        {"name": "c2", "op": "conv", "out": 8, "kernel": 3, "padding": 1},
+        {"name": "ln2", "op": "layer_norm"},
+        {"op": "relu"},
+        {"name": "head", "op": "conv", "out": "classes", "kernel": 1}]}, f)
+
 # (model, data, batch, plan or None); each a few seconds at its rank count
 CASES = {
     1: [("unet2d", "synthetic:dims=2,size=32,samples=8", 2, None)],
@@ -45,7 +58,9 @@ CASES = {
         ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "filters=2"),
         (PERIODIC, "synthetic:dims=2,size=256,samples=8", 4, "space=2"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "channels=2"),
-        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "channels=2")],
+        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "channels=2"),
+        (NORM, "synthetic:dims=2,size=64,samples=8", 4, "space=2"),
+        (NORM, "synthetic:dims=2,size=64,samples=8", 4, "channels=2")],
     4: [("resnet", "synthetic:dims=2,size=16,samples=32,labels=sample", 8, "data=4"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "data=2,filters=2"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2,space=2"),
@@ -54,7 +69,9 @@ CASES = {
         ("cnn3d", "synthetic:dims=3,size=16,samples=8,labels=sample", 2, "space=2x2"),
         (PERIODIC, "synthetic:dims=2,size=192,samples=8", 4, "space=2x2"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "channels=2,space=2"),
-        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "channels=4")],
+        ("unet2d", "synthetic:dims=2,size=64,samples=8", 4, "channels=4"),
+        (NORM, "synthetic:dims=2,size=64,samples=8", 4, "data=2,space=2"),
+        (NORM, "synthetic:dims=2,size=64,samples=8", 4, "channels=2,space=2")],
 }
 
 

@@ -104,6 +104,36 @@ tsl_graph_t mlp_graph(const std::vector<int64_t> &sample, int64_t classes)
     return built(ok, g);
 }
 
+// conv 3x3 (6) -> group norm (3 groups of 2 channels) -> ReLU -> conv 3x3 (8) -> layer norm
+// over (C, H, W) -> ReLU -> max pooling 2 -> flatten -> linear (12) -> layer norm over the
+// features -> ReLU -> linear: per-sample statistics on channel, spatial and feature tiles.
+tsl_graph_t norm_graph(const std::vector<int64_t> &sample, int64_t classes)
+{
+    const int64_t k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    tsl_pool_params mp;
+    tsl_pool_params_init(&mp, TSL_POOL_MAX, 2, 2);
+    tsl_graph_t g = nullptr;
+    int32_t v;
+    bool ok = tsl_graph_create(&g) == TSL_OK &&
+              tsl_graph_input(g, (int32_t)sample.size(), sample.data(), &v) == TSL_OK &&
+              tsl_graph_conv(g, "c1", v, 6, k, &cp, 0, 1, &v) == TSL_OK &&
+              tsl_graph_groupnorm(g, "gn1", v, 3, 1e-5, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_conv(g, "c2", v, 8, k, &cp, 0, 0, &v) == TSL_OK &&
+              tsl_graph_layernorm(g, "ln2", v, 1e-5, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_pool(g, v, &mp, &v) == TSL_OK && tsl_graph_flatten(g, v, &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc1", v, 12, 1, &v) == TSL_OK &&
+              tsl_graph_layernorm(g, "ln3", v, 1e-5, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc2", v, classes, 1, &v) == TSL_OK &&
+              tsl_graph_set_output(g, v) == TSL_OK;
+    return built(ok, g);
+}
+
 tsl_shape dims_shape(const std::vector<int64_t> &dims)
 {
     tsl_shape s;
@@ -424,6 +454,13 @@ TEST(Model, SpatialPlansMatchSampleTiles)
          {12},
          false,
          {{}, {"filters=2", "channels=2"}, {"data=2,filters=2", "data=2,channels=2", "filters=4"}}},
+        // group and layer norm: statistics per sample over channel, spatial and feature tiles
+        {"norm",
+         {2, 12, 10},
+         false,
+         {{"tiles=2"},
+          {"space=2", "data=2", "filters=2", "channels=2"},
+          {"space=2x2", "data=2,space=2", "filters=4", "data=2,channels=2"}}},
     };
     const int64_t n = 2, classes = 3;
     for (const Net &net : nets) {
@@ -440,6 +477,8 @@ TEST(Model, SpatialPlansMatchSampleTiles)
             g = gated_graph(net.sample, classes);
         else if (std::string(net.name) == "mlp")
             g = mlp_graph(net.sample, classes);
+        else if (std::string(net.name) == "norm")
+            g = norm_graph(net.sample, classes);
         else
             EXPECT_EQ(tsl_zoo_graph(net.name, ndim, sample, classes, &g), TSL_OK)
                 << tsl_last_error();

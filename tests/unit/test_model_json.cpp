@@ -71,6 +71,10 @@ std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spat
     }
     case TSL_OP_BATCHNORM:
         return a.eps == b.eps && a.momentum == b.momentum ? "" : "eps or momentum";
+    case TSL_OP_GROUPNORM:
+        return a.eps == b.eps && a.norm_groups == b.norm_groups && a.layer_norm == b.layer_norm
+                   ? ""
+                   : "groups, eps or layer norm";
     case TSL_OP_ADD:
         return a.h == b.h ? "" : "h";
     case TSL_OP_ACTIVATION:
@@ -357,12 +361,14 @@ tsl_graph_t every_op_graph()
     st = st ? st : tsl_graph_sub(g, v, cat, &v);
     const int64_t box_lo[3] = {2, 0, 0}, box_hi[3] = {16, 16, 16};
     st = st ? st : tsl_graph_slice(g, v, box_lo, box_hi, &v); // 14x16x16: channels 2 to 15
+    st = st ? st : tsl_graph_groupnorm(g, "gn", v, 7, 1e-4, &v);
     st = st ? st : tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v);
     tsl_pool_params gap;
     tsl_pool_params_init(&gap, TSL_POOL_AVG, 2, 16); // over the whole 16x16
     st = st ? st : tsl_graph_pool(g, v, &gap, &v);
     st = st ? st : tsl_graph_flatten(g, v, &v);
     st = st ? st : tsl_graph_dropout(g, v, 0.25, &v);
+    st = st ? st : tsl_graph_layernorm(g, "ln", v, 1e-5, &v);
     st = st ? st : tsl_graph_linear(g, "hidden", v, 12, 0, &v);
     st = st ? st : tsl_graph_linear(g, "head", v, 5, 1, &v);
     st = st ? st : tsl_graph_set_output(g, v);
@@ -376,10 +382,27 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     std::string file = path("every.json");
     ASSERT_EQ(tsl_graph_write_json(g, file.c_str()), TSL_OK) << tsl_last_error();
     std::string text = read_text(file);
-    for (const char *op :
-         {"input", "conv", "conv_transpose", "batchnorm", "relu", "leaky_relu", "sigmoid", "tanh",
-          "maxpool", "avgpool", "global_avgpool", "upsample_nearest", "upsample_linear", "concat",
-          "add", "mul", "slice", "flatten", "linear"})
+    for (const char *op : {"input",
+                           "conv",
+                           "conv_transpose",
+                           "batchnorm",
+                           "relu",
+                           "leaky_relu",
+                           "sigmoid",
+                           "tanh",
+                           "maxpool",
+                           "avgpool",
+                           "global_avgpool",
+                           "upsample_nearest",
+                           "upsample_linear",
+                           "concat",
+                           "add",
+                           "mul",
+                           "slice",
+                           "flatten",
+                           "linear",
+                           "group_norm",
+                           "layer_norm"})
         EXPECT_NE(text.find("\"op\": \"" + std::string(op) + "\""), std::string::npos) << op;
     // Settings that differ per dimension are arrays; equal ones, one number.
     EXPECT_NE(text.find("\"kernel\": [3, 5], \"padding\": [1, 2]"), std::string::npos) << text;
@@ -391,6 +414,10 @@ TEST_F(ModelJson, EveryOpRoundTrips)
     EXPECT_NE(text.find("\"eps\": 0.0010000000000000002, \"momentum\": 0.25"), std::string::npos)
         << text;
     EXPECT_NE(text.find("\"slope\": 0.3333333333333333"), std::string::npos) << text;
+    EXPECT_NE(
+        text.find("{\"name\": \"gn\", \"op\": \"group_norm\", \"groups\": 7, \"eps\": 0.0001}"),
+        std::string::npos)
+        << text;
     EXPECT_NE(text.find("\"out\": \"classes\""), std::string::npos) << text;
     // The skip (an unnamed leaky ReLU) got a name to be read by.
     EXPECT_NE(text.find("\"inputs\": [\"upsample_linear_10\", \"leaky_relu_3\"]"),
