@@ -70,6 +70,8 @@ ROWS = {
     "unet3d-128": ("unet3d.json", (1, 128, 128, 128), 3, 1, None),
     "fcn2d-512": ("fcn2d.json", (1, 512, 512), 3, 2, None),
     "wide-head-16": ("bench/models/wide_head.json", (1, 16, 16), 10, 16, None),
+    "unet2d-gn-256": ("bench/models/unet2d_gn.json", (1, 256, 256), 3, 2, None),
+    "unet3d-gn-64": ("bench/models/unet3d_gn.json", (1, 64, 64, 64), 3, 1, None),
 }
 
 # The same, on a GPU (--device cuda): the CUDA issue's rows (the default plan gives each CUDA
