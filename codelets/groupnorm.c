@@ -1,8 +1,9 @@
-/* Group normalization kernels and codelets: see groupnorm.h. A tile is walked one (sample,
- * channel) row at a time, in chunks of positions staged as doubles (strided in a
- * channels-last tile); each chunk's sums go into the exact accumulators at once
- * (tsl_bn_add_sum_products_f64), so the sums, and with them every result, do not depend on
- * the chunking, the tiling or the layout. */
+/* Group normalization kernels and codelets: see groupnorm.h. Float32 tiles take the exact-sum
+ * fast paths batch norm uses (a channels-last tile's per-channel columns in place,
+ * tsl_acc_add_columns_f32; a plain tile's rows); float64 rows are summed through the exact
+ * product split (tsl_bn_add_sum_products_f64), channels-last ones staged first. The sums are
+ * exact, so the path changes no bit. The elementwise passes walk the tile in place with
+ * per-channel constants. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,61 +13,13 @@
 #include "groupnorm.h"
 #include "groupnorm_math.h"
 
-/* Positions per staged chunk. */
-#define GN_CHUNK 1024
+#define GN_CHUNK 1024 /* positions per staged chunk of a float64 channels-last row */
 
-typedef struct gn_stage {
-    double x[GN_CHUNK], dy[GN_CHUNK], t[GN_CHUNK], u[GN_CHUNK];
-} gn_stage;
-
-static gn_stage *stage_new(void)
+static void *checked_malloc(size_t bytes, const char *what)
 {
-    gn_stage *s = malloc(sizeof *s);
-    TSL_CODELET_CHECK(s, "group norm: out of memory for a staging chunk");
-    return s;
-}
-
-/* Element index of (tile-local sample s, tile channel c, position p). */
-static inline int64_t at(const tsl_gn_args *a, int64_t s, int64_t c, int64_t p)
-{
-    return a->channels_last ? (s * a->inner + p) * a->cext + c : (s * a->cext + c) * a->inner + p;
-}
-
-/* dst[i] = element (s, c, p0 + i) as a double, i < n. */
-static void gather(const tsl_gn_args *a, const void *src, int64_t s, int64_t c, int64_t p0,
-                   int64_t n, double *dst)
-{
-    const int64_t stride = a->channels_last ? a->cext : 1, first = at(a, s, c, p0);
-    if (a->dtype == TSL_F32) {
-        const float *in = (const float *)src + first;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = in[i * stride];
-    } else {
-        const double *in = (const double *)src + first;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = in[i * stride];
-    }
-}
-
-/* Element (s, c, p0 + i) = v[i], rounded to the dtype, i < n. */
-static void scatter(const tsl_gn_args *a, void *dst, int64_t s, int64_t c, int64_t p0, int64_t n,
-                    const double *v)
-{
-    const int64_t stride = a->channels_last ? a->cext : 1, first = at(a, s, c, p0);
-    if (a->dtype == TSL_F32) {
-        float *out = (float *)dst + first;
-        for (int64_t i = 0; i < n; i++)
-            out[i * stride] = (float)v[i];
-    } else {
-        double *out = (double *)dst + first;
-        for (int64_t i = 0; i < n; i++)
-            out[i * stride] = v[i];
-    }
-}
-
-static inline int64_t group_of(const tsl_gn_args *a, int64_t c)
-{
-    return (a->c0 + c) / (a->channels / a->groups);
+    void *p = malloc(bytes ? bytes : 1);
+    TSL_CODELET_CHECK(p, what);
+    return p;
 }
 
 static void init_accs(tsl_acc *acc, int64_t n)
@@ -75,20 +28,83 @@ static void init_accs(tsl_acc *acc, int64_t n)
         tsl_acc_init(&acc[k]);
 }
 
+/* The group of tile channel c. */
+static inline int64_t group_of(const tsl_gn_args *a, int64_t c)
+{
+    return (a->c0 + c) / (a->channels / a->groups);
+}
+
+/* First element of row (sample s, tile channel c) of a plain tile. */
+static inline int64_t plain_row(const tsl_gn_args *a, int64_t s, int64_t c)
+{
+    return (s * a->cext + c) * a->inner;
+}
+
+/* Positions [p0, p0 + n) of channel c, sample s of a float64 channels-last tile, into dst. */
+static void cl_gather_f64(const tsl_gn_args *a, const double *src, int64_t s, int64_t c, int64_t p0,
+                          int64_t n, double *dst)
+{
+    const double *in = src + (s * a->inner + p0) * a->cext + c;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = in[i * a->cext];
+}
+
+/* Per tile channel c of sample s: sum[c * stride] += sum of a and prod[c * stride] += sum of a b
+ * (b NULL: a^2) over the tile's positions, exactly. */
+static void channel_sums(const tsl_gn_args *a, int64_t s, const void *av, const void *bv,
+                         tsl_acc *sum, tsl_acc *prod, int64_t stride)
+{
+    const int64_t C = a->cext, n = a->inner;
+    if (a->dtype == TSL_F32 && a->channels_last) {
+        const float *pa = (const float *)av + s * n * C;
+        const float *pb = bv ? (const float *)bv + s * n * C : NULL;
+        tsl_acc_add_columns_f32(sum, stride, prod, stride, pa, pb, n, C);
+        return;
+    }
+    if (a->dtype == TSL_F32) {
+        for (int64_t c = 0; c < C; c++) {
+            const float *pa = (const float *)av + plain_row(a, s, c);
+            const float *pb = bv ? (const float *)bv + plain_row(a, s, c) : pa;
+            tsl_acc_add_sum_products_f32(&sum[c * stride], &prod[c * stride], pa, pb, n);
+        }
+        return;
+    }
+    if (!a->channels_last) {
+        for (int64_t c = 0; c < C; c++) {
+            const double *pa = (const double *)av + plain_row(a, s, c);
+            const double *pb = bv ? (const double *)bv + plain_row(a, s, c) : pa;
+            tsl_bn_add_sum_products_f64(&sum[c * stride], &prod[c * stride], pa, pb, n);
+        }
+        return;
+    }
+    double *sa = checked_malloc(2 * GN_CHUNK * sizeof(double), "group norm: out of memory");
+    double *sb = sa + GN_CHUNK;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t p = 0; p < n; p += GN_CHUNK) {
+            int64_t k = n - p < GN_CHUNK ? n - p : GN_CHUNK;
+            cl_gather_f64(a, av, s, c, p, k, sa);
+            if (bv)
+                cl_gather_f64(a, bv, s, c, p, k, sb);
+            tsl_bn_add_sum_products_f64(&sum[c * stride], &prod[c * stride], sa, bv ? sb : sa, k);
+        }
+    free(sa);
+}
+
 void tsl_gn_stats_tile(const tsl_gn_args *a, const void *x, tsl_acc *acc)
 {
+    const int64_t C = a->cext;
     init_accs(acc, 2 * a->samples * a->groups);
-    gn_stage *st = stage_new();
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            tsl_acc *sum = &acc[2 * (s * a->groups + group_of(a, c))];
-            for (int64_t p = 0; p < a->inner; p += GN_CHUNK) {
-                int64_t n = a->inner - p < GN_CHUNK ? a->inner - p : GN_CHUNK;
-                gather(a, x, s, c, p, n, st->x);
-                tsl_bn_add_sum_products_f64(sum, sum + 1, st->x, st->x, n);
-            }
+    tsl_acc *tmp = checked_malloc(sizeof(tsl_acc) * (size_t)(2 * C), "group norm: out of memory");
+    for (int64_t s = 0; s < a->samples; s++) {
+        init_accs(tmp, 2 * C);
+        channel_sums(a, s, x, NULL, tmp, tmp + 1, 2);
+        for (int64_t c = 0; c < C; c++) {
+            tsl_acc *g = &acc[2 * (s * a->groups + group_of(a, c))];
+            tsl_acc_merge(g, &tmp[2 * c]);
+            tsl_acc_merge(g + 1, &tmp[2 * c + 1]);
         }
-    free(st);
+    }
+    free(tmp);
 }
 
 void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats)
@@ -102,89 +118,109 @@ void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats)
     }
 }
 
+/* y = affine(x) over one sample of a tile, tile channel c's affine (k[c], k[C + c], k[2C + c]). */
+ROW_INLINE void affine_sample(const int DTYPE, const tsl_gn_args *a, int64_t s, const void *x,
+                              void *y, const double *k)
+{
+    const int64_t C = a->cext, n = a->inner;
+    const double *mean = k, *scale = k + C, *shift = k + 2 * C;
+    if (a->channels_last) {
+        for (int64_t p = 0; p < n; p++) {
+            int64_t at = (s * n + p) * C;
+            if (DTYPE == TSL_F32)
+                for (int64_t c = 0; c < C; c++)
+                    ((float *)y)[at + c] =
+                        tsl_bn_affine_f32(((const float *)x)[at + c], mean[c], scale[c], shift[c]);
+            else
+                for (int64_t c = 0; c < C; c++)
+                    ((double *)y)[at + c] =
+                        tsl_bn_affine_f64(((const double *)x)[at + c], mean[c], scale[c], shift[c]);
+        }
+        return;
+    }
+    for (int64_t c = 0; c < C; c++) {
+        int64_t at = plain_row(a, s, c);
+        if (DTYPE == TSL_F32)
+            for (int64_t i = 0; i < n; i++)
+                ((float *)y)[at + i] =
+                    tsl_bn_affine_f32(((const float *)x)[at + i], mean[c], scale[c], shift[c]);
+        else
+            for (int64_t i = 0; i < n; i++)
+                ((double *)y)[at + i] =
+                    tsl_bn_affine_f64(((const double *)x)[at + i], mean[c], scale[c], shift[c]);
+    }
+}
+
+TSL_VECTOR_KERNEL
 void tsl_gn_normalize_tile(const tsl_gn_args *a, const void *x, const double *stats,
                            const void *gamma, const void *beta, void *y)
 {
-    gn_stage *st = stage_new();
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
+    const int64_t C = a->cext;
+    double *k = checked_malloc(sizeof(double) * (size_t)(3 * C), "group norm: out of memory");
+    for (int64_t s = 0; s < a->samples; s++) {
+        for (int64_t c = 0; c < C; c++) {
             const double *ms = &stats[2 * (s * a->groups + group_of(a, c))];
             tsl_bn_affine f =
                 tsl_bn_train_affine(ms[0], ms[1], tsl_load(a->dtype, gamma, a->c0 + c),
                                     tsl_load(a->dtype, beta, a->c0 + c));
-            for (int64_t p = 0; p < a->inner; p += GN_CHUNK) {
-                int64_t n = a->inner - p < GN_CHUNK ? a->inner - p : GN_CHUNK;
-                gather(a, x, s, c, p, n, st->x);
-                for (int64_t i = 0; i < n; i++)
-                    st->t[i] =
-                        a->dtype == TSL_F32
-                            ? (double)tsl_bn_affine_f32((float)st->x[i], f.mean, f.scale, f.shift)
-                            : tsl_bn_affine_f64(st->x[i], f.mean, f.scale, f.shift);
-                scatter(a, y, s, c, p, n, st->t);
-            }
+            k[c] = f.mean;
+            k[C + c] = f.scale;
+            k[2 * C + c] = f.shift;
         }
-    free(st);
+        if (a->dtype == TSL_F32)
+            affine_sample(TSL_F32, a, s, x, y, k);
+        else
+            affine_sample(TSL_F64, a, s, x, y, k);
+    }
+    free(k);
 }
 
-/* Stage chunk [p, p + n) of row (s, c): x, dy and xhat (in st->t). */
-static void stage_backward(const tsl_gn_args *a, const void *x, const void *dy, const double *ms,
-                           int64_t s, int64_t c, int64_t p, int64_t n, gn_stage *st)
+void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *dy, tsl_acc *acc)
 {
-    gather(a, x, s, c, p, n, st->x);
-    gather(a, dy, s, c, p, n, st->dy);
-    for (int64_t i = 0; i < n; i++)
-        st->t[i] = tsl_gn_xhat(st->x[i], ms[0], ms[1]);
+    init_accs(acc, 2 * a->samples * a->channels);
+    for (int64_t s = 0; s < a->samples; s++) {
+        tsl_acc *row = &acc[2 * (s * a->channels + a->c0)];
+        channel_sums(a, s, dy, x, row, row + 1, 2);
+    }
 }
 
-/* The (mean, invstd) pair of tile-local sample s and tile channel c in the batch's saved rows. */
-static inline const double *saved_pair(const tsl_gn_args *a, const double *saved, int64_t s,
-                                       int64_t c)
+/* sum(dy xhat) of sample s, channel c, from its exact sums (tsl_bn_sum_dy_xhat). */
+static double sum_dy_xhat(const tsl_gn_args *a, const tsl_acc *acc, const double *saved, int64_t s,
+                          int64_t c, tsl_acc *scratch)
 {
-    return &saved[2 * ((a->n0 + s) * a->groups + group_of(a, c))];
+    const double *ms = &saved[2 * ((a->n0 + s) * a->groups + c / (a->channels / a->groups))];
+    return tsl_bn_sum_dy_xhat(&acc[2 * (s * a->channels + c)], scratch, ms[0], ms[1]);
 }
 
-void tsl_gn_channel_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
-                              const double *saved, tsl_acc *acc)
-{
-    init_accs(acc, 2 * a->channels);
-    gn_stage *st = stage_new();
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            tsl_acc *sum = &acc[2 * (a->c0 + c)];
-            for (int64_t p = 0; p < a->inner; p += GN_CHUNK) {
-                int64_t n = a->inner - p < GN_CHUNK ? a->inner - p : GN_CHUNK;
-                stage_backward(a, x, dy, saved_pair(a, saved, s, c), s, c, p, n, st);
-                tsl_bn_add_sum_products_f64(sum, sum + 1, st->dy, st->t, n);
-            }
-        }
-    free(st);
-}
-
-void tsl_gn_group_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
-                            const double *saved, const void *gamma, tsl_acc *acc)
-{
-    init_accs(acc, 2 * a->samples * a->groups);
-    gn_stage *st = stage_new();
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            tsl_acc *sum = &acc[2 * (s * a->groups + group_of(a, c))];
-            const double g = tsl_load(a->dtype, gamma, a->c0 + c);
-            for (int64_t p = 0; p < a->inner; p += GN_CHUNK) {
-                int64_t n = a->inner - p < GN_CHUNK ? a->inner - p : GN_CHUNK;
-                stage_backward(a, x, dy, saved_pair(a, saved, s, c), s, c, p, n, st);
-                for (int64_t i = 0; i < n; i++)
-                    st->u[i] = tsl_hd_mul(st->dy[i], g);
-                tsl_bn_add_sum_products_f64(sum, sum + 1, st->u, st->t, n);
-            }
-        }
-    free(st);
-}
-
-void tsl_gn_backward_coef(const tsl_gn_args *a, const tsl_acc *acc, double *coef)
+void tsl_gn_backward_coef(const tsl_gn_args *a, const tsl_acc *acc, const double *saved,
+                          const void *gamma, double *coef)
 {
     tsl_acc scratch;
-    for (int64_t k = 0; k < 2 * a->samples * a->groups; k++)
-        coef[k] = tsl_hd_div(tsl_acc_round_into(&acc[k], &scratch), (double)a->per_group);
+    const int64_t per = a->channels / a->groups;
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t g = 0; g < a->groups; g++) {
+            double m1 = 0, m2 = 0;
+            for (int64_t c = g * per; c < (g + 1) * per; c++) {
+                double w = tsl_load(a->dtype, gamma, c);
+                double sum_dy = tsl_acc_round_into(&acc[2 * (s * a->channels + c)], &scratch);
+                m1 = tsl_hd_add(m1, tsl_hd_mul(w, sum_dy));
+                m2 = tsl_hd_add(m2, tsl_hd_mul(w, sum_dy_xhat(a, acc, saved, s, c, &scratch)));
+            }
+            coef[2 * (s * a->groups + g)] = tsl_hd_div(m1, (double)a->per_group);
+            coef[2 * (s * a->groups + g) + 1] = tsl_hd_div(m2, (double)a->per_group);
+        }
+}
+
+void tsl_gn_slab_channels(const tsl_gn_args *a, const tsl_acc *acc, const double *saved,
+                          tsl_acc *out)
+{
+    tsl_acc scratch;
+    init_accs(out, 2 * a->channels);
+    for (int64_t s = 0; s < a->samples; s++)
+        for (int64_t c = 0; c < a->channels; c++) {
+            tsl_acc_merge(&out[2 * c], &acc[2 * (s * a->channels + c)]);
+            tsl_acc_add(&out[2 * c + 1], sum_dy_xhat(a, acc, saved, s, c, &scratch));
+        }
 }
 
 void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad)
@@ -194,24 +230,62 @@ void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad)
         tsl_store(a->dtype, grad, c, tsl_acc_round_into(&acc[2 * c + a->which], &scratch));
 }
 
+/* dx over one sample of a tile; tile channel c's constants: k[c] mean, k[C + c] invstd,
+ * k[2C + c] gamma, k[3C + c] m1, k[4C + c] m2. */
+ROW_INLINE void dx_sample(const int DTYPE, const tsl_gn_args *a, int64_t s, const void *x,
+                          const void *dy, void *dx, const double *k)
+{
+    const int64_t C = a->cext, n = a->inner;
+    const double *mean = k, *invstd = k + C, *w = k + 2 * C, *m1 = k + 3 * C, *m2 = k + 4 * C;
+#define GN_DX(i, c)                                                                                \
+    tsl_gn_dx(tsl_hd_mul((double)((const T *)dy)[i], w[c]),                                        \
+              tsl_gn_xhat((double)((const T *)x)[i], mean[c], invstd[c]), invstd[c], m1[c], m2[c])
+    if (DTYPE == TSL_F32) {
+        typedef float T;
+        if (a->channels_last)
+            for (int64_t p = 0; p < n; p++)
+                for (int64_t c = 0, at = (s * n + p) * C; c < C; c++)
+                    ((T *)dx)[at + c] = (T)GN_DX(at + c, c);
+        else
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t i = 0, at = plain_row(a, s, c); i < n; i++)
+                    ((T *)dx)[at + i] = (T)GN_DX(at + i, c);
+    } else {
+        typedef double T;
+        if (a->channels_last)
+            for (int64_t p = 0; p < n; p++)
+                for (int64_t c = 0, at = (s * n + p) * C; c < C; c++)
+                    ((T *)dx)[at + c] = (T)GN_DX(at + c, c);
+        else
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t i = 0, at = plain_row(a, s, c); i < n; i++)
+                    ((T *)dx)[at + i] = (T)GN_DX(at + i, c);
+    }
+#undef GN_DX
+}
+
+TSL_VECTOR_KERNEL
 void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *dy,
                                const double *saved, const void *gamma, const double *coef, void *dx)
 {
-    gn_stage *st = stage_new();
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->cext; c++) {
-            const double *ms = saved_pair(a, saved, s, c);
-            const double *m = &coef[2 * (s * a->groups + group_of(a, c))];
-            const double g = tsl_load(a->dtype, gamma, a->c0 + c);
-            for (int64_t p = 0; p < a->inner; p += GN_CHUNK) {
-                int64_t n = a->inner - p < GN_CHUNK ? a->inner - p : GN_CHUNK;
-                stage_backward(a, x, dy, ms, s, c, p, n, st);
-                for (int64_t i = 0; i < n; i++)
-                    st->u[i] = tsl_gn_dx(tsl_hd_mul(st->dy[i], g), st->t[i], ms[1], m[0], m[1]);
-                scatter(a, dx, s, c, p, n, st->u);
-            }
+    const int64_t C = a->cext;
+    double *k = checked_malloc(sizeof(double) * (size_t)(5 * C), "group norm: out of memory");
+    for (int64_t s = 0; s < a->samples; s++) {
+        for (int64_t c = 0; c < C; c++) {
+            int64_t g = group_of(a, c);
+            const double *ms = &saved[2 * ((a->n0 + s) * a->groups + g)];
+            k[c] = ms[0];
+            k[C + c] = ms[1];
+            k[2 * C + c] = tsl_load(a->dtype, gamma, a->c0 + c);
+            k[3 * C + c] = coef[2 * (s * a->groups + g)];
+            k[4 * C + c] = coef[2 * (s * a->groups + g) + 1];
         }
-    free(st);
+        if (a->dtype == TSL_F32)
+            dx_sample(TSL_F32, a, s, x, dy, dx, k);
+        else
+            dx_sample(TSL_F64, a, s, x, dy, dx, k);
+    }
+    free(k);
 }
 
 /* ---- codelets ---- */
@@ -222,6 +296,8 @@ void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *
 #define ACCS(i, n) (BYTES(i) == (n) * (int64_t)sizeof(tsl_acc))
 #define TILE(a) ((a).samples * (a).cext * (a).inner)
 #define SLAB(a) (2 * (a).samples * (a).groups)
+#define SLAB_CHANNELS(a) (2 * (a).samples * (a).channels)
+#define SAVED(a) (2 * (a).batch * (a).groups)
 
 static void gn_stats_cpu(void *buffers[], void *cl_arg)
 {
@@ -244,8 +320,7 @@ static void gn_save_cpu(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACCS(0, SLAB(a)) && NX(1) == 2 * a.batch * a.groups &&
-                          a.n0 + a.samples <= a.batch,
+    TSL_CODELET_CHECK(ACCS(0, SLAB(a)) && NX(1) == SAVED(a) && a.n0 + a.samples <= a.batch,
                       "group norm save: sizes");
     tsl_gn_finalize(&a, BUF(0), (double *)BUF(1) + 2 * a.n0 * a.groups);
 }
@@ -260,32 +335,32 @@ static void gn_normalize_cpu(void *buffers[], void *cl_arg)
     tsl_gn_normalize_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4));
 }
 
-static void gn_channel_sums_cpu(void *buffers[], void *cl_arg)
+static void gn_bwd_sums_cpu(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && NX(2) == 2 * a.batch * a.groups &&
-                          ACCS(3, 2 * a.channels),
-                      "group norm channel sums: sizes");
-    tsl_gn_channel_sums_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3));
-}
-
-static void gn_group_sums_cpu(void *buffers[], void *cl_arg)
-{
-    tsl_gn_args a;
-    starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && NX(2) == 2 * a.batch * a.groups &&
-                          NX(3) == a.channels && ACCS(4, SLAB(a)),
-                      "group norm group sums: sizes");
-    tsl_gn_group_sums_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4));
+    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && ACCS(2, SLAB_CHANNELS(a)),
+                      "group norm backward sums: sizes");
+    tsl_gn_backward_sums_tile(&a, BUF(0), BUF(1), BUF(2));
 }
 
 static void gn_bwd_coef_cpu(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACCS(0, SLAB(a)) && NX(1) == SLAB(a), "group norm coef: sizes");
-    tsl_gn_backward_coef(&a, BUF(0), BUF(1));
+    TSL_CODELET_CHECK(ACCS(0, SLAB_CHANNELS(a)) && NX(1) == SAVED(a) && NX(2) == a.channels &&
+                          NX(3) == SLAB(a),
+                      "group norm coef: sizes");
+    tsl_gn_backward_coef(&a, BUF(0), BUF(1), BUF(2), BUF(3));
+}
+
+static void gn_slab_channels_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(ACCS(0, SLAB_CHANNELS(a)) && NX(1) == SAVED(a) && ACCS(2, 2 * a.channels),
+                      "group norm slab channels: sizes");
+    tsl_gn_slab_channels(&a, BUF(0), BUF(1), BUF(2));
 }
 
 static void gn_param_grad_cpu(void *buffers[], void *cl_arg)
@@ -301,7 +376,7 @@ static void gn_bwd_data_cpu(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && NX(2) == 2 * a.batch * a.groups &&
+    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && NX(2) == SAVED(a) &&
                           NX(3) == a.channels && NX(4) == SLAB(a) && NX(5) == TILE(a),
                       "group norm backward data: sizes");
     tsl_gn_backward_data_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4), BUF(5));
@@ -329,12 +404,12 @@ TSL_CODELET(tsl_cl_gn_save, "tsl_gn_save", gn_save_cpu, NULL, gn_variant, .nbuff
             .modes = {STARPU_R, STARPU_RW});
 TSL_CODELET(tsl_cl_gn_normalize, "tsl_gn_normalize", gn_normalize_cpu, NULL, gn_variant,
             .nbuffers = 5, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_channel_sums, "tsl_gn_channel_sums", gn_channel_sums_cpu, NULL, gn_variant,
-            .nbuffers = 4, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_group_sums, "tsl_gn_group_sums", gn_group_sums_cpu, NULL, gn_variant,
-            .nbuffers = 5, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_bwd_coef, "tsl_gn_bwd_coef", gn_bwd_coef_cpu, NULL, gn_variant, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_bwd_sums, "tsl_gn_bwd_sums", gn_bwd_sums_cpu, NULL, gn_variant, .nbuffers = 3,
+            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_bwd_coef, "tsl_gn_bwd_coef", gn_bwd_coef_cpu, NULL, gn_variant, .nbuffers = 4,
+            .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_slab_channels, "tsl_gn_slab_channels", gn_slab_channels_cpu, NULL, gn_variant,
+            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_param_grad, "tsl_gn_param_grad", gn_param_grad_cpu, NULL, gn_variant,
             .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_bwd_data, "tsl_gn_bwd_data", gn_bwd_data_cpu, NULL, gn_variant, .nbuffers = 6,

@@ -6,11 +6,12 @@
  * its channels and every spatial position of the sample. Per tile, the sums of x and x^2 of
  * each (sample, group) go into exact accumulators; the tiles of one run of samples (a sample
  * slab: every channel and spatial tile of those samples) merge theirs; a finalize task turns
- * the totals into (mean, 1 / sqrt(var + eps)) per (sample, group). The backward computes
- * xhat = (x - mean) invstd per element (the same bits on every tile) and sums, exactly, per
- * channel dy and dy xhat (the parameter gradients, over every tile) and per (sample, group)
- * dy gamma and dy gamma xhat (over the slab), so results are identical for every tiling,
- * layout and rank count. */
+ * the totals into (mean, 1 / sqrt(var + eps)) per (sample, group). The backward sums dy and
+ * dy x exactly per (sample, channel) over the slab's tiles; from those totals, rounded once
+ * each, sum(dy xhat) = invstd (sum(dy x) - mean sum(dy)) per (sample, channel), the group
+ * means of dy gamma and dy gamma xhat (summed over the group's channels in order), and the
+ * parameter gradients (exact sums over every sample). Every result depends on exact sums and
+ * a fixed order only, so it is identical for every tiling, layout and rank count. */
 #ifndef TESSEL_CODELETS_GROUPNORM_H
 #define TESSEL_CODELETS_GROUPNORM_H
 
@@ -51,16 +52,18 @@ void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats);
 /* y = (x - mean) (invstd gamma) + beta on one tile, stats the slab's (mean, invstd) rows. */
 void tsl_gn_normalize_tile(const tsl_gn_args *a, const void *x, const double *stats,
                            const void *gamma, const void *beta, void *y);
-/* Backward sums of one tile over every channel: acc[2c] += sum dy, acc[2c + 1] += sum dy xhat
- * (2 C accumulators, c the global channel; zeroed first). saved: the whole batch's rows. */
-void tsl_gn_channel_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
-                              const double *saved, tsl_acc *acc);
-/* Backward sums of one tile per (sample, group): acc[2 (s G + g)] += sum dy gamma and
- * acc[2 (s G + g) + 1] += sum dy gamma xhat (2 samples G accumulators, zeroed first). */
-void tsl_gn_group_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
-                            const double *saved, const void *gamma, tsl_acc *acc);
-/* Slab totals -> coef (2 samples G doubles: the group means of dy gamma and dy gamma xhat). */
-void tsl_gn_backward_coef(const tsl_gn_args *a, const tsl_acc *acc, double *coef);
+/* Backward sums of one tile: acc[2 (s C + c)] += sum dy and acc[2 (s C + c) + 1] += sum dy x
+ * over the tile's positions of sample s (tile-local) and channel c (global); acc has
+ * 2 samples C entries, zeroed first. */
+void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *dy, tsl_acc *acc);
+/* Slab totals (2 samples C accumulators) and saved -> coef (2 samples G doubles: the group means
+ * of dy gamma and of dy gamma xhat). */
+void tsl_gn_backward_coef(const tsl_gn_args *a, const tsl_acc *acc, const double *saved,
+                          const void *gamma, double *coef);
+/* Slab totals and saved -> out (2 C accumulators, zeroed first): out[2c] the slab's sum dy,
+ * out[2c + 1] its sum of each sample's sum(dy xhat), exactly. */
+void tsl_gn_slab_channels(const tsl_gn_args *a, const tsl_acc *acc, const double *saved,
+                          tsl_acc *out);
 /* Channel totals -> dbeta (which 0) or dgamma (which 1), C values of the dtype. */
 void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad);
 /* dx = invstd (dy gamma - m1 - xhat m2) on one tile, (m1, m2) the slab's coef. */
@@ -68,15 +71,15 @@ void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *
                                const double *saved, const void *gamma, const double *coef,
                                void *dx);
 
-extern struct starpu_codelet tsl_cl_gn_stats;        /* R x, W acc */
-extern struct starpu_codelet tsl_cl_gn_finalize;     /* R acc, W stats (the slab's rows) */
-extern struct starpu_codelet tsl_cl_gn_save;         /* R acc, RW saved (rows n0 ...) */
-extern struct starpu_codelet tsl_cl_gn_normalize;    /* R x, R stats, R gamma, R beta, W y */
-extern struct starpu_codelet tsl_cl_gn_channel_sums; /* R x, R dy, R saved, W acc */
-extern struct starpu_codelet tsl_cl_gn_group_sums;   /* R x, R dy, R saved, R gamma, W acc */
-extern struct starpu_codelet tsl_cl_gn_bwd_coef;     /* R acc, W coef */
-extern struct starpu_codelet tsl_cl_gn_param_grad;   /* R acc, W dgamma or dbeta */
-extern struct starpu_codelet tsl_cl_gn_bwd_data;     /* R x, R dy, R saved, R gamma, R coef, W dx */
+extern struct starpu_codelet tsl_cl_gn_stats;         /* R x, W acc */
+extern struct starpu_codelet tsl_cl_gn_finalize;      /* R acc, W stats (the slab's rows) */
+extern struct starpu_codelet tsl_cl_gn_save;          /* R acc, RW saved (rows n0 ...) */
+extern struct starpu_codelet tsl_cl_gn_normalize;     /* R x, R stats, R gamma, R beta, W y */
+extern struct starpu_codelet tsl_cl_gn_bwd_sums;      /* R x, R dy, W acc */
+extern struct starpu_codelet tsl_cl_gn_bwd_coef;      /* R acc, R saved, R gamma, W coef */
+extern struct starpu_codelet tsl_cl_gn_slab_channels; /* R acc, R saved, W channel acc */
+extern struct starpu_codelet tsl_cl_gn_param_grad;    /* R acc, W dgamma or dbeta */
+extern struct starpu_codelet tsl_cl_gn_bwd_data; /* R x, R dy, R saved, R gamma, R coef, W dx */
 
 #ifdef __cplusplus
 }

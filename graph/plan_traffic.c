@@ -129,38 +129,51 @@ static tiles slab_of(const tiles *t, int32_t s)
     return slab;
 }
 
-/* Group norm (tsl_groupnorm_forward/backward): each sample slab's (sample, group) sums among
- * the slab's ranks, forward (on x's ranks, to y's and the statistics' keeper) and backward (on
- * y's, to x's); the saved statistics from the keeper to every other rank with a tile; the
- * parameter gradients' 2 C accumulators over every tile to the parameters' owners. */
+/* Group norm (tsl_groupnorm_forward/backward): each sample slab's (sample, group) sums of x among
+ * the slab's ranks (from x's ranks to y's and the statistics' keeper), and its backward's
+ * (sample, channel) sums (from y's ranks to x's, those of the input gradient; without one, to
+ * the first tile's rank); the saved statistics from the keeper to the other ranks of the input
+ * gradient; each slab's 2 C parameter-gradient accumulators, made on the rank of its first
+ * tile, to the parameters' owners. */
 static void groupnorm_traffic(const struct tsl_graph *g, const tsl_graph_op *op, const tiles *x,
                               const tiles *y, int32_t keeper, const int32_t *param_owner,
                               int32_t nranks, uint8_t *need, int64_t *sent)
 {
+    const int has_dx = op->inputs[0] != g->input;
+    const int64_t channels = g->values[op->inputs[0]].shape.dims[0];
     int64_t batch = 0;
+    int32_t *first = malloc(sizeof *first * (size_t)x->samples);
+    if (!first)
+        return;
     for (int32_t s = 0; s < x->samples; s++) {
         tiles xs = slab_of(x, s), ys = slab_of(y, s);
-        int64_t bytes = 2 * xs.ext[0][0] * op->norm_groups * TSL_PLAN_ACC_BYTES;
-        batch += xs.ext[0][0];
+        int64_t samples = xs.ext[0][0];
+        batch += samples;
         memset(need, 0, (size_t)nranks);
         ranks_of(&ys, nranks, need);
         need[keeper] = 1;
-        acc_allreduce(&xs, nranks, need, bytes, sent);
+        acc_allreduce(&xs, nranks, need, 2 * samples * op->norm_groups * TSL_PLAN_ACC_BYTES, sent);
         memset(need, 0, (size_t)nranks);
-        ranks_of(&xs, nranks, need);
-        acc_allreduce(&ys, nranks, need, bytes, sent);
+        if (has_dx)
+            ranks_of(&xs, nranks, need);
+        first[s] = has_dx ? xs.rank[0] : ys.rank[0];
+        need[first[s]] = 1;
+        acc_allreduce(&ys, nranks, need, 2 * samples * channels * TSL_PLAN_ACC_BYTES, sent);
     }
     memset(need, 0, (size_t)nranks);
-    ranks_of(x, nranks, need);
-    ranks_of(y, nranks, need);
+    if (has_dx)
+        ranks_of(x, nranks, need);
+    for (int32_t s = 0; s < x->samples; s++)
+        need[first[s]] = 1;
     for (int32_t r = 0; r < nranks; r++)
         sent[keeper] += need[r] && r != keeper ? 16 * batch * op->norm_groups : 0;
     memset(need, 0, (size_t)nranks);
     for (int32_t k = 0; k < op->nparams; k++)
         if (op->params[k] >= 0)
             need[param_owner[op->params[k]]] = 1;
-    acc_allreduce(y, nranks, need, 2 * g->values[op->inputs[0]].shape.dims[0] * TSL_PLAN_ACC_BYTES,
-                  sent);
+    tiles slabs = {.n = x->samples, .ndim = 1, .samples = x->samples, .rank = first};
+    acc_allreduce(&slabs, nranks, need, 2 * channels * TSL_PLAN_ACC_BYTES, sent);
+    free(first);
 }
 
 /* tsl_exact_reduce over a tensor's tiles: a tree of one accumulator each, then the total to every

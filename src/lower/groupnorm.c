@@ -1,8 +1,9 @@
 /* Group normalization on tiled tensors with exact statistics over any tiling (codelets in
  * codelets/groupnorm.h). A sample's statistics depend only on the tiles of its sample slab,
  * so each slab merges its own accumulators (one hop, on the ranks that normalize its tiles):
- * sample-parallel plans exchange nothing. The parameter gradients sum every tile's per-channel
- * sums, as batch norm's statistics do. */
+ * sample-parallel plans exchange nothing for them. The backward merges each slab's per-(sample,
+ * channel) sums on the ranks of its input-gradient tiles, and the parameter gradients sum each
+ * slab's per-channel accumulators over the slabs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,30 +88,28 @@ static tsl_status submit(struct tsl_context *ctx, struct starpu_codelet *cl, con
 
 /* One sample slab: its tiles (of x; dy and y are tiled alike) and their owners. */
 typedef struct slab_job {
-    tsl_tensor_t x, dy, gamma, saved;
+    tsl_tensor_t x, dy;
     int64_t groups;
     int64_t count, *tile; /* [count] tile indices */
     int32_t *owner;       /* [count] the owners of the accumulators */
-    int backward;         /* 0: forward sums; 1: the backward's per-group sums */
 } slab_job;
 
+/* The forward's per-(sample, group) sums of x, or with dy the backward's per-(sample,
+ * channel) sums of dy and dy x, of slab tile k. */
 static tsl_status slab_fill(int64_t k, starpu_data_handle_t acc, void *user)
 {
     slab_job *job = user;
     int64_t i = job->tile[k];
     tsl_gn_args a = args_for(job->x, job->groups, i, 0);
     double numel = (double)tsl_tensor_tile_numel(job->x, i);
-    if (!job->backward) {
+    if (!job->dy) {
         starpu_data_handle_t h[2] = {job->x->handles[i], acc};
         enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
         return submit(job->x->ctx, &tsl_cl_gn_stats, &a, 2, h, m, 3.0 * numel);
     }
-    int32_t r = job->owner[k];
-    starpu_data_handle_t h[5] = {job->x->handles[i], job->dy->handles[i],
-                                 tsl_whole_handle(job->saved, r), tsl_whole_handle(job->gamma, r),
-                                 acc};
-    enum starpu_data_access_mode m[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W};
-    return submit(job->x->ctx, &tsl_cl_gn_group_sums, &a, 5, h, m, 6.0 * numel);
+    starpu_data_handle_t h[3] = {job->x->handles[i], job->dy->handles[i], acc};
+    enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
+    return submit(job->x->ctx, &tsl_cl_gn_bwd_sums, &a, 3, h, m, 4.0 * numel);
 }
 
 /* The slabs of x: slab_of[i] for each tile, and the count. */
@@ -256,21 +255,21 @@ tsl_status tsl_groupnorm_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_
     return st;
 }
 
-/* The channel sums of every tile, for the parameter gradients. */
+/* Each slab's per-channel accumulators for the parameter gradients, from its totals. */
 typedef struct channel_job {
-    tsl_tensor_t x, dy, saved;
-    int64_t groups;
+    struct tsl_context *ctx;
+    tsl_tensor_t saved;
+    starpu_data_handle_t *total; /* [slabs] each slab's totals, on owner[k] */
+    int32_t *owner;
+    tsl_gn_args *args; /* [slabs] */
 } channel_job;
 
-static tsl_status channel_fill(int64_t i, starpu_data_handle_t acc, void *user)
+static tsl_status channel_fill(int64_t k, starpu_data_handle_t acc, void *user)
 {
     channel_job *job = user;
-    tsl_gn_args a = args_for(job->x, job->groups, i, 0);
-    starpu_data_handle_t h[4] = {job->x->handles[i], job->dy->handles[i],
-                                 tsl_whole_handle(job->saved, job->dy->tile_owner[i]), acc};
-    enum starpu_data_access_mode m[4] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W};
-    return submit(job->x->ctx, &tsl_cl_gn_channel_sums, &a, 4, h, m,
-                  4.0 * (double)tsl_tensor_tile_numel(job->x, i));
+    starpu_data_handle_t h[3] = {job->total[k], tsl_whole_handle(job->saved, job->owner[k]), acc};
+    enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
+    return submit(job->ctx, &tsl_cl_gn_slab_channels, &job->args[k], 3, h, m, 0);
 }
 
 tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
@@ -289,56 +288,48 @@ tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
     if (dx == x || dx == dy || dgamma == gamma || (dgamma && dgamma == dbeta))
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG,
                          "%s: a gradient may not overwrite an input or another gradient", fn);
+    const int params = dgamma || dbeta;
+    if (!dx && !params)
+        return TSL_OK;
     struct tsl_context *ctx = x->ctx;
     gn_work w;
     if ((st = work_alloc(ctx, x, &w, fn)))
         return st;
-    /* parameter gradients: per-channel sums of every tile, on their owners */
-    if (dgamma || dbeta) {
-        memset(w.need, 0, (size_t)ctx->size);
-        if (dgamma)
-            w.need[dgamma->tile_owner[0]] = 1;
-        if (dbeta)
-            w.need[dbeta->tile_owner[0]] = 1;
-        channel_job job = {.x = x, .dy = dy, .saved = saved, .groups = groups};
-        st = tsl_acc_allreduce_submit(ctx, x->ntiles, dy->tile_owner, 2 * x->shape.dims[1],
-                                      channel_fill, &job, w.need, w.total);
-        tsl_gn_args a = args_for(x, groups, 0, 0);
-        enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
-        for (int which = 0; which < 2 && !st; which++) {
-            tsl_tensor_t grad = which ? dgamma : dbeta;
-            if (!grad)
-                continue;
-            a.which = which;
-            starpu_data_handle_t h[2] = {w.total[grad->tile_owner[0]], grad->handles[0]};
-            st = submit(ctx, &tsl_cl_gn_param_grad, &a, 2, h, rw, 0);
-        }
-        release_all(ctx, w.total);
-    }
-    /* the input gradient: per-(sample, group) sums of each slab, on the ranks of its dx tiles */
-    int64_t nslabs = dx ? slabs_of(x, w.slab_of, w.first) : 0;
+    int64_t nslabs = slabs_of(x, w.slab_of, w.first);
+    channel_job cj = {.ctx = ctx, .saved = saved};
+    cj.total = calloc((size_t)nslabs, sizeof *cj.total);
+    cj.owner = malloc(sizeof *cj.owner * (size_t)nslabs);
+    cj.args = malloc(sizeof *cj.args * (size_t)nslabs);
+    if (!cj.total || !cj.owner || !cj.args)
+        st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    /* Each slab's per-(sample, channel) sums on the ranks of its dx tiles (and, for the
+     * parameter gradients, on the rank of its first tile's), coefficients there, then dx. */
     for (int64_t s = 0; s < nslabs && !st; s++) {
-        slab_job job = {.x = x,
-                        .dy = dy,
-                        .gamma = gamma,
-                        .saved = saved,
-                        .groups = groups,
-                        .tile = w.tile,
-                        .owner = w.owner,
-                        .backward = 1};
-        job.count = slab_tiles(x, &w, s, dy->tile_owner, dx);
-        tsl_gn_args a = args_for(x, groups, w.tile[0], 0);
-        st = tsl_acc_allreduce_submit(ctx, job.count, w.owner, 2 * groups * a.samples, slab_fill,
-                                      &job, w.need, w.total);
-        enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
-        for (int32_t r = 0; r < ctx->size && !st; r++)
+        slab_job job = {.x = x, .dy = dy, .groups = groups, .tile = w.tile, .owner = w.owner};
+        job.count = slab_tiles(x, &w, s, dy->tile_owner, dx ? dx : dy);
+        tsl_gn_args a = args_for(x, groups, w.tile[0], 0); /* the slab's samples and n0 */
+        int32_t keeper = (dx ? dx : dy)->tile_owner[w.tile[0]];
+        if (!dx)
+            memset(w.need, 0, (size_t)ctx->size);
+        w.need[keeper] = 1;
+        st = tsl_acc_allreduce_submit(ctx, job.count, w.owner, 2 * x->shape.dims[1] * a.samples,
+                                      slab_fill, &job, w.need, w.total);
+        enum starpu_data_access_mode m4[4] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W};
+        for (int32_t r = 0; dx && r < ctx->size && !st; r++)
             if (w.total[r] && !(st = tsl_temp_handle_register(ctx, 2 * a.samples * groups,
                                                               sizeof(double), r, &w.per_rank[r]))) {
-                starpu_data_handle_t h[2] = {w.total[r], w.per_rank[r]};
-                st = submit(ctx, &tsl_cl_gn_bwd_coef, &a, 2, h, rw, 0);
+                starpu_data_handle_t h[4] = {w.total[r], tsl_whole_handle(saved, r),
+                                             tsl_whole_handle(gamma, r), w.per_rank[r]};
+                st = submit(ctx, &tsl_cl_gn_bwd_coef, &a, 4, h, m4, 0);
             }
+        if (params) { /* kept for the parameter gradients */
+            cj.total[s] = w.total[keeper];
+            cj.owner[s] = keeper;
+            cj.args[s] = a;
+            w.total[keeper] = NULL;
+        }
         release_all(ctx, w.total);
-        for (int64_t k = 0; k < job.count && !st; k++) {
+        for (int64_t k = 0; dx && k < job.count && !st; k++) {
             int64_t i = w.tile[k];
             int32_t r = dx->tile_owner[i];
             tsl_gn_args t = args_for(x, groups, i, 0);
@@ -360,6 +351,32 @@ tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
         }
         release_all(ctx, w.per_rank);
     }
+    /* the parameter gradients: the slabs' per-channel accumulators, summed on their owners */
+    if (params && !st) {
+        memset(w.need, 0, (size_t)ctx->size);
+        if (dgamma)
+            w.need[dgamma->tile_owner[0]] = 1;
+        if (dbeta)
+            w.need[dbeta->tile_owner[0]] = 1;
+        st = tsl_acc_allreduce_submit(ctx, nslabs, cj.owner, 2 * x->shape.dims[1], channel_fill,
+                                      &cj, w.need, w.total);
+        tsl_gn_args a = args_for(x, groups, 0, 0);
+        enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
+        for (int which = 0; which < 2 && !st; which++) {
+            tsl_tensor_t grad = which ? dgamma : dbeta;
+            if (!grad)
+                continue;
+            a.which = which;
+            starpu_data_handle_t h[2] = {w.total[grad->tile_owner[0]], grad->handles[0]};
+            st = submit(ctx, &tsl_cl_gn_param_grad, &a, 2, h, rw, 0);
+        }
+    }
+    for (int64_t s = 0; cj.total && s < nslabs; s++)
+        if (cj.total[s])
+            tsl_temp_handle_release(ctx, cj.total[s]);
+    free(cj.total);
+    free(cj.owner);
+    free(cj.args);
     release_all(ctx, w.total);
     release_all(ctx, w.per_rank);
     work_free(&w);
