@@ -183,8 +183,9 @@ TSL_API tsl_status tsl_groupnorm_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl
  * xhat = (x - mean) invstd, dx = invstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat))
  * (means over the sample's group; when @p dx is not NULL), dgamma = sum(dy xhat) and
  * dbeta = sum(dy) per channel over every sample and position (each may be NULL; overwritten).
- * Each xhat has the same bits on every tile and the sums are exact, so the results are
- * identical for every tiling and rank count.
+ * sum(dy) and sum(dy x) are exact per (sample, channel), and sum(dy xhat) is taken as
+ * invstd (sum(dy x) - mean sum(dy)) from them, each rounded once (as batch norm's backward), so
+ * the results are identical for every tiling and rank count.
  */
 TSL_API tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
                                           int64_t groups, tsl_tensor_t saved, tsl_tensor_t dx,
