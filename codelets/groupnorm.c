@@ -105,6 +105,8 @@ void tsl_gn_stats_tile(const tsl_gn_args *a, const void *x, tsl_acc *acc)
         }
     }
     free(tmp);
+    for (int64_t k = 0; k < 2 * a->samples * a->groups; k++)
+        tsl_acc_normalize(&acc[k]);
 }
 
 void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats)
@@ -182,6 +184,8 @@ void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *
         tsl_acc *row = &acc[2 * (s * a->channels + a->c0)];
         channel_sums(a, s, dy, x, row, row + 1, 2);
     }
+    for (int64_t k = 0; k < 2 * a->samples * a->channels; k++)
+        tsl_acc_normalize(&acc[k]);
 }
 
 /* sum(dy xhat) of sample s, channel c, from its exact sums (tsl_bn_sum_dy_xhat). */
@@ -396,21 +400,22 @@ static uint32_t gn_variant(struct starpu_task *task)
     return tsl_hash_i64(h, a.cext);
 }
 
-TSL_CODELET(tsl_cl_gn_stats, "tsl_gn_stats", gn_stats_cpu, NULL, gn_variant, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_stats, "tsl_gn_stats", gn_stats_cpu, tsl_gn_stats_cuda, gn_variant,
+            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_finalize, "tsl_gn_finalize", gn_finalize_cpu, NULL, gn_variant, .nbuffers = 2,
             .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_save, "tsl_gn_save", gn_save_cpu, NULL, gn_variant, .nbuffers = 2,
             .modes = {STARPU_R, STARPU_RW});
-TSL_CODELET(tsl_cl_gn_normalize, "tsl_gn_normalize", gn_normalize_cpu, NULL, gn_variant,
-            .nbuffers = 5, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_bwd_sums, "tsl_gn_bwd_sums", gn_bwd_sums_cpu, NULL, gn_variant, .nbuffers = 3,
-            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_normalize, "tsl_gn_normalize", gn_normalize_cpu, tsl_gn_normalize_cuda,
+            gn_variant, .nbuffers = 5, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_bwd_sums, "tsl_gn_bwd_sums", gn_bwd_sums_cpu, tsl_gn_bwd_sums_cuda,
+            gn_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_bwd_coef, "tsl_gn_bwd_coef", gn_bwd_coef_cpu, NULL, gn_variant, .nbuffers = 4,
             .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_slab_channels, "tsl_gn_slab_channels", gn_slab_channels_cpu, NULL, gn_variant,
             .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_param_grad, "tsl_gn_param_grad", gn_param_grad_cpu, NULL, gn_variant,
             .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_bwd_data, "tsl_gn_bwd_data", gn_bwd_data_cpu, NULL, gn_variant, .nbuffers = 6,
+TSL_CODELET(tsl_cl_gn_bwd_data, "tsl_gn_bwd_data", gn_bwd_data_cpu, tsl_gn_bwd_data_cuda,
+            gn_variant, .nbuffers = 6,
             .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});

@@ -71,6 +71,15 @@ void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *
                                const double *saved, const void *gamma, const double *coef,
                                void *dx);
 
+#ifdef TESSEL_USE_CUDA
+/* The per-element codelets' CUDA functions (groupnorm.cu): the same arguments, buffers and bits
+ * as the CPU functions, launched on the worker's stream. */
+void tsl_gn_stats_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_normalize_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_bwd_sums_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_bwd_data_cuda(void *buffers[], void *cl_arg);
+#endif
+
 extern struct starpu_codelet tsl_cl_gn_stats;         /* R x, W acc */
 extern struct starpu_codelet tsl_cl_gn_finalize;      /* R acc, W stats (the slab's rows) */
 extern struct starpu_codelet tsl_cl_gn_save;          /* R acc, RW saved (rows n0 ...) */

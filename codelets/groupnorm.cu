@@ -1,0 +1,266 @@
+/* Group normalization on CUDA: the per-element codelets of groupnorm.h (the forward's and the
+ * backward's sums, the normalization, the input gradient) with the CPU's bits. The sums go into
+ * exact accumulators (reduce_cuda.cuh), so they equal the CPU's whatever the order; the
+ * element-wise passes compute each element with the CPU's own functions (batchnorm_math.h,
+ * groupnorm_math.h, not contracted by nvcc). The per-slab codelets (finalize, save,
+ * coefficients, the parameter gradients' sums) are small and stay on the CPU.
+ *
+ * The sums' grid: one row of blocks per (tile channel, sample) (grid y and z), each row's
+ * blocks striding over that row's positions; every block merges its sums into the row's
+ * output accumulators with global atomics (rows of one group share theirs). The element-wise
+ * kernels take one element a thread, grid-stride. */
+#include <starpu.h>
+
+#include "batchnorm_math.h"
+#include "cuda_check.h"
+#include "groupnorm.h"
+#include "groupnorm_math.h"
+#include "reduce_cuda.cuh"
+
+namespace
+{
+
+using namespace tsl_exact;
+
+constexpr int64_t max_grid_rows = 65535; /* gridDim.y and gridDim.z */
+
+void *buf(void *buffers[], int i)
+{
+    return (void *)STARPU_VECTOR_GET_PTR(buffers[i]);
+}
+
+int64_t nx(void *buffers[], int i)
+{
+    return (int64_t)STARPU_VECTOR_GET_NX(buffers[i]);
+}
+
+int64_t bytes(void *buffers[], int i)
+{
+    return nx(buffers, i) * (int64_t)STARPU_VECTOR_GET_ELEMSIZE(buffers[i]);
+}
+
+tsl_gn_args unpack(void *cl_arg, const char *what)
+{
+    tsl_gn_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(a.dtype == TSL_F32 || a.dtype == TSL_F64, what);
+    TSL_CODELET_CHECK(a.groups > 0 && a.channels % a.groups == 0 && a.c0 >= 0 && a.cext >= 0 &&
+                          a.c0 + a.cext <= a.channels && a.samples >= 0 && a.inner >= 0 &&
+                          a.cext <= max_grid_rows && a.samples <= max_grid_rows,
+                      what);
+    return a;
+}
+
+int64_t tile_elements(const tsl_gn_args &a)
+{
+    return a.samples * a.cext * a.inner;
+}
+
+/* Element p of row (sample s, tile channel c). */
+__device__ inline int64_t element(const tsl_gn_args &a, int64_t s, int64_t c, int64_t p)
+{
+    return a.channels_last ? (s * a.inner + p) * a.cext + c : (s * a.cext + c) * a.inner + p;
+}
+
+/* Sample, tile channel of element i. */
+__device__ inline void row_of(const tsl_gn_args &a, int64_t i, int64_t *s, int64_t *c)
+{
+    if (a.channels_last) {
+        *c = i % a.cext;
+        *s = i / a.cext / a.inner;
+    } else {
+        *c = (i / a.inner) % a.cext;
+        *s = i / a.inner / a.cext;
+    }
+}
+
+/* sum += a, products += a b as the CPU adds them (a float product is exact in double; a double
+ * product as its rounded value and its rounding error). */
+__device__ inline void add_pair(thread_acc &sum, thread_acc &prod, shared_acc *s, float a, float b)
+{
+    sum.add(&s[0], (double)a);
+    prod.add(&s[1], __dmul_rn((double)a, (double)b));
+}
+
+__device__ inline void add_pair(thread_acc &sum, thread_acc &prod, shared_acc *s, double a,
+                                double b)
+{
+    sum.add(&s[0], a);
+    double hi = __dmul_rn(a, b);
+    prod.add(&s[1], hi);
+    prod.add(&s[1], fma(a, b, -hi));
+}
+
+/* Row (sample blockIdx.z, tile channel blockIdx.y): sums of a and a b (b NULL: a^2) into
+ * out[2 k], out[2 k + 1], k = by_group ? s G + g : s C + c0 + c (out zeroed). */
+template <typename T>
+__global__ void sums_kernel(tsl_gn_args a, int by_group, const T *pa, const T *pb, tsl_acc *out)
+{
+    __shared__ shared_acc shared[2];
+    shared_zero(shared, 2);
+    __syncthreads();
+    const int64_t c = blockIdx.y, s = blockIdx.z;
+    thread_acc sum, prod;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < a.inner;
+         p += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = element(a, s, c, p);
+        T v = pa[i];
+        add_pair(sum, prod, shared, v, pb ? pb[i] : v);
+    }
+    sum.flush(&shared[0]);
+    prod.flush(&shared[1]);
+    __syncthreads();
+    int64_t k =
+        by_group ? s * a.groups + (a.c0 + c) / (a.channels / a.groups) : s * a.channels + a.c0 + c;
+    shared_merge_out(shared, out + 2 * k, 2);
+}
+
+template <typename T>
+void launch_sums(const tsl_gn_args &a, int by_group, const void *pa, const void *pb, tsl_acc *out,
+                 int64_t accs, cudaStream_t stream)
+{
+    TSL_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)accs * sizeof(tsl_acc), stream));
+    if (tile_elements(a) > 0) {
+        dim3 grid(grid_for(a.inner) / (unsigned)(a.cext * a.samples) + 1, (unsigned)a.cext,
+                  (unsigned)a.samples);
+        int64_t need = (a.inner + block_elements - 1) / block_elements; /* the sums' bound */
+        grid.x = grid.x > need ? grid.x : (unsigned)need;
+        sums_kernel<T>
+            <<<grid, block_threads, 0, stream>>>(a, by_group, (const T *)pa, (const T *)pb, out);
+        TSL_CUDA_CHECK_LAUNCH();
+    }
+    normalize(out, accs, stream);
+}
+
+template <typename T> __device__ inline T affine(T x, const tsl_bn_affine &f);
+
+template <> __device__ inline float affine(float x, const tsl_bn_affine &f)
+{
+    return tsl_bn_affine_f32(x, f.mean, f.scale, f.shift);
+}
+
+template <> __device__ inline double affine(double x, const tsl_bn_affine &f)
+{
+    return tsl_bn_affine_f64(x, f.mean, f.scale, f.shift);
+}
+
+/* y = (x - mean) (invstd gamma) + beta, stats the slab's (mean, invstd) per (sample, group). */
+template <typename T>
+__global__ void normalize_kernel(tsl_gn_args a, const T *x, const double *stats, const T *gamma,
+                                 const T *beta, T *y)
+{
+    const int64_t n = a.samples * a.cext * a.inner;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t s, c;
+        row_of(a, i, &s, &c);
+        const double *ms = &stats[2 * (s * a.groups + (a.c0 + c) / (a.channels / a.groups))];
+        tsl_bn_affine f =
+            tsl_bn_train_affine(ms[0], ms[1], (double)gamma[a.c0 + c], (double)beta[a.c0 + c]);
+        y[i] = affine<T>(x[i], f);
+    }
+}
+
+/* dx = invstd (dy gamma - m1 - xhat m2), as tsl_gn_backward_data_tile. */
+template <typename T>
+__global__ void dx_kernel(tsl_gn_args a, const T *x, const T *dy, const double *saved,
+                          const T *gamma, const double *coef, T *dx)
+{
+    const int64_t n = a.samples * a.cext * a.inner;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t s, c;
+        row_of(a, i, &s, &c);
+        const int64_t g = (a.c0 + c) / (a.channels / a.groups);
+        const double *ms = &saved[2 * ((a.n0 + s) * a.groups + g)];
+        const double *m = &coef[2 * (s * a.groups + g)];
+        double xhat = tsl_gn_xhat((double)x[i], ms[0], ms[1]);
+        dx[i] = (T)tsl_gn_dx(tsl_hd_mul((double)dy[i], (double)gamma[a.c0 + c]), xhat, ms[1], m[0],
+                             m[1]);
+    }
+}
+
+} // namespace
+
+extern "C" void tsl_gn_stats_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm stats (CUDA): arguments");
+    const int64_t accs = 2 * a.samples * a.groups;
+    TSL_CODELET_CHECK(nx(buffers, 0) == tile_elements(a) &&
+                          bytes(buffers, 1) == accs * (int64_t)sizeof(tsl_acc),
+                      "group norm stats (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    if (a.dtype == TSL_F32)
+        launch_sums<float>(a, 1, buf(buffers, 0), nullptr, (tsl_acc *)buf(buffers, 1), accs,
+                           stream);
+    else
+        launch_sums<double>(a, 1, buf(buffers, 0), nullptr, (tsl_acc *)buf(buffers, 1), accs,
+                            stream);
+}
+
+extern "C" void tsl_gn_bwd_sums_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm backward sums (CUDA): arguments");
+    const int64_t accs = 2 * a.samples * a.channels;
+    TSL_CODELET_CHECK(nx(buffers, 0) == tile_elements(a) && nx(buffers, 1) == tile_elements(a) &&
+                          bytes(buffers, 2) == accs * (int64_t)sizeof(tsl_acc),
+                      "group norm backward sums (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    /* sums of dy and dy x: a = dy, b = x */
+    if (a.dtype == TSL_F32)
+        launch_sums<float>(a, 0, buf(buffers, 1), buf(buffers, 0), (tsl_acc *)buf(buffers, 2), accs,
+                           stream);
+    else
+        launch_sums<double>(a, 0, buf(buffers, 1), buf(buffers, 0), (tsl_acc *)buf(buffers, 2),
+                            accs, stream);
+}
+
+extern "C" void tsl_gn_normalize_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm normalize (CUDA): arguments");
+    TSL_CODELET_CHECK(nx(buffers, 0) == tile_elements(a) &&
+                          nx(buffers, 1) == 2 * a.samples * a.groups &&
+                          nx(buffers, 2) == a.channels && nx(buffers, 3) == a.channels &&
+                          nx(buffers, 4) == tile_elements(a),
+                      "group norm normalize (CUDA): sizes");
+    if (tile_elements(a) == 0)
+        return;
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    unsigned blocks = grid_for(tile_elements(a));
+    if (a.dtype == TSL_F32)
+        normalize_kernel<float><<<blocks, block_threads, 0, stream>>>(
+            a, (const float *)buf(buffers, 0), (const double *)buf(buffers, 1),
+            (const float *)buf(buffers, 2), (const float *)buf(buffers, 3),
+            (float *)buf(buffers, 4));
+    else
+        normalize_kernel<double><<<blocks, block_threads, 0, stream>>>(
+            a, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
+            (const double *)buf(buffers, 2), (const double *)buf(buffers, 3),
+            (double *)buf(buffers, 4));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_gn_bwd_data_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm backward data (CUDA): arguments");
+    TSL_CODELET_CHECK(
+        nx(buffers, 0) == tile_elements(a) && nx(buffers, 1) == tile_elements(a) &&
+            nx(buffers, 2) == 2 * a.batch * a.groups && nx(buffers, 3) == a.channels &&
+            nx(buffers, 4) == 2 * a.samples * a.groups && nx(buffers, 5) == tile_elements(a),
+        "group norm backward data (CUDA): sizes");
+    if (tile_elements(a) == 0)
+        return;
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    unsigned blocks = grid_for(tile_elements(a));
+    if (a.dtype == TSL_F32)
+        dx_kernel<float><<<blocks, block_threads, 0, stream>>>(
+            a, (const float *)buf(buffers, 0), (const float *)buf(buffers, 1),
+            (const double *)buf(buffers, 2), (const float *)buf(buffers, 3),
+            (const double *)buf(buffers, 4), (float *)buf(buffers, 5));
+    else
+        dx_kernel<double><<<blocks, block_threads, 0, stream>>>(
+            a, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
+            (const double *)buf(buffers, 2), (const double *)buf(buffers, 3),
+            (const double *)buf(buffers, 4), (double *)buf(buffers, 5));
+    TSL_CUDA_CHECK_LAUNCH();
+}

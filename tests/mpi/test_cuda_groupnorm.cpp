@@ -1,0 +1,121 @@
+// CUDA group normalization (codelets/groupnorm.cu): the per-element codelets (the forward's and
+// the backward's exact sums, the normalization, the input gradient) against the CPU's functions
+// on the same inputs, both layouts, f32 and f64, tiles that start inside a group and end inside
+// another. The sums are exact and the element-wise passes use the CPU's arithmetic step by step,
+// so every output must equal the CPU's bit for bit.
+#include "cuda_test.h"
+
+#include <cstring>
+#include <string>
+
+extern "C" {
+#include "codelets/groupnorm.h"
+}
+
+namespace
+{
+using namespace tsltest;
+
+template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<T> &b)
+{
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+std::vector<tsl_acc> garbage_accs(size_t n)
+{
+    std::vector<tsl_acc> v(n);
+    std::memset(v.data(), 0x5a, n * sizeof(tsl_acc));
+    return v;
+}
+
+// Tile channels [c0, c0 + cext) and samples [n0, n0 + samples) of a (batch, channels, inner...)
+// tensor in `groups` groups.
+template <typename T>
+void check_tile(int64_t samples, int64_t inner, int channels_last, int64_t channels, int64_t groups,
+                int64_t c0, int64_t cext)
+{
+    tsl_gn_args a{};
+    a.dtype = dtype_of<T>();
+    a.channels_last = channels_last;
+    a.channels = channels;
+    a.groups = groups;
+    a.samples = samples;
+    a.n0 = 1;
+    a.batch = samples + 2;
+    a.c0 = c0;
+    a.cext = cext;
+    a.inner = inner;
+    a.per_group = channels / groups * inner * 3; // as if the tensor had more spatial tiles
+    a.eps = 1e-5;
+    const size_t n = (size_t)(samples * cext * inner), C = (size_t)channels;
+    const size_t slab = (size_t)(2 * samples * groups), saved_n = (size_t)(2 * a.batch * groups);
+    const std::string where = std::string(std::is_same<T, float>::value ? "f32" : "f64") +
+                              (channels_last ? ", channels-last" : ", plain") + ", " +
+                              std::to_string(n) + " elements";
+    std::vector<T> x = random_values<T>(n, 1, (T)-3, (T)5),
+                   dy = random_values<T>(n, 2, (T)-1, (T)1);
+    std::vector<T> gamma = random_values<T>(C, 3, (T)-1.5, (T)1.5);
+    std::vector<T> beta = random_values<T>(C, 4, (T)-0.5, (T)0.5);
+    {
+        std::vector<tsl_acc> want(slab), got = garbage_accs(slab);
+        tsl_gn_stats_tile(&a, x.data(), want.data());
+        std::vector<T> xin = x;
+        run_on_cuda(tsl_cl_gn_stats, a, {cuda_buf(xin, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want)) << "stats, " << where;
+    }
+    std::vector<double> stats = random_values<double>(slab, 5, 0.5, 1.5); // (mean, invstd) rows
+    {
+        std::vector<T> want(n), got = poisoned<T>(n), xin = x, g = gamma, b = beta;
+        std::vector<double> st = stats;
+        tsl_gn_normalize_tile(&a, x.data(), stats.data(), gamma.data(), beta.data(), want.data());
+        run_on_cuda(tsl_cl_gn_normalize, a,
+                    {cuda_buf(xin, STARPU_R), cuda_buf(st, STARPU_R), cuda_buf(g, STARPU_R),
+                     cuda_buf(b, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want))
+            << "normalize, " << where << ", worst error " << worst_error(got, want);
+    }
+    {
+        const size_t accs = (size_t)(2 * samples * channels);
+        std::vector<tsl_acc> want(accs), got = garbage_accs(accs);
+        tsl_gn_backward_sums_tile(&a, x.data(), dy.data(), want.data());
+        std::vector<T> xin = x, d = dy;
+        run_on_cuda(tsl_cl_gn_bwd_sums, a,
+                    {cuda_buf(xin, STARPU_R), cuda_buf(d, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want)) << "backward sums, " << where;
+    }
+    {
+        std::vector<double> saved = random_values<double>(saved_n, 6, 0.5, 1.5);
+        std::vector<double> coef = random_values<double>(slab, 7, -0.2, 0.2);
+        std::vector<T> want(n), got = poisoned<T>(n), xin = x, d = dy, g = gamma;
+        tsl_gn_backward_data_tile(&a, x.data(), dy.data(), saved.data(), gamma.data(), coef.data(),
+                                  want.data());
+        run_on_cuda(tsl_cl_gn_bwd_data, a,
+                    {cuda_buf(xin, STARPU_R), cuda_buf(d, STARPU_R), cuda_buf(saved, STARPU_R),
+                     cuda_buf(g, STARPU_R), cuda_buf(coef, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want))
+            << "backward data, " << where << ", worst error " << worst_error(got, want);
+    }
+}
+
+template <typename T> void check_all()
+{
+    for (int channels_last : {0, 1}) {
+        check_tile<T>(3, 40001, channels_last, 8, 4, 1, 5); // many blocks; starts inside a group
+        check_tile<T>(2, 7, channels_last, 6, 3, 0, 6);     // under one block, whole channels
+        check_tile<T>(1, 517, channels_last, 32, 1, 3, 17); // layer norm: one group
+    }
+}
+
+} // namespace
+
+TEST(CudaGroupNorm, F32MatchesCpuBits)
+{
+    SKIP_WITHOUT_CUDA();
+    check_all<float>();
+}
+
+TEST(CudaGroupNorm, F64MatchesCpuBits)
+{
+    SKIP_WITHOUT_CUDA();
+    check_all<double>();
+}
