@@ -459,8 +459,9 @@ TEST(Model, SpatialPlansMatchSampleTiles)
          {2, 12, 10},
          false,
          {{"tiles=2"},
-          {"space=2", "data=2", "filters=2", "channels=2"},
-          {"space=2x2", "data=2,space=2", "filters=4", "data=2,channels=2"}}},
+          {"space=2", "data=2", "filters=2", "channels=2", "stages=2,micro=2"},
+          {"space=2x2", "data=2,space=2", "filters=4", "data=2,channels=2",
+           "data=2,stages=2,micro=2"}}},
     };
     const int64_t n = 2, classes = 3;
     for (const Net &net : nets) {
