@@ -318,13 +318,21 @@ tsl_status tsl_graph_batchnorm(tsl_graph_t g, const char *name, int32_t x, doubl
     return TSL_OK;
 }
 
+/* kind: 0 group, 1 layer, 2 instance norm (groups = C). */
 static tsl_status group_norm(tsl_graph_t g, const char *name, int32_t x, int64_t groups, double eps,
-                             int32_t layer, int32_t *value, const char *fn)
+                             int32_t kind, int32_t *value, const char *fn)
 {
     tsl_status st = check_op(g, value, x, name, fn);
     if (st)
         return st;
     int64_t c = g->values[x].shape.dims[0];
+    if (kind == 2 && g->values[x].shape.ndim < 2)
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "%s: '%s' needs spatial dimensions (each channel of each sample is "
+                         "normalized over its positions)",
+                         fn, name);
+    if (kind == 2)
+        groups = c;
     if (!(eps > 0) || !isfinite(eps))
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: '%s' needs eps > 0", fn, name);
     if (groups < 1 || c % groups)
@@ -333,7 +341,7 @@ static tsl_status group_norm(tsl_graph_t g, const char *name, int32_t x, int64_t
     tsl_graph_op op = unary_op(TSL_OP_GROUPNORM, x, name);
     op.eps = eps;
     op.norm_groups = groups;
-    op.layer_norm = layer;
+    op.norm_kind = kind;
     tsl_shape cs = shape_of(1, &c);
     if ((st = add_op(g, &op, NULL, value, fn)))
         return st;
@@ -352,6 +360,12 @@ tsl_status tsl_graph_layernorm(tsl_graph_t g, const char *name, int32_t x, doubl
                                int32_t *value)
 {
     return group_norm(g, name, x, 1, eps, 1, value, "tsl_graph_layernorm");
+}
+
+tsl_status tsl_graph_instancenorm(tsl_graph_t g, const char *name, int32_t x, double eps,
+                                  int32_t *value)
+{
+    return group_norm(g, name, x, 0, eps, 2, value, "tsl_graph_instancenorm");
 }
 
 tsl_status tsl_graph_activation(tsl_graph_t g, int32_t x, tsl_activation kind, double slope,

@@ -40,7 +40,8 @@ typedef struct tsl_graph_op {
     double h;             /* add: h * inputs[0] + inputs[1] (an ODE step's size; 1 by default) */
     double p;             /* dropout: the probability of zeroing an element */
     int64_t norm_groups;  /* group norm: groups (1 for layer norm) */
-    int32_t layer_norm;   /* group norm made by tsl_graph_layernorm() (its model-file name) */
+    int32_t norm_kind;    /* group norm: 0 group, 1 layer (tsl_graph_layernorm), 2 instance
+                             (tsl_graph_instancenorm): its model-file name */
     tsl_activation act;
     double slope;
     tsl_pool_params pool;

@@ -74,6 +74,7 @@ enum layer_op {
     L_DROPOUT,
     L_GROUPNORM,
     L_LAYERNORM,
+    L_INSTANCENORM,
     LAYER_OP_COUNT
 };
 

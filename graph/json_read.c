@@ -460,9 +460,12 @@ static tsl_status build_layer(layer *l, int32_t *value)
         return built(l, tsl_graph_groupnorm(g, l->name, l->inputs[0], groups, eps, value));
     }
     case L_LAYERNORM:
+    case L_INSTANCENORM:
         if ((st = get_number(l, K_EPS, DEFAULT_EPS, &eps)))
             return st;
-        return built(l, tsl_graph_layernorm(g, l->name, l->inputs[0], eps, value));
+        return built(l, l->op == L_LAYERNORM
+                            ? tsl_graph_layernorm(g, l->name, l->inputs[0], eps, value)
+                            : tsl_graph_instancenorm(g, l->name, l->inputs[0], eps, value));
     case L_FLATTEN:
         return built(l, tsl_graph_flatten(g, l->inputs[0], value));
     case L_LINEAR:

@@ -55,6 +55,7 @@ const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_DROPOUT] = {"dropout", COMMON_KEYS | BIT(K_P), 0, 1, 1, 0},
     [L_GROUPNORM] = {"group_norm", COMMON_KEYS | BIT(K_GROUPS) | BIT(K_EPS), 1, 1, 1, 0},
     [L_LAYERNORM] = {"layer_norm", COMMON_KEYS | BIT(K_EPS), 1, 1, 1, 0},
+    [L_INSTANCENORM] = {"instance_norm", COMMON_KEYS | BIT(K_EPS), 1, 1, 1, 1},
 };
 
 const int64_t json_zeros[3] = {0, 0, 0}, json_ones[3] = {1, 1, 1};

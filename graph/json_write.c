@@ -118,7 +118,7 @@ static enum layer_op layer_op_of(const struct tsl_graph *g, const tsl_graph_op *
     case TSL_OP_DROPOUT:
         return L_DROPOUT;
     case TSL_OP_GROUPNORM:
-        return o->layer_norm ? L_LAYERNORM : L_GROUPNORM;
+        return o->norm_kind == 1 ? L_LAYERNORM : o->norm_kind == 2 ? L_INSTANCENORM : L_GROUPNORM;
     }
     return LAYER_OP_COUNT;
 }
@@ -230,6 +230,7 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
         return add_ints(j, K_GROUPS, &o->norm_groups, 1, NULL) ||
                add_number(j, K_EPS, o->eps, DEFAULT_EPS);
     case L_LAYERNORM:
+    case L_INSTANCENORM:
         return add_number(j, K_EPS, o->eps, DEFAULT_EPS);
     case L_SLICE: { /* over the sample axes, C first */
         int32_t n = g->values[o->inputs[0]].shape.ndim;

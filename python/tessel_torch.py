@@ -47,6 +47,7 @@ _OPS = {
     "batchnorm": {"eps": 1e-5, "momentum": 0.1},
     "group_norm": {"groups": None, "eps": 1e-5},
     "layer_norm": {"eps": 1e-5},
+    "instance_norm": {"eps": 1e-5},
     "relu": {}, "sigmoid": {}, "tanh": {}, "gelu": {}, "silu": {},
     "leaky_relu": {"slope": 0.01},
     "maxpool": {"kernel": None, "stride": "kernel", "padding": 0, "ceil_mode": False},
@@ -253,6 +254,13 @@ class TesselNet(nn.Module):
             return m, (cout,) + sp
         if op == "batchnorm":
             m = _BATCHNORM[max(nd, 1)](x[0], eps=float(a["eps"]), momentum=float(a["momentum"]))
+            self._register(name, m, where)
+            return m, x
+        if op == "instance_norm":
+            if nd < 1:
+                raise ModelFileError(f"{where}: instance_norm needs spatial dimensions, not {x}")
+            cls = {1: nn.InstanceNorm1d, 2: nn.InstanceNorm2d, 3: nn.InstanceNorm3d}[nd]
+            m = cls(x[0], eps=float(a["eps"]), affine=True)
             self._register(name, m, where)
             return m, x
         if op in ("group_norm", "layer_norm"):

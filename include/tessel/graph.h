@@ -100,6 +100,15 @@ TSL_API tsl_status tsl_graph_groupnorm(tsl_graph_t graph, const char *name, int3
 TSL_API tsl_status tsl_graph_layernorm(tsl_graph_t graph, const char *name, int32_t x, double eps,
                                        int32_t *value);
 
+/**
+ * @brief Instance normalization with a weight and bias per channel
+ * (torch.nn.InstanceNorm1d/2d/3d(C, eps, affine=True)): group normalization with one channel a
+ * group, each channel of each sample normalized over its positions; @p x needs spatial
+ * dimensions. Written to model files as "instance_norm".
+ */
+TSL_API tsl_status tsl_graph_instancenorm(tsl_graph_t graph, const char *name, int32_t x,
+                                          double eps, int32_t *value);
+
 /** @brief Activation (tsl_activation_forward()). */
 TSL_API tsl_status tsl_graph_activation(tsl_graph_t graph, int32_t x, tsl_activation kind,
                                         double slope, int32_t *value);

@@ -105,8 +105,9 @@ tsl_graph_t mlp_graph(const std::vector<int64_t> &sample, int64_t classes)
 }
 
 // conv 3x3 (6) -> group norm (3 groups of 2 channels) -> ReLU -> conv 3x3 (8) -> layer norm
-// over (C, H, W) -> ReLU -> max pooling 2 -> flatten -> linear (12) -> layer norm over the
-// features -> ReLU -> linear: per-sample statistics on channel, spatial and feature tiles.
+// over (C, H, W) -> ReLU -> instance norm -> max pooling 2 -> flatten -> linear (12) -> layer
+// norm over the features -> ReLU -> linear: per-sample statistics on channel, spatial and
+// feature tiles.
 tsl_graph_t norm_graph(const std::vector<int64_t> &sample, int64_t classes)
 {
     const int64_t k[2] = {3, 3};
@@ -125,6 +126,7 @@ tsl_graph_t norm_graph(const std::vector<int64_t> &sample, int64_t classes)
               tsl_graph_conv(g, "c2", v, 8, k, &cp, 0, 0, &v) == TSL_OK &&
               tsl_graph_layernorm(g, "ln2", v, 1e-5, &v) == TSL_OK &&
               tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_instancenorm(g, "in2", v, 1e-5, &v) == TSL_OK &&
               tsl_graph_pool(g, v, &mp, &v) == TSL_OK && tsl_graph_flatten(g, v, &v) == TSL_OK &&
               tsl_graph_linear(g, "fc1", v, 12, 1, &v) == TSL_OK &&
               tsl_graph_layernorm(g, "ln3", v, 1e-5, &v) == TSL_OK &&

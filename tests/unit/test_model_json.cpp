@@ -72,7 +72,7 @@ std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spat
     case TSL_OP_BATCHNORM:
         return a.eps == b.eps && a.momentum == b.momentum ? "" : "eps or momentum";
     case TSL_OP_GROUPNORM:
-        return a.eps == b.eps && a.norm_groups == b.norm_groups && a.layer_norm == b.layer_norm
+        return a.eps == b.eps && a.norm_groups == b.norm_groups && a.norm_kind == b.norm_kind
                    ? ""
                    : "groups, eps or layer norm";
     case TSL_OP_ADD:
@@ -362,6 +362,7 @@ tsl_graph_t every_op_graph()
     const int64_t box_lo[3] = {2, 0, 0}, box_hi[3] = {16, 16, 16};
     st = st ? st : tsl_graph_slice(g, v, box_lo, box_hi, &v); // 14x16x16: channels 2 to 15
     st = st ? st : tsl_graph_groupnorm(g, "gn", v, 7, 1e-4, &v);
+    st = st ? st : tsl_graph_instancenorm(g, "in", v, 1e-3, &v);
     st = st ? st : tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v);
     tsl_pool_params gap;
     tsl_pool_params_init(&gap, TSL_POOL_AVG, 2, 16); // over the whole 16x16
@@ -402,7 +403,8 @@ TEST_F(ModelJson, EveryOpRoundTrips)
                            "flatten",
                            "linear",
                            "group_norm",
-                           "layer_norm"})
+                           "layer_norm",
+                           "instance_norm"})
         EXPECT_NE(text.find("\"op\": \"" + std::string(op) + "\""), std::string::npos) << op;
     // Settings that differ per dimension are arrays; equal ones, one number.
     EXPECT_NE(text.find("\"kernel\": [3, 5], \"padding\": [1, 2]"), std::string::npos) << text;
