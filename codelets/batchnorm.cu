@@ -64,24 +64,6 @@ template <typename F> __device__ inline void each_element(const tsl_bn_walk &w, 
         f(i);
 }
 
-/* sum += a, products += a b (each as the CPU adds it: a float product is exact in double; a
- * double product as its rounded value and its rounding error). */
-__device__ inline void add_sum_product(thread_acc &sum, thread_acc &prod, shared_acc *s, float a,
-                                       float b)
-{
-    sum.add(&s[0], (double)a);
-    prod.add(&s[1], __dmul_rn((double)a, (double)b));
-}
-
-__device__ inline void add_sum_product(thread_acc &sum, thread_acc &prod, shared_acc *s, double a,
-                                       double b)
-{
-    sum.add(&s[0], a);
-    double hi = __dmul_rn(a, b);
-    prod.add(&s[1], hi);
-    prod.add(&s[1], fma(a, b, -hi));
-}
-
 /* dy where the forward's y > 0 (x in [lo, hi]), +0 elsewhere, as the CPU masks it. */
 __device__ inline float masked(float g, float x, double lo, double hi)
 {

@@ -241,30 +241,24 @@ ROW_INLINE void dx_sample(const int DTYPE, const tsl_gn_args *a, int64_t s, cons
 {
     const int64_t C = a->cext, n = a->inner;
     const double *mean = k, *invstd = k + C, *w = k + 2 * C, *m1 = k + 3 * C, *m2 = k + 4 * C;
-#define GN_DX(i, c)                                                                                \
+#define GN_DX(T, i, c)                                                                             \
     tsl_gn_dx(tsl_hd_mul((double)((const T *)dy)[i], w[c]),                                        \
               tsl_gn_xhat((double)((const T *)x)[i], mean[c], invstd[c]), invstd[c], m1[c], m2[c])
+#define GN_DX_LOOPS(T)                                                                             \
+    if (a->channels_last)                                                                          \
+        for (int64_t p = 0; p < n; p++)                                                            \
+            for (int64_t c = 0, at = (s * n + p) * C; c < C; c++)                                  \
+                ((T *)dx)[at + c] = (T)GN_DX(T, at + c, c);                                        \
+    else                                                                                           \
+        for (int64_t c = 0; c < C; c++)                                                            \
+            for (int64_t i = 0, at = plain_row(a, s, c); i < n; i++)                               \
+                ((T *)dx)[at + i] = (T)GN_DX(T, at + i, c);
     if (DTYPE == TSL_F32) {
-        typedef float T;
-        if (a->channels_last)
-            for (int64_t p = 0; p < n; p++)
-                for (int64_t c = 0, at = (s * n + p) * C; c < C; c++)
-                    ((T *)dx)[at + c] = (T)GN_DX(at + c, c);
-        else
-            for (int64_t c = 0; c < C; c++)
-                for (int64_t i = 0, at = plain_row(a, s, c); i < n; i++)
-                    ((T *)dx)[at + i] = (T)GN_DX(at + i, c);
+        GN_DX_LOOPS(float)
     } else {
-        typedef double T;
-        if (a->channels_last)
-            for (int64_t p = 0; p < n; p++)
-                for (int64_t c = 0, at = (s * n + p) * C; c < C; c++)
-                    ((T *)dx)[at + c] = (T)GN_DX(at + c, c);
-        else
-            for (int64_t c = 0; c < C; c++)
-                for (int64_t i = 0, at = plain_row(a, s, c); i < n; i++)
-                    ((T *)dx)[at + i] = (T)GN_DX(at + i, c);
+        GN_DX_LOOPS(double)
     }
+#undef GN_DX_LOOPS
 #undef GN_DX
 }
 

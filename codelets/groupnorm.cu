@@ -74,23 +74,6 @@ __device__ inline void row_of(const tsl_gn_args &a, int64_t i, int64_t *s, int64
     }
 }
 
-/* sum += a, products += a b as the CPU adds them (a float product is exact in double; a double
- * product as its rounded value and its rounding error). */
-__device__ inline void add_pair(thread_acc &sum, thread_acc &prod, shared_acc *s, float a, float b)
-{
-    sum.add(&s[0], (double)a);
-    prod.add(&s[1], __dmul_rn((double)a, (double)b));
-}
-
-__device__ inline void add_pair(thread_acc &sum, thread_acc &prod, shared_acc *s, double a,
-                                double b)
-{
-    sum.add(&s[0], a);
-    double hi = __dmul_rn(a, b);
-    prod.add(&s[1], hi);
-    prod.add(&s[1], fma(a, b, -hi));
-}
-
 /* Row (sample blockIdx.z, tile channel blockIdx.y): sums of a and a b (b NULL: a^2) into
  * out[2 k], out[2 k + 1], k = by_group ? s G + g : s C + c0 + c (out zeroed). */
 template <typename T>
@@ -105,7 +88,7 @@ __global__ void sums_kernel(tsl_gn_args a, int by_group, const T *pa, const T *p
          p += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = element(a, s, c, p);
         T v = pa[i];
-        add_pair(sum, prod, shared, v, pb ? pb[i] : v);
+        add_sum_product(sum, prod, shared, v, pb ? pb[i] : v);
     }
     sum.flush(&shared[0]);
     prod.flush(&shared[1]);

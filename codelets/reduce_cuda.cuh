@@ -189,6 +189,24 @@ static __global__ void merge_accs(tsl_acc *dst, const tsl_acc *src, int64_t coun
     }
 }
 
+/* sum += a, products += a b (each as the CPU adds it: a float product is exact in double; a
+ * double product as its rounded value and its rounding error). */
+__device__ inline void add_sum_product(thread_acc &sum, thread_acc &prod, shared_acc *s, float a,
+                                       float b)
+{
+    sum.add(&s[0], (double)a);
+    prod.add(&s[1], __dmul_rn((double)a, (double)b));
+}
+
+__device__ inline void add_sum_product(thread_acc &sum, thread_acc &prod, shared_acc *s, double a,
+                                       double b)
+{
+    sum.add(&s[0], a);
+    double hi = __dmul_rn(a, b);
+    prod.add(&s[1], hi);
+    prod.add(&s[1], fma(a, b, -hi));
+}
+
 } // namespace tsl_exact
 
 #endif /* TESSEL_CODELETS_REDUCE_CUDA_CUH */

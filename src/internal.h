@@ -284,6 +284,12 @@ void tsl_views_end(starpu_data_handle_t whole, int64_t n, starpu_data_handle_t *
  * handle runs it, StarPU-MPI moves what it reads. Counts it in ctx->pending_tasks. */
 tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc);
 
+/* tsl_task_submit() of codelet `cl` with `args_size` bytes of arguments over n handles. */
+tsl_status tsl_task_submit_handles(struct tsl_context *ctx, struct starpu_codelet *cl,
+                                   const void *args, size_t args_size, int n,
+                                   const starpu_data_handle_t *handles,
+                                   const enum starpu_data_access_mode *modes, double flops);
+
 /* One task per tile index over tensors that share a tile grid: tensors[k] is accessed with
  * modes[k] (each tensor once: pass an in-place operand once, RW). `args` is copied into
  * every task after writing the tile's element count at `count_offset` (an int64_t field).

@@ -157,6 +157,20 @@ static int32_t task_where_mask(tsl_task_where where, struct starpu_task *task)
     return STARPU_CPU;
 }
 
+tsl_status tsl_task_submit_handles(struct tsl_context *ctx, struct starpu_codelet *cl,
+                                   const void *args, size_t args_size, int n,
+                                   const starpu_data_handle_t *handles,
+                                   const enum starpu_data_access_mode *modes, double flops)
+{
+    tsl_task_desc desc = {
+        .codelet = cl, .args = args, .args_size = args_size, .nhandles = n, .flops = flops};
+    for (int k = 0; k < n; k++) {
+        desc.handles[k] = handles[k];
+        desc.modes[k] = modes[k];
+    }
+    return tsl_task_submit(ctx, &desc);
+}
+
 tsl_status tsl_task_submit(struct tsl_context *ctx, const tsl_task_desc *desc)
 {
     if (desc->nhandles < 1 || desc->nhandles > TSL_TASK_MAX_HANDLES || !desc->args ||

@@ -77,13 +77,7 @@ static tsl_status submit(struct tsl_context *ctx, struct starpu_codelet *cl, con
                          int n, const starpu_data_handle_t *handles,
                          const enum starpu_data_access_mode *modes, double flops)
 {
-    tsl_task_desc desc = {
-        .codelet = cl, .args = a, .args_size = sizeof *a, .nhandles = n, .flops = flops};
-    for (int k = 0; k < n; k++) {
-        desc.handles[k] = handles[k];
-        desc.modes[k] = modes[k];
-    }
-    return tsl_task_submit(ctx, &desc);
+    return tsl_task_submit_handles(ctx, cl, a, sizeof *a, n, handles, modes, flops);
 }
 
 /* One sample slab: its tiles (of x; dy and y are tiled alike) and their owners. */

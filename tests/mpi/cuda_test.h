@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <type_traits>
@@ -105,6 +106,20 @@ template <typename T> std::vector<T> random_values(size_t n, uint64_t salt, T lo
     std::vector<T> v(n);
     for (T &x : v)
         x = (T)dist(gen);
+    return v;
+}
+
+// Whether two vectors hold the same bits.
+template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<T> &b)
+{
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// n accumulators of garbage bytes: an output a kernel forgets to zero stays garbage.
+inline std::vector<tsl_acc> garbage_accs(size_t n)
+{
+    std::vector<tsl_acc> v(n);
+    std::memset(v.data(), 0x5a, n * sizeof(tsl_acc));
     return v;
 }
 

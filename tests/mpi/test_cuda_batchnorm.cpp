@@ -14,18 +14,6 @@ namespace
 {
 using namespace tsltest;
 
-template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<T> &b)
-{
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-std::vector<tsl_acc> garbage_accs(size_t n)
-{
-    std::vector<tsl_acc> v(n);
-    std::memset(v.data(), 0x5a, n * sizeof(tsl_acc));
-    return v;
-}
-
 // A tile of channels [c0, c0 + cext) of a (c0 + cext + 1)-channel tensor.
 tsl_bn_args tile_args(int dtype, int64_t samples, int64_t inner, int channels_last, int relu,
                       int64_t c0, int64_t cext)

@@ -18,13 +18,6 @@ namespace
 {
 using namespace tsltest;
 
-// Bitwise equality of two vectors (NaN in the same places counts as equal bits only when the
-// bits are equal).
-template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<T> &b)
-{
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 const size_t odd_n = 100003; // more than one block, not a multiple of one
 
 // ---- scale, axpy, add, mul ----

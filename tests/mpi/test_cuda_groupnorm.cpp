@@ -16,18 +16,6 @@ namespace
 {
 using namespace tsltest;
 
-template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<T> &b)
-{
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-std::vector<tsl_acc> garbage_accs(size_t n)
-{
-    std::vector<tsl_acc> v(n);
-    std::memset(v.data(), 0x5a, n * sizeof(tsl_acc));
-    return v;
-}
-
 // Tile channels [c0, c0 + cext) and samples [n0, n0 + samples) of a (batch, channels, inner...)
 // tensor in `groups` groups.
 template <typename T>

@@ -17,11 +17,7 @@ bool same_bits(const tsl_acc &a, const tsl_acc &b)
 {
     return std::memcmp(&a, &b, sizeof a) == 0;
 }
-
-template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<T> &b)
-{
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using tsltest::same_bits; // and the vectors' (cuda_test.h)
 
 // Equal bits, or NaN on both sides (the GPU makes its own NaN, not the input's payload).
 template <typename T> bool same_values(const std::vector<T> &a, const std::vector<T> &b)
@@ -32,13 +28,6 @@ template <typename T> bool same_values(const std::vector<T> &a, const std::vecto
         if (!(std::isnan(a[i]) && std::isnan(b[i])) && std::memcmp(&a[i], &b[i], sizeof(T)) != 0)
             return false;
     return true;
-}
-
-std::vector<tsl_acc> garbage_accs(size_t n)
-{
-    std::vector<tsl_acc> v(n);
-    std::memset(v.data(), 0x5a, n * sizeof(tsl_acc));
-    return v;
 }
 
 // Labels in [0, classes), every 97th one bad (-1, classes, or the dtype's largest value).

@@ -59,18 +59,11 @@ template <typename T> std::vector<T> integer_values(size_t n, uint64_t salt)
     return v;
 }
 
-// Accumulator outputs start as garbage: a kernel must write every byte.
-std::vector<tsl_acc> garbage_accs(size_t n)
-{
-    std::vector<tsl_acc> v(n);
-    std::memset(v.data(), 0x5a, n * sizeof(tsl_acc));
-    return v;
-}
-
 bool same_bits(const tsl_acc &a, const tsl_acc &b)
 {
     return std::memcmp(&a, &b, sizeof a) == 0;
 }
+using tsltest::same_bits; // and the vectors' (cuda_test.h)
 
 uint64_t bits_of(double v)
 {
