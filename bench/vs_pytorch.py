@@ -81,6 +81,7 @@ GPU_ROWS = {
     "cnn3d-64-b4": ("cnn3d.json", (1, 64, 64, 64), 3, 4, None),
     "unet2d-512-b8": ("unet2d.json", (1, 512, 512), 3, 8, None),
     "unet3d-128-b1": ("unet3d.json", (1, 128, 128, 128), 3, 1, None),
+    "unet2d-gn-512-b8": ("bench/models/unet2d_gn.json", (1, 512, 512), 3, 8, None),
 }
 
 

@@ -5,13 +5,15 @@
  * groupnorm_math.h, not contracted by nvcc). The per-slab codelets (finalize, save,
  * coefficients, the parameter gradients' sums) are small and stay on the CPU.
  *
- * The sums' grid: one row of blocks per (tile channel, sample) (grid y and z), each row's
- * blocks striding over that row's positions; every block merges its sums into the row's
- * output accumulators with global atomics (rows of one group share theirs). The element-wise
- * kernels take one element a thread, grid-stride. */
+ * The sums walk each sample's elements as batch norm's walk a tile (coalesced on
+ * channels-last tiles: a block's threads take adjacent channels), grid z the sample; every
+ * block merges its per-channel sums into the output accumulators with global atomics (the
+ * channels of one group share theirs in the forward). The element-wise kernels take one
+ * element a thread, grid-stride. */
 #include <starpu.h>
 
 #include "batchnorm_math.h"
+#include "bn_tile_walk.h"
 #include "cuda_check.h"
 #include "groupnorm.h"
 #include "groupnorm_math.h"
@@ -56,12 +58,6 @@ int64_t tile_elements(const tsl_gn_args &a)
     return a.samples * a.cext * a.inner;
 }
 
-/* Element p of row (sample s, tile channel c). */
-__device__ inline int64_t element(const tsl_gn_args &a, int64_t s, int64_t c, int64_t p)
-{
-    return a.channels_last ? (s * a.inner + p) * a.cext + c : (s * a.cext + c) * a.inner + p;
-}
-
 /* Sample, tile channel of element i. */
 __device__ inline void row_of(const tsl_gn_args &a, int64_t i, int64_t *s, int64_t *c)
 {
@@ -74,28 +70,54 @@ __device__ inline void row_of(const tsl_gn_args &a, int64_t i, int64_t *s, int64
     }
 }
 
-/* Row (sample blockIdx.z, tile channel blockIdx.y): sums of a and a b (b NULL: a^2) into
- * out[2 k], out[2 k + 1], k = by_group ? s G + g : s C + c0 + c (out zeroed). */
-template <typename T>
-__global__ void sums_kernel(tsl_gn_args a, int by_group, const T *pa, const T *pb, tsl_acc *out)
+constexpr int group_max = TSL_BN_WALK_GROUP;
+static_assert(TSL_BN_WALK_THREADS == block_threads, "the walk's block is the exact sums' block");
+
+/* One sample's elements of the tile, walked as batch norm walks a tile (bn_tile_walk.h): on
+ * channels-last tiles a block's threads take a group of adjacent channels, so a warp's loads
+ * are coalesced. A sample's elements are contiguous in both layouts. */
+tsl_bn_walk sample_walk(const tsl_gn_args &a)
 {
-    __shared__ shared_acc shared[2];
-    shared_zero(shared, 2);
+    return tsl_bn_walk_make(1, a.inner, a.cext, a.channels_last);
+}
+
+/* Sample blockIdx.z, channel group blockIdx.y of the walk: per tile channel, sums of a and a b
+ * (b NULL: a^2), added into out[2 k], out[2 k + 1], k = by_group ? s G + g : s C + c0 + c (out
+ * zeroed): the block keeps one accumulator pair per channel and adds each into its channel's
+ * (or group's) pair, so the sums are exact and independent of the order. */
+template <typename T>
+__global__ void sums_kernel(tsl_bn_walk w, tsl_gn_args a, int by_group, const T *pa, const T *pb,
+                            tsl_acc *out)
+{
+    __shared__ shared_acc shared[2 * group_max];
+    const int64_t first = (int64_t)blockIdx.y * w.group;
+    const int64_t left = w.cext - first;
+    const int n = (int)(left < w.group ? left : w.group);
+    shared_zero(shared, 2 * n);
     __syncthreads();
-    const int64_t c = blockIdx.y, s = blockIdx.z;
-    thread_acc sum, prod;
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < a.inner;
-         p += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = element(a, s, c, p);
-        T v = pa[i];
-        add_sum_product(sum, prod, shared, v, pb ? pb[i] : v);
+    const int64_t s = blockIdx.z, off = s * a.inner * a.cext;
+    const int local = (int)(threadIdx.x % w.group);
+    const int64_t c = tsl_bn_walk_channel(&w, blockIdx.y, threadIdx.x);
+    if (c >= 0) {
+        shared_acc *sh = &shared[2 * local];
+        thread_acc sum, prod;
+        tsl_bn_cursor cur;
+        int64_t i;
+        for (int more = tsl_bn_walk_begin(&w, blockIdx.x, threadIdx.x, gridDim.x, c, &cur, &i);
+             more; more = tsl_bn_walk_next(&w, c, &cur, &i)) {
+            T v = pa[off + i];
+            add_sum_product(sum, prod, sh, v, pb ? pb[off + i] : v);
+        }
+        sum.flush(&sh[0]);
+        prod.flush(&sh[1]);
     }
-    sum.flush(&shared[0]);
-    prod.flush(&shared[1]);
     __syncthreads();
-    int64_t k =
-        by_group ? s * a.groups + (a.c0 + c) / (a.channels / a.groups) : s * a.channels + a.c0 + c;
-    shared_merge_out(shared, out + 2 * k, 2);
+    for (int j = threadIdx.x; j < 2 * n; j += blockDim.x) {
+        const int64_t ch = a.c0 + first + j / 2;
+        const int64_t k =
+            by_group ? s * a.groups + ch / (a.channels / a.groups) : s * a.channels + ch;
+        shared_merge_one(&shared[j], &out[2 * k + j % 2]);
+    }
 }
 
 template <typename T>
@@ -104,12 +126,15 @@ void launch_sums(const tsl_gn_args &a, int by_group, const void *pa, const void 
 {
     TSL_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)accs * sizeof(tsl_acc), stream));
     if (tile_elements(a) > 0) {
-        dim3 grid(grid_for(a.inner) / (unsigned)(a.cext * a.samples) + 1, (unsigned)a.cext,
-                  (unsigned)a.samples);
-        int64_t need = (a.inner + block_elements - 1) / block_elements; /* the sums' bound */
-        grid.x = grid.x > need ? grid.x : (unsigned)need;
+        tsl_bn_walk w = sample_walk(a);
+        int64_t gx, gy;
+        /* a group's accumulator takes up to group_max channels' deposits of a block: a
+         * group_max-th of the elements a channel's accumulator may take (reduce_cuda.cuh) */
+        tsl_bn_walk_grid(&w, max_grid / a.samples > 1 ? max_grid / a.samples : 1,
+                         block_elements / group_max, &gx, &gy);
+        dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)a.samples);
         sums_kernel<T>
-            <<<grid, block_threads, 0, stream>>>(a, by_group, (const T *)pa, (const T *)pb, out);
+            <<<grid, block_threads, 0, stream>>>(w, a, by_group, (const T *)pa, (const T *)pb, out);
         TSL_CUDA_CHECK_LAUNCH();
     }
     normalize(out, accs, stream);

@@ -134,29 +134,33 @@ struct thread_acc {
     }
 };
 
+/* One block accumulator normalised and added into *out with global atomics. */
+__device__ inline void shared_merge_one(shared_acc *acc, tsl_acc *out)
+{
+    long long carry = 0;
+    for (int k = 0; k < TSL_ACC_LIMBS; k++) {
+        long long v = (long long)acc->limb[k] + carry;
+        if (k < TSL_ACC_LIMBS - 1) {
+            carry = v >> TSL_ACC_LIMB_BITS; /* arithmetic: floor */
+            v -= carry * ((long long)1 << TSL_ACC_LIMB_BITS);
+        }
+        if (v)
+            atomicAdd((unsigned long long *)&out->limb[k], (unsigned long long)v);
+    }
+    if (acc->nan_count)
+        atomicAdd((unsigned long long *)&out->nan_count, acc->nan_count);
+    if (acc->pos_inf)
+        atomicAdd((unsigned long long *)&out->pos_inf, acc->pos_inf);
+    if (acc->neg_inf)
+        atomicAdd((unsigned long long *)&out->neg_inf, acc->neg_inf);
+}
+
 /* After a __syncthreads(): the block's accumulators normalised (thread 0 of each warp takes
  * some) and added into out[0 .. count) with global atomics. Ends synchronised. */
 __device__ inline void shared_merge_out(shared_acc *s, tsl_acc *out, int count)
 {
-    for (int a = threadIdx.x; a < count; a += blockDim.x) {
-        shared_acc *acc = &s[a];
-        long long carry = 0;
-        for (int k = 0; k < TSL_ACC_LIMBS; k++) {
-            long long v = (long long)acc->limb[k] + carry;
-            if (k < TSL_ACC_LIMBS - 1) {
-                carry = v >> TSL_ACC_LIMB_BITS; /* arithmetic: floor */
-                v -= carry * ((long long)1 << TSL_ACC_LIMB_BITS);
-            }
-            if (v)
-                atomicAdd((unsigned long long *)&out[a].limb[k], (unsigned long long)v);
-        }
-        if (acc->nan_count)
-            atomicAdd((unsigned long long *)&out[a].nan_count, acc->nan_count);
-        if (acc->pos_inf)
-            atomicAdd((unsigned long long *)&out[a].pos_inf, acc->pos_inf);
-        if (acc->neg_inf)
-            atomicAdd((unsigned long long *)&out[a].neg_inf, acc->neg_inf);
-    }
+    for (int a = threadIdx.x; a < count; a += blockDim.x)
+        shared_merge_one(&s[a], &out[a]);
     __syncthreads();
 }
 

@@ -139,6 +139,8 @@ pack() {
     cp "$ROOT/bench/vs_pytorch.py" "$kit/pyroot/bench/"
     cp "$ROOT/python/tessel_torch.py" "$ROOT/python/tessel_plot.py" "$kit/pyroot/python/"
     cp "$ROOT"/examples/models/*.json "$kit/pyroot/examples/models/"
+    mkdir -p "$kit/pyroot/bench/models"
+    cp "$ROOT"/bench/models/*.json "$kit/pyroot/bench/models/"
     cp "$ROOT/scripts/gpu-kit-tests.sh" "$kit/run-tests.sh"
     chmod +x "$kit/run-tests.sh"
     pack_fashion "$kit/data/fashion-mnist" "${PACK_FASHION:-subset}"
@@ -505,7 +507,8 @@ PY
     # Cuda* suites at 1 rank and the heterogeneous model test), mpi (the distributed suite at 1
     # and 2 ranks with the default placement), hetero (the heterogeneous row), ncu (the kernel
     # profile, with what is left of the budget), knobs (the small networks under StarPU's
-    # settings).
+    # settings), vs (the steps against PyTorch, VS_PYTORCH_ROWS), trace (the traced steps).
+    # GPU_PROFILE_MODEL picks the trace's and the profile's model.
     if [ -n "${GPU_CHECK_ONLY:-}" ]; then
         local only=",${GPU_CHECK_ONLY},"
         [ $gpu = 1 ] || note SKIP gpu-parts - "no GPU"
@@ -515,6 +518,8 @@ PY
             [[ $only == *,mpi,* ]] && tests_step tests-np2 90 1 mpi.tensor.np2
             [[ $only == *,hetero,* ]] && hetero_bench "$out" "${HETERO_LIMIT:-150}"
             [[ $only == *,knobs,* ]] && knobs_bench "$out" "${KNOBS_LIMIT:-200}"
+            [[ $only == *,vs,* ]] && bench_vs_pytorch "$out" "$tmp" "${VS_PYTORCH_LIMIT:-150}"
+            [[ $only == *,trace,* ]] && gpu_trace "$out" "${TRACE_LIMIT:-60}"
             [[ $only == *,ncu,* ]] && ncu_profile "$out" $((KIT_DEADLINE - $(date +%s) - 10))
         fi
         finish "$out"
@@ -614,8 +619,16 @@ bench_vs_pytorch() {
         "$KIT/pyroot/bench/vs_pytorch.py" --device cuda --cli "$KIT/bin/tessel" \
         --launcher "$tmp/kit-env mpirun --oversubscribe --bind-to none -n 1" --python "$py" \
         --threads 4 --pairs "${VS_PYTORCH_PAIRS:-1}" --warmup 2 --steps 5 --timeout 40 \
-        --rows cnn-fashion-b256,cnn3d-64-b4,unet2d-512-b8,unet3d-128-b1 \
+        --rows "${VS_PYTORCH_ROWS:-cnn-fashion-b256,cnn3d-64-b4,unet2d-512-b8,unet2d-gn-512-b8,unet3d-128-b1}" \
         --out "$out/vs-pytorch-gpu.md"
+}
+
+# profile_model: the model the trace and the kernel profile train: GPU_PROFILE_MODEL (a zoo
+# name, or a model file under the kit's copy of the repository, e.g.
+# bench/models/unet2d_gn.json), default the zoo's unet2d.
+profile_model() {
+    local m="${GPU_PROFILE_MODEL:-unet2d}"
+    if [ -f "$KIT/pyroot/$m" ]; then echo "$KIT/pyroot/$m"; else echo "$m"; fi
 }
 
 # gpu_trace OUTDIR LIMIT: where a GPU training step's time goes: a U-Net 2-D 512^2 batch-8 run of
@@ -625,7 +638,7 @@ gpu_trace() {
     local out="$1" lim="$2" py
     fits "$lim" gpu-trace || return
     step gpu-trace "$lim" "train loss" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
-        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" train --model unet2d \
+        mpirun --oversubscribe --bind-to none -n 1 "$KIT/bin/tessel" train --model "$(profile_model)" \
         --data synthetic:dims=2,size=512,samples=16 --batch 8 --max-steps 4 --progress off \
         --trace "$out/gpu-trace.json" || return
     py="$(PATH="$ORIG_PATH" command -v python3)"
@@ -726,7 +739,7 @@ ncu_profile() {
     step ncu "$lim" "train loss" env STARPU_NCUDA=1 STARPU_NCPU=4 TSL_TASK_WHERE=cuda \
         mpirun --oversubscribe --bind-to none -n 1 "$ncu" --target-processes all \
         --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$out/ncu.csv" \
-        "$KIT/bin/tessel" train --model unet2d --data synthetic:dims=2,size=512,samples=24 \
+        "$KIT/bin/tessel" train --model "$(profile_model)" --data synthetic:dims=2,size=512,samples=24 \
         --batch 8 --max-steps 3 --progress off || return
     py="$(PATH="$ORIG_PATH" command -v python3)"
     [ -n "$py" ] && PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" timeout 60 "$py" - \

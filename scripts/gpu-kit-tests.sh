@@ -100,12 +100,17 @@ cuda_noskip() {
     [ "${STARPU_NCUDA:-0}" -ge 1 ] 2>/dev/null && echo "no CUDA worker in this process|built without CUDA"
 }
 
-# cuda_suites NAME RANKS: every CUDA test suite in a process of its own (NAME.SUITE), so that
-# a codelet failure, which aborts its process, hides no other suite's results.
-CUDA_SUITES=(Cuda CudaConv CudaLinear CudaBatchNorm CudaLoss CudaReduce CudaModel)
+# cuda_suites NAME RANKS: every CUDA test suite of the test binary (Cuda*) in a process of its
+# own (NAME.SUITE), so that a codelet failure, which aborts its process, hides no other suite's
+# results.
 cuda_suites() {
-    local s
-    for s in "${CUDA_SUITES[@]}"; do
+    local s suites
+    suites="$("$KIT/bin/tessel_mpi_tests" --gtest_list_tests 2>/dev/null | sed -n 's/^\(Cuda[A-Za-z0-9_]*\)\.$/\1/p')"
+    if [ -z "$suites" ]; then
+        result FAIL "$1" 0 "no Cuda* suite listed by tessel_mpi_tests --gtest_list_tests"
+        return
+    fi
+    for s in $suites; do
         GTEST_FILTER="$s.*" run "$1.$s" 2 "PASSED" "$(cuda_noskip)" \
             "${MPIEXEC[@]}" -n "$2" "$KIT/bin/tessel_mpi_tests"
     done

@@ -91,6 +91,9 @@ template <typename T> void check_all()
         check_tile<T>(3, 40001, channels_last, 8, 4, 1, 5); // many blocks; starts inside a group
         check_tile<T>(2, 7, channels_last, 6, 3, 0, 6);     // under one block, whole channels
         check_tile<T>(1, 517, channels_last, 32, 1, 3, 17); // layer norm: one group
+        // more channels than a block's channel group (several grid rows), groups across them
+        check_tile<T>(2, 3001, channels_last, 96, 8, 10, 70);
+        check_tile<T>(2, 301, channels_last, 40, 40, 0, 40); // instance norm: a channel a group
     }
 }
 
