@@ -136,6 +136,13 @@ static void mse(const tsl_loss_args *a, const void *x, const void *target, void 
         tsl_acc_add(acc, tsl_loss_mse_at(a, x, target, i, grad));
 }
 
+static void l1(const tsl_loss_args *a, const void *x, const void *target, void *grad, tsl_acc *acc)
+{
+    int64_t n = a->samples * a->classes * a->inner;
+    for (int64_t i = 0; i < n; i++)
+        tsl_acc_add(acc, tsl_loss_l1_at(a, x, target, i, grad));
+}
+
 /* Positions whose first maximum over classes is the label; bad labels are flagged. */
 static void argmax_hits(const tsl_loss_args *a, const void *x, const void *labels, tsl_acc *acc)
 {
@@ -160,6 +167,8 @@ void tsl_loss_tile(const tsl_loss_args *a, const void *x, const void *target, vo
         cross_entropy(a, x, target, grad, acc);
     else if (a->kind == TSL_LOSS_HITS)
         argmax_hits(a, x, target, acc);
+    else if (a->kind == TSL_LOSS_L1)
+        l1(a, x, target, grad, acc);
     else
         mse(a, x, target, grad, acc);
 }

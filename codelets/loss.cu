@@ -39,10 +39,14 @@ __global__ void loss_kernel(tsl_loss_args a, const void *x, const void *target, 
     unsigned bad = 0;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t n =
-        a.kind == TSL_LOSS_MSE ? a.samples * a.classes * a.inner : a.samples * a.inner;
+        TSL_LOSS_ELEMENTWISE(a.kind) ? a.samples * a.classes * a.inner : a.samples * a.inner;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         if (a.kind == TSL_LOSS_MSE) {
             t.add(&s, tsl_loss_mse_at(&a, x, target, i, grad));
+            continue;
+        }
+        if (a.kind == TSL_LOSS_L1) {
+            t.add(&s, tsl_loss_l1_at(&a, x, target, i, grad));
             continue;
         }
         int64_t sample = i / a.inner, v = i - sample * a.inner;
@@ -179,19 +183,19 @@ extern "C" void tsl_loss_cuda(void *buffers[], void *cl_arg)
     tsl_loss_args a = unpack(cl_arg, "loss (CUDA): arguments");
     unsigned nbuffers = starpu_task_get_current()->nbuffers;
     TSL_CODELET_CHECK(nbuffers == 3 || nbuffers == 4, "loss (CUDA): buffers");
-    TSL_CODELET_CHECK(a.kind == TSL_LOSS_CROSS_ENTROPY || a.kind == TSL_LOSS_MSE ||
+    TSL_CODELET_CHECK(a.kind == TSL_LOSS_CROSS_ENTROPY || TSL_LOSS_ELEMENTWISE(a.kind) ||
                           a.kind == TSL_LOSS_HITS,
                       "loss (CUDA): kind");
     const int64_t elements = a.samples * a.classes * a.inner;
     TSL_CODELET_CHECK(
         nx(buffers, 0) >= elements &&
-            nx(buffers, 1) >= (a.kind == TSL_LOSS_MSE ? elements : a.samples * a.inner) &&
+            nx(buffers, 1) >= (TSL_LOSS_ELEMENTWISE(a.kind) ? elements : a.samples * a.inner) &&
             tsl_acc_buffer_ok(buffers[2]) && (nbuffers == 3 || nx(buffers, 3) >= elements),
         "loss (CUDA): sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();
     tsl_acc *acc = (tsl_acc *)buf(buffers, 2);
     TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(tsl_acc), stream));
-    const int64_t n = a.kind == TSL_LOSS_MSE ? elements : a.samples * a.inner;
+    const int64_t n = TSL_LOSS_ELEMENTWISE(a.kind) ? elements : a.samples * a.inner;
     if (n > 0) {
         loss_kernel<<<grid_for(n), block_threads, 0, stream>>>(
             a, buf(buffers, 0), buf(buffers, 1), nbuffers == 4 ? buf(buffers, 3) : nullptr, acc);

@@ -16,15 +16,19 @@ typedef enum tsl_loss_kind {
     TSL_LOSS_CROSS_ENTROPY = 0,
     TSL_LOSS_MSE = 1,
     TSL_LOSS_HITS = 2, /* argmax hits: no loss, no gradient; the count goes into the acc */
+    TSL_LOSS_L1 = 3,   /* |x - t| per element, gradient sign(x - t) scale */
 } tsl_loss_kind;
+
+/* Whether the kind takes a value per element against a target of x's shape (MSE, L1). */
+#define TSL_LOSS_ELEMENTWISE(kind) ((kind) == TSL_LOSS_MSE || (kind) == TSL_LOSS_L1)
 
 typedef struct tsl_loss_args {
     int32_t kind;
-    int32_t dtype;         /* of x, target (MSE) and gradient: f32 or f64 */
+    int32_t dtype;         /* of x, target (MSE, L1) and gradient: f32 or f64 */
     int32_t label_dtype;   /* cross-entropy labels: i32, i64 or u8 */
     int32_t channels_last; /* logits stored N D H W C: a position's classes are adjacent */
     int64_t samples;       /* samples in the tile */
-    int64_t classes;       /* C (cross-entropy); MSE: elements per sample / inner */
+    int64_t classes;       /* C (cross-entropy); MSE, L1: elements per sample / inner */
     int64_t inner;         /* positions per sample and class (product of spatial extents) */
     double scale;          /* gradient factor: 1 / positions of the whole tensor */
     double smooth;         /* soft Dice: added to numerator and denominator */

@@ -108,6 +108,17 @@ static inline TSL_HD double tsl_loss_mse_at(const tsl_loss_args *a, const void *
     return tsl_hd_mul(d, d);
 }
 
+/* L1 at element i: returns |x - t|; writes the gradient sign(x - t) scale when grad (0 where
+ * x == t, NaN where x - t is NaN, as PyTorch's L1Loss). */
+static inline TSL_HD double tsl_loss_l1_at(const tsl_loss_args *a, const void *x,
+                                           const void *target, int64_t i, void *grad)
+{
+    double d = tsl_hd_sub(tsl_loss_load(a->dtype, x, i), tsl_loss_load(a->dtype, target, i));
+    if (grad)
+        tsl_loss_store(a->dtype, grad, i, d > 0 ? a->scale : d < 0 ? -a->scale : d == 0 ? 0.0 : d);
+    return d < 0 ? -d : d;
+}
+
 /* Whether the position's first maximum over classes is `label` (a good label). */
 static inline TSL_HD int tsl_loss_hit_at(const tsl_loss_args *a, const void *x, int64_t base,
                                          int64_t label)

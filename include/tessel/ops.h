@@ -80,6 +80,13 @@ TSL_API tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_t
 TSL_API tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss);
 
 /**
+ * @brief Mean absolute error (L1) between @p x and @p target, as tsl_loss_mse(): the loss is
+ * the exact sum of |x - target| over numel, the gradient sign(x - target) / numel (0 where they
+ * are equal, PyTorch's L1Loss). Waits for the loss.
+ */
+TSL_API tsl_status tsl_loss_l1(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss);
+
+/**
  * @brief Fully connected layer: y = x w^T + b.
  *
  * @p x is (N, K) and @p y (N, O), both cut along N only, with the same N splits; @p w is

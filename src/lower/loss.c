@@ -160,9 +160,10 @@ tsl_status tsl_argmax_hits(tsl_tensor_t logits, tsl_tensor_t labels, int64_t *hi
     return st;
 }
 
-tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss)
+/* Element-wise losses (MSE, L1) of x against a target of its shape and layout. */
+static tsl_status run_elementwise(tsl_loss_kind kind, tsl_tensor_t x, tsl_tensor_t target,
+                                  tsl_tensor_t dx, double *loss, const char *fn)
 {
-    const char *fn = "tsl_loss_mse";
     tsl_status st = check_common(x, dx, loss, fn);
     if (st || (st = tsl_tensor_check(target, fn)) ||
         (st = tsl_tensor_check_same_layout(target, x, fn)))
@@ -174,12 +175,22 @@ tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, do
                          fn);
     loss_plan p;
     memset(&p, 0, sizeof p);
-    p.args.kind = TSL_LOSS_MSE;
+    p.args.kind = kind;
     p.args.dtype = x->dtype;
     p.x = x;
     p.target = target;
     p.grad = dx;
     return run(&p, tsl_shape_numel(&x->shape), loss, fn);
+}
+
+tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss)
+{
+    return run_elementwise(TSL_LOSS_MSE, x, target, dx, loss, "tsl_loss_mse");
+}
+
+tsl_status tsl_loss_l1(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss)
+{
+    return run_elementwise(TSL_LOSS_L1, x, target, dx, loss, "tsl_loss_l1");
 }
 
 typedef struct dice_job {

@@ -108,8 +108,9 @@ template <typename T, typename L> void check_classification(int channels_last)
     EXPECT_TRUE(same_bits(got[0], want)) << "hits, " << where;
 }
 
-// MSE: the sum and the gradient exact, over 2^20 elements, NaN and infinity included.
-template <typename T> void check_mse()
+// MSE and L1: the sum and the gradient exact, over 2^20 elements, NaN, infinity and equal
+// values included.
+template <typename T> void check_elementwise(tsl_loss_kind kind)
 {
     const int64_t samples = 2, classes = 5, inner = 110001;
     const size_t n = (size_t)(samples * classes * inner);
@@ -119,9 +120,9 @@ template <typename T> void check_mse()
             x[5] = std::numeric_limits<T>::quiet_NaN();
             x[n / 2] = std::numeric_limits<T>::infinity();
             t[n - 1] = std::numeric_limits<T>::denorm_min();
+            t[7] = x[7];
         }
-        tsl_loss_args a =
-            loss_args(TSL_LOSS_MSE, dtype_of<T>(), TSL_I32, 0, samples, classes, inner);
+        tsl_loss_args a = loss_args(kind, dtype_of<T>(), TSL_I32, 0, samples, classes, inner);
         tsl_acc want;
         tsl_acc_init(&want);
         std::vector<T> grad_want(n), grad_got = poisoned<T>(n);
@@ -132,8 +133,10 @@ template <typename T> void check_mse()
         run_on_cuda(tsl_cl_loss, a,
                     {cuda_buf(xin, STARPU_R), cuda_buf(tin, STARPU_R), cuda_buf(got, STARPU_W),
                      cuda_buf(grad_got, STARPU_W)});
-        EXPECT_TRUE(same_bits(got[0], want)) << "MSE sum" << (special ? ", special values" : "");
-        EXPECT_TRUE(same_values(grad_got, grad_want)) << "MSE gradient";
+        const char *name = kind == TSL_LOSS_MSE ? "MSE" : "L1";
+        EXPECT_TRUE(same_bits(got[0], want))
+            << name << " sum" << (special ? ", special values" : "");
+        EXPECT_TRUE(same_values(grad_got, grad_want)) << name << " gradient";
     }
 }
 
@@ -196,11 +199,13 @@ TEST(CudaLoss, CrossEntropyAndHitsMatchCpu)
     }
 }
 
-TEST(CudaLoss, MseMatchesCpuBits)
+TEST(CudaLoss, MseAndL1MatchCpuBits)
 {
     SKIP_WITHOUT_CUDA();
-    check_mse<float>();
-    check_mse<double>();
+    for (tsl_loss_kind kind : {TSL_LOSS_MSE, TSL_LOSS_L1}) {
+        check_elementwise<float>(kind);
+        check_elementwise<double>(kind);
+    }
 }
 
 TEST(CudaLoss, DiceMatchesCpu)

@@ -278,7 +278,7 @@ struct LossCase {
 
 } // namespace
 
-TEST(Losses, CrossEntropyAndMseAreBitIdenticalOnEveryLayout)
+TEST(Losses, CrossEntropyMseAndL1AreBitIdenticalOnEveryLayout)
 {
     const LossCase cases[] = {
         {"classification", {12, 10}, {1, 1}},
@@ -289,8 +289,8 @@ TEST(Losses, CrossEntropyAndMseAreBitIdenticalOnEveryLayout)
         {"segmentation 3-D, all split", {2, 3, 5, 6, 7}, {2, 1, 2, 3, 2}},
     };
     // Each shape starts with its one-tile case, which gives the reference values.
-    double ref_ce = NAN, ref_mse = NAN;
-    std::vector<double> ref_grad, ref_mse_grad;
+    double ref_ce = NAN, ref_mse = NAN, ref_l1 = NAN;
+    std::vector<double> ref_grad, ref_mse_grad, ref_l1_grad;
     for (const LossCase &c : cases) {
         if (c.splits == std::vector<int32_t>(c.dims.size(), 1)) {
             ref_ce = NAN;
@@ -323,6 +323,25 @@ TEST(Losses, CrossEntropyAndMseAreBitIdenticalOnEveryLayout)
             ASSERT_EQ(tsl_loss_mse(x, t, g, &ms), TSL_OK);
             std::vector<float> mgrad(grad.size(), NAN);
             ASSERT_EQ(tsl_tensor_gather(g, 0, rank == 0 ? mgrad.data() : nullptr), TSL_OK);
+            ASSERT_EQ(tsl_tensor_fill_constant(g, -1e30), TSL_OK); // poison
+            double l1 = NAN;
+            ASSERT_EQ(tsl_loss_l1(x, t, g, &l1), TSL_OK);
+            std::vector<float> lgrad(grad.size(), NAN), xs_host(grad.size()), ts_host(grad.size());
+            ASSERT_EQ(tsl_tensor_gather(g, 0, rank == 0 ? lgrad.data() : nullptr), TSL_OK);
+            ASSERT_EQ(tsl_tensor_gather(x, 0, rank == 0 ? xs_host.data() : nullptr), TSL_OK);
+            ASSERT_EQ(tsl_tensor_gather(t, 0, rank == 0 ? ts_host.data() : nullptr), TSL_OK);
+            if (rank == 0) { // against a reference in long double
+                long double want = 0;
+                const double n = (double)grad.size();
+                for (size_t i = 0; i < grad.size(); i++) {
+                    want += fabsl((long double)xs_host[i] - ts_host[i]);
+                    float sgn = xs_host[i] > ts_host[i]   ? 1.0f
+                                : xs_host[i] < ts_host[i] ? -1.0f
+                                                          : 0.0f;
+                    ASSERT_EQ(lgrad[i], (float)(sgn / n)) << c.name << " element " << i;
+                }
+                EXPECT_NEAR(l1, (double)(want / n), 1e-12 * (double)(want / n)) << c.name;
+            }
             EXPECT_TRUE(std::isfinite(ce) && ce > 0) << c.name;
             double lo = ce, hi = ce;
             MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
@@ -331,14 +350,19 @@ TEST(Losses, CrossEntropyAndMseAreBitIdenticalOnEveryLayout)
             if (std::isnan(ref_ce)) {
                 ref_ce = ce;
                 ref_mse = ms;
+                ref_l1 = l1;
+                ref_l1_grad.assign(lgrad.begin(), lgrad.end());
                 ref_grad.assign(grad.begin(), grad.end());
                 ref_mse_grad.assign(mgrad.begin(), mgrad.end());
             } else {
                 EXPECT_EQ(ce, ref_ce) << c.name << " owners " << owners_kind;
                 EXPECT_EQ(ms, ref_mse) << c.name << " owners " << owners_kind;
+                EXPECT_EQ(l1, ref_l1) << c.name << " owners " << owners_kind;
                 if (rank == 0) {
                     EXPECT_EQ(std::vector<double>(grad.begin(), grad.end()), ref_grad) << c.name;
                     EXPECT_EQ(std::vector<double>(mgrad.begin(), mgrad.end()), ref_mse_grad)
+                        << c.name;
+                    EXPECT_EQ(std::vector<double>(lgrad.begin(), lgrad.end()), ref_l1_grad)
                         << c.name;
                 }
             }

@@ -206,6 +206,45 @@ TEST(LossKernel, MseValueAndGradient)
         EXPECT_NEAR(grad[i], 2 * (x[i] - t[i]) / 37, 1e-16);
 }
 
+TEST(LossKernel, L1ValueAndGradient)
+{
+    std::mt19937_64 rng(79);
+    std::normal_distribution<double> n01(0, 1);
+    std::vector<double> x(41), t(41), grad(41, NAN);
+    for (size_t i = 0; i < x.size(); i++) {
+        x[i] = n01(rng);
+        t[i] = n01(rng);
+    }
+    t[7] = x[7]; // equal: gradient 0
+    tsl_loss_args a{};
+    a.kind = TSL_LOSS_L1;
+    a.dtype = TSL_F64;
+    a.samples = 1;
+    a.classes = 1;
+    a.inner = 41;
+    a.scale = 1.0 / 41;
+    double loss = kernel_loss(a, x.data(), t.data(), grad.data(), 41);
+    long double want = 0;
+    for (size_t i = 0; i < x.size(); i++)
+        want += fabsl((long double)x[i] - t[i]);
+    EXPECT_NEAR(loss, (double)(want / 41), 1e-15);
+    for (size_t i = 0; i < x.size(); i++) {
+        double s = x[i] > t[i] ? 1.0 : x[i] < t[i] ? -1.0 : 0.0;
+        EXPECT_EQ(grad[i], s / 41) << i;
+    }
+    // the gradient against central differences of the loss (away from the kink)
+    for (size_t i : {0, 13, 40}) {
+        const double h = 1e-6;
+        std::vector<double> xp = x, xm = x, scratch(41);
+        xp[i] += h;
+        xm[i] -= h;
+        double fd = (kernel_loss(a, xp.data(), t.data(), scratch.data(), 41) -
+                     kernel_loss(a, xm.data(), t.data(), scratch.data(), 41)) /
+                    (2 * h);
+        EXPECT_NEAR(fd, grad[i], 1e-8) << i;
+    }
+}
+
 namespace
 {
 
