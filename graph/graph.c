@@ -68,6 +68,63 @@ struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g)
     return c;
 }
 
+const char *tsl_model_loss_name(tsl_model_loss_kind kind)
+{
+    switch (kind) {
+    case TSL_MODEL_LOSS_CROSS_ENTROPY:
+        return "cross_entropy";
+    case TSL_MODEL_LOSS_DICE:
+        return "dice";
+    case TSL_MODEL_LOSS_MSE:
+        return "mse";
+    case TSL_MODEL_LOSS_L1:
+        return "l1";
+    }
+    return NULL;
+}
+
+tsl_status tsl_model_loss_parse(const char *name, tsl_model_loss_kind *kind)
+{
+    for (int k = TSL_MODEL_LOSS_CROSS_ENTROPY; name && kind && k <= TSL_MODEL_LOSS_L1; k++)
+        if (strcmp(name, tsl_model_loss_name((tsl_model_loss_kind)k)) == 0) {
+            *kind = (tsl_model_loss_kind)k;
+            return TSL_OK;
+        }
+    return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                     "tsl_model_loss_parse: unknown loss '%s' (cross_entropy, dice, mse or l1)",
+                     name ? name : "(null)");
+}
+
+int tsl_model_loss_takes_targets(tsl_model_loss_kind kind)
+{
+    return kind == TSL_MODEL_LOSS_MSE || kind == TSL_MODEL_LOSS_L1;
+}
+
+tsl_status tsl_loss_terms_check(int32_t count, const tsl_loss_term *terms, const char *fn)
+{
+    for (int32_t t = 0; t < count; t++) {
+        if (!tsl_model_loss_name(terms[t].kind))
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: term %d: unknown loss kind %d", fn,
+                             (int)t, (int)terms[t].kind);
+        if (!isfinite(terms[t].weight) || !(terms[t].weight > 0))
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: term %d: weight %g (want finite and above 0)", fn, (int)t,
+                             terms[t].weight);
+        if (tsl_model_loss_takes_targets(terms[t].kind) !=
+            tsl_model_loss_takes_targets(terms[0].kind))
+            return tsl_error(
+                NULL, TSL_ERR_INVALID_ARG,
+                "%s: term %d: %s takes %s but term 0, %s, takes %s: a model's loss "
+                "terms all compare the output with class labels or all with float "
+                "targets",
+                fn, (int)t, tsl_model_loss_name(terms[t].kind),
+                tsl_model_loss_takes_targets(terms[t].kind) ? "float targets" : "class labels",
+                tsl_model_loss_name(terms[0].kind),
+                tsl_model_loss_takes_targets(terms[0].kind) ? "float targets" : "class labels");
+    }
+    return TSL_OK;
+}
+
 tsl_status tsl_graph_set_loss(tsl_graph_t g, int32_t count, const tsl_loss_term *terms)
 {
     const char *fn = "tsl_graph_set_loss";
@@ -76,15 +133,9 @@ tsl_status tsl_graph_set_loss(tsl_graph_t g, int32_t count, const tsl_loss_term 
     if (count < 0 || count > TSL_MAX_LOSS_TERMS)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d terms (want 0 to %d)", fn, (int)count,
                          TSL_MAX_LOSS_TERMS);
-    for (int32_t t = 0; t < count; t++) {
-        if (terms[t].kind != TSL_MODEL_LOSS_CROSS_ENTROPY && terms[t].kind != TSL_MODEL_LOSS_DICE)
-            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: term %d: unknown loss kind %d", fn,
-                             (int)t, (int)terms[t].kind);
-        if (!isfinite(terms[t].weight) || !(terms[t].weight > 0))
-            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                             "%s: term %d: weight %g (want finite and above 0)", fn, (int)t,
-                             terms[t].weight);
-    }
+    tsl_status st = tsl_loss_terms_check(count, terms, fn);
+    if (st)
+        return st;
     if (count)
         memcpy(g->loss, terms, sizeof *terms * (size_t)count);
     g->nloss = count;

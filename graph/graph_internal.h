@@ -127,6 +127,10 @@ static inline tsl_dtype tsl_graph_label_dtype(int64_t classes)
     return classes < 255 ? TSL_U8 : TSL_I32;
 }
 
+/* Loss terms checked as tsl_graph_set_loss() takes them: kinds known and of one family,
+ * weights finite and above 0 (the error's context is NULL: callers re-raise it). */
+tsl_status tsl_loss_terms_check(int32_t count, const tsl_loss_term *terms, const char *fn);
+
 /* A deep copy of `g` (NULL when out of memory). */
 struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g);
 

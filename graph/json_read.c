@@ -541,7 +541,7 @@ static tsl_status read_layer(reader *r, const cJSON *json)
 static const char *const top_keys[] = {"format", "version", "description",
                                        "layers", "output",  "losses"};
 
-/* "losses": [{"loss": "cross_entropy" or "dice", "weight": W (default 1)}, ...]. */
+/* "losses": [{"loss": "cross_entropy", "dice", "mse" or "l1", "weight": W (default 1)}, ...]. */
 static tsl_status read_losses(reader *r, const cJSON *losses)
 {
     static const char *const keys[] = {"loss", "weight"};
@@ -561,12 +561,9 @@ static tsl_status read_losses(reader *r, const cJSON *losses)
             return st;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "loss");
         const cJSON *weight = cJSON_GetObjectItemCaseSensitive(e, "weight");
-        if (!cJSON_IsString(name) || (strcmp(name->valuestring, "cross_entropy") != 0 &&
-                                      strcmp(name->valuestring, "dice") != 0))
+        if (!cJSON_IsString(name) || tsl_model_loss_parse(name->valuestring, &terms[k].kind))
             return fail(r, NULL, TSL_ERR_FORMAT,
-                        "losses[%d]: needs \"loss\", cross_entropy or dice", (int)k);
-        terms[k].kind = strcmp(name->valuestring, "dice") == 0 ? TSL_MODEL_LOSS_DICE
-                                                               : TSL_MODEL_LOSS_CROSS_ENTROPY;
+                        "losses[%d]: needs \"loss\", cross_entropy, dice, mse or l1", (int)k);
         terms[k].weight = weight ? weight->valuedouble : 1.0;
         if (weight && (!cJSON_IsNumber(weight) || !isfinite(weight->valuedouble) ||
                        !(weight->valuedouble > 0)))
@@ -574,7 +571,7 @@ static tsl_status read_losses(reader *r, const cJSON *losses)
                         "losses[%d]: \"weight\" must be a finite number above 0", (int)k);
     }
     tsl_status st = tsl_graph_set_loss(r->graph, n, terms);
-    return st ? fail(r, NULL, st, "%s", tsl_last_error()) : TSL_OK;
+    return st ? fail(r, NULL, TSL_ERR_FORMAT, "\"losses\": %s", tsl_last_error()) : TSL_OK;
 }
 
 static tsl_status read_model(reader *r, const cJSON *root)

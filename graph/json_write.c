@@ -360,7 +360,7 @@ tsl_status tsl_graph_print_json(tsl_graph_t g, char **out)
             char number[40], term[128];
             shortest_number(number, g->loss[k].weight);
             snprintf(term, sizeof term, "%s{\"loss\": \"%s\", \"weight\": %s}", k ? ", " : "",
-                     g->loss[k].kind == TSL_MODEL_LOSS_DICE ? "dice" : "cross_entropy", number);
+                     tsl_model_loss_name(g->loss[k].kind), number);
             text_put(&t, term);
         }
         text_put(&t, "]");

@@ -168,7 +168,13 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
     else if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
-    if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output */
+    if (!st && g->nloss > 0 && tsl_model_loss_takes_targets(g->loss[0].kind)) {
+        /* float targets of the output's shape, tiled as the output */
+        tsl_graph_value_shape(g, out, &shape);
+        st = add_tensor(plan, &input, nranks, op_stage[g->values[out].producer], workers, batch,
+                        &shape, 1, 4, bytes);
+    } else if (!st) { /* labels: one per sample, or per position of a (classes, spatial...) output
+                       */
         tsl_graph_value_shape(g, out, &shape);
         tsl_shape labels;
         memset(&labels, 0, sizeof labels);

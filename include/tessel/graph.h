@@ -175,7 +175,23 @@ typedef enum tsl_model_loss_kind {
     /** soft Dice over the batch, smoothing 1 (tsl_loss_dice()): outputs with labels per
      *  position, at most 1024 classes */
     TSL_MODEL_LOSS_DICE = 1,
+    /** mean squared error against float targets of the output's shape (tsl_loss_mse()) */
+    TSL_MODEL_LOSS_MSE = 2,
+    /** mean absolute error against float targets of the output's shape (tsl_loss_l1()) */
+    TSL_MODEL_LOSS_L1 = 3,
 } tsl_model_loss_kind;
+
+/** @brief The model-file and command-line name of a loss kind ("cross_entropy", "dice",
+ *  "mse", "l1"); NULL for an unknown kind. */
+TSL_API const char *tsl_model_loss_name(tsl_model_loss_kind kind);
+
+/** @brief The loss kind named @p name into @p kind; ::TSL_ERR_INVALID_ARG for an unknown name. */
+TSL_API tsl_status tsl_model_loss_parse(const char *name, tsl_model_loss_kind *kind);
+
+/** @brief 1 when the kind compares the output with float targets of its shape (MSE, L1: a
+ *  regression loss), 0 when with class labels (cross-entropy, Dice). A model's terms are all
+ *  of one family. */
+TSL_API int tsl_model_loss_takes_targets(tsl_model_loss_kind kind);
 
 /** Most terms of a model's loss. */
 #define TSL_MAX_LOSS_TERMS 4
@@ -188,9 +204,9 @@ typedef struct tsl_loss_term {
 
 /**
  * @brief The loss a model built from the graph minimises (a model file's "losses"): @p count
- * terms (1 to ::TSL_MAX_LOSS_TERMS; kinds known, weights finite and above 0), or 0 for the
- * default, cross-entropy alone. Models take it when created (tsl_model_set_loss() checks it
- * against the output then).
+ * terms (1 to ::TSL_MAX_LOSS_TERMS; kinds known and all of one family, class labels or float
+ * targets, weights finite and above 0), or 0 for the default, cross-entropy alone. Models take it
+ * when created (tsl_model_set_loss() checks it against the output then).
  */
 TSL_API tsl_status tsl_graph_set_loss(tsl_graph_t graph, int32_t count, const tsl_loss_term *terms);
 

@@ -110,6 +110,18 @@ TSL_API tsl_status tsl_model_train_step(tsl_model_t model, int64_t batch, const 
                                         int64_t *correct);
 
 /**
+ * @brief tsl_model_train_step() for a model whose loss compares its output with float targets
+ * (MSE, L1; tsl_model_set_loss()): @p targets is (batch, output shape) f32 on rank 0 (ignored
+ * elsewhere), scattered into tiles laid out as the output's. The model's other steps take
+ * targets as tensors of tsl_model_label_dtype() (f32) and the output's shape
+ * (tsl_model_train_step_tensors()); the dataset steps refuse such a model (datasets give class
+ * labels).
+ */
+TSL_API tsl_status tsl_model_train_step_targets(tsl_model_t model, int64_t batch, const float *x,
+                                                const float *targets, tsl_optimizer_t opt,
+                                                double *loss);
+
+/**
  * @brief tsl_model_train_step() on samples indices[0 .. batch - 1] of @p dataset, each rank
  * reading only the boxes of the samples its input and label tiles hold
  * (tsl_tensors_read_samples()): no rank holds or sends a whole batch, and a sample larger
@@ -146,6 +158,11 @@ TSL_API tsl_status tsl_model_train_step_read_next(tsl_model_t model, tsl_dataset
 TSL_API tsl_status tsl_model_evaluate(tsl_model_t model, int64_t batch, const float *x,
                                       const int64_t *labels, double *loss, int64_t *correct);
 
+/** @brief tsl_model_evaluate() for a model whose loss takes float targets
+ *  (tsl_model_train_step_targets()). */
+TSL_API tsl_status tsl_model_evaluate_targets(tsl_model_t model, int64_t batch, const float *x,
+                                              const float *targets, double *loss);
+
 /** @brief tsl_model_evaluate() on samples indices[0 .. batch - 1] of @p dataset, read as
  *  by tsl_model_train_step_read(). */
 TSL_API tsl_status tsl_model_evaluate_read(tsl_model_t model, tsl_dataset_t dataset, int64_t batch,
@@ -171,7 +188,8 @@ TSL_API tsl_status tsl_model_set_loss(tsl_model_t model, int32_t count, const ts
 
 /**
  * @brief The dtype of a model's label tensors (tsl_model_train_step_tensors()): the graph's
- * (tsl_graph_label_dtype() of its classes: u8 up to 256 classes, else i32).
+ * (tsl_graph_label_dtype() of its classes: u8 up to 256 classes, else i32); f32 for a loss on
+ * float targets (MSE, L1), whose label tensors are (batch, output shape) targets.
  */
 TSL_API tsl_dtype tsl_model_label_dtype(tsl_model_t model);
 

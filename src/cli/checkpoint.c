@@ -331,7 +331,7 @@ static const char *parse_state(const char *text, run_settings *s, run_progress *
         bad = "settings.warmup_steps (0 to 2^40, as --warmup-steps)";
     else if (version >= 3 && (get_string(set, "loss", s->loss, sizeof s->loss) ||
                               parse_loss(s->loss, loss_terms, &nloss)))
-        bad = "settings.loss (NAME[:WEIGHT],... of cross_entropy and dice, as --loss)";
+        bad = "settings.loss (NAME[:WEIGHT],... of cross_entropy, dice, mse and l1, as --loss)";
     else if (version >= 4 && (get_string(set, "mgrit", s->mgrit, sizeof s->mgrit) ||
                               !mgrit_schedule_valid(s->mgrit)))
         bad = "settings.mgrit (\"\" or levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K)";

@@ -642,10 +642,9 @@ int session_open(session *s, train_options *o, int need_train)
     if (!(o->given & SET_LOSS) && file_count > 0) {
         size_t n = 0;
         for (int32_t k = 0; k < file_count && n < sizeof o->loss_text; k++)
-            n += (size_t)snprintf(
-                o->loss_text + n, sizeof o->loss_text - n, "%s%s:%.17g", k ? "," : "",
-                file_terms[k].kind == TSL_MODEL_LOSS_DICE ? "dice" : "cross_entropy",
-                file_terms[k].weight);
+            n += (size_t)snprintf(o->loss_text + n, sizeof o->loss_text - n, "%s%s:%.17g",
+                                  k ? "," : "", tsl_model_loss_name(file_terms[k].kind),
+                                  file_terms[k].weight);
         o->loss = o->loss_text;
         memcpy(o->loss_terms, file_terms, sizeof file_terms);
         o->nloss = file_count;
@@ -656,6 +655,15 @@ int session_open(session *s, train_options *o, int need_train)
         return fail_collective(st, "creating the model");
     if ((st = tsl_model_set_loss(s->model, o->nloss, o->loss_terms)))
         return fail_collective(st, "setting --loss");
+    if (o->nloss > 0 && tsl_model_loss_takes_targets(o->loss_terms[0].kind)) {
+        if (rank_of_process == 0)
+            fprintf(stderr,
+                    "tessel: the loss %s takes float targets of the output's shape; the "
+                    "command line's datasets give class labels (train such a model through "
+                    "the library: tsl_model_train_step_targets or tsl_model_train_step_tensors)\n",
+                    tsl_model_loss_name(o->loss_terms[0].kind));
+        return 2;
+    }
     if (o->load_params && (st = tsl_model_load_params(s->model, o->load_params)))
         return fail_collective(st, "loading parameters");
     return 0;
@@ -745,11 +753,7 @@ int parse_loss(const char *text, tsl_loss_term *terms, int32_t *count)
                 return -1;
         }
         tsl_loss_term *t = &terms[(*count)++];
-        if (strcmp(term, "cross_entropy") == 0)
-            t->kind = TSL_MODEL_LOSS_CROSS_ENTROPY;
-        else if (strcmp(term, "dice") == 0)
-            t->kind = TSL_MODEL_LOSS_DICE;
-        else
+        if (tsl_model_loss_parse(term, &t->kind))
             return -1;
         t->weight = weight;
         p += len;

@@ -11,9 +11,15 @@
 tsl_status tsl_exec_scratch_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
 {
     tsl_status st = TSL_OK;
-    if (!in->scratch[v])
+    if (!in->scratch[v]) {
         st = tsl_exec_batch_tensor(m, in->batch, tsl_exec_value_stage(m, v), &m->g->values[v].shape,
                                    1, TSL_F32, &in->scratch[v]);
+        /* the output's: tiled as its gradient, which the loss terms' add into */
+        if (!st && v == m->g->output)
+            st = tsl_exec_channels_whole(m, &in->scratch[v]);
+        if (!st && v == m->g->output && tsl_exec_pipelined(m))
+            tsl_tensor_order_by_samples(in->scratch[v]);
+    }
     *t = in->scratch[v];
     return st;
 }

@@ -72,6 +72,8 @@ struct tsl_model {
     int32_t recompute; /* the plan's recompute= */
     tsl_loss_term loss[TSL_MAX_LOSS_TERMS]; /* what the steps minimise (tsl_model_set_loss) */
     int32_t nloss;
+    int32_t targets; /* the loss compares the output with float targets (MSE, L1), the labels
+                      * tensors being f32 targets of the output's shape and tiling */
     instance inst[MAX_INSTANCES];
     int32_t ninst;
     int32_t next_evict;
@@ -171,6 +173,10 @@ tsl_status tsl_exec_indices_of(struct tsl_model *m, instance *in, int32_t i, tsl
 
 /* This instance's spare tensor shaped like value v (made on first use). */
 tsl_status tsl_exec_scratch_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t);
+
+/* *t again with its channels in one tile (same owners' map: filter group 0), if cut: the
+ * graph's output, its gradient, scratch and targets (the losses read whole channels). */
+tsl_status tsl_exec_channels_whole(struct tsl_model *m, tsl_tensor_t *t);
 
 /* Whether the plan pipelines micro-batches (their tasks then go in sample order). */
 int tsl_exec_pipelined(const struct tsl_model *m);

@@ -105,7 +105,7 @@ int tsl_exec_spatially_cut(tsl_tensor_t t)
 }
 
 /* *t again with its channels in one tile (same owners' map: filter group 0), if cut. */
-static tsl_status channels_whole(struct tsl_model *m, tsl_tensor_t *t)
+tsl_status tsl_exec_channels_whole(struct tsl_model *m, tsl_tensor_t *t)
 {
     tsl_tensor_t was = *t;
     if (was->shape.ndim < 2 || was->grid.splits[1] == 1)
@@ -159,9 +159,9 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
         if (!st && v != g->input)
             st = tsl_exec_batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
         if (!st && v == g->output) /* the losses read whole channels (filters= cuts the rest) */
-            st = channels_whole(m, &in->act[v]);
+            st = tsl_exec_channels_whole(m, &in->act[v]);
         if (!st && v == g->output && in->grad[v])
-            st = channels_whole(m, &in->grad[v]);
+            st = tsl_exec_channels_whole(m, &in->grad[v]);
         if (!st && tsl_exec_pipelined(m)) {
             tsl_tensor_order_by_samples(in->act[v]);
             if (in->grad[v])
@@ -198,7 +198,15 @@ tsl_status tsl_exec_input_tensors(struct tsl_model *m, int64_t batch, tsl_tensor
                                           &g->values[g->input].shape, 1, TSL_F32, x);
     if (!st && tsl_exec_pipelined(m))
         tsl_tensor_order_by_samples(*x);
-    if (!st) {
+    if (!st && m->targets) {
+        /* Float targets: tiled as the output (the losses take the two tile by tile). */
+        st = tsl_exec_batch_tensor(m, batch, tsl_exec_value_stage(m, g->output),
+                                   &g->values[g->output].shape, 1, TSL_F32, labels);
+        if (!st)
+            st = tsl_exec_channels_whole(m, labels);
+        if (!st && tsl_exec_pipelined(m))
+            tsl_tensor_order_by_samples(*labels);
+    } else if (!st) {
         /* Labels: one per sample, or one per position of a (classes, spatial...) output. */
         tsl_shape out = g->values[g->output].shape, ls;
         memset(&ls, 0, sizeof ls);

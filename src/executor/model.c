@@ -169,22 +169,27 @@ tsl_status tsl_model_set_loss(tsl_model_t m, int32_t count, const tsl_loss_term 
         return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: %d terms (want 1 to %d)", fn, (int)count,
                          TSL_MAX_LOSS_TERMS);
     const tsl_shape *out = &m->g->values[m->g->output].shape;
+    tsl_status st = tsl_loss_terms_check(count, terms, fn);
+    if (st)
+        return tsl_error(m->ctx, st, "%s", tsl_last_error());
     for (int32_t t = 0; t < count; t++) {
-        if (terms[t].kind != TSL_MODEL_LOSS_CROSS_ENTROPY && terms[t].kind != TSL_MODEL_LOSS_DICE)
-            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: term %d: unknown loss kind %d", fn,
-                             (int)t, (int)terms[t].kind);
-        if (!isfinite(terms[t].weight) || !(terms[t].weight > 0))
-            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
-                             "%s: term %d: weight %g (want finite and above 0)", fn, (int)t,
-                             terms[t].weight);
         if (terms[t].kind == TSL_MODEL_LOSS_DICE && (out->ndim < 2 || out->dims[0] > 1024))
             return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
                              "%s: Dice needs an output with labels per position and at most "
                              "1024 classes, not a (%lld%s) output",
                              fn, (long long)out->dims[0], out->ndim < 2 ? "" : ", ...");
     }
+    const int32_t targets = tsl_model_loss_takes_targets(terms[0].kind);
+    if (targets != m->targets && (m->ninst > 0 || m->ahead_x))
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: %s takes %s, and this model's steps have run with %s: set a loss "
+                         "of the other family before the first step",
+                         fn, tsl_model_loss_name(terms[0].kind),
+                         targets ? "float targets" : "class labels",
+                         targets ? "class labels" : "float targets");
     memcpy(m->loss, terms, sizeof *terms * (size_t)count);
     m->nloss = count;
+    m->targets = targets;
     return TSL_OK;
 }
 

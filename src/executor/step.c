@@ -14,6 +14,7 @@
 typedef struct batch_source {
     const float *x;
     const int64_t *labels;
+    const float *targets; /* (the host arrays of a loss on float targets) */
     tsl_dataset_t dataset;
     const int64_t *indices;
     tsl_tensor_t tx, tlabels; /* or tiled tensors the caller owns (tensors set) */
@@ -100,7 +101,8 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, b
     if (!src->read) {
         tsl_status st = tsl_tensor_scatter(in->act[m->g->input], 0, src->x);
         if (!st && with_labels)
-            st = tsl_tensor_scatter_labels(in->labels, 0, src->labels);
+            st = m->targets ? tsl_tensor_scatter(in->labels, 0, src->targets)
+                            : tsl_tensor_scatter_labels(in->labels, 0, src->labels);
         return st;
     }
     int holds = 0;
@@ -142,9 +144,20 @@ static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, d
             st = tsl_exec_scratch_of(m, in, y, &target);
         double l = 0, w = m->loss[t].weight;
         if (!st)
-            st = m->loss[t].kind == TSL_MODEL_LOSS_DICE
-                     ? tsl_loss_dice(in->act[y], in->labels, target, 1.0, &l)
-                     : tsl_loss_cross_entropy(in->act[y], in->labels, target, &l);
+            switch (m->loss[t].kind) {
+            case TSL_MODEL_LOSS_DICE:
+                st = tsl_loss_dice(in->act[y], in->labels, target, 1.0, &l);
+                break;
+            case TSL_MODEL_LOSS_MSE:
+                st = tsl_loss_mse(in->act[y], in->labels, target, &l);
+                break;
+            case TSL_MODEL_LOSS_L1:
+                st = tsl_loss_l1(in->act[y], in->labels, target, &l);
+                break;
+            default:
+                st = tsl_loss_cross_entropy(in->act[y], in->labels, target, &l);
+                break;
+            }
         if (!st && target && w != 1.0)
             st = tsl_tensor_scale(target, w);
         if (!st && target && t > 0)
@@ -161,7 +174,8 @@ static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, d
 static tsl_status count_correct(struct tsl_model *m, instance *in, int64_t *correct)
 {
     int64_t hits = 0;
-    tsl_status st = tsl_argmax_hits(in->act[m->g->output], in->labels, &hits);
+    tsl_status st = m->targets ? TSL_OK /* no classes: 0 */
+                               : tsl_argmax_hits(in->act[m->g->output], in->labels, &hits);
     if (!st && correct)
         *correct = hits;
     return st;
@@ -199,6 +213,8 @@ static tsl_status check_tensor(struct tsl_model *m, tsl_tensor_t t, const char *
 static tsl_shape label_shape(const struct tsl_model *m)
 {
     tsl_shape out = m->g->values[m->g->output].shape, ls;
+    if (m->targets) /* float targets: the output's shape */
+        return out;
     memset(&ls, 0, sizeof ls);
     ls.ndim = out.ndim - 1;
     for (int d = 1; d < out.ndim; d++)
@@ -225,11 +241,23 @@ static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_so
     if (src->tensors) /* (the batch is x's) */
         return check_tensors(m, batch, src, need_labels, fn);
     tsl_status st = TSL_OK;
+    const char *family = m->targets ? "float targets" : "class labels";
     if (batch < 1)
         st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: batch %lld < 1", fn, (long long)batch);
+    else if (need_labels && src->read && m->targets)
+        st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                       "%s: the model's loss (%s) takes float targets, and datasets give class "
+                       "labels: pass targets with tsl_model_train_step_targets() or tensors",
+                       fn, tsl_model_loss_name(m->loss[0].kind));
     else if (src->read)
         return TSL_OK; /* checked by every rank in tsl_tensors_read_samples() */
-    else if (m->ctx->rank == 0 && (!src->x || (need_labels && !src->labels)))
+    else if (need_labels && (src->targets != NULL) != (m->targets != 0))
+        st = tsl_error(
+            m->ctx, TSL_ERR_INVALID_ARG, "%s: the model's loss (%s) takes %s: use %s", fn,
+            tsl_model_loss_name(m->nloss ? m->loss[0].kind : TSL_MODEL_LOSS_CROSS_ENTROPY), family,
+            m->targets ? "tsl_model_train_step_targets() or tsl_model_evaluate_targets()"
+                       : "the steps that take int64 labels");
+    else if (m->ctx->rank == 0 && (!src->x || (need_labels && !src->labels && !src->targets)))
         st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: the batch data is NULL on rank 0", fn);
     return tsl_context_agree(m->ctx, 0, st);
 }
@@ -342,6 +370,13 @@ tsl_status tsl_model_train_step(tsl_model_t m, int64_t batch, const float *x, co
     return train_step(m, batch, &src, opt, loss, correct, "tsl_model_train_step");
 }
 
+tsl_status tsl_model_train_step_targets(tsl_model_t m, int64_t batch, const float *x,
+                                        const float *targets, tsl_optimizer_t opt, double *loss)
+{
+    batch_source src = {.x = x, .targets = targets};
+    return train_step(m, batch, &src, opt, loss, NULL, "tsl_model_train_step_targets");
+}
+
 tsl_status tsl_model_train_step_read(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
                                      const int64_t *indices, tsl_optimizer_t opt, double *loss,
                                      int64_t *correct)
@@ -387,6 +422,13 @@ tsl_status tsl_model_evaluate(tsl_model_t m, int64_t batch, const float *x, cons
     return evaluate(m, batch, &src, loss, correct, "tsl_model_evaluate");
 }
 
+tsl_status tsl_model_evaluate_targets(tsl_model_t m, int64_t batch, const float *x,
+                                      const float *targets, double *loss)
+{
+    batch_source src = {.x = x, .targets = targets};
+    return evaluate(m, batch, &src, loss, NULL, "tsl_model_evaluate_targets");
+}
+
 tsl_status tsl_model_evaluate_read(tsl_model_t m, tsl_dataset_t dataset, int64_t batch,
                                    const int64_t *indices, double *loss, int64_t *correct)
 {
@@ -405,6 +447,8 @@ tsl_status tsl_model_evaluate_read_next(tsl_model_t m, tsl_dataset_t dataset, in
 
 tsl_dtype tsl_model_label_dtype(tsl_model_t m)
 {
+    if (m && m->targets)
+        return TSL_F32;
     return m ? tsl_graph_label_dtype(m->g->values[m->g->output].shape.dims[0]) : TSL_U8;
 }
 

@@ -1199,3 +1199,190 @@ TEST(Model, LossesThatDoNotFitAreRefused)
     tsl_graph_destroy(cls);
     tsl_graph_destroy(seg);
 }
+
+// Losses on float targets (MSE and L1, and their weighted sum): the loss of the one-rank model
+// against the same sum taken in long double over its gathered output, the last convolution's
+// bias gradient against the sum of dL/dy over positions, and every plan at 1, 2 and 4 ranks
+// (loss, output, gradients, parameters after 3 steps) against the one-rank run; targets as
+// host arrays and as a tensor of the caller's tiling give the same bits.
+namespace
+{
+
+tsl_graph_t regression_graph(const std::vector<int64_t> &sample)
+{
+    const int64_t k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    tsl_graph_t g = nullptr;
+    int32_t v;
+    bool ok = tsl_graph_create(&g) == TSL_OK &&
+              tsl_graph_input(g, (int32_t)sample.size(), sample.data(), &v) == TSL_OK &&
+              tsl_graph_conv(g, "c1", v, 6, k, &cp, 0, 1, &v) == TSL_OK &&
+              tsl_graph_groupnorm(g, "gn1", v, 2, 1e-5, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_conv(g, "c2", v, 2, k, &cp, 0, 1, &v) == TSL_OK &&
+              tsl_graph_set_output(g, v) == TSL_OK;
+    return built(ok, g);
+}
+
+} // namespace
+
+TEST(Model, RegressionLossesMatchAReferenceAndEveryPlan)
+{
+    const std::vector<int64_t> sample = {1, 12, 10};
+    const int64_t n = 4, per = 120, out_per = 2 * 12 * 10, out_numel = n * out_per;
+    tsl_graph_t g = regression_graph(sample);
+    ASSERT_NE(g, nullptr);
+    const tsl_loss_term terms[2] = {{TSL_MODEL_LOSS_MSE, 1.0}, {TSL_MODEL_LOSS_L1, 0.3}};
+    ASSERT_EQ(tsl_graph_set_loss(g, 2, terms), TSL_OK) << tsl_last_error();
+    Batch b = make_batch(n, per, 3, seed + 700);
+    std::vector<float> target((size_t)out_numel);
+    {
+        std::mt19937_64 gen(seed + 701);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (float &t : target)
+            t = normal(gen);
+    }
+    int32_t c2_bias = -1;
+    for (int32_t i = 0; i < tsl_graph_param_count(g); i++) {
+        const char *name = nullptr;
+        tsl_graph_param_info(g, i, &name, nullptr, nullptr);
+        if (std::string(name) == "c2.bias")
+            c2_bias = i;
+    }
+    ASSERT_GE(c2_bias, 0);
+    auto run = [&](const tsl_plan *plan, bool tensors, double *loss,
+                   std::vector<std::vector<float>> *res) {
+        tsl_model_t m = nullptr;
+        ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 702, plan), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_model_label_dtype(m), TSL_F32);
+        tsl_optimizer_t opt = momentum_sgd();
+        ASSERT_NE(opt, nullptr);
+        // One step's loss and gradients (the optimizer's lr 0 would change nothing; instead the
+        // gradients are read before the first update through a zero-step evaluate + step).
+        std::vector<float> y((size_t)out_numel, NAN);
+        ASSERT_EQ(tsl_model_evaluate_targets(m, n, b.x.data(), target.data(), loss), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_model_forward(m, n, b.x.data(), 1, y.data()), TSL_OK);
+        res->push_back(rank == 0 ? y : std::vector<float>());
+        for (int k = 0; k < 3; k++) {
+            if (tensors) { // targets as a tensor cut along H, owned from the last rank down
+                const std::vector<int32_t> splits = {1, 1, 2, 1};
+                tsl_owner_map own = tsl_owner_callback(reversed, nullptr);
+                tsl_tensor_t tx = make_tensor(TSL_F32, {n, 1, 12, 10}, splits, own);
+                tsl_tensor_t tt = make_tensor(TSL_F32, {n, 2, 12, 10}, splits, own);
+                set_values(tx, b.x);
+                set_values(tt, target);
+                double l = 0;
+                ASSERT_EQ(tsl_model_train_step_tensors(m, tx, tt, opt, &l, nullptr), TSL_OK)
+                    << tsl_context_last_error(ctx);
+                if (k == 0)
+                    push_params(m, g, true, res);
+                tsl_tensor_destroy(tx);
+                tsl_tensor_destroy(tt);
+            } else {
+                ASSERT_EQ(
+                    tsl_model_train_step_targets(m, n, b.x.data(), target.data(), opt, nullptr),
+                    TSL_OK)
+                    << tsl_context_last_error(ctx);
+                if (k == 0)
+                    push_params(m, g, true, res);
+            }
+        }
+        push_params(m, g, false, res);
+        tsl_optimizer_destroy(opt);
+        tsl_model_destroy(m);
+    };
+    double ref_loss = 0;
+    std::vector<std::vector<float>> ref;
+    run(nullptr, false, &ref_loss, &ref);
+    // The one-rank loss and the bias gradient against sums over the gathered output.
+    std::vector<float> y0 = rank == 0 ? ref[0] : std::vector<float>((size_t)out_numel);
+    MPI_Bcast(y0.data(), (int)y0.size(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    long double sq = 0, ab = 0;
+    std::vector<long double> bias_grad(2, 0);
+    for (int64_t i = 0; i < out_numel; i++) {
+        long double d = (long double)y0[i] - target[i];
+        sq += d * d;
+        ab += fabsl(d);
+        int64_t c = (i / (12 * 10)) % 2;
+        bias_grad[c] += (2 * d + 0.3L * (d > 0 ? 1 : d < 0 ? -1 : 0)) / out_numel;
+    }
+    long double want = sq / out_numel + 0.3L * ab / out_numel;
+    EXPECT_NEAR(ref_loss, (double)want, 1e-12 * (double)want);
+    // ref: output, gradients (the graph's order), parameters; c2.bias's gradient is the last
+    // trainable one
+    size_t grads = ref.size() - 1 - (size_t)tsl_graph_param_count(g);
+    const std::vector<float> &db = ref[grads];
+    ASSERT_EQ(db.size(), 2u);
+    for (int c = 0; c < 2; c++)
+        EXPECT_NEAR(db[c], (double)bias_grad[c], 1e-6 * (1 + std::fabs((double)bias_grad[c])))
+            << "c2.bias gradient " << c;
+    // The caller's target tensor gives the host arrays' bits.
+    {
+        double loss = 0;
+        std::vector<std::vector<float>> got;
+        run(nullptr, true, &loss, &got);
+        EXPECT_EQ(loss, ref_loss);
+        for (size_t k = 1; k < ref.size(); k++)
+            EXPECT_EQ(got[k], ref[k]) << "tensor targets, result " << k;
+    }
+    const std::vector<std::string> plans =
+        size == 1 ? std::vector<std::string>{"tiles=2", "tiles=4"}
+        : size == 2
+            ? std::vector<std::string>{"space=2", "data=2", "filters=2", "stages=2,micro=2"}
+            : std::vector<std::string>{"space=2x2", "data=2,space=2", "data=4", "filters=2,data=2"};
+    for (const std::string &text : plans) {
+        if (size == 3 || size > 4)
+            break;
+        SCOPED_TRACE("plan " + text);
+        tsl_plan plan;
+        ASSERT_EQ(tsl_plan_parse(text.c_str(), &plan), TSL_OK);
+        double loss = 0;
+        std::vector<std::vector<float>> got;
+        run(&plan, false, &loss, &got);
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_NEAR(loss, ref_loss, 1e-6 * (1 + std::fabs(ref_loss)));
+        if (rank == 0)
+            EXPECT_LT(max_rel_diff(got[0], ref[0]), 1e-5) << "output";
+        for (size_t k = 1; k < ref.size(); k++)
+            EXPECT_LT(max_norm_rel_diff(got[k], ref[k]), 1e-4) << "result " << k;
+    }
+    tsl_graph_destroy(g);
+}
+
+TEST(Model, RegressionLossesRefuseLabelsAndMixedFamilies)
+{
+    const std::vector<int64_t> sample = {1, 12, 10};
+    tsl_graph_t g = regression_graph(sample);
+    ASSERT_NE(g, nullptr);
+    const tsl_loss_term mixed[2] = {{TSL_MODEL_LOSS_MSE, 1.0}, {TSL_MODEL_LOSS_CROSS_ENTROPY, 1}};
+    EXPECT_EQ(tsl_graph_set_loss(g, 2, mixed), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("all compare the output with"), std::string::npos)
+        << tsl_last_error();
+    tsl_model_t m = nullptr;
+    ASSERT_EQ(tsl_model_create(&m, ctx, g, seed + 710), TSL_OK);
+    EXPECT_EQ(tsl_model_set_loss(m, 2, mixed), TSL_ERR_INVALID_ARG);
+    const tsl_loss_term mse = {TSL_MODEL_LOSS_MSE, 1.0}, ce = {TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0};
+    ASSERT_EQ(tsl_model_set_loss(m, 1, &mse), TSL_OK);
+    Batch b = make_batch(2, 120, 2, seed + 711);
+    std::vector<int64_t> labels(2 * 12 * 10, 0);
+    tsl_optimizer_t opt = momentum_sgd();
+    EXPECT_EQ(tsl_model_train_step(m, 2, b.x.data(), labels.data(), opt, nullptr, nullptr),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("takes float targets"),
+              std::string::npos)
+        << tsl_context_last_error(ctx);
+    std::vector<float> target(2 * 2 * 12 * 10, 0.5f);
+    ASSERT_EQ(tsl_model_train_step_targets(m, 2, b.x.data(), target.data(), opt, nullptr), TSL_OK)
+        << tsl_context_last_error(ctx);
+    // Another family after a step: refused, the model's loss unchanged.
+    EXPECT_EQ(tsl_model_set_loss(m, 1, &ce), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_model_label_dtype(m), TSL_F32);
+    EXPECT_EQ(tsl_model_train_step_targets(m, 2, b.x.data(), target.data(), opt, nullptr), TSL_OK);
+    tsl_optimizer_destroy(opt);
+    tsl_model_destroy(m);
+    tsl_graph_destroy(g);
+}

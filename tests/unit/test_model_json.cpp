@@ -525,6 +525,22 @@ TEST_F(ModelJson, LossesRoundTripAndBadOnesAreErrors)
     tsl_graph_t again = nullptr;
     ASSERT_EQ(tsl_graph_read_json(path("again.json").c_str(), 3, sample, 3, &again), TSL_OK);
     EXPECT_EQ(print_json(again), text);
+    // Losses on float targets: named, read and written back.
+    write("targets.json",
+          model(layers, R"("losses": [{"loss": "mse"}, {"loss": "l1", "weight": 0.25}], )"));
+    tsl_graph_t targets = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(path("targets.json").c_str(), 3, sample, 3, &targets), TSL_OK)
+        << tsl_last_error();
+    ASSERT_EQ(tsl_graph_loss(targets, &count, terms), TSL_OK);
+    ASSERT_EQ(count, 2);
+    EXPECT_EQ(terms[0].kind, TSL_MODEL_LOSS_MSE);
+    EXPECT_EQ(terms[1].kind, TSL_MODEL_LOSS_L1);
+    EXPECT_EQ(terms[1].weight, 0.25);
+    EXPECT_NE(print_json(targets).find(
+                  R"("losses": [{"loss": "mse", "weight": 1}, {"loss": "l1", "weight": 0.25}])"),
+              std::string::npos)
+        << print_json(targets);
+    tsl_graph_destroy(targets);
     // Without a section: none named (the default, cross-entropy), and none written.
     write("none.json", model(layers));
     tsl_graph_t none = nullptr;
@@ -535,7 +551,9 @@ TEST_F(ModelJson, LossesRoundTripAndBadOnesAreErrors)
     const std::pair<std::string, std::string> bad[] = {
         {R"("losses": [], )", "must be an array of 1 to 4 terms"},
         {R"("losses": {"loss": "dice"}, )", "must be an array"},
-        {R"("losses": [{"loss": "mse"}], )", "losses[0]: needs \"loss\", cross_entropy or dice"},
+        {R"("losses": [{"loss": "mae"}], )",
+         "losses[0]: needs \"loss\", cross_entropy, dice, mse or l1"},
+        {R"("losses": [{"loss": "mse"}, {"loss": "dice"}], )", "all compare the output with"},
         {R"("losses": [{"loss": "dice", "weight": 0}], )", "\"weight\" must be a finite number"},
         {R"("losses": [{"loss": "dice", "weight": "2"}], )", "\"weight\" must be a finite"},
         {R"("losses": [{"loss": "dice", "scale": 2}], )", "unknown key 'scale'"},
