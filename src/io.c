@@ -89,7 +89,8 @@ typedef struct read_batch {
 
 typedef struct read_args {
     read_batch *batch; /* NULL on the ranks that do not run the task */
-    int32_t labels;    /* 0: a tile of x (f32); 1: a tile of labels (u8, i32 or i64) */
+    int32_t labels;    /* 0: a tile of x (f32); 1: a tile of labels (u8, i32 or i64) or of
+                        * float targets (f32, the dataset's info.targets) */
     int32_t ndim;
     int32_t layout;
     int32_t elem_size;
@@ -101,7 +102,7 @@ typedef struct read_args {
  * every class range), so nothing trains on stale values before the failure is reported. */
 static void poison_tile(const read_args *a, void *tile, int64_t numel)
 {
-    if (!a->labels) {
+    if (!a->labels || a->batch->info.targets) {
         float *x = tile;
         for (int64_t i = 0; i < numel; i++)
             x[i] = NAN;
@@ -119,7 +120,11 @@ static tsl_status read_tile_sample(const read_args *a, const read_batch *b, int6
     int64_t start[TSL_MAX_DIMS] = {0}, extent[TSL_MAX_DIMS], per_sample = 1;
     for (int32_t d = 1; d < a->ndim; d++)
         per_sample *= a->extent[d];
-    if (!a->labels) {
+    const int targets = a->labels && b->info.targets; /* f32, boxed as x is */
+    if (targets) {
+        memcpy(start, a->start + 1, sizeof *start * (size_t)(a->ndim - 1));
+        memcpy(extent, a->extent + 1, sizeof *extent * (size_t)(a->ndim - 1));
+    } else if (!a->labels) {
         memcpy(start, a->start + 1, sizeof *start * (size_t)sample_ndim);
         memcpy(extent, a->extent + 1, sizeof *extent * (size_t)sample_ndim);
     } else { /* every channel axis of the box: the labels' box is axes 1 .. */
@@ -129,13 +134,15 @@ static tsl_status read_tile_sample(const read_args *a, const read_batch *b, int6
             extent[d] = a->extent[d];
         }
     }
-    int direct = a->layout == TSL_LAYOUT_PLAIN && (!a->labels || a->elem_size == 8);
+    int direct = a->layout == TSL_LAYOUT_PLAIN && (!a->labels || targets || a->elem_size == 8);
     void *dst = (char *)tile + (size_t)(n * per_sample) * (size_t)a->elem_size;
     if (!direct && !*scratch && !(*scratch = malloc((size_t)per_sample * 8)))
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "reading samples: out of memory");
     void *into = direct ? dst : *scratch;
-    tsl_status st = tsl_dataset_read_box(b->dataset, index, start, extent, a->labels ? NULL : into,
-                                         a->labels ? into : NULL);
+    tsl_status st = targets
+                        ? tsl_dataset_read_target_box(b->dataset, index, start, extent, into)
+                        : tsl_dataset_read_box(b->dataset, index, start, extent,
+                                               a->labels ? NULL : into, a->labels ? into : NULL);
     if (st || direct)
         return st;
     tsl_box_copy_args c;
@@ -144,7 +151,7 @@ static tsl_status read_tile_sample(const read_args *a, const read_batch *b, int6
     c.elem_size = a->elem_size;
     c.src_layout = TSL_LAYOUT_PLAIN;
     c.dst_layout = a->layout;
-    c.narrow_labels = a->labels && a->elem_size != 8;
+    c.narrow_labels = a->labels && !targets && a->elem_size != 8;
     for (int32_t d = 0; d < a->ndim; d++) {
         c.src_extent[d] = d ? a->extent[d] : 1;
         c.dst_extent[d] = a->extent[d];
@@ -208,9 +215,20 @@ static tsl_status check_read(struct tsl_context *ctx, tsl_tensor_t x, tsl_tensor
     const char *fn = "tsl_tensors_read_samples";
     if (x && x->dtype != TSL_F32)
         return tsl_error(ctx, TSL_ERR_DTYPE, "%s: x is %s, not f32", fn, tsl_dtype_name(x->dtype));
-    if (labels && labels->dtype != TSL_U8 && labels->dtype != TSL_I32 && labels->dtype != TSL_I64)
-        return tsl_error(ctx, TSL_ERR_DTYPE, "%s: labels go to u8, i32 or i64 tensors, not %s", fn,
-                         tsl_dtype_name(labels->dtype));
+    if (labels && info->targets && labels->dtype != TSL_F32)
+        return tsl_error(ctx, TSL_ERR_DTYPE,
+                         "%s: the dataset gives float targets (for a loss such as mse or l1), "
+                         "and the labels tensor is %s",
+                         fn, tsl_dtype_name(labels->dtype));
+    if (labels && !info->targets && labels->dtype != TSL_U8 && labels->dtype != TSL_I32 &&
+        labels->dtype != TSL_I64)
+        return tsl_error(ctx, TSL_ERR_DTYPE,
+                         "%s: the dataset gives class labels, which go to u8, i32 or i64 "
+                         "tensors, not %s%s",
+                         fn, tsl_dtype_name(labels->dtype),
+                         labels->dtype == TSL_F32 ? " (a loss on float targets needs a dataset "
+                                                    "of them: an npy directory with f32 y)"
+                                                  : "");
     for (int k = 0; k < 2; k++) {
         tsl_tensor_t t = k ? labels : x;
         const tsl_shape *want = k ? &info->label_shape : &info->sample_shape;

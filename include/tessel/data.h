@@ -82,6 +82,11 @@ typedef struct tsl_dataset_info {
     int64_t sample_numel;
     /** Labels per sample (1 for classification, product of label_shape otherwise). */
     int64_t label_numel;
+    /** 1: the dataset gives float targets instead of class labels (an `.npy` directory whose
+     *  y is f32): label_shape is then one sample's target shape (C, spatial...), classes 0,
+     *  and the targets are read with tsl_dataset_read_target_box() (losses on float
+     *  targets: MSE, L1). */
+    int32_t targets;
 } tsl_dataset_info;
 
 /**
@@ -161,6 +166,16 @@ TSL_API tsl_status tsl_dataset_read(tsl_dataset_t dataset, const int64_t *indice
  */
 TSL_API tsl_status tsl_dataset_read_box(tsl_dataset_t dataset, int64_t index, const int64_t *start,
                                         const int64_t *extent, float *x, int64_t *y);
+
+/**
+ * @brief The box @p start, @p extent (label_shape's axes: C, spatial...) of sample @p index's
+ * float targets into @p targets (row-major, extent's product of floats), for a dataset whose
+ * info has targets set. ::TSL_ERR_INVALID_ARG for a dataset of class labels or a box outside
+ * the targets.
+ */
+TSL_API tsl_status tsl_dataset_read_target_box(tsl_dataset_t dataset, int64_t index,
+                                               const int64_t *start, const int64_t *extent,
+                                               float *targets);
 
 /**
  * @brief The order in which an epoch visits the samples: order[i] = i without shuffling,

@@ -114,8 +114,8 @@ TSL_API tsl_status tsl_model_train_step(tsl_model_t model, int64_t batch, const 
  * (MSE, L1; tsl_model_set_loss()): @p targets is (batch, output shape) f32 on rank 0 (ignored
  * elsewhere), scattered into tiles laid out as the output's. The model's other steps take
  * targets as tensors of tsl_model_label_dtype() (f32) and the output's shape
- * (tsl_model_train_step_tensors()); the dataset steps refuse such a model (datasets give class
- * labels).
+ * (tsl_model_train_step_tensors()), or read from a dataset of float targets (an `.npy`
+ * directory whose y is f32) by the dataset steps.
  */
 TSL_API tsl_status tsl_model_train_step_targets(tsl_model_t model, int64_t batch, const float *x,
                                                 const float *targets, tsl_optimizer_t opt,

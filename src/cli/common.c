@@ -612,14 +612,30 @@ int session_open(session *s, train_options *o, int need_train)
     tsl_dataset_get_info(s->test, &s->test_info);
     const tsl_dataset_info *info = s->train ? &s->train_info : &s->test_info;
     tsl_graph_t g;
-    st = tsl_model_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims, info->classes,
-                         &g);
+    /* A dataset of float targets: the model's classes are the targets' channels, so its output
+     * has the targets' shape. */
+    st = tsl_model_graph(o->model, info->sample_shape.ndim, info->sample_shape.dims,
+                         info->targets ? info->label_shape.dims[0] : info->classes, &g);
     if ((code = fail_collective(st, "building the model")))
         return code;
     tsl_shape out;
     tsl_graph_value_shape(g, tsl_graph_output(g), &out);
     s->output_shape = out;
-    if (out.ndim - 1 != info->label_shape.ndim) {
+    if (info->targets) {
+        int fits = out.ndim == info->label_shape.ndim;
+        for (int32_t d = 0; fits && d < out.ndim; d++)
+            fits = out.dims[d] == info->label_shape.dims[d];
+        if (!fits) {
+            tsl_graph_destroy(g);
+            if (rank_of_process == 0)
+                fprintf(stderr,
+                        "tessel: model '%s' has a %d-axis output of %lld channels but the data's "
+                        "float targets are %d axes of %lld channels per sample\n",
+                        o->model, (int)out.ndim, (long long)out.dims[0],
+                        (int)info->label_shape.ndim, (long long)info->label_shape.dims[0]);
+            return EXIT_USAGE;
+        }
+    } else if (out.ndim - 1 != info->label_shape.ndim) {
         tsl_graph_destroy(g);
         if (rank_of_process == 0) /* alike on every rank */
             fprintf(stderr, "tessel: model '%s' is a %s network but the data has %s labels\n",
@@ -655,14 +671,17 @@ int session_open(session *s, train_options *o, int need_train)
         return fail_collective(st, "creating the model");
     if ((st = tsl_model_set_loss(s->model, o->nloss, o->loss_terms)))
         return fail_collective(st, "setting --loss");
-    if (o->nloss > 0 && tsl_model_loss_takes_targets(o->loss_terms[0].kind)) {
+    tsl_model_loss_kind first = o->nloss > 0 ? o->loss_terms[0].kind : TSL_MODEL_LOSS_CROSS_ENTROPY;
+    if (tsl_model_loss_takes_targets(first) != (info->targets != 0)) {
         if (rank_of_process == 0)
             fprintf(stderr,
-                    "tessel: the loss %s takes float targets of the output's shape; the "
-                    "command line's datasets give class labels (train such a model through "
-                    "the library: tsl_model_train_step_targets or tsl_model_train_step_tensors)\n",
-                    tsl_model_loss_name(o->loss_terms[0].kind));
-        return 2;
+                    "tessel: the loss %s takes %s, and the data gives %s (float targets come "
+                    "from an npy directory whose y is f32; mse and l1 take them)\n",
+                    tsl_model_loss_name(first),
+                    tsl_model_loss_takes_targets(first) ? "float targets of the output's shape"
+                                                        : "class labels",
+                    info->targets ? "float targets" : "class labels");
+        return EXIT_USAGE;
     }
     if (o->load_params && (st = tsl_model_load_params(s->model, o->load_params)))
         return fail_collective(st, "loading parameters");

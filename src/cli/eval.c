@@ -128,6 +128,9 @@ int command_eval(int argc, char **argv)
     tsl_status st = evaluate(s.model, s.test, &s.test_info, o->batch, &loss, &accuracy);
     if (st)
         code = fail(st, "evaluating");
+    else if (rank_of_process == 0 && s.test_info.targets) /* float targets: no accuracy */
+        printf("tessel eval: model %s, data %s: test loss %.4f (%lld samples)\n", o->model, o->data,
+               loss, (long long)s.test_info.samples);
     else if (rank_of_process == 0)
         printf("tessel eval: model %s, data %s: test loss %.4f, accuracy %.2f%% (%lld "
                "samples)\n",

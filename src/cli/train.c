@@ -50,9 +50,8 @@ static void usage_train(FILE *out)
         "  --warmup-steps W    times (k + 1) / W at the first W steps k = 0 .. W - 1\n"
         "  --loss L            what the steps minimise: NAME[:WEIGHT],... a weighted sum of\n"
         "                      cross_entropy (default) and dice (soft Dice over the batch,\n"
-        "                      segmentation outputs), e.g. cross_entropy,dice:0.5 (mse and l1,\n"
-        "                      on float targets, are for the library: the datasets here give\n"
-        "                      class labels)\n"
+        "                      segmentation outputs), e.g. cross_entropy,dice:0.5; or of mse\n"
+        "                      and l1 on float targets (npy data whose y is f32), e.g. mse,l1:0.3\n"
         "  --seed S            parameters, shuffling and synthetic data (default 1)\n"
         "  --max-steps N       stop after N optimizer steps (default: no limit)\n"
         "  --shuffle on|off    shuffle the training samples every epoch (default on)\n"
@@ -919,13 +918,17 @@ static void print_epoch(const train_run *r, int64_t e, const epoch_metrics *m)
     const train_options *o = &r->o;
     if (r->bar) /* over the bar or the evaluation's line */
         printf("\r\033[K");
-    printf("epoch %lld/%ld%s: train loss %.4f acc %.2f%%, test loss %.4f acc %.2f%%, "
+    char train_acc[32] = "", test_acc[32] = ""; /* (float targets: no classes, no accuracy) */
+    if (!r->s.train_info.targets) {
+        snprintf(train_acc, sizeof train_acc, " acc %.2f%%", 100 * m->train_accuracy);
+        snprintf(test_acc, sizeof test_acc, " acc %.2f%%", 100 * m->test_accuracy);
+    }
+    printf("epoch %lld/%ld%s: train loss %.4f%s, test loss %.4f%s, "
            "%.1f s, %.0f samples/s, peak memory %.0f MiB (tiles %.1f MiB, buffers at "
            "most %.1f MiB, remote copies at most %.1f MiB)",
            (long long)e + 1, o->epochs, r->p.batch < r->steps_per_epoch ? " (stopped early)" : "",
-           m->train_loss, 100 * m->train_accuracy, m->test_loss, 100 * m->test_accuracy, m->seconds,
-           m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
-           m->cached_peak_mib);
+           m->train_loss, train_acc, m->test_loss, test_acc, m->seconds, m->samples_per_second,
+           m->peak_mib, m->owned_mib, m->buffer_peak_mib, m->cached_peak_mib);
     if (m->sent_per_step >= 0)
         printf(", per step %.2f MiB sent, %.2f MiB received, workers busy %.0f%%",
                m->sent_per_step / 1048576.0, m->received_per_step / 1048576.0, 100 * m->busy);

@@ -146,6 +146,10 @@ tsl_status tsl_data_synthetic_read_box(const struct tsl_dataset *ds, int64_t ind
 
 /* `.npy` directories read on demand (npy_dataset.c). */
 tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_split split);
+/* The box of sample `index`'s float targets (an npy dataset with targets set; checked). */
+tsl_status tsl_data_npy_read_target_box(const struct tsl_dataset *ds, int64_t index,
+                                        const int64_t *start, const int64_t *extent, float *t);
+
 tsl_status tsl_data_npy_read_sample_box(const struct tsl_dataset *ds, int64_t index,
                                         const int64_t *start, const int64_t *extent, float *x,
                                         int64_t *y);

@@ -146,15 +146,23 @@ static tsl_status npy_check_pair(const npy_array *x, const npy_array *y)
         return tsl_error(NULL, TSL_ERR_DTYPE,
                          "npy: '%s' holds %s values; x must be f32 (numpy: x.astype(np.float32))",
                          x->path, tsl_dtype_name(x->header.dtype));
-    if (y->header.dtype != TSL_I64)
+    if (y->header.dtype != TSL_I64 && y->header.dtype != TSL_F32)
         return tsl_error(NULL, TSL_ERR_DTYPE,
-                         "npy: '%s' holds %s values; labels must be i64 (numpy: "
-                         "y.astype(np.int64))",
+                         "npy: '%s' holds %s values; y must be i64 class labels (numpy: "
+                         "y.astype(np.int64)) or f32 targets (y.astype(np.float32))",
                          y->path, tsl_dtype_name(y->header.dtype));
     if (xs->ndim < 2)
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "npy: '%s' has shape %s; x must be N x C, then 0 to 3 spatial sizes",
                          x->path, x_text);
+    if (y->header.dtype == TSL_F32) { /* targets: N x (C, spatial...) of the model's output */
+        if (ys->dims[0] != xs->dims[0] || ys->ndim < 2)
+            return tsl_error(NULL, TSL_ERR_SHAPE,
+                             "npy: '%s' has shape %s but x '%s' has shape %s; f32 targets must "
+                             "be N x the output's shape (C, then 0 to 3 spatial sizes)",
+                             y->path, y_text, x->path, x_text);
+        return TSL_OK;
+    }
     int fits = ys->dims[0] == xs->dims[0] && (ys->ndim == 1 || ys->ndim == xs->ndim - 1);
     for (int d = 1; fits && ys->ndim > 1 && d < ys->ndim; d++)
         fits = ys->dims[d] == xs->dims[d + 1];
@@ -188,10 +196,27 @@ tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_spl
                          "npy: the test split needs '%s' and '%s', and '%s' does not exist", x_path,
                          y_path, have_x ? y_path : x_path);
     if ((st = npy_array_open(&ds->x_file, x_path)) || (st = npy_array_open(&ds->y_file, y_path)) ||
-        (st = npy_check_pair(&ds->x_file, &ds->y_file)) ||
-        (st = scan_labels(&ds->y_file, classes ? classes : MAX_CLASSES, &largest)))
+        (st = npy_check_pair(&ds->x_file, &ds->y_file)))
         return st;
     const tsl_shape *xs = &ds->x_file.header.shape;
+    if (ds->y_file.header.dtype == TSL_F32) { /* float targets */
+        if (classes)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "npy: classes= is for class labels, and '%s' holds f32 targets",
+                             y_path);
+        const tsl_shape *ys = &ds->y_file.header.shape;
+        tsl_data_set_info(&ds->info, xs->dims[0], 0, xs->ndim - 1, xs->dims + 1, 0);
+        ds->info.targets = 1;
+        ds->info.label_shape.ndim = ys->ndim - 1;
+        ds->info.label_numel = 1;
+        for (int32_t d = 1; d < ys->ndim; d++) {
+            ds->info.label_shape.dims[d - 1] = ys->dims[d];
+            ds->info.label_numel *= ys->dims[d];
+        }
+        return TSL_OK;
+    }
+    if ((st = scan_labels(&ds->y_file, classes ? classes : MAX_CLASSES, &largest)))
+        return st;
     tsl_data_set_info(&ds->info, xs->dims[0], classes ? classes : largest + 1, xs->ndim - 1,
                       xs->dims + 1, ds->y_file.header.shape.ndim > 1);
     return TSL_OK;
@@ -230,6 +255,15 @@ static tsl_status npy_read_box(const npy_array *a, int64_t row, int32_t ndim, co
             at[d] = 0;
     }
     return TSL_OK;
+}
+
+tsl_status tsl_data_npy_read_target_box(const struct tsl_dataset *ds, int64_t index,
+                                        const int64_t *start, const int64_t *extent, float *t)
+{
+    if (ds->kind != DATASET_NPY || !ds->info.targets)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "the dataset has no float targets");
+    return npy_read_box(&ds->y_file, index, ds->info.label_shape.ndim, ds->info.label_shape.dims,
+                        start, extent, t);
 }
 
 tsl_status tsl_data_npy_read_sample_box(const struct tsl_dataset *ds, int64_t index,

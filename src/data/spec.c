@@ -265,6 +265,10 @@ tsl_status tsl_dataset_get_info(tsl_dataset_t ds, tsl_dataset_info *info)
 static tsl_status read_box(const struct tsl_dataset *ds, int64_t index, const int64_t *start,
                            const int64_t *extent, float *x, int64_t *y)
 {
+    if (y && ds->info.targets)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "the dataset gives float targets, not class labels (read them with "
+                         "tsl_dataset_read_target_box)");
     switch (ds->kind) {
     case DATASET_FASHION_MNIST:
         tsl_data_fashion_read_box(ds, index, start, extent, x, y);
@@ -321,6 +325,27 @@ tsl_status tsl_dataset_read(tsl_dataset_t ds, const int64_t *indices, int64_t co
         st = read_box(ds, indices[i], start, whole, x ? x + i * ds->info.sample_numel : NULL,
                       y ? y + i * ds->info.label_numel : NULL);
     return st;
+}
+
+tsl_status tsl_dataset_read_target_box(tsl_dataset_t ds, int64_t index, const int64_t *start,
+                                       const int64_t *extent, float *targets)
+{
+    const char *fn = "tsl_dataset_read_target_box";
+    if (!ds || !start || !extent || !targets)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (!ds->info.targets)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: the dataset gives class labels, not float targets", fn);
+    tsl_status st = check_index(ds, index, 0, fn);
+    const tsl_shape *shape = &ds->info.label_shape;
+    for (int32_t d = 0; d < shape->ndim && !st; d++)
+        if (start[d] < 0 || extent[d] < 1 || start[d] + extent[d] > shape->dims[d])
+            st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                           "%s: axis %d of the box is [%lld, %lld), outside the targets' [0, "
+                           "%lld)",
+                           fn, (int)d, (long long)start[d], (long long)(start[d] + extent[d]),
+                           (long long)shape->dims[d]);
+    return st ? st : tsl_data_npy_read_target_box(ds, index, start, extent, targets);
 }
 
 tsl_status tsl_dataset_read_box(tsl_dataset_t ds, int64_t index, const int64_t *start,

@@ -244,11 +244,6 @@ static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_so
     const char *family = m->targets ? "float targets" : "class labels";
     if (batch < 1)
         st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: batch %lld < 1", fn, (long long)batch);
-    else if (need_labels && src->read && m->targets)
-        st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
-                       "%s: the model's loss (%s) takes float targets, and datasets give class "
-                       "labels: pass targets with tsl_model_train_step_targets() or tensors",
-                       fn, tsl_model_loss_name(m->loss[0].kind));
     else if (src->read)
         return TSL_OK; /* checked by every rank in tsl_tensors_read_samples() */
     else if (need_labels && (src->targets != NULL) != (m->targets != 0))

@@ -141,7 +141,17 @@ STEP_CASES = [
     # the loss named in the model file ("losses"; fcn2d's layers, written into the work directory)
     ("fcn2d-losses.json", (2, 12, 12), 2, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0"],
      "SGD", {"lr": 0.1}),
+    # losses on float targets (an npy y of f32, the output's shape): MSE and L1 summed, against
+    # F.mse_loss and F.l1_loss, from --loss and from the model file
+    ("fcn2d.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9",
+     "--loss", "mse,l1:0.3"],
+     "SGD", {"lr": 0.1, "momentum": 0.9}),
+    ("fcn2d-l1.json", (2, 12, 12), 2, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0"],
+     "SGD", {"lr": 0.1}),
 ]
+# a model file naming a loss on float targets
+L1_SECTION = [{"loss": "l1", "weight": 2.0}]
+TARGET_LOSSES = ("mse", "l1")
 # the model file of the last case: fcn2d with a "losses" section
 LOSSES_SECTION = [{"loss": "dice", "weight": 0.8}, {"loss": "cross_entropy"}]
 # a slice of channels and rows, then pooling in ceil mode: windows past the input's end, clipped
@@ -184,6 +194,10 @@ def torch_loss(options, logits, labels, model):
         weight = float(weight) if weight else 1.0
         if name == "cross_entropy":
             total = total + weight * F.cross_entropy(logits, labels)
+        elif name == "mse":
+            total = total + weight * F.mse_loss(logits, labels)
+        elif name == "l1":
+            total = total + weight * F.l1_loss(logits, labels)
         else:
             p = torch.softmax(logits, dim=1)
             g = F.one_hot(labels, logits.shape[1]).movedim(-1, 1).to(p.dtype)
@@ -202,14 +216,29 @@ def run(cmd, env):
     return p.stdout
 
 
-def make_data(directory, sample_shape, segmentation, seed):
+def make_data(directory, sample_shape, segmentation, seed, targets=None):
+    """x and y (class labels, or f32 targets of shape `targets` per sample) of 12 and 7 samples."""
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     for split, n in (("", 12), ("_test", 7)):
         np.save(os.path.join(directory, f"x{split}.npy"),
                 rng.standard_normal((n,) + sample_shape).astype(np.float32))
-        yshape = (n,) + sample_shape[1:] if segmentation else (n,)
-        np.save(os.path.join(directory, f"y{split}.npy"), rng.integers(0, CLASSES, yshape))
+        if targets:
+            y = rng.standard_normal((n,) + tuple(targets)).astype(np.float32)
+        else:
+            yshape = (n,) + sample_shape[1:] if segmentation else (n,)
+            y = rng.integers(0, CLASSES, yshape)
+        np.save(os.path.join(directory, f"y{split}.npy"), y)
+
+
+def takes_targets(options, model):
+    """Whether the case's loss (--loss, else the model file's) is one on float targets."""
+    if "--loss" in options:
+        names = [t.partition(":")[0] for t in options[options.index("--loss") + 1].split(",")]
+    else:
+        with open(model) as f:
+            names = [t["loss"] for t in json.load(f).get("losses", [])]
+    return bool(names) and names[0] in TARGET_LOSSES
 
 
 def check(model, shape, params, data, outputs, what):
@@ -228,7 +257,7 @@ def step_check(cli, work, env, case_index, seed):
     batch-norm statistic after them must agree within 1e-5 of max(1, |value|)."""
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
-    here = name in ("ops.json", "fcn2d-losses.json", "ceil.json")  # (written into the work dir)
+    here = name in ("ops.json", "fcn2d-losses.json", "ceil.json", "fcn2d-l1.json")  # (work dir)
     model = os.path.join(work if here else os.path.join(ROOT, "examples", "models"), name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
@@ -236,7 +265,8 @@ def step_check(cli, work, env, case_index, seed):
          "--sample-shape", ",".join(map(str, shape)), "--classes", str(CLASSES), "--seed",
          str(seed), "--out", init], env)
     module = tessel_torch.build(model, shape, CLASSES)
-    make_data(data, shape, len(module.output_shape) > 1, seed=seed)
+    make_data(data, shape, len(module.output_shape) > 1, seed=seed,
+              targets=module.output_shape if takes_targets(options, model) else None)
     run([cli, "train", "--data", "npy:" + data, "--model", model, "--batch", "4", "--max-steps",
          str(steps), "--shuffle", "off", "--load-params", init, "--save-params", after] + options,
         env)
@@ -283,6 +313,8 @@ def main():
         json.dump(with_losses, f)
     with open(os.path.join(work, "ceil.json"), "w") as f:
         json.dump(CEIL_MODEL, f)
+    with open(os.path.join(work, "fcn2d-l1.json"), "w") as f:
+        json.dump(dict(with_losses, losses=L1_SECTION), f)
     failures = []
     for i, (name, shape) in enumerate(CASES):
         model = ops_path if name == "ops.json" else os.path.join(ROOT, "examples", "models", name)

@@ -8,7 +8,9 @@ one-rank run, and each step's loss is the one-rank loss.
 usage: data_check.py TESSEL WORKDIR NP PLANS MPIEXEC [MPIEXEC ARGS...]
        (PLANS: space-separated; each run with -np NP appended to the MPIEXEC command)
 environment: CHECK_MODEL (default resnet), CHECK_DATA (a --data spec), CHECK_OPTIMIZERS
-       (space-separated, default "sgd adam")"""
+       (space-separated, default "sgd adam"), CHECK_TARGETS=C (instead of CHECK_DATA: an npy
+       directory of 40 random 1 x 12 x 12 samples with f32 targets of C x 12 x 12, trained
+       with --loss mse,l1:0.3)"""
 import json
 import os
 import shutil
@@ -25,8 +27,20 @@ os.makedirs(work)
 model = os.environ.get("CHECK_MODEL", "resnet")
 data = os.environ.get("CHECK_DATA", "synthetic:dims=2,size=12,samples=40,classes=4,labels=sample")
 optimizers = os.environ.get("CHECK_OPTIMIZERS", "sgd adam").split()
+targets = int(os.environ.get("CHECK_TARGETS", "0"))
+loss = []
+if targets:  # float targets: regression losses
+    data_dir = os.path.join(work, "targets-data")
+    os.makedirs(data_dir)
+    rng = np.random.default_rng(7)
+    for split, n in (("", 40), ("_test", 8)):
+        np.save(os.path.join(data_dir, f"x{split}.npy"),
+                rng.standard_normal((n, 1, 12, 12)).astype(np.float32))
+        np.save(os.path.join(data_dir, f"y{split}.npy"),
+                rng.standard_normal((n, targets, 12, 12)).astype(np.float32))
+    data, loss = "npy:" + data_dir, ["--loss", "mse,l1:0.3"]
 common = ["train", "--model", model, "--batch", "8", "--max-steps", "3", "--seed", "5",
-          "--data", data]
+          "--data", data] + loss
 
 
 def train(prefix, optimizer, plan):

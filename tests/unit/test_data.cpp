@@ -870,6 +870,59 @@ TEST_F(DatasetNpy, BoxesAreCutsOfTheWholeSample)
     }
 }
 
+// f32 y: float targets of any per-sample shape (the output's), read box by box; the label
+// calls refuse them, and the target call refuses a dataset of labels.
+TEST_F(DatasetNpy, FloatTargetsAreReadBoxByBox)
+{
+    write_pair("", 6, false, 3); // (x, and labels that the targets replace)
+    std::mt19937_64 rng(test_seed() + 91);
+    std::normal_distribution<float> normal;
+    std::vector<float> t(6 * 2 * 3 * 4);
+    for (float &v : t)
+        v = normal(rng);
+    write("y.npy", TSL_F32, {6, 2, 3, 4}, t);
+    tsl_dataset_t ds;
+    ASSERT_EQ(open_dataset(&ds, "npy:" + dir, TSL_SPLIT_TRAIN), TSL_OK) << tsl_last_error();
+    tsl_dataset_info info;
+    ASSERT_EQ(tsl_dataset_get_info(ds, &info), TSL_OK);
+    EXPECT_EQ(info.targets, 1);
+    EXPECT_EQ(info.classes, 0);
+    ASSERT_EQ(info.label_shape.ndim, 3);
+    EXPECT_EQ(info.label_shape.dims[0], 2);
+    EXPECT_EQ(info.label_numel, 24);
+    // every box of every sample against the whole array
+    for (int64_t s = 0; s < 6; s++)
+        for (int64_t c0 = 0; c0 < 2; c0++)
+            for (int64_t h0 = 0; h0 < 3; h0++)
+                for (int64_t w0 = 0; w0 < 4; w0 += 2) {
+                    const int64_t start[3] = {c0, h0, w0}, extent[3] = {2 - c0, 3 - h0, 2};
+                    std::vector<float> got((size_t)(extent[0] * extent[1] * extent[2]), NAN);
+                    ASSERT_EQ(tsl_dataset_read_target_box(ds, s, start, extent, got.data()), TSL_OK)
+                        << tsl_last_error();
+                    size_t k = 0;
+                    for (int64_t c = c0; c < 2; c++)
+                        for (int64_t h = h0; h < 3; h++)
+                            for (int64_t w = w0; w < w0 + 2; w++, k++)
+                                ASSERT_EQ(got[k], t[(size_t)(((s * 2 + c) * 3 + h) * 4 + w)])
+                                    << "sample " << s << " box " << c0 << "," << h0 << "," << w0;
+                }
+    const int64_t start[3] = {0, 0, 0}, outside[3] = {2, 3, 5}, whole[4] = {2, 3, 4, 0};
+    std::vector<float> buf(64);
+    EXPECT_EQ(tsl_dataset_read_target_box(ds, 0, start, outside, buf.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_read_target_box(ds, 6, start, whole, buf.data()), TSL_ERR_INVALID_ARG);
+    std::vector<int64_t> labels(64);
+    const int64_t xbox[3] = {2, 3, 4};
+    EXPECT_EQ(tsl_dataset_read_box(ds, 0, start, xbox, buf.data(), labels.data()),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("float targets"), std::string::npos);
+    EXPECT_EQ(tsl_dataset_read_box(ds, 0, start, xbox, buf.data(), nullptr), TSL_OK); // x alone
+    tsl_dataset_destroy(ds);
+    write_pair("", 6, false, 3);
+    ASSERT_EQ(open_dataset(&ds, "npy:" + dir, TSL_SPLIT_TRAIN), TSL_OK);
+    EXPECT_EQ(tsl_dataset_read_target_box(ds, 0, start, whole, buf.data()), TSL_ERR_INVALID_ARG);
+    tsl_dataset_destroy(ds);
+}
+
 TEST_F(DatasetNpy, FilesThatDoNotFit)
 {
     write_pair("", 5, false, 3);
@@ -882,7 +935,14 @@ TEST_F(DatasetNpy, FilesThatDoNotFit)
     write("y.npy", TSL_I64, {5, 3, 5}, std::vector<int64_t>(75, 1));
     expect_error(TSL_ERR_SHAPE, "spatial sizes of x");
     write("y.npy", TSL_I32, {5}, std::vector<int32_t>{0, 1, 2, 1, 0});
-    expect_error(TSL_ERR_DTYPE, "labels must be i64");
+    expect_error(TSL_ERR_DTYPE, "y must be i64 class labels");
+    write("y.npy", TSL_F32, {4, 2, 3, 4}, std::vector<float>(96, 0.5f));
+    expect_error(TSL_ERR_SHAPE, "f32 targets must be N x the output's shape");
+    write("y.npy", TSL_F32, {5}, std::vector<float>(5, 0.5f));
+    expect_error(TSL_ERR_SHAPE, "f32 targets must be N x the output's shape");
+    write("y.npy", TSL_F32, {5, 1, 3}, std::vector<float>(15, 0.5f));
+    expect_open_error("npy:dir=" + dir + ",classes=3", TSL_SPLIT_TRAIN, TSL_ERR_INVALID_ARG,
+                      "classes= is for class labels");
     write("y.npy", TSL_I64, {5}, std::vector<int64_t>{0, 1, -2, 1, 0});
     expect_error(TSL_ERR_FORMAT, "label -2 (element 2");
 
