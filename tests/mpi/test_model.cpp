@@ -1260,8 +1260,9 @@ TEST(Model, RegressionLossesMatchAReferenceAndEveryPlan)
         ASSERT_EQ(tsl_model_label_dtype(m), TSL_F32);
         tsl_optimizer_t opt = momentum_sgd();
         ASSERT_NE(opt, nullptr);
-        // One step's loss and gradients (the optimizer's lr 0 would change nothing; instead the
-        // gradients are read before the first update through a zero-step evaluate + step).
+        // The initial parameters' loss (evaluation: the graph has no running statistics, so it
+        // is the training forward's) and output; the first step's gradients are read after it
+        // (the parameters' grad tensors hold them), the parameters after three steps.
         std::vector<float> y((size_t)out_numel, NAN);
         ASSERT_EQ(tsl_model_evaluate_targets(m, n, b.x.data(), target.data(), loss), TSL_OK)
             << tsl_context_last_error(ctx);
