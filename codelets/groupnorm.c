@@ -12,6 +12,7 @@
 #include "codelet.h"
 #include "groupnorm.h"
 #include "groupnorm_math.h"
+#include "groupnorm_slab.h"
 
 #define GN_CHUNK 1024 /* positions per staged chunk of a float64 channels-last row */
 
@@ -112,12 +113,8 @@ void tsl_gn_stats_tile(const tsl_gn_args *a, const void *x, tsl_acc *acc)
 void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats)
 {
     tsl_acc scratch;
-    for (int64_t k = 0; k < a->samples * a->groups; k++) {
-        double mean, var;
-        tsl_bn_moments((double)a->per_group, &acc[2 * k], &scratch, &mean, &var);
-        stats[2 * k] = mean;
-        stats[2 * k + 1] = tsl_hd_invstd(tsl_hd_add(var, a->eps));
-    }
+    for (int64_t k = 0; k < a->samples * a->groups; k++)
+        tsl_gn_finalize_one(a, acc, k, stats, &scratch);
 }
 
 /* y = affine(x) over one sample of a tile, tile channel c's affine (k[c], k[C + c], k[2C + c]). */
@@ -188,50 +185,28 @@ void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *
         tsl_acc_normalize(&acc[k]);
 }
 
-/* sum(dy xhat) of sample s, channel c, from its exact sums (tsl_bn_sum_dy_xhat). */
-static double sum_dy_xhat(const tsl_gn_args *a, const tsl_acc *acc, const double *saved, int64_t s,
-                          int64_t c, tsl_acc *scratch)
-{
-    const double *ms = &saved[2 * ((a->n0 + s) * a->groups + c / (a->channels / a->groups))];
-    return tsl_bn_sum_dy_xhat(&acc[2 * (s * a->channels + c)], scratch, ms[0], ms[1]);
-}
-
 void tsl_gn_backward_coef(const tsl_gn_args *a, const tsl_acc *acc, const double *saved,
                           const void *gamma, double *coef)
 {
     tsl_acc scratch;
-    const int64_t per = a->channels / a->groups;
     for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t g = 0; g < a->groups; g++) {
-            double m1 = 0, m2 = 0;
-            for (int64_t c = g * per; c < (g + 1) * per; c++) {
-                double w = tsl_load(a->dtype, gamma, c);
-                double sum_dy = tsl_acc_round_into(&acc[2 * (s * a->channels + c)], &scratch);
-                m1 = tsl_hd_add(m1, tsl_hd_mul(w, sum_dy));
-                m2 = tsl_hd_add(m2, tsl_hd_mul(w, sum_dy_xhat(a, acc, saved, s, c, &scratch)));
-            }
-            coef[2 * (s * a->groups + g)] = tsl_hd_div(m1, (double)a->per_group);
-            coef[2 * (s * a->groups + g) + 1] = tsl_hd_div(m2, (double)a->per_group);
-        }
+        for (int64_t g = 0; g < a->groups; g++)
+            tsl_gn_coef_one(a, acc, saved, gamma, s, g, coef, &scratch);
 }
 
 void tsl_gn_slab_channels(const tsl_gn_args *a, const tsl_acc *acc, const double *saved,
                           tsl_acc *out)
 {
     tsl_acc scratch;
-    init_accs(out, 2 * a->channels);
-    for (int64_t s = 0; s < a->samples; s++)
-        for (int64_t c = 0; c < a->channels; c++) {
-            tsl_acc_merge(&out[2 * c], &acc[2 * (s * a->channels + c)]);
-            tsl_acc_add(&out[2 * c + 1], sum_dy_xhat(a, acc, saved, s, c, &scratch));
-        }
+    for (int64_t c = 0; c < a->channels; c++)
+        tsl_gn_slab_channel_one(a, acc, saved, c, out, &scratch);
 }
 
 void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad)
 {
     tsl_acc scratch;
     for (int64_t c = 0; c < a->channels; c++)
-        tsl_store(a->dtype, grad, c, tsl_acc_round_into(&acc[2 * c + a->which], &scratch));
+        tsl_gn_param_grad_one(a, acc, c, grad, &scratch);
 }
 
 /* dx over one sample of a tile; tile channel c's constants: k[c] mean, k[C + c] invstd,
@@ -396,20 +371,21 @@ static uint32_t gn_variant(struct starpu_task *task)
 
 TSL_CODELET(tsl_cl_gn_stats, "tsl_gn_stats", gn_stats_cpu, tsl_gn_stats_cuda, gn_variant,
             .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_finalize, "tsl_gn_finalize", gn_finalize_cpu, NULL, gn_variant, .nbuffers = 2,
-            .modes = {STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_save, "tsl_gn_save", gn_save_cpu, NULL, gn_variant, .nbuffers = 2,
+TSL_CODELET(tsl_cl_gn_finalize, "tsl_gn_finalize", gn_finalize_cpu, tsl_gn_finalize_cuda,
+            gn_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_save, "tsl_gn_save", gn_save_cpu, tsl_gn_save_cuda, gn_variant, .nbuffers = 2,
             .modes = {STARPU_R, STARPU_RW});
 TSL_CODELET(tsl_cl_gn_normalize, "tsl_gn_normalize", gn_normalize_cpu, tsl_gn_normalize_cuda,
             gn_variant, .nbuffers = 5, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_bwd_sums, "tsl_gn_bwd_sums", gn_bwd_sums_cpu, tsl_gn_bwd_sums_cuda,
             gn_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_bwd_coef, "tsl_gn_bwd_coef", gn_bwd_coef_cpu, NULL, gn_variant, .nbuffers = 4,
-            .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_slab_channels, "tsl_gn_slab_channels", gn_slab_channels_cpu, NULL, gn_variant,
-            .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
-TSL_CODELET(tsl_cl_gn_param_grad, "tsl_gn_param_grad", gn_param_grad_cpu, NULL, gn_variant,
-            .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_bwd_coef, "tsl_gn_bwd_coef", gn_bwd_coef_cpu, tsl_gn_bwd_coef_cuda,
+            gn_variant, .nbuffers = 4, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_slab_channels, "tsl_gn_slab_channels", gn_slab_channels_cpu,
+            tsl_gn_slab_channels_cuda, gn_variant, .nbuffers = 3,
+            .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_gn_param_grad, "tsl_gn_param_grad", gn_param_grad_cpu, tsl_gn_param_grad_cuda,
+            gn_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_bwd_data, "tsl_gn_bwd_data", gn_bwd_data_cpu, tsl_gn_bwd_data_cuda,
             gn_variant, .nbuffers = 6,
             .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});

@@ -3,13 +3,15 @@
  * exact accumulators (reduce_cuda.cuh), so they equal the CPU's whatever the order; the
  * element-wise passes compute each element with the CPU's own functions (batchnorm_math.h,
  * groupnorm_math.h, not contracted by nvcc). The per-slab codelets (finalize, save,
- * coefficients, the parameter gradients' sums) are small and stay on the CPU.
+ * coefficients, the parameter gradients' channel totals and values) run the CPU's own bodies
+ * (groupnorm_slab.h) one (sample, group) or one channel a thread, so a slab's small results are
+ * made where its tiles are, without a trip to the host.
  *
  * The sums walk each sample's elements as batch norm's walk a tile (coalesced on
  * channels-last tiles: a block's threads take adjacent channels), grid z the sample; every
  * block merges its per-channel sums into the output accumulators with global atomics (the
- * channels of one group share theirs in the forward). The element-wise kernels take one
- * element a thread, grid-stride. */
+ * channels of one group share theirs in the forward). The element-wise kernels walk the same
+ * way, each thread one channel of one sample: its constants once, no division per element. */
 #include <starpu.h>
 
 #include "batchnorm_math.h"
@@ -17,6 +19,7 @@
 #include "cuda_check.h"
 #include "groupnorm.h"
 #include "groupnorm_math.h"
+#include "groupnorm_slab.h"
 #include "reduce_cuda.cuh"
 
 namespace
@@ -58,19 +61,9 @@ int64_t tile_elements(const tsl_gn_args &a)
     return a.samples * a.cext * a.inner;
 }
 
-/* Sample, tile channel of element i. */
-__device__ inline void row_of(const tsl_gn_args &a, int64_t i, int64_t *s, int64_t *c)
-{
-    if (a.channels_last) {
-        *c = i % a.cext;
-        *s = i / a.cext / a.inner;
-    } else {
-        *c = (i / a.inner) % a.cext;
-        *s = i / a.inner / a.cext;
-    }
-}
-
 constexpr int group_max = TSL_BN_WALK_GROUP;
+/* The element-wise kernels bound no sum: as many elements a block as filling the GPU leaves. */
+constexpr int64_t elementwise_block_elements = (int64_t)1 << 40;
 static_assert(TSL_BN_WALK_THREADS == block_threads, "the walk's block is the exact sums' block");
 
 /* One sample's elements of the tile, walked as batch norm walks a tile (bn_tile_walk.h): on
@@ -79,6 +72,15 @@ static_assert(TSL_BN_WALK_THREADS == block_threads, "the walk's block is the exa
 tsl_bn_walk sample_walk(const tsl_gn_args &a)
 {
     return tsl_bn_walk_make(1, a.inner, a.cext, a.channels_last);
+}
+
+/* The grid of a walk over each sample (sample_walk): channel groups along y, samples along z. */
+dim3 sample_grid(const tsl_gn_args &a, const tsl_bn_walk &w, int64_t elements_per_block)
+{
+    int64_t gx, gy;
+    tsl_bn_walk_grid(&w, max_grid / a.samples > 1 ? max_grid / a.samples : 1, elements_per_block,
+                     &gx, &gy);
+    return dim3((unsigned)gx, (unsigned)gy, (unsigned)a.samples);
 }
 
 /* Sample blockIdx.z, channel group blockIdx.y of the walk: per tile channel, sums of a and a b
@@ -127,12 +129,9 @@ void launch_sums(const tsl_gn_args &a, int by_group, const void *pa, const void 
     TSL_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)accs * sizeof(tsl_acc), stream));
     if (tile_elements(a) > 0) {
         tsl_bn_walk w = sample_walk(a);
-        int64_t gx, gy;
         /* a group's accumulator takes up to group_max channels' deposits of a block: a
          * group_max-th of the elements a channel's accumulator may take (reduce_cuda.cuh) */
-        tsl_bn_walk_grid(&w, max_grid / a.samples > 1 ? max_grid / a.samples : 1,
-                         block_elements / group_max, &gx, &gy);
-        dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)a.samples);
+        dim3 grid = sample_grid(a, w, block_elements / group_max);
         sums_kernel<T>
             <<<grid, block_threads, 0, stream>>>(w, a, by_group, (const T *)pa, (const T *)pb, out);
         TSL_CUDA_CHECK_LAUNCH();
@@ -152,40 +151,103 @@ template <> __device__ inline double affine(double x, const tsl_bn_affine &f)
     return tsl_bn_affine_f64(x, f.mean, f.scale, f.shift);
 }
 
-/* y = (x - mean) (invstd gamma) + beta, stats the slab's (mean, invstd) per (sample, group). */
-template <typename T>
-__global__ void normalize_kernel(tsl_gn_args a, const T *x, const double *stats, const T *gamma,
-                                 const T *beta, T *y)
+/* f(i) for the elements of tile channel c of sample blockIdx.z that this thread takes, i an
+ * index into the tile: no division per element. */
+template <typename F>
+__device__ inline void each_element(const tsl_bn_walk &w, const tsl_gn_args &a, int64_t c, F f)
 {
-    const int64_t n = a.samples * a.cext * a.inner;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t s, c;
-        row_of(a, i, &s, &c);
-        const double *ms = &stats[2 * (s * a.groups + (a.c0 + c) / (a.channels / a.groups))];
-        tsl_bn_affine f =
-            tsl_bn_train_affine(ms[0], ms[1], (double)gamma[a.c0 + c], (double)beta[a.c0 + c]);
-        y[i] = affine<T>(x[i], f);
-    }
+    const int64_t off = (int64_t)blockIdx.z * a.inner * a.cext;
+    tsl_bn_cursor cur;
+    int64_t i;
+    for (int more = tsl_bn_walk_begin(&w, blockIdx.x, threadIdx.x, gridDim.x, c, &cur, &i); more;
+         more = tsl_bn_walk_next(&w, c, &cur, &i))
+        f(off + i);
 }
 
-/* dx = invstd (dy gamma - m1 - xhat m2), as tsl_gn_backward_data_tile. */
+/* y = (x - mean) (invstd gamma) + beta, stats the slab's (mean, invstd) per (sample, group):
+ * each thread keeps one channel of one sample (the walk's), so its affine is computed once. */
 template <typename T>
-__global__ void dx_kernel(tsl_gn_args a, const T *x, const T *dy, const double *saved,
-                          const T *gamma, const double *coef, T *dx)
+__global__ void normalize_kernel(tsl_bn_walk w, tsl_gn_args a, const T *x, const double *stats,
+                                 const T *gamma, const T *beta, T *y)
 {
-    const int64_t n = a.samples * a.cext * a.inner;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t s, c;
-        row_of(a, i, &s, &c);
-        const int64_t g = (a.c0 + c) / (a.channels / a.groups);
-        const double *ms = &saved[2 * ((a.n0 + s) * a.groups + g)];
-        const double *m = &coef[2 * (s * a.groups + g)];
-        double xhat = tsl_gn_xhat((double)x[i], ms[0], ms[1]);
-        dx[i] = (T)tsl_gn_dx(tsl_hd_mul((double)dy[i], (double)gamma[a.c0 + c]), xhat, ms[1], m[0],
-                             m[1]);
-    }
+    const int64_t c = tsl_bn_walk_channel(&w, blockIdx.y, threadIdx.x);
+    if (c < 0)
+        return;
+    const int64_t s = blockIdx.z, ch = a.c0 + c;
+    const double *ms = &stats[2 * (s * a.groups + ch / (a.channels / a.groups))];
+    const tsl_bn_affine f = tsl_bn_train_affine(ms[0], ms[1], (double)gamma[ch], (double)beta[ch]);
+    each_element(w, a, c, [&](int64_t i) { y[i] = affine<T>(x[i], f); });
+}
+
+/* dx = invstd (dy gamma - m1 - xhat m2), as tsl_gn_backward_data_tile, one channel of one
+ * sample a thread. */
+template <typename T>
+__global__ void dx_kernel(tsl_bn_walk w, tsl_gn_args a, const T *x, const T *dy,
+                          const double *saved, const T *gamma, const double *coef, T *dx)
+{
+    const int64_t c = tsl_bn_walk_channel(&w, blockIdx.y, threadIdx.x);
+    if (c < 0)
+        return;
+    const int64_t s = blockIdx.z, ch = a.c0 + c, g = ch / (a.channels / a.groups);
+    const double *ms = &saved[2 * ((a.n0 + s) * a.groups + g)];
+    const double *m = &coef[2 * (s * a.groups + g)];
+    const double mean = ms[0], invstd = ms[1], w_c = (double)gamma[ch], m1 = m[0], m2 = m[1];
+    each_element(w, a, c, [&](int64_t i) {
+        double xhat = tsl_gn_xhat((double)x[i], mean, invstd);
+        dx[i] = (T)tsl_gn_dx(tsl_hd_mul((double)dy[i], w_c), xhat, invstd, m1, m2);
+    });
+}
+
+/* ---- per-slab kernels: one (sample, group) or one channel a thread, the CPU's bodies ---- */
+
+constexpr int slab_threads = 64;
+
+unsigned slab_blocks(int64_t items)
+{
+    return (unsigned)((items + slab_threads - 1) / slab_threads);
+}
+
+__global__ void finalize_kernel(tsl_gn_args a, const tsl_acc *acc, double *stats)
+{
+    int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= a.samples * a.groups)
+        return;
+    tsl_acc scratch;
+    tsl_gn_finalize_one(&a, acc, k, stats, &scratch);
+}
+
+__global__ void coef_kernel(tsl_gn_args a, const tsl_acc *acc, const double *saved,
+                            const void *gamma, double *coef)
+{
+    int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= a.samples * a.groups)
+        return;
+    tsl_acc scratch;
+    tsl_gn_coef_one(&a, acc, saved, gamma, k / a.groups, k % a.groups, coef, &scratch);
+}
+
+__global__ void slab_channels_kernel(tsl_gn_args a, const tsl_acc *acc, const double *saved,
+                                     tsl_acc *out)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= a.channels)
+        return;
+    tsl_acc scratch;
+    tsl_gn_slab_channel_one(&a, acc, saved, c, out, &scratch);
+}
+
+__global__ void param_grad_kernel(tsl_gn_args a, const tsl_acc *acc, void *grad)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= a.channels)
+        return;
+    tsl_acc scratch;
+    tsl_gn_param_grad_one(&a, acc, c, grad, &scratch);
+}
+
+bool accs_of(void *buffers[], int i, int64_t count)
+{
+    return bytes(buffers, i) == count * (int64_t)sizeof(tsl_acc);
 }
 
 } // namespace
@@ -234,15 +296,16 @@ extern "C" void tsl_gn_normalize_cuda(void *buffers[], void *cl_arg)
     if (tile_elements(a) == 0)
         return;
     cudaStream_t stream = starpu_cuda_get_local_stream();
-    unsigned blocks = grid_for(tile_elements(a));
+    const tsl_bn_walk w = sample_walk(a);
+    const dim3 grid = sample_grid(a, w, elementwise_block_elements);
     if (a.dtype == TSL_F32)
-        normalize_kernel<float><<<blocks, block_threads, 0, stream>>>(
-            a, (const float *)buf(buffers, 0), (const double *)buf(buffers, 1),
+        normalize_kernel<float><<<grid, block_threads, 0, stream>>>(
+            w, a, (const float *)buf(buffers, 0), (const double *)buf(buffers, 1),
             (const float *)buf(buffers, 2), (const float *)buf(buffers, 3),
             (float *)buf(buffers, 4));
     else
-        normalize_kernel<double><<<blocks, block_threads, 0, stream>>>(
-            a, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
+        normalize_kernel<double><<<grid, block_threads, 0, stream>>>(
+            w, a, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
             (const double *)buf(buffers, 2), (const double *)buf(buffers, 3),
             (double *)buf(buffers, 4));
     TSL_CUDA_CHECK_LAUNCH();
@@ -259,16 +322,88 @@ extern "C" void tsl_gn_bwd_data_cuda(void *buffers[], void *cl_arg)
     if (tile_elements(a) == 0)
         return;
     cudaStream_t stream = starpu_cuda_get_local_stream();
-    unsigned blocks = grid_for(tile_elements(a));
+    const tsl_bn_walk w = sample_walk(a);
+    const dim3 grid = sample_grid(a, w, elementwise_block_elements);
     if (a.dtype == TSL_F32)
-        dx_kernel<float><<<blocks, block_threads, 0, stream>>>(
-            a, (const float *)buf(buffers, 0), (const float *)buf(buffers, 1),
+        dx_kernel<float><<<grid, block_threads, 0, stream>>>(
+            w, a, (const float *)buf(buffers, 0), (const float *)buf(buffers, 1),
             (const double *)buf(buffers, 2), (const float *)buf(buffers, 3),
             (const double *)buf(buffers, 4), (float *)buf(buffers, 5));
     else
-        dx_kernel<double><<<blocks, block_threads, 0, stream>>>(
-            a, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
+        dx_kernel<double><<<grid, block_threads, 0, stream>>>(
+            w, a, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
             (const double *)buf(buffers, 2), (const double *)buf(buffers, 3),
             (const double *)buf(buffers, 4), (double *)buf(buffers, 5));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_gn_finalize_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm finalize (CUDA): arguments");
+    const int64_t k = a.samples * a.groups;
+    TSL_CODELET_CHECK(accs_of(buffers, 0, 2 * k) && nx(buffers, 1) == 2 * k,
+                      "group norm finalize (CUDA): sizes");
+    if (k == 0)
+        return;
+    finalize_kernel<<<slab_blocks(k), slab_threads, 0, starpu_cuda_get_local_stream()>>>(
+        a, (const tsl_acc *)buf(buffers, 0), (double *)buf(buffers, 1));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+/* The slab's rows of the whole batch's saved statistics. */
+extern "C" void tsl_gn_save_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm save (CUDA): arguments");
+    const int64_t k = a.samples * a.groups;
+    TSL_CODELET_CHECK(accs_of(buffers, 0, 2 * k) && nx(buffers, 1) == 2 * a.batch * a.groups &&
+                          a.n0 >= 0 && a.n0 + a.samples <= a.batch,
+                      "group norm save (CUDA): sizes");
+    if (k == 0)
+        return;
+    finalize_kernel<<<slab_blocks(k), slab_threads, 0, starpu_cuda_get_local_stream()>>>(
+        a, (const tsl_acc *)buf(buffers, 0), (double *)buf(buffers, 1) + 2 * a.n0 * a.groups);
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_gn_bwd_coef_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm coef (CUDA): arguments");
+    const int64_t k = a.samples * a.groups;
+    TSL_CODELET_CHECK(accs_of(buffers, 0, 2 * a.samples * a.channels) &&
+                          nx(buffers, 1) == 2 * a.batch * a.groups &&
+                          nx(buffers, 2) == a.channels && nx(buffers, 3) == 2 * k && a.n0 >= 0 &&
+                          a.n0 + a.samples <= a.batch,
+                      "group norm coef (CUDA): sizes");
+    if (k == 0)
+        return;
+    coef_kernel<<<slab_blocks(k), slab_threads, 0, starpu_cuda_get_local_stream()>>>(
+        a, (const tsl_acc *)buf(buffers, 0), (const double *)buf(buffers, 1), buf(buffers, 2),
+        (double *)buf(buffers, 3));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_gn_slab_channels_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm slab channels (CUDA): arguments");
+    TSL_CODELET_CHECK(accs_of(buffers, 0, 2 * a.samples * a.channels) &&
+                          nx(buffers, 1) == 2 * a.batch * a.groups &&
+                          accs_of(buffers, 2, 2 * a.channels) && a.n0 >= 0 &&
+                          a.n0 + a.samples <= a.batch,
+                      "group norm slab channels (CUDA): sizes");
+    slab_channels_kernel<<<slab_blocks(a.channels), slab_threads, 0,
+                           starpu_cuda_get_local_stream()>>>(a, (const tsl_acc *)buf(buffers, 0),
+                                                             (const double *)buf(buffers, 1),
+                                                             (tsl_acc *)buf(buffers, 2));
+    TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_gn_param_grad_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_gn_args a = unpack(cl_arg, "group norm parameter gradient (CUDA): arguments");
+    TSL_CODELET_CHECK(accs_of(buffers, 0, 2 * a.channels) && nx(buffers, 1) == a.channels &&
+                          (a.which == 0 || a.which == 1),
+                      "group norm parameter gradient (CUDA): sizes");
+    param_grad_kernel<<<slab_blocks(a.channels), slab_threads, 0, starpu_cuda_get_local_stream()>>>(
+        a, (const tsl_acc *)buf(buffers, 0), buf(buffers, 1));
     TSL_CUDA_CHECK_LAUNCH();
 }

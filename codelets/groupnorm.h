@@ -72,12 +72,17 @@ void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *
                                void *dx);
 
 #ifdef TESSEL_USE_CUDA
-/* The per-element codelets' CUDA functions (groupnorm.cu): the same arguments, buffers and bits
- * as the CPU functions, launched on the worker's stream. */
+/* The codelets' CUDA functions (groupnorm.cu): the same arguments, buffers and bits as the CPU
+ * functions, launched on the worker's stream. */
 void tsl_gn_stats_cuda(void *buffers[], void *cl_arg);
 void tsl_gn_normalize_cuda(void *buffers[], void *cl_arg);
 void tsl_gn_bwd_sums_cuda(void *buffers[], void *cl_arg);
 void tsl_gn_bwd_data_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_finalize_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_save_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_bwd_coef_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_slab_channels_cuda(void *buffers[], void *cl_arg);
+void tsl_gn_param_grad_cuda(void *buffers[], void *cl_arg);
 #endif
 
 extern struct starpu_codelet tsl_cl_gn_stats;         /* R x, W acc */

@@ -17,7 +17,7 @@
 #include "reduce_hd.h"
 
 #define LIMB_BITS TSL_ACC_LIMB_BITS
-#define DEPOSITS_BEFORE_NORMALIZE ((int64_t)1 << 30)
+#define DEPOSITS_BEFORE_NORMALIZE TSL_ACC_DEPOSITS_BEFORE_NORMALIZE
 #define DOUBLE_BIAS TSL_ACC_BIAS /* exponent of bit 0 is -1074 */
 
 _Static_assert(TSL_ACC_LIMBS *LIMB_BITS >= 2098 + 2 * LIMB_BITS,
@@ -53,28 +53,7 @@ static void acc_deposit(tsl_acc *acc, uint64_t magnitude, int exp2, int negative
 
 void tsl_acc_add(tsl_acc *acc, double value)
 {
-    int k;
-    int64_t piece[3];
-    switch (tsl_acc_split_double(value, &k, piece)) {
-    case TSL_ACC_PIECES:
-        acc->limb[k] += piece[0];
-        acc->limb[k + 1] += piece[1];
-        acc->limb[k + 2] += piece[2];
-        if (++acc->deposits >= DEPOSITS_BEFORE_NORMALIZE)
-            tsl_acc_normalize(acc);
-        return;
-    case TSL_ACC_NAN:
-        acc->nan_count++;
-        return;
-    case TSL_ACC_POS_INF:
-        acc->pos_inf++;
-        return;
-    case TSL_ACC_NEG_INF:
-        acc->neg_inf++;
-        return;
-    default: /* a zero */
-        return;
-    }
+    tsl_acc_add_value(acc, value);
 }
 
 void tsl_acc_merge(tsl_acc *dst, const tsl_acc *src)

@@ -16,6 +16,9 @@
 
 #define TSL_ACC_LIMB_BITS 32
 #define TSL_ACC_BIAS 1074 /* exponent of bit 0 is -1074 */
+/* Deposits an accumulator takes between normalisations: each adds under 2^32 to a limb, so a
+ * limb stays far inside int64. */
+#define TSL_ACC_DEPOSITS_BEFORE_NORMALIZE ((int64_t)1 << 30)
 
 /* What one value adds to an accumulator. */
 enum {
@@ -69,6 +72,36 @@ static inline TSL_HD void tsl_acc_normalize_limbs(int64_t *limb)
         int64_t carry = limb[k] >> TSL_ACC_LIMB_BITS; /* arithmetic shift: floor division */
         limb[k] -= carry * ((int64_t)1 << TSL_ACC_LIMB_BITS);
         limb[k + 1] += carry;
+    }
+}
+
+/* acc += value exactly (tsl_acc_add()): its pieces deposited, NaN and the infinities counted,
+ * the limbs normalised every TSL_ACC_DEPOSITS_BEFORE_NORMALIZE deposits. */
+static inline TSL_HD void tsl_acc_add_value(tsl_acc *acc, double value)
+{
+    int k;
+    int64_t piece[3];
+    switch (tsl_acc_split_double(value, &k, piece)) {
+    case TSL_ACC_PIECES:
+        acc->limb[k] += piece[0];
+        acc->limb[k + 1] += piece[1];
+        acc->limb[k + 2] += piece[2];
+        if (++acc->deposits >= TSL_ACC_DEPOSITS_BEFORE_NORMALIZE) {
+            tsl_acc_normalize_limbs(acc->limb);
+            acc->deposits = 0;
+        }
+        return;
+    case TSL_ACC_NAN:
+        acc->nan_count++;
+        return;
+    case TSL_ACC_POS_INF:
+        acc->pos_inf++;
+        return;
+    case TSL_ACC_NEG_INF:
+        acc->neg_inf++;
+        return;
+    default: /* a zero */
+        return;
     }
 }
 

@@ -1,5 +1,6 @@
 // CUDA group normalization (codelets/groupnorm.cu): the per-element codelets (the forward's and
-// the backward's exact sums, the normalization, the input gradient) against the CPU's functions
+// the backward's exact sums, the normalization, the input gradient) and the per-slab ones
+// (finalize, save, coefficients, channel totals, parameter gradients) against the CPU's functions
 // on the same inputs, both layouts, f32 and f64, tiles that start inside a group and end inside
 // another. The sums are exact and the element-wise passes use the CPU's arithmetic step by step,
 // so every output must equal the CPU's bit for bit.
@@ -82,6 +83,56 @@ void check_tile(int64_t samples, int64_t inner, int channels_last, int64_t chann
                      cuda_buf(g, STARPU_R), cuda_buf(coef, STARPU_R), cuda_buf(got, STARPU_W)});
         EXPECT_TRUE(same_bits(got, want))
             << "backward data, " << where << ", worst error " << worst_error(got, want);
+    }
+    // the per-slab codelets, on the totals of this tile's sums (a slab of one tile)
+    std::vector<tsl_acc> totals(slab);
+    tsl_gn_stats_tile(&a, x.data(), totals.data());
+    {
+        std::vector<double> want(slab), got = poisoned<double>(slab);
+        std::vector<tsl_acc> in = totals;
+        tsl_gn_finalize(&a, totals.data(), want.data());
+        run_on_cuda(tsl_cl_gn_finalize, a, {cuda_buf(in, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want)) << "finalize, " << where;
+    }
+    {
+        std::vector<double> want = random_values<double>(saved_n, 8, -1, 1), got = want;
+        std::vector<tsl_acc> in = totals;
+        tsl_gn_finalize(&a, totals.data(), want.data() + 2 * a.n0 * groups);
+        run_on_cuda(tsl_cl_gn_save, a, {cuda_buf(in, STARPU_R), cuda_buf(got, STARPU_RW)});
+        EXPECT_TRUE(same_bits(got, want)) << "save (the slab's rows, the others kept), " << where;
+    }
+    const size_t channel_accs = (size_t)(2 * samples * channels);
+    std::vector<tsl_acc> dsums(channel_accs);
+    tsl_gn_backward_sums_tile(&a, x.data(), dy.data(), dsums.data());
+    std::vector<double> saved = random_values<double>(saved_n, 9, 0.5, 1.5); // (mean, invstd)
+    {
+        std::vector<double> want(slab), got = poisoned<double>(slab), sv = saved;
+        std::vector<tsl_acc> in = dsums;
+        std::vector<T> g = gamma;
+        tsl_gn_backward_coef(&a, dsums.data(), saved.data(), gamma.data(), want.data());
+        run_on_cuda(tsl_cl_gn_bwd_coef, a,
+                    {cuda_buf(in, STARPU_R), cuda_buf(sv, STARPU_R), cuda_buf(g, STARPU_R),
+                     cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want)) << "backward coefficients, " << where;
+    }
+    std::vector<tsl_acc> channel_totals(2 * C);
+    tsl_gn_slab_channels(&a, dsums.data(), saved.data(), channel_totals.data());
+    {
+        std::vector<tsl_acc> in = dsums, got = garbage_accs(2 * C);
+        std::vector<double> sv = saved;
+        run_on_cuda(tsl_cl_gn_slab_channels, a,
+                    {cuda_buf(in, STARPU_R), cuda_buf(sv, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, channel_totals)) << "slab channel totals, " << where;
+    }
+    for (int which : {0, 1}) {
+        tsl_gn_args p = a;
+        p.which = which;
+        std::vector<T> want(C), got = poisoned<T>(C);
+        std::vector<tsl_acc> in = channel_totals;
+        tsl_gn_param_grad(&p, channel_totals.data(), want.data());
+        run_on_cuda(tsl_cl_gn_param_grad, p, {cuda_buf(in, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want)) << (which ? "dgamma, " : "dbeta, ") << where
+                                          << ", worst error " << worst_error(got, want);
     }
 }
 
