@@ -96,6 +96,17 @@ typedef struct tsl_bn_relu_mask {
     double lo, hi; /* y > 0 exactly where lo <= x <= hi: values of the dtype or +-inf */
 } tsl_bn_relu_mask;
 
+/* dy where a fused ReLU's y > 0 (x in [m.lo, m.hi]), +0 elsewhere (NaN x: +0). */
+TSL_HD_INLINE float tsl_bn_relu_keep_f32(float g, float x, tsl_bn_relu_mask m)
+{
+    return tsl_bn_keep_f32(g, (x >= (float)m.lo) & (x <= (float)m.hi));
+}
+
+TSL_HD_INLINE double tsl_bn_relu_keep_f64(double g, double x, tsl_bn_relu_mask m)
+{
+    return (x >= m.lo) & (x <= m.hi) ? g : 0.0;
+}
+
 /* Unsigned keys that order the dtype's values as numbers (NaNs aside; -0 just below +0). */
 static inline TSL_HD uint64_t tsl_bn_order_key(int dtype, double v)
 {

@@ -91,6 +91,86 @@ static void channel_sums(const tsl_gn_args *a, int64_t s, const void *av, const 
     free(sa);
 }
 
+/* The fused ReLU's mask of tile channel c in sample s (tile-local): y > 0 exactly where
+ * lo <= x <= hi (batchnorm_math.h), y computed as the forward computes it. */
+static tsl_bn_relu_mask relu_mask(const tsl_gn_args *a, const double *saved, const void *gamma,
+                                  const void *beta, int64_t s, int64_t c)
+{
+    const double *ms = &saved[2 * ((a->n0 + s) * a->groups + group_of(a, c))];
+    return tsl_bn_relu_mask_for(a->dtype, tsl_bn_train_affine(ms[0], ms[1],
+                                                              tsl_load(a->dtype, gamma, a->c0 + c),
+                                                              tsl_load(a->dtype, beta, a->c0 + c)));
+}
+
+/* dst[i] = g[i] where lo <= x[i] <= hi, else +0, for n elements whose mask is m[i % period]
+ * (period 1: one channel's row; the tile's channels: a channels-last block). */
+TSL_VECTOR_KERNEL
+static void mask_gradient(int dtype, const void *x, const void *g, int64_t n, int64_t period,
+                          const tsl_bn_relu_mask *m, void *dst)
+{
+    if (dtype == TSL_F32) {
+        const float *xs = x, *gs = g;
+        float *out = dst;
+        for (int64_t i0 = 0; i0 < n; i0 += period)
+            for (int64_t c = 0; c < period && i0 + c < n; c++)
+                out[i0 + c] = tsl_bn_relu_keep_f32(gs[i0 + c], xs[i0 + c], m[c]);
+        return;
+    }
+    const double *xs = x, *gs = g;
+    double *out = dst;
+    for (int64_t i0 = 0; i0 < n; i0 += period)
+        for (int64_t c = 0; c < period && i0 + c < n; c++)
+            out[i0 + c] = tsl_bn_relu_keep_f64(gs[i0 + c], xs[i0 + c], m[c]);
+}
+
+/* channel_sums(a, s, dy masked by the fused ReLU's masks m (one per tile channel), x, ...):
+ * the masked dy staged a block at a time (the sums are exact: staging changes no bit). */
+static void masked_channel_sums(const tsl_gn_args *a, int64_t s, const void *dy, const void *x,
+                                const tsl_bn_relu_mask *m, tsl_acc *sum, tsl_acc *prod,
+                                int64_t stride)
+{
+    const int64_t C = a->cext, n = a->inner;
+    const size_t es = a->dtype == TSL_F32 ? sizeof(float) : sizeof(double);
+    if (!a->channels_last) {
+        void *stage = checked_malloc(es * GN_CHUNK, "group norm: out of memory");
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t p = 0; p < n; p += GN_CHUNK) {
+                const int64_t k = n - p < GN_CHUNK ? n - p : GN_CHUNK;
+                const size_t at = (size_t)(plain_row(a, s, c) + p) * es;
+                const void *xr = (const char *)x + at;
+                mask_gradient(a->dtype, xr, (const char *)dy + at, k, 1, &m[c], stage);
+                if (a->dtype == TSL_F32)
+                    tsl_acc_add_sum_products_f32(&sum[c * stride], &prod[c * stride], stage, xr, k);
+                else
+                    tsl_bn_add_sum_products_f64(&sum[c * stride], &prod[c * stride], stage, xr, k);
+            }
+        free(stage);
+        return;
+    }
+    /* channels-last: blocks of rows (positions x channels) */
+    const int64_t rows = GN_CHUNK / C > 0 ? GN_CHUNK / C : 1;
+    char *stage = checked_malloc(es * (size_t)(rows * C + 2 * rows), "group norm: out of memory");
+    double *ga = (double *)(stage + es * (size_t)(rows * C)), *gb = ga + rows;
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        const int64_t k = n - r0 < rows ? n - r0 : rows;
+        const size_t at = (size_t)((s * n + r0) * C) * es;
+        const void *xb = (const char *)x + at;
+        mask_gradient(a->dtype, xb, (const char *)dy + at, k * C, C, m, stage);
+        if (a->dtype == TSL_F32) {
+            tsl_acc_add_columns_f32(sum, stride, prod, stride, (const float *)stage, xb, k, C);
+            continue;
+        }
+        for (int64_t c = 0; c < C; c++) {
+            for (int64_t i = 0; i < k; i++) {
+                ga[i] = ((const double *)stage)[i * C + c];
+                gb[i] = ((const double *)xb)[i * C + c];
+            }
+            tsl_bn_add_sum_products_f64(&sum[c * stride], &prod[c * stride], ga, gb, k);
+        }
+    }
+    free(stage);
+}
+
 void tsl_gn_stats_tile(const tsl_gn_args *a, const void *x, tsl_acc *acc)
 {
     const int64_t C = a->cext;
@@ -117,9 +197,11 @@ void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats)
         tsl_gn_finalize_one(a, acc, k, stats, &scratch);
 }
 
-/* y = affine(x) over one sample of a tile, tile channel c's affine (k[c], k[C + c], k[2C + c]). */
-ROW_INLINE void affine_sample(const int DTYPE, const tsl_gn_args *a, int64_t s, const void *x,
-                              void *y, const double *k)
+/* y = affine(x) over one sample of a tile, tile channel c's affine (k[c], k[C + c], k[2C + c]);
+ * max(y, 0) when RELU (NaN: 0). */
+#define GN_RELU(v) (RELU && !((v) > 0) ? 0 : (v))
+ROW_INLINE void affine_sample(const int DTYPE, const int RELU, const tsl_gn_args *a, int64_t s,
+                              const void *x, void *y, const double *k)
 {
     const int64_t C = a->cext, n = a->inner;
     const double *mean = k, *scale = k + C, *shift = k + 2 * C;
@@ -127,28 +209,37 @@ ROW_INLINE void affine_sample(const int DTYPE, const tsl_gn_args *a, int64_t s, 
         for (int64_t p = 0; p < n; p++) {
             int64_t at = (s * n + p) * C;
             if (DTYPE == TSL_F32)
-                for (int64_t c = 0; c < C; c++)
-                    ((float *)y)[at + c] =
+                for (int64_t c = 0; c < C; c++) {
+                    float v =
                         tsl_bn_affine_f32(((const float *)x)[at + c], mean[c], scale[c], shift[c]);
+                    ((float *)y)[at + c] = GN_RELU(v);
+                }
             else
-                for (int64_t c = 0; c < C; c++)
-                    ((double *)y)[at + c] =
+                for (int64_t c = 0; c < C; c++) {
+                    double v =
                         tsl_bn_affine_f64(((const double *)x)[at + c], mean[c], scale[c], shift[c]);
+                    ((double *)y)[at + c] = GN_RELU(v);
+                }
         }
         return;
     }
     for (int64_t c = 0; c < C; c++) {
         int64_t at = plain_row(a, s, c);
         if (DTYPE == TSL_F32)
-            for (int64_t i = 0; i < n; i++)
-                ((float *)y)[at + i] =
+            for (int64_t i = 0; i < n; i++) {
+                float v =
                     tsl_bn_affine_f32(((const float *)x)[at + i], mean[c], scale[c], shift[c]);
+                ((float *)y)[at + i] = GN_RELU(v);
+            }
         else
-            for (int64_t i = 0; i < n; i++)
-                ((double *)y)[at + i] =
+            for (int64_t i = 0; i < n; i++) {
+                double v =
                     tsl_bn_affine_f64(((const double *)x)[at + i], mean[c], scale[c], shift[c]);
+                ((double *)y)[at + i] = GN_RELU(v);
+            }
     }
 }
+#undef GN_RELU
 
 TSL_VECTOR_KERNEL
 void tsl_gn_normalize_tile(const tsl_gn_args *a, const void *x, const double *stats,
@@ -166,21 +257,36 @@ void tsl_gn_normalize_tile(const tsl_gn_args *a, const void *x, const double *st
             k[C + c] = f.scale;
             k[2 * C + c] = f.shift;
         }
-        if (a->dtype == TSL_F32)
-            affine_sample(TSL_F32, a, s, x, y, k);
+        if (a->dtype == TSL_F32 && a->relu)
+            affine_sample(TSL_F32, 1, a, s, x, y, k);
+        else if (a->dtype == TSL_F32)
+            affine_sample(TSL_F32, 0, a, s, x, y, k);
+        else if (a->relu)
+            affine_sample(TSL_F64, 1, a, s, x, y, k);
         else
-            affine_sample(TSL_F64, a, s, x, y, k);
+            affine_sample(TSL_F64, 0, a, s, x, y, k);
     }
     free(k);
 }
 
-void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *dy, tsl_acc *acc)
+void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
+                               const double *saved, const void *gamma, const void *beta,
+                               tsl_acc *acc)
 {
     init_accs(acc, 2 * a->samples * a->channels);
+    tsl_bn_relu_mask *m =
+        a->relu ? checked_malloc(sizeof *m * (size_t)a->cext, "group norm: out of memory") : NULL;
     for (int64_t s = 0; s < a->samples; s++) {
         tsl_acc *row = &acc[2 * (s * a->channels + a->c0)];
-        channel_sums(a, s, dy, x, row, row + 1, 2);
+        if (!a->relu) {
+            channel_sums(a, s, dy, x, row, row + 1, 2);
+            continue;
+        }
+        for (int64_t c = 0; c < a->cext; c++)
+            m[c] = relu_mask(a, saved, gamma, beta, s, c);
+        masked_channel_sums(a, s, dy, x, m, row, row + 1, 2);
     }
+    free(m);
     for (int64_t k = 0; k < 2 * a->samples * a->channels; k++)
         tsl_acc_normalize(&acc[k]);
 }
@@ -209,15 +315,27 @@ void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad)
         tsl_gn_param_grad_one(a, acc, c, grad, &scratch);
 }
 
+/* Element i of dy where the fused ReLU's y > 0 (x in [lo, hi]), else +0. */
+ROW_INLINE double gn_masked(const int DTYPE, const void *x, const void *dy, int64_t i, double lo,
+                            double hi)
+{
+    const tsl_bn_relu_mask m = {lo, hi};
+    if (DTYPE == TSL_F32)
+        return tsl_bn_relu_keep_f32(((const float *)dy)[i], ((const float *)x)[i], m);
+    return tsl_bn_relu_keep_f64(((const double *)dy)[i], ((const double *)x)[i], m);
+}
+
 /* dx over one sample of a tile; tile channel c's constants: k[c] mean, k[C + c] invstd,
- * k[2C + c] gamma, k[3C + c] m1, k[4C + c] m2. */
-ROW_INLINE void dx_sample(const int DTYPE, const tsl_gn_args *a, int64_t s, const void *x,
-                          const void *dy, void *dx, const double *k)
+ * k[2C + c] gamma, k[3C + c] m1, k[4C + c] m2, and with RELU its mask k[5C + c], k[6C + c]. */
+ROW_INLINE void dx_sample(const int DTYPE, const int RELU, const tsl_gn_args *a, int64_t s,
+                          const void *x, const void *dy, void *dx, const double *k)
 {
     const int64_t C = a->cext, n = a->inner;
     const double *mean = k, *invstd = k + C, *w = k + 2 * C, *m1 = k + 3 * C, *m2 = k + 4 * C;
+    const double *lo = k + 5 * C, *hi = k + 6 * C;
+#define GN_G(T, i, c) (RELU ? gn_masked(DTYPE, x, dy, i, lo[c], hi[c]) : (double)((const T *)dy)[i])
 #define GN_DX(T, i, c)                                                                             \
-    tsl_gn_dx(tsl_hd_mul((double)((const T *)dy)[i], w[c]),                                        \
+    tsl_gn_dx(tsl_hd_mul(GN_G(T, i, c), w[c]),                                                     \
               tsl_gn_xhat((double)((const T *)x)[i], mean[c], invstd[c]), invstd[c], m1[c], m2[c])
 #define GN_DX_LOOPS(T)                                                                             \
     if (a->channels_last)                                                                          \
@@ -235,14 +353,16 @@ ROW_INLINE void dx_sample(const int DTYPE, const tsl_gn_args *a, int64_t s, cons
     }
 #undef GN_DX_LOOPS
 #undef GN_DX
+#undef GN_G
 }
 
 TSL_VECTOR_KERNEL
 void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *dy,
-                               const double *saved, const void *gamma, const double *coef, void *dx)
+                               const double *saved, const void *gamma, const void *beta,
+                               const double *coef, void *dx)
 {
     const int64_t C = a->cext;
-    double *k = checked_malloc(sizeof(double) * (size_t)(5 * C), "group norm: out of memory");
+    double *k = checked_malloc(sizeof(double) * (size_t)(7 * C), "group norm: out of memory");
     for (int64_t s = 0; s < a->samples; s++) {
         for (int64_t c = 0; c < C; c++) {
             int64_t g = group_of(a, c);
@@ -252,11 +372,20 @@ void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *
             k[2 * C + c] = tsl_load(a->dtype, gamma, a->c0 + c);
             k[3 * C + c] = coef[2 * (s * a->groups + g)];
             k[4 * C + c] = coef[2 * (s * a->groups + g) + 1];
+            if (a->relu) {
+                tsl_bn_relu_mask m = relu_mask(a, saved, gamma, beta, s, c);
+                k[5 * C + c] = m.lo;
+                k[6 * C + c] = m.hi;
+            }
         }
-        if (a->dtype == TSL_F32)
-            dx_sample(TSL_F32, a, s, x, dy, dx, k);
+        if (a->dtype == TSL_F32 && a->relu)
+            dx_sample(TSL_F32, 1, a, s, x, dy, dx, k);
+        else if (a->dtype == TSL_F32)
+            dx_sample(TSL_F32, 0, a, s, x, dy, dx, k);
+        else if (a->relu)
+            dx_sample(TSL_F64, 1, a, s, x, dy, dx, k);
         else
-            dx_sample(TSL_F64, a, s, x, dy, dx, k);
+            dx_sample(TSL_F64, 0, a, s, x, dy, dx, k);
     }
     free(k);
 }
@@ -312,9 +441,12 @@ static void gn_bwd_sums_cpu(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && ACCS(2, SLAB_CHANNELS(a)),
+    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && ACCS(2, SLAB_CHANNELS(a)) &&
+                          (!a.relu || (NX(3) == SAVED(a) && NX(4) == a.channels &&
+                                       NX(5) == a.channels && a.n0 + a.samples <= a.batch)),
                       "group norm backward sums: sizes");
-    tsl_gn_backward_sums_tile(&a, BUF(0), BUF(1), BUF(2));
+    tsl_gn_backward_sums_tile(&a, BUF(0), BUF(1), a.relu ? BUF(3) : NULL, a.relu ? BUF(4) : NULL,
+                              a.relu ? BUF(5) : NULL, BUF(2));
 }
 
 static void gn_bwd_coef_cpu(void *buffers[], void *cl_arg)
@@ -350,13 +482,15 @@ static void gn_bwd_data_cpu(void *buffers[], void *cl_arg)
     tsl_gn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == TILE(a) && NX(2) == SAVED(a) &&
-                          NX(3) == a.channels && NX(4) == SLAB(a) && NX(5) == TILE(a),
+                          NX(3) == a.channels && NX(4) == SLAB(a) && NX(5) == TILE(a) &&
+                          (!a.relu || NX(6) == a.channels),
                       "group norm backward data: sizes");
-    tsl_gn_backward_data_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4), BUF(5));
+    tsl_gn_backward_data_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), a.relu ? BUF(6) : NULL, BUF(4),
+                              BUF(5));
 }
 
-/* The footprint: the tile sizes, the dtype, the layout, the groups, the tile's channels and the
- * gradient a task writes. */
+/* The footprint: the tile sizes, the dtype, the layout, the groups, the tile's channels, the
+ * gradient a task writes and the fused ReLU. */
 static uint32_t gn_variant(struct starpu_task *task)
 {
     tsl_gn_args a;
@@ -366,6 +500,7 @@ static uint32_t gn_variant(struct starpu_task *task)
     h = tsl_hash_i64(h, a.channels_last);
     h = tsl_hash_i64(h, a.groups);
     h = tsl_hash_i64(h, a.which);
+    h = tsl_hash_i64(h, a.relu);
     return tsl_hash_i64(h, a.cext);
 }
 
@@ -378,7 +513,7 @@ TSL_CODELET(tsl_cl_gn_save, "tsl_gn_save", gn_save_cpu, tsl_gn_save_cuda, gn_var
 TSL_CODELET(tsl_cl_gn_normalize, "tsl_gn_normalize", gn_normalize_cpu, tsl_gn_normalize_cuda,
             gn_variant, .nbuffers = 5, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_bwd_sums, "tsl_gn_bwd_sums", gn_bwd_sums_cpu, tsl_gn_bwd_sums_cuda,
-            gn_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+            gn_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_gn_bwd_coef, "tsl_gn_bwd_coef", gn_bwd_coef_cpu, tsl_gn_bwd_coef_cuda,
             gn_variant, .nbuffers = 4, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_slab_channels, "tsl_gn_slab_channels", gn_slab_channels_cpu,
@@ -387,5 +522,4 @@ TSL_CODELET(tsl_cl_gn_slab_channels, "tsl_gn_slab_channels", gn_slab_channels_cp
 TSL_CODELET(tsl_cl_gn_param_grad, "tsl_gn_param_grad", gn_param_grad_cpu, tsl_gn_param_grad_cuda,
             gn_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_bwd_data, "tsl_gn_bwd_data", gn_bwd_data_cpu, tsl_gn_bwd_data_cuda,
-            gn_variant, .nbuffers = 6,
-            .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+            gn_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);

@@ -2,10 +2,10 @@
  * backward's sums, the normalization, the input gradient) with the CPU's bits. The sums go into
  * exact accumulators (reduce_cuda.cuh), so they equal the CPU's whatever the order; the
  * element-wise passes compute each element with the CPU's own functions (batchnorm_math.h,
- * groupnorm_math.h, not contracted by nvcc). The per-slab codelets (finalize, save,
- * coefficients, the parameter gradients' channel totals and values) run the CPU's own bodies
- * (groupnorm_slab.h) one (sample, group) or one channel a thread, so a slab's small results are
- * made where its tiles are, without a trip to the host.
+ * groupnorm_math.h, not contracted by nvcc), a fused ReLU included. The per-slab codelets
+ * (finalize, save, coefficients, the parameter gradients' channel totals and values) run the CPU's
+ * own bodies (groupnorm_slab.h) one (sample, group) or one channel a thread, so a slab's small
+ * results are made where its tiles are, without a trip to the host.
  *
  * The sums walk each sample's elements as batch norm's walk a tile (coalesced on
  * channels-last tiles: a block's threads take adjacent channels), grid z the sample; every
@@ -83,13 +83,35 @@ dim3 sample_grid(const tsl_gn_args &a, const tsl_bn_walk &w, int64_t elements_pe
     return dim3((unsigned)gx, (unsigned)gy, (unsigned)a.samples);
 }
 
+/* The fused ReLU's mask of tile channel c in slab sample s (the CPU's relu_mask). */
+template <typename T>
+__device__ inline tsl_bn_relu_mask relu_mask(const tsl_gn_args &a, const double *saved,
+                                             const T *gamma, const T *beta, int64_t s, int64_t c)
+{
+    const int64_t ch = a.c0 + c;
+    const double *ms = &saved[2 * ((a.n0 + s) * a.groups + ch / (a.channels / a.groups))];
+    return tsl_bn_relu_mask_for(
+        a.dtype, tsl_bn_train_affine(ms[0], ms[1], (double)gamma[ch], (double)beta[ch]));
+}
+
+__device__ inline float keep(float g, float x, tsl_bn_relu_mask m)
+{
+    return tsl_bn_relu_keep_f32(g, x, m);
+}
+
+__device__ inline double keep(double g, double x, tsl_bn_relu_mask m)
+{
+    return tsl_bn_relu_keep_f64(g, x, m);
+}
+
 /* Sample blockIdx.z, channel group blockIdx.y of the walk: per tile channel, sums of a and a b
  * (b NULL: a^2), added into out[2 k], out[2 k + 1], k = by_group ? s G + g : s C + c0 + c (out
  * zeroed): the block keeps one accumulator pair per channel and adds each into its channel's
- * (or group's) pair, so the sums are exact and independent of the order. */
+ * (or group's) pair, so the sums are exact and independent of the order. With a.relu (the
+ * backward: a = dy, b = x), a counts only where the fused ReLU's y > 0. */
 template <typename T>
 __global__ void sums_kernel(tsl_bn_walk w, tsl_gn_args a, int by_group, const T *pa, const T *pb,
-                            tsl_acc *out)
+                            const double *saved, const T *gamma, const T *beta, tsl_acc *out)
 {
     __shared__ shared_acc shared[2 * group_max];
     const int64_t first = (int64_t)blockIdx.y * w.group;
@@ -105,10 +127,16 @@ __global__ void sums_kernel(tsl_bn_walk w, tsl_gn_args a, int by_group, const T 
         thread_acc sum, prod;
         tsl_bn_cursor cur;
         int64_t i;
+        const int relu = a.relu && pb;
+        const tsl_bn_relu_mask m =
+            relu ? relu_mask(a, saved, gamma, beta, s, c) : tsl_bn_relu_mask{0.0, 0.0};
         for (int more = tsl_bn_walk_begin(&w, blockIdx.x, threadIdx.x, gridDim.x, c, &cur, &i);
              more; more = tsl_bn_walk_next(&w, c, &cur, &i)) {
             T v = pa[off + i];
-            add_sum_product(sum, prod, sh, v, pb ? pb[off + i] : v);
+            const T b = pb ? pb[off + i] : v;
+            if (relu)
+                v = keep(v, b, m);
+            add_sum_product(sum, prod, sh, v, b);
         }
         sum.flush(&sh[0]);
         prod.flush(&sh[1]);
@@ -123,7 +151,8 @@ __global__ void sums_kernel(tsl_bn_walk w, tsl_gn_args a, int by_group, const T 
 }
 
 template <typename T>
-void launch_sums(const tsl_gn_args &a, int by_group, const void *pa, const void *pb, tsl_acc *out,
+void launch_sums(const tsl_gn_args &a, int by_group, const void *pa, const void *pb,
+                 const double *saved, const void *gamma, const void *beta, tsl_acc *out,
                  int64_t accs, cudaStream_t stream)
 {
     TSL_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)accs * sizeof(tsl_acc), stream));
@@ -132,8 +161,9 @@ void launch_sums(const tsl_gn_args &a, int by_group, const void *pa, const void 
         /* a group's accumulator takes up to group_max channels' deposits of a block: a
          * group_max-th of the elements a channel's accumulator may take (reduce_cuda.cuh) */
         dim3 grid = sample_grid(a, w, block_elements / group_max);
-        sums_kernel<T>
-            <<<grid, block_threads, 0, stream>>>(w, a, by_group, (const T *)pa, (const T *)pb, out);
+        sums_kernel<T><<<grid, block_threads, 0, stream>>>(w, a, by_group, (const T *)pa,
+                                                           (const T *)pb, saved, (const T *)gamma,
+                                                           (const T *)beta, out);
         TSL_CUDA_CHECK_LAUNCH();
     }
     normalize(out, accs, stream);
@@ -176,14 +206,19 @@ __global__ void normalize_kernel(tsl_bn_walk w, tsl_gn_args a, const T *x, const
     const int64_t s = blockIdx.z, ch = a.c0 + c;
     const double *ms = &stats[2 * (s * a.groups + ch / (a.channels / a.groups))];
     const tsl_bn_affine f = tsl_bn_train_affine(ms[0], ms[1], (double)gamma[ch], (double)beta[ch]);
-    each_element(w, a, c, [&](int64_t i) { y[i] = affine<T>(x[i], f); });
+    const int relu = a.relu;
+    each_element(w, a, c, [&](int64_t i) {
+        T v = affine<T>(x[i], f);
+        y[i] = relu && !(v > 0) ? (T)0 : v;
+    });
 }
 
-/* dx = invstd (dy gamma - m1 - xhat m2), as tsl_gn_backward_data_tile, one channel of one
- * sample a thread. */
+/* dx = invstd (dy gamma - m1 - xhat m2), as tsl_gn_backward_data_tile (dy masked by the fused
+ * ReLU when a.relu), one channel of one sample a thread. */
 template <typename T>
 __global__ void dx_kernel(tsl_bn_walk w, tsl_gn_args a, const T *x, const T *dy,
-                          const double *saved, const T *gamma, const double *coef, T *dx)
+                          const double *saved, const T *gamma, const T *beta, const double *coef,
+                          T *dx)
 {
     const int64_t c = tsl_bn_walk_channel(&w, blockIdx.y, threadIdx.x);
     if (c < 0)
@@ -192,9 +227,13 @@ __global__ void dx_kernel(tsl_bn_walk w, tsl_gn_args a, const T *x, const T *dy,
     const double *ms = &saved[2 * ((a.n0 + s) * a.groups + g)];
     const double *m = &coef[2 * (s * a.groups + g)];
     const double mean = ms[0], invstd = ms[1], w_c = (double)gamma[ch], m1 = m[0], m2 = m[1];
+    const int relu = a.relu;
+    const tsl_bn_relu_mask mask =
+        relu ? relu_mask(a, saved, gamma, beta, s, c) : tsl_bn_relu_mask{0.0, 0.0};
     each_element(w, a, c, [&](int64_t i) {
-        double xhat = tsl_gn_xhat((double)x[i], mean, invstd);
-        dx[i] = (T)tsl_gn_dx(tsl_hd_mul((double)dy[i], w_c), xhat, invstd, m1, m2);
+        const T v = x[i], d = relu ? keep(dy[i], v, mask) : dy[i];
+        double xhat = tsl_gn_xhat((double)v, mean, invstd);
+        dx[i] = (T)tsl_gn_dx(tsl_hd_mul((double)d, w_c), xhat, invstd, m1, m2);
     });
 }
 
@@ -261,28 +300,34 @@ extern "C" void tsl_gn_stats_cuda(void *buffers[], void *cl_arg)
                       "group norm stats (CUDA): sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();
     if (a.dtype == TSL_F32)
-        launch_sums<float>(a, 1, buf(buffers, 0), nullptr, (tsl_acc *)buf(buffers, 1), accs,
-                           stream);
+        launch_sums<float>(a, 1, buf(buffers, 0), nullptr, nullptr, nullptr, nullptr,
+                           (tsl_acc *)buf(buffers, 1), accs, stream);
     else
-        launch_sums<double>(a, 1, buf(buffers, 0), nullptr, (tsl_acc *)buf(buffers, 1), accs,
-                            stream);
+        launch_sums<double>(a, 1, buf(buffers, 0), nullptr, nullptr, nullptr, nullptr,
+                            (tsl_acc *)buf(buffers, 1), accs, stream);
 }
 
 extern "C" void tsl_gn_bwd_sums_cuda(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a = unpack(cl_arg, "group norm backward sums (CUDA): arguments");
     const int64_t accs = 2 * a.samples * a.channels;
-    TSL_CODELET_CHECK(nx(buffers, 0) == tile_elements(a) && nx(buffers, 1) == tile_elements(a) &&
-                          bytes(buffers, 2) == accs * (int64_t)sizeof(tsl_acc),
-                      "group norm backward sums (CUDA): sizes");
+    TSL_CODELET_CHECK(
+        nx(buffers, 0) == tile_elements(a) && nx(buffers, 1) == tile_elements(a) &&
+            bytes(buffers, 2) == accs * (int64_t)sizeof(tsl_acc) &&
+            (!a.relu || (nx(buffers, 3) == 2 * a.batch * a.groups && nx(buffers, 4) == a.channels &&
+                         nx(buffers, 5) == a.channels && a.n0 >= 0 && a.n0 + a.samples <= a.batch)),
+        "group norm backward sums (CUDA): sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();
+    const double *saved = a.relu ? (const double *)buf(buffers, 3) : nullptr;
+    const void *gamma = a.relu ? buf(buffers, 4) : nullptr,
+               *beta = a.relu ? buf(buffers, 5) : nullptr;
     /* sums of dy and dy x: a = dy, b = x */
     if (a.dtype == TSL_F32)
-        launch_sums<float>(a, 0, buf(buffers, 1), buf(buffers, 0), (tsl_acc *)buf(buffers, 2), accs,
-                           stream);
+        launch_sums<float>(a, 0, buf(buffers, 1), buf(buffers, 0), saved, gamma, beta,
+                           (tsl_acc *)buf(buffers, 2), accs, stream);
     else
-        launch_sums<double>(a, 0, buf(buffers, 1), buf(buffers, 0), (tsl_acc *)buf(buffers, 2),
-                            accs, stream);
+        launch_sums<double>(a, 0, buf(buffers, 1), buf(buffers, 0), saved, gamma, beta,
+                            (tsl_acc *)buf(buffers, 2), accs, stream);
 }
 
 extern "C" void tsl_gn_normalize_cuda(void *buffers[], void *cl_arg)
@@ -317,22 +362,24 @@ extern "C" void tsl_gn_bwd_data_cuda(void *buffers[], void *cl_arg)
     TSL_CODELET_CHECK(
         nx(buffers, 0) == tile_elements(a) && nx(buffers, 1) == tile_elements(a) &&
             nx(buffers, 2) == 2 * a.batch * a.groups && nx(buffers, 3) == a.channels &&
-            nx(buffers, 4) == 2 * a.samples * a.groups && nx(buffers, 5) == tile_elements(a),
+            nx(buffers, 4) == 2 * a.samples * a.groups && nx(buffers, 5) == tile_elements(a) &&
+            (!a.relu || nx(buffers, 6) == a.channels) && a.n0 >= 0 && a.n0 + a.samples <= a.batch,
         "group norm backward data (CUDA): sizes");
     if (tile_elements(a) == 0)
         return;
+    const void *beta = a.relu ? buf(buffers, 6) : nullptr;
     cudaStream_t stream = starpu_cuda_get_local_stream();
     const tsl_bn_walk w = sample_walk(a);
     const dim3 grid = sample_grid(a, w, elementwise_block_elements);
     if (a.dtype == TSL_F32)
         dx_kernel<float><<<grid, block_threads, 0, stream>>>(
             w, a, (const float *)buf(buffers, 0), (const float *)buf(buffers, 1),
-            (const double *)buf(buffers, 2), (const float *)buf(buffers, 3),
+            (const double *)buf(buffers, 2), (const float *)buf(buffers, 3), (const float *)beta,
             (const double *)buf(buffers, 4), (float *)buf(buffers, 5));
     else
         dx_kernel<double><<<grid, block_threads, 0, stream>>>(
             w, a, (const double *)buf(buffers, 0), (const double *)buf(buffers, 1),
-            (const double *)buf(buffers, 2), (const double *)buf(buffers, 3),
+            (const double *)buf(buffers, 2), (const double *)buf(buffers, 3), (const double *)beta,
             (const double *)buf(buffers, 4), (double *)buf(buffers, 5));
     TSL_CUDA_CHECK_LAUNCH();
 }

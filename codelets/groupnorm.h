@@ -37,8 +37,8 @@ typedef struct tsl_gn_args {
     int64_t inner;         /* spatial positions in the tile */
     int64_t per_group;     /* (C / G) x spatial positions of a sample: a statistic's count */
     double eps;
-    int32_t which;  /* parameter gradient a task writes: 0 beta (sum dy), 1 gamma (sum dy xhat) */
-    int32_t unused; /* no padding bytes */
+    int32_t which; /* parameter gradient a task writes: 0 beta (sum dy), 1 gamma (sum dy xhat) */
+    int32_t relu;  /* 1: ReLU fused after the normalization (normalize, backward sums and data) */
 } tsl_gn_args;
 
 /* Forward sums of one tile: acc[2 (s G + g)] += sum x, acc[2 (s G + g) + 1] += sum x^2 over the
@@ -49,13 +49,18 @@ void tsl_gn_stats_tile(const tsl_gn_args *a, const void *x, tsl_acc *acc);
  * (mean, invstd) of sample s and group g at [2 (s G + g)] and [2 (s G + g) + 1]. The saved
  * statistics of a whole batch are these rows for every sample, row n at 2 n G. */
 void tsl_gn_finalize(const tsl_gn_args *a, const tsl_acc *acc, double *stats);
-/* y = (x - mean) (invstd gamma) + beta on one tile, stats the slab's (mean, invstd) rows. */
+/* y = (x - mean) (invstd gamma) + beta on one tile, stats the slab's (mean, invstd) rows;
+ * max(y, 0) when a->relu (NaN gives 0, as the ReLU's forward). */
 void tsl_gn_normalize_tile(const tsl_gn_args *a, const void *x, const double *stats,
                            const void *gamma, const void *beta, void *y);
 /* Backward sums of one tile: acc[2 (s C + c)] += sum dy and acc[2 (s C + c) + 1] += sum dy x
  * over the tile's positions of sample s (tile-local) and channel c (global); acc has
- * 2 samples C entries, zeroed first. */
-void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *dy, tsl_acc *acc);
+ * 2 samples C entries, zeroed first. When a->relu, dy counts only where the forward's
+ * y > 0 (y recomputed from x, saved, gamma and beta with the forward's arithmetic); saved,
+ * gamma and beta are read only then. */
+void tsl_gn_backward_sums_tile(const tsl_gn_args *a, const void *x, const void *dy,
+                               const double *saved, const void *gamma, const void *beta,
+                               tsl_acc *acc);
 /* Slab totals (2 samples C accumulators) and saved -> coef (2 samples G doubles: the group means
  * of dy gamma and of dy gamma xhat). */
 void tsl_gn_backward_coef(const tsl_gn_args *a, const tsl_acc *acc, const double *saved,
@@ -66,10 +71,11 @@ void tsl_gn_slab_channels(const tsl_gn_args *a, const tsl_acc *acc, const double
                           tsl_acc *out);
 /* Channel totals -> dbeta (which 0) or dgamma (which 1), C values of the dtype. */
 void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad);
-/* dx = invstd (dy gamma - m1 - xhat m2) on one tile, (m1, m2) the slab's coef. */
+/* dx = invstd (dy gamma - m1 - xhat m2) on one tile, (m1, m2) the slab's coef; dy masked by
+ * the fused ReLU when a->relu (beta read only then). */
 void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *dy,
-                               const double *saved, const void *gamma, const double *coef,
-                               void *dx);
+                               const double *saved, const void *gamma, const void *beta,
+                               const double *coef, void *dx);
 
 #ifdef TESSEL_USE_CUDA
 /* The codelets' CUDA functions (groupnorm.cu): the same arguments, buffers and bits as the CPU
@@ -85,15 +91,17 @@ void tsl_gn_slab_channels_cuda(void *buffers[], void *cl_arg);
 void tsl_gn_param_grad_cuda(void *buffers[], void *cl_arg);
 #endif
 
-extern struct starpu_codelet tsl_cl_gn_stats;         /* R x, W acc */
-extern struct starpu_codelet tsl_cl_gn_finalize;      /* R acc, W stats (the slab's rows) */
-extern struct starpu_codelet tsl_cl_gn_save;          /* R acc, RW saved (rows n0 ...) */
-extern struct starpu_codelet tsl_cl_gn_normalize;     /* R x, R stats, R gamma, R beta, W y */
-extern struct starpu_codelet tsl_cl_gn_bwd_sums;      /* R x, R dy, W acc */
+extern struct starpu_codelet tsl_cl_gn_stats;     /* R x, W acc */
+extern struct starpu_codelet tsl_cl_gn_finalize;  /* R acc, W stats (the slab's rows) */
+extern struct starpu_codelet tsl_cl_gn_save;      /* R acc, RW saved (rows n0 ...) */
+extern struct starpu_codelet tsl_cl_gn_normalize; /* R x, R stats, R gamma, R beta, W y */
+/* R x, R dy, W acc, [R saved, R gamma, R beta if relu] */
+extern struct starpu_codelet tsl_cl_gn_bwd_sums;
 extern struct starpu_codelet tsl_cl_gn_bwd_coef;      /* R acc, R saved, R gamma, W coef */
 extern struct starpu_codelet tsl_cl_gn_slab_channels; /* R acc, R saved, W channel acc */
 extern struct starpu_codelet tsl_cl_gn_param_grad;    /* R acc, W dgamma or dbeta */
-extern struct starpu_codelet tsl_cl_gn_bwd_data; /* R x, R dy, R saved, R gamma, R coef, W dx */
+/* R x, R dy, R saved, R gamma, R coef, W dx, [R beta if relu] */
+extern struct starpu_codelet tsl_cl_gn_bwd_data;
 
 #ifdef __cplusplus
 }

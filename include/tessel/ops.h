@@ -199,6 +199,29 @@ TSL_API tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_t
                                           tsl_tensor_t dgamma, tsl_tensor_t dbeta);
 
 /**
+ * @brief Group normalization then ReLU, fused: as tsl_groupnorm_forward() (same arguments and
+ * statistics) followed by tsl_activation_forward(::TSL_ACT_RELU) on @p y, in one pass over each
+ * tile, with the same bits in @p y as those two calls. Does not wait.
+ */
+TSL_API tsl_status tsl_groupnorm_relu_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                              int64_t groups, tsl_tensor_t saved, tsl_tensor_t y,
+                                              double eps);
+
+/**
+ * @brief Backward of tsl_groupnorm_relu_forward(), from its input @p x, @p gamma, @p beta and
+ * @p saved: tsl_groupnorm_backward() with dy replaced by dy where the forward's output y > 0
+ * and 0 elsewhere (ReLU's derivative at 0 taken as 0, as tsl_activation_backward()), with the
+ * bits of those two unfused calls. y is not read: each task recomputes its sign from x with the
+ * forward's own arithmetic, so @p x, @p gamma, @p beta and @p saved must be as the forward read
+ * or left them. Arguments otherwise as tsl_groupnorm_backward(); @p dgamma and @p dbeta may not
+ * be @p beta.
+ */
+TSL_API tsl_status tsl_groupnorm_relu_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                               tsl_tensor_t beta, int64_t groups,
+                                               tsl_tensor_t saved, tsl_tensor_t dx,
+                                               tsl_tensor_t dgamma, tsl_tensor_t dbeta);
+
+/**
  * @brief Batch normalization then ReLU, training mode, fused: as
  * tsl_batchnorm_forward_train() (same arguments and statistics) followed by
  * tsl_activation_forward(::TSL_ACT_RELU) on @p y, in one pass over each tile, with the same

@@ -80,9 +80,11 @@ static tsl_status submit(struct tsl_context *ctx, struct starpu_codelet *cl, con
     return tsl_task_submit_handles(ctx, cl, a, sizeof *a, n, handles, modes, flops);
 }
 
-/* One sample slab: its tiles (of x; dy and y are tiled alike) and their owners. */
+/* One sample slab: its tiles (of x; dy and y are tiled alike) and their owners; with a fused
+ * ReLU, what its backward sums read to mask dy. */
 typedef struct slab_job {
     tsl_tensor_t x, dy;
+    tsl_tensor_t saved, gamma, beta; /* beta non-NULL: ReLU fused */
     int64_t groups;
     int64_t count, *tile; /* [count] tile indices */
     int32_t *owner;       /* [count] the owners of the accumulators */
@@ -101,9 +103,18 @@ static tsl_status slab_fill(int64_t k, starpu_data_handle_t acc, void *user)
         enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
         return submit(job->x->ctx, &tsl_cl_gn_stats, &a, 2, h, m, 3.0 * numel);
     }
-    starpu_data_handle_t h[3] = {job->x->handles[i], job->dy->handles[i], acc};
-    enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
-    return submit(job->x->ctx, &tsl_cl_gn_bwd_sums, &a, 3, h, m, 4.0 * numel);
+    a.relu = job->beta != NULL;
+    starpu_data_handle_t h[6] = {job->x->handles[i], job->dy->handles[i], acc};
+    enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_W,
+                                         STARPU_R, STARPU_R, STARPU_R};
+    if (a.relu) {
+        int32_t r = job->owner[k];
+        h[3] = tsl_whole_handle(job->saved, r);
+        h[4] = tsl_whole_handle(job->gamma, r);
+        h[5] = tsl_whole_handle(job->beta, r);
+    }
+    return submit(job->x->ctx, &tsl_cl_gn_bwd_sums, &a, a.relu ? 6 : 3, h, m,
+                  (a.relu ? 6.0 : 4.0) * numel);
 }
 
 /* The slabs of x: slab_of[i] for each tile, and the count. */
@@ -185,10 +196,11 @@ static void release_all(struct tsl_context *ctx, starpu_data_handle_t *h)
         }
 }
 
-tsl_status tsl_groupnorm_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
-                                 int64_t groups, tsl_tensor_t saved, tsl_tensor_t y, double eps)
+/* The forward, with ReLU fused into the normalize tasks when `relu`. */
+static tsl_status forward(const char *fn, int relu, tsl_tensor_t x, tsl_tensor_t gamma,
+                          tsl_tensor_t beta, int64_t groups, tsl_tensor_t saved, tsl_tensor_t y,
+                          double eps)
 {
-    const char *fn = "tsl_groupnorm_forward";
     tsl_status st = check_x(x, groups, fn);
     if (st || (st = check_vector(gamma, x, "gamma", fn)) ||
         (st = check_vector(beta, x, "beta", fn)) || (st = check_saved(saved, x, groups, fn)) ||
@@ -232,6 +244,7 @@ tsl_status tsl_groupnorm_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_
             int64_t i = w.tile[k];
             int32_t r = y->tile_owner[i];
             tsl_gn_args t = args_for(x, groups, i, eps);
+            t.relu = relu;
             starpu_data_handle_t h[5] = {x->handles[i], w.per_rank[r], tsl_whole_handle(gamma, r),
                                          tsl_whole_handle(beta, r), y->handles[i]};
             enum starpu_data_access_mode m[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W};
@@ -247,6 +260,19 @@ tsl_status tsl_groupnorm_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_
     tsl_whole_flush(gamma);
     tsl_whole_flush(beta);
     return st;
+}
+
+tsl_status tsl_groupnorm_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                 int64_t groups, tsl_tensor_t saved, tsl_tensor_t y, double eps)
+{
+    return forward("tsl_groupnorm_forward", 0, x, gamma, beta, groups, saved, y, eps);
+}
+
+tsl_status tsl_groupnorm_relu_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                      int64_t groups, tsl_tensor_t saved, tsl_tensor_t y,
+                                      double eps)
+{
+    return forward("tsl_groupnorm_relu_forward", 1, x, gamma, beta, groups, saved, y, eps);
 }
 
 /* Each slab's per-channel accumulators for the parameter gradients, from its totals. */
@@ -266,11 +292,12 @@ static tsl_status channel_fill(int64_t k, starpu_data_handle_t acc, void *user)
     return submit(job->ctx, &tsl_cl_gn_slab_channels, &job->args[k], 3, h, m, 0);
 }
 
-tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
-                                  int64_t groups, tsl_tensor_t saved, tsl_tensor_t dx,
-                                  tsl_tensor_t dgamma, tsl_tensor_t dbeta)
+/* The backward; with ReLU fused when beta is given (each task masks dy by the forward's y > 0,
+ * recomputed from x). */
+static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                           tsl_tensor_t beta, int64_t groups, tsl_tensor_t saved, tsl_tensor_t dx,
+                           tsl_tensor_t dgamma, tsl_tensor_t dbeta)
 {
-    const char *fn = "tsl_groupnorm_backward";
     tsl_status st = check_x(x, groups, fn);
     if (st || (st = tsl_tensor_check(dy, fn)) || (st = tsl_tensor_check_same_layout(dy, x, fn)) ||
         (st = check_vector(gamma, x, "gamma", fn)) || (st = check_saved(saved, x, groups, fn)))
@@ -279,7 +306,10 @@ tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
         (dgamma && (st = check_vector(dgamma, x, "dgamma", fn))) ||
         (dbeta && (st = check_vector(dbeta, x, "dbeta", fn))))
         return st;
-    if (dx == x || dx == dy || dgamma == gamma || (dgamma && dgamma == dbeta))
+    if (beta && (st = check_vector(beta, x, "beta", fn)))
+        return st;
+    if (dx == x || dx == dy || dgamma == gamma || (dgamma && dgamma == dbeta) ||
+        (beta && (dbeta == beta || dgamma == beta)))
         return tsl_error(x->ctx, TSL_ERR_INVALID_ARG,
                          "%s: a gradient may not overwrite an input or another gradient", fn);
     const int params = dgamma || dbeta;
@@ -299,7 +329,14 @@ tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
     /* Each slab's per-(sample, channel) sums on the ranks of its dx tiles (and, for the
      * parameter gradients, on the rank of its first tile's), coefficients there, then dx. */
     for (int64_t s = 0; s < nslabs && !st; s++) {
-        slab_job job = {.x = x, .dy = dy, .groups = groups, .tile = w.tile, .owner = w.owner};
+        slab_job job = {.x = x,
+                        .dy = dy,
+                        .saved = saved,
+                        .gamma = gamma,
+                        .beta = beta,
+                        .groups = groups,
+                        .tile = w.tile,
+                        .owner = w.owner};
         job.count = slab_tiles(x, &w, s, dy->tile_owner, dx ? dx : dy);
         tsl_gn_args a = args_for(x, groups, w.tile[0], 0); /* the slab's samples and n0 */
         int32_t keeper = (dx ? dx : dy)->tile_owner[w.tile[0]];
@@ -327,16 +364,18 @@ tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
             int64_t i = w.tile[k];
             int32_t r = dx->tile_owner[i];
             tsl_gn_args t = args_for(x, groups, i, 0);
-            starpu_data_handle_t h[6] = {x->handles[i],
+            t.relu = beta != NULL;
+            starpu_data_handle_t h[7] = {x->handles[i],
                                          dy->handles[i],
                                          tsl_whole_handle(saved, r),
                                          tsl_whole_handle(gamma, r),
                                          w.per_rank[r],
-                                         dx->handles[i]};
-            enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
-                                                 STARPU_R, STARPU_R, STARPU_W};
-            st = submit(ctx, &tsl_cl_gn_bwd_data, &t, 6, h, m,
-                        8.0 * (double)tsl_tensor_tile_numel(x, i));
+                                         dx->handles[i],
+                                         beta ? tsl_whole_handle(beta, r) : NULL};
+            enum starpu_data_access_mode m[7] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R,
+                                                 STARPU_R, STARPU_W, STARPU_R};
+            st = submit(ctx, &tsl_cl_gn_bwd_data, &t, beta ? 7 : 6, h, m,
+                        (beta ? 10.0 : 8.0) * (double)tsl_tensor_tile_numel(x, i));
             for (int q = 0; q < 2; q++) {
                 tsl_tensor_t read = q ? dy : x;
                 if (read->tile_owner[i] != r)
@@ -376,5 +415,26 @@ tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t 
     work_free(&w);
     tsl_whole_flush(gamma);
     tsl_whole_flush(saved);
+    if (beta)
+        tsl_whole_flush(beta);
     return st;
+}
+
+tsl_status tsl_groupnorm_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                  int64_t groups, tsl_tensor_t saved, tsl_tensor_t dx,
+                                  tsl_tensor_t dgamma, tsl_tensor_t dbeta)
+{
+    return backward("tsl_groupnorm_backward", x, dy, gamma, NULL, groups, saved, dx, dgamma, dbeta);
+}
+
+tsl_status tsl_groupnorm_relu_backward(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t gamma,
+                                       tsl_tensor_t beta, int64_t groups, tsl_tensor_t saved,
+                                       tsl_tensor_t dx, tsl_tensor_t dgamma, tsl_tensor_t dbeta)
+{
+    const char *fn = "tsl_groupnorm_relu_backward";
+    if (!beta) {
+        tsl_status st = tsl_tensor_check(x, fn);
+        return st ? st : tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: beta is required", fn);
+    }
+    return backward(fn, x, dy, gamma, beta, groups, saved, dx, dgamma, dbeta);
 }

@@ -1,6 +1,7 @@
 // CUDA group normalization (codelets/groupnorm.cu): the per-element codelets (the forward's and
 // the backward's exact sums, the normalization, the input gradient) and the per-slab ones
-// (finalize, save, coefficients, channel totals, parameter gradients) against the CPU's functions
+// (finalize, save, coefficients, channel totals, parameter gradients) against the CPU's functions,
+// the element-wise ones and the backward sums also with a ReLU fused,
 // on the same inputs, both layouts, f32 and f64, tiles that start inside a group and end inside
 // another. The sums are exact and the element-wise passes use the CPU's arithmetic step by step,
 // so every output must equal the CPU's bit for bit.
@@ -53,36 +54,53 @@ void check_tile(int64_t samples, int64_t inner, int channels_last, int64_t chann
         EXPECT_TRUE(same_bits(got, want)) << "stats, " << where;
     }
     std::vector<double> stats = random_values<double>(slab, 5, 0.5, 1.5); // (mean, invstd) rows
-    {
-        std::vector<T> want(n), got = poisoned<T>(n), xin = x, g = gamma, b = beta;
-        std::vector<double> st = stats;
-        tsl_gn_normalize_tile(&a, x.data(), stats.data(), gamma.data(), beta.data(), want.data());
-        run_on_cuda(tsl_cl_gn_normalize, a,
-                    {cuda_buf(xin, STARPU_R), cuda_buf(st, STARPU_R), cuda_buf(g, STARPU_R),
-                     cuda_buf(b, STARPU_R), cuda_buf(got, STARPU_W)});
-        EXPECT_TRUE(same_bits(got, want))
-            << "normalize, " << where << ", worst error " << worst_error(got, want);
-    }
-    {
-        const size_t accs = (size_t)(2 * samples * channels);
-        std::vector<tsl_acc> want(accs), got = garbage_accs(accs);
-        tsl_gn_backward_sums_tile(&a, x.data(), dy.data(), want.data());
-        std::vector<T> xin = x, d = dy;
-        run_on_cuda(tsl_cl_gn_bwd_sums, a,
-                    {cuda_buf(xin, STARPU_R), cuda_buf(d, STARPU_R), cuda_buf(got, STARPU_W)});
-        EXPECT_TRUE(same_bits(got, want)) << "backward sums, " << where;
-    }
-    {
-        std::vector<double> saved = random_values<double>(saved_n, 6, 0.5, 1.5);
-        std::vector<double> coef = random_values<double>(slab, 7, -0.2, 0.2);
-        std::vector<T> want(n), got = poisoned<T>(n), xin = x, d = dy, g = gamma;
-        tsl_gn_backward_data_tile(&a, x.data(), dy.data(), saved.data(), gamma.data(), coef.data(),
+    // the saved statistics: with x in [-3, 5), gamma in [-1.5, 1.5) and beta in [-0.5, 0.5) a
+    // fused ReLU keeps some elements of every channel and drops others
+    std::vector<double> saved = random_values<double>(saved_n, 6, 0.5, 1.5);
+    for (int relu : {0, 1}) {
+        tsl_gn_args r = a;
+        r.relu = relu;
+        const std::string how = where + (relu ? ", ReLU fused" : "");
+        {
+            std::vector<T> want(n), got = poisoned<T>(n), xin = x, g = gamma, b = beta;
+            std::vector<double> st = stats;
+            tsl_gn_normalize_tile(&r, x.data(), stats.data(), gamma.data(), beta.data(),
                                   want.data());
-        run_on_cuda(tsl_cl_gn_bwd_data, a,
-                    {cuda_buf(xin, STARPU_R), cuda_buf(d, STARPU_R), cuda_buf(saved, STARPU_R),
-                     cuda_buf(g, STARPU_R), cuda_buf(coef, STARPU_R), cuda_buf(got, STARPU_W)});
-        EXPECT_TRUE(same_bits(got, want))
-            << "backward data, " << where << ", worst error " << worst_error(got, want);
+            run_on_cuda(tsl_cl_gn_normalize, r,
+                        {cuda_buf(xin, STARPU_R), cuda_buf(st, STARPU_R), cuda_buf(g, STARPU_R),
+                         cuda_buf(b, STARPU_R), cuda_buf(got, STARPU_W)});
+            EXPECT_TRUE(same_bits(got, want))
+                << "normalize, " << how << ", worst error " << worst_error(got, want);
+        }
+        {
+            const size_t accs = (size_t)(2 * samples * channels);
+            std::vector<tsl_acc> want(accs), got = garbage_accs(accs);
+            tsl_gn_backward_sums_tile(&r, x.data(), dy.data(), saved.data(), gamma.data(),
+                                      beta.data(), want.data());
+            std::vector<T> xin = x, d = dy, g = gamma, b = beta;
+            std::vector<double> sv = saved;
+            std::vector<CudaBuf> bufs = {cuda_buf(xin, STARPU_R), cuda_buf(d, STARPU_R),
+                                         cuda_buf(got, STARPU_W)};
+            if (relu)
+                bufs.insert(bufs.end(),
+                            {cuda_buf(sv, STARPU_R), cuda_buf(g, STARPU_R), cuda_buf(b, STARPU_R)});
+            run_on_cuda(tsl_cl_gn_bwd_sums, r, bufs);
+            EXPECT_TRUE(same_bits(got, want)) << "backward sums, " << how;
+        }
+        {
+            std::vector<double> coef = random_values<double>(slab, 7, -0.2, 0.2), sv = saved;
+            std::vector<T> want(n), got = poisoned<T>(n), xin = x, d = dy, g = gamma, b = beta;
+            tsl_gn_backward_data_tile(&r, x.data(), dy.data(), saved.data(), gamma.data(),
+                                      beta.data(), coef.data(), want.data());
+            std::vector<CudaBuf> bufs = {cuda_buf(xin, STARPU_R),  cuda_buf(d, STARPU_R),
+                                         cuda_buf(sv, STARPU_R),   cuda_buf(g, STARPU_R),
+                                         cuda_buf(coef, STARPU_R), cuda_buf(got, STARPU_W)};
+            if (relu)
+                bufs.push_back(cuda_buf(b, STARPU_R));
+            run_on_cuda(tsl_cl_gn_bwd_data, r, bufs);
+            EXPECT_TRUE(same_bits(got, want))
+                << "backward data, " << how << ", worst error " << worst_error(got, want);
+        }
     }
     // the per-slab codelets, on the totals of this tile's sums (a slab of one tile)
     std::vector<tsl_acc> totals(slab);
@@ -103,8 +121,7 @@ void check_tile(int64_t samples, int64_t inner, int channels_last, int64_t chann
     }
     const size_t channel_accs = (size_t)(2 * samples * channels);
     std::vector<tsl_acc> dsums(channel_accs);
-    tsl_gn_backward_sums_tile(&a, x.data(), dy.data(), dsums.data());
-    std::vector<double> saved = random_values<double>(saved_n, 9, 0.5, 1.5); // (mean, invstd)
+    tsl_gn_backward_sums_tile(&a, x.data(), dy.data(), nullptr, nullptr, nullptr, dsums.data());
     {
         std::vector<double> want(slab), got = poisoned<double>(slab), sv = saved;
         std::vector<tsl_acc> in = dsums;

@@ -147,6 +147,90 @@ TEST(GroupNorm, ForwardAndBackwardMatchReferenceAndOneTileOnEveryTiling)
         }
 }
 
+// The fused ReLU (tsl_groupnorm_relu_forward/backward) against the unfused calls (group norm,
+// ReLU forward, ReLU backward, group norm backward) on the same tensors: y, the saved statistics,
+// dx, dgamma and dbeta bit for bit, on every tiling, owner map and layout, poisoned outputs.
+// beta is shifted by a multiple of the group's spread so that some groups end up all zero, some
+// all positive and most mixed.
+TEST(GroupNorm, FusedReluEqualsTheUnfusedCallsOnEveryTiling)
+{
+    const int64_t N = 3, C = 6, H = 5, W = 4;
+    const std::vector<int64_t> dims = {N, C, H, W};
+    const std::vector<std::vector<int32_t>> grids = {
+        {1, 1, 1, 1}, {3, 1, 1, 1}, {1, 4, 1, 1}, {1, 1, 3, 2}, {2, 3, 2, 1}};
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  last = tsl_owner_single(size - 1);
+    int compared = 0;
+    for (tsl_dtype dt : {TSL_F64, TSL_F32})
+        for (int64_t G : {1, 2, 6})
+            for (size_t gi = 0; gi < grids.size(); gi++)
+                for (int owners = 0; owners < 3; owners++) {
+                    const tsl_owner_map &xo = owners == 1 ? rev : block;
+                    tsl_layout lay = owners == 2 ? TSL_LAYOUT_CHANNELS_LAST : TSL_LAYOUT_PLAIN;
+                    auto tile = [&](const tsl_owner_map &o) {
+                        return make_tensor(dt, dims, grids[gi], o, lay);
+                    };
+                    tsl_tensor_t x = tile(xo), dy = tile(rev), y = tile(block), r = tile(block),
+                                 dr = tile(xo), dx = tile(owners ? block : rev), yf = tile(rev),
+                                 dxf = tile(block);
+                    tsl_tensor_t gamma = make_tensor(dt, {C}, {1}, last);
+                    tsl_tensor_t beta = make_tensor(dt, {C}, {1}, block);
+                    tsl_tensor_t saved = make_tensor(TSL_F64, {N, G, 2}, {1, 1, 1}, last);
+                    tsl_tensor_t savedf = make_tensor(TSL_F64, {N, G, 2}, {1, 1, 1}, block);
+                    tsl_tensor_t dg = make_tensor(dt, {C}, {1}, block),
+                                 db = make_tensor(dt, {C}, {1}, last);
+                    tsl_tensor_t dgf = make_tensor(dt, {C}, {1}, last),
+                                 dbf = make_tensor(dt, {C}, {1}, block);
+                    ASSERT_EQ(tsl_tensor_fill_normal(x, seed + 90, 1.0, 2.0), TSL_OK);
+                    ASSERT_EQ(tsl_tensor_fill_normal(dy, seed + 91, 0.0, 1.0), TSL_OK);
+                    ASSERT_EQ(tsl_tensor_fill_uniform(gamma, seed + 92, -1.5, 1.5), TSL_OK);
+                    ASSERT_EQ(tsl_tensor_fill_uniform(beta, seed + 93, -2.5, 2.5), TSL_OK);
+                    for (tsl_tensor_t out :
+                         {y, r, dr, dx, yf, dxf, saved, savedf, dg, db, dgf, dbf})
+                        ASSERT_EQ(tsl_tensor_fill_constant(out, -1e30), TSL_OK);
+                    // unfused
+                    ASSERT_EQ(tsl_groupnorm_forward(x, gamma, beta, G, saved, y, 1e-5), TSL_OK);
+                    ASSERT_EQ(tsl_activation_forward(TSL_ACT_RELU, 0, y, r), TSL_OK);
+                    ASSERT_EQ(tsl_activation_backward(TSL_ACT_RELU, 0, y, r, dy, dr), TSL_OK);
+                    ASSERT_EQ(tsl_groupnorm_backward(x, dr, gamma, G, saved, dx, dg, db), TSL_OK);
+                    // fused
+                    ASSERT_EQ(tsl_groupnorm_relu_forward(x, gamma, beta, G, savedf, yf, 1e-5),
+                              TSL_OK)
+                        << tsl_context_last_error(ctx);
+                    ASSERT_EQ(
+                        tsl_groupnorm_relu_backward(x, dy, gamma, beta, G, savedf, dxf, dgf, dbf),
+                        TSL_OK)
+                        << tsl_context_last_error(ctx);
+                    const char *names[5] = {"y", "saved", "dx", "dgamma", "dbeta"};
+                    tsl_tensor_t want[5] = {r, saved, dx, dg, db},
+                                 got[5] = {yf, savedf, dxf, dgf, dbf};
+                    for (int k = 0; k < 5; k++) {
+                        auto a = gather_f64(want[k]), b = gather_f64(got[k]);
+                        if (rank == 0) {
+                            EXPECT_TRUE(same_bits(a, b))
+                                << names[k] << ", " << tsl_dtype_name(dt) << ", groups " << G
+                                << ", grid " << gi << ", owners " << owners;
+                            compared++;
+                        }
+                    }
+                    if (rank == 0 && gi == 0 && owners == 0) { // the mask is neither all nor none
+                        auto rv = gather_f64(r);
+                        size_t zero = 0;
+                        for (double v : rv)
+                            zero += v == 0;
+                        EXPECT_GT(zero, rv.size() / 10) << "groups " << G;
+                        EXPECT_LT(zero, rv.size() - rv.size() / 10) << "groups " << G;
+                    } else if (gi == 0 && owners == 0) {
+                        gather_f64(r);
+                    }
+                    for (tsl_tensor_t t : {x, dy, y, r, dr, dx, yf, dxf, gamma, beta, saved, savedf,
+                                           dg, db, dgf, dbf})
+                        tsl_tensor_destroy(t);
+                }
+    if (rank == 0)
+        EXPECT_EQ(compared, 2 * 3 * 5 * 3 * 5);
+}
+
 TEST(GroupNorm, BadArgumentsAreErrors)
 {
     tsl_owner_map block = tsl_owner_block(nullptr);
@@ -167,6 +251,13 @@ TEST(GroupNorm, BadArgumentsAreErrors)
               TSL_ERR_INVALID_ARG);
     EXPECT_EQ(tsl_groupnorm_backward(x, y, gamma, 3, saved, nullptr, beta, beta),
               TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_groupnorm_relu_backward(x, y, gamma, nullptr, 3, saved, nullptr, gamma, nullptr),
+              TSL_ERR_INVALID_ARG); // beta is required
+    EXPECT_EQ(tsl_groupnorm_relu_backward(x, y, gamma, beta, 3, saved, nullptr, nullptr, beta),
+              TSL_ERR_INVALID_ARG); // dbeta may not overwrite beta
+    EXPECT_EQ(tsl_groupnorm_relu_backward(x, y, gamma, g64, 3, saved, nullptr, nullptr, nullptr),
+              TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_groupnorm_relu_forward(x, gamma, beta, 4, saved, y, 1e-5), TSL_ERR_SHAPE);
     for (tsl_tensor_t t : {x, y, gamma, beta, g64, saved, wrong})
         tsl_tensor_destroy(t);
 }
