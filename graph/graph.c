@@ -851,7 +851,7 @@ int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t
     if (g->ops[r].kind != TSL_OP_ACTIVATION || g->ops[r].ninputs != 1)
         return -1;
     int32_t b = g->values[g->ops[r].inputs[0]].producer;
-    if (tsl_graph_fused_relu(g, b, op_stage) != r)
+    if (g->ops[b].kind != TSL_OP_BATCHNORM || tsl_graph_fused_relu(g, b, op_stage) != r)
         return -1;
     for (int32_t j = 0; op_stage && j < g->nops; j++)
         for (int32_t k = 0; k < g->ops[j].ninputs; k++)
@@ -862,7 +862,10 @@ int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t
 
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
 {
-    int32_t reader = sole_reader(g, o, TSL_OP_BATCHNORM);
+    if (o < 0 || o >= g->nops ||
+        (g->ops[o].kind != TSL_OP_BATCHNORM && g->ops[o].kind != TSL_OP_GROUPNORM))
+        return -1;
+    int32_t reader = sole_reader(g, o, g->ops[o].kind);
     if (reader < 0 || g->ops[reader].kind != TSL_OP_ACTIVATION ||
         g->ops[reader].act != TSL_ACT_RELU || (op_stage && op_stage[reader] != op_stage[o]))
         return -1;

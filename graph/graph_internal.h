@@ -104,15 +104,15 @@ int32_t tsl_graph_pool_index_bytes(const tsl_graph_op *op);
 int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused,
                                   const int32_t *fold);
 
-/* The ReLU op that the executor fuses into batch-norm op o, or -1: the batch norm's output is
- * not the graph's output and its only reader is that ReLU, on the same pipeline stage
- * (op_stage may be NULL: one stage). The batch norm's output then has no tensor of its own:
- * the fused forward writes the ReLU's output, and the fused backward reads its gradient. */
+/* The ReLU op that the executor fuses into batch-norm or group-norm op o, or -1: the norm's
+ * output is not the graph's output and its only reader is that ReLU, on the same pipeline stage
+ * (op_stage may be NULL: one stage). The norm's output then has no tensor of its own: the fused
+ * forward writes the ReLU's output, and the fused backward reads its gradient. */
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage);
 
 /* The batch-norm op whose fused ReLU (tsl_graph_fused_relu()) writes value v, when a plan with
  * recompute=1 has the executor make v again for the backward instead of keeping it from the
- * forward, or -1: v is
+ * forward, or -1 (a group norm's fused ReLU output is kept): v is
  * not the graph's output, and the ops reading it are on the batch norm's stage (op_stage may be
  * NULL: one stage). The executor drops v after its last forward reader and makes it again from
  * the batch norm's input and saved statistics (an elementwise pass) before the first backward

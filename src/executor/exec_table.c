@@ -36,13 +36,16 @@ static tsl_status forward_batchnorm(struct tsl_model *m, instance *in, int32_t i
     return tsl_exec_batchnorm_forward(m, in, i, x, train);
 }
 
-/* The same in training and evaluation: statistics of each sample. */
+/* The same in training and evaluation: statistics of each sample. With a fused ReLU it writes
+ * the ReLU's output. */
 static tsl_status forward_groupnorm(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                     tsl_tensor_t y, int train)
 {
     const tsl_graph_op *o = &m->g->ops[i];
-    return tsl_groupnorm_forward(x, tsl_exec_op_param(m, o, 0, 0), tsl_exec_op_param(m, o, 1, 0),
-                                 o->norm_groups, in->saved[i], y, o->eps);
+    const int32_t r = m->relu_of[i];
+    return (r >= 0 ? tsl_groupnorm_relu_forward : tsl_groupnorm_forward)(
+        x, tsl_exec_op_param(m, o, 0, 0), tsl_exec_op_param(m, o, 1, 0), o->norm_groups,
+        in->saved[i], r >= 0 ? in->act[m->g->ops[r].output] : y, o->eps);
 }
 
 static tsl_status forward_activation(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -350,6 +353,10 @@ static tsl_status backward_groupnorm(struct tsl_model *m, instance *in, int32_t 
                                      tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
 {
     const tsl_graph_op *o = &m->g->ops[i];
+    if (m->relu_of[i] >= 0) /* dy: the fused ReLU's output gradient */
+        return tsl_groupnorm_relu_backward(
+            x, dy, tsl_exec_op_param(m, o, 0, 0), tsl_exec_op_param(m, o, 1, 0), o->norm_groups,
+            in->saved[i], dx[0], tsl_exec_op_param(m, o, 0, 1), tsl_exec_op_param(m, o, 1, 1));
     return tsl_groupnorm_backward(x, dy, tsl_exec_op_param(m, o, 0, 0), o->norm_groups,
                                   in->saved[i], dx[0], tsl_exec_op_param(m, o, 0, 1),
                                   tsl_exec_op_param(m, o, 1, 1));

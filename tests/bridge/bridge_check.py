@@ -44,6 +44,7 @@ OPS_MODEL = {
         {"name": "r1", "op": "conv", "out": 6, "kernel": [5, 3], "padding": [2, 1],
          "padding_mode": "reflect"},
         {"name": "gn", "op": "group_norm", "groups": 3, "eps": 1e-4},
+        {"name": "gn_relu", "op": "relu"},
         {"name": "inorm", "op": "instance_norm", "eps": 1e-3},
         {"name": "g1", "op": "conv", "out": 6, "kernel": 3, "padding": 1, "groups": 3,
          "bias": False, "padding_mode": "replicate"},
