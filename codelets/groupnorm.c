@@ -15,6 +15,9 @@
 #include "groupnorm_slab.h"
 
 #define GN_CHUNK 1024 /* positions per staged chunk of a float64 channels-last row */
+/* Elements per staged block of a masked gradient (a fused ReLU's backward sums): large enough
+ * that each exact-sum call's deposits are spread over many elements, small enough for L2. */
+#define GN_MASK_BLOCK 32768
 
 static void *checked_malloc(size_t bytes, const char *what)
 {
@@ -102,25 +105,43 @@ static tsl_bn_relu_mask relu_mask(const tsl_gn_args *a, const double *saved, con
                                                               tsl_load(a->dtype, beta, a->c0 + c)));
 }
 
-/* dst[i] = g[i] where lo <= x[i] <= hi, else +0, for n elements whose mask is m[i % period]
- * (period 1: one channel's row; the tile's channels: a channels-last block). */
+/* dst = g where lo <= x <= hi, else +0, over a rows x cols block (row-major) whose column c
+ * has mask m[c]: one channel's row (cols 1) or a channels-last block. Vectorised loops: one
+ * mask for a whole row, or the columns' bounds side by side. */
 TSL_VECTOR_KERNEL
-static void mask_gradient(int dtype, const void *x, const void *g, int64_t n, int64_t period,
+static void mask_gradient(int dtype, const void *x, const void *g, int64_t rows, int64_t cols,
                           const tsl_bn_relu_mask *m, void *dst)
 {
+    const int64_t n = rows * cols;
     if (dtype == TSL_F32) {
         const float *xs = x, *gs = g;
         float *out = dst;
-        for (int64_t i0 = 0; i0 < n; i0 += period)
-            for (int64_t c = 0; c < period && i0 + c < n; c++)
-                out[i0 + c] = tsl_bn_relu_keep_f32(gs[i0 + c], xs[i0 + c], m[c]);
+        if (cols == 1) {
+            const float lo = (float)m[0].lo, hi = (float)m[0].hi;
+            for (int64_t i = 0; i < n; i++)
+                out[i] = tsl_bn_keep_f32(gs[i], (xs[i] >= lo) & (xs[i] <= hi));
+            return;
+        }
+        float *lo = checked_malloc(sizeof(float) * (size_t)(2 * cols), "group norm: out of memory"),
+              *hi = lo + cols;
+        for (int64_t c = 0; c < cols; c++) {
+            lo[c] = (float)m[c].lo;
+            hi[c] = (float)m[c].hi;
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = xs + r * cols, *gr = gs + r * cols;
+            float *o = out + r * cols;
+            for (int64_t c = 0; c < cols; c++)
+                o[c] = tsl_bn_keep_f32(gr[c], (xr[c] >= lo[c]) & (xr[c] <= hi[c]));
+        }
+        free(lo);
         return;
     }
     const double *xs = x, *gs = g;
     double *out = dst;
-    for (int64_t i0 = 0; i0 < n; i0 += period)
-        for (int64_t c = 0; c < period && i0 + c < n; c++)
-            out[i0 + c] = tsl_bn_relu_keep_f64(gs[i0 + c], xs[i0 + c], m[c]);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            out[r * cols + c] = tsl_bn_relu_keep_f64(gs[r * cols + c], xs[r * cols + c], m[c]);
 }
 
 /* channel_sums(a, s, dy masked by the fused ReLU's masks m (one per tile channel), x, ...):
@@ -132,10 +153,10 @@ static void masked_channel_sums(const tsl_gn_args *a, int64_t s, const void *dy,
     const int64_t C = a->cext, n = a->inner;
     const size_t es = a->dtype == TSL_F32 ? sizeof(float) : sizeof(double);
     if (!a->channels_last) {
-        void *stage = checked_malloc(es * GN_CHUNK, "group norm: out of memory");
+        void *stage = checked_malloc(es * GN_MASK_BLOCK, "group norm: out of memory");
         for (int64_t c = 0; c < C; c++)
-            for (int64_t p = 0; p < n; p += GN_CHUNK) {
-                const int64_t k = n - p < GN_CHUNK ? n - p : GN_CHUNK;
+            for (int64_t p = 0; p < n; p += GN_MASK_BLOCK) {
+                const int64_t k = n - p < GN_MASK_BLOCK ? n - p : GN_MASK_BLOCK;
                 const size_t at = (size_t)(plain_row(a, s, c) + p) * es;
                 const void *xr = (const char *)x + at;
                 mask_gradient(a->dtype, xr, (const char *)dy + at, k, 1, &m[c], stage);
@@ -148,14 +169,14 @@ static void masked_channel_sums(const tsl_gn_args *a, int64_t s, const void *dy,
         return;
     }
     /* channels-last: blocks of rows (positions x channels) */
-    const int64_t rows = GN_CHUNK / C > 0 ? GN_CHUNK / C : 1;
+    const int64_t rows = GN_MASK_BLOCK / C > 0 ? GN_MASK_BLOCK / C : 1;
     char *stage = checked_malloc(es * (size_t)(rows * C + 2 * rows), "group norm: out of memory");
     double *ga = (double *)(stage + es * (size_t)(rows * C)), *gb = ga + rows;
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int64_t k = n - r0 < rows ? n - r0 : rows;
         const size_t at = (size_t)((s * n + r0) * C) * es;
         const void *xb = (const char *)x + at;
-        mask_gradient(a->dtype, xb, (const char *)dy + at, k * C, C, m, stage);
+        mask_gradient(a->dtype, xb, (const char *)dy + at, k, C, m, stage);
         if (a->dtype == TSL_F32) {
             tsl_acc_add_columns_f32(sum, stride, prod, stride, (const float *)stage, xb, k, C);
             continue;
