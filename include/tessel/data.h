@@ -83,9 +83,9 @@ typedef struct tsl_dataset_info {
     /** Labels per sample (1 for classification, product of label_shape otherwise). */
     int64_t label_numel;
     /** 1: the dataset gives float targets instead of class labels (an `.npy` directory whose
-     *  y is f32): label_shape is then one sample's target shape (C, spatial...), classes 0,
-     *  and the targets are read with tsl_dataset_read_target_box() (losses on float
-     *  targets: MSE, L1). */
+     *  y is f32, an HDF5 file whose y holds floats): label_shape is then one sample's target shape
+     * (C, spatial...), classes 0, and the targets are read with tsl_dataset_read_target_box()
+     * (losses on float targets: MSE, L1). */
     int32_t targets;
 } tsl_dataset_info;
 

@@ -130,6 +130,10 @@ tsl_status tsl_data_spec_int(dataset_spec *spec, const char *key, double low, do
 /* Sample shape `dims` (C, spatial...); labels per voxel (the spatial part) or per sample. */
 void tsl_data_set_info(tsl_dataset_info *info, int64_t samples, int64_t classes, int32_t ndim,
                        const int64_t *dims, int per_voxel);
+/* The info of a dataset of float targets: samples of (ndim axes: C, spatial...) inputs, each
+ * with a target of target_ndim axes (C, spatial...) of the model's output; classes 0. */
+void tsl_data_set_target_info(tsl_dataset_info *info, int64_t samples, int32_t ndim,
+                              const int64_t *dims, int32_t target_ndim, const int64_t *target_dims);
 
 /* ---- the dataset kinds: open from a spec, read one sample's box (arguments checked) ---- */
 
@@ -146,7 +150,8 @@ tsl_status tsl_data_synthetic_read_box(const struct tsl_dataset *ds, int64_t ind
 
 /* `.npy` directories read on demand (npy_dataset.c). */
 tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_split split);
-/* The box of sample `index`'s float targets (an npy dataset with targets set; checked). */
+/* The box of sample `index`'s float targets (an npy or hdf5 dataset with targets set; the
+ * box checked by the caller). */
 tsl_status tsl_data_npy_read_target_box(const struct tsl_dataset *ds, int64_t index,
                                         const int64_t *start, const int64_t *extent, float *t);
 
@@ -158,6 +163,8 @@ void tsl_data_npy_array_close(npy_array *a);
 /* HDF5 files read on demand (hdf5_dataset.c). */
 struct tsl_h5_file;
 tsl_status tsl_data_hdf5_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_split split);
+tsl_status tsl_data_hdf5_read_target_box(const struct tsl_dataset *ds, int64_t index,
+                                         const int64_t *start, const int64_t *extent, float *t);
 tsl_status tsl_data_hdf5_read_sample_box(const struct tsl_dataset *ds, int64_t index,
                                          const int64_t *start, const int64_t *extent, float *x,
                                          int64_t *y);

@@ -1,9 +1,10 @@
 /* The hdf5:FILE dataset (include/tessel/data.h): an HDF5 file holding x (N x C x 0 to 3
- * spatial sizes, any float type, read as f32) and y (N, or N x the spatial sizes of x, any
- * integer type, read as i64), and for the test split x_test and y_test (names changed by
- * x=, y=, x_test=, y_test=). Each read is one hyperslab of one sample's box, read from the file
- * when asked. Debian's HDF5 is the serial library, not built thread-safe: every HDF5 call of
- * this file holds one lock (tasks of several workers read at once). */
+ * spatial sizes, any float type, read as f32) and y: class labels (N, or N x the spatial sizes
+ * of x, any integer type, read as i64) or float targets (N x the model output's shape, C then 0
+ * to 3 spatial sizes, any float type, read as f32), and for the test split x_test and y_test
+ * (names changed by x=, y=, x_test=, y_test=). Each read is one hyperslab of one sample's box, read
+ * from the file when asked. Debian's HDF5 is the serial library, not built thread-safe: every HDF5
+ * call of this file holds one lock (tasks of several workers read at once). */
 #include <hdf5.h>
 #include <limits.h>
 #include <pthread.h>
@@ -52,9 +53,10 @@ void tsl_data_hdf5_close(struct tsl_h5_file *f)
     free(f);
 }
 
-/* Dataset `name` of the file, its shape, and whether its type is a float (want_float) or an
- * integer. Lock held. */
-static tsl_status array_open(struct tsl_h5_file *f, h5_array *a, const char *name, int want_float)
+/* Dataset `name` of the file and its shape; its type must be a float (want 1), an integer (want
+ * 0) or either (want 2, the labels: *is_float says which). Lock held. */
+static tsl_status array_open(struct tsl_h5_file *f, h5_array *a, const char *name, int want,
+                             int *is_float)
 {
     snprintf(a->name, sizeof a->name, "%s", name);
     if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0)
@@ -66,14 +68,17 @@ static tsl_status array_open(struct tsl_h5_file *f, h5_array *a, const char *nam
     H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
     if (type >= 0)
         H5Tclose(type);
-    if (cls != (want_float ? H5T_FLOAT : H5T_INTEGER))
+    if (want == 2 && (cls == H5T_FLOAT || cls == H5T_INTEGER))
+        *is_float = cls == H5T_FLOAT;
+    else if (cls != (want ? H5T_FLOAT : H5T_INTEGER))
         return tsl_error(NULL, TSL_ERR_DTYPE, "hdf5: dataset '%s' of '%s' holds %s; %s", name,
                          f->path,
                          cls == H5T_FLOAT     ? "floats"
                          : cls == H5T_INTEGER ? "integers"
                                               : "neither floats nor integers",
-                         want_float ? "x must hold floats (read as f32)"
-                                    : "labels must hold integers (read as i64)");
+                         want == 1 ? "x must hold floats (read as f32)"
+                                   : "y must hold integer class labels (read as i64) or float "
+                                     "targets (read as f32)");
     int n = H5Sget_simple_extent_ndims(a->space);
     if (n < 1 || n > TSL_MAX_DIMS)
         return tsl_error(NULL, TSL_ERR_SHAPE, "hdf5: dataset '%s' of '%s' has %d axes (1 to %d)",
@@ -175,16 +180,39 @@ tsl_status tsl_data_hdf5_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_sp
     if (H5Fis_hdf5(path) <= 0 || (f->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0)
         st = tsl_error(NULL, TSL_ERR_IO, "hdf5: cannot open '%s' (missing, unreadable or not HDF5)",
                        path);
+    int targets = 0;
     if (!st)
-        st = array_open(f, &f->x, xname ? xname : test ? "x_test" : "x", 1);
+        st = array_open(f, &f->x, xname ? xname : test ? "x_test" : "x", 1, NULL);
     if (!st)
-        st = array_open(f, &f->y, yname ? yname : test ? "y_test" : "y", 0);
+        st = array_open(f, &f->y, yname ? yname : test ? "y_test" : "y", 2, &targets);
     const h5_array *x = &f->x, *y = &f->y;
     if (!st && x->ndim < 2)
         st = tsl_error(NULL, TSL_ERR_SHAPE,
                        "hdf5: dataset '%s' of '%s' has %d axis; x must be N x C, then 0 to 3 "
                        "spatial sizes",
                        x->name, path, (int)x->ndim);
+    if (!st && targets) { /* N x (C, spatial...) of the model's output */
+        if (y->dims[0] != x->dims[0] || y->ndim < 2)
+            st = tsl_error(NULL, TSL_ERR_SHAPE,
+                           "hdf5: float targets '%s' (%d axes, %lld rows) do not fit x '%s' (%lld "
+                           "rows) of '%s': targets must be N x the output's shape (C, then 0 to 3 "
+                           "spatial sizes)",
+                           y->name, (int)y->ndim, (long long)y->dims[0], x->name,
+                           (long long)x->dims[0], path);
+        else if (classes)
+            st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                           "hdf5: classes= is for class labels, and '%s' of '%s' holds float "
+                           "targets",
+                           y->name, path);
+        else if (x->dims[0] < 1)
+            st = tsl_error(NULL, TSL_ERR_SHAPE, "hdf5: dataset '%s' of '%s' has no samples",
+                           x->name, path);
+        pthread_mutex_unlock(&h5_lock);
+        if (!st)
+            tsl_data_set_target_info(&ds->info, x->dims[0], x->ndim - 1, x->dims + 1, y->ndim - 1,
+                                     y->dims + 1);
+        return st;
+    }
     int fits = !st && y->dims[0] == x->dims[0] && (y->ndim == 1 || y->ndim == x->ndim - 1);
     for (int d = 1; fits && y->ndim > 1 && d < y->ndim; d++)
         fits = y->dims[d] == x->dims[d + 1];
@@ -209,6 +237,17 @@ tsl_status tsl_data_hdf5_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_sp
     tsl_data_set_info(&ds->info, x->dims[0], classes ? classes : largest + 1, x->ndim - 1,
                       x->dims + 1, y->ndim > 1);
     return TSL_OK;
+}
+
+tsl_status tsl_data_hdf5_read_target_box(const struct tsl_dataset *ds, int64_t index,
+                                         const int64_t *start, const int64_t *extent, float *t)
+{
+    if (ds->kind != DATASET_HDF5 || !ds->info.targets)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "the dataset has no float targets");
+    pthread_mutex_lock(&h5_lock);
+    tsl_status st = read_rows(ds->h5, &ds->h5->y, index, 1, start, extent, H5T_NATIVE_FLOAT, t);
+    pthread_mutex_unlock(&h5_lock);
+    return st;
 }
 
 tsl_status tsl_data_hdf5_read_sample_box(const struct tsl_dataset *ds, int64_t index,

@@ -205,14 +205,8 @@ tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_spl
                              "npy: classes= is for class labels, and '%s' holds f32 targets",
                              y_path);
         const tsl_shape *ys = &ds->y_file.header.shape;
-        tsl_data_set_info(&ds->info, xs->dims[0], 0, xs->ndim - 1, xs->dims + 1, 0);
-        ds->info.targets = 1;
-        ds->info.label_shape.ndim = ys->ndim - 1;
-        ds->info.label_numel = 1;
-        for (int32_t d = 1; d < ys->ndim; d++) {
-            ds->info.label_shape.dims[d - 1] = ys->dims[d];
-            ds->info.label_numel *= ys->dims[d];
-        }
+        tsl_data_set_target_info(&ds->info, xs->dims[0], xs->ndim - 1, xs->dims + 1, ys->ndim - 1,
+                                 ys->dims + 1);
         return TSL_OK;
     }
     if ((st = scan_labels(&ds->y_file, classes ? classes : MAX_CLASSES, &largest)))

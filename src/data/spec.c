@@ -161,6 +161,19 @@ void tsl_data_set_info(tsl_dataset_info *info, int64_t samples, int64_t classes,
     }
 }
 
+void tsl_data_set_target_info(tsl_dataset_info *info, int64_t samples, int32_t ndim,
+                              const int64_t *dims, int32_t target_ndim, const int64_t *target_dims)
+{
+    tsl_data_set_info(info, samples, 0, ndim, dims, 0);
+    info->targets = 1;
+    info->label_shape.ndim = target_ndim;
+    info->label_numel = 1;
+    for (int32_t d = 0; d < target_ndim; d++) {
+        info->label_shape.dims[d] = target_dims[d];
+        info->label_numel *= target_dims[d];
+    }
+}
+
 /* ---- public calls ---- */
 
 tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec_text, tsl_split split)
@@ -345,7 +358,11 @@ tsl_status tsl_dataset_read_target_box(tsl_dataset_t ds, int64_t index, const in
                            "%lld)",
                            fn, (int)d, (long long)start[d], (long long)(start[d] + extent[d]),
                            (long long)shape->dims[d]);
-    return st ? st : tsl_data_npy_read_target_box(ds, index, start, extent, targets);
+    if (st)
+        return st;
+    return ds->kind == DATASET_HDF5
+               ? tsl_data_hdf5_read_target_box(ds, index, start, extent, targets)
+               : tsl_data_npy_read_target_box(ds, index, start, extent, targets);
 }
 
 tsl_status tsl_dataset_read_box(tsl_dataset_t ds, int64_t index, const int64_t *start,

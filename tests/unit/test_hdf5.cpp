@@ -1,8 +1,8 @@
 // The hdf5:FILE dataset against the same samples in an npy:DIR directory: the same shapes,
 // classes and every box of every sample (x written as float64 and int32 labels in the HDF5 file,
 // read as f32 and i64), for classification and per-voxel labels and both splits; other dataset
-// names; and clear errors for a missing file or dataset, float labels, shapes that do not fit
-// and labels outside classes=.
+// names; float targets against the same targets in npy; and clear errors for a missing file or
+// dataset, shapes that do not fit and labels outside classes=.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -159,6 +159,70 @@ TEST_F(DatasetHdf5, OtherDatasetNamesAndClasses)
     tsl_dataset_destroy(npy);
 }
 
+// Float targets (y of a float type: N x the output's shape): the same info and every box as the
+// same targets in an npy directory (f64 in the file, f32 there), through
+// tsl_dataset_read_target_box; the label calls refuse them.
+TEST_F(DatasetHdf5, FloatTargetsMatchAnNpyDirectory)
+{
+    hid_t f = H5Fcreate(file("t.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const int64_t n = 5;
+    write_split(f, "", "x", "labels", n, false, 3, 21); // x, and labels the targets replace
+    std::mt19937_64 rng(22);
+    std::normal_distribution<double> normal;
+    std::vector<double> t64((size_t)(n * 3 * 5 * 7));
+    std::vector<float> t32(t64.size());
+    for (size_t i = 0; i < t64.size(); i++)
+        t32[i] = (float)(t64[i] = normal(rng));
+    put(f, "y", H5T_IEEE_F64LE, {(hsize_t)n, 3, 5, 7}, H5T_NATIVE_DOUBLE, t64.data());
+    H5Fclose(f);
+    tsl_shape ts;
+    const int64_t tdims[4] = {n, 3, 5, 7};
+    tsl_shape_make(&ts, 4, tdims);
+    ASSERT_EQ(tsl_npy_write((dir + "/npy/y.npy").c_str(), TSL_F32, &ts, t32.data()), TSL_OK);
+    tsl_dataset_t h5 = nullptr, npy = nullptr;
+    ASSERT_EQ(tsl_dataset_open(&h5, ("hdf5:" + file("t.h5")).c_str(), TSL_SPLIT_TRAIN), TSL_OK)
+        << tsl_last_error();
+    ASSERT_EQ(tsl_dataset_open(&npy, ("npy:" + dir + "/npy").c_str(), TSL_SPLIT_TRAIN), TSL_OK)
+        << tsl_last_error();
+    tsl_dataset_info ia, ib;
+    ASSERT_EQ(tsl_dataset_get_info(h5, &ia), TSL_OK);
+    ASSERT_EQ(tsl_dataset_get_info(npy, &ib), TSL_OK);
+    EXPECT_EQ(ia.targets, 1);
+    EXPECT_EQ(ia.classes, 0);
+    EXPECT_EQ(ia.samples, n);
+    ASSERT_EQ(ia.label_shape.ndim, 3);
+    for (int d = 0; d < 3; d++)
+        EXPECT_EQ(ia.label_shape.dims[d], ib.label_shape.dims[d]);
+    EXPECT_EQ(ia.label_numel, 105);
+    const int64_t boxes[4][2][3] = {{{0, 0, 0}, {3, 5, 7}},
+                                    {{1, 1, 2}, {2, 3, 4}},
+                                    {{2, 4, 6}, {1, 1, 1}},
+                                    {{0, 2, 0}, {3, 1, 7}}};
+    for (int64_t i = 0; i < n; i++)
+        for (const auto &box : boxes) {
+            const size_t count = (size_t)(box[1][0] * box[1][1] * box[1][2]);
+            std::vector<float> a(count, -7), b(count, -9);
+            ASSERT_EQ(tsl_dataset_read_target_box(h5, i, box[0], box[1], a.data()), TSL_OK)
+                << tsl_last_error();
+            ASSERT_EQ(tsl_dataset_read_target_box(npy, i, box[0], box[1], b.data()), TSL_OK);
+            EXPECT_EQ(a, b) << "sample " << i;
+        }
+    std::vector<float> x(70);
+    std::vector<int64_t> y(35);
+    const int64_t start[3] = {0, 0, 0}, whole[3] = {2, 5, 7}, outside[3] = {3, 5, 8};
+    EXPECT_EQ(tsl_dataset_read_box(h5, 0, start, whole, x.data(), y.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("float targets"), std::string::npos);
+    EXPECT_EQ(tsl_dataset_read_target_box(h5, 0, start, outside, x.data()), TSL_ERR_INVALID_ARG);
+    tsl_dataset_destroy(h5);
+    tsl_dataset_destroy(npy);
+    ASSERT_EQ(
+        tsl_dataset_open(&h5, ("hdf5:" + file("t.h5") + ",y=labels").c_str(), TSL_SPLIT_TRAIN),
+        TSL_OK); // integer y: class labels, which the target call refuses
+    EXPECT_EQ(tsl_dataset_read_target_box(h5, 0, start, whole, x.data()), TSL_ERR_INVALID_ARG);
+    tsl_dataset_destroy(h5);
+}
+
 TEST_F(DatasetHdf5, BadFilesAreClearErrors)
 {
     hid_t f = H5Fcreate(file("bad.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -168,6 +232,9 @@ TEST_F(DatasetHdf5, BadFilesAreClearErrors)
     put(f, "float_labels", H5T_IEEE_F32LE, {4}, H5T_NATIVE_FLOAT, fy.data());
     std::vector<int32_t> short_y(3, 1);
     put(f, "short_labels", H5T_STD_I32LE, {3}, H5T_NATIVE_INT32, short_y.data());
+    std::vector<float> targets(4 * 5, 0.5f);
+    put(f, "targets", H5T_IEEE_F32LE, {4, 1, 5}, H5T_NATIVE_FLOAT, targets.data());
+    put(f, "short_targets", H5T_IEEE_F32LE, {2, 1, 10}, H5T_NATIVE_FLOAT, targets.data());
     H5Fclose(f);
     struct Bad {
         std::string spec;
@@ -178,9 +245,13 @@ TEST_F(DatasetHdf5, BadFilesAreClearErrors)
         {"hdf5:" + file("missing.h5"), TSL_ERR_IO, "cannot open"},
         {"hdf5:" + dir + "/npy/x.npy", TSL_ERR_IO, "not HDF5"},
         {"hdf5:" + file("bad.h5") + ",x=images", TSL_ERR_IO, "no dataset 'images'"},
-        {"hdf5:" + file("bad.h5") + ",y=float_labels", TSL_ERR_DTYPE, "labels must hold integers"},
+        {"hdf5:" + file("bad.h5") + ",y=float_labels", TSL_ERR_SHAPE,
+         "targets must be N x the output's shape"},
+        {"hdf5:" + file("bad.h5") + ",y=targets,classes=3", TSL_ERR_INVALID_ARG,
+         "classes= is for class labels"},
         {"hdf5:" + file("bad.h5") + ",x=y", TSL_ERR_DTYPE, "x must hold floats"},
         {"hdf5:" + file("bad.h5") + ",y=short_labels", TSL_ERR_SHAPE, "do not fit"},
+        {"hdf5:" + file("bad.h5") + ",y=short_targets", TSL_ERR_SHAPE, "do not fit"},
         {"hdf5:" + file("bad.h5") + ",classes=2", TSL_ERR_FORMAT, "outside [0, 2)"},
         {"hdf5:" + file("bad.h5") + ",colour=red", TSL_ERR_INVALID_ARG, "colour"},
         {"hdf5", TSL_ERR_INVALID_ARG, "needs a file"},
