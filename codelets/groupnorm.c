@@ -336,25 +336,31 @@ void tsl_gn_param_grad(const tsl_gn_args *a, const tsl_acc *acc, void *grad)
         tsl_gn_param_grad_one(a, acc, c, grad, &scratch);
 }
 
-/* Element i of dy where the fused ReLU's y > 0 (x in [lo, hi]), else +0. */
+/* Element i of dy where the fused ReLU's y > 0 (x in [lo, hi]; float32 tiles compare with the
+ * bounds as floats, flo and fhi), else +0. */
 ROW_INLINE double gn_masked(const int DTYPE, const void *x, const void *dy, int64_t i, double lo,
-                            double hi)
+                            double hi, float flo, float fhi)
 {
+    if (DTYPE == TSL_F32) {
+        const float v = ((const float *)x)[i];
+        return tsl_bn_keep_f32(((const float *)dy)[i], (v >= flo) & (v <= fhi));
+    }
     const tsl_bn_relu_mask m = {lo, hi};
-    if (DTYPE == TSL_F32)
-        return tsl_bn_relu_keep_f32(((const float *)dy)[i], ((const float *)x)[i], m);
     return tsl_bn_relu_keep_f64(((const double *)dy)[i], ((const double *)x)[i], m);
 }
 
 /* dx over one sample of a tile; tile channel c's constants: k[c] mean, k[C + c] invstd,
- * k[2C + c] gamma, k[3C + c] m1, k[4C + c] m2, and with RELU its mask k[5C + c], k[6C + c]. */
+ * k[2C + c] gamma, k[3C + c] m1, k[4C + c] m2, and with RELU its mask k[5C + c], k[6C + c]
+ * (as floats: the 2C floats after k[7C - 1]). */
 ROW_INLINE void dx_sample(const int DTYPE, const int RELU, const tsl_gn_args *a, int64_t s,
                           const void *x, const void *dy, void *dx, const double *k)
 {
     const int64_t C = a->cext, n = a->inner;
     const double *mean = k, *invstd = k + C, *w = k + 2 * C, *m1 = k + 3 * C, *m2 = k + 4 * C;
     const double *lo = k + 5 * C, *hi = k + 6 * C;
-#define GN_G(T, i, c) (RELU ? gn_masked(DTYPE, x, dy, i, lo[c], hi[c]) : (double)((const T *)dy)[i])
+    const float *flo = (const float *)(k + 7 * C), *fhi = flo + C;
+#define GN_G(T, i, c)                                                                              \
+    (RELU ? gn_masked(DTYPE, x, dy, i, lo[c], hi[c], flo[c], fhi[c]) : (double)((const T *)dy)[i])
 #define GN_DX(T, i, c)                                                                             \
     tsl_gn_dx(tsl_hd_mul(GN_G(T, i, c), w[c]),                                                     \
               tsl_gn_xhat((double)((const T *)x)[i], mean[c], invstd[c]), invstd[c], m1[c], m2[c])
@@ -383,7 +389,8 @@ void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *
                                const double *coef, void *dx)
 {
     const int64_t C = a->cext;
-    double *k = checked_malloc(sizeof(double) * (size_t)(7 * C), "group norm: out of memory");
+    double *k = checked_malloc(sizeof(double) * (size_t)(8 * C), "group norm: out of memory");
+    float *flo = (float *)(k + 7 * C), *fhi = flo + C;
     for (int64_t s = 0; s < a->samples; s++) {
         for (int64_t c = 0; c < C; c++) {
             int64_t g = group_of(a, c);
@@ -397,6 +404,8 @@ void tsl_gn_backward_data_tile(const tsl_gn_args *a, const void *x, const void *
                 tsl_bn_relu_mask m = relu_mask(a, saved, gamma, beta, s, c);
                 k[5 * C + c] = m.lo;
                 k[6 * C + c] = m.hi;
+                flo[c] = (float)m.lo;
+                fhi[c] = (float)m.hi;
             }
         }
         if (a->dtype == TSL_F32 && a->relu)
