@@ -42,15 +42,25 @@ __device__ void pool_outputs_of(const tsl_pool_geom &g, const int64_t q[3], int6
     }
 }
 
-/* The outputs [lo[d], hi[d]) whose upsampling sources may include input position q: nearest
- * reads q from o in [q k, q k + k), linear from o in [(q - 1) k, (q + 2) k) (floor or floor + 1
- * of (o + 0.5) / k - 0.5, clamped). */
+/* The outputs [lo[d], hi[d]) whose upsampling sources may include input position q: by an
+ * integer scale k, nearest reads q from o in [q k, q k + k), linear from o in [(q - 1) k,
+ * (q + 2) k) (floor or floor + 1 of (o + 0.5) / k - 0.5, clamped); by the sizes (k 0), o in
+ * [(q - 1) out / in - 2, (q + 2) out / in + 2], which holds both modes' sources with room for the
+ * float scale's rounding. The caller keeps only the outputs that do read q. */
 __device__ void upsample_outputs_of(const tsl_pool_geom &g, const int64_t q[3], int64_t lo[3],
                                     int64_t hi[3])
 {
     for (int d = 0; d < 3; d++) {
-        int64_t qg = q[d] + g.io[d];
-        int64_t first = (qg - 1) * g.k[d] - g.oo[d], last = (qg + 2) * g.k[d] - g.oo[d];
+        int64_t qg = q[d] + g.io[d], first, last;
+        if (g.k[d] > 0) {
+            first = (qg - 1) * g.k[d];
+            last = (qg + 2) * g.k[d];
+        } else {
+            first = qg > 0 ? (qg - 1) * g.gout[d] / g.gin[d] - 2 : 0;
+            last = (qg + 2) * g.gout[d] / g.gin[d] + 3;
+        }
+        first -= g.oo[d];
+        last -= g.oo[d];
         lo[d] = first > 0 ? first : 0;
         hi[d] = last < g.out[d] ? last : g.out[d];
     }
@@ -159,14 +169,14 @@ void *buf(void *buffers[], int i)
 }
 
 /* The checks every CUDA pooling function makes; the geometry. Upsampling's scale is its
- * kernel; it has no stride (its arguments leave stride 0). */
+ * kernel (0: the sizes map); it has no stride (its arguments leave stride 0). */
 tsl_pool_geom checked_geometry(const tsl_pool_args &a, bool upsample, const char *what)
 {
     TSL_CODELET_CHECK(a.dtype == TSL_F32 || a.dtype == TSL_F64, what);
     TSL_CODELET_CHECK(a.spatial >= 1 && a.spatial <= 3 && a.planes >= 0, what);
     TSL_CODELET_CHECK(!a.channels_last || (a.channels > 0 && a.planes % a.channels == 0), what);
     for (int d = 0; d < a.spatial; d++)
-        TSL_CODELET_CHECK(a.kernel[d] > 0 && (upsample || a.stride[d] > 0), what);
+        TSL_CODELET_CHECK(upsample ? a.kernel[d] >= 0 : a.kernel[d] > 0 && a.stride[d] > 0, what);
     return tsl_pool_geometry(&a);
 }
 

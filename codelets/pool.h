@@ -24,17 +24,20 @@ typedef struct tsl_pool_args {
     int64_t channels;      /* the tile's channels (planes = samples x channels) */
     int64_t planes;
     int64_t in_size[3], out_size[3];
-    int64_t kernel[3], stride[3], padding[3]; /* upsampling: kernel holds the scale */
+    /* Upsampling: kernel holds the scale, or 0 along a dimension the global sizes map (an output
+     * of any size, PyTorch's size=; tsl_upsample_axis()). */
+    int64_t kernel[3], stride[3], padding[3];
     /* A window of a spatially tiled tensor: the global input size (0: in_size, a whole
      * tensor), the global position of the input buffer's first element and of the tile's
      * first output. Windows and padding are worked out in global positions, so a tile
      * computes exactly what the whole tensor would at its positions. */
     int64_t global_in[3], in_origin[3], out_origin[3];
+    int64_t global_out[3]; /* upsampling: the global output size (0: out_size) */
 } tsl_pool_args;
 
 /* tsl_pool_args.kind of an upsampling. Linear is PyTorch's align_corners=False: source
- * coordinate max((dst + 0.5) / scale - 0.5, 0) per dimension, interpolated between its floor and
- * the next element (clamped to the last). */
+ * coordinate max((dst + 0.5) / scale - 0.5, 0) per dimension (scale: out / in where the sizes
+ * map), interpolated between its floor and the next element (clamped to the last). */
 typedef enum tsl_upsample_mode {
     TSL_UPSAMPLE_NEAREST = 0,
     TSL_UPSAMPLE_LINEAR = 1,

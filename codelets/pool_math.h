@@ -20,6 +20,7 @@ typedef struct tsl_pool_geom {
     int64_t in[3], out[3], k[3], s[3], p[3], in_plane, out_plane;
     int64_t cs; /* distance between a plane's positions: 1, or the channels (channels-last) */
     int64_t gin[3], io[3], oo[3]; /* global input size, origins of the input and output */
+    int64_t gout[3];              /* upsampling: the global output size */
 } tsl_pool_geom;
 
 static inline TSL_HD tsl_pool_geom tsl_pool_geometry(const tsl_pool_args *a)
@@ -35,6 +36,7 @@ static inline TSL_HD tsl_pool_geom tsl_pool_geometry(const tsl_pool_args *a)
         g.gin[d] = used && a->global_in[d] ? a->global_in[d] : g.in[d];
         g.io[d] = used ? a->in_origin[d] : 0;
         g.oo[d] = used ? a->out_origin[d] : 0;
+        g.gout[d] = used && a->global_out[d] ? a->global_out[d] : g.out[d];
     }
     g.in_plane = g.in[0] * g.in[1] * g.in[2];
     g.out_plane = g.out[0] * g.out[1] * g.out[2];
@@ -186,6 +188,37 @@ static inline TSL_HD int64_t tsl_pool_load_index(int dtype, const void *ix, int6
     return ((const int32_t *)ix)[i];
 }
 
+/* The sources of global output position o along one dimension of an upsampling: the first
+ * (*lo) and, for linear, the second (*hi: the next, clamped to the last input) with its weight
+ * (*w_hi; 0 for nearest). By the integer scale k when k > 0 (out = k in), by the global sizes
+ * when k is 0 (any in and out, PyTorch's size=), as PyTorch computes them: nearest
+ * min(floor(o * scale), in - 1) with scale = (float)(1 / k), or (float)in / (float)out, in float
+ * (for some sizes, and scales from 41 up, the float scale picks another source than the exact
+ * ratio; PyTorch's choice is kept); linear max((o + 0.5) / k - 0.5, 0), or
+ * max((o + 0.5) in / out - 0.5, 0), in double. */
+static inline TSL_HD void tsl_upsample_axis(int linear, int64_t k, int64_t gin, int64_t gout,
+                                            int64_t o, int64_t *lo, int64_t *hi, double *w_hi)
+{
+    *w_hi = 0;
+    if (!linear) {
+        float scale = k > 0 ? (float)(1.0 / (double)k) : (float)gin / (float)gout;
+        *lo = (int64_t)floorf((float)o * scale);
+        if (*lo > gin - 1)
+            *lo = gin - 1;
+        *hi = *lo;
+        return;
+    }
+    double src = k > 0 ? ((double)o + 0.5) / (double)k - 0.5
+                       : ((double)o + 0.5) * (double)gin / (double)gout - 0.5;
+    if (src < 0)
+        src = 0;
+    *lo = (int64_t)src;
+    if (*lo > gin - 1) /* a downsampling's last output, rounding aside */
+        *lo = gin - 1;
+    *hi = *lo < gin - 1 ? *lo + 1 : *lo;
+    *w_hi = src - (double)*lo;
+}
+
 /* The input positions (plane offsets) and weights that output position `out` of a plane reads;
  * returns how many (up to 8). Nearest reads one; linear reads two per used dimension, floor and
  * floor + 1 clamped to the last element (both may then be the same element). */
@@ -198,19 +231,9 @@ static inline TSL_HD int tsl_upsample_sources(const tsl_pool_args *a, const tsl_
     double w_hi[3];
     int taps[3];
     for (int d = 0; d < 3; d++) {
-        taps[d] = 1;
-        w_hi[d] = 0;
-        if (a->kind != TSL_UPSAMPLE_LINEAR || d >= a->spatial) {
-            lo[d] = hi[d] = o[d] / g->k[d];
-            continue;
-        }
-        double src = ((double)o[d] + 0.5) / (double)g->k[d] - 0.5;
-        if (src < 0)
-            src = 0;
-        lo[d] = (int64_t)src;
-        hi[d] = lo[d] < g->gin[d] - 1 ? lo[d] + 1 : lo[d];
-        w_hi[d] = src - (double)lo[d];
-        taps[d] = 2;
+        int linear = a->kind == TSL_UPSAMPLE_LINEAR && d < a->spatial;
+        tsl_upsample_axis(linear, g->k[d], g->gin[d], g->gout[d], o[d], &lo[d], &hi[d], &w_hi[d]);
+        taps[d] = linear ? 2 : 1;
     }
     int n = 0;
     for (int t0 = 0; t0 < taps[0]; t0++)

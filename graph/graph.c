@@ -448,30 +448,44 @@ tsl_status tsl_graph_pool(tsl_graph_t g, int32_t x, const tsl_pool_params *p, in
     return add_op(g, &op, NULL, value, fn);
 }
 
-tsl_status tsl_graph_upsample(tsl_graph_t g, int32_t x, const int64_t *scale, int32_t linear,
-                              int32_t *value)
+/* An upsampling of x by the factors v (by_size 0; 1 to 1024) or to the sizes v (1 to 2^24). */
+static tsl_status upsample_op(tsl_graph_t g, int32_t x, const int64_t *v, int by_size,
+                              int32_t linear, int32_t *value, const char *fn)
 {
-    const char *fn = "tsl_graph_upsample";
     tsl_status st = check_op(g, value, x, NULL, fn);
     if (st)
         return st;
-    tsl_shape s = g->values[x].shape;
-    int spatial = s.ndim - 1;
-    if (spatial < 1 || spatial > 3 || !scale)
-        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: needs 1 to 3 spatial dimensions and scales", fn);
+    int spatial = g->values[x].shape.ndim - 1;
+    const char *what = by_size ? "size" : "scale";
+    if (spatial < 1 || spatial > 3 || !v)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: needs 1 to 3 spatial dimensions and a %s", fn,
+                         what);
     tsl_graph_op op;
     memset(&op, 0, sizeof op);
+    const int64_t most = by_size ? (int64_t)1 << 24 : 1024;
     for (int d = 0; d < spatial; d++) {
-        if (scale[d] < 1 || scale[d] > 1024)
-            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: scale %lld outside [1, 1024]", fn,
-                             (long long)scale[d]);
-        op.scale[d] = scale[d];
+        if (v[d] < 1 || v[d] > most)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %s %lld outside [1, %s]", fn, what,
+                             (long long)v[d], by_size ? "2^24" : "1024");
+        (by_size ? op.size : op.scale)[d] = v[d];
     }
     op.kind = TSL_OP_UPSAMPLE;
     op.ninputs = 1;
     op.inputs[0] = x;
     op.linear = linear != 0;
     return add_op(g, &op, NULL, value, fn);
+}
+
+tsl_status tsl_graph_upsample(tsl_graph_t g, int32_t x, const int64_t *scale, int32_t linear,
+                              int32_t *value)
+{
+    return upsample_op(g, x, scale, 0, linear, value, "tsl_graph_upsample");
+}
+
+tsl_status tsl_graph_upsample_size(tsl_graph_t g, int32_t x, const int64_t *size, int32_t linear,
+                                   int32_t *value)
+{
+    return upsample_op(g, x, size, 1, linear, value, "tsl_graph_upsample_size");
 }
 
 tsl_status tsl_graph_concat(tsl_graph_t g, int32_t count, const int32_t *xs, int32_t *value)
@@ -714,6 +728,68 @@ tsl_status tsl_graph_param_info(tsl_graph_t g, int32_t index, const char **name,
         *shape = p->shape;
     if (trainable)
         *trainable = p->trainable;
+    return TSL_OK;
+}
+
+int32_t tsl_graph_param_source(tsl_graph_t g, int32_t index)
+{
+    if (!g || index < 0 || index >= g->nparams)
+        return -1;
+    return g->params[index].shares ? g->params[index].shares - 1 : index;
+}
+
+/* Whether ops a and b (one kind) compute the same function of their input and parameters. */
+static int same_attributes(const tsl_graph_op *a, const tsl_graph_op *b)
+{
+    if (a->kind == TSL_OP_GROUPNORM)
+        return a->norm_groups == b->norm_groups && a->norm_kind == b->norm_kind && a->eps == b->eps;
+    if (a->kind == TSL_OP_LINEAR)
+        return a->bias == b->bias;
+    const tsl_conv_params *p = &a->conv, *q = &b->conv;
+    int same = a->transposed == b->transposed && a->bias == b->bias && p->spatial == q->spatial &&
+               p->padding_mode == q->padding_mode && p->groups == q->groups;
+    for (int d = 0; d < p->spatial && d < 3; d++)
+        same &= p->stride[d] == q->stride[d] && p->padding[d] == q->padding[d] &&
+                p->dilation[d] == q->dilation[d] && p->output_padding[d] == q->output_padding[d];
+    return same;
+}
+
+tsl_status tsl_graph_share_params(tsl_graph_t g, int32_t value, int32_t from)
+{
+    const char *fn = "tsl_graph_share_params";
+    if (!g || value < 0 || value >= g->nvalues || from < 0 || from >= g->nvalues)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: no such values", fn);
+    int32_t o = g->values[value].producer, s = g->values[from].producer;
+    if (o != g->nops - 1 || o == s)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: the value must be the op just added's, and the source another op's",
+                         fn);
+    tsl_graph_op *op = &g->ops[o];
+    const tsl_graph_op *src = &g->ops[s];
+    if (op->kind != TSL_OP_CONV && op->kind != TSL_OP_LINEAR && op->kind != TSL_OP_GROUPNORM)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: '%s' (%s) has no parameters to share (a convolution, linear layer, "
+                         "group, layer or instance norm does; batch norm's running statistics "
+                         "cannot be shared)",
+                         fn, op->name, tsl_op_kind_name(op->kind));
+    if (src->kind != op->kind || !same_attributes(op, src))
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: '%s' and '%s' differ in kind or attributes: one module's parameters "
+                         "serve one function",
+                         fn, op->name, src->name);
+    if (src->nparams != op->nparams)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: '%s' and '%s' have different parameters", fn,
+                         op->name, src->name);
+    for (int32_t k = 0; k < op->nparams; k++) {
+        const tsl_shape *a = &g->params[op->params[k]].shape, *b = &g->params[src->params[k]].shape;
+        if (a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndim))
+            return tsl_error(NULL, TSL_ERR_SHAPE,
+                             "%s: '%s' shares '%s' of another shape (its input's channels or "
+                             "features differ)",
+                             fn, g->params[op->params[k]].name, g->params[src->params[k]].name);
+    }
+    for (int32_t k = 0; k < op->nparams; k++)
+        g->params[op->params[k]].shares = tsl_graph_param_source(g, src->params[k]) + 1;
     return TSL_OK;
 }
 

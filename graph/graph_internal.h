@@ -20,6 +20,8 @@ typedef struct tsl_graph_param {
     int32_t trainable;
     int32_t init;      /* TSL_INIT_* */
     double init_bound; /* uniform bound for TSL_INIT_UNIFORM */
+    int32_t shares;    /* 1 + the parameter whose values this one holds (its op shares another
+                          op's parameters, tsl_graph_share_params()); 0: its own */
 } tsl_graph_param;
 
 enum { TSL_INIT_UNIFORM = 0, TSL_INIT_ZEROS = 1, TSL_INIT_ONES = 2 };
@@ -45,8 +47,9 @@ typedef struct tsl_graph_op {
     tsl_activation act;
     double slope;
     tsl_pool_params pool;
-    int64_t scale[3];
-    int32_t linear;                                          /* upsampling mode */
+    int64_t scale[3]; /* upsampling: integer factors, or 0: to `size` */
+    int64_t size[3];  /* upsampling to these spatial sizes (PyTorch's size=) */
+    int32_t linear;   /* upsampling mode */
     int64_t start[TSL_MAX_DIMS - 1], stop[TSL_MAX_DIMS - 1]; /* slice: per sample axis */
     int32_t stage; /* pipeline stage + 1 given by tsl_graph_set_stage(); 0: none */
 } tsl_graph_op;

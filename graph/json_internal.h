@@ -39,6 +39,8 @@ enum key {
     K_P,
     K_STAGE,
     K_PADDING_MODE,
+    K_SIZE,
+    K_SHARE,
     KEY_COUNT
 };
 

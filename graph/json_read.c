@@ -386,11 +386,29 @@ static tsl_status read_pool(layer *l, int32_t *value)
     return built(l, tsl_graph_pool(l->r->graph, l->inputs[0], &p, value));
 }
 
+/* An upsampling: by `scale` or to `size` (one of them). */
+static tsl_status read_upsample(layer *l, int32_t *value)
+{
+    int64_t v[3];
+    int linear = l->op == L_UPSAMPLE_LINEAR;
+    int by_size = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_SIZE]) != NULL;
+    if (by_size && cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_SCALE]))
+        return fail(l->r, l, TSL_ERR_FORMAT, "'scale' and 'size' exclude each other");
+    if (!by_size && !cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_SCALE]))
+        return fail(l->r, l, TSL_ERR_FORMAT, "'scale' or 'size' is required");
+    tsl_status st = get_ints(l, by_size ? K_SIZE : K_SCALE, 1, NULL, v);
+    if (st)
+        return st;
+    tsl_graph_t g = l->r->graph;
+    return built(l, by_size ? tsl_graph_upsample_size(g, l->inputs[0], v, linear, value)
+                            : tsl_graph_upsample(g, l->inputs[0], v, linear, value));
+}
+
 /* Build the graph op of a layer whose op, name and inputs are known. */
 static tsl_status build_layer(layer *l, int32_t *value)
 {
     tsl_graph_t g = l->r->graph;
-    int64_t count, scale[3];
+    int64_t count;
     double eps, momentum, slope = 0;
     int32_t bias;
     tsl_status st = TSL_OK;
@@ -417,10 +435,7 @@ static tsl_status build_layer(layer *l, int32_t *value)
         return read_pool(l, value);
     case L_UPSAMPLE_NEAREST:
     case L_UPSAMPLE_LINEAR:
-        if ((st = get_ints(l, K_SCALE, 1, NULL, scale)))
-            return st;
-        return built(l,
-                     tsl_graph_upsample(g, l->inputs[0], scale, l->op == L_UPSAMPLE_LINEAR, value));
+        return read_upsample(l, value);
     case L_CONCAT:
         return built(l, tsl_graph_concat(g, l->ninputs, l->inputs, value));
     case L_ADD: {
@@ -495,6 +510,20 @@ static tsl_status read_spatial(layer *l)
                 text);
 }
 
+/* "share": the name of an earlier layer whose parameters this one uses. */
+static tsl_status read_share(layer *l, int32_t value)
+{
+    const cJSON *share = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_SHARE]);
+    if (!share)
+        return TSL_OK;
+    if (!cJSON_IsString(share))
+        return fail(l->r, l, TSL_ERR_FORMAT, "'share' must be the name of an earlier layer");
+    int32_t from = find_layer(l->r, share->valuestring);
+    if (from < 0)
+        return no_layer(l->r, l, share->valuestring, "the shared layer");
+    return built(l, tsl_graph_share_params(l->r->graph, value, l->r->values[from]));
+}
+
 static tsl_status read_layer(reader *r, const cJSON *json)
 {
     layer l;
@@ -529,7 +558,8 @@ static tsl_status read_layer(reader *r, const cJSON *json)
     if (st || (st = read_name(&l)) || (st = read_inputs(&l)) || (st = read_spatial(&l)))
         return st;
     int64_t stage;
-    if ((st = get_int(&l, K_STAGE, 0, -1, &stage)) || (st = build_layer(&l, &value)))
+    if ((st = get_int(&l, K_STAGE, 0, -1, &stage)) || (st = build_layer(&l, &value)) ||
+        (st = read_share(&l, value)))
         return st;
     if (stage >= 0 && (st = built(&l, tsl_graph_set_stage(r->graph, value, (int32_t)stage))))
         return st;

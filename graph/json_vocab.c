@@ -29,33 +29,38 @@ const char *const json_key_names[KEY_COUNT] = {"name",
                                                "h",
                                                "p",
                                                "stage",
-                                               "padding_mode"};
+                                               "padding_mode",
+                                               "size",
+                                               "share"};
 
 const char *const json_padding_mode_names[TSL_PADDING_MODE_COUNT] = {"zeros", "reflect",
                                                                      "replicate", "circular"};
 
 const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_INPUT] = {"input", BIT(K_NAME) | BIT(K_OP) | BIT(K_SHAPE), 0, 0, 0, 0},
-    [L_CONV] = {"conv", CONV_KEYS | BIT(K_PADDING_MODE), 1, 1, 1, 1},
-    [L_CONV_TRANSPOSE] = {"conv_transpose", CONV_KEYS | BIT(K_OUTPUT_PADDING), 1, 1, 1, 1},
+    [L_CONV] = {"conv", CONV_KEYS | BIT(K_PADDING_MODE) | BIT(K_SHARE), 1, 1, 1, 1},
+    [L_CONV_TRANSPOSE] = {"conv_transpose", CONV_KEYS | BIT(K_OUTPUT_PADDING) | BIT(K_SHARE), 1, 1,
+                          1, 1},
     [L_BATCHNORM] = {"batchnorm", COMMON_KEYS | BIT(K_EPS) | BIT(K_MOMENTUM), 1, 1, 1, 0},
     [L_ACTIVATION] = {"activation", COMMON_KEYS, 0, 1, 1, 0},
     [L_MAXPOOL] = {"maxpool", POOL_KEYS, 0, 1, 1, 1},
     [L_AVGPOOL] = {"avgpool", POOL_KEYS | BIT(K_COUNT_INCLUDE_PAD), 0, 1, 1, 1},
     [L_GLOBAL_AVGPOOL] = {"global_avgpool", COMMON_KEYS, 0, 1, 1, 1},
-    [L_UPSAMPLE_NEAREST] = {"upsample_nearest", COMMON_KEYS | BIT(K_SCALE), 0, 1, 1, 1},
-    [L_UPSAMPLE_LINEAR] = {"upsample_linear", COMMON_KEYS | BIT(K_SCALE), 0, 1, 1, 1},
+    [L_UPSAMPLE_NEAREST] = {"upsample_nearest", COMMON_KEYS | BIT(K_SCALE) | BIT(K_SIZE), 0, 1, 1,
+                            1},
+    [L_UPSAMPLE_LINEAR] = {"upsample_linear", COMMON_KEYS | BIT(K_SCALE) | BIT(K_SIZE), 0, 1, 1, 1},
     [L_CONCAT] = {"concat", COMMON_KEYS, 0, 1, TSL_GRAPH_MAX_INPUTS, 0},
     [L_ADD] = {"add", COMMON_KEYS | BIT(K_H), 0, 2, TSL_GRAPH_MAX_INPUTS, 0},
     [L_FLATTEN] = {"flatten", COMMON_KEYS, 0, 1, 1, 0},
-    [L_LINEAR] = {"linear", COMMON_KEYS | BIT(K_OUT) | BIT(K_BIAS), 1, 1, 1, 0},
+    [L_LINEAR] = {"linear", COMMON_KEYS | BIT(K_OUT) | BIT(K_BIAS) | BIT(K_SHARE), 1, 1, 1, 0},
     [L_SUB] = {"sub", COMMON_KEYS, 0, 2, 2, 0},
     [L_MUL] = {"mul", COMMON_KEYS, 0, 2, 2, 0},
     [L_SLICE] = {"slice", COMMON_KEYS | BIT(K_START) | BIT(K_STOP), 0, 1, 1, 0},
     [L_DROPOUT] = {"dropout", COMMON_KEYS | BIT(K_P), 0, 1, 1, 0},
-    [L_GROUPNORM] = {"group_norm", COMMON_KEYS | BIT(K_GROUPS) | BIT(K_EPS), 1, 1, 1, 0},
-    [L_LAYERNORM] = {"layer_norm", COMMON_KEYS | BIT(K_EPS), 1, 1, 1, 0},
-    [L_INSTANCENORM] = {"instance_norm", COMMON_KEYS | BIT(K_EPS), 1, 1, 1, 1},
+    [L_GROUPNORM] = {"group_norm", COMMON_KEYS | BIT(K_GROUPS) | BIT(K_EPS) | BIT(K_SHARE), 1, 1, 1,
+                     0},
+    [L_LAYERNORM] = {"layer_norm", COMMON_KEYS | BIT(K_EPS) | BIT(K_SHARE), 1, 1, 1, 0},
+    [L_INSTANCENORM] = {"instance_norm", COMMON_KEYS | BIT(K_EPS) | BIT(K_SHARE), 1, 1, 1, 1},
 };
 
 const int64_t json_zeros[3] = {0, 0, 0}, json_ones[3] = {1, 1, 1};

@@ -219,7 +219,8 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
                (op == L_AVGPOOL && add_bool(j, K_COUNT_INCLUDE_PAD, p->count_include_pad, 1));
     case L_UPSAMPLE_NEAREST:
     case L_UPSAMPLE_LINEAR:
-        return add_ints(j, K_SCALE, o->scale, spatial, NULL);
+        return o->scale[0] ? add_ints(j, K_SCALE, o->scale, spatial, NULL)
+                           : add_ints(j, K_SIZE, o->size, spatial, NULL);
     case L_LINEAR:
         return add_out(j, g, o) || add_bool(j, K_BIAS, o->bias, 1);
     case L_ADD:
@@ -314,6 +315,13 @@ static cJSON *layer_json(const struct tsl_graph *g, int32_t i,
     }
     if (!failed)
         failed = add_attributes(j, g, o, op);
+    if (!failed && o->nparams > 0 && g->params[o->params[0]].shares) {
+        /* the op whose own parameter this one holds (tsl_graph_share_params()) */
+        int32_t p = g->params[o->params[0]].shares - 1, s = 0;
+        while (s < i && !(g->ops[s].nparams > 0 && g->ops[s].params[0] == p))
+            s++;
+        failed = s == i || !cJSON_AddStringToObject(j, "share", names[s]);
+    }
     if (!failed && o->stage > 0)
         failed = !cJSON_AddNumberToObject(j, "stage", o->stage - 1);
     if (failed) {

@@ -80,7 +80,8 @@ static int same_op(const struct tsl_graph *g, int32_t x, int32_t y, int32_t shif
         a->transposed != b->transposed || a->bias != b->bias || a->act != b->act ||
         a->slope != b->slope || a->eps != b->eps || a->momentum != b->momentum || a->h != b->h ||
         a->p != b->p || !same_conv(&a->conv, &b->conv) || !same_pool(&a->pool, &b->pool) ||
-        memcmp(a->scale, b->scale, sizeof a->scale) != 0 || a->linear != b->linear)
+        memcmp(a->scale, b->scale, sizeof a->scale) != 0 ||
+        memcmp(a->size, b->size, sizeof a->size) != 0 || a->linear != b->linear)
         return 0;
     const tsl_shape *sa = &g->values[a->output].shape, *sb = &g->values[b->output].shape;
     if (sa->ndim != sb->ndim || memcmp(sa->dims, sb->dims, sizeof sa->dims[0] * sa->ndim) != 0)

@@ -103,7 +103,7 @@ static tsl_status infer_upsample(const struct tsl_graph *g, const tsl_graph_op *
 {
     tsl_shape s = *input_shape(g, op, 0);
     for (int d = 0; d < s.ndim - 1; d++)
-        s.dims[1 + d] *= op->scale[d];
+        s.dims[1 + d] = op->scale[0] ? s.dims[1 + d] * op->scale[d] : op->size[d];
     return infer_given(g, op, &s, y, fn);
 }
 

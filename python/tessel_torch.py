@@ -41,25 +41,25 @@ import torch.nn.functional as F
 _OPS = {
     "input": {"shape": "none"},
     "conv": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1,
-             "bias": True, "padding_mode": "zeros"},
+             "bias": True, "padding_mode": "zeros", "share": "unset"},
     "conv_transpose": {"out": None, "kernel": None, "stride": 1, "padding": 0, "dilation": 1,
-                       "groups": 1, "bias": True, "output_padding": 0},
+                       "groups": 1, "bias": True, "output_padding": 0, "share": "unset"},
     "batchnorm": {"eps": 1e-5, "momentum": 0.1},
-    "group_norm": {"groups": None, "eps": 1e-5},
-    "layer_norm": {"eps": 1e-5},
-    "instance_norm": {"eps": 1e-5},
+    "group_norm": {"groups": None, "eps": 1e-5, "share": "unset"},
+    "layer_norm": {"eps": 1e-5, "share": "unset"},
+    "instance_norm": {"eps": 1e-5, "share": "unset"},
     "relu": {}, "sigmoid": {}, "tanh": {}, "gelu": {}, "silu": {},
     "leaky_relu": {"slope": 0.01},
     "maxpool": {"kernel": None, "stride": "kernel", "padding": 0, "ceil_mode": False},
     "avgpool": {"kernel": None, "stride": "kernel", "padding": 0, "count_include_pad": True,
                 "ceil_mode": False},
     "global_avgpool": {},
-    "upsample_nearest": {"scale": None},
-    "upsample_linear": {"scale": None},
+    "upsample_nearest": {"scale": "unset", "size": "unset"},
+    "upsample_linear": {"scale": "unset", "size": "unset"},
     "concat": {}, "add": {"h": 1.0}, "sub": {}, "mul": {}, "flatten": {},
     "slice": {"start": None, "stop": None},
     "dropout": {"p": 0.5},
-    "linear": {"out": None, "bias": True},
+    "linear": {"out": None, "bias": True, "share": "unset"},
 }
 _COMMON_KEYS = {"name", "op", "inputs", "stage"}
 
@@ -154,6 +154,7 @@ class TesselNet(nn.Module):
         if not 0 <= nsp <= 3:
             raise ModelFileError(f"sample shape {self.sample_shape}: C and 0 to 3 spatial sizes")
         self._nodes = []
+        self._owners = {}  # name -> module of the layers with parameters
         names = {}
         for index, layer in enumerate(layers):
             where, attrs = _layer_attrs(layer, index)
@@ -170,6 +171,13 @@ class TesselNet(nn.Module):
             else:
                 inputs = default_inputs
             in_shapes = [self._nodes[i].shape for i in inputs]
+            # "share": this layer calls the module of an earlier one (its parameters)
+            self._sharing = None
+            if attrs.get("share", "unset") != "unset":
+                self._sharing = attrs["share"]
+                if self._sharing not in self._owners:
+                    raise ModelFileError(f"{where}: the shared layer '{self._sharing}' is no "
+                                         f"earlier layer with parameters")
             fn, shape = self._make(op, attrs, layer.get("name"), where, in_shapes, nsp)
             self._nodes.append(_Node(op, inputs, fn, shape))
             name = layer.get("name", "input" if op == "input" else None)
@@ -187,8 +195,18 @@ class TesselNet(nn.Module):
         self.output_shape = self._nodes[self._output].shape
 
     def _register(self, name, module, where):
+        """Register a layer's module at its dotted name; a layer that shares another's
+        parameters gets that layer's module instead (after checking that it is the same
+        function: class, attributes and parameter shapes)."""
         if not name:
             raise ModelFileError(f"{where}: a layer with parameters needs a name")
+        if self._sharing is not None:
+            source = self._owners[self._sharing]
+            if type(source) is not type(module) or source.extra_repr() != module.extra_repr():
+                raise ModelFileError(f"{where}: shares '{self._sharing}', a different layer "
+                                     f"({source} vs {module})")
+            self._owners[name] = source
+            return source
         parent = self
         parts = name.split(".")
         for part in parts[:-1]:
@@ -200,6 +218,7 @@ class TesselNet(nn.Module):
         if parts[-1] in parent._modules:
             raise ModelFileError(f"{where}: the name '{name}' is used twice")
         parent.add_module(parts[-1], module)
+        self._owners[name] = module
         return module
 
     def _make(self, op, a, name, where, in_shapes, nsp):
@@ -250,18 +269,18 @@ class TesselNet(nn.Module):
                 m = conv_cls[nd][1](cin, cout, k, s, p, op_, a["groups"], a["bias"], d)
                 sp = tuple((x[i + 1] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op_[i] + 1
                            for i in range(nd))
-            self._register(name, m, where)
+            m = self._register(name, m, where)
             return m, (cout,) + sp
         if op == "batchnorm":
             m = _BATCHNORM[max(nd, 1)](x[0], eps=float(a["eps"]), momentum=float(a["momentum"]))
-            self._register(name, m, where)
+            m = self._register(name, m, where)
             return m, x
         if op == "instance_norm":
             if nd < 1:
                 raise ModelFileError(f"{where}: instance_norm needs spatial dimensions, not {x}")
             cls = {1: nn.InstanceNorm1d, 2: nn.InstanceNorm2d, 3: nn.InstanceNorm3d}[nd]
             m = cls(x[0], eps=float(a["eps"]), affine=True)
-            self._register(name, m, where)
+            m = self._register(name, m, where)
             return m, x
         if op in ("group_norm", "layer_norm"):
             # layer norm: over features nn.LayerNorm(F); over (C, spatial...) one group
@@ -272,7 +291,7 @@ class TesselNet(nn.Module):
                 if not isinstance(g_, int) or isinstance(g_, bool) or g_ < 1 or x[0] % g_:
                     raise ModelFileError(f"{where}: groups {g_!r} must divide {x[0]} channels")
                 m = nn.GroupNorm(g_, x[0], eps=float(a["eps"]))
-            self._register(name, m, where)
+            m = self._register(name, m, where)
             return m, x
         if op in ("relu", "sigmoid", "tanh"):
             return getattr(torch, op), x
@@ -304,14 +323,19 @@ class TesselNet(nn.Module):
             dims = tuple(range(2, 2 + nd))
             return (lambda v: v.mean(dim=dims, keepdim=True)), (x[0],) + (1,) * nd
         if op in ("upsample_nearest", "upsample_linear"):
-            sc = _per_dim(a["scale"], nd, where, "scale")
+            if (a["scale"] == "unset") == (a["size"] == "unset"):
+                raise ModelFileError(f"{where}: one of 'scale' and 'size' is required")
+            if a["size"] != "unset":
+                size = _per_dim(a["size"], nd, where, "size")
+            else:
+                sc = _per_dim(a["scale"], nd, where, "scale")
+                size = tuple(x[i + 1] * sc[i] for i in range(nd))
             if op == "upsample_nearest":
                 mode = "nearest"
                 extra = {}
             else:
                 mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[nd]
                 extra = {"align_corners": False}
-            size = tuple(x[i + 1] * sc[i] for i in range(nd))
             return (lambda v: F.interpolate(v, size=size, mode=mode, **extra)), (x[0],) + size
         if op == "concat":
             for sh in in_shapes[1:]:
@@ -356,7 +380,7 @@ class TesselNet(nn.Module):
             if len(x) != 1:
                 raise ModelFileError(f"{where}: a linear layer needs a flat input, not {x}")
             m = nn.Linear(x[0], out_channels(), a["bias"])
-            self._register(name, m, where)
+            m = self._register(name, m, where)
             return m, (out_channels(),)
         raise ModelFileError(f"{where}: unknown op")  # not reached: _layer_attrs checked it
 

@@ -122,6 +122,27 @@ TSL_API tsl_status tsl_graph_pool(tsl_graph_t graph, int32_t x, const tsl_pool_p
 TSL_API tsl_status tsl_graph_upsample(tsl_graph_t graph, int32_t x, const int64_t *scale,
                                       int32_t linear, int32_t *value);
 
+/** @brief Upsampling to the spatial sizes @p size (one per spatial dimension, each 1 to 2^24;
+ *  any sizes, smaller than the input's too), as PyTorch's nn.Upsample(size=...); @p linear
+ *  selects (bi/tri)linear instead of nearest (tsl_upsample_nearest_forward() with no scale). */
+TSL_API tsl_status tsl_graph_upsample_size(tsl_graph_t graph, int32_t x, const int64_t *size,
+                                           int32_t linear, int32_t *value);
+
+/** @brief Makes the op just added (the last; it produced @p value) use the parameters of the
+ *  op that produced @p from, as one PyTorch module called twice: a convolution (transposed or
+ *  not), linear layer, group, layer or instance norm of the same kind, attributes and parameter
+ *  shapes (batch norm, whose running statistics each call would update, is refused).
+ *
+ *  The op keeps its own parameter names (`NAME.weight`, ...) in the graph, as copies that a
+ *  model fills from the source before every forward; their gradients are added to the
+ *  source's (in op order) after the backward, the optimizer updates only the source, and
+ *  parameter files and checkpoints hold only the source. Sharing a shared op's parameters
+ *  shares its source's.
+ *  @return TSL_OK; TSL_ERR_INVALID_ARG (no such values, @p value not the last op's, the ops
+ *          differ in kind or attributes, batch norm, an op without parameters);
+ *          TSL_ERR_SHAPE (the parameters' shapes differ) */
+TSL_API tsl_status tsl_graph_share_params(tsl_graph_t graph, int32_t value, int32_t from);
+
 /** @brief Concatenation of @p count values along channels (same spatial shape). */
 TSL_API tsl_status tsl_graph_concat(tsl_graph_t graph, int32_t count, const int32_t *xs,
                                     int32_t *value);
@@ -279,6 +300,11 @@ TSL_API int32_t tsl_graph_output(tsl_graph_t graph);
  *  buffers (running statistics). Outputs may be NULL. */
 TSL_API tsl_status tsl_graph_param_info(tsl_graph_t graph, int32_t index, const char **name,
                                         tsl_shape *shape, int32_t *trainable);
+
+/** @brief The parameter whose values parameter @p index holds: @p index itself, or the
+ *  parameter of the op its op shares them with (tsl_graph_share_params()); -1 when there is
+ *  no parameter @p index. */
+TSL_API int32_t tsl_graph_param_source(tsl_graph_t graph, int32_t index);
 
 /** @brief Kind, name (may be "") and output value of op @p index (ops are in creation order,
  *  which is a topological order). */

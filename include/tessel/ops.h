@@ -329,40 +329,46 @@ TSL_API tsl_status tsl_pool_forward_indices(const tsl_pool_params *params, tsl_t
 TSL_API tsl_status tsl_pool_backward_indices(const tsl_pool_params *params, tsl_tensor_t indices,
                                              tsl_tensor_t dy, tsl_tensor_t dx);
 
-/** @brief Nearest upsampling by integer factors @p scale[spatial] (>= 1): y has each
- *  spatial size times its factor. Tiling as for pooling. */
+/** @brief Nearest upsampling, as PyTorch's nn.Upsample(mode='nearest'): by integer factors
+ *  @p scale[spatial] (>= 1; y has each spatial size times its factor, scale_factor=), or, with
+ *  @p scale NULL, to y's spatial sizes, any of them (size=; smaller than x's too).
+ *
+ *  Along each spatial dimension of input size L and output size M, output position o reads
+ *  x[min(floor(o * r), L - 1)] with r the float (float)(1 / s) or (float)L / (float)M, as
+ *  PyTorch computes it. Tiling as for pooling: spatial tiles (f32) read the halo their outputs'
+ *  sources need from the neighbouring tiles. */
 TSL_API tsl_status tsl_upsample_nearest_forward(const int64_t *scale, tsl_tensor_t x,
                                                 tsl_tensor_t y);
 
-/** @brief Backward of tsl_upsample_nearest_forward(): each dx element sums its block of dy. */
+/** @brief Backward of tsl_upsample_nearest_forward(): each dx element sums the dy elements that
+ *  read it (@p scale NULL: the sizes of dy and dx map). */
 TSL_API tsl_status tsl_upsample_nearest_backward(const int64_t *scale, tsl_tensor_t dy,
                                                  tsl_tensor_t dx);
 
-/** @brief Linear, bilinear or trilinear upsampling (by the number of spatial dimensions) by
- *  integer factors, as PyTorch's nn.Upsample(mode='linear'/'bilinear'/'trilinear',
- *  align_corners=False).
+/** @brief Linear, bilinear or trilinear upsampling (by the number of spatial dimensions), as
+ *  PyTorch's nn.Upsample(mode='linear'/'bilinear'/'trilinear', align_corners=False), by integer
+ *  factors or (@p scale NULL) to y's spatial sizes, any of them.
  *
- *  Along each spatial dimension of input size L and factor s, output position o reads the
- *  source coordinate c = max((o + 0.5) / s - 0.5, 0) and interpolates between x[i0] and x[i1]
- *  with weights 1 - (c - i0) and c - i0, where i0 = floor(c) and i1 = min(i0 + 1, L - 1);
- *  dimensions combine as a product of these weights. Shapes, arguments and tiling as for
- *  tsl_upsample_nearest_forward().
- *  @param[in] scale  factors, one per spatial dimension, each >= 1
- *  @param[in] x      input (N, C, spatial...), f32 or f64, tiled along N and C only
- *  @param[out] y     output (N, C, spatial x scale...), same dtype and N/C tiles as @p x;
+ *  Along each spatial dimension of input size L, output size M and factor s (L / M by size),
+ *  output position o reads the source coordinate c = max((o + 0.5) / s - 0.5, 0) and
+ *  interpolates between x[i0] and x[i1] with weights 1 - (c - i0) and c - i0, where
+ *  i0 = min(floor(c), L - 1) and i1 = min(i0 + 1, L - 1); dimensions combine as a product of
+ *  these weights. Tiling as for tsl_upsample_nearest_forward().
+ *  @param[in] scale  factors, one per spatial dimension, each >= 1; NULL: y's sizes
+ *  @param[in] x      input (N, C, spatial...), f32 or f64 (f32 only with spatial tiles)
+ *  @param[out] y     output (N, C, spatial x scale...), same dtype and tile grid as @p x;
  *                    overwritten
- *  @return TSL_OK, TSL_ERR_INVALID_ARG (NULL or out-of-range scale, y == x),
- *          TSL_ERR_SHAPE (wrong output shape, spatial tiles, different N/C tiles),
- *          TSL_ERR_DTYPE */
+ *  @return TSL_OK, TSL_ERR_INVALID_ARG (out-of-range scale, y == x),
+ *          TSL_ERR_SHAPE (wrong output shape, different tile grids), TSL_ERR_DTYPE */
 TSL_API tsl_status tsl_upsample_linear_forward(const int64_t *scale, tsl_tensor_t x,
                                                tsl_tensor_t y);
 
 /** @brief Backward of tsl_upsample_linear_forward(): dx = the transpose of the interpolation
  *  applied to dy. Overwrites @p dx; each tile sums its planes in a fixed order, so the result is
  *  the same on every layout and rank count.
- *  @param[in] scale  the forward's factors
+ *  @param[in] scale  the forward's factors, or NULL: the sizes of dy and dx map
  *  @param[in] dy     gradient of the output, shaped as the forward's y
- *  @param[out] dx    gradient of the input, shaped as the forward's x, same N/C tiles as @p dy
+ *  @param[out] dx    gradient of the input, shaped as the forward's x, same tile grid as @p dy
  *  @return as tsl_upsample_linear_forward() */
 TSL_API tsl_status tsl_upsample_linear_backward(const int64_t *scale, tsl_tensor_t dy,
                                                 tsl_tensor_t dx);

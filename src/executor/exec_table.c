@@ -71,8 +71,9 @@ static tsl_status forward_upsample(struct tsl_model *m, instance *in, int32_t i,
                                    tsl_tensor_t y, int train)
 {
     const tsl_graph_op *o = &m->g->ops[i];
-    return o->linear ? tsl_upsample_linear_forward(o->scale, x, y)
-                     : tsl_upsample_nearest_forward(o->scale, x, y);
+    const int64_t *scale = o->scale[0] ? o->scale : NULL; /* NULL: to the output's size */
+    return o->linear ? tsl_upsample_linear_forward(scale, x, y)
+                     : tsl_upsample_nearest_forward(scale, x, y);
 }
 
 static tsl_status forward_concat(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -259,8 +260,9 @@ static tsl_status backward_upsample(struct tsl_model *m, instance *in, int32_t i
                                     tsl_tensor_t y, tsl_tensor_t dy, tsl_tensor_t *dx)
 {
     const tsl_graph_op *o = &m->g->ops[i];
-    return o->linear ? tsl_upsample_linear_backward(o->scale, dy, dx[0])
-                     : tsl_upsample_nearest_backward(o->scale, dy, dx[0]);
+    const int64_t *scale = o->scale[0] ? o->scale : NULL;
+    return o->linear ? tsl_upsample_linear_backward(scale, dy, dx[0])
+                     : tsl_upsample_nearest_backward(scale, dy, dx[0]);
 }
 
 /* The network input's part (no gradient wanted) goes to throw-away space. */

@@ -188,11 +188,17 @@ int tsl_exec_recomputed(const struct tsl_model *m, int32_t v);
 /* Whether a tensor is cut along a spatial dimension (from dimension 2). */
 int tsl_exec_spatially_cut(tsl_tensor_t t);
 
-/* Bring every sharded weight's whole copies up to date: at the start of every forward, so
+/* Bring every sharded weight's whole copies, and every shared op's parameters (copies of their
+ * sources', tsl_graph_share_params()), up to date: at the start of every forward, so
  * whatever wrote the weights before (the optimizer, a load, the caller through
  * tsl_model_param) is seen, and every rank decides alike (tsl_model_param is not
  * collective, so the model cannot know on every rank whether a caller wrote). */
 tsl_status tsl_exec_sync_replicas(struct tsl_model *m);
+
+/* The gradients of shared ops' parameters (tsl_graph_share_params()) added to their sources',
+ * in parameter order, after the backward and its reductions: the source's gradient is then
+ * the sum over every op that uses it, as PyTorch accumulates a module called twice. */
+tsl_status tsl_exec_add_shared_grads(struct tsl_model *m);
 
 void tsl_exec_instance_free(struct tsl_model *m, instance *in);
 

@@ -152,6 +152,8 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     free(bucket_of);
     if (!st)
         st = init_params(m, seed);
+    if (!st) /* (shared ops' parameters: their sources' values from the start) */
+        st = tsl_exec_sync_replicas(m);
     if (st) {
         tsl_model_destroy(m);
         return st;
@@ -244,10 +246,49 @@ tsl_status tsl_model_param(tsl_model_t m, int32_t index, tsl_tensor_t *param, ts
     return TSL_OK;
 }
 
+/* Owners of a tile of a tensor laid out as `user` (a tensor of the same shape and grid). */
+static int32_t owner_as(const int32_t tile[TSL_MAX_DIMS], int32_t ndim, const tsl_tile_grid *grid,
+                        int32_t nranks, void *user)
+{
+    (void)nranks;
+    int64_t index = 0;
+    for (int32_t d = 0; d < ndim; d++)
+        index = index * grid->splits[d] + tile[d];
+    return ((struct tsl_tensor *)user)->tile_owner[index];
+}
+
+tsl_status tsl_exec_add_shared_grads(struct tsl_model *m)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t i = 0; i < m->g->nparams && !st; i++) {
+        int32_t s = tsl_graph_param_source(m->g, i);
+        tsl_tensor_t to = m->pgrads[s], from = m->pgrads[i];
+        if (s == i || !to || !from)
+            continue;
+        if (!memcmp(&to->grid, &from->grid, sizeof to->grid)) {
+            st = tsl_tensor_axpy(to, 1.0, from); /* (moved to the source's tiles' owners) */
+            continue;
+        }
+        tsl_tensor_t tmp = NULL;
+        tsl_owner_map like = tsl_owner_callback(owner_as, to);
+        if (!(st = tsl_tensor_create(&tmp, m->ctx, TSL_F32, &to->shape, &to->grid, &like)) &&
+            !(st = tsl_tensor_redistribute(tmp, from)))
+            st = tsl_tensor_axpy(to, 1.0, tmp);
+        tsl_tensor_destroy(tmp);
+    }
+    return st;
+}
+
 tsl_status tsl_exec_sync_replicas(struct tsl_model *m)
 {
     tsl_status st = TSL_OK;
     int32_t n = 0;
+    /* A shared op's parameters: its source's values. */
+    for (int32_t i = 0; i < m->g->nparams && !st; i++) {
+        int32_t s = tsl_graph_param_source(m->g, i);
+        if (s != i)
+            st = tsl_tensor_redistribute(m->params[i], m->params[s]);
+    }
     for (int32_t i = 0; i < m->g->nparams && !st; i++) {
         if (!m->replicated[i])
             st = tsl_tensor_sync_replicas(m->params[i]);

@@ -30,8 +30,9 @@ tsl_status tsl_model_save_params(tsl_model_t m, const char *dir)
     if ((st = tsl_context_agree(m->ctx, 0, st)))
         return st;
     char path[4096];
-    for (int32_t i = 0; i < m->g->nparams && !st; i++)
-        if (!(st = param_path(m, dir, i, path, sizeof path)))
+    for (int32_t i = 0; i < m->g->nparams && !st; i++) /* (a shared op's copies: not files) */
+        if (tsl_graph_param_source(m->g, i) == i &&
+            !(st = param_path(m, dir, i, path, sizeof path)))
             st = tsl_tensor_write_npy(m->params[i], path, 0);
     return st;
 }
@@ -49,7 +50,7 @@ static tsl_status trainable(struct tsl_model *m, tsl_tensor_t **params, const ch
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }
     for (int32_t i = 0; i < np; i++)
-        if (m->pgrads[i]) {
+        if (m->pgrads[i] && tsl_graph_param_source(m->g, i) == i) {
             (*params)[n] = m->params[i];
             (*names)[n++] = m->g->params[i].name;
         }
@@ -73,6 +74,8 @@ static tsl_status read_param_files(struct tsl_model *m, const char *dir, tsl_ten
     tsl_status st = TSL_OK;
     tsl_owner_map root = tsl_owner_single(0);
     for (int32_t i = 0; i < m->g->nparams && !st; i++) {
+        if (tsl_graph_param_source(m->g, i) != i)
+            continue; /* a shared op's copy: the next forward fills it */
         if ((st = param_path(m, dir, i, path, sizeof path)) ||
             (st = tsl_tensor_read_npy(&files[i], m->ctx, path, 0, NULL, &root)))
             break;
@@ -116,7 +119,8 @@ static tsl_status load_files(struct tsl_model *m, tsl_optimizer_t opt, const cha
         }
     }
     for (int32_t i = 0; i < np && !st; i++)
-        st = tsl_tensor_redistribute(m->params[i], files[i]);
+        if (files[i])
+            st = tsl_tensor_redistribute(m->params[i], files[i]);
     for (int32_t i = 0; i < np; i++)
         tsl_tensor_destroy(files[i]);
     free(files);

@@ -306,6 +306,8 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
         st = st ? st : fin;
     }
     tsl_mgrit_finish(m); /* (collective whatever st: every rank submitted the same sums) */
+    if (!st)
+        st = tsl_exec_add_shared_grads(m);
     if (!st && loss)
         *loss = l;
     *used = in;
@@ -346,7 +348,7 @@ static tsl_status train_step(tsl_model_t m, int64_t batch, batch_source *src, ts
     }
     int32_t n = 0;
     for (int32_t i = 0; i < m->g->nparams; i++)
-        if (m->pgrads[i]) {
+        if (m->pgrads[i] && tsl_graph_param_source(m->g, i) == i) { /* not a shared op's copy */
             ps[n] = m->params[i];
             gs[n++] = m->pgrads[i];
         }

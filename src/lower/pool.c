@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codelets/pool.h"
+#include "codelets/pool_math.h"
 #include "internal.h"
 #include "halo.h"
 #include "tessel/ops.h"
@@ -58,14 +59,14 @@ static void input_range(const tsl_pool_args *a, int pooling, int d, int64_t olo,
     if (pooling) {
         *lo = olo * a->stride[d] - a->padding[d];
         *hi = (ohi - 1) * a->stride[d] - a->padding[d] + a->kernel[d];
-    } else if (a->kind == TSL_UPSAMPLE_NEAREST) {
-        *lo = olo / a->kernel[d];
-        *hi = (ohi - 1) / a->kernel[d] + 1;
-    } else { /* as codelets/pool.c: floor of the source coordinate, and the next one */
-        double s0 = ((double)olo + 0.5) / (double)a->kernel[d] - 0.5;
-        double s1 = ((double)(ohi - 1) + 0.5) / (double)a->kernel[d] - 0.5;
-        *lo = s0 < 0 ? 0 : (int64_t)s0;
-        *hi = (s1 < 0 ? 0 : (int64_t)s1) + 2;
+    } else { /* the sources of the first and the last output (codelets/pool_math.h) */
+        int linear = a->kind == TSL_UPSAMPLE_LINEAR;
+        int64_t first, second, last;
+        double w;
+        tsl_upsample_axis(linear, a->kernel[d], global, a->global_out[d], olo, lo, &second, &w);
+        tsl_upsample_axis(linear, a->kernel[d], global, a->global_out[d], ohi - 1, &first, &last,
+                          &w);
+        *hi = last + 1;
     }
     if (*lo < 0)
         *lo = 0;
@@ -189,6 +190,7 @@ static tsl_pool_args args_of(tsl_tensor_t x, tsl_tensor_t y, int spatial)
     for (int d = 0; d < spatial; d++) {
         a.in_size[d] = x->shape.dims[2 + d];
         a.out_size[d] = y->shape.dims[2 + d];
+        a.global_out[d] = a.out_size[d];
     }
     return a;
 }
@@ -351,15 +353,19 @@ tsl_status tsl_pool_backward_indices(const tsl_pool_params *p, tsl_tensor_t indi
     return per_tile(&tsl_cl_pool_backward_index, a, dx, 3, t, m);
 }
 
-/* The shape x upsampled by `scale`. */
-static tsl_status upsampled(tsl_tensor_t x, const int64_t *scale, tsl_shape *out, const char *fn)
+/* The shape x upsampled by `scale`; with no scale, big's shape, whose spatial sizes may be any. */
+static tsl_status upsampled(tsl_tensor_t x, tsl_tensor_t big, const int64_t *scale, tsl_shape *out,
+                            const char *fn)
 {
-    if (!scale)
-        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: scale is NULL", fn);
     if (x->shape.ndim < 3 || x->shape.ndim > 5)
         return tsl_error(x->ctx, TSL_ERR_SHAPE, "%s: x needs 1 to 3 spatial dimensions", fn);
     *out = x->shape;
     for (int d = 2; d < x->shape.ndim; d++) {
+        if (!scale) {
+            if (big && big->shape.ndim == x->shape.ndim)
+                out->dims[d] = big->shape.dims[d];
+            continue;
+        }
         if (scale[d - 2] < 1 || scale[d - 2] > (int64_t)1 << 20)
             return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: scale %lld out of range", fn,
                              (long long)scale[d - 2]);
@@ -369,19 +375,21 @@ static tsl_status upsampled(tsl_tensor_t x, const int64_t *scale, tsl_shape *out
 }
 
 /* Upsampling in `mode` between `small` (x, or dx) and `big` (y, or dy): the forward reads small
- * and writes big, the backward reads big and writes small. One task per tile of small. */
+ * and writes big, the backward reads big and writes small. One task per tile of small. Without
+ * a scale, big's sizes map (tsl_upsample_axis()). */
 static tsl_status upsample(const char *fn, tsl_upsample_mode mode, int backward,
                            const int64_t *scale, tsl_tensor_t small, tsl_tensor_t big)
 {
     tsl_status st = tsl_tensor_check(small, fn);
     tsl_shape want;
-    if (st || (st = upsampled(small, scale, &want, fn)) ||
+    if (st || (!scale && (st = tsl_tensor_check(big, fn))) ||
+        (st = upsampled(small, big, scale, &want, fn)) ||
         (st = check_planes(small, big, &want, fn)))
         return st;
     tsl_pool_args a = args_of(small, big, small->shape.ndim - 2);
     a.kind = mode;
     for (int d = 0; d < a.spatial; d++)
-        a.kernel[d] = scale[d];
+        a.kernel[d] = scale ? scale[d] : 0;
     if (spatially_tiled(small))
         return windowed(&a, 0, backward, small, big, backward ? NULL : small,
                         backward ? small : NULL, NULL);

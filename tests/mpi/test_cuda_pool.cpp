@@ -160,6 +160,17 @@ tsl_pool_args upsample_args(int dtype, int mode, bool channels_last, std::vector
     return a;
 }
 
+// Upsampling to any size: scale 0, the sizes map (PyTorch's size=).
+tsl_pool_args resize_args(int dtype, int mode, bool channels_last, std::vector<int64_t> in,
+                          std::vector<int64_t> out)
+{
+    tsl_pool_args a =
+        upsample_args(dtype, mode, channels_last, in, std::vector<int64_t>(in.size(), 0));
+    for (size_t d = 0; d < in.size(); d++)
+        a.out_size[d] = out[d];
+    return a;
+}
+
 template <typename T> void check_upsample(const tsl_pool_args &a, const char *what)
 {
     const size_t nx = (size_t)(a.planes * plane_of(a.in_size, a.spatial));
@@ -197,6 +208,21 @@ template <typename T> void check_upsamples()
         a.out_origin[0] = 10;
         a.out_size[0] = 12;
         check_upsample<T>(a, "a tile of a cut tensor");
+    }
+    for (bool cl : {false, true})
+        for (int mode : {(int)TSL_UPSAMPLE_NEAREST, (int)TSL_UPSAMPLE_LINEAR}) {
+            check_upsample<T>(resize_args(dt, mode, cl, {37}, {50}), "1-D 37 to 50");
+            check_upsample<T>(resize_args(dt, mode, cl, {9, 7}, {13, 4}), "2-D 9x7 to 13x4");
+            check_upsample<T>(resize_args(dt, mode, cl, {5, 3, 4}, {7, 8, 3}), "3-D to 7x8x3");
+        }
+    // A tile of a cut 1-D tensor of 20 resized to 33: outputs 10 to 21 from inputs 4 to 13.
+    for (int mode : {(int)TSL_UPSAMPLE_NEAREST, (int)TSL_UPSAMPLE_LINEAR}) {
+        tsl_pool_args a = resize_args(dt, mode, false, {10}, {12});
+        a.global_in[0] = 20;
+        a.global_out[0] = 33;
+        a.in_origin[0] = 4;
+        a.out_origin[0] = 10;
+        check_upsample<T>(a, "a tile of a cut tensor resized");
     }
 }
 

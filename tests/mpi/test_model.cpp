@@ -136,6 +136,41 @@ tsl_graph_t norm_graph(const std::vector<int64_t> &sample, int64_t classes)
     return built(ok, g);
 }
 
+// Parameters used twice (tsl_graph_share_params(), one PyTorch module called twice): conv 3x3
+// c1 (6) -> ReLU -> conv c2 (6 -> 6) -> group norm gn (3 groups) -> ReLU -> c2 again -> gn
+// again -> ReLU -> max pooling 2 -> flatten -> linear fc1 (8) -> ReLU -> linear fc2 (8 -> 8) ->
+// ReLU -> fc2 again -> linear head. With `share` false the second uses have parameters of
+// their own (the same network untied).
+tsl_graph_t shared_graph(const std::vector<int64_t> &sample, int64_t classes, bool share = true)
+{
+    const int64_t k[2] = {3, 3};
+    tsl_conv_params cp = same_3x3();
+    tsl_pool_params mp;
+    tsl_pool_params_init(&mp, TSL_POOL_MAX, 2, 2);
+    tsl_graph_t g = nullptr;
+    int32_t v, c2, gn, fc2;
+    auto tie = [&](int32_t from) { return !share || tsl_graph_share_params(g, v, from) == TSL_OK; };
+    bool ok = tsl_graph_create(&g) == TSL_OK &&
+              tsl_graph_input(g, (int32_t)sample.size(), sample.data(), &v) == TSL_OK &&
+              tsl_graph_conv(g, "c1", v, 6, k, &cp, 0, 1, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_conv(g, "c2", v, 6, k, &cp, 0, 1, &c2) == TSL_OK &&
+              tsl_graph_groupnorm(g, "gn", c2, 3, 1e-5, &gn) == TSL_OK &&
+              tsl_graph_activation(g, gn, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_conv(g, "c2_again", v, 6, k, &cp, 0, 1, &v) == TSL_OK && tie(c2) &&
+              tsl_graph_groupnorm(g, "gn_again", v, 3, 1e-5, &v) == TSL_OK && tie(gn) &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_pool(g, v, &mp, &v) == TSL_OK && tsl_graph_flatten(g, v, &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc1", v, 8, 1, &v) == TSL_OK &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc2", v, 8, 1, &fc2) == TSL_OK &&
+              tsl_graph_activation(g, fc2, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_linear(g, "fc2_again", v, 8, 1, &v) == TSL_OK && tie(fc2) &&
+              tsl_graph_linear(g, "head", v, classes, 1, &v) == TSL_OK &&
+              tsl_graph_set_output(g, v) == TSL_OK;
+    return built(ok, g);
+}
+
 tsl_shape dims_shape(const std::vector<int64_t> &dims)
 {
     tsl_shape s;
@@ -464,6 +499,13 @@ TEST(Model, SpatialPlansMatchSampleTiles)
           {"space=2", "data=2", "filters=2", "channels=2", "stages=2,micro=2"},
           {"space=2x2", "data=2,space=2", "filters=4", "data=2,channels=2",
            "data=2,stages=2,micro=2"}}},
+        // shared parameters: copies refreshed from their sources, gradients summed into them
+        {"shared",
+         {2, 12, 10},
+         false,
+         {{"tiles=2"},
+          {"space=2", "data=2", "filters=2", "channels=2", "stages=2,micro=2"},
+          {"space=2x2", "data=2,space=2", "filters=4", "data=2,stages=2,micro=2"}}},
     };
     const int64_t n = 2, classes = 3;
     for (const Net &net : nets) {
@@ -482,6 +524,8 @@ TEST(Model, SpatialPlansMatchSampleTiles)
             g = mlp_graph(net.sample, classes);
         else if (std::string(net.name) == "norm")
             g = norm_graph(net.sample, classes);
+        else if (std::string(net.name) == "shared")
+            g = shared_graph(net.sample, classes);
         else
             EXPECT_EQ(tsl_zoo_graph(net.name, ndim, sample, classes, &g), TSL_OK)
                 << tsl_last_error();
@@ -591,6 +635,130 @@ TEST(Model, SpatialPlansMatchSampleTiles)
         }
         tsl_graph_destroy(g);
     }
+}
+
+// A shared parameter's gradient is the sum of its uses': the same network untied, with the
+// second uses' parameters set to the first's values, gives per-use gradients whose sum is the
+// tied network's gradient of the source (and the copy's own gradient is its use's); after
+// three SGD steps with momentum the copies hold their sources' values and only the sources are
+// in the parameter files. At every rank count, on sample and spatial tiles.
+TEST(Model, SharedParametersSumTheirUsesGradients)
+{
+    const std::vector<int64_t> sample = {2, 12, 10};
+    const int64_t n = 2, classes = 3, per = 2 * 12 * 10;
+    tsl_graph_t tied = shared_graph(sample, classes), untied = shared_graph(sample, classes, false);
+    ASSERT_NE(tied, nullptr);
+    ASSERT_NE(untied, nullptr);
+    const int32_t np = tsl_graph_param_count(tied);
+    ASSERT_EQ(np, tsl_graph_param_count(untied));
+    std::vector<int32_t> source((size_t)np);
+    int copies = 0;
+    for (int32_t i = 0; i < np; i++) {
+        source[(size_t)i] = tsl_graph_param_source(tied, i);
+        EXPECT_EQ(tsl_graph_param_source(untied, i), i);
+        copies += source[(size_t)i] != i;
+    }
+    EXPECT_EQ(copies, 6); // c2_again's weight and bias, gn_again's, fc2_again's
+    EXPECT_EQ(tsl_graph_param_source(tied, np), -1);
+    Batch b = make_batch(n, per, classes, seed + 700);
+    const char *samples = size == 1 ? "tiles=2" : size == 2 ? "data=2" : "data=2,space=2";
+    const char *spatial = size == 1 ? "tiles=3" : size == 2 ? "space=2" : "space=2x2";
+    for (const char *text : {"", samples, spatial}) {
+        SCOPED_TRACE(std::string("plan '") + text + "'");
+        tsl_plan parsed;
+        ASSERT_EQ(tsl_plan_parse(*text ? text : "tiles=1", &parsed), TSL_OK);
+        const tsl_plan *plan = *text ? &parsed : nullptr;
+        tsl_model_t mt = nullptr, mu = nullptr;
+        ASSERT_EQ(tsl_model_create_plan(&mt, ctx, tied, seed + 701, plan), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_model_create_plan(&mu, ctx, untied, seed + 702, plan), TSL_OK)
+            << tsl_context_last_error(ctx);
+        // The untied network with the tied one's values (the copies' from their sources).
+        for (int32_t i = 0; i < np; i++) {
+            tsl_tensor_t pt, pu;
+            ASSERT_EQ(tsl_model_param(mt, source[(size_t)i], &pt, nullptr), TSL_OK);
+            ASSERT_EQ(tsl_model_param(mu, i, &pu, nullptr), TSL_OK);
+            ASSERT_EQ(tsl_tensor_redistribute(pu, pt), TSL_OK) << tsl_context_last_error(ctx);
+        }
+        double lt = 0, lu = 0;
+        ASSERT_EQ(tsl_model_gradients(mt, n, b.x.data(), b.y.data(), &lt), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_model_gradients(mu, n, b.x.data(), b.y.data(), &lu), TSL_OK)
+            << tsl_context_last_error(ctx);
+        EXPECT_EQ(lt, lu);
+        std::vector<std::vector<float>> gt, gu;
+        push_params(mt, tied, true, &gt);
+        push_params(mu, untied, true, &gu);
+        ASSERT_EQ(gt.size(), gu.size()); // (running statistics: none in this network)
+        if (rank == 0) {
+            for (int32_t i = 0; i < np; i++) {
+                std::vector<float> want = gu[(size_t)i];
+                for (int32_t j = 0; j < np; j++) // a source's: the sum over its uses
+                    if (j != i && source[(size_t)j] == i)
+                        for (size_t e = 0; e < want.size(); e++)
+                            want[e] += gu[(size_t)j][e];
+                EXPECT_EQ(gt[(size_t)i], want) << "gradient of parameter " << i;
+            }
+        }
+        tsl_optimizer_t opt = momentum_sgd();
+        ASSERT_NE(opt, nullptr);
+        for (int k = 0; k < 3; k++)
+            ASSERT_EQ(tsl_model_train_step(mt, n, b.x.data(), b.y.data(), opt, nullptr, nullptr),
+                      TSL_OK)
+                << tsl_context_last_error(ctx);
+        // The copies are refreshed at the next forward: one more (evaluation) pass.
+        double loss = 0;
+        ASSERT_EQ(tsl_model_evaluate(mt, n, b.x.data(), b.y.data(), &loss, nullptr), TSL_OK);
+        std::vector<std::vector<float>> after;
+        push_params(mt, tied, false, &after);
+        if (rank == 0)
+            for (int32_t i = 0; i < np; i++)
+                EXPECT_EQ(after[(size_t)i], after[(size_t)source[(size_t)i]]) << "parameter " << i;
+        char dir[64] = "";
+        if (rank == 0) {
+            std::snprintf(dir, sizeof dir, "/tmp/tessel-shared-XXXXXX");
+            ASSERT_NE(mkdtemp(dir), nullptr);
+        }
+        MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+        ASSERT_EQ(tsl_model_save_params(mt, dir), TSL_OK) << tsl_context_last_error(ctx);
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int32_t i = 0; i < np && rank == 0; i++) {
+            const char *name = nullptr;
+            tsl_graph_param_info(tied, i, &name, nullptr, nullptr);
+            EXPECT_EQ(access((std::string(dir) + "/" + name + ".npy").c_str(), F_OK) == 0,
+                      source[(size_t)i] == i)
+                << name;
+        }
+        // The untied network lacks the copies' files; a tied one of other values loads them
+        // all, copies included (at its next forward).
+        EXPECT_EQ(tsl_model_load_params(mu, dir), TSL_ERR_IO);
+        tsl_model_t again = nullptr;
+        ASSERT_EQ(tsl_model_create_plan(&again, ctx, tied, seed + 703, plan), TSL_OK);
+        ASSERT_EQ(tsl_model_load_params(again, dir), TSL_OK) << tsl_context_last_error(ctx);
+        double reloaded = 0;
+        ASSERT_EQ(tsl_model_evaluate(again, n, b.x.data(), b.y.data(), &reloaded, nullptr), TSL_OK);
+        EXPECT_EQ(reloaded, loss);
+        std::vector<std::vector<float>> loaded;
+        push_params(again, tied, false, &loaded);
+        if (rank == 0)
+            EXPECT_EQ(loaded, after);
+        tsl_model_destroy(again);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            for (int32_t i = 0; i < np; i++) {
+                const char *name = nullptr;
+                tsl_graph_param_info(tied, i, &name, nullptr, nullptr);
+                std::remove((std::string(dir) + "/" + name + ".npy").c_str());
+            }
+            rmdir(dir);
+        }
+        tsl_optimizer_destroy(opt);
+        tsl_model_destroy(mt);
+        tsl_model_destroy(mu);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    tsl_graph_destroy(tied);
+    tsl_graph_destroy(untied);
 }
 
 // Batch-norm + ReLU outputs dropped after the forward and made again for the backward (plan

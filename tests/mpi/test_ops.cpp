@@ -2183,6 +2183,151 @@ TEST(Upsampling, LinearEveryLayoutMatchesOneTileAndTheKernel)
     check_upsample_linear_layouts<float>(TSL_F32, {3, 4, 5, 3}, s2);
 }
 
+namespace
+{
+
+// Upsampling to y's sizes (no scale) of x (f32) on tiles cut by `splits` (empty: one tile),
+// owners xo for x and dy, yo for y and dx, outputs poisoned first; y and dx gathered on rank 0,
+// then x and dy.
+std::vector<std::vector<float>> resize_on(int linear, const std::vector<int64_t> &xd,
+                                          const std::vector<int64_t> &yd,
+                                          const std::vector<int32_t> &splits,
+                                          const tsl_owner_map &xo, const tsl_owner_map &yo,
+                                          tsl_layout layout)
+{
+    tsl_tensor_t x = make_tensor(TSL_F32, xd, splits, xo, layout);
+    tsl_tensor_t dx = make_tensor(TSL_F32, xd, splits, yo, layout);
+    tsl_tensor_t y = make_tensor(TSL_F32, yd, splits, yo, layout);
+    tsl_tensor_t dy = make_tensor(TSL_F32, yd, splits, xo, layout);
+    EXPECT_EQ(tsl_tensor_fill_uniform(x, seed + 130, -1, 1), TSL_OK);
+    EXPECT_EQ(tsl_tensor_fill_uniform(dy, seed + 131, -1, 1), TSL_OK);
+    for (tsl_tensor_t t : {y, dx})
+        EXPECT_EQ(tsl_tensor_fill_constant(t, 1e6), TSL_OK);
+    if (linear) {
+        EXPECT_EQ(tsl_upsample_linear_forward(nullptr, x, y), TSL_OK)
+            << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_upsample_linear_backward(nullptr, dy, dx), TSL_OK)
+            << tsl_context_last_error(ctx);
+    } else {
+        EXPECT_EQ(tsl_upsample_nearest_forward(nullptr, x, y), TSL_OK)
+            << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_upsample_nearest_backward(nullptr, dy, dx), TSL_OK)
+            << tsl_context_last_error(ctx);
+    }
+    std::vector<std::vector<float>> got = gather_all({y, dx, x, dy});
+    for (tsl_tensor_t t : {x, dx, y, dy})
+        tsl_tensor_destroy(t);
+    return got;
+}
+
+// The sources of output o of an upsampling from `in` to `out` positions, written here as
+// PyTorch's upsample_nearest and upsample_linear (align_corners=False) compute them.
+void resize_sources(int linear, int64_t in, int64_t out, int64_t o, int64_t *i0, int64_t *i1,
+                    double *l1)
+{
+    if (!linear) {
+        float r = (float)in / (float)out;
+        *i0 = *i1 = std::min((int64_t)std::floor((float)o * r), in - 1);
+        *l1 = 0;
+        return;
+    }
+    double src = std::max(0.0, ((double)o + 0.5) * (double)in / (double)out - 0.5);
+    *i0 = std::min((int64_t)std::floor(src), in - 1);
+    *i1 = std::min(*i0 + 1, in - 1);
+    *l1 = src - (double)*i0;
+}
+
+// y of x (N, C, spatial... in plain order) resized to yd, per element in double.
+std::vector<double> resize_reference(int linear, const std::vector<int64_t> &xd,
+                                     const std::vector<int64_t> &yd, const std::vector<float> &x)
+{
+    const size_t sp = xd.size() - 2;
+    int64_t in_plane = 1, out_plane = 1;
+    for (size_t d = 0; d < sp; d++) {
+        in_plane *= xd[2 + d];
+        out_plane *= yd[2 + d];
+    }
+    std::vector<double> y((size_t)(xd[0] * xd[1] * out_plane));
+    for (int64_t pl = 0; pl < xd[0] * xd[1]; pl++)
+        for (int64_t o = 0; o < out_plane; o++) {
+            int64_t i0[3], i1[3], rest = o;
+            double l1[3];
+            for (int d = (int)sp - 1; d >= 0; d--) {
+                resize_sources(linear, xd[2 + (size_t)d], yd[2 + (size_t)d],
+                               rest % yd[2 + (size_t)d], &i0[d], &i1[d], &l1[d]);
+                rest /= yd[2 + (size_t)d];
+            }
+            double v = 0;
+            for (int corner = 0; corner < (1 << sp); corner++) {
+                double w = 1;
+                int64_t at = 0;
+                for (size_t d = 0; d < sp; d++) {
+                    bool upper = (corner >> d) & 1;
+                    w *= upper ? l1[d] : 1 - l1[d];
+                    at = at * xd[2 + d] + (upper ? i1[d] : i0[d]);
+                }
+                v += w * (double)x[(size_t)(pl * in_plane + at)];
+            }
+            y[(size_t)(pl * out_plane + o)] = v;
+        }
+    return y;
+}
+
+} // namespace
+
+// Upsampling to any size (PyTorch's size=; larger and smaller than the input along different
+// dimensions), nearest and linear, 1-D to 3-D: one tile against a per-element reference of
+// PyTorch's source choice, the backward by the adjoint identity <up(x), dy> = <x, up^T(dy)>;
+// spatial, sample and channel tiles (halos from the neighbours, several ranks) and
+// channels-last tiles against one tile; outputs poisoned first.
+TEST(Upsampling, ToAnySizeOnEveryTilingMatchesOneTileAndTheReference)
+{
+    struct Case {
+        std::vector<int64_t> x, y;
+        std::vector<int32_t> splits;
+    };
+    const Case cases[] = {
+        {{2, 3, 9}, {2, 3, 20}, {1, 1, 3}},
+        {{1, 2, 13}, {1, 2, 5}, {1, 1, 2}},
+        {{2, 3, 7, 5}, {2, 3, 12, 4}, {1, 1, 2, 2}},
+        {{2, 2, 6, 10}, {2, 2, 17, 7}, {2, 1, 3, 1}},
+        {{1, 2, 5, 4, 3}, {1, 2, 7, 9, 2}, {1, 2, 2, 2, 1}},
+    };
+    tsl_owner_map block = tsl_owner_block(nullptr), rev = tsl_owner_callback(reversed, nullptr),
+                  root = tsl_owner_single(0);
+    for (int linear = 0; linear < 2; linear++)
+        for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++) {
+            const Case &c = cases[n];
+            SCOPED_TRACE(std::string(linear ? "linear" : "nearest") + ", case " +
+                         std::to_string(n));
+            auto one = resize_on(linear, c.x, c.y, {}, root, root, TSL_LAYOUT_PLAIN);
+            auto got = resize_on(linear, c.x, c.y, c.splits, block, rev, TSL_LAYOUT_PLAIN);
+            auto cl = resize_on(linear, c.x, c.y, c.splits, rev, block, TSL_LAYOUT_CHANNELS_LAST);
+            if (rank != 0)
+                continue;
+            std::vector<double> want = resize_reference(linear, c.x, c.y, one[2]);
+            ASSERT_EQ(want.size(), one[0].size());
+            for (size_t i = 0; i < want.size(); i++)
+                ASSERT_NEAR(one[0][i], want[i], 1e-6 * (1 + std::fabs(want[i])))
+                    << "y[" << i << "]";
+            double lhs = 0, rhs = 0;
+            for (size_t i = 0; i < want.size(); i++)
+                lhs += (double)one[0][i] * (double)one[3][i];
+            for (size_t i = 0; i < one[1].size(); i++) {
+                ASSERT_LT(std::fabs(one[1][i]), 1e3f) << "dx kept the poison at " << i;
+                rhs += (double)one[2][i] * (double)one[1][i];
+            }
+            EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::fabs(lhs))) << "adjoint identity";
+            // The inputs are the same draws on every tiling (the fill is layout-independent).
+            EXPECT_EQ(got[2], one[2]);
+            EXPECT_EQ(cl[2], one[2]);
+            EXPECT_EQ(got[0], one[0]) << "y, tiled"; // the same arithmetic per output
+            EXPECT_EQ(cl[0], one[0]) << "y, channels-last";
+            EXPECT_LT(max_rel_diff(got[1], one[1]), 1e-5) << "dx, tiled";
+            EXPECT_LT(max_rel_diff(cl[1], one[1]), 1e-5) << "dx, channels-last";
+        }
+}
+
 TEST(Upsampling, LinearBadArgumentsAreErrors)
 {
     tsl_owner_map block = tsl_owner_block(nullptr);
@@ -2202,7 +2347,11 @@ TEST(Upsampling, LinearBadArgumentsAreErrors)
     EXPECT_EQ(tsl_upsample_linear_backward(zero, y, x), TSL_ERR_INVALID_ARG);
     EXPECT_NE(std::strstr(tsl_context_last_error(ctx), "tsl_upsample_linear_backward"), nullptr);
     EXPECT_EQ(tsl_upsample_linear_forward(huge, x, y), TSL_ERR_INVALID_ARG);
-    EXPECT_EQ(tsl_upsample_linear_forward(nullptr, x, y), TSL_ERR_INVALID_ARG);
+    // Without a scale, y's sizes are the output's: any, but N and C are x's and tiles match.
+    EXPECT_EQ(tsl_upsample_linear_forward(nullptr, x, other_tiles), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_upsample_linear_forward(nullptr, x, spatial_tiles), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_upsample_nearest_forward(nullptr, x, yf), TSL_ERR_DTYPE);
+    EXPECT_EQ(tsl_upsample_linear_forward(nullptr, x, x), TSL_ERR_INVALID_ARG); // y == x
     EXPECT_EQ(tsl_upsample_linear_forward(scale, x, wrong), TSL_ERR_SHAPE);
     EXPECT_EQ(tsl_upsample_linear_backward(scale, wrong, x), TSL_ERR_SHAPE);
     EXPECT_EQ(tsl_upsample_linear_forward(scale, y, x), TSL_ERR_SHAPE); // downsampling

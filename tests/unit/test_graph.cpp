@@ -196,6 +196,60 @@ static void parses_and_formats_back(const char *text, tsl_plan *p)
     EXPECT_STREQ(back, text);
 }
 
+// tsl_graph_share_params(): the op just added takes another op's parameters (its own names
+// stay, as copies whose source tsl_graph_param_source() gives); bad calls change nothing.
+TEST(Graph, SharedParametersPointAtTheirSource)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    const int64_t sample[3] = {4, 8, 8}, k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    int32_t x, a, r, b, c, n1, n2, bn1, bn2;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "a", x, 4, k, &cp, 0, 1, &a), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, a, TSL_ACT_RELU, 0, &r), TSL_OK);
+    EXPECT_EQ(tsl_graph_share_params(g, r, a), TSL_ERR_INVALID_ARG); // a ReLU has none
+    ASSERT_EQ(tsl_graph_conv(g, "b", r, 4, k, &cp, 0, 1, &b), TSL_OK);
+    EXPECT_EQ(tsl_graph_share_params(g, a, b), TSL_ERR_INVALID_ARG); // a is not the last op
+    EXPECT_EQ(tsl_graph_share_params(g, b, b), TSL_ERR_INVALID_ARG); // itself
+    EXPECT_EQ(tsl_graph_share_params(g, b, 99), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_share_params(nullptr, b, a), TSL_ERR_INVALID_ARG);
+    for (int32_t i = 0; i < tsl_graph_param_count(g); i++)
+        EXPECT_EQ(tsl_graph_param_source(g, i), i); // nothing changed
+    ASSERT_EQ(tsl_graph_share_params(g, b, a), TSL_OK);
+    EXPECT_EQ(tsl_graph_param_source(g, 2), 0); // b.weight holds a.weight
+    EXPECT_EQ(tsl_graph_param_source(g, 3), 1); // b.bias, a.bias
+    const char *name;
+    ASSERT_EQ(tsl_graph_param_info(g, 2, &name, nullptr, nullptr), TSL_OK);
+    EXPECT_STREQ(name, "b.weight");
+    // Sharing a shared op's parameters shares its source's.
+    ASSERT_EQ(tsl_graph_conv(g, "c", b, 4, k, &cp, 0, 1, &c), TSL_OK);
+    ASSERT_EQ(tsl_graph_share_params(g, c, b), TSL_OK);
+    EXPECT_EQ(tsl_graph_param_source(g, 4), 0);
+    EXPECT_EQ(tsl_graph_param_source(g, 5), 1);
+    // Another bias setting, another stride: another function.
+    int32_t d;
+    ASSERT_EQ(tsl_graph_conv(g, "d", c, 4, k, &cp, 0, 0, &d), TSL_OK);
+    EXPECT_EQ(tsl_graph_share_params(g, d, a), TSL_ERR_INVALID_ARG);
+    tsl_conv_params sp = cp;
+    sp.stride[0] = 2;
+    ASSERT_EQ(tsl_graph_conv(g, "e", d, 4, k, &sp, 0, 1, &d), TSL_OK);
+    EXPECT_EQ(tsl_graph_share_params(g, d, a), TSL_ERR_INVALID_ARG);
+    // Norms share; batch norm's running statistics do not.
+    ASSERT_EQ(tsl_graph_groupnorm(g, "n1", d, 2, 1e-5, &n1), TSL_OK);
+    ASSERT_EQ(tsl_graph_groupnorm(g, "n2", n1, 2, 1e-5, &n2), TSL_OK);
+    ASSERT_EQ(tsl_graph_share_params(g, n2, n1), TSL_OK);
+    ASSERT_EQ(tsl_graph_batchnorm(g, "bn1", n2, 1e-5, 0.1, &bn1), TSL_OK);
+    ASSERT_EQ(tsl_graph_batchnorm(g, "bn2", bn1, 1e-5, 0.1, &bn2), TSL_OK);
+    EXPECT_EQ(tsl_graph_share_params(g, bn2, bn1), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("batch norm"), std::string::npos);
+    EXPECT_EQ(tsl_graph_param_source(g, -1), -1);
+    EXPECT_EQ(tsl_graph_param_source(g, tsl_graph_param_count(g)), -1);
+    tsl_graph_destroy(g);
+}
+
 TEST(Plan, ParsesEveryPartAndFormatsBack)
 {
     tsl_plan p;

@@ -92,7 +92,10 @@ std::string op_difference(const tsl_graph_op &a, const tsl_graph_op &b, int spat
         return "";
     }
     case TSL_OP_UPSAMPLE:
-        return same_ints(a.scale, b.scale, spatial) && a.linear == b.linear ? "" : "upsampling";
+        return same_ints(a.scale, b.scale, spatial) && same_ints(a.size, b.size, spatial) &&
+                       a.linear == b.linear
+                   ? ""
+                   : "upsampling";
     case TSL_OP_SLICE:
         return same_ints(a.start, b.start, spatial + 1) && same_ints(a.stop, b.stop, spatial + 1)
                    ? ""
@@ -122,7 +125,8 @@ std::string graph_difference(const tsl_graph *a, const tsl_graph *b)
     for (int32_t i = 0; why.str().empty() && i < a->nparams; i++) {
         const tsl_graph_param &p = a->params[i], &q = b->params[i];
         if (std::strcmp(p.name, q.name) != 0 || !same_shape(p.shape, q.shape) ||
-            p.trainable != q.trainable || p.init != q.init || p.init_bound != q.init_bound)
+            p.trainable != q.trainable || p.init != q.init || p.init_bound != q.init_bound ||
+            p.shares != q.shares)
             why << "parameter " << i << ": " << p.name << " " << shape_text(p.shape) << " vs "
                 << q.name << " " << shape_text(q.shape);
     }
@@ -337,7 +341,12 @@ tsl_graph_t every_op_graph()
     gp.dilation[0] = gp.dilation[1] = 2;
     gp.groups = 4;
     gp.padding_mode = TSL_PADDING_REFLECT;
-    st = st ? st : tsl_graph_conv(g, "grouped", v, 16, k3, &gp, 0, 0, &v); // 16x8x8
+    int32_t pooled = v, grouped, again;
+    st = st ? st : tsl_graph_conv(g, "grouped", pooled, 16, k3, &gp, 0, 0, &grouped); // 16x8x8
+    // the same convolution (its parameters) once more
+    st = st ? st : tsl_graph_conv(g, "grouped_again", pooled, 16, k3, &gp, 0, 0, &again);
+    st = st ? st : tsl_graph_share_params(g, again, grouped);
+    st = st ? st : tsl_graph_add(g, grouped, again, &v);
     tsl_pool_params ap;
     tsl_pool_params_init(&ap, TSL_POOL_AVG, 2, 2);
     ap.count_include_pad = 0;
@@ -352,7 +361,10 @@ tsl_graph_t every_op_graph()
     tp.padding[0] = 1;
     tp.output_padding[1] = 1;
     st = st ? st : tsl_graph_conv(g, "up", v, 8, k31, &tp, 1, 1, &v); // 8x8x8
-    st = st ? st : tsl_graph_upsample(g, v, scale2, 1, &v);           // 8x16x16
+    const int64_t odd[2] = {11, 5}, back[2] = {8, 8};
+    st = st ? st : tsl_graph_upsample_size(g, v, odd, 0, &v);  // 8x11x5
+    st = st ? st : tsl_graph_upsample_size(g, v, back, 1, &v); // 8x8x8
+    st = st ? st : tsl_graph_upsample(g, v, scale2, 1, &v);    // 8x16x16
     int32_t parts[2] = {v, skip};
     st = st ? st : tsl_graph_concat(g, 2, parts, &cat); // 16x16x16
     st = st ? st : tsl_graph_activation(g, cat, TSL_ACT_TANH, 0, &v);
@@ -421,8 +433,12 @@ TEST_F(ModelJson, EveryOpRoundTrips)
         std::string::npos)
         << text;
     EXPECT_NE(text.find("\"out\": \"classes\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"bias\": false, \"share\": \"grouped\"}"), std::string::npos) << text;
     // The skip (an unnamed leaky ReLU) got a name to be read by.
-    EXPECT_NE(text.find("\"inputs\": [\"upsample_linear_10\", \"leaky_relu_3\"]"),
+    EXPECT_NE(text.find("\"op\": \"upsample_nearest\", \"size\": [11, 5]"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("\"op\": \"upsample_linear\", \"size\": 8"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"inputs\": [\"upsample_linear_14\", \"leaky_relu_3\"]"),
               std::string::npos)
         << text;
     int64_t sample[3] = {3, 16, 16};
@@ -858,7 +874,7 @@ TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
         {"misspelt key", model(in + R"({"name": "c", "op": "conv", "out": 2, "kernal": 3})"),
          TSL_ERR_FORMAT,
          "layers[1] 'c' (conv): unknown key 'kernal' (a conv layer takes: name, op, inputs, out, "
-         "kernel, stride, padding, dilation, groups, bias, stage, padding_mode)"},
+         "kernel, stride, padding, dilation, groups, bias, stage, padding_mode, share)"},
         {"unknown padding mode",
          model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "padding": 1,
          "padding_mode": "periodic"})"),
@@ -969,6 +985,47 @@ TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
          TSL_ERR_FORMAT, "layers[1] (upsample_linear): 'scale' must be an integer >= 1"},
         {"an upsampling too large", model(in + R"({"op": "upsample_linear", "scale": 4096})"),
          TSL_ERR_INVALID_ARG, "layers[1] (upsample_linear): scale 4096 outside [1, 1024]"},
+        {"an upsampling by scale and to a size",
+         model(in + R"({"op": "upsample_nearest", "scale": 2, "size": 9})"), TSL_ERR_FORMAT,
+         "layers[1] (upsample_nearest): 'scale' and 'size' exclude each other"},
+        {"an upsampling by nothing", model(in + R"({"op": "upsample_nearest"})"), TSL_ERR_FORMAT,
+         "layers[1] (upsample_nearest): 'scale' or 'size' is required"},
+        {"an upsampling to no size", model(in + R"({"op": "upsample_linear", "size": [9, 0]})"),
+         TSL_ERR_FORMAT,
+         "layers[1] (upsample_linear): 'size' must be an integer >= 1 or an array of 2 of them "
+         "(one per spatial dimension of its input)"},
+        {"an upsampling too large", model(in + R"({"op": "upsample_linear", "size": 20000000})"),
+         TSL_ERR_INVALID_ARG, "layers[1] (upsample_linear): size 20000000 outside [1, 2^24]"},
+        {"a share of an unknown layer",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "share": "d"})"),
+         TSL_ERR_FORMAT, "layers[1] 'c' (conv): the shared layer 'd' is no layer's name"},
+        {"a share of a later layer",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "share": "d"},
+                       {"name": "d", "op": "conv", "out": 2, "kernel": 3})"),
+         TSL_ERR_FORMAT, "the shared layer 'd' is layers[2], not an earlier layer"},
+        {"a share that is no name",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "share": 1})"),
+         TSL_ERR_FORMAT, "'share' must be the name of an earlier layer"},
+        {"a shared parameter of another shape",
+         model(in + R"({"name": "c", "op": "conv", "out": 3, "kernel": 3, "padding": 1},
+                       {"name": "d", "op": "conv", "out": 3, "kernel": 3, "padding": 1,
+                        "share": "c"})"),
+         TSL_ERR_SHAPE,
+         "layers[2] 'd' (conv): 'd.weight' shares 'c.weight' of another shape (its input's "
+         "channels or features differ)"},
+        {"a share across kinds", model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 1},
+                       {"name": "d", "op": "conv_transpose", "out": 2, "kernel": 1,
+                        "share": "c"})"),
+         TSL_ERR_INVALID_ARG, "'d' and 'c' differ in kind or attributes"},
+        {"a share with other attributes",
+         model(in + R"({"name": "c", "op": "conv", "out": 2, "kernel": 3, "padding": 1},
+                       {"name": "d", "op": "conv", "out": 2, "kernel": 3, "padding": 1,
+                        "stride": 2, "share": "c"})"),
+         TSL_ERR_INVALID_ARG, "'d' and 'c' differ in kind or attributes"},
+        {"a shared batch norm",
+         model(in + R"({"name": "b", "op": "batchnorm"}, {"name": "d", "op": "batchnorm",
+                        "share": "b"})"),
+         TSL_ERR_FORMAT, "unknown key 'share'"},
         {"an unknown output", model(in + R"({"op": "relu"})", R"("output": "logits", )"),
          TSL_ERR_FORMAT, "the output 'logits' is no layer's name"},
         {"an output that is no name", model(input_only, R"("output": 1, )"), TSL_ERR_FORMAT,

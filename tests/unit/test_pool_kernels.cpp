@@ -514,6 +514,59 @@ TEST(PoolKernel, LinearUpsamplingMatchesPyTorchValues)
     }
 }
 
+TEST(PoolKernel, UpsamplingToAnySizeMatchesPyTorchValues)
+{
+    // torch.nn.functional.interpolate(x, size=..., mode='nearest' / 'linear' / 'bilinear',
+    // align_corners=False) in float64, larger and smaller sizes: the kernel's scale 0 maps by
+    // the global sizes.
+    struct Known {
+        int kind;
+        std::vector<int64_t> in, out;
+        std::vector<double> x, y;
+    };
+    const std::vector<double> x5 = {1, 2, 4, 8, 16};
+    const Known known[] = {
+        {TSL_UPSAMPLE_NEAREST, {5}, {7}, x5, {1, 1, 2, 4, 4, 8, 16}},
+        {TSL_UPSAMPLE_NEAREST, {5}, {3}, x5, {1, 2, 8}},
+        {TSL_UPSAMPLE_NEAREST, {2, 3}, {3, 2}, {0, 1, 2, 3, 4, 5}, {0, 1, 0, 1, 3, 4}},
+        {TSL_UPSAMPLE_LINEAR,
+         {5},
+         {7},
+         x5,
+         {1, 1.5714285714285714, 2.5714285714285716, 4, 6.857142857142858, 11.42857142857143, 16}},
+        {TSL_UPSAMPLE_LINEAR, {5}, {3}, x5, {1.3333333333333335, 4, 13.333333333333336}},
+        {TSL_UPSAMPLE_LINEAR,
+         {2, 3},
+         {3, 2},
+         {0, 1, 2, 3, 4, 5},
+         {0.25, 1.75, 1.7499999999999998, 3.2499999999999996, 3.25, 4.749999999999999}},
+    };
+    for (const Known &k : known) {
+        tsl_pool_args a{};
+        a.dtype = TSL_F64;
+        a.kind = k.kind;
+        a.spatial = (int32_t)k.in.size();
+        a.planes = 1;
+        for (size_t d = 0; d < k.in.size(); d++) {
+            a.in_size[d] = k.in[d];
+            a.out_size[d] = k.out[d];
+        }
+        std::vector<double> y = up(a, k.x);
+        ASSERT_EQ(y.size(), k.y.size());
+        for (size_t i = 0; i < y.size(); i++)
+            EXPECT_NEAR(y[i], k.y[i], 1e-14)
+                << k.kind << ", " << k.in.size() << "-D, y[" << i << "]";
+        // The backward is the forward's transpose: <up(x), g> = <x, up^T(g)> on a random g.
+        std::mt19937_64 rng(test_seed());
+        std::normal_distribution<double> normal(0, 1);
+        std::vector<double> g(y.size());
+        for (auto &v : g)
+            v = normal(rng);
+        std::vector<double> dx = up_transpose(a, g);
+        EXPECT_NEAR(dot(y, g), dot(k.x, dx), 1e-12 * (1 + std::fabs(dot(y, g))));
+    }
+}
+
 TEST(PoolKernel, LinearUpsamplingOnRandomOddShapes)
 {
     std::mt19937_64 rng(test_seed());
