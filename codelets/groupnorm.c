@@ -270,7 +270,8 @@ void tsl_gn_normalize_tile(const tsl_gn_args *a, const void *x, const double *st
     double *k = checked_malloc(sizeof(double) * (size_t)(3 * C), "group norm: out of memory");
     for (int64_t s = 0; s < a->samples; s++) {
         for (int64_t c = 0; c < C; c++) {
-            const double *ms = &stats[2 * (s * a->groups + group_of(a, c))];
+            const int64_t row = s + (a->saved_stats ? a->n0 : 0);
+            const double *ms = &stats[2 * (row * a->groups + group_of(a, c))];
             tsl_bn_affine f =
                 tsl_bn_train_affine(ms[0], ms[1], tsl_load(a->dtype, gamma, a->c0 + c),
                                     tsl_load(a->dtype, beta, a->c0 + c));
@@ -461,8 +462,10 @@ static void gn_normalize_cpu(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(NX(0) == TILE(a) && NX(1) == SLAB(a) && NX(2) == a.channels &&
-                          NX(3) == a.channels && NX(4) == TILE(a),
+    TSL_CODELET_CHECK(NX(0) == TILE(a) &&
+                          NX(1) == (a.saved_stats ? 2 * a.batch * a.groups : SLAB(a)) &&
+                          NX(2) == a.channels && NX(3) == a.channels && NX(4) == TILE(a) &&
+                          (!a.saved_stats || a.n0 + a.samples <= a.batch),
                       "group norm normalize: sizes");
     tsl_gn_normalize_tile(&a, BUF(0), BUF(1), BUF(2), BUF(3), BUF(4));
 }
@@ -540,8 +543,10 @@ TSL_CODELET(tsl_cl_gn_finalize, "tsl_gn_finalize", gn_finalize_cpu, tsl_gn_final
             gn_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_gn_save, "tsl_gn_save", gn_save_cpu, tsl_gn_save_cuda, gn_variant, .nbuffers = 2,
             .modes = {STARPU_R, STARPU_RW});
+/* x, stats, gamma, beta, y; a sixth buffer, read only to order the task (a remade output's),
+ * is ignored. */
 TSL_CODELET(tsl_cl_gn_normalize, "tsl_gn_normalize", gn_normalize_cpu, tsl_gn_normalize_cuda,
-            gn_variant, .nbuffers = 5, .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W});
+            gn_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_gn_bwd_sums, "tsl_gn_bwd_sums", gn_bwd_sums_cpu, tsl_gn_bwd_sums_cuda,
             gn_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_gn_bwd_coef, "tsl_gn_bwd_coef", gn_bwd_coef_cpu, tsl_gn_bwd_coef_cuda,

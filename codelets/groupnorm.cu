@@ -204,7 +204,8 @@ __global__ void normalize_kernel(tsl_bn_walk w, tsl_gn_args a, const T *x, const
     if (c < 0)
         return;
     const int64_t s = blockIdx.z, ch = a.c0 + c;
-    const double *ms = &stats[2 * (s * a.groups + ch / (a.channels / a.groups))];
+    const int64_t row = s + (a.saved_stats ? a.n0 : 0);
+    const double *ms = &stats[2 * (row * a.groups + ch / (a.channels / a.groups))];
     const tsl_bn_affine f = tsl_bn_train_affine(ms[0], ms[1], (double)gamma[ch], (double)beta[ch]);
     const int relu = a.relu;
     each_element(w, a, c, [&](int64_t i) {
@@ -334,7 +335,8 @@ extern "C" void tsl_gn_normalize_cuda(void *buffers[], void *cl_arg)
 {
     tsl_gn_args a = unpack(cl_arg, "group norm normalize (CUDA): arguments");
     TSL_CODELET_CHECK(nx(buffers, 0) == tile_elements(a) &&
-                          nx(buffers, 1) == 2 * a.samples * a.groups &&
+                          nx(buffers, 1) == 2 * (a.saved_stats ? a.batch : a.samples) * a.groups &&
+                          (!a.saved_stats || a.n0 + a.samples <= a.batch) &&
                           nx(buffers, 2) == a.channels && nx(buffers, 3) == a.channels &&
                           nx(buffers, 4) == tile_elements(a),
                       "group norm normalize (CUDA): sizes");

@@ -39,6 +39,8 @@ typedef struct tsl_gn_args {
     double eps;
     int32_t which; /* parameter gradient a task writes: 0 beta (sum dy), 1 gamma (sum dy xhat) */
     int32_t relu;  /* 1: ReLU fused after the normalization (normalize, backward sums and data) */
+    int32_t saved_stats; /* normalize: stats is the whole batch's saved rows (2 N G doubles, the
+                            tile's sample s at row n0 + s), not the slab's (a remade output) */
 } tsl_gn_args;
 
 /* Forward sums of one tile: acc[2 (s G + g)] += sum x, acc[2 (s G + g) + 1] += sum x^2 over the

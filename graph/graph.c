@@ -927,7 +927,8 @@ int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t
     if (g->ops[r].kind != TSL_OP_ACTIVATION || g->ops[r].ninputs != 1)
         return -1;
     int32_t b = g->values[g->ops[r].inputs[0]].producer;
-    if (g->ops[b].kind != TSL_OP_BATCHNORM || tsl_graph_fused_relu(g, b, op_stage) != r)
+    if ((g->ops[b].kind != TSL_OP_BATCHNORM && g->ops[b].kind != TSL_OP_GROUPNORM) ||
+        tsl_graph_fused_relu(g, b, op_stage) != r)
         return -1;
     for (int32_t j = 0; op_stage && j < g->nops; j++)
         for (int32_t k = 0; k < g->ops[j].ninputs; k++)

@@ -113,13 +113,13 @@ int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const ui
  * forward writes the ReLU's output, and the fused backward reads its gradient. */
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage);
 
-/* The batch-norm op whose fused ReLU (tsl_graph_fused_relu()) writes value v, when a plan with
- * recompute=1 has the executor make v again for the backward instead of keeping it from the
- * forward, or -1 (a group norm's fused ReLU output is kept): v is
- * not the graph's output, and the ops reading it are on the batch norm's stage (op_stage may be
- * NULL: one stage). The executor drops v after its last forward reader and makes it again from
- * the batch norm's input and saved statistics (an elementwise pass) before the first backward
- * that reads it; the batch norm's backward, which reads its input, drops it again. */
+/* The batch-norm or group-norm op whose fused ReLU (tsl_graph_fused_relu()) writes value v, when
+ * a plan with recompute=1 has the executor make v again for the backward instead of keeping it
+ * from the forward, or -1: v is not the graph's output, and the ops reading it are on the
+ * norm's stage (op_stage may be NULL: one stage). The executor drops v after its last forward
+ * reader and makes it again from the norm's input and saved statistics (an elementwise pass)
+ * before the first backward that reads it; the norm's backward, which reads its input, drops it
+ * again. */
 int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t *op_stage);
 
 /* Type of the labels of a `classes`-class output as the executor stores them: the narrowest

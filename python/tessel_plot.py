@@ -51,10 +51,11 @@ def plot_metrics(src, out):
         ends = [first - 1 + steps_per_epoch * (i + 1) for i in range(len(epochs))]
         ax_loss.plot(ends, [e["train_loss"] for e in epochs], "o-", label="train loss (epoch)")
         ax_loss.plot(ends, [e["test_loss"] for e in epochs], "s-", label="test loss (epoch)")
-        ax_acc.plot([e["epoch"] for e in epochs], [100 * e["train_accuracy"] for e in epochs],
-                    "o-", label="train")
-        ax_acc.plot([e["epoch"] for e in epochs], [100 * e["test_accuracy"] for e in epochs],
-                    "s-", label="test")
+        if all(e.get("train_accuracy") is not None for e in epochs):  # (null: float targets)
+            ax_acc.plot([e["epoch"] for e in epochs],
+                        [100 * e["train_accuracy"] for e in epochs], "o-", label="train")
+            ax_acc.plot([e["epoch"] for e in epochs],
+                        [100 * e["test_accuracy"] for e in epochs], "s-", label="test")
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("loss")
     ax_loss.legend()

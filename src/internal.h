@@ -460,6 +460,17 @@ tsl_status tsl_batchnorm_relu_recompute(tsl_tensor_t x, tsl_tensor_t gamma, tsl_
                                         tsl_tensor_t saved, tsl_tensor_t y, double eps,
                                         tsl_tensor_t after);
 
+/* A tile of `after` owned by `rank`, for a task that must wait for its writer: tile i when
+ * after is tiled in `ntiles` tiles, else the first such tile; NULL when none (or no tensor). */
+starpu_data_handle_t tsl_tile_on(tsl_tensor_t after, int64_t ntiles, int64_t i, int32_t rank);
+
+/* y = ReLU(group norm of x) with the statistics a training forward saved
+ * (tsl_groupnorm_relu_forward): the forward's y bit for bit, one task per tile reading the saved
+ * rows; `after` as for tsl_batchnorm_relu_recompute(). */
+tsl_status tsl_groupnorm_relu_recompute(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                        int64_t groups, tsl_tensor_t saved, tsl_tensor_t y,
+                                        double eps, tsl_tensor_t after);
+
 /* ---- convolutions that keep their halo slabs from forward to backward (lower/conv.c) ---- */
 
 struct tsl_halo_keep;

@@ -131,6 +131,29 @@ TSL_API tsl_status tsl_dataset_create_callback(tsl_dataset_t *dataset, int64_t s
                                                const int64_t *sample_dims, int32_t per_position,
                                                tsl_read_box_fn read_box, void *user);
 
+/**
+ * @brief How an application feeds the float targets of a dataset of its own storage
+ * (tsl_dataset_create_callback_targets()): the box @p start, @p extent (the target shape's axes:
+ * C, spatial...) of sample @p index's targets into @p targets (row-major, the product of
+ * @p extent floats), as tsl_dataset_read_target_box() defines it. Returns and threads as
+ * ::tsl_read_box_fn.
+ */
+typedef tsl_status (*tsl_read_target_box_fn)(int64_t index, const int64_t *start,
+                                             const int64_t *extent, float *targets, void *user);
+
+/**
+ * @brief A dataset of float targets whose samples and targets the application provides (losses
+ * on float targets: MSE, L1): @p samples samples of shape @p sample_dims (@p sample_ndim 1 to
+ * 4 axes, C first), each with a target of shape @p target_dims (@p target_ndim 1 to 4 axes, C
+ * first: the model output's shape per sample). @p read_box gives the samples' boxes (its y is
+ * always NULL), @p read_targets the targets' boxes; each rank asks only for its tiles' boxes,
+ * as with tsl_dataset_create_callback(). Not collective.
+ */
+TSL_API tsl_status tsl_dataset_create_callback_targets(
+    tsl_dataset_t *dataset, int64_t samples, int32_t sample_ndim, const int64_t *sample_dims,
+    int32_t target_ndim, const int64_t *target_dims, tsl_read_box_fn read_box,
+    tsl_read_target_box_fn read_targets, void *user);
+
 /** @brief Free a dataset. NULL is a no-op. No loader may still use it. */
 TSL_API tsl_status tsl_dataset_destroy(tsl_dataset_t dataset);
 
@@ -199,7 +222,8 @@ typedef struct tsl_loader *tsl_loader_t;
 typedef struct tsl_batch {
     /** count * sample_numel floats, valid until the next tsl_loader_next() or destroy. */
     const float *x;
-    /** count * label_numel labels, valid as long as @ref x. */
+    /** count * label_numel labels, valid as long as @ref x; NULL for a dataset of float
+     *  targets. */
     const int64_t *y;
     /** The sample index of every row of the batch, valid as long as @ref x. */
     const int64_t *indices;
@@ -212,6 +236,10 @@ typedef struct tsl_batch {
     int64_t index;
     /** 1 for the last batch of its epoch, 0 otherwise. */
     int32_t last;
+    /** A dataset of float targets (its info's targets set): count * label_numel floats, each
+     *  sample's whole target (tsl_dataset_read_target_box()), valid as long as @ref x, for
+     *  tsl_model_train_step_targets(); NULL for a dataset of class labels. */
+    const float *targets;
 } tsl_batch;
 
 /**

@@ -107,7 +107,8 @@ typedef struct tsl_plan {
     int32_t tiles;      /**< T: tiles per rank along the longest spatial dimension */
     int32_t shard;      /**< E: fewest elements of a weight cut into shards */
     int32_t bucket;     /**< K: most elements of one bucket of small gradients (0: none) */
-    int32_t recompute;  /**< R: 1: batch-norm + ReLU outputs made again for the backward */
+    int32_t recompute;  /**< R: 1: batch-, group-, layer-, instance-norm + ReLU outputs made
+                             again for the backward */
     int32_t layers;     /**< P: rank groups along the depth of the ODE segments (MGRIT) */
     int32_t levels;     /**< L: MGRIT levels (1: the serial executor) */
     int32_t cf;         /**< M: MGRIT coarsening factor */

@@ -412,17 +412,29 @@ static const char *signal_name(int sig)
                             : "a signal";
 }
 
-/* An epoch's metrics as JSON members, "\"train_loss\": ..." up to the per-rank rows (where
- * kept); the caller opens and closes the object. */
-static void write_epoch_fields(FILE *f, const epoch_metrics *m, int nranks)
+/* An accuracy as JSON: null for a run on float targets, which has none. */
+static void json_accuracy(FILE *f, double accuracy, int targets)
 {
+    if (targets)
+        fprintf(f, "null");
+    else
+        fprintf(f, "%.9g", accuracy);
+}
+
+/* An epoch's metrics as JSON members, "\"train_loss\": ..." up to the per-rank rows (where
+ * kept); the caller opens and closes the object. `targets`: a run on float targets (no
+ * accuracy). */
+static void write_epoch_fields(FILE *f, const epoch_metrics *m, int nranks, int targets)
+{
+    fprintf(f, "\"train_loss\": %.9g, \"train_accuracy\": ", m->train_loss);
+    json_accuracy(f, m->train_accuracy, targets);
+    fprintf(f, ", \"test_loss\": %.9g, \"test_accuracy\": ", m->test_loss);
+    json_accuracy(f, m->test_accuracy, targets);
     fprintf(f,
-            "\"train_loss\": %.9g, \"train_accuracy\": %.9g, "
-            "\"test_loss\": %.9g, \"test_accuracy\": %.9g, \"seconds\": %.3f, "
+            ", \"seconds\": %.3f, "
             "\"samples_per_second\": %.1f, \"peak_memory_mib\": %.1f, "
             "\"tile_memory_mib\": %.3f, \"buffer_peak_mib\": %.3f, \"cached_peak_mib\": %.3f",
-            m->train_loss, m->train_accuracy, m->test_loss, m->test_accuracy, m->seconds,
-            m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
+            m->seconds, m->samples_per_second, m->peak_mib, m->owned_mib, m->buffer_peak_mib,
             m->cached_peak_mib);
     if (m->sent_per_step >= 0)
         fprintf(f,
@@ -452,7 +464,8 @@ typedef struct metrics_file {
     int64_t n, steps, first_step, nlosses;
     const double *losses, *step_seconds;
     int nranks;
-    int signal; /* the signal that stopped the run, 0 for none */
+    int signal;  /* the signal that stopped the run, 0 for none */
+    int targets; /* a run on float targets: no accuracy */
 } metrics_file;
 
 static int write_metrics_to(FILE *f, const void *arg)
@@ -469,7 +482,7 @@ static int write_metrics_to(FILE *f, const void *arg)
     fprintf(f, "  \"epochs\": [\n");
     for (int64_t e = 0; e < mf->n; e++) {
         fprintf(f, "    {\"epoch\": %lld, ", (long long)e + 1);
-        write_epoch_fields(f, &mf->m[e], mf->nranks);
+        write_epoch_fields(f, &mf->m[e], mf->nranks, mf->targets);
         fprintf(f, "}%s\n", e + 1 < mf->n ? "," : "");
     }
     fprintf(f, "  ],\n  \"first_step\": %lld,\n  \"step_losses\": [",
@@ -497,8 +510,9 @@ static int write_metrics_to(FILE *f, const void *arg)
     }
     if (mf->signal)
         fprintf(f, ",\n  \"stopped_by\": \"%s\"", signal_name(mf->signal));
-    fprintf(f, ",\n  \"final_test_accuracy\": %.9g\n}\n",
-            mf->n ? mf->m[mf->n - 1].test_accuracy : 0.0);
+    fprintf(f, ",\n  \"final_test_accuracy\": ");
+    json_accuracy(f, mf->n ? mf->m[mf->n - 1].test_accuracy : 0.0, mf->targets);
+    fprintf(f, "\n}\n");
     return 0;
 }
 
@@ -1009,7 +1023,7 @@ static int finish_epoch(train_run *r, int64_t e, double t0, int64_t sent0, int64
                 "{\"record\": \"epoch\", \"step\": %lld, \"epoch\": %lld, \"complete\": %s, ",
                 (long long)p->steps, (long long)e + 1,
                 p->batch < r->steps_per_epoch ? "false" : "true");
-        write_epoch_fields(r->stream, m, r->nranks);
+        write_epoch_fields(r->stream, m, r->nranks, r->s.train_info.targets);
         stream_end_record(r);
     }
     return 0;
@@ -1085,8 +1099,9 @@ static int train_finish(train_run *r)
     if (o->trace && (st = tsl_context_trace_write(r->s.ctx, o->trace)))
         return fail_collective(st, "writing the trace");
     if (o->metrics_json) {
-        metrics_file mf = {o,          r->p.epochs, r->p.nepochs, r->p.steps, r->first_step,
-                           r->nlosses, r->losses,   r->step_secs, r->nranks,  r->signal};
+        metrics_file mf = {
+            o,         r->p.epochs,  r->p.nepochs, r->p.steps, r->first_step,          r->nlosses,
+            r->losses, r->step_secs, r->nranks,    r->signal,  r->s.train_info.targets};
         int bad = r->rank == 0 && write_file_atomic(o->metrics_json, write_metrics_to, &mf);
         if (bad)
             fprintf(stderr, "tessel train: cannot write '%s': %s\n", o->metrics_json,

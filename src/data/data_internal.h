@@ -107,6 +107,7 @@ struct tsl_dataset {
     npy_array x_file;
     npy_array y_file;
     tsl_read_box_fn callback;
+    tsl_read_target_box_fn callback_targets; /* a callback dataset of float targets */
     void *callback_user;
     struct tsl_h5_file *h5; /* hdf5_dataset.c's */
 };

@@ -20,7 +20,8 @@
 /* One of the two buffers, with the batch it holds and how reading it went. */
 typedef struct loader_slot {
     float *x;
-    int64_t *y;
+    int64_t *y;     /* a dataset of class labels' */
+    float *targets; /* a dataset of float targets' (info.targets) */
     int64_t *indices;
     int64_t count;
     int64_t epoch;
@@ -75,6 +76,12 @@ static tsl_status read_next_batch(struct tsl_loader *ld, loader_slot *slot)
     slot->last = ld->next_batch + 1 == ld->batches_per_epoch;
     if (!st)
         st = tsl_dataset_read(ld->dataset, slot->indices, count, slot->x, slot->y);
+    /* float targets: each sample's whole box */
+    int64_t origin[TSL_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < count && !st && slot->targets; i++)
+        st = tsl_dataset_read_target_box(ld->dataset, slot->indices[i], origin,
+                                         ld->info.label_shape.dims,
+                                         slot->targets + i * ld->info.label_numel);
     slot->status = st;
     if (st)
         snprintf(slot->message, sizeof slot->message, "%s", tsl_last_error());
@@ -130,6 +137,7 @@ tsl_status tsl_loader_destroy(tsl_loader_t ld)
     for (int s = 0; s < 2; s++) {
         free(ld->slots[s].x);
         free(ld->slots[s].y);
+        free(ld->slots[s].targets);
         free(ld->slots[s].indices);
     }
     free(ld->order);
@@ -166,14 +174,17 @@ tsl_status tsl_loader_create(tsl_loader_t *loader, tsl_dataset_t dataset, int64_
     ld->shuffle = shuffle;
     pthread_mutex_init(&ld->lock, NULL);
     pthread_cond_init(&ld->changed, NULL);
-    int64_t batch_bytes = rows * (info.sample_numel * (int64_t)sizeof(float) +
-                                  info.label_numel * (int64_t)sizeof(int64_t));
+    int64_t batch_bytes =
+        rows * (info.sample_numel * (int64_t)sizeof(float) +
+                info.label_numel * (int64_t)(info.targets ? sizeof(float) : sizeof(int64_t)));
     ld->nslots = batch_bytes > LOADER_PREFETCH_MAX_BYTES ? 1 : 2;
     int ok = (ld->order = malloc((size_t)info.samples * sizeof *ld->order)) != NULL;
     for (int s = 0; s < ld->nslots && ok; s++) {
         loader_slot *slot = &ld->slots[s];
+        size_t labels = (size_t)(rows * info.label_numel);
         ok = (slot->x = malloc((size_t)(rows * info.sample_numel) * sizeof *slot->x)) &&
-             (slot->y = malloc((size_t)(rows * info.label_numel) * sizeof *slot->y)) &&
+             (info.targets ? (slot->targets = malloc(labels * sizeof *slot->targets)) != NULL
+                           : (slot->y = malloc(labels * sizeof *slot->y)) != NULL) &&
              (slot->indices = malloc((size_t)rows * sizeof *slot->indices));
     }
     if (!ok) {
@@ -217,6 +228,7 @@ tsl_status tsl_loader_next(tsl_loader_t ld, tsl_batch *batch)
     }
     batch->x = slot->x;
     batch->y = slot->y;
+    batch->targets = slot->targets;
     batch->indices = slot->indices;
     batch->count = slot->count;
     batch->epoch = slot->epoch;

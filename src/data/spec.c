@@ -219,6 +219,57 @@ tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec_text, tsl_s
     return TSL_OK;
 }
 
+/* A shape of 1 to 4 axes (C, spatial...) of sizes >= 1: the `what`'s. */
+static tsl_status check_axes(int32_t ndim, const int64_t *dims, const char *what, const char *fn)
+{
+    if (ndim < 1 || ndim > 4)
+        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: a %s has 1 to 4 axes (C, spatial), not %d", fn,
+                         what, (int)ndim);
+    for (int32_t d = 0; d < ndim; d++)
+        if (dims[d] < 1)
+            return tsl_error(NULL, TSL_ERR_SHAPE, "%s: axis %d of the %s has size %lld", fn, (int)d,
+                             what, (long long)dims[d]);
+    return TSL_OK;
+}
+
+/* A callback dataset with its functions; the info is the caller's to set. */
+static tsl_status new_callback(tsl_dataset_t *dataset, tsl_read_box_fn read_box,
+                               tsl_read_target_box_fn read_targets, void *user, const char *fn)
+{
+    struct tsl_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    ds->x_file.fd = -1;
+    ds->y_file.fd = -1;
+    ds->kind = DATASET_CALLBACK;
+    ds->callback = read_box;
+    ds->callback_targets = read_targets;
+    ds->callback_user = user;
+    *dataset = ds;
+    return TSL_OK;
+}
+
+tsl_status tsl_dataset_create_callback_targets(tsl_dataset_t *dataset, int64_t samples,
+                                               int32_t sample_ndim, const int64_t *sample_dims,
+                                               int32_t target_ndim, const int64_t *target_dims,
+                                               tsl_read_box_fn read_box,
+                                               tsl_read_target_box_fn read_targets, void *user)
+{
+    const char *fn = "tsl_dataset_create_callback_targets";
+    if (!dataset || !sample_dims || !target_dims || !read_box || !read_targets)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (samples < 1)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %lld samples (want >= 1)", fn,
+                         (long long)samples);
+    tsl_status st = check_axes(sample_ndim, sample_dims, "sample", fn);
+    if (st || (st = check_axes(target_ndim, target_dims, "target", fn)) ||
+        (st = new_callback(dataset, read_box, read_targets, user, fn)))
+        return st;
+    tsl_data_set_target_info(&(*dataset)->info, samples, sample_ndim, sample_dims, target_ndim,
+                             target_dims);
+    return TSL_OK;
+}
+
 tsl_status tsl_dataset_create_callback(tsl_dataset_t *dataset, int64_t samples, int32_t classes,
                                        int32_t sample_ndim, const int64_t *sample_dims,
                                        int32_t per_position, tsl_read_box_fn read_box, void *user)
@@ -230,26 +281,16 @@ tsl_status tsl_dataset_create_callback(tsl_dataset_t *dataset, int64_t samples, 
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "%s: %lld samples of %d classes (want >= 1 samples, 2 to 2^24 classes)",
                          fn, (long long)samples, (int)classes);
-    if (sample_ndim < 1 || sample_ndim > 4)
-        return tsl_error(NULL, TSL_ERR_SHAPE, "%s: a sample has 1 to 4 axes (C, spatial), not %d",
-                         fn, (int)sample_ndim);
-    for (int32_t d = 0; d < sample_ndim; d++)
-        if (sample_dims[d] < 1)
-            return tsl_error(NULL, TSL_ERR_SHAPE, "%s: axis %d of the sample has size %lld", fn,
-                             (int)d, (long long)sample_dims[d]);
+    tsl_status st = check_axes(sample_ndim, sample_dims, "sample", fn);
+    if (st)
+        return st;
     if (per_position && sample_ndim < 2)
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "%s: labels per position need a spatial axis in the sample", fn);
-    struct tsl_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds)
-        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    ds->x_file.fd = -1;
-    ds->y_file.fd = -1;
-    ds->kind = DATASET_CALLBACK;
-    ds->callback = read_box;
-    ds->callback_user = user;
-    tsl_data_set_info(&ds->info, samples, classes, sample_ndim, sample_dims, per_position != 0);
-    *dataset = ds;
+    if ((st = new_callback(dataset, read_box, NULL, user, fn)))
+        return st;
+    tsl_data_set_info(&(*dataset)->info, samples, classes, sample_ndim, sample_dims,
+                      per_position != 0);
     return TSL_OK;
 }
 
@@ -360,6 +401,12 @@ tsl_status tsl_dataset_read_target_box(tsl_dataset_t ds, int64_t index, const in
                            (long long)shape->dims[d]);
     if (st)
         return st;
+    if (ds->kind == DATASET_CALLBACK) {
+        st = ds->callback_targets(index, start, extent, targets, ds->callback_user);
+        return st ? tsl_error(NULL, st, "the application's read_targets failed (%s) on sample %lld",
+                              tsl_status_string(st), (long long)index)
+                  : TSL_OK;
+    }
     return ds->kind == DATASET_HDF5
                ? tsl_data_hdf5_read_target_box(ds, index, start, extent, targets)
                : tsl_data_npy_read_target_box(ds, index, start, extent, targets);

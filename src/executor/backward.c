@@ -42,16 +42,20 @@ static tsl_status grad_target(struct tsl_model *m, instance *in, int32_t v, tsl_
     return tsl_exec_scratch_of(m, in, v, t);
 }
 
-/* Value v, dropped after the forward, from its batch norm's input and saved statistics, once
+/* Value v, dropped after the forward, from its norm's input and saved statistics, once
  * `after` (the gradient the backward reading v starts from) is written. */
 static tsl_status remake(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t after)
 {
     int32_t b = tsl_graph_recomputed(m->g, v, m->op_stage);
     const tsl_graph_op *o = &m->g->ops[b];
     in->dropped[v] = 0;
-    return tsl_batchnorm_relu_recompute(in->act[o->inputs[0]], tsl_exec_op_param(m, o, 0, 0),
-                                        tsl_exec_op_param(m, o, 1, 0), in->saved[b], in->act[v],
-                                        o->eps, after);
+    tsl_tensor_t x = in->act[o->inputs[0]], gamma = tsl_exec_op_param(m, o, 0, 0),
+                 beta = tsl_exec_op_param(m, o, 1, 0);
+    return o->kind == TSL_OP_GROUPNORM
+               ? tsl_groupnorm_relu_recompute(x, gamma, beta, o->norm_groups, in->saved[b],
+                                              in->act[v], o->eps, after)
+               : tsl_batchnorm_relu_recompute(x, gamma, beta, in->saved[b], in->act[v], o->eps,
+                                              after);
 }
 
 tsl_status tsl_exec_op_backward(struct tsl_model *m, instance *in, int32_t i)

@@ -133,9 +133,7 @@ static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
 }
 
 /* Training forward, with ReLU fused into the normalize tasks when `relu`. */
-/* A tile of `after` owned by `rank`: tile i when after is tiled as many times, else the first
- * such tile; NULL when none (or no tensor). */
-static starpu_data_handle_t tile_on(tsl_tensor_t after, int64_t ntiles, int64_t i, int32_t rank)
+starpu_data_handle_t tsl_tile_on(tsl_tensor_t after, int64_t ntiles, int64_t i, int32_t rank)
 {
     if (!after)
         return NULL;
@@ -164,7 +162,7 @@ static tsl_status normalize(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t bet
                                      tsl_whole_handle(gamma, y->tile_owner[i]),
                                      tsl_whole_handle(beta, y->tile_owner[i]),
                                      y->handles[i],
-                                     tile_on(after, y->ntiles, i, y->tile_owner[i])};
+                                     tsl_tile_on(after, y->ntiles, i, y->tile_owner[i])};
         enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
                                              STARPU_R, STARPU_W, STARPU_R};
         st = submit(ctx, &tsl_cl_bn_normalize, &t, h[5] ? 6 : 5, h, m,

@@ -275,6 +275,44 @@ tsl_status tsl_groupnorm_relu_forward(tsl_tensor_t x, tsl_tensor_t gamma, tsl_te
     return forward("tsl_groupnorm_relu_forward", 1, x, gamma, beta, groups, saved, y, eps);
 }
 
+tsl_status tsl_groupnorm_relu_recompute(tsl_tensor_t x, tsl_tensor_t gamma, tsl_tensor_t beta,
+                                        int64_t groups, tsl_tensor_t saved, tsl_tensor_t y,
+                                        double eps, tsl_tensor_t after)
+{
+    const char *fn = "group norm + ReLU recomputed";
+    tsl_status st = check_x(x, groups, fn);
+    if (st || (st = check_vector(gamma, x, "gamma", fn)) ||
+        (st = check_vector(beta, x, "beta", fn)) || (st = check_saved(saved, x, groups, fn)) ||
+        (st = tsl_tensor_check(y, fn)) || (st = tsl_tensor_check_same_layout(y, x, fn)))
+        return st;
+    if (y == x)
+        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: y may not overwrite x", fn);
+    struct tsl_context *ctx = x->ctx;
+    for (int64_t i = 0; i < x->ntiles && !st; i++) {
+        int32_t r = y->tile_owner[i];
+        tsl_gn_args t = args_for(x, groups, i, eps);
+        t.relu = 1;
+        t.saved_stats = 1;
+        /* (a tile of `after` on r: the task waits for the backward to get there) */
+        starpu_data_handle_t order = tsl_tile_on(after, y->ntiles, i, r);
+        starpu_data_handle_t h[6] = {x->handles[i],
+                                     tsl_whole_handle(saved, r),
+                                     tsl_whole_handle(gamma, r),
+                                     tsl_whole_handle(beta, r),
+                                     y->handles[i],
+                                     order};
+        enum starpu_data_access_mode m[6] = {STARPU_R, STARPU_R, STARPU_R,
+                                             STARPU_R, STARPU_W, STARPU_R};
+        st = submit(ctx, &tsl_cl_gn_normalize, &t, order ? 6 : 5, h, m,
+                    4.0 * (double)tsl_tensor_tile_numel(x, i));
+        if (x->tile_owner[i] != r)
+            tsl_cache_flush(ctx, x->handles[i]);
+    }
+    tsl_whole_flush(gamma);
+    tsl_whole_flush(beta);
+    return st;
+}
+
 /* Each slab's per-channel accumulators for the parameter gradients, from its totals. */
 typedef struct channel_job {
     struct tsl_context *ctx;

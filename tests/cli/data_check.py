@@ -55,7 +55,12 @@ def train(prefix, optimizer, plan):
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     params = {f: np.load(os.path.join(out, f)) for f in sorted(os.listdir(out))}
     with open(out + ".json") as f:
-        return params, json.load(f)["step_losses"]
+        metrics = json.load(f)
+    # float targets have no accuracy: null, not a number that reads as 0 %
+    acc = [metrics["final_test_accuracy"]] + [e[k] for e in metrics["epochs"]
+                                              for k in ("train_accuracy", "test_accuracy")]
+    assert all((a is None) == bool(targets) for a in acc), (name, acc)
+    return params, metrics["step_losses"]
 
 
 for optimizer in optimizers:

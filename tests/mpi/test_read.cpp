@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "../target_storage.h"
 #include "model_test.h"
 #include "mpi_test_env.h"
 
@@ -617,6 +618,24 @@ TEST(Read, FloatTargetsFromAnHdf5FileTrainLikeAnNpyDirectory)
     expect_datasets_train_alike(g, plan_text, npy, h5, seed + 80, losses);
     for (int k = 0; k < 3; k++)
         EXPECT_TRUE(std::isfinite(losses[k]) && losses[k] > 0) << "step " << k;
+    // The same targets from an application's storage (tsl_dataset_create_callback_targets):
+    // the same steps, each rank asking only for its tiles' boxes (never a whole sample under a
+    // spatial plan of several ranks).
+    TargetStorage storage;
+    storage.inner = npy;
+    tsl_dataset_t fed = nullptr;
+    ASSERT_EQ(tsl_dataset_create_callback_targets(&fed, info.samples, info.sample_shape.ndim,
+                                                  info.sample_shape.dims, info.label_shape.ndim,
+                                                  info.label_shape.dims, target_storage_x,
+                                                  target_storage_read, &storage),
+              TSL_OK)
+        << tsl_last_error();
+    double fed_losses[3];
+    expect_datasets_train_alike(g, plan_text, npy, fed, seed + 80, fed_losses);
+    EXPECT_GT(storage.boxes.load(), 0);
+    if (size > 1)
+        EXPECT_EQ(storage.whole.load(), 0) << "a rank read a whole target";
+    tsl_dataset_destroy(fed);
     tsl_graph_destroy(g);
     tsl_dataset_destroy(h5);
     tsl_dataset_destroy(npy);

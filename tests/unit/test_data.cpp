@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tessel/tessel.h"
+#include "../target_storage.h"
 
 namespace
 {
@@ -809,6 +810,18 @@ class DatasetNpy : public TempDir
         else
             write("y" + suffix + ".npy", TSL_I64, {n}, ys[suffix]);
     }
+    // x as write_pair's (6 samples), y: f32 targets of 6 x 2 x 3 x 4 random floats (returned).
+    std::vector<float> write_targets(uint64_t salt)
+    {
+        write_pair("", 6, false, 3); // (x, and labels that the targets replace)
+        std::mt19937_64 rng(test_seed() + salt);
+        std::normal_distribution<float> normal;
+        std::vector<float> t(6 * 2 * 3 * 4);
+        for (float &v : t)
+            v = normal(rng);
+        write("y.npy", TSL_F32, {6, 2, 3, 4}, t);
+        return t;
+    }
     void expect_error(tsl_status status, const std::string &needle,
                       tsl_split split = TSL_SPLIT_TRAIN)
     {
@@ -874,13 +887,7 @@ TEST_F(DatasetNpy, BoxesAreCutsOfTheWholeSample)
 // calls refuse them, and the target call refuses a dataset of labels.
 TEST_F(DatasetNpy, FloatTargetsAreReadBoxByBox)
 {
-    write_pair("", 6, false, 3); // (x, and labels that the targets replace)
-    std::mt19937_64 rng(test_seed() + 91);
-    std::normal_distribution<float> normal;
-    std::vector<float> t(6 * 2 * 3 * 4);
-    for (float &v : t)
-        v = normal(rng);
-    write("y.npy", TSL_F32, {6, 2, 3, 4}, t);
+    const std::vector<float> t = write_targets(91);
     tsl_dataset_t ds;
     ASSERT_EQ(open_dataset(&ds, "npy:" + dir, TSL_SPLIT_TRAIN), TSL_OK) << tsl_last_error();
     tsl_dataset_info info;
@@ -999,6 +1006,78 @@ void check_loader(tsl_dataset_t ds, int64_t batch_size, uint64_t seed, int32_t s
         }
     }
     EXPECT_EQ(tsl_loader_destroy(ld), TSL_OK);
+}
+
+// Float targets through the loader (batch.targets, y NULL) and from an application's storage
+// (tsl_dataset_create_callback_targets): the same values as the npy directory they come from;
+// a sample the application cannot read is the loader's error; bad descriptions are refused.
+TEST_F(DatasetNpy, LoaderAndCallbacksGiveFloatTargets)
+{
+    const std::vector<float> t = write_targets(92);
+    TargetStorage storage;
+    ASSERT_EQ(open_dataset(&storage.inner, "npy:" + dir, TSL_SPLIT_TRAIN), TSL_OK);
+    tsl_dataset_info info;
+    ASSERT_EQ(tsl_dataset_get_info(storage.inner, &info), TSL_OK);
+    tsl_dataset_t fed = nullptr;
+    ASSERT_EQ(tsl_dataset_create_callback_targets(&fed, 6, 3, info.sample_shape.dims, 3,
+                                                  info.label_shape.dims, target_storage_x,
+                                                  target_storage_read, &storage),
+              TSL_OK)
+        << tsl_last_error();
+    tsl_dataset_info fed_info;
+    ASSERT_EQ(tsl_dataset_get_info(fed, &fed_info), TSL_OK);
+    EXPECT_EQ(std::memcmp(&fed_info, &info, sizeof info), 0);
+    for (tsl_dataset_t ds : {storage.inner, fed}) {
+        SCOPED_TRACE(ds == fed ? "the application's storage" : "the npy directory");
+        tsl_loader_t ld = nullptr;
+        ASSERT_EQ(tsl_loader_create(&ld, ds, 4, 5, 0, 0), TSL_OK) << tsl_last_error();
+        for (int k = 0; k < 3; k++) { // batches of 4, 2, then 4 of the next epoch
+            tsl_batch b;
+            ASSERT_EQ(tsl_loader_next(ld, &b), TSL_OK) << tsl_last_error();
+            EXPECT_EQ(b.y, nullptr);
+            ASSERT_NE(b.targets, nullptr);
+            for (int64_t i = 0; i < b.count; i++) {
+                size_t row = (size_t)b.indices[i];
+                EXPECT_EQ(std::memcmp(&b.targets[i * 24], &t[row * 24], 24 * sizeof(float)), 0);
+                EXPECT_EQ(std::memcmp(&b.x[i * 24], &xs[""][row * 24], 24 * sizeof(float)), 0);
+            }
+        }
+        tsl_loader_destroy(ld);
+    }
+    // A box of the application's targets is its storage's box.
+    const int64_t start[3] = {1, 1, 2}, extent[3] = {1, 2, 2};
+    std::vector<float> a(4, NAN), b(4, NAN);
+    ASSERT_EQ(tsl_dataset_read_target_box(fed, 5, start, extent, a.data()), TSL_OK);
+    ASSERT_EQ(tsl_dataset_read_target_box(storage.inner, 5, start, extent, b.data()), TSL_OK);
+    EXPECT_EQ(a, b);
+    // The application cannot read sample 3: the loader's batch holding it fails, saying so.
+    storage.broken = 3;
+    tsl_loader_t ld = nullptr;
+    ASSERT_EQ(tsl_loader_create(&ld, fed, 6, 5, 0, 0), TSL_OK);
+    tsl_batch batch;
+    EXPECT_EQ(tsl_loader_next(ld, &batch), TSL_ERR_IO);
+    EXPECT_NE(std::string(tsl_last_error()).find("read_targets failed"), std::string::npos)
+        << tsl_last_error();
+    tsl_loader_destroy(ld);
+    tsl_dataset_destroy(fed);
+    // Bad descriptions.
+    const int64_t dims[3] = {2, 3, 4}, zero[3] = {2, 0, 4};
+    EXPECT_EQ(tsl_dataset_create_callback_targets(&fed, 6, 3, dims, 3, dims, target_storage_x,
+                                                  nullptr, &storage),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_create_callback_targets(&fed, 0, 3, dims, 3, dims, target_storage_x,
+                                                  target_storage_read, &storage),
+              TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_dataset_create_callback_targets(&fed, 6, 3, dims, 0, dims, target_storage_x,
+                                                  target_storage_read, &storage),
+              TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_dataset_create_callback_targets(&fed, 6, 3, dims, 3, zero, target_storage_x,
+                                                  target_storage_read, &storage),
+              TSL_ERR_SHAPE);
+    EXPECT_NE(std::string(tsl_last_error()).find("axis 1 of the target has size 0"),
+              std::string::npos)
+        << tsl_last_error();
+    tsl_dataset_destroy(storage.inner);
 }
 
 TEST(DatasetLoader, GivesTheSynchronousBatches)

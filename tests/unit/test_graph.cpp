@@ -1304,6 +1304,21 @@ TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
     ASSERT_EQ(tsl_graph_set_output(g, r1), TSL_OK);
     EXPECT_EQ(tsl_graph_recomputed(g, r1, nullptr), -1);
     tsl_graph_destroy(g);
+    // Group norm's fused ReLU output is made again as batch norm's: the same peaks.
+    g = input_and_conv(4, &a);
+    ASSERT_NE(g, nullptr);
+    ASSERT_EQ(tsl_graph_groupnorm(g, "gn1", a, 2, 1e-5, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &r1), TSL_OK);
+    ASSERT_EQ(conv3(g, "b", r1, 4, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_groupnorm(g, "gn2", b, 4, 1e-5, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &r2), TSL_OK);
+    ASSERT_EQ(conv3(g, "c", r2, 2, &c), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, c), TSL_OK);
+    EXPECT_EQ(tsl_graph_recomputed(g, r1, nullptr), g->values[a].producer + 1);
+    EXPECT_EQ(tsl_graph_recomputed(g, r2, nullptr), g->values[b].producer + 1);
+    expect_peak_planes(g, 39, 25, &plan);
+    expect_peak_planes(g, 39, 29);
+    tsl_graph_destroy(g);
 }
 
 // Max pooling keeps u8 indices for its backward instead of its input.
