@@ -100,29 +100,97 @@ int tsl_model_loss_takes_targets(tsl_model_loss_kind kind)
     return kind == TSL_MODEL_LOSS_MSE || kind == TSL_MODEL_LOSS_L1;
 }
 
-tsl_status tsl_loss_terms_check(int32_t count, const tsl_loss_term *terms, const char *fn)
+int32_t tsl_loss_term_value(const struct tsl_graph *g, const tsl_loss_term *t)
 {
+    return t->on ? t->on - 1 : g->output;
+}
+
+/* The value a term reads, as text for messages: "the output" or "value V". */
+static const char *term_value_text(const tsl_loss_term *t, char *buf, size_t size)
+{
+    if (!t->on)
+        return "the output";
+    snprintf(buf, size, "value %d", (int)(t->on - 1));
+    return buf;
+}
+
+tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
+                                const tsl_loss_term *terms, const char *fn)
+{
+    int32_t batch_term = -1; /* the first term on the batch's labels or targets */
     for (int32_t t = 0; t < count; t++) {
-        if (!tsl_model_loss_name(terms[t].kind))
+        const tsl_loss_term *e = &terms[t];
+        char on_text[32];
+        if (!tsl_model_loss_name(e->kind))
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: term %d: unknown loss kind %d", fn,
-                             (int)t, (int)terms[t].kind);
-        if (!isfinite(terms[t].weight) || !(terms[t].weight > 0))
+                             (int)t, (int)e->kind);
+        if (!isfinite(e->weight) || !(e->weight > 0))
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "%s: term %d: weight %g (want finite and above 0)", fn, (int)t,
-                             terms[t].weight);
-        if (tsl_model_loss_takes_targets(terms[t].kind) !=
-            tsl_model_loss_takes_targets(terms[0].kind))
+                             e->weight);
+        if (e->on < 0 || e->on > g->nvalues || e->against < 0 || e->against > g->nvalues)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: term %d: on %d, against %d: want 0 (the output, the batch) or 1 "
+                             "+ a value of this graph (%d values)",
+                             fn, (int)t, (int)e->on, (int)e->against, (int)g->nvalues);
+        int32_t on = tsl_loss_term_value(g, e);
+        if (e->on && on == g->input)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: term %d reads the input, which no parameter makes", fn, (int)t);
+        if (e->against) {
+            int32_t a = e->against - 1;
+            if (!tsl_model_loss_takes_targets(e->kind))
+                return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                 "%s: term %d: %s compares with class labels; a term against "
+                                 "another value is mse or l1",
+                                 fn, (int)t, tsl_model_loss_name(e->kind));
+            const tsl_shape *so = on >= 0 ? &g->values[on].shape : NULL, *sa = &g->values[a].shape;
+            int same = so && so->ndim == sa->ndim;
+            for (int d = 0; same && d < sa->ndim; d++)
+                same = so->dims[d] == sa->dims[d];
+            if (so && (on == a || !same))
+                return tsl_error(NULL, TSL_ERR_SHAPE,
+                                 "%s: term %d: %s against value %d: two different values of one "
+                                 "shape, please",
+                                 fn, (int)t, term_value_text(e, on_text, sizeof on_text), (int)a);
+            continue;
+        }
+        if (e->on && on != g->output)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: term %d reads %s against the batch: the batch's labels and "
+                             "targets fit the output only; compare another value with a value "
+                             "of the network (against)",
+                             fn, (int)t, term_value_text(e, on_text, sizeof on_text));
+        if (batch_term < 0) {
+            batch_term = t;
+            continue;
+        }
+        const tsl_loss_term *first = &terms[batch_term];
+        if (tsl_model_loss_takes_targets(e->kind) != tsl_model_loss_takes_targets(first->kind))
             return tsl_error(
                 NULL, TSL_ERR_INVALID_ARG,
-                "%s: term %d: %s takes %s but term 0, %s, takes %s: a model's loss "
-                "terms all compare the output with class labels or all with float "
+                "%s: term %d: %s takes %s but term %d, %s, takes %s: a model's loss "
+                "terms on the batch all compare the output with class labels or all with float "
                 "targets",
-                fn, (int)t, tsl_model_loss_name(terms[t].kind),
-                tsl_model_loss_takes_targets(terms[t].kind) ? "float targets" : "class labels",
-                tsl_model_loss_name(terms[0].kind),
-                tsl_model_loss_takes_targets(terms[0].kind) ? "float targets" : "class labels");
+                fn, (int)t, tsl_model_loss_name(e->kind),
+                tsl_model_loss_takes_targets(e->kind) ? "float targets" : "class labels",
+                (int)batch_term, tsl_model_loss_name(first->kind),
+                tsl_model_loss_takes_targets(first->kind) ? "float targets" : "class labels");
     }
+    if (count > 0 && batch_term < 0)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "%s: no term reads the batch's labels or targets (a term with against "
+                         "0): the steps take a batch of them",
+                         fn);
     return TSL_OK;
+}
+
+int32_t tsl_loss_batch_term(int32_t count, const tsl_loss_term *terms)
+{
+    for (int32_t t = 0; t < count; t++)
+        if (!terms[t].against)
+            return t;
+    return -1;
 }
 
 tsl_status tsl_graph_set_loss(tsl_graph_t g, int32_t count, const tsl_loss_term *terms)
@@ -133,7 +201,7 @@ tsl_status tsl_graph_set_loss(tsl_graph_t g, int32_t count, const tsl_loss_term 
     if (count < 0 || count > TSL_MAX_LOSS_TERMS)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: %d terms (want 0 to %d)", fn, (int)count,
                          TSL_MAX_LOSS_TERMS);
-    tsl_status st = tsl_loss_terms_check(count, terms, fn);
+    tsl_status st = tsl_loss_terms_check(g, count, terms, fn);
     if (st)
         return st;
     if (count)
@@ -865,12 +933,20 @@ int32_t tsl_graph_exec_inputs(const struct tsl_graph *g, int32_t o, const int32_
 }
 
 /* The only op reading op o's output (not the graph's output), when o is a `kind` op; else -1. */
+int tsl_graph_loss_reads(const struct tsl_graph *g, int32_t v)
+{
+    for (int32_t t = 0; t < g->nloss; t++)
+        if (g->loss[t].on == v + 1 || g->loss[t].against == v + 1)
+            return 1;
+    return 0;
+}
+
 static int32_t sole_reader(const struct tsl_graph *g, int32_t o, tsl_op_kind kind)
 {
     if (o < 0 || o >= g->nops || g->ops[o].kind != kind)
         return -1;
     int32_t v = g->ops[o].output, reader = -1, reads = 0;
-    if (v == g->output)
+    if (v == g->output || tsl_graph_loss_reads(g, v))
         return -1;
     for (int32_t r = 0; r < g->nops; r++)
         for (int32_t k = 0; k < g->ops[r].ninputs; k++)
@@ -921,7 +997,7 @@ int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const ui
 
 int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t *op_stage)
 {
-    if (v < 0 || v >= g->nvalues || v == g->output || v == g->input)
+    if (v < 0 || v >= g->nvalues || v == g->output || v == g->input || tsl_graph_loss_reads(g, v))
         return -1;
     int32_t r = g->values[v].producer;
     if (g->ops[r].kind != TSL_OP_ACTIVATION || g->ops[r].ninputs != 1)

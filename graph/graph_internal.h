@@ -132,7 +132,16 @@ static inline tsl_dtype tsl_graph_label_dtype(int64_t classes)
 
 /* Loss terms checked as tsl_graph_set_loss() takes them: kinds known and of one family,
  * weights finite and above 0 (the error's context is NULL: callers re-raise it). */
-tsl_status tsl_loss_terms_check(int32_t count, const tsl_loss_term *terms, const char *fn);
+/* Check loss terms against graph g (tsl_graph_set_loss's rules; the output may be unset yet). */
+tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
+                                const tsl_loss_term *terms, const char *fn);
+/* The value term t reads: its `on`, else the output (negative while none is set). */
+int32_t tsl_loss_term_value(const struct tsl_graph *g, const tsl_loss_term *t);
+/* 1 when one of the graph's loss terms reads value v by name (on or against), else 0: the
+ * model keeps it from the forward to the loss. */
+int tsl_graph_loss_reads(const struct tsl_graph *g, int32_t v);
+/* The first term on the batch's labels or targets (against 0), or -1. */
+int32_t tsl_loss_batch_term(int32_t count, const tsl_loss_term *terms);
 
 /* A deep copy of `g` (NULL when out of memory). */
 struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g);

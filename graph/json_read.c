@@ -571,23 +571,47 @@ static tsl_status read_layer(reader *r, const cJSON *json)
 static const char *const top_keys[] = {"format", "version", "description",
                                        "layers", "output",  "losses"};
 
-/* "losses": [{"loss": "cross_entropy", "dice", "mse" or "l1", "weight": W (default 1)}, ...]. */
+/* A loss term's "on" or "against": the name of a layer whose value it reads, into 1 + the value
+ * (0 when the key is absent). */
+static tsl_status read_term_value(reader *r, const cJSON *term, const char *key, int32_t k,
+                                  int32_t *out)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(term, key);
+    *out = 0;
+    if (!name)
+        return TSL_OK;
+    char what[48];
+    snprintf(what, sizeof what, "losses[%d]: \"%s\"", (int)k, key);
+    if (!cJSON_IsString(name))
+        return fail(r, NULL, TSL_ERR_FORMAT, "%s must be a layer name (a string)", what);
+    int32_t i = find_layer(r, name->valuestring);
+    if (i < 0)
+        return no_layer(r, NULL, name->valuestring, what);
+    *out = r->values[i] + 1;
+    return TSL_OK;
+}
+
+/* "losses": [{"loss": "cross_entropy", "dice", "mse" or "l1", "weight": W (default 1),
+ * "on": LAYER (default the output), "against": LAYER (default the batch's labels or targets)},
+ * ...]. */
 static tsl_status read_losses(reader *r, const cJSON *losses)
 {
-    static const char *const keys[] = {"loss", "weight"};
+    static const char *const keys[] = {"loss", "weight", "on", "against"};
     int32_t n = cJSON_IsArray(losses) ? cJSON_GetArraySize(losses) : -1;
     if (n < 1 || n > TSL_MAX_LOSS_TERMS)
         return fail(r, NULL, TSL_ERR_FORMAT,
-                    "\"losses\" must be an array of 1 to %d terms {\"loss\": NAME, \"weight\": W}",
+                    "\"losses\" must be an array of 1 to %d terms {\"loss\": NAME, \"weight\": W, "
+                    "\"on\": LAYER, \"against\": LAYER}",
                     TSL_MAX_LOSS_TERMS);
     tsl_loss_term terms[TSL_MAX_LOSS_TERMS];
+    memset(terms, 0, sizeof terms);
     int32_t k = 0;
     for (const cJSON *e = losses->child; e; e = e->next, k++) {
         tsl_status st;
         if (!cJSON_IsObject(e))
             return fail(r, NULL, TSL_ERR_FORMAT, "losses[%d]: a term must be a JSON object",
                         (int)k);
-        if ((st = check_keys(r, NULL, e, 3u, keys, 2, "a loss term")))
+        if ((st = check_keys(r, NULL, e, 15u, keys, 4, "a loss term")))
             return st;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "loss");
         const cJSON *weight = cJSON_GetObjectItemCaseSensitive(e, "weight");
@@ -599,6 +623,9 @@ static tsl_status read_losses(reader *r, const cJSON *losses)
                        !(weight->valuedouble > 0)))
             return fail(r, NULL, TSL_ERR_FORMAT,
                         "losses[%d]: \"weight\" must be a finite number above 0", (int)k);
+        if ((st = read_term_value(r, e, "on", k, &terms[k].on)) ||
+            (st = read_term_value(r, e, "against", k, &terms[k].against)))
+            return st;
     }
     tsl_status st = tsl_graph_set_loss(r->graph, n, terms);
     return st ? fail(r, NULL, TSL_ERR_FORMAT, "\"losses\": %s", tsl_last_error()) : TSL_OK;
@@ -645,9 +672,9 @@ static tsl_status read_model(reader *r, const cJSON *root)
     int32_t last = count - 1;
     if (output && (last = find_layer(r, output->valuestring)) < 0)
         return no_layer(r, NULL, output->valuestring, "the output");
-    if (losses && (st = read_losses(r, losses)))
+    if ((st = tsl_graph_set_output(r->graph, r->values[last])))
         return st;
-    return tsl_graph_set_output(r->graph, r->values[last]);
+    return losses ? read_losses(r, losses) : TSL_OK;
 }
 
 /* Parse `length` bytes of text (NUL at text[length]) from `source` into a new graph. */

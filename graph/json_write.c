@@ -261,6 +261,12 @@ static char (*layer_names(const struct tsl_graph *g))[TSL_GRAPH_NAME_MAX]
         return NULL;
     }
     wanted[g->values[g->output].producer] = 1;
+    for (int32_t k = 0; k < g->nloss; k++) { /* the values loss terms read by name */
+        if (g->loss[k].on)
+            wanted[g->values[g->loss[k].on - 1].producer] = 1;
+        if (g->loss[k].against)
+            wanted[g->values[g->loss[k].against - 1].producer] = 1;
+    }
     for (int32_t i = 0; i < g->nops; i++) {
         const tsl_graph_op *o = &g->ops[i];
         for (int32_t k = 0; k < o->ninputs; k++) {
@@ -367,9 +373,19 @@ tsl_status tsl_graph_print_json(tsl_graph_t g, char **out)
         for (int32_t k = 0; k < g->nloss && !t.failed; k++) {
             char number[40], term[128];
             shortest_number(number, g->loss[k].weight);
-            snprintf(term, sizeof term, "%s{\"loss\": \"%s\", \"weight\": %s}", k ? ", " : "",
+            snprintf(term, sizeof term, "%s{\"loss\": \"%s\", \"weight\": %s", k ? ", " : "",
                      tsl_model_loss_name(g->loss[k].kind), number);
             text_put(&t, term);
+            int32_t reads[2] = {g->loss[k].on, g->loss[k].against};
+            for (int e = 0; e < 2 && names; e++) { /* the layers of the values it reads */
+                if (!reads[e])
+                    continue;
+                text_put(&t, e ? ", \"against\": " : ", \"on\": ");
+                cJSON *name = cJSON_CreateString(names[g->values[reads[e] - 1].producer]);
+                text_put_json(&t, name);
+                cJSON_Delete(name);
+            }
+            text_put(&t, "}");
         }
         text_put(&t, "]");
     }

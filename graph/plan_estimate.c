@@ -490,8 +490,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
             for (int32_t k = 0; k < nin; k++) {
                 int32_t v = ins[k];
-                if (gone[v] || !tsl_graph_last_reader(g, v, o, fold))
-                    continue;
+                if (gone[v] || tsl_graph_loss_reads(g, v) || !tsl_graph_last_reader(g, v, o, fold))
+                    continue; /* (a loss term's value stays to the loss) */
                 int later = tsl_graph_value_read_backward(g, v, fused, fold);
                 dropped[v] =
                     later && plan && plan->recompute && tsl_graph_recomputed(g, v, op_stage) >= 0;
@@ -508,6 +508,13 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         int32_t out = tsl_graph_output(g);
         written[out] = 1;
         live_add(live, bytes, size, out, nranks, vlo, vhi, 1);
+        for (int32_t t = 0; t < g->nloss; t++) { /* the gradients loss terms write */
+            int32_t v = tsl_loss_term_value(g, &g->loss[t]);
+            if (!written[v]) {
+                written[v] = 1;
+                live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
+            }
+        }
         for (int32_t o = n - 1; o >= 0; o--) {
             const tsl_graph_op *op = &g->ops[o];
             if (fused[o] || fold[o] >= 0)

@@ -192,6 +192,11 @@ class TesselNet(nn.Module):
             self._output = names[out]
         else:
             raise ModelFileError(f"output '{out}' names no layer")
+        self._names = names
+        self._output_name = out if out is not None else "(output)"
+        if out is None:
+            self._names[self._output_name] = self._output
+        self._losses = spec.get("losses", [])
         self.output_shape = self._nodes[self._output].shape
 
     def _register(self, name, module, where):
@@ -384,14 +389,36 @@ class TesselNet(nn.Module):
             return m, (out_channels(),)
         raise ModelFileError(f"{where}: unknown op")  # not reached: _layer_attrs checked it
 
-    def forward(self, x):
+    def values(self, x):
+        """Every layer's value for input x, by layer name (the named layers; "input" too)."""
         values = []
         for node in self._nodes:
             if node.op == "input":
                 values.append(x)
             else:
                 values.append(node.fn(*[values[i] for i in node.inputs]))
-        return values[self._output]
+        return {name: values[i] for name, i in self._names.items()}, values[self._output]
+
+    def forward(self, x):
+        return self.values(x)[1]
+
+    def loss_terms(self):
+        """The model file's terms between layers, as PyTorch computes them: a list of
+        (weight, fn(values) -> loss) with fn of the values() dict: F.mse_loss or F.l1_loss of
+        the "on" layer (default the output) against the "against" layer, detached."""
+        import torch.nn.functional as F
+        fns = {"mse": F.mse_loss, "l1": F.l1_loss}
+        terms = []
+        for k, t in enumerate(self._losses):
+            if "against" not in t:
+                continue
+            if t["loss"] not in fns or t["against"] not in self._names or \
+                    t.get("on", self._output_name) not in self._names:
+                raise ModelFileError(f"losses[{k}]: mse or l1 between two named layers")
+            on, against, fn = t.get("on", self._output_name), t["against"], fns[t["loss"]]
+            terms.append((float(t.get("weight", 1.0)),
+                          lambda v, on=on, against=against, fn=fn: fn(v[on], v[against].detach())))
+        return terms
 
 
 def build(model, sample_shape, classes=None):

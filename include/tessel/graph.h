@@ -215,19 +215,35 @@ TSL_API tsl_status tsl_model_loss_parse(const char *name, tsl_model_loss_kind *k
 TSL_API int tsl_model_loss_takes_targets(tsl_model_loss_kind kind);
 
 /** Most terms of a model's loss. */
-#define TSL_MAX_LOSS_TERMS 4
+#define TSL_MAX_LOSS_TERMS 8
 
-/** One term of a model's loss: its kind and its weight (finite, > 0). */
+/**
+ * One term of a model's loss: its kind, its weight (finite, > 0), the value it reads and what
+ * it compares that value with. A zero-initialised term reads the output against the batch's
+ * labels or float targets, as a model's loss always did.
+ *
+ * A term with @p against set compares value on (or the output) with another value of the
+ * network, taken as a constant target: MSE and L1 only, of two values of the same shape, as
+ * PyTorch's `F.mse_loss(a, b.detach())` (a reconstruction against the input, a feature against
+ * another layer's). Its gradient flows into @p on's value and, through it, into every op that
+ * made it. A term on another value than the output needs @p against (the batch's labels and
+ * targets fit the output only).
+ */
 typedef struct tsl_loss_term {
     tsl_model_loss_kind kind;
     double weight;
+    int32_t on;      /**< 0: the graph's output; else 1 + the value the term reads */
+    int32_t against; /**< 0: the batch's labels or targets; else 1 + the value compared with */
 } tsl_loss_term;
 
 /**
  * @brief The loss a model built from the graph minimises (a model file's "losses"): @p count
- * terms (1 to ::TSL_MAX_LOSS_TERMS; kinds known and all of one family, class labels or float
- * targets, weights finite and above 0), or 0 for the default, cross-entropy alone. Models take it
- * when created (tsl_model_set_loss() checks it against the output then).
+ * terms (1 to ::TSL_MAX_LOSS_TERMS; kinds known, weights finite and above 0, at least one on the
+ * batch's labels or targets and those all of one family, class labels or float targets; terms
+ * between values as ::tsl_loss_term says, naming values of this graph other than its input for
+ * @p on), or 0 for the default, cross-entropy alone. Models take it when created
+ * (tsl_model_set_loss() checks it against the output then); the values the terms read are kept
+ * from the forward to the loss (no fusion or release takes them).
  */
 TSL_API tsl_status tsl_graph_set_loss(tsl_graph_t graph, int32_t count, const tsl_loss_term *terms);
 

@@ -178,11 +178,14 @@ TSL_API tsl_status tsl_model_evaluate_read_next(tsl_model_t model, tsl_dataset_t
 
 /**
  * @brief The loss the model's training and evaluation steps compute: the weighted sum of
- * @p count terms (1 to ::TSL_MAX_LOSS_TERMS) on its output and labels; its gradient is the
- * weighted sum of the terms' (each exact and tiling-independent, as the loss functions are).
- * The steps report this sum. Default: the graph's (tsl_graph_set_loss(), a model file's
- * "losses"), else cross-entropy alone, weight 1. Checked against the model's output before
- * anything changes (Dice needs labels per position). Every rank must set the same loss.
+ * @p count terms (1 to ::TSL_MAX_LOSS_TERMS) on its output and labels, or between two of its
+ * values (::tsl_loss_term); its gradient is the weighted sum of the terms' (each exact and
+ * tiling-independent, as the loss functions are). The steps report this sum. Default: the
+ * graph's (tsl_graph_set_loss(), a model file's "losses"), else cross-entropy alone, weight 1.
+ * Checked against the model before anything changes (Dice needs labels per position; a value a
+ * term reads must be one the model keeps: the graph's own terms are, while a value fused into
+ * its batch norm's ReLU, a folded concatenation or a value inside an MGRIT segment is not).
+ * Every rank must set the same loss.
  */
 TSL_API tsl_status tsl_model_set_loss(tsl_model_t model, int32_t count, const tsl_loss_term *terms);
 
@@ -260,6 +263,11 @@ TSL_API tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const flo
  */
 TSL_API tsl_status tsl_model_gradients(tsl_model_t model, int64_t batch, const float *x,
                                        const int64_t *labels, double *loss);
+
+/** @brief tsl_model_gradients() for a model whose loss takes float targets
+ *  (tsl_model_train_step_targets()). */
+TSL_API tsl_status tsl_model_gradients_targets(tsl_model_t model, int64_t batch, const float *x,
+                                               const float *targets, double *loss);
 
 /** @brief Write every parameter and buffer as DIR/NAME.npy (PyTorch state_dict names and
  *  layouts), creating DIR if needed. Each file is written atomically. */

@@ -651,25 +651,44 @@ int session_open(session *s, train_options *o, int need_train)
         tsl_graph_destroy(g);
         return fail(st, "splitting the model into stages");
     }
-    /* The loss: --loss (or the checkpoint's), else the model file's, else cross-entropy. */
-    tsl_loss_term file_terms[TSL_MAX_LOSS_TERMS];
-    int32_t file_count = 0;
+    /* The loss: its terms on the batch from --loss (or the checkpoint's), else the model
+     * file's, else cross-entropy; then the file's terms between values of the network. */
+    tsl_loss_term file_terms[TSL_MAX_LOSS_TERMS], terms[TSL_MAX_LOSS_TERMS];
+    int32_t file_count = 0, count = 0;
     tsl_graph_loss(g, &file_count, file_terms);
     if (!(o->given & SET_LOSS) && file_count > 0) {
         size_t n = 0;
-        for (int32_t k = 0; k < file_count && n < sizeof o->loss_text; k++)
+        o->nloss = 0;
+        for (int32_t k = 0; k < file_count && n < sizeof o->loss_text; k++) {
+            if (file_terms[k].against)
+                continue;
             n += (size_t)snprintf(o->loss_text + n, sizeof o->loss_text - n, "%s%s:%.17g",
-                                  k ? "," : "", tsl_model_loss_name(file_terms[k].kind),
+                                  n ? "," : "", tsl_model_loss_name(file_terms[k].kind),
                                   file_terms[k].weight);
+            o->loss_terms[o->nloss++] = file_terms[k];
+        }
         o->loss = o->loss_text;
-        memcpy(o->loss_terms, file_terms, sizeof file_terms);
-        o->nloss = file_count;
     }
+    for (int32_t k = 0; k < o->nloss; k++)
+        terms[count++] = o->loss_terms[k];
+    for (int32_t k = 0; k < file_count; k++)
+        if (file_terms[k].against) {
+            if (count == TSL_MAX_LOSS_TERMS) {
+                tsl_graph_destroy(g);
+                if (rank_of_process == 0)
+                    fprintf(stderr,
+                            "tessel: --loss and the model file's terms between values make more "
+                            "than %d loss terms\n",
+                            TSL_MAX_LOSS_TERMS);
+                return EXIT_USAGE;
+            }
+            terms[count++] = file_terms[k];
+        }
     st = tsl_model_create_plan(&s->model, s->ctx, g, o->seed, o->plan_text ? &o->plan : NULL);
     tsl_graph_destroy(g);
     if (st)
         return fail_collective(st, "creating the model");
-    if ((st = tsl_model_set_loss(s->model, o->nloss, o->loss_terms)))
+    if ((st = tsl_model_set_loss(s->model, count, terms)))
         return fail_collective(st, "setting --loss");
     tsl_model_loss_kind first = o->nloss > 0 ? o->loss_terms[0].kind : TSL_MODEL_LOSS_CROSS_ENTROPY;
     if (tsl_model_loss_takes_targets(first) != (info->targets != 0)) {
@@ -772,6 +791,7 @@ int parse_loss(const char *text, tsl_loss_term *terms, int32_t *count)
                 return -1;
         }
         tsl_loss_term *t = &terms[(*count)++];
+        memset(t, 0, sizeof *t); /* on the output, against the batch */
         if (tsl_model_loss_parse(term, &t->kind))
             return -1;
         t->weight = weight;

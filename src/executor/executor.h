@@ -49,6 +49,8 @@ typedef struct instance {
                           (tsl_graph_recomputed) */
     tsl_tensor_t **mg; /* [2 x model's nmg]: each MGRIT segment's coarse points and right-hand
                           sides, forward and adjoint (mgrit.c), made on first use */
+    tsl_tensor_t against[TSL_MAX_LOSS_TERMS]; /* a loss term's target value on the tile grid
+                                                 and layout of the value it compares */
 } instance;
 
 struct tsl_model {
@@ -180,6 +182,10 @@ tsl_status tsl_exec_channels_whole(struct tsl_model *m, tsl_tensor_t *t);
 
 /* Whether the plan pipelines micro-batches (their tasks then go in sample order). */
 int tsl_exec_pipelined(const struct tsl_model *m);
+
+/* 1 when one of the model's loss terms reads value v (as the value it compares or as its
+ * target): the forward keeps v to the loss. */
+int tsl_exec_loss_reads(const struct tsl_model *m, int32_t v);
 
 /* Whether training drops value v after its last forward reader and makes it again for the
  * backward (tsl_graph_recomputed()). */

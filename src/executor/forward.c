@@ -49,6 +49,10 @@ int tsl_exec_needs_regrid(const tsl_graph_op *o, tsl_tensor_t x, tsl_tensor_t y)
     if (!tsl_plan_takes_channel_tiles(o) && ((x->shape.ndim > 1 && x->grid.splits[1] != 1) ||
                                              (y->shape.ndim > 1 && y->grid.splits[1] != 1)))
         return 1;
+    /* an element-wise op into whole channels (the model's output) from channel tiles */
+    if ((o->kind == TSL_OP_ACTIVATION || o->kind == TSL_OP_DROPOUT) && x->shape.ndim > 1 &&
+        x->grid.splits[1] != y->grid.splits[1])
+        return 1;
     if (o->kind != TSL_OP_CONV && o->kind != TSL_OP_POOL && o->kind != TSL_OP_UPSAMPLE)
         return 0;
     for (int d = 2; d < x->shape.ndim; d++)
@@ -161,7 +165,8 @@ tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train)
         int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, i, m->fold, ins);
         for (int32_t k = 0; k < nin && !st; k++) {
             int32_t v = ins[k];
-            if (v == g->output || !tsl_graph_last_reader(g, v, i, m->fold))
+            if (v == g->output || tsl_exec_loss_reads(m, v) ||
+                !tsl_graph_last_reader(g, v, i, m->fold))
                 continue;
             int later = train && tsl_graph_value_read_backward(g, v, m->fused, m->fold);
             if (later && tsl_exec_recomputed(m, v))

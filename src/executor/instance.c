@@ -33,6 +33,8 @@ void tsl_exec_instance_free(struct tsl_model *m, instance *in)
                 tsl_tensor_destroy(slots[k][o]);
     }
     tsl_tensor_destroy(in->labels);
+    for (int t = 0; t < TSL_MAX_LOSS_TERMS; t++)
+        tsl_tensor_destroy(in->against[t]);
     tsl_mgrit_instance_free(m, in);
     free(in->act);
     free(in->grad);

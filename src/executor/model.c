@@ -99,8 +99,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     }
     tsl_status st = TSL_OK;
-    if ((plan && (st = adopt_plan(m, plan))) ||
-        (graph->nloss && (st = tsl_model_set_loss(m, graph->nloss, graph->loss)))) {
+    if (plan && (st = adopt_plan(m, plan))) {
         tsl_model_destroy(m);
         return st;
     }
@@ -132,6 +131,9 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     }
     if (!st)
         st = tsl_mgrit_plan(m);
+    /* The graph's loss, once the fusions (which leave the values its terms read) are known. */
+    if (!st && graph->nloss)
+        st = tsl_model_set_loss(m, graph->nloss, graph->loss);
     for (int32_t i = 0; i < graph->nparams && !st; i++) {
         const tsl_graph_param *p = &graph->params[i];
         st = tsl_tensor_create(&m->params[i], ctx, TSL_F32, &p->shape, &grids[i], &owners[i]);
@@ -162,6 +164,31 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     return TSL_OK;
 }
 
+int tsl_exec_loss_reads(const struct tsl_model *m, int32_t v)
+{
+    for (int32_t t = 0; t < m->nloss; t++)
+        if (tsl_loss_term_value(m->g, &m->loss[t]) == v || m->loss[t].against == v + 1)
+            return 1;
+    return 0;
+}
+
+/* Whether the model makes value v and keeps it to the loss: no fused ReLU's batch norm output,
+ * no folded concatenation, no value inside an MGRIT segment (u_N, its output, is made). */
+static const char *value_not_kept(const struct tsl_model *m, int32_t v)
+{
+    if (v == m->g->input)
+        return NULL;
+    int32_t p = m->g->values[v].producer;
+    if (m->relu_of[p] >= 0)
+        return "is fused with the ReLU after it";
+    if (m->fold[p] >= 0)
+        return "is a concatenation folded into the convolution reading it";
+    for (int32_t k = 0; k < m->nmg; k++)
+        if (p >= m->mg[k].s.first_op && p <= m->mg[k].s.last_op && v != m->mg[k].s.output)
+            return "lies inside a segment MGRIT solves";
+    return NULL;
+}
+
 tsl_status tsl_model_set_loss(tsl_model_t m, int32_t count, const tsl_loss_term *terms)
 {
     const char *fn = "tsl_model_set_loss";
@@ -171,22 +198,34 @@ tsl_status tsl_model_set_loss(tsl_model_t m, int32_t count, const tsl_loss_term 
         return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: %d terms (want 1 to %d)", fn, (int)count,
                          TSL_MAX_LOSS_TERMS);
     const tsl_shape *out = &m->g->values[m->g->output].shape;
-    tsl_status st = tsl_loss_terms_check(count, terms, fn);
+    tsl_status st = tsl_loss_terms_check(m->g, count, terms, fn);
     if (st)
         return tsl_error(m->ctx, st, "%s", tsl_last_error());
     for (int32_t t = 0; t < count; t++) {
-        if (terms[t].kind == TSL_MODEL_LOSS_DICE && (out->ndim < 2 || out->dims[0] > 1024))
+        if (!terms[t].against && terms[t].kind == TSL_MODEL_LOSS_DICE &&
+            (out->ndim < 2 || out->dims[0] > 1024))
             return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
                              "%s: Dice needs an output with labels per position and at most "
                              "1024 classes, not a (%lld%s) output",
                              fn, (long long)out->dims[0], out->ndim < 2 ? "" : ", ...");
+        int32_t reads[2] = {tsl_loss_term_value(m->g, &terms[t]), terms[t].against - 1};
+        for (int k = 0; k < 2; k++) {
+            const char *why = reads[k] >= 0 ? value_not_kept(m, reads[k]) : NULL;
+            if (why)
+                return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                                 "%s: term %d reads value %d, which this model does not keep: it "
+                                 "%s (name the term in the graph's loss, tsl_graph_set_loss() or "
+                                 "the model file's \"losses\", before the model is made)",
+                                 fn, (int)t, (int)reads[k], why);
+        }
     }
-    const int32_t targets = tsl_model_loss_takes_targets(terms[0].kind);
+    const tsl_loss_term *first = &terms[tsl_loss_batch_term(count, terms)];
+    const int32_t targets = tsl_model_loss_takes_targets(first->kind);
     if (targets != m->targets && (m->ninst > 0 || m->ahead_x))
         return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
                          "%s: %s takes %s, and this model's steps have run with %s: set a loss "
                          "of the other family before the first step",
-                         fn, tsl_model_loss_name(terms[0].kind),
+                         fn, tsl_model_loss_name(first->kind),
                          targets ? "float targets" : "class labels",
                          targets ? "class labels" : "float targets");
     memcpy(m->loss, terms, sizeof *terms * (size_t)count);

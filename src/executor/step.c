@@ -129,39 +129,74 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, b
     return st;
 }
 
-/* The model's loss (tsl_model_set_loss) of the output against the labels, and its gradient
- * into grad[output] when `with_grad`: each term's into grad[output] (the first) or
- * scratch[output], scaled by its weight and added in order. */
+/* Term t's target value on the tile grid and layout of x, the value it compares: the value's
+ * own tensor when they match, else a copy moved there (made once per instance and term). */
+static tsl_status against_of(struct tsl_model *m, instance *in, int32_t t, tsl_tensor_t x,
+                             tsl_tensor_t *out)
+{
+    tsl_tensor_t a = in->act[m->loss[t].against - 1];
+    *out = a;
+    if (!memcmp(a->grid.splits, x->grid.splits, sizeof a->grid.splits) && a->layout == x->layout)
+        return TSL_OK;
+    tsl_tensor_t *slot = &in->against[t];
+    if (*slot && (memcmp((*slot)->grid.splits, x->grid.splits, sizeof x->grid.splits) ||
+                  (*slot)->layout != x->layout)) { /* (the loss changed since) */
+        tsl_tensor_destroy(*slot);
+        *slot = NULL;
+    }
+    tsl_status st = *slot ? TSL_OK
+                          : tsl_tensor_create_transient(slot, m->ctx, TSL_F32, &x->shape, &x->grid,
+                                                        &x->owners, x->layout);
+    if (!st)
+        st = tsl_tensor_redistribute(*slot, a);
+    *out = *slot;
+    return st;
+}
+
+/* The model's loss (tsl_model_set_loss): each term of the value it reads (the output, or
+ * another value) against the batch's labels or targets, or against another value taken as a
+ * constant; with `with_grad`, its gradient, scaled by the term's weight, lands in the value's
+ * gradient: written there by the value's first term, else made in scratch[v] and added, in
+ * term order. The backward then adds the gradients of the ops reading the value. */
 static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, double *loss)
 {
-    const int32_t y = m->g->output;
-    tsl_tensor_t grad = with_grad ? in->grad[y] : NULL;
     double total = 0;
     tsl_status st = TSL_OK;
     for (int32_t t = 0; t < m->nloss && !st; t++) {
-        tsl_tensor_t target = grad;
-        if (grad && t > 0)
-            st = tsl_exec_scratch_of(m, in, y, &target);
-        double l = 0, w = m->loss[t].weight;
+        const tsl_loss_term *term = &m->loss[t];
+        const int32_t v = tsl_loss_term_value(m->g, term);
+        tsl_tensor_t x = in->act[v], target = NULL, grad = NULL;
+        int added = with_grad && in->written[v];
+        if (with_grad)
+            st = added ? tsl_exec_scratch_of(m, in, v, &grad) : TSL_OK;
+        if (with_grad && !added)
+            grad = in->grad[v];
+        if (!st && term->against)
+            st = against_of(m, in, t, x, &target);
+        else if (!st)
+            target = in->labels;
+        double l = 0, w = term->weight;
         if (!st)
-            switch (m->loss[t].kind) {
+            switch (term->kind) {
             case TSL_MODEL_LOSS_DICE:
-                st = tsl_loss_dice(in->act[y], in->labels, target, 1.0, &l);
+                st = tsl_loss_dice(x, target, grad, 1.0, &l);
                 break;
             case TSL_MODEL_LOSS_MSE:
-                st = tsl_loss_mse(in->act[y], in->labels, target, &l);
+                st = tsl_loss_mse(x, target, grad, &l);
                 break;
             case TSL_MODEL_LOSS_L1:
-                st = tsl_loss_l1(in->act[y], in->labels, target, &l);
+                st = tsl_loss_l1(x, target, grad, &l);
                 break;
             default:
-                st = tsl_loss_cross_entropy(in->act[y], in->labels, target, &l);
+                st = tsl_loss_cross_entropy(x, target, grad, &l);
                 break;
             }
-        if (!st && target && w != 1.0)
-            st = tsl_tensor_scale(target, w);
-        if (!st && target && t > 0)
-            st = tsl_tensor_axpy(grad, 1.0, target);
+        if (!st && grad && w != 1.0)
+            st = tsl_tensor_scale(grad, w);
+        if (!st && grad && added)
+            st = tsl_tensor_axpy(in->grad[v], 1.0, grad);
+        if (!st && grad)
+            in->written[v] = 1;
         total += w * l;
     }
     if (!st)
@@ -249,7 +284,7 @@ static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_so
     else if (need_labels && (src->targets != NULL) != (m->targets != 0))
         st = tsl_error(
             m->ctx, TSL_ERR_INVALID_ARG, "%s: the model's loss (%s) takes %s: use %s", fn,
-            tsl_model_loss_name(m->nloss ? m->loss[0].kind : TSL_MODEL_LOSS_CROSS_ENTROPY), family,
+            tsl_model_loss_name(m->loss[tsl_loss_batch_term(m->nloss, m->loss)].kind), family,
             m->targets ? "tsl_model_train_step_targets() or tsl_model_evaluate_targets()"
                        : "the steps that take int64 labels");
     else if (m->ctx->rank == 0 && (!src->x || (need_labels && !src->labels && !src->targets)))
@@ -278,7 +313,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
         if (unread)
             return unread;
     }
-    in->written[m->g->output] = 1;
+    in->written[m->g->output] = 1; /* (its first term wrote it) */
     for (int32_t i = m->g->nops - 1; i >= 0 && !st; i--) {
         const tsl_mgrit_segment *seg = tsl_mgrit_segment_ending(m, i);
         if (seg) { /* the segment's adjoint by multigrid in time; then the op before it */
@@ -319,6 +354,15 @@ tsl_status tsl_model_gradients(tsl_model_t m, int64_t batch, const float *x, con
 {
     batch_source src = {.x = x, .labels = labels};
     tsl_status st = check_batch(m, batch, &src, 1, "tsl_model_gradients");
+    instance *in;
+    return st ? st : gradients(m, batch, &src, loss, &in);
+}
+
+tsl_status tsl_model_gradients_targets(tsl_model_t m, int64_t batch, const float *x,
+                                       const float *targets, double *loss)
+{
+    batch_source src = {.x = x, .targets = targets};
+    tsl_status st = check_batch(m, batch, &src, 1, "tsl_model_gradients_targets");
     instance *in;
     return st ? st : gradients(m, batch, &src, loss, &in);
 }

@@ -181,6 +181,32 @@ CEIL_MODEL = {
 STEP_CASES.append(("ceil.json", (2, 12, 13), 3, ["--optimizer", "sgd", "--lr", "0.05",
                    "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
 
+# loss terms between layers: a reconstruction branch against the input, a feature against
+# another layer's output (taken as constant), beside the cross-entropy on the head
+AUX_MODEL = {
+    "format": "tessel-model", "version": 1,
+    "layers": [
+        {"op": "input"},
+        {"name": "c1", "op": "conv", "out": 6, "kernel": 3, "padding": 1},
+        {"name": "h", "op": "relu"},
+        {"name": "recon", "op": "conv", "out": 2, "kernel": 3, "padding": 1},
+        {"name": "feat", "op": "conv", "inputs": ["h"], "out": 6, "kernel": 3, "padding": 1},
+        {"name": "bn", "op": "batchnorm"},
+        {"op": "relu"},
+        {"op": "maxpool", "kernel": 2, "stride": 2},
+        {"op": "flatten"},
+        {"name": "fc", "op": "linear", "out": "classes"},
+    ],
+    "losses": [{"loss": "cross_entropy"},
+               {"loss": "mse", "weight": 0.5, "on": "recon", "against": "input"},
+               {"loss": "l1", "weight": 0.3, "on": "feat", "against": "h"}],
+}
+STEP_CASES.append(("aux.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
+                   "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
+# --loss replaces the file's terms on the batch; its terms between layers stay
+STEP_CASES.append(("aux.json", (2, 12, 12), 2, ["--optimizer", "sgd", "--lr", "0.05",
+                   "--momentum", "0", "--loss", "cross_entropy:0.7"], "SGD", {"lr": 0.05}))
+
 
 def torch_loss(options, logits, labels, model):
     """The loss tessel train's --loss (in `options`) or else the model file's "losses" names,
@@ -193,7 +219,7 @@ def torch_loss(options, logits, labels, model):
     else:
         with open(model) as f:
             terms = json.load(f).get("losses", [{"loss": "cross_entropy"}])
-        spec = ",".join(f"{t['loss']}:{t.get('weight', 1.0)}" for t in terms)
+        spec = ",".join(f"{t['loss']}:{t.get('weight', 1.0)}" for t in terms if "against" not in t)
     total = 0
     for term in spec.split(","):
         name, _, weight = term.partition(":")
@@ -263,7 +289,8 @@ def step_check(cli, work, env, case_index, seed):
     batch-norm statistic after them must agree within 1e-5 of max(1, |value|)."""
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
-    here = name in ("ops.json", "fcn2d-losses.json", "ceil.json", "fcn2d-l1.json")  # (work dir)
+    here = name in ("ops.json", "fcn2d-losses.json", "ceil.json", "fcn2d-l1.json",
+                    "aux.json")  # (work dir)
     model = os.path.join(work if here else os.path.join(ROOT, "examples", "models"), name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
@@ -284,8 +311,11 @@ def step_check(cli, work, env, case_index, seed):
     sched = getattr(torch.optim.lr_scheduler, schedule[0])(opt, **schedule[1]) if schedule else None
     for step in range(steps):
         opt.zero_grad()
-        torch_loss(options, module(xs[4 * step:4 * step + 4]), ys[4 * step:4 * step + 4],
-                   model).backward()
+        values, out = module.values(xs[4 * step:4 * step + 4])
+        loss = torch_loss(options, out, ys[4 * step:4 * step + 4], model)
+        for weight, term in module.loss_terms():  # the model file's terms between layers
+            loss = loss + weight * term(values)
+        loss.backward()
         opt.step()
         if sched:
             sched.step()
@@ -319,6 +349,8 @@ def main():
         json.dump(with_losses, f)
     with open(os.path.join(work, "ceil.json"), "w") as f:
         json.dump(CEIL_MODEL, f)
+    with open(os.path.join(work, "aux.json"), "w") as f:
+        json.dump(AUX_MODEL, f)
     with open(os.path.join(work, "fcn2d-l1.json"), "w") as f:
         json.dump(dict(with_losses, losses=L1_SECTION), f)
     failures = []
