@@ -252,6 +252,21 @@ TSL_API tsl_status tsl_model_evaluate_tensors(tsl_model_t model, tsl_tensor_t x,
 TSL_API tsl_status tsl_model_forward_tensors(tsl_model_t model, tsl_tensor_t x, int32_t train,
                                              tsl_tensor_t out);
 
+/**
+ * @brief tsl_model_forward_tensors() for several values of the network at once: one forward
+ * from @p x, then value values[k] (a value id of the model's graph: its output, or any other
+ * value the model keeps, as a loss term's; the input too) into the application's tensor
+ * outs[k], (batch, that value's shape) f32, any tiling, by tile tasks (nothing gathered): the
+ * heads of a network with several, a decoder's reconstruction beside a classifier's logits,
+ * features for the application's own use. @p count is 1 to 64, values distinct. A value the
+ * model fuses away (a batch or group norm's output with its ReLU fused), a folded
+ * concatenation, or a value inside an MGRIT segment is an error before anything runs.
+ * Collective: every rank passes the same values and the same tensors.
+ */
+TSL_API tsl_status tsl_model_forward_values_tensors(tsl_model_t model, tsl_tensor_t x,
+                                                    int32_t train, int32_t count,
+                                                    const int32_t *values, tsl_tensor_t *outs);
+
 /** @brief Forward only (training mode when @p train, else inference) and the output gathered
  *  on rank 0 into @p out (batch x output shape floats; ignored elsewhere). */
 TSL_API tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const float *x,

@@ -95,6 +95,7 @@ struct tsl_model {
     uint64_t step;         /* training forwards so far (tsl_model_set_step()) */
     tsl_mgrit_segment *mg; /* the segments MGRIT solves (levels= > 1) */
     int32_t nmg;
+    uint8_t *keep; /* [nvalues]: values a forward keeps for its caller (forward_values) */
 };
 
 /* ---- the execution table (exec_table.c) ---- */
@@ -186,6 +187,11 @@ int tsl_exec_pipelined(const struct tsl_model *m);
 /* 1 when one of the model's loss terms reads value v (as the value it compares or as its
  * target): the forward keeps v to the loss. */
 int tsl_exec_loss_reads(const struct tsl_model *m, int32_t v);
+
+/* Why the model does not make value v whole (its batch or group norm's ReLU is fused, a folded
+ * concatenation, a value inside an MGRIT segment: u_N, the segment's output, is made), or NULL
+ * when it does. */
+const char *tsl_exec_value_not_kept(const struct tsl_model *m, int32_t v);
 
 /* Whether training drops value v after its last forward reader and makes it again for the
  * backward (tsl_graph_recomputed()). */

@@ -165,7 +165,7 @@ tsl_status tsl_exec_forward(struct tsl_model *m, instance *in, int train)
         int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, i, m->fold, ins);
         for (int32_t k = 0; k < nin && !st; k++) {
             int32_t v = ins[k];
-            if (v == g->output || tsl_exec_loss_reads(m, v) ||
+            if (v == g->output || tsl_exec_loss_reads(m, v) || (m->keep && m->keep[v]) ||
                 !tsl_graph_last_reader(g, v, i, m->fold))
                 continue;
             int later = train && tsl_graph_value_read_backward(g, v, m->fused, m->fold);

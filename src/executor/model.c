@@ -172,9 +172,7 @@ int tsl_exec_loss_reads(const struct tsl_model *m, int32_t v)
     return 0;
 }
 
-/* Whether the model makes value v and keeps it to the loss: no fused ReLU's batch norm output,
- * no folded concatenation, no value inside an MGRIT segment (u_N, its output, is made). */
-static const char *value_not_kept(const struct tsl_model *m, int32_t v)
+const char *tsl_exec_value_not_kept(const struct tsl_model *m, int32_t v)
 {
     if (v == m->g->input)
         return NULL;
@@ -210,7 +208,7 @@ tsl_status tsl_model_set_loss(tsl_model_t m, int32_t count, const tsl_loss_term 
                              fn, (long long)out->dims[0], out->ndim < 2 ? "" : ", ...");
         int32_t reads[2] = {tsl_loss_term_value(m->g, &terms[t]), terms[t].against - 1};
         for (int k = 0; k < 2; k++) {
-            const char *why = reads[k] >= 0 ? value_not_kept(m, reads[k]) : NULL;
+            const char *why = reads[k] >= 0 ? tsl_exec_value_not_kept(m, reads[k]) : NULL;
             if (why)
                 return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
                                  "%s: term %d reads value %d, which this model does not keep: it "
@@ -250,6 +248,7 @@ tsl_status tsl_model_destroy(tsl_model_t m)
         tsl_bucket_destroy(m->buckets[b]);
     free(m->buckets);
     free(m->replicated);
+    free(m->keep);
     for (int32_t i = 0; m->g && i < m->g->nparams; i++) {
         if (m->params)
             tsl_tensor_destroy(m->params[i]);

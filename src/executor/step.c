@@ -528,6 +528,55 @@ tsl_status tsl_model_forward_tensors(tsl_model_t m, tsl_tensor_t x, int32_t trai
     return tsl_tensor_redistribute(out, in->act[m->g->output]);
 }
 
+#define MAX_FORWARD_VALUES 64
+
+tsl_status tsl_model_forward_values_tensors(tsl_model_t m, tsl_tensor_t x, int32_t train,
+                                            int32_t count, const int32_t *values,
+                                            tsl_tensor_t *outs)
+{
+    const char *fn = "tsl_model_forward_values_tensors";
+    batch_source src = {.tx = x, .tensors = 1};
+    int64_t batch = batch_of(x);
+    tsl_status st = check_batch(m, batch, &src, 0, fn);
+    if (st)
+        return st;
+    if (count < 1 || count > MAX_FORWARD_VALUES || !values || !outs)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: %d values (want 1 to %d, not NULL)", fn,
+                         (int)count, MAX_FORWARD_VALUES);
+    for (int32_t k = 0; k < count; k++) {
+        int32_t v = values[k];
+        if (v < 0 || v >= m->g->nvalues)
+            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                             "%s: values[%d] = %d is no value of the model's graph (%d values)", fn,
+                             (int)k, (int)v, (int)m->g->nvalues);
+        for (int32_t j = 0; j < k; j++)
+            if (values[j] == v)
+                return tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: value %d is asked for twice", fn,
+                                 (int)v);
+        const char *why = tsl_exec_value_not_kept(m, v);
+        if (why)
+            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                             "%s: value %d %s: this model does not make it (name it in a loss "
+                             "term of the graph, or ask for the value after it)",
+                             fn, (int)v, why);
+        char what[32];
+        snprintf(what, sizeof what, "outs[%d]", (int)k);
+        if ((st = check_tensor(m, outs[k], what, batch, &m->g->values[v].shape, TSL_F32, fn)))
+            return st;
+    }
+    if (!m->keep && !(m->keep = calloc((size_t)m->g->nvalues, 1)))
+        return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    instance *in;
+    for (int32_t k = 0; k < count; k++)
+        m->keep[values[k]] = 1;
+    if (!(st = tsl_exec_instance_for(m, batch, &in)) && !(st = load_batch(m, in, batch, &src, 0)))
+        st = tsl_exec_forward(m, in, train);
+    memset(m->keep, 0, (size_t)m->g->nvalues);
+    for (int32_t k = 0; k < count && !st; k++)
+        st = tsl_tensor_redistribute(outs[k], in->act[values[k]]);
+    return st;
+}
+
 tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32_t train,
                              float *out)
 {

@@ -684,6 +684,124 @@ TEST(Model, SpatialPlansMatchSampleTiles)
 // tied network's gradient of the source (and the copy's own gradient is its use's); after
 // three SGD steps with momentum the copies hold their sources' values and only the sources are
 // in the parameter files. At every rank count, on sample and spatial tiles.
+// Several values of one forward into the application's tensors (tsl_model_forward_values_tensors):
+// the classifier's logits, a reconstruction branch, two hidden values and the input, each equal
+// to the output of the same network made with that value as its output (same parameters), in
+// training and inference, on sample, spatial and filter plans at 1, 2 and 4 ranks, into
+// poisoned tensors cut by samples; values the model does not make and bad calls are errors.
+TEST(Model, ForwardGivesSeveralValuesIntoApplicationTensors)
+{
+    const std::vector<int64_t> sample = {2, 12, 10};
+    const int64_t n = 2, classes = 3, per = 2 * 12 * 10;
+    tsl_graph_t g[4] = {aux_graph(sample, classes, 0, false), aux_graph(sample, classes, 1, false),
+                        aux_graph(sample, classes, 2, false), aux_graph(sample, classes, 3, false)};
+    for (tsl_graph_t each : g)
+        ASSERT_NE(each, nullptr);
+    // the value ids: the outputs of g[1..3] and g[0]'s output, then the input
+    int32_t want[5];
+    for (int k = 0; k < 4; k++)
+        want[k] = tsl_graph_output(g[k]);
+    want[4] = 0;
+    Batch b = make_batch(n, per, classes, seed + 760);
+    const char *samples = size == 1 ? "tiles=2" : size == 2 ? "data=2" : "data=2,space=2";
+    const char *spatial = size == 1 ? "tiles=3" : size == 2 ? "space=2" : "space=2x2";
+    std::vector<const char *> plans = {"", samples, spatial};
+    if (size > 1)
+        plans.push_back(size == 2 ? "filters=2" : "filters=4");
+    for (const char *text : plans) {
+        SCOPED_TRACE(std::string("plan '") + text + "'");
+        tsl_plan parsed;
+        ASSERT_EQ(tsl_plan_parse(*text ? text : "tiles=1", &parsed), TSL_OK);
+        const tsl_plan *plan = *text ? &parsed : nullptr;
+        tsl_model_t m[4] = {};
+        for (int k = 0; k < 4; k++) {
+            ASSERT_EQ(tsl_model_create_plan(&m[k], ctx, g[k], seed + 761, plan), TSL_OK)
+                << tsl_context_last_error(ctx);
+            for (int32_t i = 0; i < tsl_graph_param_count(g[0]) && k; i++) {
+                tsl_tensor_t from, to;
+                ASSERT_EQ(tsl_model_param(m[0], i, &from, nullptr), TSL_OK);
+                ASSERT_EQ(tsl_model_param(m[k], i, &to, nullptr), TSL_OK);
+                ASSERT_EQ(tsl_tensor_redistribute(to, from), TSL_OK);
+            }
+        }
+        tsl_tensor_t x = nullptr, outs[5] = {};
+        std::vector<int64_t> xd = {n};
+        xd.insert(xd.end(), sample.begin(), sample.end());
+        tsl_shape xs = dims_shape(xd);
+        tsl_tile_grid by_samples = tsl_tile_grid_single();
+        by_samples.splits[0] = (int32_t)n;
+        ASSERT_EQ(tsl_tensor_create(&x, ctx, TSL_F32, &xs, &by_samples, nullptr), TSL_OK);
+        ASSERT_EQ(tsl_tensor_scatter(x, 0, rank == 0 ? b.x.data() : nullptr), TSL_OK);
+        tsl_shape vs[5];
+        for (int k = 0; k < 5; k++) {
+            tsl_shape s;
+            ASSERT_EQ(tsl_graph_value_shape(g[0], want[k], &s), TSL_OK);
+            std::vector<int64_t> d = {n};
+            d.insert(d.end(), s.dims, s.dims + s.ndim);
+            vs[k] = s;
+            tsl_shape os = dims_shape(d);
+            ASSERT_EQ(tsl_tensor_create(&outs[k], ctx, TSL_F32, &os, &by_samples, nullptr), TSL_OK);
+        }
+        for (int train = 0; train < 2; train++) {
+            for (tsl_tensor_t o : outs)
+                ASSERT_EQ(tsl_tensor_fill_constant(o, 1e30), TSL_OK); // poisoned
+            ASSERT_EQ(tsl_model_forward_values_tensors(m[0], x, train, 5, want, outs), TSL_OK)
+                << tsl_context_last_error(ctx);
+            for (int k = 0; k < 5; k++) {
+                std::vector<float> got = values(outs[k]), ref;
+                if (k < 4) {
+                    ref.assign((size_t)(n * tsl_shape_numel(&vs[k])), -7.0f);
+                    ASSERT_EQ(tsl_model_forward(m[k], n, b.x.data(), train, ref.data()), TSL_OK);
+                    MPI_Bcast(ref.data(), (int)ref.size(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+                } else {
+                    ref = b.x;
+                }
+                EXPECT_LT(max_rel_diff(got, ref), 1e-6) << "value " << k << ", train " << train;
+            }
+        }
+        // A value twice, none, one out of range, a tensor of another value's shape: errors.
+        int32_t twice[2] = {want[1], want[1]}, far = 999;
+        tsl_tensor_t two[2] = {outs[1], outs[1]};
+        EXPECT_EQ(tsl_model_forward_values_tensors(m[0], x, 0, 2, twice, two), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_model_forward_values_tensors(m[0], x, 0, 0, want, outs), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_model_forward_values_tensors(m[0], x, 0, 1, &far, outs), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_model_forward_values_tensors(m[0], x, 0, 1, &want[1], &outs[2]),
+                  TSL_ERR_SHAPE);
+        for (tsl_model_t each : m)
+            tsl_model_destroy(each);
+        for (tsl_tensor_t o : outs)
+            tsl_tensor_destroy(o);
+        tsl_tensor_destroy(x);
+    }
+    // A group norm's output fused with its ReLU is not made.
+    tsl_graph_t norm = shared_graph(sample, classes, false);
+    ASSERT_NE(norm, nullptr);
+    int32_t gn = -1;
+    for (int32_t i = 0; i < tsl_graph_op_count(norm); i++) {
+        const char *name = nullptr;
+        int32_t out = -1;
+        tsl_graph_op_info(norm, i, nullptr, &name, &out);
+        if (std::string(name) == "gn")
+            gn = out;
+    }
+    tsl_model_t fused = nullptr;
+    ASSERT_EQ(tsl_model_create(&fused, ctx, norm, seed + 762), TSL_OK);
+    tsl_tensor_t x = nullptr, o = nullptr;
+    tsl_shape xs = dims_shape({n, 2, 12, 10}), os = dims_shape({n, 6, 12, 10});
+    ASSERT_EQ(tsl_tensor_create(&x, ctx, TSL_F32, &xs, nullptr, nullptr), TSL_OK);
+    ASSERT_EQ(tsl_tensor_create(&o, ctx, TSL_F32, &os, nullptr, nullptr), TSL_OK);
+    EXPECT_EQ(tsl_model_forward_values_tensors(fused, x, 0, 1, &gn, &o), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("fused with the ReLU"),
+              std::string::npos)
+        << tsl_context_last_error(ctx);
+    tsl_tensor_destroy(x);
+    tsl_tensor_destroy(o);
+    tsl_model_destroy(fused);
+    tsl_graph_destroy(norm);
+    for (tsl_graph_t each : g)
+        tsl_graph_destroy(each);
+}
+
 // A shared parameter whose copy has another tile grid than its source: under filters= the
 // first use of conv c is cut along its filters, its second use makes the model's output and
 // stays whole. The copy's gradient goes to the source's tiles through a temporary; the tied
