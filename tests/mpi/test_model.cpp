@@ -204,6 +204,22 @@ tsl_graph_t aux_graph(const std::vector<int64_t> &sample, int64_t classes, int o
     return built(ok, g);
 }
 
+// The plans the aux network's tests run: one tile, sample tiles, spatial tiles, and filters
+// where there are ranks to share them.
+std::vector<const char *> aux_plans()
+{
+    std::vector<const char *> plans = {"",
+                                       size == 1   ? "tiles=2"
+                                       : size == 2 ? "data=2"
+                                                   : "data=2,space=2",
+                                       size == 1   ? "tiles=3"
+                                       : size == 2 ? "space=2"
+                                                   : "space=2x2"};
+    if (size > 1)
+        plans.push_back(size == 2 ? "filters=2" : "filters=4");
+    return plans;
+}
+
 tsl_shape dims_shape(const std::vector<int64_t> &dims)
 {
     tsl_shape s;
@@ -703,12 +719,7 @@ TEST(Model, ForwardGivesSeveralValuesIntoApplicationTensors)
         want[k] = tsl_graph_output(g[k]);
     want[4] = 0;
     Batch b = make_batch(n, per, classes, seed + 760);
-    const char *samples = size == 1 ? "tiles=2" : size == 2 ? "data=2" : "data=2,space=2";
-    const char *spatial = size == 1 ? "tiles=3" : size == 2 ? "space=2" : "space=2x2";
-    std::vector<const char *> plans = {"", samples, spatial};
-    if (size > 1)
-        plans.push_back(size == 2 ? "filters=2" : "filters=4");
-    for (const char *text : plans) {
+    for (const char *text : aux_plans()) {
         SCOPED_TRACE(std::string("plan '") + text + "'");
         tsl_plan parsed;
         ASSERT_EQ(tsl_plan_parse(*text ? text : "tiles=1", &parsed), TSL_OK);
@@ -902,12 +913,7 @@ TEST(Model, LossTermsBetweenValuesAddTheirGradients)
     ASSERT_TRUE(g && ce && rec && feat && h);
     const int32_t np = tsl_graph_param_count(g);
     Batch b = make_batch(n, per, classes, seed + 720);
-    const char *samples = size == 1 ? "tiles=2" : size == 2 ? "data=2" : "data=2,space=2";
-    const char *spatial = size == 1 ? "tiles=3" : size == 2 ? "space=2" : "space=2x2";
-    std::vector<const char *> plans = {"", samples, spatial};
-    if (size > 1)
-        plans.push_back(size == 2 ? "filters=2" : "filters=4");
-    for (const char *text : plans) {
+    for (const char *text : aux_plans()) {
         SCOPED_TRACE(std::string("plan '") + text + "'");
         tsl_plan parsed;
         ASSERT_EQ(tsl_plan_parse(*text ? text : "tiles=1", &parsed), TSL_OK);
