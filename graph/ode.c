@@ -8,8 +8,8 @@
 #include "graph_internal.h"
 
 /* Whether op a is a residual step: an add h F(u) + u whose F is the ops strictly between u's
- * producer and a, reading only u and each other, their values read by nothing outside the step,
- * and u read by nothing outside it either. Sets *pu to u's producer. */
+ * producer and a, reading only u and each other, their values read by nothing outside the step
+ * (no loss term either), and u read by nothing outside it either. Sets *pu to u's producer. */
 static int residual_step(const struct tsl_graph *g, int32_t a, const int32_t *lo, const int32_t *hi,
                          int32_t *pu)
 {
@@ -36,11 +36,12 @@ static int residual_step(const struct tsl_graph *g, int32_t a, const int32_t *lo
         return 0; /* F does not depend on u */
     /* every read of u, and of F's values, comes from inside the step (lo, hi: the first and
      * last op reading each value) */
-    if (lo[u] <= first || hi[u] > a)
-        return 0;
+    if (lo[u] <= first || hi[u] > a || tsl_graph_loss_reads(g, u))
+        return 0; /* (a loss term reads values outside every step) */
     for (int32_t o = first + 1; o < a; o++) {
         int32_t v = g->ops[o].output;
-        if (v == g->output || hi[v] > a || (hi[v] >= 0 && lo[v] <= first))
+        if (v == g->output || tsl_graph_loss_reads(g, v) || hi[v] > a ||
+            (hi[v] >= 0 && lo[v] <= first))
             return 0;
     }
     *pu = first;

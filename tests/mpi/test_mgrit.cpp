@@ -223,3 +223,58 @@ TEST(Mgrit, BadPlansAreRefusedBeforeAnyTask)
         tsl_graph_destroy(g);
     }
 }
+
+// A value inside a segment MGRIT solves is not made whole: a loss term on it set on the model,
+// or a forward asking for it, is refused before any task; named in the graph's loss, the value
+// ends the run of steps there (the graph has fewer steps to solve), and u_N stays available.
+TEST(Mgrit, ValuesInsideASegmentAreNotReadByLossesOrForwards)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("odetanh8", 3, kSample, kClasses, &g), TSL_OK) << tsl_last_error();
+    tsl_ode_segment seg[4];
+    int32_t count = 0;
+    ASSERT_EQ(tsl_graph_ode_segments(g, 4, seg, &count), TSL_OK);
+    ASSERT_EQ(count, 1);
+    ASSERT_EQ(seg[0].steps, 8);
+    // u_4: the output of the fourth step's add, inside the run
+    int32_t inside = -1, u_n = seg[0].output;
+    tsl_graph_op_info(g, seg[0].first_op + 4 * seg[0].ops_per_step - 1, nullptr, nullptr, &inside);
+    ASSERT_GE(inside, 0);
+    std::string text = "levels=2,cf=2" + (size > 1 ? ",data=" + std::to_string(size) : "");
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse(text.c_str(), &plan), TSL_OK);
+    tsl_model_t m = nullptr;
+    ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed, &plan), TSL_OK)
+        << tsl_context_last_error(ctx);
+    const tsl_loss_term on_inside[2] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0},
+                                        {TSL_MODEL_LOSS_MSE, 1.0, inside + 1, u_n + 1}};
+    EXPECT_EQ(tsl_model_set_loss(m, 2, on_inside), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("inside a segment MGRIT solves"),
+              std::string::npos)
+        << tsl_context_last_error(ctx);
+    tsl_shape us;
+    ASSERT_EQ(tsl_graph_value_shape(g, u_n, &us), TSL_OK);
+    int64_t xd[4] = {2, kSample[0], kSample[1], kSample[2]},
+            od[4] = {2, us.dims[0], us.dims[1], us.dims[2]};
+    tsl_shape xs, os;
+    tsl_shape_make(&xs, 4, xd);
+    tsl_shape_make(&os, 4, od);
+    tsl_tensor_t x = nullptr, o = nullptr;
+    ASSERT_EQ(tsl_tensor_create(&x, ctx, TSL_F32, &xs, nullptr, nullptr), TSL_OK);
+    ASSERT_EQ(tsl_tensor_create(&o, ctx, TSL_F32, &os, nullptr, nullptr), TSL_OK);
+    ASSERT_EQ(tsl_tensor_fill_constant(x, 0.5), TSL_OK);
+    EXPECT_EQ(tsl_model_forward_values_tensors(m, x, 0, 1, &inside, &o), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_model_forward_values_tensors(m, x, 0, 1, &u_n, &o), TSL_OK)
+        << tsl_context_last_error(ctx);
+    tsl_model_destroy(m);
+    // In the graph's loss: the run ends before the value, which is then a step's output.
+    ASSERT_EQ(tsl_graph_set_loss(g, 2, on_inside), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_graph_ode_segments(g, 4, seg, &count), TSL_OK);
+    int32_t steps = 0;
+    for (int32_t k = 0; k < count; k++)
+        steps += seg[k].steps;
+    EXPECT_LT(steps, 8);
+    tsl_tensor_destroy(x);
+    tsl_tensor_destroy(o);
+    tsl_graph_destroy(g);
+}
