@@ -299,6 +299,59 @@ static void loss_cpu(void *buffers[], void *cl_arg)
     tsl_acc_normalize(acc);
 }
 
+void tsl_difference_tile(const tsl_diff_args *d, const void *a, const void *b, double *gram,
+                         tsl_acc *acc, void *da, void *db)
+{
+    const int64_t n = d->n;
+    double *ga = gram, *gb = gram + n * n;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            ga[i * n + j] = tsl_diff_gram(d->dtype, a, d->fa, i, j);
+            gb[i * n + j] = tsl_diff_gram(d->dtype, b, d->fb, i, j);
+        }
+    for (int64_t e = 0; e < n * n; e++)
+        tsl_acc_add(acc, tsl_hd_mul(ga[e], gb[e]));
+    for (int64_t i = 0; da && i < n; i++)
+        for (int64_t k = 0; k < d->fa; k++)
+            tsl_loss_store(d->dtype, da, i * d->fa + k,
+                           tsl_diff_grad(d->dtype, a, n, d->fa, gb, i, k));
+    for (int64_t i = 0; db && i < n; i++)
+        for (int64_t k = 0; k < d->fb; k++)
+            tsl_loss_store(d->dtype, db, i * d->fb + k,
+                           tsl_diff_grad(d->dtype, b, n, d->fb, ga, i, k));
+}
+
+static void difference_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_diff_args d;
+    starpu_codelet_unpack_args(cl_arg, &d);
+    unsigned nbuffers = starpu_task_get_current()->nbuffers;
+    TSL_CODELET_CHECK(nbuffers == 4 || nbuffers == 6, "difference: buffers");
+    TSL_CODELET_CHECK((d.dtype == TSL_F32 || d.dtype == TSL_F64) && d.n >= 0 && d.fa >= 0 &&
+                          d.fb >= 0 && (int64_t)STARPU_VECTOR_GET_NX(buffers[0]) >= d.n * d.fa &&
+                          (int64_t)STARPU_VECTOR_GET_NX(buffers[1]) >= d.n * d.fb &&
+                          (int64_t)STARPU_VECTOR_GET_NX(buffers[2]) >= 2 * d.n * d.n,
+                      "difference: sizes");
+    tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    tsl_acc_init(acc);
+    tsl_difference_tile(&d, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                        (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
+                        (double *)STARPU_VECTOR_GET_PTR(buffers[2]), acc,
+                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL,
+                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[5]) : NULL);
+    tsl_acc_normalize(acc);
+}
+
+static uint32_t difference_variant(struct starpu_task *task)
+{
+    tsl_diff_args d;
+    starpu_codelet_unpack_args(task->cl_arg, &d);
+    uint32_t h = starpu_task_data_footprint(task);
+    h = tsl_hash_i64(h, d.dtype);
+    h = tsl_hash_i64(h, d.n);
+    return tsl_hash_i64(h, d.fa * 65537 + d.fb);
+}
+
 /* The footprint: the tile sizes, the loss, the dtypes, the layout and the classes. */
 static uint32_t loss_variant(struct starpu_task *task)
 {
@@ -315,6 +368,8 @@ static uint32_t loss_variant(struct starpu_task *task)
 /* R x, R target, W accumulator, optionally W gradient. */
 TSL_CODELET(tsl_cl_loss, "tsl_loss", loss_cpu, tsl_loss_cuda, loss_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_difference, "tsl_difference", difference_cpu, tsl_difference_cuda,
+            difference_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_dice_stats, "tsl_dice_stats", dice_stats_cpu, tsl_dice_stats_cuda, loss_variant,
             .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_dice_coef, "tsl_dice_coef", dice_coef_cpu, tsl_dice_coef_cuda, loss_variant,

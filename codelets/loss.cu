@@ -157,6 +157,49 @@ __global__ void dice_grad_kernel(tsl_loss_args a, const void *x, const void *lab
     }
 }
 
+/* The two Gram matrices, one thread per entry (gram: Ga then Gb, n x n each). */
+__global__ void diff_gram_kernel(tsl_diff_args d, const void *a, const void *b, double *gram)
+{
+    const int64_t nn = d.n * d.n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < 2 * nn; t += stride) {
+        int64_t e = t % nn, i = e / d.n, j = e - i * d.n;
+        gram[t] =
+            t < nn ? tsl_diff_gram(d.dtype, a, d.fa, i, j) : tsl_diff_gram(d.dtype, b, d.fb, i, j);
+    }
+}
+
+/* acc (zeroed) += Ga[e] Gb[e] over the n^2 entries, exactly (the CPU's sum). */
+__global__ void diff_loss_kernel(int64_t nn, const double *gram, tsl_acc *acc)
+{
+    __shared__ shared_acc s;
+    shared_zero(&s, 1);
+    __syncthreads();
+    thread_acc t;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < nn; e += stride)
+        t.add(&s, tsl_hd_mul(gram[e], gram[nn + e]));
+    t.flush(&s);
+    __syncthreads();
+    shared_merge_out(&s, acc, 1);
+}
+
+/* The gradients 2 Gb A and 2 Ga B, one thread per element (da's, then db's). */
+__global__ void diff_grad_kernel(tsl_diff_args d, const void *a, const void *b, const double *gram,
+                                 void *da, void *db)
+{
+    const int64_t na = d.n * d.fa, total = na + d.n * d.fb, nn = d.n * d.n;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        if (t < na)
+            tsl_loss_store(d.dtype, da, t,
+                           tsl_diff_grad(d.dtype, a, d.n, d.fa, gram + nn, t / d.fa, t % d.fa));
+        else
+            tsl_loss_store(
+                d.dtype, db, t - na,
+                tsl_diff_grad(d.dtype, b, d.n, d.fb, gram, (t - na) / d.fb, (t - na) % d.fb));
+    }
+}
+
 void *buf(void *buffers[], int i)
 {
     return (void *)STARPU_VECTOR_GET_PTR(buffers[i]);
@@ -261,4 +304,36 @@ extern "C" void tsl_dice_grad_cuda(void *buffers[], void *cl_arg)
     dice_grad_kernel<<<grid_for(n), block_threads, 0, stream>>>(
         a, buf(buffers, 0), buf(buffers, 1), (const double *)buf(buffers, 2), buf(buffers, 3));
     TSL_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void tsl_difference_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_diff_args d;
+    starpu_codelet_unpack_args(cl_arg, &d);
+    unsigned nbuffers = starpu_task_get_current()->nbuffers;
+    TSL_CODELET_CHECK(nbuffers == 4 || nbuffers == 6, "difference (CUDA): buffers");
+    TSL_CODELET_CHECK((d.dtype == TSL_F32 || d.dtype == TSL_F64) && d.n >= 0 && d.fa >= 0 &&
+                          d.fb >= 0 && nx(buffers, 0) >= d.n * d.fa &&
+                          nx(buffers, 1) >= d.n * d.fb && nx(buffers, 2) >= 2 * d.n * d.n &&
+                          tsl_acc_buffer_ok(buffers[3]),
+                      "difference (CUDA): sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    tsl_acc *acc = (tsl_acc *)buf(buffers, 3);
+    double *gram = (double *)buf(buffers, 2);
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(tsl_acc), stream));
+    const int64_t nn = d.n * d.n;
+    if (nn > 0) {
+        diff_gram_kernel<<<grid_for(2 * nn), block_threads, 0, stream>>>(d, buf(buffers, 0),
+                                                                         buf(buffers, 1), gram);
+        TSL_CUDA_CHECK_LAUNCH();
+        diff_loss_kernel<<<grid_for(nn), block_threads, 0, stream>>>(nn, gram, acc);
+        TSL_CUDA_CHECK_LAUNCH();
+        const int64_t total = d.n * (d.fa + d.fb);
+        if (nbuffers == 6 && total > 0) {
+            diff_grad_kernel<<<grid_for(total), block_threads, 0, stream>>>(
+                d, buf(buffers, 0), buf(buffers, 1), gram, buf(buffers, 4), buf(buffers, 5));
+            TSL_CUDA_CHECK_LAUNCH();
+        }
+    }
+    normalize(acc, 1, stream);
 }

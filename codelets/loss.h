@@ -40,6 +40,20 @@ typedef struct tsl_loss_args {
 void tsl_loss_tile(const tsl_loss_args *args, const void *x, const void *target, void *grad,
                    tsl_acc *acc);
 
+/* The difference loss of two values, each whole in one tile, rows = samples: A (n x fa) and
+ * B (n x fb) of dtype f32 or f64. */
+typedef struct tsl_diff_args {
+    int32_t dtype;
+    int32_t pad;
+    int64_t n, fa, fb;
+} tsl_diff_args;
+
+/* acc (initialised) += sum over (i, j) of Ga[i, j] Gb[i, j], Ga = A A^T and Gb = B B^T (kept in
+ * gram: 2 n^2 doubles), each product added exactly: the squared Frobenius norm of A^T B. With da
+ * and db, the gradients 2 Gb A and 2 Ga B. */
+void tsl_difference_tile(const tsl_diff_args *d, const void *a, const void *b, double *gram,
+                         tsl_acc *acc, void *da, void *db);
+
 #ifdef TESSEL_USE_CUDA
 /* The codelets' CUDA functions (loss.cu): the same arguments and buffers as the CPU
  * functions, launched on the worker's stream. */
@@ -47,9 +61,12 @@ void tsl_loss_cuda(void *buffers[], void *cl_arg);
 void tsl_dice_stats_cuda(void *buffers[], void *cl_arg);
 void tsl_dice_coef_cuda(void *buffers[], void *cl_arg);
 void tsl_dice_grad_cuda(void *buffers[], void *cl_arg);
+void tsl_difference_cuda(void *buffers[], void *cl_arg);
 #endif
 
 extern struct starpu_codelet tsl_cl_loss;
+/* R a, R b, W gram (2 n^2 f64), W acc, and W da, W db for the gradient */
+extern struct starpu_codelet tsl_cl_difference;
 
 /* Soft Dice, per class c over every sample and position: I_c = sum p g, P_c = sum p,
  * G_c = sum g, with p = softmax over classes and g = onehot(label). acc holds 3C

@@ -161,4 +161,26 @@ static inline TSL_HD void tsl_dice_coef_class(double inter, double p_sum, double
     *c1 = tsl_hd_div(tsl_hd_add(tsl_hd_mul(2.0, inter), smooth), tsl_hd_mul(CS, S));
 }
 
+/* The difference loss (tsl_difference_tile): entry (i, j) of the Gram matrix of an n x f value,
+ * a sum over the features in their order (the CPU's and the GPU's bits alike). */
+static inline TSL_HD double tsl_diff_gram(int dtype, const void *a, int64_t f, int64_t i, int64_t j)
+{
+    double s = 0;
+    for (int64_t k = 0; k < f; k++)
+        s = tsl_hd_add(
+            s, tsl_hd_mul(tsl_loss_load(dtype, a, i * f + k), tsl_loss_load(dtype, a, j * f + k)));
+    return s;
+}
+
+/* Gradient element (i, k) of sum Ga . Gb with respect to A (n x f): 2 sum_j Gb[i, j] A[j, k],
+ * `other` the other value's Gram matrix. */
+static inline TSL_HD double tsl_diff_grad(int dtype, const void *a, int64_t n, int64_t f,
+                                          const double *other, int64_t i, int64_t k)
+{
+    double s = 0;
+    for (int64_t j = 0; j < n; j++)
+        s = tsl_hd_add(s, tsl_hd_mul(other[i * n + j], tsl_loss_load(dtype, a, j * f + k)));
+    return tsl_hd_mul(2.0, s);
+}
+
 #endif /* TESSEL_CODELETS_LOSS_MATH_H */

@@ -79,19 +79,22 @@ const char *tsl_model_loss_name(tsl_model_loss_kind kind)
         return "mse";
     case TSL_MODEL_LOSS_L1:
         return "l1";
+    case TSL_MODEL_LOSS_DIFFERENCE:
+        return "difference";
     }
     return NULL;
 }
 
 tsl_status tsl_model_loss_parse(const char *name, tsl_model_loss_kind *kind)
 {
-    for (int k = TSL_MODEL_LOSS_CROSS_ENTROPY; name && kind && k <= TSL_MODEL_LOSS_L1; k++)
+    for (int k = TSL_MODEL_LOSS_CROSS_ENTROPY; name && kind && k <= TSL_MODEL_LOSS_DIFFERENCE; k++)
         if (strcmp(name, tsl_model_loss_name((tsl_model_loss_kind)k)) == 0) {
             *kind = (tsl_model_loss_kind)k;
             return TSL_OK;
         }
     return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                     "tsl_model_loss_parse: unknown loss '%s' (cross_entropy, dice, mse or l1)",
+                     "tsl_model_loss_parse: unknown loss '%s' (cross_entropy, dice, mse, l1 or "
+                     "difference)",
                      name ? name : "(null)");
 }
 
@@ -139,10 +142,22 @@ tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
                              "%s: term %d reads the input, which no parameter makes", fn, (int)t);
         if (e->against) {
             int32_t a = e->against - 1;
+            if (e->kind == TSL_MODEL_LOSS_DIFFERENCE) {
+                if (a == g->input)
+                    return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                     "%s: term %d: difference with the input, which no parameter "
+                                     "makes",
+                                     fn, (int)t);
+                if (on == a)
+                    return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                                     "%s: term %d: difference of value %d with itself", fn, (int)t,
+                                     (int)a);
+                continue; /* (any per-sample shapes) */
+            }
             if (!tsl_model_loss_takes_targets(e->kind))
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "%s: term %d: %s compares with class labels; a term against "
-                                 "another value is mse or l1",
+                                 "another value is mse, l1 or difference",
                                  fn, (int)t, tsl_model_loss_name(e->kind));
             const tsl_shape *so = on >= 0 ? &g->values[on].shape : NULL, *sa = &g->values[a].shape;
             int same = so && so->ndim == sa->ndim;
@@ -155,6 +170,11 @@ tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
                                  fn, (int)t, term_value_text(e, on_text, sizeof on_text), (int)a);
             continue;
         }
+        if (e->kind == TSL_MODEL_LOSS_DIFFERENCE)
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "%s: term %d: difference compares two values of the network: it "
+                             "needs against",
+                             fn, (int)t);
         if (e->on && on != g->output)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "%s: term %d reads %s against the batch: the batch's labels and "

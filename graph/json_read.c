@@ -591,8 +591,8 @@ static tsl_status read_term_value(reader *r, const cJSON *term, const char *key,
     return TSL_OK;
 }
 
-/* "losses": [{"loss": "cross_entropy", "dice", "mse" or "l1", "weight": W (default 1),
- * "on": LAYER (default the output), "against": LAYER (default the batch's labels or targets)},
+/* "losses": [{"loss": "cross_entropy", "dice", "mse", "l1" or "difference", "weight": W (default
+ * 1), "on": LAYER (default the output), "against": LAYER (default the batch's labels or targets)},
  * ...]. */
 static tsl_status read_losses(reader *r, const cJSON *losses)
 {
@@ -617,7 +617,8 @@ static tsl_status read_losses(reader *r, const cJSON *losses)
         const cJSON *weight = cJSON_GetObjectItemCaseSensitive(e, "weight");
         if (!cJSON_IsString(name) || tsl_model_loss_parse(name->valuestring, &terms[k].kind))
             return fail(r, NULL, TSL_ERR_FORMAT,
-                        "losses[%d]: needs \"loss\", cross_entropy, dice, mse or l1", (int)k);
+                        "losses[%d]: needs \"loss\", cross_entropy, dice, mse, l1 or difference",
+                        (int)k);
         terms[k].weight = weight ? weight->valuedouble : 1.0;
         if (weight && (!cJSON_IsNumber(weight) || !isfinite(weight->valuedouble) ||
                        !(weight->valuedouble > 0)))

@@ -405,19 +405,25 @@ class TesselNet(nn.Module):
     def loss_terms(self):
         """The model file's terms between layers, as PyTorch computes them: a list of
         (weight, fn(values) -> loss) with fn of the values() dict: F.mse_loss or F.l1_loss of
-        the "on" layer (default the output) against the "against" layer, detached."""
+        the "on" layer (default the output) against the "against" layer, detached; or the
+        difference, ||A^T B||_F^2 of the two flattened per sample, into both."""
         import torch.nn.functional as F
-        fns = {"mse": F.mse_loss, "l1": F.l1_loss}
+
+        def difference(a, b):
+            return ((a.flatten(1).T @ b.flatten(1)) ** 2).sum()
+        fns = {"mse": lambda a, b: F.mse_loss(a, b.detach()),
+               "l1": lambda a, b: F.l1_loss(a, b.detach()), "difference": difference}
         terms = []
         for k, t in enumerate(self._losses):
             if "against" not in t:
                 continue
             if t["loss"] not in fns or t["against"] not in self._names or \
                     t.get("on", self._output_name) not in self._names:
-                raise ModelFileError(f"losses[{k}]: mse or l1 between two named layers")
+                raise ModelFileError(f"losses[{k}]: mse, l1 or difference between two named "
+                                     f"layers")
             on, against, fn = t.get("on", self._output_name), t["against"], fns[t["loss"]]
             terms.append((float(t.get("weight", 1.0)),
-                          lambda v, on=on, against=against, fn=fn: fn(v[on], v[against].detach())))
+                          lambda v, on=on, against=against, fn=fn: fn(v[on], v[against])))
         return terms
 
 

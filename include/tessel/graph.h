@@ -200,10 +200,15 @@ typedef enum tsl_model_loss_kind {
     TSL_MODEL_LOSS_MSE = 2,
     /** mean absolute error against float targets of the output's shape (tsl_loss_l1()) */
     TSL_MODEL_LOSS_L1 = 3,
+    /** soft orthogonality of two values (a term with `against`; tsl_loss_difference()): the
+     *  squared Frobenius norm of A^T B, A and B the batch's two values flattened per sample
+     *  (batch x features), as the difference loss of domain separation networks; its gradient
+     *  flows into both values */
+    TSL_MODEL_LOSS_DIFFERENCE = 4,
 } tsl_model_loss_kind;
 
 /** @brief The model-file and command-line name of a loss kind ("cross_entropy", "dice",
- *  "mse", "l1"); NULL for an unknown kind. */
+ *  "mse", "l1", "difference"); NULL for an unknown kind. */
 TSL_API const char *tsl_model_loss_name(tsl_model_loss_kind kind);
 
 /** @brief The loss kind named @p name into @p kind; ::TSL_ERR_INVALID_ARG for an unknown name. */
@@ -223,11 +228,12 @@ TSL_API int tsl_model_loss_takes_targets(tsl_model_loss_kind kind);
  * labels or float targets, as a model's loss always did.
  *
  * A term with @p against set compares value on (or the output) with another value of the
- * network, taken as a constant target: MSE and L1 only, of two values of the same shape, as
+ * network. MSE and L1 take the other value as a constant target, of the same shape, as
  * PyTorch's `F.mse_loss(a, b.detach())` (a reconstruction against the input, a feature against
- * another layer's). Its gradient flows into @p on's value and, through it, into every op that
- * made it. A term on another value than the output needs @p against (the batch's labels and
- * targets fit the output only).
+ * another layer's): the gradient flows into @p on's value and, through it, into every op that
+ * made it. ::TSL_MODEL_LOSS_DIFFERENCE takes two values of any per-sample shapes and sends its
+ * gradient into both. A term on another value than the output needs @p against (the batch's
+ * labels and targets fit the output only).
  */
 typedef struct tsl_loss_term {
     tsl_model_loss_kind kind;

@@ -87,6 +87,18 @@ TSL_API tsl_status tsl_loss_mse(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_
 TSL_API tsl_status tsl_loss_l1(tsl_tensor_t x, tsl_tensor_t target, tsl_tensor_t dx, double *loss);
 
 /**
+ * @brief The difference loss of domain separation networks: the squared Frobenius norm of
+ * A^T B, A and B the values @p a and @p b flattened per sample (batch x features; any per-sample
+ * shapes, one batch size, any tilings and layouts), and its gradients 2 (B B^T) A into @p da and
+ * 2 (A A^T) B into @p db (both or neither; tiled as a and b). Computed from A A^T and B B^T
+ * (batch x batch), with the two values brought whole to the rank of a's first tile, so its bits
+ * do not depend on the tilings; meant for codes (batch x a few thousand features), not for
+ * feature maps larger than a rank's memory. Waits for the loss.
+ */
+TSL_API tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da,
+                                       tsl_tensor_t db, double *loss);
+
+/**
  * @brief Fully connected layer: y = x w^T + b.
  *
  * @p x is (N, K) and @p y (N, O), both cut along N only, with the same N splits; @p w is

@@ -158,6 +158,49 @@ static tsl_status against_of(struct tsl_model *m, instance *in, int32_t t, tsl_t
  * constant; with `with_grad`, its gradient, scaled by the term's weight, lands in the value's
  * gradient: written there by the value's first term, else made in scratch[v] and added, in
  * term order. The backward then adds the gradients of the ops reading the value. */
+/* Where a term's gradient of value v goes: grad[v] (*added 0) or, when grad[v] holds one
+ * already, scratch[v] (*added 1: to be added). NULL without a gradient. */
+static tsl_status term_grad(struct tsl_model *m, instance *in, int with_grad, int32_t v,
+                            tsl_tensor_t *grad, int *added)
+{
+    *grad = NULL;
+    *added = with_grad && in->written[v];
+    if (!with_grad)
+        return TSL_OK;
+    if (!*added)
+        *grad = in->grad[v];
+    return *added ? tsl_exec_scratch_of(m, in, v, grad) : TSL_OK;
+}
+
+/* The term's gradient in grad, scaled by its weight, into value v's. */
+static tsl_status term_grad_done(instance *in, int32_t v, tsl_tensor_t grad, int added, double w)
+{
+    tsl_status st = TSL_OK;
+    if (grad && w != 1.0)
+        st = tsl_tensor_scale(grad, w);
+    if (!st && grad && added)
+        st = tsl_tensor_axpy(in->grad[v], 1.0, grad);
+    if (!st && grad)
+        in->written[v] = 1;
+    return st;
+}
+
+/* A difference term of values v and a: its loss, and its gradients into both. */
+static tsl_status difference_term(struct tsl_model *m, instance *in, int with_grad, int32_t v,
+                                  int32_t a, double w, double *l)
+{
+    tsl_tensor_t gv, ga;
+    int addv, adda;
+    tsl_status st = term_grad(m, in, with_grad, v, &gv, &addv);
+    if (!st)
+        st = term_grad(m, in, with_grad, a, &ga, &adda);
+    if (!st)
+        st = tsl_loss_difference(in->act[v], in->act[a], gv, ga, l);
+    if (!st)
+        st = term_grad_done(in, v, gv, addv, w);
+    return st ? st : term_grad_done(in, a, ga, adda, w);
+}
+
 static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, double *loss)
 {
     double total = 0;
@@ -165,17 +208,19 @@ static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, d
     for (int32_t t = 0; t < m->nloss && !st; t++) {
         const tsl_loss_term *term = &m->loss[t];
         const int32_t v = tsl_loss_term_value(m->g, term);
+        double l = 0, w = term->weight;
+        if (term->kind == TSL_MODEL_LOSS_DIFFERENCE) {
+            st = difference_term(m, in, with_grad, v, term->against - 1, w, &l);
+            total += w * l;
+            continue;
+        }
         tsl_tensor_t x = in->act[v], target = NULL, grad = NULL;
-        int added = with_grad && in->written[v];
-        if (with_grad)
-            st = added ? tsl_exec_scratch_of(m, in, v, &grad) : TSL_OK;
-        if (with_grad && !added)
-            grad = in->grad[v];
+        int added = 0;
+        st = term_grad(m, in, with_grad, v, &grad, &added);
         if (!st && term->against)
             st = against_of(m, in, t, x, &target);
         else if (!st)
             target = in->labels;
-        double l = 0, w = term->weight;
         if (!st)
             switch (term->kind) {
             case TSL_MODEL_LOSS_DICE:
@@ -191,12 +236,8 @@ static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, d
                 st = tsl_loss_cross_entropy(x, target, grad, &l);
                 break;
             }
-        if (!st && grad && w != 1.0)
-            st = tsl_tensor_scale(grad, w);
-        if (!st && grad && added)
-            st = tsl_tensor_axpy(in->grad[v], 1.0, grad);
-        if (!st && grad)
-            in->written[v] = 1;
+        if (!st)
+            st = term_grad_done(in, v, grad, added, w);
         total += w * l;
     }
     if (!st)

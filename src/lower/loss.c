@@ -298,3 +298,91 @@ tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t 
     tsl_temp_handle_release(ctx, total);
     return st;
 }
+
+/* ---- the difference loss: both values whole on one rank, one task ---- */
+
+typedef struct diff_job {
+    tsl_diff_args args;
+    tsl_tensor_t a, b, gram, da, db;
+} diff_job;
+
+static tsl_status diff_tile(int64_t tile, starpu_data_handle_t acc, void *user)
+{
+    (void)tile;
+    diff_job *j = user;
+    double n = (double)j->args.n, f = (double)(j->args.fa + j->args.fb);
+    tsl_task_desc desc = {
+        .codelet = &tsl_cl_difference,
+        .args = &j->args,
+        .args_size = sizeof j->args,
+        .nhandles = j->da ? 6 : 4,
+        .handles = {j->a->handles[0], j->b->handles[0], j->gram->handles[0], acc,
+                    j->da ? j->da->handles[0] : NULL, j->db ? j->db->handles[0] : NULL},
+        .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W, STARPU_W},
+        .flops = 2.0 * n * n * f * (j->da ? 2.0 : 1.0),
+    };
+    return tsl_task_submit(j->a->ctx, &desc);
+}
+
+/* A whole, plain, one-tile copy of t on `rank` (or an empty one when `copy` is 0). */
+static tsl_status whole_on(tsl_tensor_t t, int32_t rank, int copy, tsl_tensor_t *out)
+{
+    tsl_tile_grid one = tsl_tile_grid_single();
+    tsl_owner_map on = tsl_owner_single(rank);
+    tsl_status st =
+        tsl_tensor_create_transient(out, t->ctx, t->dtype, &t->shape, &one, &on, TSL_LAYOUT_PLAIN);
+    return st || !copy ? st : tsl_tensor_redistribute(*out, t);
+}
+
+tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, tsl_tensor_t db,
+                               double *loss)
+{
+    const char *fn = "tsl_loss_difference";
+    tsl_status st = tsl_tensor_check(a, fn);
+    if (st || (st = tsl_tensor_check(b, fn)) || (st = tsl_tensor_check_float(a, fn)))
+        return st;
+    struct tsl_context *ctx = a->ctx;
+    if (!loss)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: loss is NULL", fn);
+    if (b->ctx != ctx || b->dtype != a->dtype)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: a and b of one context and dtype", fn);
+    if (a->shape.ndim < 1 || b->shape.ndim < 1 || a->shape.dims[0] != b->shape.dims[0])
+        return tsl_error(ctx, TSL_ERR_SHAPE, "%s: a and b need one batch size (first dimension)",
+                         fn);
+    if (!da != !db)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: both gradients or neither", fn);
+    if (da && ((st = tsl_tensor_check_same_layout(da, a, fn)) ||
+               (st = tsl_tensor_check_same_layout(db, b, fn))))
+        return st;
+    if (da && (da == a || da == b || db == a || db == b || da == db))
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: the gradients may not overwrite a or b",
+                         fn);
+    diff_job j;
+    memset(&j, 0, sizeof j);
+    const int64_t n = a->shape.dims[0];
+    j.args.dtype = a->dtype;
+    j.args.n = n;
+    j.args.fa = n ? tsl_shape_numel(&a->shape) / n : 0;
+    j.args.fb = n ? tsl_shape_numel(&b->shape) / n : 0;
+    int32_t rank = a->tile_owner[0];
+    int64_t gdims[1] = {2 * n * n > 0 ? 2 * n * n : 1};
+    tsl_shape gs;
+    tsl_shape_make(&gs, 1, gdims);
+    tsl_tile_grid one = tsl_tile_grid_single();
+    tsl_owner_map on = tsl_owner_single(rank);
+    if (!(st = whole_on(a, rank, 1, &j.a)) && !(st = whole_on(b, rank, 1, &j.b)) &&
+        !(st = tsl_tensor_create_transient(&j.gram, ctx, TSL_F64, &gs, &one, &on,
+                                           TSL_LAYOUT_PLAIN)) &&
+        (!da || (!(st = whole_on(da, rank, 0, &j.da)) && !(st = whole_on(db, rank, 0, &j.db))))) {
+        tsl_acc total;
+        st = tsl_exact_reduce(ctx, 1, &rank, diff_tile, &j, &total);
+        if (!st)
+            *loss = tsl_acc_round(&total);
+        if (!st && da && !(st = tsl_tensor_redistribute(da, j.da)))
+            st = tsl_tensor_redistribute(db, j.db);
+    }
+    tsl_tensor_t temps[5] = {j.a, j.b, j.gram, j.da, j.db};
+    for (int k = 0; k < 5; k++)
+        tsl_tensor_destroy(temps[k]);
+    return st;
+}

@@ -203,6 +203,30 @@ AUX_MODEL = {
 }
 STEP_CASES.append(("aux.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
                    "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
+# the difference of two codes (domain separation networks): shared and private encoders
+DSN_MODEL = {
+    "format": "tessel-model", "version": 1,
+    "layers": [
+        {"op": "input"},
+        {"name": "shared_conv", "op": "conv", "out": 4, "kernel": 3, "padding": 1},
+        {"op": "relu"},
+        {"op": "maxpool", "kernel": 2, "stride": 2},
+        {"op": "flatten"},
+        {"name": "shared", "op": "linear", "out": 8},
+        {"name": "private_conv", "op": "conv", "inputs": ["input"], "out": 4, "kernel": 3,
+         "padding": 1},
+        {"op": "relu"},
+        {"op": "maxpool", "kernel": 2, "stride": 2},
+        {"op": "flatten"},
+        {"name": "private", "op": "linear", "out": 8},
+        {"name": "sum", "op": "add", "inputs": ["shared", "private"]},
+        {"name": "fc", "op": "linear", "out": "classes"},
+    ],
+    "losses": [{"loss": "cross_entropy"},
+               {"loss": "difference", "weight": 0.02, "on": "shared", "against": "private"}],
+}
+STEP_CASES.append(("dsn.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
+                   "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
 # --loss replaces the file's terms on the batch; its terms between layers stay
 STEP_CASES.append(("aux.json", (2, 12, 12), 2, ["--optimizer", "sgd", "--lr", "0.05",
                    "--momentum", "0", "--loss", "cross_entropy:0.7"], "SGD", {"lr": 0.05}))
@@ -290,7 +314,7 @@ def step_check(cli, work, env, case_index, seed):
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
     here = name in ("ops.json", "fcn2d-losses.json", "ceil.json", "fcn2d-l1.json",
-                    "aux.json")  # (work dir)
+                    "aux.json", "dsn.json")  # (work dir)
     model = os.path.join(work if here else os.path.join(ROOT, "examples", "models"), name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
@@ -351,6 +375,8 @@ def main():
         json.dump(CEIL_MODEL, f)
     with open(os.path.join(work, "aux.json"), "w") as f:
         json.dump(AUX_MODEL, f)
+    with open(os.path.join(work, "dsn.json"), "w") as f:
+        json.dump(DSN_MODEL, f)
     with open(os.path.join(work, "fcn2d-l1.json"), "w") as f:
         json.dump(dict(with_losses, losses=L1_SECTION), f)
     failures = []

@@ -216,3 +216,52 @@ TEST(CudaLoss, DiceMatchesCpu)
         check_dice<double>(channels_last);
     }
 }
+
+// The difference loss: the CPU's loss bits (an exact sum of the same products) and gradient
+// bits (the same fixed-order sums), with and without the gradients, odd sizes, poisoned outputs.
+TEST(CudaLoss, DifferenceMatchesCpuBits)
+{
+    SKIP_WITHOUT_CUDA();
+    for (int dtype : {TSL_F32, TSL_F64}) {
+        const int64_t n = 7, fa = 301, fb = 45;
+        tsl_diff_args d = {dtype, 0, n, fa, fb};
+        const size_t es = dtype == TSL_F32 ? sizeof(float) : sizeof(double);
+        std::vector<double> a = random_values<double>((size_t)(n * fa), 31, -2.0, 2.0),
+                            b = random_values<double>((size_t)(n * fb), 32, -2.0, 2.0);
+        std::vector<uint8_t> ab((size_t)(n * fa) * es), bb((size_t)(n * fb) * es);
+        for (size_t i = 0; i < a.size(); i++) // (as floats or doubles)
+            dtype == TSL_F32 ? (void)(((float *)ab.data())[i] = (float)a[i])
+                             : (void)(((double *)ab.data())[i] = a[i]);
+        for (size_t i = 0; i < b.size(); i++)
+            dtype == TSL_F32 ? (void)(((float *)bb.data())[i] = (float)b[i])
+                             : (void)(((double *)bb.data())[i] = b[i]);
+        for (bool with_grad : {false, true}) {
+            std::vector<double> gram_want((size_t)(2 * n * n)), gram_got((size_t)(2 * n * n), NAN);
+            std::vector<uint8_t> da_want(ab.size()), db_want(bb.size()), da_got(ab.size(), 0xff),
+                db_got(bb.size(), 0xff);
+            tsl_acc want;
+            tsl_acc_init(&want);
+            tsl_difference_tile(&d, ab.data(), bb.data(), gram_want.data(), &want,
+                                with_grad ? da_want.data() : nullptr,
+                                with_grad ? db_want.data() : nullptr);
+            tsl_acc_normalize(&want);
+            std::vector<tsl_acc> got(1);
+            std::memset(got.data(), 0x5a, sizeof(tsl_acc));
+            std::vector<CudaBuf> bufs = {cuda_buf(ab, STARPU_R), cuda_buf(bb, STARPU_R),
+                                         cuda_buf(gram_got, STARPU_W), cuda_buf(got, STARPU_W)};
+            if (with_grad) {
+                bufs.push_back(cuda_buf(da_got, STARPU_W));
+                bufs.push_back(cuda_buf(db_got, STARPU_W));
+            }
+            run_on_cuda(tsl_cl_difference, d, bufs);
+            const std::string where = std::string(dtype == TSL_F32 ? "f32" : "f64") +
+                                      (with_grad ? ", gradients" : ", loss only");
+            EXPECT_TRUE(same_bits(got[0], want)) << "difference loss, " << where;
+            EXPECT_TRUE(same_bits(gram_got, gram_want)) << "Gram matrices, " << where;
+            if (with_grad) {
+                EXPECT_EQ(da_got, da_want) << "da, " << where;
+                EXPECT_EQ(db_got, db_want) << "db, " << where;
+            }
+        }
+    }
+}

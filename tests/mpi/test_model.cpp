@@ -204,6 +204,43 @@ tsl_graph_t aux_graph(const std::vector<int64_t> &sample, int64_t classes, int o
     return built(ok, g);
 }
 
+// Two encoders of the input, "shared" and "private" as in a domain separation network: conv
+// (4) -> ReLU -> max pooling 2 -> flatten -> linear code (8) each; the codes' sum -> linear head.
+// `output` picks the model's output (0 head, 1 a copy of the shared code, 2 of the private code:
+// a dropout of p 0, an identity, so that the add reads the code, not the output); with `terms`
+// the graph's loss is cross-entropy on the head plus 0.05 of the codes' difference.
+tsl_graph_t dsn_graph(const std::vector<int64_t> &sample, int64_t classes, int output = 0,
+                      bool terms = true)
+{
+    const int64_t k[2] = {3, 3};
+    tsl_conv_params cp = same_3x3();
+    tsl_pool_params mp;
+    tsl_pool_params_init(&mp, TSL_POOL_MAX, 2, 2);
+    tsl_graph_t g = nullptr;
+    int32_t x, code[2], v;
+    bool ok = tsl_graph_create(&g) == TSL_OK &&
+              tsl_graph_input(g, (int32_t)sample.size(), sample.data(), &x) == TSL_OK;
+    const char *conv[2] = {"shared_conv", "private_conv"}, *lin[2] = {"shared", "private"};
+    for (int e = 0; e < 2 && ok; e++)
+        ok = tsl_graph_conv(g, conv[e], x, 4, k, &cp, 0, 1, &v) == TSL_OK &&
+             tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+             tsl_graph_pool(g, v, &mp, &v) == TSL_OK && tsl_graph_flatten(g, v, &v) == TSL_OK &&
+             tsl_graph_linear(g, lin[e], v, 8, 1, &code[e]) == TSL_OK;
+    const int32_t two[2] = {code[0], code[1]};
+    ok = ok && tsl_graph_add_n(g, 2, two, &v) == TSL_OK &&
+         tsl_graph_linear(g, "head", v, classes, 1, &v) == TSL_OK;
+    int32_t outs[3] = {v, -1, -1};
+    ok = ok &&
+         (output == 0 || tsl_graph_dropout(g, code[output - 1], 0.0, &outs[output]) == TSL_OK) &&
+         tsl_graph_set_output(g, outs[output]) == TSL_OK;
+    if (ok && terms) {
+        const tsl_loss_term t[2] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0},
+                                    {TSL_MODEL_LOSS_DIFFERENCE, 0.05, code[0] + 1, code[1] + 1}};
+        ok = tsl_graph_set_loss(g, 2, t) == TSL_OK;
+    }
+    return built(ok, g);
+}
+
 // The plans the aux network's tests run: one tile, sample tiles, spatial tiles, and filters
 // where there are ranks to share them.
 std::vector<const char *> aux_plans()
@@ -555,6 +592,13 @@ TEST(Model, SpatialPlansMatchSampleTiles)
          {{"tiles=2"},
           {"space=2", "data=2", "filters=2", "channels=2", "stages=2,micro=2"},
           {"space=2x2", "data=2,space=2", "filters=4", "data=2,stages=2,micro=2"}}},
+        // the difference of two codes (domain separation networks)
+        {"dsn",
+         {2, 12, 10},
+         false,
+         {{"tiles=2"},
+          {"space=2", "data=2", "filters=2", "channels=2", "stages=2,micro=2"},
+          {"space=2x2", "data=2,space=2", "filters=4", "data=2,stages=2,micro=2"}}},
         // loss terms between values: a reconstruction branch and a feature against another's
         {"aux",
          {2, 12, 10},
@@ -584,6 +628,8 @@ TEST(Model, SpatialPlansMatchSampleTiles)
             g = shared_graph(net.sample, classes);
         else if (std::string(net.name) == "aux")
             g = aux_graph(net.sample, classes);
+        else if (std::string(net.name) == "dsn")
+            g = dsn_graph(net.sample, classes);
         else
             EXPECT_EQ(tsl_zoo_graph(net.name, ndim, sample, classes, &g), TSL_OK)
                 << tsl_last_error();
@@ -700,6 +746,120 @@ TEST(Model, SpatialPlansMatchSampleTiles)
 // tied network's gradient of the source (and the copy's own gradient is its use's); after
 // three SGD steps with momentum the copies hold their sources' values and only the sources are
 // in the parameter files. At every rank count, on sample and spatial tiles.
+// The difference loss of two codes (a domain separation network's shared and private
+// encoders): the model's loss is the cross-entropy model's plus 0.05 ||S^T P||_F^2 computed here
+// from the codes (read with tsl_model_forward_values_tensors), and its gradients are the
+// cross-entropy model's plus 0.05 times those of the code models whose MSE targets make the
+// gradient of each code 2 (P P^T) S and 2 (S S^T) P: the difference's gradient flows into both
+// encoders. On sample, spatial and filter plans at 1, 2 and 4 ranks.
+TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
+{
+    const std::vector<int64_t> sample = {2, 12, 10};
+    const int64_t n = 2, classes = 3, per = 2 * 12 * 10, f = 8;
+    tsl_graph_t g[4] = {dsn_graph(sample, classes), dsn_graph(sample, classes, 0, false),
+                        dsn_graph(sample, classes, 1, false), dsn_graph(sample, classes, 2, false)};
+    for (tsl_graph_t each : g)
+        ASSERT_NE(each, nullptr);
+    const int32_t np = tsl_graph_param_count(g[0]);
+    int32_t codes[2] = {-1, -1}; // the two linear layers' outputs
+    for (int32_t i = 0; i < tsl_graph_op_count(g[0]); i++) {
+        const char *name = nullptr;
+        int32_t out = -1;
+        tsl_graph_op_info(g[0], i, nullptr, &name, &out);
+        if (std::string(name) == "shared")
+            codes[0] = out;
+        if (std::string(name) == "private")
+            codes[1] = out;
+    }
+    ASSERT_TRUE(codes[0] >= 0 && codes[1] >= 0);
+    Batch b = make_batch(n, per, classes, seed + 780);
+    for (const char *text : aux_plans()) {
+        SCOPED_TRACE(std::string("plan '") + text + "'");
+        tsl_plan parsed;
+        ASSERT_EQ(tsl_plan_parse(*text ? text : "tiles=1", &parsed), TSL_OK);
+        const tsl_plan *plan = *text ? &parsed : nullptr;
+        tsl_model_t m[4] = {};
+        for (int k = 0; k < 4; k++) {
+            ASSERT_EQ(tsl_model_create_plan(&m[k], ctx, g[k], seed + 781 + k, plan), TSL_OK)
+                << tsl_context_last_error(ctx);
+            for (int32_t i = 0; i < np && k; i++) {
+                tsl_tensor_t from, to;
+                ASSERT_EQ(tsl_model_param(m[0], i, &from, nullptr), TSL_OK);
+                ASSERT_EQ(tsl_model_param(m[k], i, &to, nullptr), TSL_OK);
+                ASSERT_EQ(tsl_tensor_redistribute(to, from), TSL_OK);
+            }
+        }
+        const tsl_loss_term mse = {TSL_MODEL_LOSS_MSE, 1.0, 0, 0};
+        ASSERT_EQ(tsl_model_set_loss(m[2], 1, &mse), TSL_OK);
+        ASSERT_EQ(tsl_model_set_loss(m[3], 1, &mse), TSL_OK);
+        // the codes S and P of this batch, and the difference's gradients from them
+        tsl_tensor_t x = nullptr, out[2] = {};
+        tsl_shape xs = dims_shape({n, 2, 12, 10}), cs = dims_shape({n, f});
+        ASSERT_EQ(tsl_tensor_create(&x, ctx, TSL_F32, &xs, nullptr, nullptr), TSL_OK);
+        ASSERT_EQ(tsl_tensor_scatter(x, 0, rank == 0 ? b.x.data() : nullptr), TSL_OK);
+        for (tsl_tensor_t &o : out)
+            ASSERT_EQ(tsl_tensor_create(&o, ctx, TSL_F32, &cs, nullptr, nullptr), TSL_OK);
+        ASSERT_EQ(tsl_model_forward_values_tensors(m[0], x, 1, 2, codes, out), TSL_OK)
+            << tsl_context_last_error(ctx);
+        std::vector<float> c[2] = {values(out[0]), values(out[1])};
+        double gram[2][4] = {}, want_diff = 0;
+        for (int e = 0; e < 2; e++)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t q = 0; q < f; q++)
+                        gram[e][i * n + j] +=
+                            (double)c[e][(size_t)(i * f + q)] * c[e][(size_t)(j * f + q)];
+        for (int e = 0; e < n * n; e++)
+            want_diff += gram[0][e] * gram[1][e];
+        EXPECT_GT(want_diff, 1e-3);
+        // targets T = c - (numel / 2) dc, so that MSE's gradient 2 (c - T) / numel is dc
+        std::vector<float> target[2];
+        for (int e = 0; e < 2; e++) {
+            target[e].resize((size_t)(n * f));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t q = 0; q < f; q++) {
+                    double dc = 0;
+                    for (int64_t j = 0; j < n; j++)
+                        dc += 2 * gram[1 - e][i * n + j] * c[e][(size_t)(j * f + q)];
+                    target[e][(size_t)(i * f + q)] =
+                        (float)((double)c[e][(size_t)(i * f + q)] - (double)(n * f) / 2 * dc);
+                }
+        }
+        double l[4] = {};
+        ASSERT_EQ(tsl_model_gradients(m[0], n, b.x.data(), b.y.data(), &l[0]), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_model_gradients(m[1], n, b.x.data(), b.y.data(), &l[1]), TSL_OK);
+        for (int e = 0; e < 2; e++)
+            ASSERT_EQ(
+                tsl_model_gradients_targets(m[2 + e], n, b.x.data(), target[e].data(), &l[2 + e]),
+                TSL_OK)
+                << tsl_context_last_error(ctx);
+        EXPECT_NEAR(l[0], l[1] + 0.05 * want_diff, 1e-9 * (1 + l[0]));
+        std::vector<std::vector<float>> grads[4];
+        for (int k = 0; k < 4; k++)
+            push_params(m[k], g[k], true, &grads[k]);
+        ASSERT_EQ(grads[0].size(), (size_t)np);
+        for (int32_t i = 0; i < np; i++) {
+            std::vector<float> want = grads[1][(size_t)i];
+            for (size_t e = 0; e < want.size(); e++)
+                want[e] += 0.05f * (grads[2][(size_t)i][e] + grads[3][(size_t)i][e]);
+            const char *name = nullptr;
+            tsl_graph_param_info(g[0], i, &name, nullptr, nullptr);
+            EXPECT_LT(max_norm_rel_diff(grads[0][(size_t)i], want), 1e-4) << name;
+        }
+        double eval = 0;
+        ASSERT_EQ(tsl_model_evaluate(m[0], n, b.x.data(), b.y.data(), &eval, nullptr), TSL_OK);
+        EXPECT_EQ(eval, l[0]);
+        for (tsl_tensor_t o : out)
+            tsl_tensor_destroy(o);
+        tsl_tensor_destroy(x);
+        for (tsl_model_t each : m)
+            tsl_model_destroy(each);
+    }
+    for (tsl_graph_t each : g)
+        tsl_graph_destroy(each);
+}
+
 // Several values of one forward into the application's tensors (tsl_model_forward_values_tensors):
 // the classifier's logits, a reconstruction branch, two hidden values and the input, each equal
 // to the output of the same network made with that value as its output (same parameters), in

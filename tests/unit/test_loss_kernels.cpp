@@ -314,6 +314,85 @@ TEST(LossKernel, SoftDiceValueAndGradient)
 // Labels scattered into a narrow tile (the executor's u8 or i32 labels): a box of an i64
 // array, copied with narrow_labels, keeps every value the type holds and turns the others
 // into the invalid label 255 (u8) or -1 (i32).
+// The difference loss against its definition, ||A^T B||_F^2 through M = A^T B (features x
+// features, not the kernel's Gram matrices), and its gradients 2 B M^T and 2 A M; in f64 also
+// against central finite differences; f32 buffers give the f32-rounded gradients; poisoned
+// outputs.
+TEST(LossKernel, DifferenceValueAndGradients)
+{
+    const int64_t n = 5, fa = 7, fb = 3;
+    std::mt19937_64 gen(97);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> a((size_t)(n * fa)), b((size_t)(n * fb));
+    for (double &v : a)
+        v = (double)(float)normal(gen);
+    for (double &v : b)
+        v = (double)(float)normal(gen);
+    std::vector<double> m((size_t)(fa * fb), 0.0);
+    double want = 0;
+    for (int64_t p = 0; p < fa; p++)
+        for (int64_t q = 0; q < fb; q++) {
+            for (int64_t s = 0; s < n; s++)
+                m[(size_t)(p * fb + q)] += a[(size_t)(s * fa + p)] * b[(size_t)(s * fb + q)];
+            want += m[(size_t)(p * fb + q)] * m[(size_t)(p * fb + q)];
+        }
+    std::vector<double> wda((size_t)(n * fa), 0.0), wdb((size_t)(n * fb), 0.0);
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t p = 0; p < fa; p++)
+            for (int64_t q = 0; q < fb; q++) {
+                wda[(size_t)(s * fa + p)] += 2 * b[(size_t)(s * fb + q)] * m[(size_t)(p * fb + q)];
+                wdb[(size_t)(s * fb + q)] += 2 * a[(size_t)(s * fa + p)] * m[(size_t)(p * fb + q)];
+            }
+    tsl_diff_args d = {TSL_F64, 0, n, fa, fb};
+    auto run = [&](const std::vector<double> &x, const std::vector<double> &y, double *da,
+                   double *db) {
+        std::vector<double> gram((size_t)(2 * n * n), -1e300);
+        tsl_acc acc;
+        tsl_acc_init(&acc);
+        tsl_difference_tile(&d, x.data(), y.data(), gram.data(), &acc, da, db);
+        tsl_acc_normalize(&acc);
+        return tsl_acc_round(&acc);
+    };
+    std::vector<double> da((size_t)(n * fa), 1e300), db((size_t)(n * fb), 1e300);
+    double got = run(a, b, da.data(), db.data());
+    EXPECT_NEAR(got, want, 1e-12 * want);
+    for (size_t i = 0; i < da.size(); i++)
+        EXPECT_NEAR(da[i], wda[i], 1e-12 * (1 + std::fabs(wda[i]))) << i;
+    for (size_t i = 0; i < db.size(); i++)
+        EXPECT_NEAR(db[i], wdb[i], 1e-12 * (1 + std::fabs(wdb[i]))) << i;
+    EXPECT_EQ(run(a, b, nullptr, nullptr), got); // no gradients: the same loss
+    // central differences of the f64 loss
+    const double h = 1e-5;
+    for (size_t i = 0; i < a.size(); i += 3) {
+        std::vector<double> up = a, down = a;
+        up[i] += h;
+        down[i] -= h;
+        double fd = (run(up, b, nullptr, nullptr) - run(down, b, nullptr, nullptr)) / (2 * h);
+        EXPECT_NEAR(fd, da[i], 1e-6 * (1 + std::fabs(da[i]))) << "a " << i;
+    }
+    for (size_t i = 0; i < b.size(); i += 2) {
+        std::vector<double> up = b, down = b;
+        up[i] += h;
+        down[i] -= h;
+        double fd = (run(a, up, nullptr, nullptr) - run(a, down, nullptr, nullptr)) / (2 * h);
+        EXPECT_NEAR(fd, db[i], 1e-6 * (1 + std::fabs(db[i]))) << "b " << i;
+    }
+    // f32 buffers: the same sums in double, gradients rounded to float
+    std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end());
+    std::vector<float> daf((size_t)(n * fa), NAN), dbf((size_t)(n * fb), NAN);
+    std::vector<double> gram((size_t)(2 * n * n), -1e300);
+    tsl_diff_args f = {TSL_F32, 0, n, fa, fb};
+    tsl_acc acc;
+    tsl_acc_init(&acc);
+    tsl_difference_tile(&f, af.data(), bf.data(), gram.data(), &acc, daf.data(), dbf.data());
+    tsl_acc_normalize(&acc);
+    EXPECT_EQ(tsl_acc_round(&acc), got);
+    for (size_t i = 0; i < da.size(); i++)
+        EXPECT_EQ(daf[i], (float)da[i]) << i;
+    for (size_t i = 0; i < db.size(); i++)
+        EXPECT_EQ(dbf[i], (float)db[i]) << i;
+}
+
 TEST(LabelCopy, NarrowsI64IntoU8AndI32)
 {
     const int64_t rows = 3, cols = 5;

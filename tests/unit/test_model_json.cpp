@@ -568,7 +568,7 @@ TEST_F(ModelJson, LossesRoundTripAndBadOnesAreErrors)
         {R"("losses": [], )", "must be an array of 1 to 8 terms"},
         {R"("losses": {"loss": "dice"}, )", "must be an array"},
         {R"("losses": [{"loss": "mae"}], )",
-         "losses[0]: needs \"loss\", cross_entropy, dice, mse or l1"},
+         "losses[0]: needs \"loss\", cross_entropy, dice, mse, l1 or difference"},
         {R"("losses": [{"loss": "mse"}, {"loss": "dice"}], )", "all compare the output with"},
         {R"("losses": [{"loss": "dice", "weight": 0}], )", "\"weight\" must be a finite number"},
         {R"("losses": [{"loss": "dice", "weight": "2"}], )", "\"weight\" must be a finite"},
@@ -641,6 +641,17 @@ TEST_F(ModelJson, LossTermsBetweenValuesRoundTripAndBadOnesAreErrors)
     EXPECT_NE(text.find(R"({"loss": "l1", "weight": 0.25, "on": "feat", "against": "relu_2"})"),
               std::string::npos)
         << text;
+    // the difference of two values of other shapes: both take its gradient, written back
+    write("diff.json", model(layers, R"("output": "c", "losses": [{"loss": "cross_entropy"},
+        {"loss": "difference", "weight": 0.1, "on": "h", "against": "recon"}], )"));
+    tsl_graph_t diff = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(path("diff.json").c_str(), 3, sample, 3, &diff), TSL_OK)
+        << tsl_last_error();
+    EXPECT_NE(print_json(diff).find(
+                  R"({"loss": "difference", "weight": 0.1, "on": "relu_2", "against": "recon"})"),
+              std::string::npos)
+        << print_json(diff);
+    tsl_graph_destroy(diff);
     write("aux_again.json", text);
     tsl_graph_t again = nullptr;
     ASSERT_EQ(tsl_graph_read_json(path("aux_again.json").c_str(), 3, sample, 3, &again), TSL_OK)
@@ -654,7 +665,7 @@ TEST_F(ModelJson, LossTermsBetweenValuesRoundTripAndBadOnesAreErrors)
         {R"("losses": [{"loss": "cross_entropy"}, {"loss": "l1", "on": "h", "against": "h"}], )",
          "two different values of one shape"},
         {R"("losses": [{"loss": "cross_entropy"}, {"loss": "dice", "on": "h", "against": "feat"}], )",
-         "a term against another value is mse or l1"},
+         "a term against another value is mse, l1 or difference"},
         {R"("losses": [{"loss": "cross_entropy"}, {"loss": "mse", "on": "h"}], )",
          "fit the output only"},
         {R"("losses": [{"loss": "cross_entropy"}, {"loss": "mse", "on": "input", "against": "recon"}], )",
@@ -666,7 +677,13 @@ TEST_F(ModelJson, LossTermsBetweenValuesRoundTripAndBadOnesAreErrors)
         {R"("losses": [{"loss": "cross_entropy"}, {"loss": "mse", "on": 3, "against": "input"}], )",
          "losses[1]: \"on\" must be a layer name"},
         {R"("losses": [{"loss": "cross_entropy", "against": "c"}], )",
-         "a term against another value is mse or l1"},
+         "a term against another value is mse, l1 or difference"},
+        {R"("losses": [{"loss": "cross_entropy"}, {"loss": "difference", "on": "h"}], )",
+         "difference compares two values of the network: it needs against"},
+        {R"("losses": [{"loss": "cross_entropy"}, {"loss": "difference", "on": "h", "against": "input"}], )",
+         "difference with the input"},
+        {R"("losses": [{"loss": "cross_entropy"}, {"loss": "difference", "on": "h", "against": "h"}], )",
+         "difference of value 2 with itself"},
     };
     for (const auto &b : bad) {
         write("bad.json", model(layers, R"("output": "c", )" + b.first));
