@@ -241,6 +241,18 @@ tsl_graph_t dsn_graph(const std::vector<int64_t> &sample, int64_t classes, int o
     return built(ok, g);
 }
 
+// Every parameter of `from` into `to`, a model of a graph with the same parameters.
+void copy_params(tsl_model_t from, tsl_model_t to)
+{
+    for (int32_t i = 0;; i++) {
+        tsl_tensor_t a, b;
+        if (tsl_model_param(from, i, &a, nullptr) != TSL_OK)
+            break; /* (past the last) */
+        ASSERT_EQ(tsl_model_param(to, i, &b, nullptr), TSL_OK) << "parameter " << i;
+        ASSERT_EQ(tsl_tensor_redistribute(b, a), TSL_OK) << "parameter " << i;
+    }
+}
+
 // The plans the aux network's tests run: one tile, sample tiles, spatial tiles, and filters
 // where there are ranks to share them.
 std::vector<const char *> aux_plans()
@@ -782,12 +794,8 @@ TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
         for (int k = 0; k < 4; k++) {
             ASSERT_EQ(tsl_model_create_plan(&m[k], ctx, g[k], seed + 781 + k, plan), TSL_OK)
                 << tsl_context_last_error(ctx);
-            for (int32_t i = 0; i < np && k; i++) {
-                tsl_tensor_t from, to;
-                ASSERT_EQ(tsl_model_param(m[0], i, &from, nullptr), TSL_OK);
-                ASSERT_EQ(tsl_model_param(m[k], i, &to, nullptr), TSL_OK);
-                ASSERT_EQ(tsl_tensor_redistribute(to, from), TSL_OK);
-            }
+            if (k) // the parameters of the first
+                ASSERT_NO_FATAL_FAILURE(copy_params(m[0], m[k]));
         }
         const tsl_loss_term mse = {TSL_MODEL_LOSS_MSE, 1.0, 0, 0};
         ASSERT_EQ(tsl_model_set_loss(m[2], 1, &mse), TSL_OK);
@@ -888,12 +896,8 @@ TEST(Model, ForwardGivesSeveralValuesIntoApplicationTensors)
         for (int k = 0; k < 4; k++) {
             ASSERT_EQ(tsl_model_create_plan(&m[k], ctx, g[k], seed + 761, plan), TSL_OK)
                 << tsl_context_last_error(ctx);
-            for (int32_t i = 0; i < tsl_graph_param_count(g[0]) && k; i++) {
-                tsl_tensor_t from, to;
-                ASSERT_EQ(tsl_model_param(m[0], i, &from, nullptr), TSL_OK);
-                ASSERT_EQ(tsl_model_param(m[k], i, &to, nullptr), TSL_OK);
-                ASSERT_EQ(tsl_tensor_redistribute(to, from), TSL_OK);
-            }
+            if (k) // the parameters of the first
+                ASSERT_NO_FATAL_FAILURE(copy_params(m[0], m[k]));
         }
         tsl_tensor_t x = nullptr, outs[5] = {};
         std::vector<int64_t> xd = {n};
@@ -1083,12 +1087,8 @@ TEST(Model, LossTermsBetweenValuesAddTheirGradients)
         for (int k = 0; k < 5; k++) {
             ASSERT_EQ(tsl_model_create_plan(&m[k], ctx, graphs[k], seed + 721 + k, plan), TSL_OK)
                 << tsl_context_last_error(ctx);
-            for (int32_t i = 0; i < np && k; i++) { // the parameters of the first
-                tsl_tensor_t from, to;
-                ASSERT_EQ(tsl_model_param(m[0], i, &from, nullptr), TSL_OK);
-                ASSERT_EQ(tsl_model_param(m[k], i, &to, nullptr), TSL_OK);
-                ASSERT_EQ(tsl_tensor_redistribute(to, from), TSL_OK);
-            }
+            if (k) // the parameters of the first
+                ASSERT_NO_FATAL_FAILURE(copy_params(m[0], m[k]));
         }
         const tsl_loss_term mse = {TSL_MODEL_LOSS_MSE, 1.0, 0, 0},
                             l1 = {TSL_MODEL_LOSS_L1, 1.0, 0, 0};
