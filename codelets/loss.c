@@ -321,20 +321,67 @@ void tsl_difference_tile(const tsl_diff_args *d, const void *a, const void *b, d
                            tsl_diff_grad(d->dtype, b, n, d->fb, ga, i, k));
 }
 
+/* difference_cpu and similarity_cpu: the buffers and sizes (scratch doubles per n^2). */
+static int pair_buffers_ok(void *buffers[], unsigned nbuffers, const tsl_diff_args *d,
+                           int64_t scratch)
+{
+    return (nbuffers == 4 || nbuffers == 6) && (d->dtype == TSL_F32 || d->dtype == TSL_F64) &&
+           d->n >= 0 && d->fa >= 0 && d->fb >= 0 &&
+           (int64_t)STARPU_VECTOR_GET_NX(buffers[0]) >= d->n * d->fa &&
+           (int64_t)STARPU_VECTOR_GET_NX(buffers[1]) >= d->n * d->fb &&
+           (int64_t)STARPU_VECTOR_GET_NX(buffers[2]) >= scratch * d->n * d->n;
+}
+
 static void difference_cpu(void *buffers[], void *cl_arg)
 {
     tsl_diff_args d;
     starpu_codelet_unpack_args(cl_arg, &d);
     unsigned nbuffers = starpu_task_get_current()->nbuffers;
-    TSL_CODELET_CHECK(nbuffers == 4 || nbuffers == 6, "difference: buffers");
-    TSL_CODELET_CHECK((d.dtype == TSL_F32 || d.dtype == TSL_F64) && d.n >= 0 && d.fa >= 0 &&
-                          d.fb >= 0 && (int64_t)STARPU_VECTOR_GET_NX(buffers[0]) >= d.n * d.fa &&
-                          (int64_t)STARPU_VECTOR_GET_NX(buffers[1]) >= d.n * d.fb &&
-                          (int64_t)STARPU_VECTOR_GET_NX(buffers[2]) >= 2 * d.n * d.n,
-                      "difference: sizes");
+    TSL_CODELET_CHECK(pair_buffers_ok(buffers, nbuffers, &d, 2), "difference: buffers and sizes");
     tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[3]);
     tsl_acc_init(acc);
     tsl_difference_tile(&d, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                        (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
+                        (double *)STARPU_VECTOR_GET_PTR(buffers[2]), acc,
+                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL,
+                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[5]) : NULL);
+    tsl_acc_normalize(acc);
+}
+
+void tsl_similarity_tile(const tsl_diff_args *d, const void *a, const void *b, double *w,
+                         tsl_acc *acc, void *da, void *db)
+{
+    const int64_t n = d->n, f = d->fa, nn = n * n;
+    double *waa = w, *wbb = w + nn, *wab = w + 2 * nn;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double k;
+            tsl_mmd_kernel(tsl_mmd_dist(d->dtype, a, a, f, i, j), &k, &waa[i * n + j]);
+            tsl_acc_add(acc, k);
+            tsl_mmd_kernel(tsl_mmd_dist(d->dtype, b, b, f, i, j), &k, &wbb[i * n + j]);
+            tsl_acc_add(acc, k);
+            tsl_mmd_kernel(tsl_mmd_dist(d->dtype, a, b, f, i, j), &k, &wab[i * n + j]);
+            tsl_acc_add(acc, tsl_hd_mul(-2.0, k));
+        }
+    for (int64_t i = 0; da && i < n; i++)
+        for (int64_t k = 0; k < f; k++) {
+            tsl_loss_store(d->dtype, da, i * f + k,
+                           tsl_mmd_grad(d->dtype, a, b, n, f, waa, wab, n, 1, i, k));
+            tsl_loss_store(d->dtype, db, i * f + k,
+                           tsl_mmd_grad(d->dtype, b, a, n, f, wbb, wab, 1, n, i, k));
+        }
+}
+
+static void similarity_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_diff_args d;
+    starpu_codelet_unpack_args(cl_arg, &d);
+    unsigned nbuffers = starpu_task_get_current()->nbuffers;
+    TSL_CODELET_CHECK(pair_buffers_ok(buffers, nbuffers, &d, 3) && d.fa == d.fb,
+                      "similarity: buffers and sizes");
+    tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    tsl_acc_init(acc);
+    tsl_similarity_tile(&d, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
                         (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
                         (double *)STARPU_VECTOR_GET_PTR(buffers[2]), acc,
                         nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL,
@@ -369,6 +416,8 @@ static uint32_t loss_variant(struct starpu_task *task)
 TSL_CODELET(tsl_cl_loss, "tsl_loss", loss_cpu, tsl_loss_cuda, loss_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_difference, "tsl_difference", difference_cpu, tsl_difference_cuda,
+            difference_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_similarity, "tsl_similarity", similarity_cpu, tsl_similarity_cuda,
             difference_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_dice_stats, "tsl_dice_stats", dice_stats_cpu, tsl_dice_stats_cuda, loss_variant,
             .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});

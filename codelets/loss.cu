@@ -200,6 +200,46 @@ __global__ void diff_grad_kernel(tsl_diff_args d, const void *a, const void *b, 
     }
 }
 
+/* The similarity loss's n^2 x 3 kernel values, one thread per pair (w: aa, bb, ab), their sum
+ * into acc (zeroed) exactly as the CPU adds them: k for aa and bb, -2 k for ab. */
+__global__ void sim_pairs_kernel(tsl_diff_args d, const void *a, const void *b, double *w,
+                                 tsl_acc *acc)
+{
+    __shared__ shared_acc s;
+    shared_zero(&s, 1);
+    __syncthreads();
+    thread_acc t;
+    const int64_t nn = d.n * d.n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < 3 * nn; p += stride) {
+        int64_t which = p / nn, e = p - which * nn, i = e / d.n, j = e - i * d.n;
+        const void *x = which == 1 ? b : a, *y = which == 0 ? a : b;
+        double k;
+        tsl_mmd_kernel(tsl_mmd_dist(d.dtype, x, y, d.fa, i, j), &k, &w[p]);
+        t.add(&s, which == 2 ? tsl_hd_mul(-2.0, k) : k);
+    }
+    t.flush(&s);
+    __syncthreads();
+    shared_merge_out(&s, acc, 1);
+}
+
+/* The similarity loss's gradients, one thread per element (da's, then db's). */
+__global__ void sim_grad_kernel(tsl_diff_args d, const void *a, const void *b, const double *w,
+                                void *da, void *db)
+{
+    const int64_t na = d.n * d.fa, nn = d.n * d.n;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < 2 * na; t += stride) {
+        int64_t e = t < na ? t : t - na, i = e / d.fa, k = e - i * d.fa;
+        if (t < na)
+            tsl_loss_store(d.dtype, da, e,
+                           tsl_mmd_grad(d.dtype, a, b, d.n, d.fa, w, w + 2 * nn, d.n, 1, i, k));
+        else
+            tsl_loss_store(
+                d.dtype, db, e,
+                tsl_mmd_grad(d.dtype, b, a, d.n, d.fa, w + nn, w + 2 * nn, 1, d.n, i, k));
+    }
+}
+
 void *buf(void *buffers[], int i)
 {
     return (void *)STARPU_VECTOR_GET_PTR(buffers[i]);
@@ -306,17 +346,24 @@ extern "C" void tsl_dice_grad_cuda(void *buffers[], void *cl_arg)
     TSL_CUDA_CHECK_LAUNCH();
 }
 
+/* The difference and similarity codelets' buffers: R a, R b, W scratch (`scratch` doubles per
+ * n^2), W acc, and W da, W db for the gradient. */
+static bool pair_buffers_ok(void *buffers[], unsigned nbuffers, const tsl_diff_args &d,
+                            int64_t scratch)
+{
+    return (nbuffers == 4 || nbuffers == 6) && (d.dtype == TSL_F32 || d.dtype == TSL_F64) &&
+           d.n >= 0 && d.fa >= 0 && d.fb >= 0 && nx(buffers, 0) >= d.n * d.fa &&
+           nx(buffers, 1) >= d.n * d.fb && nx(buffers, 2) >= scratch * d.n * d.n &&
+           tsl_acc_buffer_ok(buffers[3]);
+}
+
 extern "C" void tsl_difference_cuda(void *buffers[], void *cl_arg)
 {
     tsl_diff_args d;
     starpu_codelet_unpack_args(cl_arg, &d);
     unsigned nbuffers = starpu_task_get_current()->nbuffers;
-    TSL_CODELET_CHECK(nbuffers == 4 || nbuffers == 6, "difference (CUDA): buffers");
-    TSL_CODELET_CHECK((d.dtype == TSL_F32 || d.dtype == TSL_F64) && d.n >= 0 && d.fa >= 0 &&
-                          d.fb >= 0 && nx(buffers, 0) >= d.n * d.fa &&
-                          nx(buffers, 1) >= d.n * d.fb && nx(buffers, 2) >= 2 * d.n * d.n &&
-                          tsl_acc_buffer_ok(buffers[3]),
-                      "difference (CUDA): sizes");
+    TSL_CODELET_CHECK(pair_buffers_ok(buffers, nbuffers, d, 2),
+                      "difference (CUDA): buffers and sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();
     tsl_acc *acc = (tsl_acc *)buf(buffers, 3);
     double *gram = (double *)buf(buffers, 2);
@@ -332,6 +379,32 @@ extern "C" void tsl_difference_cuda(void *buffers[], void *cl_arg)
         if (nbuffers == 6 && total > 0) {
             diff_grad_kernel<<<grid_for(total), block_threads, 0, stream>>>(
                 d, buf(buffers, 0), buf(buffers, 1), gram, buf(buffers, 4), buf(buffers, 5));
+            TSL_CUDA_CHECK_LAUNCH();
+        }
+    }
+    normalize(acc, 1, stream);
+}
+
+extern "C" void tsl_similarity_cuda(void *buffers[], void *cl_arg)
+{
+    tsl_diff_args d;
+    starpu_codelet_unpack_args(cl_arg, &d);
+    unsigned nbuffers = starpu_task_get_current()->nbuffers;
+    TSL_CODELET_CHECK(pair_buffers_ok(buffers, nbuffers, d, 3) && d.fa == d.fb,
+                      "similarity (CUDA): buffers and sizes");
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    tsl_acc *acc = (tsl_acc *)buf(buffers, 3);
+    double *w = (double *)buf(buffers, 2);
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(tsl_acc), stream));
+    const int64_t nn = d.n * d.n;
+    if (nn > 0) {
+        sim_pairs_kernel<<<grid_for(3 * nn), block_threads, 0, stream>>>(d, buf(buffers, 0),
+                                                                         buf(buffers, 1), w, acc);
+        TSL_CUDA_CHECK_LAUNCH();
+        const int64_t total = 2 * d.n * d.fa;
+        if (nbuffers == 6 && total > 0) {
+            sim_grad_kernel<<<grid_for(total), block_threads, 0, stream>>>(
+                d, buf(buffers, 0), buf(buffers, 1), w, buf(buffers, 4), buf(buffers, 5));
             TSL_CUDA_CHECK_LAUNCH();
         }
     }

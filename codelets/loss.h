@@ -54,6 +54,15 @@ typedef struct tsl_diff_args {
 void tsl_difference_tile(const tsl_diff_args *d, const void *a, const void *b, double *gram,
                          tsl_acc *acc, void *da, void *db);
 
+/* The similarity loss of two values of one shape, each whole in one tile, rows = samples: A and
+ * B (n x f, args fa = fb = f), f32 or f64. acc (initialised) += sum over (i, j) of
+ * k(a_i, a_j) + k(b_i, b_j) - 2 k(a_i, b_j), each term added exactly, k the Gaussian kernel mixture
+ * of tsl_mmd_kernel(): n^2 times the biased estimate of MMD^2 (the caller divides). w (3 n^2
+ * doubles) keeps the kernel's derivatives at the pairs (aa, bb, ab). With da and db, the
+ * gradients of MMD^2 (tsl_mmd_grad()). */
+void tsl_similarity_tile(const tsl_diff_args *d, const void *a, const void *b, double *w,
+                         tsl_acc *acc, void *da, void *db);
+
 #ifdef TESSEL_USE_CUDA
 /* The codelets' CUDA functions (loss.cu): the same arguments and buffers as the CPU
  * functions, launched on the worker's stream. */
@@ -62,11 +71,14 @@ void tsl_dice_stats_cuda(void *buffers[], void *cl_arg);
 void tsl_dice_coef_cuda(void *buffers[], void *cl_arg);
 void tsl_dice_grad_cuda(void *buffers[], void *cl_arg);
 void tsl_difference_cuda(void *buffers[], void *cl_arg);
+void tsl_similarity_cuda(void *buffers[], void *cl_arg);
 #endif
 
 extern struct starpu_codelet tsl_cl_loss;
 /* R a, R b, W gram (2 n^2 f64), W acc, and W da, W db for the gradient */
 extern struct starpu_codelet tsl_cl_difference;
+/* R a, R b, W w (3 n^2 f64), W acc, and W da, W db for the gradient */
+extern struct starpu_codelet tsl_cl_similarity;
 
 /* Soft Dice, per class c over every sample and position: I_c = sum p g, P_c = sum p,
  * G_c = sum g, with p = softmax over classes and g = onehot(label). acc holds 3C

@@ -183,4 +183,57 @@ static inline TSL_HD double tsl_diff_grad(int dtype, const void *a, int64_t n, i
     return tsl_hd_mul(2.0, s);
 }
 
+/* The similarity loss (tsl_similarity_tile): the squared distance between row i of x and row j of
+ * y (n x f each), a sum over the features in their order. */
+static inline TSL_HD double tsl_mmd_dist(int dtype, const void *x, const void *y, int64_t f,
+                                         int64_t i, int64_t j)
+{
+    double s = 0;
+    for (int64_t k = 0; k < f; k++) {
+        double e =
+            tsl_hd_sub(tsl_loss_load(dtype, x, i * f + k), tsl_loss_load(dtype, y, j * f + k));
+        s = tsl_hd_add(s, tsl_hd_mul(e, e));
+    }
+    return s;
+}
+
+#define TSL_MMD_BANDWIDTHS 19
+
+/* The kernel of the similarity loss at squared distance dist, k = sum_s exp(-dist / (2 s^2))
+ * over the 19 bandwidths s of the domain separation networks' MMD (1e-6 ... 1e6), and its
+ * derivative in dist, dk = -sum_s exp(-dist / (2 s^2)) / (2 s^2). */
+static inline TSL_HD void tsl_mmd_kernel(double dist, double *k, double *dk)
+{
+    const double sigma[TSL_MMD_BANDWIDTHS] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1,   5,   10, 15,
+                                              20,   25,   30,   35,   100,  1e3,  1e4, 1e5, 1e6};
+    double ks = 0, dks = 0;
+    for (int s = 0; s < TSL_MMD_BANDWIDTHS; s++) {
+        double beta = tsl_hd_div(1.0, tsl_hd_mul(2.0, tsl_hd_mul(sigma[s], sigma[s])));
+        double e = tsl_hd_exp(-tsl_hd_mul(beta, dist));
+        ks = tsl_hd_add(ks, e);
+        dks = tsl_hd_sub(dks, tsl_hd_mul(beta, e));
+    }
+    *k = ks;
+    *dk = dks;
+}
+
+/* Gradient element (i, k) of the similarity loss with respect to x (n x f), y the other value:
+ * 4 / n^2 (sum_j wself[i n + j] (x_ik - x_jk) - sum_j wcross[i rs + j cs] (x_ik - y_jk)), the w
+ * the kernel's derivatives at the pairs' squared distances (wcross indexed (x's row, y's row)
+ * through the strides rs and cs). */
+static inline TSL_HD double tsl_mmd_grad(int dtype, const void *x, const void *y, int64_t n,
+                                         int64_t f, const double *wself, const double *wcross,
+                                         int64_t rs, int64_t cs, int64_t i, int64_t k)
+{
+    const double xi = tsl_loss_load(dtype, x, i * f + k);
+    double s = 0;
+    for (int64_t j = 0; j < n; j++) {
+        s = tsl_hd_add(
+            s, tsl_hd_mul(wself[i * n + j], tsl_hd_sub(xi, tsl_loss_load(dtype, x, j * f + k))));
+        s = tsl_hd_sub(s, tsl_hd_mul(wcross[i * rs + j * cs],
+                                     tsl_hd_sub(xi, tsl_loss_load(dtype, y, j * f + k))));
+    }
+    return tsl_hd_div(tsl_hd_mul(4.0, s), tsl_hd_mul((double)n, (double)n));
+}
+
 #endif /* TESSEL_CODELETS_LOSS_MATH_H */

@@ -81,26 +81,33 @@ const char *tsl_model_loss_name(tsl_model_loss_kind kind)
         return "l1";
     case TSL_MODEL_LOSS_DIFFERENCE:
         return "difference";
+    case TSL_MODEL_LOSS_SIMILARITY:
+        return "similarity";
     }
     return NULL;
 }
 
 tsl_status tsl_model_loss_parse(const char *name, tsl_model_loss_kind *kind)
 {
-    for (int k = TSL_MODEL_LOSS_CROSS_ENTROPY; name && kind && k <= TSL_MODEL_LOSS_DIFFERENCE; k++)
+    for (int k = TSL_MODEL_LOSS_CROSS_ENTROPY; name && kind && k <= TSL_MODEL_LOSS_SIMILARITY; k++)
         if (strcmp(name, tsl_model_loss_name((tsl_model_loss_kind)k)) == 0) {
             *kind = (tsl_model_loss_kind)k;
             return TSL_OK;
         }
     return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                     "tsl_model_loss_parse: unknown loss '%s' (cross_entropy, dice, mse, l1 or "
-                     "difference)",
+                     "tsl_model_loss_parse: unknown loss '%s' (cross_entropy, dice, mse, l1, "
+                     "difference or similarity)",
                      name ? name : "(null)");
 }
 
 int tsl_model_loss_takes_targets(tsl_model_loss_kind kind)
 {
     return kind == TSL_MODEL_LOSS_MSE || kind == TSL_MODEL_LOSS_L1;
+}
+
+int tsl_model_loss_of_two_values(tsl_model_loss_kind kind)
+{
+    return kind == TSL_MODEL_LOSS_DIFFERENCE || kind == TSL_MODEL_LOSS_SIMILARITY;
 }
 
 int32_t tsl_loss_term_value(const struct tsl_graph *g, const tsl_loss_term *t)
@@ -142,22 +149,31 @@ tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
                              "%s: term %d reads the input, which no parameter makes", fn, (int)t);
         if (e->against) {
             int32_t a = e->against - 1;
-            if (e->kind == TSL_MODEL_LOSS_DIFFERENCE) {
+            if (tsl_model_loss_of_two_values(e->kind)) {
+                const char *name = tsl_model_loss_name(e->kind);
                 if (a == g->input)
                     return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                                     "%s: term %d: difference with the input, which no parameter "
-                                     "makes",
-                                     fn, (int)t);
+                                     "%s: term %d: %s with the input, which no parameter makes", fn,
+                                     (int)t, name);
                 if (on == a)
                     return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                                     "%s: term %d: difference of value %d with itself", fn, (int)t,
+                                     "%s: term %d: %s of value %d with itself", fn, (int)t, name,
                                      (int)a);
-                continue; /* (any per-sample shapes) */
+                if (e->kind == TSL_MODEL_LOSS_SIMILARITY && on >= 0 &&
+                    tsl_shape_numel(&g->values[on].shape) != tsl_shape_numel(&g->values[a].shape))
+                    return tsl_error(NULL, TSL_ERR_SHAPE,
+                                     "%s: term %d: similarity of %s (%lld features per sample) "
+                                     "and value %d (%lld): the distributions compared need one "
+                                     "number of features",
+                                     fn, (int)t, term_value_text(e, on_text, sizeof on_text),
+                                     (long long)tsl_shape_numel(&g->values[on].shape), (int)a,
+                                     (long long)tsl_shape_numel(&g->values[a].shape));
+                continue; /* (difference: any per-sample shapes) */
             }
             if (!tsl_model_loss_takes_targets(e->kind))
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "%s: term %d: %s compares with class labels; a term against "
-                                 "another value is mse, l1 or difference",
+                                 "another value is mse, l1, difference or similarity",
                                  fn, (int)t, tsl_model_loss_name(e->kind));
             const tsl_shape *so = on >= 0 ? &g->values[on].shape : NULL, *sa = &g->values[a].shape;
             int same = so && so->ndim == sa->ndim;
@@ -170,11 +186,11 @@ tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
                                  fn, (int)t, term_value_text(e, on_text, sizeof on_text), (int)a);
             continue;
         }
-        if (e->kind == TSL_MODEL_LOSS_DIFFERENCE)
+        if (tsl_model_loss_of_two_values(e->kind))
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
-                             "%s: term %d: difference compares two values of the network: it "
-                             "needs against",
-                             fn, (int)t);
+                             "%s: term %d: %s compares two values of the network: it needs "
+                             "against",
+                             fn, (int)t, tsl_model_loss_name(e->kind));
         if (e->on && on != g->output)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "%s: term %d reads %s against the batch: the batch's labels and "

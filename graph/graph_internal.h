@@ -135,6 +135,9 @@ static inline tsl_dtype tsl_graph_label_dtype(int64_t classes)
 /* Check loss terms against graph g (tsl_graph_set_loss's rules; the output may be unset yet). */
 tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
                                 const tsl_loss_term *terms, const char *fn);
+/* 1 for the losses between two values of the network whose gradients flow into both
+ * (difference, similarity), else 0. */
+int tsl_model_loss_of_two_values(tsl_model_loss_kind kind);
 /* The value term t reads: its `on`, else the output (negative while none is set). */
 int32_t tsl_loss_term_value(const struct tsl_graph *g, const tsl_loss_term *t);
 /* 1 when one of the graph's loss terms reads value v by name (on or against), else 0: the

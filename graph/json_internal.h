@@ -41,6 +41,7 @@ enum key {
     K_PADDING_MODE,
     K_SIZE,
     K_SHARE,
+    K_CHANNELS,
     KEY_COUNT
 };
 

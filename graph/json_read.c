@@ -455,7 +455,24 @@ static tsl_status build_layer(layer *l, int32_t *value)
         return built(l, tsl_graph_mul(g, l->inputs[0], l->inputs[1], value));
     case L_SLICE: {
         int64_t start[TSL_MAX_DIMS], stop[TSL_MAX_DIMS];
-        if ((st = get_axes(l, K_START, start)) || (st = get_axes(l, K_STOP, stop)))
+        const cJSON *ch = cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_CHANNELS]);
+        if (ch) { /* "channels": [c0, c1]: those channels, all of every other axis */
+            const tsl_shape *in = &g->values[l->inputs[0]].shape;
+            if (cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_START]) ||
+                cJSON_GetObjectItemCaseSensitive(l->json, json_key_names[K_STOP]))
+                return fail(l->r, l, TSL_ERR_FORMAT,
+                            "give 'channels' or 'start' and 'stop', not both");
+            int ok = cJSON_IsArray(ch) && cJSON_GetArraySize(ch) == 2 &&
+                     json_int(ch->child, 0, &start[0]) == 0 &&
+                     json_int(ch->child->next, 0, &stop[0]) == 0;
+            if (!ok)
+                return fail(l->r, l, TSL_ERR_FORMAT,
+                            "'channels' must be [first, end], two integers >= 0");
+            for (int32_t d = 1; d < in->ndim; d++) {
+                start[d] = 0;
+                stop[d] = in->dims[d];
+            }
+        } else if ((st = get_axes(l, K_START, start)) || (st = get_axes(l, K_STOP, stop)))
             return st;
         return built(l, tsl_graph_slice(g, l->inputs[0], start, stop, value));
     }
@@ -591,8 +608,9 @@ static tsl_status read_term_value(reader *r, const cJSON *term, const char *key,
     return TSL_OK;
 }
 
-/* "losses": [{"loss": "cross_entropy", "dice", "mse", "l1" or "difference", "weight": W (default
- * 1), "on": LAYER (default the output), "against": LAYER (default the batch's labels or targets)},
+/* "losses": [{"loss": "cross_entropy", "dice", "mse", "l1", "difference" or "similarity",
+ * "weight": W (default 1), "on": LAYER (default the output), "against": LAYER (default the batch's
+ * labels or targets)},
  * ...]. */
 static tsl_status read_losses(reader *r, const cJSON *losses)
 {
@@ -617,7 +635,8 @@ static tsl_status read_losses(reader *r, const cJSON *losses)
         const cJSON *weight = cJSON_GetObjectItemCaseSensitive(e, "weight");
         if (!cJSON_IsString(name) || tsl_model_loss_parse(name->valuestring, &terms[k].kind))
             return fail(r, NULL, TSL_ERR_FORMAT,
-                        "losses[%d]: needs \"loss\", cross_entropy, dice, mse, l1 or difference",
+                        "losses[%d]: needs \"loss\", cross_entropy, dice, mse, l1, difference or "
+                        "similarity",
                         (int)k);
         terms[k].weight = weight ? weight->valuedouble : 1.0;
         if (weight && (!cJSON_IsNumber(weight) || !isfinite(weight->valuedouble) ||

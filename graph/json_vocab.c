@@ -31,7 +31,8 @@ const char *const json_key_names[KEY_COUNT] = {"name",
                                                "stage",
                                                "padding_mode",
                                                "size",
-                                               "share"};
+                                               "share",
+                                               "channels"};
 
 const char *const json_padding_mode_names[TSL_PADDING_MODE_COUNT] = {"zeros", "reflect",
                                                                      "replicate", "circular"};
@@ -55,7 +56,7 @@ const layer_spec json_specs[LAYER_OP_COUNT] = {
     [L_LINEAR] = {"linear", COMMON_KEYS | BIT(K_OUT) | BIT(K_BIAS) | BIT(K_SHARE), 1, 1, 1, 0},
     [L_SUB] = {"sub", COMMON_KEYS, 0, 2, 2, 0},
     [L_MUL] = {"mul", COMMON_KEYS, 0, 2, 2, 0},
-    [L_SLICE] = {"slice", COMMON_KEYS | BIT(K_START) | BIT(K_STOP), 0, 1, 1, 0},
+    [L_SLICE] = {"slice", COMMON_KEYS | BIT(K_START) | BIT(K_STOP) | BIT(K_CHANNELS), 0, 1, 1, 0},
     [L_DROPOUT] = {"dropout", COMMON_KEYS | BIT(K_P), 0, 1, 1, 0},
     [L_GROUPNORM] = {"group_norm", COMMON_KEYS | BIT(K_GROUPS) | BIT(K_EPS) | BIT(K_SHARE), 1, 1, 1,
                      0},

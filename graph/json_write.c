@@ -233,8 +233,16 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
     case L_LAYERNORM:
     case L_INSTANCENORM:
         return add_number(j, K_EPS, o->eps, DEFAULT_EPS);
-    case L_SLICE: { /* over the sample axes, C first */
-        int32_t n = g->values[o->inputs[0]].shape.ndim;
+    case L_SLICE: { /* over the sample axes, C first; "channels" where it keeps all of space */
+        const tsl_shape *in = &g->values[o->inputs[0]].shape;
+        int32_t n = in->ndim, whole = 1;
+        for (int32_t d = 1; d < n; d++)
+            whole &= o->start[d] == 0 && o->stop[d] == in->dims[d];
+        if (whole) {
+            cJSON *ch = cJSON_AddArrayToObject(j, json_key_names[K_CHANNELS]);
+            return !ch || !cJSON_AddItemToArray(ch, cJSON_CreateNumber((double)o->start[0])) ||
+                   !cJSON_AddItemToArray(ch, cJSON_CreateNumber((double)o->stop[0]));
+        }
         cJSON *a = cJSON_AddArrayToObject(j, json_key_names[K_START]);
         cJSON *b = cJSON_AddArrayToObject(j, json_key_names[K_STOP]);
         int failed = !a || !b;

@@ -168,7 +168,8 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
     else if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
-    if (!st && g->nloss > 0 && tsl_model_loss_takes_targets(g->loss[0].kind)) {
+    const int32_t batch_term = tsl_loss_batch_term(g->nloss, g->loss);
+    if (!st && batch_term >= 0 && tsl_model_loss_takes_targets(g->loss[batch_term].kind)) {
         /* float targets of the output's shape, tiled as the output */
         tsl_graph_value_shape(g, out, &shape);
         st = add_tensor(plan, &input, nranks, op_stage[g->values[out].producer], workers, batch,
@@ -509,11 +510,15 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         written[out] = 1;
         live_add(live, bytes, size, out, nranks, vlo, vhi, 1);
         for (int32_t t = 0; t < g->nloss; t++) { /* the gradients loss terms write */
-            int32_t v = tsl_loss_term_value(g, &g->loss[t]);
-            if (!written[v]) {
-                written[v] = 1;
-                live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
-            }
+            int32_t into[2] = {tsl_loss_term_value(g, &g->loss[t]),
+                               tsl_model_loss_of_two_values(g->loss[t].kind)
+                                   ? g->loss[t].against - 1
+                                   : -1}; /* (difference, similarity: both values) */
+            for (int k = 0; k < 2; k++)
+                if (into[k] >= 0 && !written[into[k]]) {
+                    written[into[k]] = 1;
+                    live_add(live, bytes, size, into[k], nranks, vlo, vhi, 1);
+                }
         }
         for (int32_t o = n - 1; o >= 0; o--) {
             const tsl_graph_op *op = &g->ops[o];

@@ -20,7 +20,7 @@ tsl_status tsl_plan_init(tsl_plan *plan)
     plan->shard = TSL_PLAN_SHARD_DEFAULT;
     plan->bucket = TSL_PLAN_BUCKET_DEFAULT;
     plan->space[0] = plan->space[1] = plan->space[2] = 1;
-    plan->layers = plan->levels = plan->filters = plan->channels = 1;
+    plan->layers = plan->levels = plan->filters = plan->channels = plan->domains = 1;
     plan->cf = plan->iters = 2;
     plan->biters = 1;
     plan->relax = TSL_RELAX_FCF;
@@ -56,8 +56,8 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
     static const char *const keys[] = {"data",   "space",   "stages", "micro",     "tiles",
                                        "shard",  "balance", "bucket", "recompute", "layers",
                                        "levels", "cf",      "iters",  "biters",    "relax",
-                                       "skip",   "filters", "infer",  "channels"};
-    enum { NKEYS = 19 };
+                                       "skip",   "filters", "infer",  "channels",  "domains"};
+    enum { NKEYS = 20 };
     int seen[NKEYS] = {0};
     const char *at = text;
     while (*at) {
@@ -67,7 +67,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': '%.*s' is not KEY=VALUE (keys: data, space, stages, "
                              "micro, balance, tiles, shard, bucket, recompute, layers, levels, "
-                             "cf, iters, biters, relax, skip, infer, filters, channels)",
+                             "cf, iters, biters, relax, skip, infer, filters, channels, domains)",
                              text, (int)len, at);
         size_t klen = (size_t)(eq - at), vlen = len - klen - 1;
         int k = -1;
@@ -78,7 +78,7 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "plan '%s': unknown part '%.*s' (keys: data, space, stages, micro, "
                              "balance, tiles, shard, bucket, recompute, layers, levels, cf, "
-                             "iters, biters, relax, skip, infer, filters, channels)",
+                             "iters, biters, relax, skip, infer, filters, channels, domains)",
                              text, (int)klen, at);
         if (seen[k]++)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': '%s' given twice", text,
@@ -145,12 +145,19 @@ tsl_status tsl_plan_parse(const char *text, tsl_plan *out)
                 return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                  "plan '%s': %s='%.*s' is not an integer in [1, %ld]", text,
                                  keys[k], (int)vlen, v, PLAN_MAX_VALUE);
-            int32_t *slot[NKEYS] = {&p.data,   NULL,       &p.stages, &p.micro,   &p.tiles,
-                                    &p.shard,  NULL,       NULL,      NULL,       &p.layers,
-                                    &p.levels, &p.cf,      &p.iters,  &p.biters,  NULL,
-                                    NULL,      &p.filters, NULL,      &p.channels};
+            int32_t *slot[NKEYS] = {&p.data,   NULL,       &p.stages, &p.micro,    &p.tiles,
+                                    &p.shard,  NULL,       NULL,      NULL,        &p.layers,
+                                    &p.levels, &p.cf,      &p.iters,  &p.biters,   NULL,
+                                    NULL,      &p.filters, NULL,      &p.channels, &p.domains};
             *slot[k] = (int32_t)value;
         }
+        if (seen[2] && seen[19])
+            return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                             "plan '%s': domains= and stages= both cut the ranks into groups "
+                             "along the network; give one",
+                             text);
+        if (k == 19) /* the groups are the pipeline's stages */
+            p.stages = p.domains;
         at += len;
         if (*at == ',' && !*++at)
             return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': ends with a comma", text);
@@ -192,7 +199,9 @@ tsl_status tsl_plan_format(const tsl_plan *p, char *text, size_t size)
         for (int d = 1; d < p->space_ndim && d < 3; d++)
             PART("x%d", (int)p->space[d]);
     }
-    if (p->stages != 1)
+    if (p->domains > 1)
+        PART("%sdomains=%d", n ? "," : "", (int)p->domains);
+    else if (p->stages != 1)
         PART("%sstages=%d", n ? "," : "", (int)p->stages);
     if (p->micro != 1)
         PART("%smicro=%d", n ? "," : "", (int)p->micro);
@@ -254,6 +263,11 @@ tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, int32_t 
     if (plan->balance < 0 || plan->balance > 2)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "plan '%s': balance %d is not a balance", text,
                          (int)plan->balance);
+    if (plan->domains > 1 && plan->stages != plan->domains)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                         "plan '%s': domains=%d needs stages=%d (the domains' rank groups are "
+                         "the stages'; tsl_plan_parse() sets both)",
+                         text, (int)plan->domains, (int)plan->domains);
     if (plan->layers > 1 && plan->stages > 1)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "plan '%s': layers= and stages= both split the depth; give one", text);

@@ -246,12 +246,49 @@ static tsl_status layer_groups(const tsl_plan *plan, tsl_graph_t g, int32_t *op_
     return st;
 }
 
+/* domains=N: each slice op reading the input starts a domain (K in op order, K >= N); an op
+ * takes the domain its inputs come from, none when they come from no domain, domain 0 when from
+ * several; domain k runs on group k N / K, ops of no domain on group 0. */
+static tsl_status domain_groups(const tsl_plan *plan, tsl_graph_t g, int32_t *op_stage)
+{
+    const int32_t n = g->nops, none = -1, several = -2;
+    int32_t *dom = malloc(sizeof *dom * (size_t)(n > 0 ? n : 1)), k = 0;
+    if (!dom)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_stages: out of memory");
+    for (int32_t o = 0; o < n; o++) {
+        const tsl_graph_op *op = &g->ops[o];
+        dom[o] = none;
+        if (op->kind == TSL_OP_SLICE && op->ninputs == 1 && op->inputs[0] == g->input) {
+            dom[o] = k++;
+            continue;
+        }
+        for (int32_t i = 0; i < op->ninputs; i++) {
+            int32_t d = dom[g->values[op->inputs[i]].producer];
+            if (d == none || d == dom[o])
+                continue;
+            dom[o] = dom[o] == none && d != several ? d : several;
+        }
+    }
+    tsl_status st = TSL_OK;
+    if (k < plan->domains)
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                       "tsl_plan_stages: domains=%d, but the network has %d domain%s (slices of "
+                       "its input: each starts one, as the zoo's dsn does per input channel)",
+                       (int)plan->domains, (int)k, k == 1 ? "" : "s");
+    for (int32_t o = 0; o < n && !st; o++)
+        op_stage[o] = dom[o] >= 0 ? (int32_t)((int64_t)dom[o] * plan->domains / k) : 0;
+    free(dom);
+    return st;
+}
+
 tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
                            int32_t optimizer_states, int32_t *op_stage)
 {
     const char *fn = "tsl_plan_stages";
     if (!g || !op_stage || batch < 1 || optimizer_states < 0)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
+    if (plan && plan->domains > 1 && plan->layers <= 1)
+        return domain_groups(plan, g, op_stage);
     int32_t stages = tsl_plan_depth(plan), n = g->nops, by_hand = 0;
     for (int32_t o = 0; o < n; o++)
         by_hand |= g->ops[o].stage > 0;

@@ -49,6 +49,17 @@ static const zoo_entry zoo[] = {
      "'odenetN', N from 1 to 4096; 1-D, 2-D or 3-D",
      0},
     {"odetanh", "as odenet, with tanh in F: 'odetanhN'", 0},
+    {"dsn",
+     "multi-domain separation network: each input channel is one domain's image of the "
+     "sample (K >= 2 domains, at most 10; domain 0 labelled); per domain a private encoder "
+     "and the shared encoder (two 3x3 conv-ReLU of 8 channels each, shared weights used by "
+     "every domain), their codes (global average pooling, linear to 16) and the shared decoder "
+     "(3x3 conv of their features' sum back to the image); losses: cross-entropy of a linear "
+     "classifier on domain 0's shared code, each domain's reconstruction (MSE against its "
+     "image, 0.1), the difference of its private and shared codes (0.001) and the similarity "
+     "(MMD) of its shared code with domain 0's (0.01); "
+     "plan domains=N puts the domains on N rank groups; 1-D, 2-D or 3-D",
+     0},
 };
 
 enum { ZOO_SIZE = sizeof zoo / sizeof zoo[0] };
@@ -282,6 +293,89 @@ static void resnet(builder *b, int32_t x, int64_t classes, int blocks)
         b->st = tsl_graph_set_output(b->g, v);
 }
 
+/* Domain d's name of a shared op: `part` for domain 0 (whose op owns the weights), part_dD for
+ * domain D's copy. */
+static const char *domain_name(char *buf, size_t size, const char *part, int64_t d)
+{
+    if (d == 0)
+        snprintf(buf, size, "%s", part);
+    else
+        snprintf(buf, size, "%s_d%lld", part, (long long)d);
+    return buf;
+}
+
+/* The op just added (making v) shares the weights of domain 0's op *first (domain d > 0), or
+ * becomes it (domain 0). */
+static int32_t tie(builder *b, int32_t v, int64_t d, int32_t *first)
+{
+    if (!b->st && d > 0)
+        b->st = tsl_graph_share_params(b->g, v, *first);
+    if (d == 0)
+        *first = v;
+    return v;
+}
+
+/* The multi-domain separation network of the zoo entry (K = the input's channels, checked by
+ * the caller): per domain d, slice d of the input (the domain's image, its own domain for
+ * domains=), private.d and shared encoders, the shared decoder and the codes (a linear layer
+ * of the pooled features); the classifier on domain 0's shared code; the loss terms. */
+static void dsn(builder *b, int32_t x, int64_t classes, const int64_t *dims)
+{
+    const int64_t k = dims[0];
+    int64_t start[4] = {0, 0, 0, 0}, stop[4] = {1, 1, 1, 1};
+    for (int d = 0; d < b->spatial; d++)
+        stop[1 + d] = dims[1 + d];
+    int32_t first[4] = {-1, -1, -1, -1}; /* domain 0's shared ops: conv1, conv2, decoder, code */
+    int32_t shared_code0 = -1;
+    tsl_loss_term terms[TSL_MAX_LOSS_TERMS];
+    int32_t nterms = 1;
+    terms[0] = (tsl_loss_term){TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0};
+    for (int64_t d = 0; d < k && !b->st; d++) {
+        char name[TSL_GRAPH_NAME_MAX], tmp[48];
+        int32_t view = -1, p = -1, s = -1, sum = -1, recon = -1;
+        start[0] = d;
+        stop[0] = d + 1;
+        b->st = tsl_graph_slice(b->g, x, start, stop, &view);
+        snprintf(tmp, sizeof tmp, "private.%lld", (long long)d);
+        p = unary(b, conv(b, join(name, sizeof name, tmp, "conv1"), view, 8, 3, 1, 1, 1), RELU,
+                  NULL);
+        p = unary(b, conv(b, join(name, sizeof name, tmp, "conv2"), p, 8, 3, 1, 1, 1), RELU, NULL);
+        /* the shared encoder, decoder and code: domain 0's ops own the weights, the others'
+         * copy them (named shared.conv1, or shared.conv1_dD for domain D's use) */
+        s = unary(b,
+                  tie(b,
+                      conv(b, domain_name(tmp, sizeof tmp, "shared.conv1", d), view, 8, 3, 1, 1, 1),
+                      d, &first[0]),
+                  RELU, NULL);
+        s = unary(b,
+                  tie(b, conv(b, domain_name(tmp, sizeof tmp, "shared.conv2", d), s, 8, 3, 1, 1, 1),
+                      d, &first[1]),
+                  RELU, NULL);
+        if (!b->st)
+            b->st = tsl_graph_add(b->g, p, s, &sum);
+        recon = tie(b, conv(b, domain_name(tmp, sizeof tmp, "decoder", d), sum, 1, 3, 1, 1, 1), d,
+                    &first[2]);
+        snprintf(tmp, sizeof tmp, "private.%lld", (long long)d);
+        int32_t pc = linear(b, join(name, sizeof name, tmp, "code"), unary(b, p, GAP, NULL), 16);
+        int32_t sc = tie(
+            b,
+            linear(b, domain_name(tmp, sizeof tmp, "shared.code", d), unary(b, s, GAP, NULL), 16),
+            d, &first[3]);
+        if (d == 0)
+            shared_code0 = sc;
+        terms[nterms++] = (tsl_loss_term){TSL_MODEL_LOSS_MSE, 0.1, recon + 1, view + 1};
+        terms[nterms++] = (tsl_loss_term){TSL_MODEL_LOSS_DIFFERENCE, 0.001, sc + 1, pc + 1};
+        if (d > 0)
+            terms[nterms++] =
+                (tsl_loss_term){TSL_MODEL_LOSS_SIMILARITY, 0.01, shared_code0 + 1, sc + 1};
+    }
+    int32_t logits = linear(b, "classifier", shared_code0, classes);
+    if (!b->st)
+        b->st = tsl_graph_set_output(b->g, logits);
+    if (!b->st)
+        b->st = tsl_graph_set_loss(b->g, nterms, terms);
+}
+
 /* Smallest spatial size a network takes, and the divisor sizes must have. */
 static void needs(const zoo_entry *e, int64_t *min, int64_t *divisor)
 {
@@ -331,7 +425,7 @@ tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *dims, in
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "tsl_zoo_graph: no network named '%s' (the zoo has: cnn, cnn1d, cnn2d, "
                          "cnn3d, fcn2d, unet2d, unet3d, resnet, resnetN with N 1 to 64, odenetN "
-                         "and odetanhN with N 1 to 4096)",
+                         "and odetanhN with N 1 to 4096, dsn)",
                          name);
     if (strncmp(e->name, "ode", 3) == 0 && strcmp(name, e->name) == 0)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
@@ -346,6 +440,11 @@ tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *dims, in
                          : e->dims == 3 ? "3"
                                         : "1 to 3",
                          spatial);
+    if (strcmp(e->name, "dsn") == 0 && (dims[0] < 2 || dims[0] > 10))
+        return tsl_error(NULL, TSL_ERR_SHAPE,
+                         "zoo 'dsn': each input channel is one domain's image: 2 to 10 channels "
+                         "(domains), not %lld",
+                         (long long)dims[0]);
     int64_t min, divisor;
     needs(e, &min, &divisor);
     for (int d = 0; d < spatial; d++)
@@ -370,6 +469,8 @@ tsl_status tsl_zoo_graph(const char *name, int32_t ndim, const int64_t *dims, in
         unet(&b, x, classes);
     else if (strncmp(e->name, "ode", 3) == 0)
         odenet(&b, x, classes, blocks, strcmp(e->name, "odetanh") == 0);
+    else if (strcmp(e->name, "dsn") == 0)
+        dsn(&b, x, classes, dims);
     else
         resnet(&b, x, classes, blocks);
     if (b.st) {

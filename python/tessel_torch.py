@@ -57,7 +57,7 @@ _OPS = {
     "upsample_nearest": {"scale": "unset", "size": "unset"},
     "upsample_linear": {"scale": "unset", "size": "unset"},
     "concat": {}, "add": {"h": 1.0}, "sub": {}, "mul": {}, "flatten": {},
-    "slice": {"start": None, "stop": None},
+    "slice": {"start": "unset", "stop": "unset", "channels": "unset"},
     "dropout": {"p": 0.5},
     "linear": {"out": None, "bias": True, "share": "unset"},
 }
@@ -348,6 +348,12 @@ class TesselNet(nn.Module):
                     raise ModelFileError(f"{where}: inputs of shapes {in_shapes} differ in space")
             return (lambda *vs: torch.cat(vs, dim=1)), (sum(sh[0] for sh in in_shapes),) + x[1:]
         if op == "slice":
+            if a["channels"] != "unset":  # those channels, all of every other axis
+                c = a["channels"]
+                if a["start"] != "unset" or a["stop"] != "unset" or not isinstance(c, list) \
+                        or len(c) != 2:
+                    raise ModelFileError(f"{where}: channels [first, end] or start and stop")
+                a = dict(a, start=[c[0]] + [0] * (len(x) - 1), stop=[c[1]] + list(x[1:]))
             lo, hi = a["start"], a["stop"]
             if not (isinstance(lo, list) and isinstance(hi, list) and len(lo) == len(hi) == len(x)
                     and all(0 <= b < e <= n for b, e, n in zip(lo, hi, x))):
@@ -405,22 +411,35 @@ class TesselNet(nn.Module):
     def loss_terms(self):
         """The model file's terms between layers, as PyTorch computes them: a list of
         (weight, fn(values) -> loss) with fn of the values() dict: F.mse_loss or F.l1_loss of
-        the "on" layer (default the output) against the "against" layer, detached; or the
-        difference, ||A^T B||_F^2 of the two flattened per sample, into both."""
+        the "on" layer (default the output) against the "against" layer, detached; the
+        difference, ||A^T B||_F^2 of the two flattened per sample, into both; or the similarity,
+        the biased MMD^2 of the two batches with tessel's Gaussian kernel mixture, into both."""
         import torch.nn.functional as F
 
         def difference(a, b):
             return ((a.flatten(1).T @ b.flatten(1)) ** 2).sum()
+
+        def similarity(a, b):
+            a, b = a.flatten(1), b.flatten(1)
+            sigma = torch.tensor([1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1, 5, 10, 15, 20, 25, 30,
+                                  35, 100, 1e3, 1e4, 1e5, 1e6], dtype=a.dtype)
+            beta = (1.0 / (2.0 * sigma ** 2)).view(-1, 1, 1)
+
+            def kernel(x, y):  # (differences, not cdist: its gradient at 0 is not 0)
+                d = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
+                return torch.exp(-beta * d[None]).sum(0)
+            return kernel(a, a).mean() + kernel(b, b).mean() - 2 * kernel(a, b).mean()
         fns = {"mse": lambda a, b: F.mse_loss(a, b.detach()),
-               "l1": lambda a, b: F.l1_loss(a, b.detach()), "difference": difference}
+               "l1": lambda a, b: F.l1_loss(a, b.detach()), "difference": difference,
+               "similarity": similarity}
         terms = []
         for k, t in enumerate(self._losses):
             if "against" not in t:
                 continue
             if t["loss"] not in fns or t["against"] not in self._names or \
                     t.get("on", self._output_name) not in self._names:
-                raise ModelFileError(f"losses[{k}]: mse, l1 or difference between two named "
-                                     f"layers")
+                raise ModelFileError(f"losses[{k}]: mse, l1, difference or similarity between "
+                                     f"two named layers")
             on, against, fn = t.get("on", self._output_name), t["against"], fns[t["loss"]]
             terms.append((float(t.get("weight", 1.0)),
                           lambda v, on=on, against=against, fn=fn: fn(v[on], v[against])))

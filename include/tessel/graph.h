@@ -205,10 +205,16 @@ typedef enum tsl_model_loss_kind {
      *  (batch x features), as the difference loss of domain separation networks; its gradient
      *  flows into both values */
     TSL_MODEL_LOSS_DIFFERENCE = 4,
+    /** closeness of two values' distributions over the batch (a term with `against`;
+     *  tsl_loss_similarity()): the squared maximum mean discrepancy with a Gaussian kernel
+     *  mixture, as the similarity loss of domain separation networks between two domains'
+     *  shared codes; the values have one number of features per sample, and the gradient flows
+     *  into both */
+    TSL_MODEL_LOSS_SIMILARITY = 5,
 } tsl_model_loss_kind;
 
 /** @brief The model-file and command-line name of a loss kind ("cross_entropy", "dice",
- *  "mse", "l1", "difference"); NULL for an unknown kind. */
+ *  "mse", "l1", "difference", "similarity"); NULL for an unknown kind. */
 TSL_API const char *tsl_model_loss_name(tsl_model_loss_kind kind);
 
 /** @brief The loss kind named @p name into @p kind; ::TSL_ERR_INVALID_ARG for an unknown name. */
@@ -220,7 +226,7 @@ TSL_API tsl_status tsl_model_loss_parse(const char *name, tsl_model_loss_kind *k
 TSL_API int tsl_model_loss_takes_targets(tsl_model_loss_kind kind);
 
 /** Most terms of a model's loss. */
-#define TSL_MAX_LOSS_TERMS 8
+#define TSL_MAX_LOSS_TERMS 32
 
 /**
  * One term of a model's loss: its kind, its weight (finite, > 0), the value it reads and what
@@ -232,8 +238,9 @@ TSL_API int tsl_model_loss_takes_targets(tsl_model_loss_kind kind);
  * PyTorch's `F.mse_loss(a, b.detach())` (a reconstruction against the input, a feature against
  * another layer's): the gradient flows into @p on's value and, through it, into every op that
  * made it. ::TSL_MODEL_LOSS_DIFFERENCE takes two values of any per-sample shapes and sends its
- * gradient into both. A term on another value than the output needs @p against (the batch's
- * labels and targets fit the output only).
+ * gradient into both; ::TSL_MODEL_LOSS_SIMILARITY two values with one number of features per
+ * sample, its gradient into both. A term on another value than the output needs @p against (the
+ * batch's labels and targets fit the output only).
  */
 typedef struct tsl_loss_term {
     tsl_model_loss_kind kind;

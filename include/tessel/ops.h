@@ -99,6 +99,21 @@ TSL_API tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tenso
                                        tsl_tensor_t db, double *loss);
 
 /**
+ * @brief The similarity loss of domain separation networks: the biased estimate of the squared
+ * maximum mean discrepancy between the batch's samples of @p a and of @p b (flattened per
+ * sample; one batch size and one number of features, any tilings and layouts),
+ * MMD^2 = mean_ij k(a_i, a_j) + mean_ij k(b_i, b_j) - 2 mean_ij k(a_i, b_j), with the Gaussian
+ * kernel mixture k(x, y) = sum_s exp(-||x - y||^2 / (2 s^2)) over the bandwidths s = 1e-6, 1e-5,
+ * 1e-4, 1e-3, 0.01, 0.1, 1, 5, 10, 15, 20, 25, 30, 35, 100, 1e3, 1e4, 1e5, 1e6. Its gradients go
+ * into @p da and @p db (both or neither; tiled as a and b). As tsl_loss_difference(), one task
+ * on the rank of a's first tile computes it from the two values brought whole (batch^2 kernel
+ * values of each pair), so its bits do not depend on the tilings, and CPU and CUDA workers give
+ * the same bits (the exponential is tessel's own); meant for codes. Waits for the loss.
+ */
+TSL_API tsl_status tsl_loss_similarity(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da,
+                                       tsl_tensor_t db, double *loss);
+
+/**
  * @brief Fully connected layer: y = x w^T + b.
  *
  * @p x is (N, K) and @p y (N, O), both cut along N only, with the same N splits; @p w is

@@ -4,7 +4,7 @@
  *
  * A plan string is
  * `data=D,filters=F,channels=K,space=AxBxC,stages=S,micro=M,balance=B,tiles=T,shard=E,bucket=K,
- * recompute=R` with the layer-parallel parts
+ * recompute=R`, `domains=N` in stages=' place, with the layer-parallel parts
  * `layers=P,levels=L,cf=M,iters=F,biters=B,relax=F|FCF,skip=K,infer=exact|mgrit`;
  * every part is optional and defaults to 1 (balance= to memory, shard= to
  * ::TSL_PLAN_SHARD_DEFAULT, bucket= to ::TSL_PLAN_BUCKET_DEFAULT, recompute= to 0, cf= to 2,
@@ -33,6 +33,16 @@
  * D x F x A x B x C x S ranks: stage s on ranks s x G ... (s + 1) x G - 1, G = D x F x A x B x C,
  * each stage's tensors split over its G ranks as data=, filters= and space= say (rank grid
  * D x F x A x B x C, row-major; with channels=K, K in F's place).
+ *
+ * Domain parallelism (multi-domain networks, as the zoo's `dsn`): `domains=N` cuts the ranks
+ * into N groups as stages=N does, but places ops by the domain they belong to instead of by
+ * depth: each slice op reading the network's input (in op order) starts a domain (K of them,
+ * K >= N), an op belongs to the domain of the slices its inputs come from, and ops that read
+ * none or several (the input, a head merging domains) belong to domain 0; domain k runs on
+ * group k N / K (tsl_plan_stages()). Values and shared parameters (tsl_graph_share_params())
+ * cross groups by StarPU-MPI: the shared ops' gradients are summed into their source as on one
+ * rank. It takes the place of stages= and combines with data=, space=, filters= and micro=
+ * inside each group.
  *
  * Layer-parallel training by multigrid in time: the residual steps of the graph's ODE segments
  * (tsl_graph_ode_segments(), runs of at least two steps) are cut into P consecutive groups of
@@ -119,6 +129,8 @@ typedef struct tsl_plan {
     int32_t filters;    /**< F: rank groups along the output channels (filter parallelism) */
     int32_t infer;      /**< a ::tsl_mgrit_infer: how inference runs an MGRIT segment */
     int32_t channels;   /**< C: rank groups along the input channels (channel parallelism) */
+    int32_t domains;    /**< N: rank groups holding the network's domains (domain parallelism;
+                             stages is N too, so the groups are the pipeline's) */
 } tsl_plan;
 
 /**
@@ -166,8 +178,10 @@ TSL_API tsl_status tsl_plan_check(const tsl_plan *plan, const tsl_shape *input, 
  * counts the activations a stage keeps for its backward and the copies it receives from
  * other stages, a U-Net's long skips included), until no cut moves; with two stages that is
  * the best cut. With layers=P (tsl_plan_depth()) the P groups of ODE steps instead (see the
- * file comment); fewer such steps than P is an error. A network with fewer ops than stages, or
- * a graph stage >= S, is a ::TSL_ERR_INVALID_ARG error.
+ * file comment); fewer such steps than P is an error. With domains=N, the group of each op's
+ * domain (see the file comment; the graph's own stages are not used); a network with fewer
+ * than N domains is an error. A network with fewer ops than stages, or a graph stage >= S, is a
+ * ::TSL_ERR_INVALID_ARG error.
  * @param[out] op_stage one per op (tsl_graph_op_count())
  */
 TSL_API tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t graph, int64_t batch,

@@ -185,9 +185,10 @@ static tsl_status term_grad_done(instance *in, int32_t v, tsl_tensor_t grad, int
     return st;
 }
 
-/* A difference term of values v and a: its loss, and its gradients into both. */
-static tsl_status difference_term(struct tsl_model *m, instance *in, int with_grad, int32_t v,
-                                  int32_t a, double w, double *l)
+/* A difference or similarity term of values v and a: its loss, and its gradients into both. */
+static tsl_status two_value_term(struct tsl_model *m, instance *in, int with_grad,
+                                 tsl_model_loss_kind kind, int32_t v, int32_t a, double w,
+                                 double *l)
 {
     tsl_tensor_t gv, ga;
     int addv, adda;
@@ -195,7 +196,9 @@ static tsl_status difference_term(struct tsl_model *m, instance *in, int with_gr
     if (!st)
         st = term_grad(m, in, with_grad, a, &ga, &adda);
     if (!st)
-        st = tsl_loss_difference(in->act[v], in->act[a], gv, ga, l);
+        st = kind == TSL_MODEL_LOSS_SIMILARITY
+                 ? tsl_loss_similarity(in->act[v], in->act[a], gv, ga, l)
+                 : tsl_loss_difference(in->act[v], in->act[a], gv, ga, l);
     if (!st)
         st = term_grad_done(in, v, gv, addv, w);
     return st ? st : term_grad_done(in, a, ga, adda, w);
@@ -209,8 +212,8 @@ static tsl_status model_loss(struct tsl_model *m, instance *in, int with_grad, d
         const tsl_loss_term *term = &m->loss[t];
         const int32_t v = tsl_loss_term_value(m->g, term);
         double l = 0, w = term->weight;
-        if (term->kind == TSL_MODEL_LOSS_DIFFERENCE) {
-            st = difference_term(m, in, with_grad, v, term->against - 1, w, &l);
+        if (tsl_model_loss_of_two_values(term->kind)) {
+            st = two_value_term(m, in, with_grad, term->kind, v, term->against - 1, w, &l);
             total += w * l;
             continue;
         }

@@ -299,10 +299,12 @@ tsl_status tsl_loss_dice(tsl_tensor_t logits, tsl_tensor_t labels, tsl_tensor_t 
     return st;
 }
 
-/* ---- the difference loss: both values whole on one rank, one task ---- */
+/* ---- the difference and similarity losses: both values whole on one rank, one task ---- */
 
 typedef struct diff_job {
     tsl_diff_args args;
+    struct starpu_codelet *codelet;
+    double flops;
     tsl_tensor_t a, b, gram, da, db;
 } diff_job;
 
@@ -310,16 +312,15 @@ static tsl_status diff_tile(int64_t tile, starpu_data_handle_t acc, void *user)
 {
     (void)tile;
     diff_job *j = user;
-    double n = (double)j->args.n, f = (double)(j->args.fa + j->args.fb);
     tsl_task_desc desc = {
-        .codelet = &tsl_cl_difference,
+        .codelet = j->codelet,
         .args = &j->args,
         .args_size = sizeof j->args,
         .nhandles = j->da ? 6 : 4,
         .handles = {j->a->handles[0], j->b->handles[0], j->gram->handles[0], acc,
                     j->da ? j->da->handles[0] : NULL, j->db ? j->db->handles[0] : NULL},
         .modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W, STARPU_W},
-        .flops = 2.0 * n * n * f * (j->da ? 2.0 : 1.0),
+        .flops = j->flops,
     };
     return tsl_task_submit(j->a->ctx, &desc);
 }
@@ -334,10 +335,13 @@ static tsl_status whole_on(tsl_tensor_t t, int32_t rank, int copy, tsl_tensor_t 
     return st || !copy ? st : tsl_tensor_redistribute(*out, t);
 }
 
-tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, tsl_tensor_t db,
-                               double *loss)
+/* A loss of two values computed by one task on the rank of a's first tile (the difference or the
+ * similarity loss): `scratch` doubles per batch^2 for the codelet, the loss the exact sum
+ * divided by `divide_by_n2` ? batch^2 : 1. */
+static tsl_status pair_loss(const char *fn, struct starpu_codelet *codelet, int64_t scratch,
+                            int same_features, int divide_by_n2, tsl_tensor_t a, tsl_tensor_t b,
+                            tsl_tensor_t da, tsl_tensor_t db, double *loss)
 {
-    const char *fn = "tsl_loss_difference";
     tsl_status st = tsl_tensor_check(a, fn);
     if (st || (st = tsl_tensor_check(b, fn)) || (st = tsl_tensor_check_float(a, fn)))
         return st;
@@ -349,6 +353,9 @@ tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, 
     if (a->shape.ndim < 1 || b->shape.ndim < 1 || a->shape.dims[0] != b->shape.dims[0])
         return tsl_error(ctx, TSL_ERR_SHAPE, "%s: a and b need one batch size (first dimension)",
                          fn);
+    if (same_features && tsl_shape_numel(&a->shape) != tsl_shape_numel(&b->shape))
+        return tsl_error(ctx, TSL_ERR_SHAPE,
+                         "%s: a and b need the same number of features per sample", fn);
     if (!da != !db)
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: both gradients or neither", fn);
     if (da && ((st = tsl_tensor_check_same_layout(da, a, fn)) ||
@@ -364,8 +371,10 @@ tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, 
     j.args.n = n;
     j.args.fa = n ? tsl_shape_numel(&a->shape) / n : 0;
     j.args.fb = n ? tsl_shape_numel(&b->shape) / n : 0;
+    j.codelet = codelet;
+    j.flops = 2.0 * (double)n * (double)n * (double)(j.args.fa + j.args.fb) * (da ? 2.0 : 1.0);
     int32_t rank = a->tile_owner[0];
-    int64_t gdims[1] = {2 * n * n > 0 ? 2 * n * n : 1};
+    int64_t gdims[1] = {scratch * n * n > 0 ? scratch * n * n : 1};
     tsl_shape gs;
     tsl_shape_make(&gs, 1, gdims);
     tsl_tile_grid one = tsl_tile_grid_single();
@@ -377,7 +386,8 @@ tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, 
         tsl_acc total;
         st = tsl_exact_reduce(ctx, 1, &rank, diff_tile, &j, &total);
         if (!st)
-            *loss = tsl_acc_round(&total);
+            *loss = divide_by_n2 && n ? tsl_acc_round(&total) / ((double)n * (double)n)
+                                      : tsl_acc_round(&total);
         if (!st && da && !(st = tsl_tensor_redistribute(da, j.da)))
             st = tsl_tensor_redistribute(db, j.db);
     }
@@ -385,4 +395,16 @@ tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, 
     for (int k = 0; k < 5; k++)
         tsl_tensor_destroy(temps[k]);
     return st;
+}
+
+tsl_status tsl_loss_difference(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, tsl_tensor_t db,
+                               double *loss)
+{
+    return pair_loss("tsl_loss_difference", &tsl_cl_difference, 2, 0, 0, a, b, da, db, loss);
+}
+
+tsl_status tsl_loss_similarity(tsl_tensor_t a, tsl_tensor_t b, tsl_tensor_t da, tsl_tensor_t db,
+                               double *loss)
+{
+    return pair_loss("tsl_loss_similarity", &tsl_cl_similarity, 3, 1, 1, a, b, da, db, loss);
 }

@@ -93,6 +93,7 @@ CASES = [
     ("unet3d.json", (1, 8, 8, 8)),
     ("ops.json", (3, 16, 16)),
     ("odetanh8.json", (2, 12, 12)),
+    ("dsn.json", (2, 12, 12)),
 ]
 
 # Training steps against PyTorch's (the backward and the update, not only the forward): an ODE
@@ -203,7 +204,8 @@ AUX_MODEL = {
 }
 STEP_CASES.append(("aux.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
                    "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
-# the difference of two codes (domain separation networks): shared and private encoders
+# the difference and the similarity of two codes (domain separation networks): shared and
+# private encoders
 DSN_MODEL = {
     "format": "tessel-model", "version": 1,
     "layers": [
@@ -223,8 +225,13 @@ DSN_MODEL = {
         {"name": "fc", "op": "linear", "out": "classes"},
     ],
     "losses": [{"loss": "cross_entropy"},
-               {"loss": "difference", "weight": 0.02, "on": "shared", "against": "private"}],
+               {"loss": "difference", "weight": 0.02, "on": "shared", "against": "private"},
+               {"loss": "similarity", "weight": 0.5, "on": "shared", "against": "private"}],
 }
+STEP_CASES.append(("dsn-codes.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
+                   "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
+# the zoo's multi-domain separation network of two domains (examples/models/dsn.json): slices of
+# the input, shared encoders, decoder and codes, reconstruction, difference and similarity terms
 STEP_CASES.append(("dsn.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
                    "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
 # --loss replaces the file's terms on the batch; its terms between layers stay
@@ -314,7 +321,7 @@ def step_check(cli, work, env, case_index, seed):
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
     here = name in ("ops.json", "fcn2d-losses.json", "ceil.json", "fcn2d-l1.json",
-                    "aux.json", "dsn.json")  # (work dir)
+                    "aux.json", "dsn-codes.json")  # (work dir)
     model = os.path.join(work if here else os.path.join(ROOT, "examples", "models"), name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
@@ -375,7 +382,7 @@ def main():
         json.dump(CEIL_MODEL, f)
     with open(os.path.join(work, "aux.json"), "w") as f:
         json.dump(AUX_MODEL, f)
-    with open(os.path.join(work, "dsn.json"), "w") as f:
+    with open(os.path.join(work, "dsn-codes.json"), "w") as f:
         json.dump(DSN_MODEL, f)
     with open(os.path.join(work, "fcn2d-l1.json"), "w") as f:
         json.dump(dict(with_losses, losses=L1_SECTION), f)

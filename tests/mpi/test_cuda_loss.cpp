@@ -217,17 +217,20 @@ TEST(CudaLoss, DiceMatchesCpu)
     }
 }
 
-// The difference loss: the CPU's loss bits (an exact sum of the same products) and gradient
-// bits (the same fixed-order sums), with and without the gradients, odd sizes, poisoned outputs.
-TEST(CudaLoss, DifferenceMatchesCpuBits)
+// A loss of two values (difference, similarity) on a CUDA worker against its CPU tile function:
+// the loss bits, the scratch matrices' bits (`scratch` doubles per n^2) and the gradients' bits,
+// f32 and f64, with and without the gradients, poisoned outputs.
+using PairTile = void (*)(const tsl_diff_args *, const void *, const void *, double *, tsl_acc *,
+                          void *, void *);
+static void check_pair_loss(struct starpu_codelet &cl, PairTile tile, const char *what, int64_t n,
+                            int64_t fa, int64_t fb, int64_t scratch, double lo_a, double hi_a,
+                            double lo_b, double hi_b)
 {
-    SKIP_WITHOUT_CUDA();
     for (int dtype : {TSL_F32, TSL_F64}) {
-        const int64_t n = 7, fa = 301, fb = 45;
         tsl_diff_args d = {dtype, 0, n, fa, fb};
         const size_t es = dtype == TSL_F32 ? sizeof(float) : sizeof(double);
-        std::vector<double> a = random_values<double>((size_t)(n * fa), 31, -2.0, 2.0),
-                            b = random_values<double>((size_t)(n * fb), 32, -2.0, 2.0);
+        std::vector<double> a = random_values<double>((size_t)(n * fa), 31, lo_a, hi_a),
+                            b = random_values<double>((size_t)(n * fb), 32, lo_b, hi_b);
         std::vector<uint8_t> ab((size_t)(n * fa) * es), bb((size_t)(n * fb) * es);
         for (size_t i = 0; i < a.size(); i++) // (as floats or doubles)
             dtype == TSL_F32 ? (void)(((float *)ab.data())[i] = (float)a[i])
@@ -236,32 +239,50 @@ TEST(CudaLoss, DifferenceMatchesCpuBits)
             dtype == TSL_F32 ? (void)(((float *)bb.data())[i] = (float)b[i])
                              : (void)(((double *)bb.data())[i] = b[i]);
         for (bool with_grad : {false, true}) {
-            std::vector<double> gram_want((size_t)(2 * n * n)), gram_got((size_t)(2 * n * n), NAN);
+            std::vector<double> w_want((size_t)(scratch * n * n)),
+                w_got((size_t)(scratch * n * n), NAN);
             std::vector<uint8_t> da_want(ab.size()), db_want(bb.size()), da_got(ab.size(), 0xff),
                 db_got(bb.size(), 0xff);
             tsl_acc want;
             tsl_acc_init(&want);
-            tsl_difference_tile(&d, ab.data(), bb.data(), gram_want.data(), &want,
-                                with_grad ? da_want.data() : nullptr,
-                                with_grad ? db_want.data() : nullptr);
+            tile(&d, ab.data(), bb.data(), w_want.data(), &want,
+                 with_grad ? da_want.data() : nullptr, with_grad ? db_want.data() : nullptr);
             tsl_acc_normalize(&want);
             std::vector<tsl_acc> got(1);
             std::memset(got.data(), 0x5a, sizeof(tsl_acc));
             std::vector<CudaBuf> bufs = {cuda_buf(ab, STARPU_R), cuda_buf(bb, STARPU_R),
-                                         cuda_buf(gram_got, STARPU_W), cuda_buf(got, STARPU_W)};
+                                         cuda_buf(w_got, STARPU_W), cuda_buf(got, STARPU_W)};
             if (with_grad) {
                 bufs.push_back(cuda_buf(da_got, STARPU_W));
                 bufs.push_back(cuda_buf(db_got, STARPU_W));
             }
-            run_on_cuda(tsl_cl_difference, d, bufs);
-            const std::string where = std::string(dtype == TSL_F32 ? "f32" : "f64") +
+            run_on_cuda(cl, d, bufs);
+            const std::string where = std::string(what) + (dtype == TSL_F32 ? ", f32" : ", f64") +
                                       (with_grad ? ", gradients" : ", loss only");
-            EXPECT_TRUE(same_bits(got[0], want)) << "difference loss, " << where;
-            EXPECT_TRUE(same_bits(gram_got, gram_want)) << "Gram matrices, " << where;
+            EXPECT_TRUE(same_bits(got[0], want)) << "loss, " << where;
+            EXPECT_TRUE(same_bits(w_got, w_want)) << "scratch matrices, " << where;
             if (with_grad) {
                 EXPECT_EQ(da_got, da_want) << "da, " << where;
                 EXPECT_EQ(db_got, db_want) << "db, " << where;
             }
         }
     }
+}
+
+// The difference loss: the CPU's loss bits (an exact sum of the same products) and gradient
+// bits (the same fixed-order sums) and Gram matrices.
+TEST(CudaLoss, DifferenceMatchesCpuBits)
+{
+    SKIP_WITHOUT_CUDA();
+    check_pair_loss(tsl_cl_difference, tsl_difference_tile, "difference", 7, 301, 45, 2, -2.0, 2.0,
+                    -2.0, 2.0);
+}
+
+// The similarity loss: the CPU's loss bits (exact sums of the same kernel values, the exponential
+// tessel's own on both sides), kernel derivatives and gradient bits (the same fixed-order sums).
+TEST(CudaLoss, SimilarityMatchesCpuBits)
+{
+    SKIP_WITHOUT_CUDA();
+    check_pair_loss(tsl_cl_similarity, tsl_similarity_tile, "similarity", 9, 37, 37, 3, -0.5, 0.5,
+                    -0.3, 0.7);
 }

@@ -208,9 +208,10 @@ tsl_graph_t aux_graph(const std::vector<int64_t> &sample, int64_t classes, int o
 // (4) -> ReLU -> max pooling 2 -> flatten -> linear code (8) each; the codes' sum -> linear head.
 // `output` picks the model's output (0 head, 1 a copy of the shared code, 2 of the private code:
 // a dropout of p 0, an identity, so that the add reads the code, not the output); with `terms`
-// the graph's loss is cross-entropy on the head plus 0.05 of the codes' difference.
+// the graph's loss is cross-entropy on the head plus 0.05 of the codes' difference (or of the
+// loss `codes` names between them).
 tsl_graph_t dsn_graph(const std::vector<int64_t> &sample, int64_t classes, int output = 0,
-                      bool terms = true)
+                      bool terms = true, tsl_model_loss_kind codes = TSL_MODEL_LOSS_DIFFERENCE)
 {
     const int64_t k[2] = {3, 3};
     tsl_conv_params cp = same_3x3();
@@ -235,7 +236,7 @@ tsl_graph_t dsn_graph(const std::vector<int64_t> &sample, int64_t classes, int o
          tsl_graph_set_output(g, outs[output]) == TSL_OK;
     if (ok && terms) {
         const tsl_loss_term t[2] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0},
-                                    {TSL_MODEL_LOSS_DIFFERENCE, 0.05, code[0] + 1, code[1] + 1}};
+                                    {codes, 0.05, code[0] + 1, code[1] + 1}};
         ok = tsl_graph_set_loss(g, 2, t) == TSL_OK;
     }
     return built(ok, g);
@@ -611,6 +612,15 @@ TEST(Model, SpatialPlansMatchSampleTiles)
          {{"tiles=2"},
           {"space=2", "data=2", "filters=2", "channels=2", "stages=2,micro=2"},
           {"space=2x2", "data=2,space=2", "filters=4", "data=2,stages=2,micro=2"}}},
+        // the zoo's multi-domain separation network: 4 domains (input channels), their
+        // private and shared encoders, the shared decoder, reconstruction, difference and
+        // similarity terms; domains= puts them on rank groups
+        {"multi_dsn",
+         {4, 8, 6},
+         false,
+         {{"tiles=2"},
+          {"domains=2", "data=2", "domains=2,micro=2"},
+          {"domains=4", "domains=2,space=2", "domains=2,data=2", "domains=2,filters=2"}}},
         // loss terms between values: a reconstruction branch and a feature against another's
         {"aux",
          {2, 12, 10},
@@ -642,6 +652,8 @@ TEST(Model, SpatialPlansMatchSampleTiles)
             g = aux_graph(net.sample, classes);
         else if (std::string(net.name) == "dsn")
             g = dsn_graph(net.sample, classes);
+        else if (std::string(net.name) == "multi_dsn")
+            EXPECT_EQ(tsl_zoo_graph("dsn", ndim, sample, classes, &g), TSL_OK) << tsl_last_error();
         else
             EXPECT_EQ(tsl_zoo_graph(net.name, ndim, sample, classes, &g), TSL_OK)
                 << tsl_last_error();
@@ -764,12 +776,44 @@ TEST(Model, SpatialPlansMatchSampleTiles)
 // cross-entropy model's plus 0.05 times those of the code models whose MSE targets make the
 // gradient of each code 2 (P P^T) S and 2 (S S^T) P: the difference's gradient flows into both
 // encoders. On sample, spatial and filter plans at 1, 2 and 4 ranks.
-TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
+// The biased MMD^2 of two batches of codes (n x f each) with the Gaussian mixture of
+// tsl_loss_similarity, straight from the definition in double.
+static double mmd2(const std::vector<double> &a, const std::vector<double> &b, int64_t n, int64_t f)
+{
+    const double sigma[] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1,   5,   10, 15,
+                            20,   25,   30,   35,   100,  1e3,  1e4, 1e5, 1e6};
+    auto k = [&](const std::vector<double> &x, int64_t i, const std::vector<double> &y, int64_t j) {
+        double d = 0, sum = 0;
+        for (int64_t q = 0; q < f; q++)
+            d += (x[(size_t)(i * f + q)] - y[(size_t)(j * f + q)]) *
+                 (x[(size_t)(i * f + q)] - y[(size_t)(j * f + q)]);
+        for (double s : sigma)
+            sum += std::exp(-d / (2 * s * s));
+        return sum;
+    };
+    double aa = 0, bb = 0, ab = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            aa += k(a, i, a, j);
+            bb += k(b, i, b, j);
+            ab += k(a, i, b, j);
+        }
+    return (aa + bb - 2 * ab) / (double)(n * n);
+}
+
+// A loss term between the shared and the private code of dsn_graph (`kind`, weight 0.05): the
+// model's loss equals cross-entropy + 0.05 L(S, P), L computed here from the codes (read with
+// tsl_model_forward_values_tensors), and the gradients equal the cross-entropy model's plus
+// those of two code models whose MSE targets make each code's gradient dL/dS and dL/dP
+// (difference: 2 (P P^T) S and 2 (S S^T) P; similarity: central differences of mmd2), on one
+// tile, sample, spatial and filter plans.
+static void two_code_loss_matches_references(tsl_model_loss_kind kind, uint64_t seed_at)
 {
     const std::vector<int64_t> sample = {2, 12, 10};
     const int64_t n = 2, classes = 3, per = 2 * 12 * 10, f = 8;
-    tsl_graph_t g[4] = {dsn_graph(sample, classes), dsn_graph(sample, classes, 0, false),
-                        dsn_graph(sample, classes, 1, false), dsn_graph(sample, classes, 2, false)};
+    tsl_graph_t g[4] = {dsn_graph(sample, classes, 0, true, kind),
+                        dsn_graph(sample, classes, 0, false), dsn_graph(sample, classes, 1, false),
+                        dsn_graph(sample, classes, 2, false)};
     for (tsl_graph_t each : g)
         ASSERT_NE(each, nullptr);
     const int32_t np = tsl_graph_param_count(g[0]);
@@ -784,7 +828,7 @@ TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
             codes[1] = out;
     }
     ASSERT_TRUE(codes[0] >= 0 && codes[1] >= 0);
-    Batch b = make_batch(n, per, classes, seed + 780);
+    Batch b = make_batch(n, per, classes, seed_at);
     for (const char *text : aux_plans()) {
         SCOPED_TRACE(std::string("plan '") + text + "'");
         tsl_plan parsed;
@@ -792,7 +836,7 @@ TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
         const tsl_plan *plan = *text ? &parsed : nullptr;
         tsl_model_t m[4] = {};
         for (int k = 0; k < 4; k++) {
-            ASSERT_EQ(tsl_model_create_plan(&m[k], ctx, g[k], seed + 781 + k, plan), TSL_OK)
+            ASSERT_EQ(tsl_model_create_plan(&m[k], ctx, g[k], seed_at + 1 + k, plan), TSL_OK)
                 << tsl_context_last_error(ctx);
             if (k) // the parameters of the first
                 ASSERT_NO_FATAL_FAILURE(copy_params(m[0], m[k]));
@@ -810,28 +854,45 @@ TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
         ASSERT_EQ(tsl_model_forward_values_tensors(m[0], x, 1, 2, codes, out), TSL_OK)
             << tsl_context_last_error(ctx);
         std::vector<float> c[2] = {values(out[0]), values(out[1])};
-        double gram[2][4] = {}, want_diff = 0;
-        for (int e = 0; e < 2; e++)
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t j = 0; j < n; j++)
+        std::vector<double> dc[2] = {std::vector<double>((size_t)(n * f)),
+                                     std::vector<double>((size_t)(n * f))};
+        double want_diff = 0;
+        if (kind == TSL_MODEL_LOSS_DIFFERENCE) {
+            double gram[2][4] = {};
+            for (int e = 0; e < 2; e++)
+                for (int64_t i = 0; i < n; i++)
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t q = 0; q < f; q++)
+                            gram[e][i * n + j] +=
+                                (double)c[e][(size_t)(i * f + q)] * c[e][(size_t)(j * f + q)];
+            for (int e = 0; e < n * n; e++)
+                want_diff += gram[0][e] * gram[1][e];
+            for (int e = 0; e < 2; e++)
+                for (int64_t i = 0; i < n; i++)
                     for (int64_t q = 0; q < f; q++)
-                        gram[e][i * n + j] +=
-                            (double)c[e][(size_t)(i * f + q)] * c[e][(size_t)(j * f + q)];
-        for (int e = 0; e < n * n; e++)
-            want_diff += gram[0][e] * gram[1][e];
+                        for (int64_t j = 0; j < n; j++)
+                            dc[e][(size_t)(i * f + q)] +=
+                                2 * gram[1 - e][i * n + j] * c[e][(size_t)(j * f + q)];
+        } else {
+            std::vector<double> cd[2] = {std::vector<double>(c[0].begin(), c[0].end()),
+                                         std::vector<double>(c[1].begin(), c[1].end())};
+            want_diff = mmd2(cd[0], cd[1], n, f);
+            const double h = 1e-6;
+            for (int e = 0; e < 2; e++)
+                for (size_t i = 0; i < cd[e].size(); i++) {
+                    std::vector<double> up[2] = {cd[0], cd[1]}, down[2] = {cd[0], cd[1]};
+                    up[e][i] += h;
+                    down[e][i] -= h;
+                    dc[e][i] = (mmd2(up[0], up[1], n, f) - mmd2(down[0], down[1], n, f)) / (2 * h);
+                }
+        }
         EXPECT_GT(want_diff, 1e-3);
         // targets T = c - (numel / 2) dc, so that MSE's gradient 2 (c - T) / numel is dc
         std::vector<float> target[2];
         for (int e = 0; e < 2; e++) {
             target[e].resize((size_t)(n * f));
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t q = 0; q < f; q++) {
-                    double dc = 0;
-                    for (int64_t j = 0; j < n; j++)
-                        dc += 2 * gram[1 - e][i * n + j] * c[e][(size_t)(j * f + q)];
-                    target[e][(size_t)(i * f + q)] =
-                        (float)((double)c[e][(size_t)(i * f + q)] - (double)(n * f) / 2 * dc);
-                }
+            for (size_t i = 0; i < target[e].size(); i++)
+                target[e][i] = (float)((double)c[e][i] - (double)(n * f) / 2 * dc[e][i]);
         }
         double l[4] = {};
         ASSERT_EQ(tsl_model_gradients(m[0], n, b.x.data(), b.y.data(), &l[0]), TSL_OK)
@@ -866,6 +927,16 @@ TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
     }
     for (tsl_graph_t each : g)
         tsl_graph_destroy(each);
+}
+
+TEST(Model, DifferenceLossOfTwoCodesTrainsBothEncoders)
+{
+    two_code_loss_matches_references(TSL_MODEL_LOSS_DIFFERENCE, seed + 780);
+}
+
+TEST(Model, SimilarityLossOfTwoCodesTrainsBothEncoders)
+{
+    two_code_loss_matches_references(TSL_MODEL_LOSS_SIMILARITY, seed + 790);
 }
 
 // Several values of one forward into the application's tensors (tsl_model_forward_values_tensors):
@@ -1877,10 +1948,11 @@ TEST(Model, LossesThatDoNotFitAreRefused)
     EXPECT_EQ(tsl_model_set_loss(c, 1, &dice), TSL_ERR_INVALID_ARG); // per-sample labels
     EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("Dice needs"), std::string::npos);
     EXPECT_EQ(tsl_model_set_loss(s, 1, &dice), TSL_OK);
-    tsl_loss_term nine[9] = {ce, ce, ce, ce, ce, ce, ce, ce, ce}, bad = ce;
-    EXPECT_EQ(tsl_model_set_loss(s, 0, nine), TSL_ERR_INVALID_ARG);
-    EXPECT_EQ(tsl_model_set_loss(s, 9, nine), TSL_ERR_INVALID_ARG);
-    EXPECT_EQ(tsl_model_set_loss(s, 8, nine), TSL_OK);
+    std::vector<tsl_loss_term> many(TSL_MAX_LOSS_TERMS + 1, ce);
+    tsl_loss_term bad = ce;
+    EXPECT_EQ(tsl_model_set_loss(s, 0, many.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_model_set_loss(s, TSL_MAX_LOSS_TERMS + 1, many.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_model_set_loss(s, TSL_MAX_LOSS_TERMS, many.data()), TSL_OK);
     for (double w : {0.0, -1.0, std::nan(""), (double)INFINITY}) {
         bad.weight = w;
         EXPECT_EQ(tsl_model_set_loss(s, 1, &bad), TSL_ERR_INVALID_ARG) << w;

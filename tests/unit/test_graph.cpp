@@ -1615,3 +1615,123 @@ TEST(Plan, ShardedWeightsPeakWithTheirReduction)
     }
     tsl_graph_destroy(g);
 }
+
+// The difference and similarity losses send gradients into both values they read: the value
+// `against` names gets its gradient at the loss, live through the backward, where an MSE term
+// against it takes it as a constant target (no gradient). A private branch (32 channels at
+// 16 x 16, 4 samples: 128 KiB) read only by the term adds at least its size to the peak.
+TEST(Plan, PeakCountsTheGradientsOfBothValuesOfADifference)
+{
+    auto peak_with = [](tsl_model_loss_kind kind) {
+        tsl_graph_t g = nullptr;
+        EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
+        int64_t sample[3] = {2, 16, 16}, k[2] = {3, 3};
+        int32_t x, s, p, f, y;
+        tsl_conv_params cp;
+        tsl_conv_params_init(&cp, 2);
+        cp.padding[0] = cp.padding[1] = 1;
+        EXPECT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+        EXPECT_EQ(tsl_graph_conv(g, "shared", x, 32, k, &cp, 0, 1, &s), TSL_OK);
+        EXPECT_EQ(tsl_graph_conv(g, "private", x, 32, k, &cp, 0, 1, &p), TSL_OK);
+        EXPECT_EQ(tsl_graph_flatten(g, s, &f), TSL_OK);
+        EXPECT_EQ(tsl_graph_linear(g, "fc", f, 2, 1, &y), TSL_OK);
+        EXPECT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+        const tsl_loss_term t[2] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0},
+                                    {kind, 0.1, s + 1, p + 1}};
+        EXPECT_EQ(tsl_graph_set_loss(g, 2, t), TSL_OK) << tsl_last_error();
+        int64_t peak = 0;
+        EXPECT_EQ(tsl_plan_estimate_peak(nullptr, g, 1, 1, 4, 2, &peak), TSL_OK)
+            << tsl_last_error();
+        tsl_graph_destroy(g);
+        return peak;
+    };
+    const int64_t branch = 4 * 32 * 16 * 16 * 4;
+    const int64_t mse = peak_with(TSL_MODEL_LOSS_MSE);
+    EXPECT_GE(peak_with(TSL_MODEL_LOSS_DIFFERENCE), mse + branch);
+    EXPECT_GE(peak_with(TSL_MODEL_LOSS_SIMILARITY), mse + branch);
+}
+
+// domains=N (the zoo's dsn: one domain per input channel): each op on the group of the slice
+// of the input it comes from, domain k of K on group k N / K, the classifier (domain 0's code)
+// on group 0; the plan text round-trips; fewer domains than groups, domains= with stages=, and
+// a dsn of 1 or 11 channels are errors.
+TEST(Plan, DomainsPlaceEachDomainOnItsRankGroup)
+{
+    const int64_t sample[3] = {4, 8, 8};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("dsn", 3, sample, 3, &g), TSL_OK) << tsl_last_error();
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("domains=2,space=2", &p), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(p.domains, 2);
+    EXPECT_EQ(p.stages, 2);
+    EXPECT_EQ(tsl_plan_ranks(&p), 4);
+    char text[128];
+    ASSERT_EQ(tsl_plan_format(&p, text, sizeof text), TSL_OK);
+    EXPECT_STREQ(text, "space=2,domains=2");
+    const int32_t nops = tsl_graph_op_count(g);
+    std::vector<int32_t> stage((size_t)nops, -1);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK) << tsl_last_error();
+    int slices = 0, named = 0;
+    for (int32_t o = 0; o < nops; o++) {
+        tsl_op_kind kind;
+        const char *name = nullptr;
+        int32_t out = -1;
+        ASSERT_EQ(tsl_graph_op_info(g, o, &kind, &name, &out), TSL_OK);
+        std::string n = name ? name : "";
+        if (kind == TSL_OP_SLICE)
+            EXPECT_EQ(stage[(size_t)o], slices++ * 2 / 4) << "slice " << slices - 1;
+        int want = -1; // the domain a named op belongs to
+        if (n.rfind("private.", 0) == 0)
+            want = n[8] - '0';
+        else if (n.size() > 3 && n.compare(n.size() - 3, 2, "_d") == 0)
+            want = n.back() - '0';
+        else if (n == "shared.conv1" || n == "shared.conv2" || n == "decoder" ||
+                 n == "shared.code" || n == "classifier")
+            want = 0;
+        if (want >= 0) {
+            named++;
+            EXPECT_EQ(stage[(size_t)o], want * 2 / 4) << n;
+        }
+        if (out == tsl_graph_output(g))
+            EXPECT_EQ(stage[(size_t)o], 0) << "the classifier";
+    }
+    EXPECT_EQ(slices, 4);
+    EXPECT_EQ(named, 4 * 7 + 1); // per domain 2 private convolutions and a code, 3 shared
+                                 // convolutions and the shared code; the classifier
+    // one group per domain
+    ASSERT_EQ(tsl_plan_parse("domains=4", &p), TSL_OK);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK);
+    for (int32_t o = 0; o < nops; o++) {
+        const char *name = nullptr;
+        tsl_graph_op_info(g, o, nullptr, &name, nullptr);
+        std::string n = name ? name : "";
+        if (n.rfind("private.", 0) == 0)
+            EXPECT_EQ(stage[(size_t)o], n[8] - '0') << n;
+    }
+    // bad ones
+    ASSERT_EQ(tsl_plan_parse("domains=8", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("domains=8, but the network has 4 domains"),
+              std::string::npos)
+        << tsl_last_error();
+    EXPECT_EQ(tsl_plan_parse("domains=2,stages=2", &p), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("domains= and stages= both"), std::string::npos)
+        << tsl_last_error();
+    tsl_graph_t cnn = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn", 3, sample, 3, &cnn), TSL_OK);
+    ASSERT_EQ(tsl_plan_parse("domains=2", &p), TSL_OK);
+    std::vector<int32_t> cstage((size_t)tsl_graph_op_count(cnn));
+    EXPECT_EQ(tsl_plan_stages(&p, cnn, 4, 1, cstage.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(tsl_last_error()).find("has 0 domains"), std::string::npos)
+        << tsl_last_error();
+    tsl_graph_destroy(cnn);
+    for (int64_t channels : {1, 11}) {
+        const int64_t bad[3] = {channels, 8, 8};
+        tsl_graph_t x = nullptr;
+        EXPECT_EQ(tsl_zoo_graph("dsn", 3, bad, 3, &x), TSL_ERR_SHAPE) << channels;
+        EXPECT_NE(std::string(tsl_last_error()).find("2 to 10 channels"), std::string::npos)
+            << tsl_last_error();
+        EXPECT_EQ(x, nullptr);
+    }
+    tsl_graph_destroy(g);
+}

@@ -311,6 +311,80 @@ TEST(LossKernel, SoftDiceValueAndGradient)
     }
 }
 
+// The similarity loss against its definition, the biased MMD^2 of the two batches with
+// std::exp's Gaussian mixture over the 19 bandwidths, in f64 (values spread so that several
+// bandwidths matter); its gradients against central finite differences of that definition; the
+// loss without gradients the same bits; f32 buffers the same loss and the f32-rounded gradients;
+// poisoned outputs; different feature counts are refused by the codelet's caller (lower/loss.c).
+TEST(LossKernel, SimilarityValueAndGradients)
+{
+    const int64_t n = 5, f = 6;
+    std::mt19937_64 gen(98);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> a((size_t)(n * f)), b((size_t)(n * f));
+    for (double &v : a)
+        v = (double)(float)(0.3 * normal(gen));
+    for (double &v : b)
+        v = (double)(float)(0.3 * normal(gen) + 0.2);
+    const double sigma[] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1,   5,   10, 15,
+                            20,   25,   30,   35,   100,  1e3,  1e4, 1e5, 1e6};
+    auto definition = [&](const std::vector<double> &x, const std::vector<double> &y) {
+        auto k = [&](const std::vector<double> &p, int64_t i, const std::vector<double> &q,
+                     int64_t j) {
+            double d = 0, sum = 0;
+            for (int64_t c = 0; c < f; c++)
+                d += std::pow(p[(size_t)(i * f + c)] - q[(size_t)(j * f + c)], 2);
+            for (double s : sigma)
+                sum += std::exp(-d / (2 * s * s));
+            return sum;
+        };
+        double xx = 0, yy = 0, xy = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n; j++)
+                xx += k(x, i, x, j), yy += k(y, i, y, j), xy += k(x, i, y, j);
+        return (xx + yy - 2 * xy) / (double)(n * n);
+    };
+    tsl_diff_args d = {TSL_F64, 0, n, f, f};
+    auto run = [&](const void *x, const void *y, void *da, void *db, tsl_diff_args args) {
+        std::vector<double> w((size_t)(3 * n * n), -1e300);
+        tsl_acc acc;
+        tsl_acc_init(&acc);
+        tsl_similarity_tile(&args, x, y, w.data(), &acc, da, db);
+        tsl_acc_normalize(&acc);
+        return tsl_acc_round(&acc) / (double)(n * n);
+    };
+    std::vector<double> da((size_t)(n * f), 1e300), db((size_t)(n * f), 1e300);
+    const double got = run(a.data(), b.data(), da.data(), db.data(), d);
+    const double want = definition(a, b);
+    EXPECT_GT(want, 1e-3);
+    EXPECT_NEAR(got, want, 1e-12 * want);
+    EXPECT_EQ(run(a.data(), b.data(), nullptr, nullptr, d), got);
+    const double h = 1e-6;
+    for (int e = 0; e < 2; e++)
+        for (size_t i = 0; i < a.size(); i++) {
+            std::vector<double> up[2] = {a, b}, down[2] = {a, b};
+            up[e][i] += h;
+            down[e][i] -= h;
+            double fd = (definition(up[0], up[1]) - definition(down[0], down[1])) / (2 * h);
+            double g = e ? db[i] : da[i];
+            EXPECT_NEAR(g, fd, 1e-7 * (1 + std::fabs(fd))) << (e ? "b " : "a ") << i;
+        }
+    // the same points as floats: the same loss, the gradients rounded once
+    std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end());
+    std::vector<float> daf((size_t)(n * f), NAN), dbf((size_t)(n * f), NAN);
+    tsl_diff_args s32 = {TSL_F32, 0, n, f, f};
+    EXPECT_EQ(run(af.data(), bf.data(), daf.data(), dbf.data(), s32), got);
+    for (size_t i = 0; i < da.size(); i++) {
+        EXPECT_EQ(daf[i], (float)da[i]) << i;
+        EXPECT_EQ(dbf[i], (float)db[i]) << i;
+    }
+    // one batch against itself: no discrepancy, no gradient
+    std::vector<double> z1((size_t)(n * f), 1e300), z2((size_t)(n * f), 1e300);
+    EXPECT_EQ(run(a.data(), a.data(), z1.data(), z2.data(), d), 0.0);
+    for (size_t i = 0; i < z1.size(); i++)
+        EXPECT_TRUE(z1[i] == 0.0 && z2[i] == 0.0) << i;
+}
+
 // Labels scattered into a narrow tile (the executor's u8 or i32 labels): a box of an i64
 // array, copied with narrow_labels, keeps every value the type holds and turns the others
 // into the invalid label 255 (u8) or -1 (i32).
