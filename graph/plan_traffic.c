@@ -83,6 +83,19 @@ static int64_t tile_numel(const tiles *t, int64_t i)
     return n;
 }
 
+/* The elements of tile i of t inside the per-sample box [start, stop) (all its samples). */
+static int64_t box_numel(const tiles *t, int64_t i, const int64_t *start, const int64_t *stop)
+{
+    int64_t n = t->ext[i][0];
+    for (int d = 1; d < t->ndim; d++) {
+        int64_t lo = t->lo[i][d] > start[d - 1] ? t->lo[i][d] : start[d - 1];
+        int64_t hi =
+            t->lo[i][d] + t->ext[i][d] < stop[d - 1] ? t->lo[i][d] + t->ext[i][d] : stop[d - 1];
+        n *= hi > lo ? hi - lo : 0;
+    }
+    return n;
+}
+
 /* Mark in `has` the ranks owning a tile of t. */
 static void ranks_of(const tiles *t, int32_t nranks, uint8_t *has)
 {
@@ -184,6 +197,29 @@ static void exact_reduce(const tiles *t, int32_t nranks, int64_t *sent)
         for (int64_t i = 0; i + step < t->n; i += 2 * step)
             sent[t->rank[i + step]] += t->rank[i + step] != t->rank[i] ? TSL_PLAN_ACC_BYTES : 0;
     sent[t->rank[0]] += (int64_t)(nranks - 1) * TSL_PLAN_ACC_BYTES;
+}
+
+/* A two-value loss (difference, similarity): t's tiles brought whole to `root` and its
+ * gradient's tiles sent back to their owners. */
+static void whole_and_back(const tiles *t, int32_t root, int64_t *sent)
+{
+    for (int64_t i = 0; i < t->n; i++)
+        if (t->rank[i] != root) {
+            sent[t->rank[i]] += 4 * tile_numel(t, i);
+            sent[root] += 4 * tile_numel(t, i);
+        }
+}
+
+/* An MSE or L1 term against another value: that value regridded onto the compared one's tiles
+ * where they differ (each tile of it sent by its owner, at most), then the term's sums. */
+static void against_traffic(const tiles *on, const tiles *against, int32_t nranks, int64_t *sent)
+{
+    int same = on->n == against->n;
+    for (int64_t i = 0; same && i < on->n; i++)
+        same = on->rank[i] == against->rank[i];
+    for (int64_t i = 0; !same && i < against->n; i++)
+        sent[against->rank[i]] += 4 * tile_numel(against, i);
+    exact_reduce(on, nranks, sent);
 }
 
 /* The input window [wlo, whi) of output tile i of a convolution (not transposed), per spatial
@@ -578,6 +614,18 @@ static tsl_status param_traffic(const tsl_plan *plan, tsl_graph_t g, int32_t nra
             sent[order[0]] += btotal[b];
         free(order);
     }
+    /* a shared op's parameter copies (tsl_graph_share_params()) whose owner is not their
+     * source's: refreshed from the source before the forward, their gradients added into it
+     * after the backward */
+    for (int32_t p = 0; p < np && !st; p++) {
+        int32_t src = tsl_graph_param_source(g, p);
+        if (src == p || src < 0 || sharded[p] || sharded[src] || param_owner[p] == param_owner[src])
+            continue;
+        int64_t bytes = 4 * tsl_shape_numel(&g->params[p].shape);
+        sent[param_owner[src]] += bytes;
+        if (g->params[p].trainable)
+            sent[param_owner[p]] += bytes;
+    }
     free(grids);
     free(owners);
     free(sharded);
@@ -675,18 +723,34 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
                 continue;
             const tiles *x = &vt[v];
             /* sent forward, and again for a backward that reads it (the forward's received
-             * copy is dropped after the forward) */
+             * copy is dropped after the forward); a slice reads only its box of each tile */
             int64_t times = 1 + tsl_graph_op_reads_input_backward(op);
             for (int64_t i = 0; i < x->n; i++) {
-                stagex[x->rank[i]] += times * 4 * tile_numel(x, i);
+                int64_t moved = op->kind == TSL_OP_SLICE ? box_numel(x, i, op->start, op->stop)
+                                                         : tile_numel(x, i);
+                stagex[x->rank[i]] += times * 4 * moved;
                 if (v != g->input) /* its gradient back, from the tile's peer on this stage */
-                    stagex[y->rank[i % y->n]] += 4 * tile_numel(x, i);
+                    stagex[y->rank[i % y->n]] += 4 * moved;
             }
         }
     }
     if (!st && nranks > 1) { /* the loss and the accuracy, one accumulator per tile each */
         exact_reduce(&vt[out], nranks, loss);
         exact_reduce(&vt[out], nranks, loss);
+    }
+    /* the loss terms between values (the first term on the batch is the loss above; every
+     * other term on the batch has its own sums) */
+    const int32_t batch_term = tsl_loss_batch_term(g->nloss, g->loss);
+    for (int32_t t = 0; t < g->nloss && !st && nranks > 1; t++) {
+        const tsl_loss_term *e = &g->loss[t];
+        const tiles *on = &vt[tsl_loss_term_value(g, e)];
+        if (!e->against && t != batch_term)
+            exact_reduce(on, nranks, loss);
+        else if (e->against && tsl_model_loss_of_two_values(e->kind)) {
+            whole_and_back(on, on->rank[0], loss);
+            whole_and_back(&vt[e->against - 1], on->rank[0], loss);
+        } else if (e->against)
+            against_traffic(on, &vt[e->against - 1], nranks, loss);
     }
     for (int32_t r = 0; r < nranks && !st; r++)
         for (int k = 0; k < TSL_TRAFFIC_TERMS - 1; k++)

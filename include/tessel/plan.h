@@ -325,7 +325,8 @@ typedef enum tsl_traffic_term {
     TSL_TRAFFIC_BATCHNORM = 1, /**< batch and group norm's exact sums, forward and backward */
     TSL_TRAFFIC_HALOS = 2,     /**< convolutions' halo slabs, forward and backward */
     TSL_TRAFFIC_STAGES = 3,    /**< values crossing pipeline stages and their gradients */
-    TSL_TRAFFIC_LOSSES = 4,    /**< the loss's and the accuracy's sums */
+    TSL_TRAFFIC_LOSSES = 4,    /**< the loss terms' and the accuracy's sums, and the values loss
+                                    terms between values move (and their gradients) */
     TSL_TRAFFIC_TOTAL = 5,     /**< the sum of the terms above */
     TSL_TRAFFIC_TERMS = 6
 } tsl_traffic_term;

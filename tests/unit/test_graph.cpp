@@ -1735,3 +1735,47 @@ TEST(Plan, DomainsPlaceEachDomainOnItsRankGroup)
     }
     tsl_graph_destroy(g);
 }
+
+// A difference or similarity term brings both values whole to the rank of the first's first
+// tile and sends their gradients back: with data=2 on 2 ranks and 4 samples of 8-feature codes,
+// rank 1 sends its two sample tiles (2 x 8 floats each) and receives their gradients, 128 bytes
+// each way beyond the cross-entropy alone; an MSE term between the same values (on the same
+// tiles: nothing moves) adds its sums, one accumulator from rank 1 and one back, as the
+// cross-entropy's own sums do.
+TEST(Plan, TrafficCountsTheValuesATwoValueLossGathers)
+{
+    auto losses = [](int32_t nterms, tsl_model_loss_kind kind, int64_t *sent) {
+        tsl_graph_t g = nullptr;
+        EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
+        int64_t sample[1] = {6};
+        int32_t x, a, b, y;
+        EXPECT_EQ(tsl_graph_input(g, 1, sample, &x), TSL_OK);
+        EXPECT_EQ(tsl_graph_linear(g, "a", x, 8, 1, &a), TSL_OK);
+        EXPECT_EQ(tsl_graph_linear(g, "b", x, 8, 1, &b), TSL_OK);
+        EXPECT_EQ(tsl_graph_linear(g, "fc", a, 3, 1, &y), TSL_OK);
+        EXPECT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+        const tsl_loss_term t[2] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0},
+                                    {kind, 0.1, a + 1, b + 1}};
+        EXPECT_EQ(tsl_graph_set_loss(g, nterms, t), TSL_OK) << tsl_last_error();
+        tsl_plan p;
+        EXPECT_EQ(tsl_plan_parse("data=2", &p), TSL_OK);
+        int64_t all[2 * TSL_TRAFFIC_TERMS];
+        EXPECT_EQ(tsl_plan_estimate_traffic(&p, g, 2, 1, 4, 1, all), TSL_OK) << tsl_last_error();
+        sent[0] = all[TSL_TRAFFIC_LOSSES * 2];
+        sent[1] = all[TSL_TRAFFIC_LOSSES * 2 + 1];
+        tsl_graph_destroy(g);
+    };
+    int64_t base[2], mse[2], diff[2], sim[2];
+    losses(1, TSL_MODEL_LOSS_MSE, base);
+    losses(2, TSL_MODEL_LOSS_MSE, mse);
+    losses(2, TSL_MODEL_LOSS_DIFFERENCE, diff);
+    losses(2, TSL_MODEL_LOSS_SIMILARITY, sim);
+    const int64_t acc = base[0] / 2; // (the loss's and the accuracy's accumulator into rank 0)
+    EXPECT_GT(acc, 0);
+    for (int r = 0; r < 2; r++) {
+        EXPECT_EQ(base[r], 2 * acc) << r;
+        EXPECT_EQ(mse[r] - base[r], acc) << r;
+        EXPECT_EQ(diff[r] - base[r], 128) << r;
+        EXPECT_EQ(sim[r], diff[r]) << r;
+    }
+}
