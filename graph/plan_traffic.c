@@ -322,6 +322,45 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
     }
 }
 
+/* Overlap of [alo, alo + aext) and [blo, blo + bext). */
+static int64_t span_overlap(int64_t alo, int64_t aext, int64_t blo, int64_t bext)
+{
+    int64_t lo = alo > blo ? alo : blo, hi = alo + aext < blo + bext ? alo + aext : blo + bext;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* Windows of a pooling that reach input tiles on other ranks (a global pooling's window is
+ * the whole input): each output tile's window over x's tiles of its samples and channels;
+ * those on other ranks send what the window covers forward and take its gradient back (when x
+ * takes one). Windows that stay inside their own tile (a 2x2 max pooling of even tiles) move
+ * nothing. */
+static void pool_windows(const tsl_pool_params *pp, const tiles *x, const tiles *y, int backward,
+                         int64_t *sent)
+{
+    const int sp = pp->spatial;
+    if (x->ndim != y->ndim)
+        return;
+    for (int64_t i = 0; i < y->n; i++) {
+        int64_t wlo[3], whi[3];
+        for (int d = 0; d < sp; d++) {
+            int64_t lo = y->lo[i][2 + d], ext = y->ext[i][2 + d];
+            wlo[d] = lo * pp->stride[d] - pp->padding[d];
+            whi[d] = (lo + ext - 1) * pp->stride[d] - pp->padding[d] + pp->kernel[d];
+        }
+        for (int64_t j = 0; j < x->n; j++) {
+            if (x->rank[j] == y->rank[i])
+                continue;
+            int64_t vol = span_overlap(x->lo[j][0], x->ext[j][0], y->lo[i][0], y->ext[i][0]) *
+                          span_overlap(x->lo[j][1], x->ext[j][1], y->lo[i][1], y->ext[i][1]);
+            for (int d = 0; d < sp && vol; d++)
+                vol *= span_overlap(x->lo[j][2 + d], x->ext[j][2 + d], wlo[d], whi[d] - wlo[d]);
+            sent[x->rank[j]] += 4 * vol;
+            if (backward)
+                sent[y->rank[i]] += 4 * vol;
+        }
+    }
+}
+
 /* Whether t is cut along a spatial dimension. */
 static int spatially_cut(const tiles *t)
 {
@@ -709,6 +748,9 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
             lin.conv.padding_mode = TSL_PADDING_ZEROS;
             op = &lin;
         }
+        if (op->kind == TSL_OP_POOL && op->ninputs > 0 &&
+            op_stage[g->values[op->inputs[0]].producer] == op_stage[o]) /* (else: a stage's) */
+            pool_windows(&op->pool, &vt[op->inputs[0]], y, op->inputs[0] != g->input, halo);
         if (tsl_plan_input_channel_cut(plan, g, o))
             conv_parts(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape, halo);
         else if ((op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0) ||

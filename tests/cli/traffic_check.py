@@ -3,7 +3,7 @@
 spatial, mixed, pipeline stages with micro-batches, buckets off, a default plan that leaves a rank
 idle, filters, channels, spatial tiles of circular convolutions, domains of the multi-domain
 network: views of the input crossing to their groups, shared weights' copies and gradients,
-codes gathered by the loss terms), the bytes `tessel plan` says each rank sends per training step equal, within 5 % (and
+codes gathered by the loss terms, global pooling over spatial tiles), the bytes `tessel plan` says each rank sends per training step equal, within 5 % (and
 8 KiB), the bytes `tessel train --comm-stats` measures on the same model, data, batch and plan
 (the metrics file's per-rank sent_bytes_per_step). At 1 rank the estimate is 0 and so is the
 measurement.
@@ -64,7 +64,9 @@ CASES = {
         (NORM, "synthetic:dims=2,size=64,samples=8", 4, "space=2"),
         (NORM, "synthetic:dims=2,size=64,samples=8", 4, "channels=2"),
         ("dsn", "synthetic:dims=2,size=64,samples=16,channels=2,labels=sample", 8, "domains=2"),
-        ("dsn", "synthetic:dims=2,size=64,samples=16,channels=4,labels=sample", 8, "domains=2")],
+        ("dsn", "synthetic:dims=2,size=64,samples=16,channels=4,labels=sample", 8, "domains=2"),
+        # global average pooling over spatial tiles: each pooled tile reads the whole map
+        ("dsn", "synthetic:dims=2,size=64,samples=16,channels=2,labels=sample", 4, "space=2")],
     4: [("resnet", "synthetic:dims=2,size=16,samples=32,labels=sample", 8, "data=4"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "data=2,filters=2"),
         ("cnn2d", "synthetic:dims=2,size=32,samples=16,labels=sample", 8, "filters=2,space=2"),
@@ -78,7 +80,9 @@ CASES = {
         (NORM, "synthetic:dims=2,size=64,samples=8", 4, "channels=2,space=2"),
         ("dsn", "synthetic:dims=2,size=64,samples=16,channels=4,labels=sample", 8, "domains=4"),
         ("dsn", "synthetic:dims=2,size=64,samples=16,channels=2,labels=sample", 8,
-         "domains=2,data=2")],
+         "domains=2,data=2"),
+        ("dsn", "synthetic:dims=2,size=64,samples=16,channels=2,labels=sample", 4,
+         "domains=2,space=2")],
 }
 
 
