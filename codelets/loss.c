@@ -321,7 +321,7 @@ void tsl_difference_tile(const tsl_diff_args *d, const void *a, const void *b, d
                            tsl_diff_grad(d->dtype, b, n, d->fb, ga, i, k));
 }
 
-/* difference_cpu and similarity_cpu: the buffers and sizes (scratch doubles per n^2). */
+/* pair_cpu: the buffers and sizes (scratch doubles per n^2). */
 static int pair_buffers_ok(void *buffers[], unsigned nbuffers, const tsl_diff_args *d,
                            int64_t scratch)
 {
@@ -330,22 +330,6 @@ static int pair_buffers_ok(void *buffers[], unsigned nbuffers, const tsl_diff_ar
            (int64_t)STARPU_VECTOR_GET_NX(buffers[0]) >= d->n * d->fa &&
            (int64_t)STARPU_VECTOR_GET_NX(buffers[1]) >= d->n * d->fb &&
            (int64_t)STARPU_VECTOR_GET_NX(buffers[2]) >= scratch * d->n * d->n;
-}
-
-static void difference_cpu(void *buffers[], void *cl_arg)
-{
-    tsl_diff_args d;
-    starpu_codelet_unpack_args(cl_arg, &d);
-    unsigned nbuffers = starpu_task_get_current()->nbuffers;
-    TSL_CODELET_CHECK(pair_buffers_ok(buffers, nbuffers, &d, 2), "difference: buffers and sizes");
-    tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[3]);
-    tsl_acc_init(acc);
-    tsl_difference_tile(&d, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
-                        (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
-                        (double *)STARPU_VECTOR_GET_PTR(buffers[2]), acc,
-                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL,
-                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[5]) : NULL);
-    tsl_acc_normalize(acc);
 }
 
 void tsl_similarity_tile(const tsl_diff_args *d, const void *a, const void *b, double *w,
@@ -372,24 +356,39 @@ void tsl_similarity_tile(const tsl_diff_args *d, const void *a, const void *b, d
         }
 }
 
-static void similarity_cpu(void *buffers[], void *cl_arg)
+/* The difference and similarity codelets: R a, R b, W scratch (`scratch` doubles per n^2),
+ * W acc, and W da, W db for the gradient; the similarity compares values of one width. */
+typedef void (*pair_tile_fn)(const tsl_diff_args *, const void *, const void *, double *, tsl_acc *,
+                             void *, void *);
+static void pair_cpu(void *buffers[], void *cl_arg, int64_t scratch, int same_features,
+                     pair_tile_fn tile, const char *what)
 {
     tsl_diff_args d;
     starpu_codelet_unpack_args(cl_arg, &d);
     unsigned nbuffers = starpu_task_get_current()->nbuffers;
-    TSL_CODELET_CHECK(pair_buffers_ok(buffers, nbuffers, &d, 3) && d.fa == d.fb,
-                      "similarity: buffers and sizes");
+    TSL_CODELET_CHECK(
+        pair_buffers_ok(buffers, nbuffers, &d, scratch) && (!same_features || d.fa == d.fb), what);
     tsl_acc *acc = (tsl_acc *)STARPU_VECTOR_GET_PTR(buffers[3]);
     tsl_acc_init(acc);
-    tsl_similarity_tile(&d, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
-                        (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
-                        (double *)STARPU_VECTOR_GET_PTR(buffers[2]), acc,
-                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL,
-                        nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[5]) : NULL);
+    tile(&d, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
+         (const void *)STARPU_VECTOR_GET_PTR(buffers[1]),
+         (double *)STARPU_VECTOR_GET_PTR(buffers[2]), acc,
+         nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL,
+         nbuffers == 6 ? (void *)STARPU_VECTOR_GET_PTR(buffers[5]) : NULL);
     tsl_acc_normalize(acc);
 }
 
-static uint32_t difference_variant(struct starpu_task *task)
+static void difference_cpu(void *buffers[], void *cl_arg)
+{
+    pair_cpu(buffers, cl_arg, 2, 0, tsl_difference_tile, "difference: buffers and sizes");
+}
+
+static void similarity_cpu(void *buffers[], void *cl_arg)
+{
+    pair_cpu(buffers, cl_arg, 3, 1, tsl_similarity_tile, "similarity: buffers and sizes");
+}
+
+static uint32_t pair_variant(struct starpu_task *task)
 {
     tsl_diff_args d;
     starpu_codelet_unpack_args(task->cl_arg, &d);
@@ -415,10 +414,10 @@ static uint32_t loss_variant(struct starpu_task *task)
 /* R x, R target, W accumulator, optionally W gradient. */
 TSL_CODELET(tsl_cl_loss, "tsl_loss", loss_cpu, tsl_loss_cuda, loss_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_difference, "tsl_difference", difference_cpu, tsl_difference_cuda,
-            difference_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
-TSL_CODELET(tsl_cl_similarity, "tsl_similarity", similarity_cpu, tsl_similarity_cuda,
-            difference_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_difference, "tsl_difference", difference_cpu, tsl_difference_cuda, pair_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
+TSL_CODELET(tsl_cl_similarity, "tsl_similarity", similarity_cpu, tsl_similarity_cuda, pair_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS);
 TSL_CODELET(tsl_cl_dice_stats, "tsl_dice_stats", dice_stats_cpu, tsl_dice_stats_cuda, loss_variant,
             .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_dice_coef, "tsl_dice_coef", dice_coef_cpu, tsl_dice_coef_cuda, loss_variant,
