@@ -1303,7 +1303,8 @@ TEST_F(ModelJson, SliceWritesChannelsOrABox)
         {R"({"op": "slice", "channels": [0, 1], "start": [0, 0, 0], "stop": [1, 6, 5]})",
          "give 'channels' or 'start' and 'stop', not both"},
         {R"({"op": "slice", "channels": [0]})", "'channels' must be [first, end]"},
-        {R"({"op": "slice", "channels": [2, 1]})", "slice"},
+        {R"({"op": "slice", "channels": [2, 1]})",
+         "axis 0: [2, 1) is not a non-empty range of [0, 4)"},
         {R"({"op": "slice", "channels": "all"})", "'channels' must be [first, end]"},
     };
     for (const auto &e : bad) {
