@@ -144,14 +144,14 @@ tsl_status tsl_loss_terms_check(const struct tsl_graph *g, int32_t count,
                              "+ a value of this graph (%d values)",
                              fn, (int)t, (int)e->on, (int)e->against, (int)g->nvalues);
         int32_t on = tsl_loss_term_value(g, e);
-        if (e->on && on == g->input)
+        if (e->on && tsl_graph_is_input(g, on))
             return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                              "%s: term %d reads the input, which no parameter makes", fn, (int)t);
         if (e->against) {
             int32_t a = e->against - 1;
             if (tsl_model_loss_of_two_values(e->kind)) {
                 const char *name = tsl_model_loss_name(e->kind);
-                if (a == g->input)
+                if (tsl_graph_is_input(g, a))
                     return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                                      "%s: term %d: %s with the input, which no parameter makes", fn,
                                      (int)t, name);
@@ -374,27 +374,64 @@ static tsl_shape shape_of(int32_t ndim, const int64_t *dims)
     return s;
 }
 
-tsl_status tsl_graph_input(tsl_graph_t g, int32_t ndim, const int64_t *dims, int32_t *value)
+tsl_status tsl_graph_add_input(tsl_graph_t g, const char *name, int32_t ndim, const int64_t *dims,
+                               int32_t *value)
 {
-    const char *fn = "tsl_graph_input";
+    const char *fn = "tsl_graph_add_input";
     tsl_status st = check_graph(g, value, fn);
     if (st)
         return st;
-    if (g->input >= 0)
-        return tsl_error(NULL, TSL_ERR_STATE, "%s: the graph already has an input", fn);
+    int32_t count = tsl_graph_input_count(g);
+    if (count >= TSL_GRAPH_MAX_GRAPH_INPUTS)
+        return tsl_error(NULL, TSL_ERR_STATE, "%s: a graph has at most %d inputs", fn,
+                         TSL_GRAPH_MAX_GRAPH_INPUTS);
     if (ndim < 1 || ndim > TSL_MAX_DIMS - 1 || !dims)
         return tsl_error(NULL, TSL_ERR_SHAPE,
                          "%s: a sample has 1 to %d dimensions (C, spatial...), not %d", fn,
                          TSL_MAX_DIMS - 1, (int)ndim);
+    for (int32_t d = 0; d < ndim; d++)
+        if (dims[d] < 1)
+            return tsl_error(NULL, TSL_ERR_SHAPE, "%s: dimension %d of the sample is %lld", fn,
+                             (int)d, (long long)dims[d]);
+    char made[32];
+    if (!name) { /* "input", then "input1", "input2", ... */
+        snprintf(made, sizeof made, count ? "input%d" : "input", (int)count);
+        name = made;
+    }
+    if ((st = check_name(g, name, fn)))
+        return st;
     tsl_shape s = shape_of(ndim, dims);
     tsl_graph_op op;
     memset(&op, 0, sizeof op);
     op.kind = TSL_OP_INPUT;
-    snprintf(op.name, sizeof op.name, "input");
+    snprintf(op.name, sizeof op.name, "%s", name);
     if ((st = add_op(g, &op, &s, value, fn)))
         return st;
-    g->input = *value;
+    if (g->input < 0)
+        g->input = *value;
     return TSL_OK;
+}
+
+tsl_status tsl_graph_input(tsl_graph_t g, int32_t ndim, const int64_t *dims, int32_t *value)
+{
+    return tsl_graph_add_input(g, NULL, ndim, dims, value);
+}
+
+int32_t tsl_graph_input_count(tsl_graph_t g)
+{
+    int32_t n = 0;
+    for (int32_t o = 0; g && o < g->nops; o++)
+        n += g->ops[o].kind == TSL_OP_INPUT;
+    return n;
+}
+
+int32_t tsl_graph_input_value(tsl_graph_t g, int32_t index)
+{
+    for (int32_t o = 0, k = 0; g && o < g->nops; o++)
+        if (g->ops[o].kind == TSL_OP_INPUT && k++ == index)
+            return g->ops[o].output;
+    return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_graph_input_value: the graph has no input %d",
+                     (int)index);
 }
 
 tsl_status tsl_graph_conv(tsl_graph_t g, const char *name, int32_t x, int64_t out_channels,
@@ -1018,7 +1055,7 @@ int32_t tsl_graph_folded_concat(const struct tsl_graph *g, int32_t o, const int3
 int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const uint8_t *fused,
                                   const int32_t *fold)
 {
-    if (v == g->output || v == g->input)
+    if (v == g->output || tsl_graph_is_input(g, v))
         return 1;
     int32_t p = g->values[v].producer;
     if (tsl_op_info_of(g->ops[p].kind)->keeps_output && !(fused && fused[p]))
@@ -1033,7 +1070,8 @@ int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const ui
 
 int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t *op_stage)
 {
-    if (v < 0 || v >= g->nvalues || v == g->output || v == g->input || tsl_graph_loss_reads(g, v))
+    if (v < 0 || v >= g->nvalues || v == g->output || tsl_graph_is_input(g, v) ||
+        tsl_graph_loss_reads(g, v))
         return -1;
     int32_t r = g->values[v].producer;
     if (g->ops[r].kind != TSL_OP_ACTIVATION || g->ops[r].ninputs != 1)

@@ -66,6 +66,12 @@ struct tsl_graph {
     int32_t nloss;
 };
 
+/* Whether value v is one of the graph's inputs (tsl_graph_add_input()). */
+static inline int tsl_graph_is_input(const struct tsl_graph *g, int32_t v)
+{
+    return v >= 0 && v < g->nvalues && g->ops[g->values[v].producer].kind == TSL_OP_INPUT;
+}
+
 /* The shape of a (batch, sample...) tensor. */
 void tsl_batch_shape(int64_t batch, const tsl_shape *sample, tsl_shape *out);
 

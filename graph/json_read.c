@@ -259,6 +259,8 @@ static tsl_status read_name(layer *l)
             return fail(r, l, TSL_ERR_FORMAT,
                         "a %s layer needs a \"name\" (its parameters' prefix)",
                         json_op_text(l->op, l->act));
+        if (l->op == L_INPUT && l->index > 0)
+            return fail(r, l, TSL_ERR_FORMAT, "an input after the first needs a \"name\"");
         l->name = l->op == L_INPUT ? "input" : NULL;
     } else if (!cJSON_IsString(item) || !item->valuestring[0] ||
                strlen(item->valuestring) >= TSL_GRAPH_NAME_MAX) {
@@ -314,6 +316,19 @@ static tsl_status read_input_layer(layer *l, int32_t *value)
 {
     reader *r = l->r;
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(l->json, "shape");
+    if (l->index > 0) { /* a further input: its own shape, required */
+        int64_t dims[TSL_MAX_DIMS];
+        int32_t n = cJSON_IsArray(item) ? cJSON_GetArraySize(item) : 0, d = 0;
+        int ok = n >= 1 && n <= TSL_MAX_DIMS - 1;
+        for (const cJSON *e = ok ? item->child : NULL; ok && e; e = e->next)
+            ok = json_int(e, 1, &dims[d++]) == 0;
+        if (!ok)
+            return fail(r, l, TSL_ERR_FORMAT,
+                        "an input after the first needs \"shape\": its sample shape (C, "
+                        "spatial...), 1 to %d integers >= 1 (the data gives the first input's)",
+                        TSL_MAX_DIMS - 1);
+        return built(l, tsl_graph_add_input(r->graph, l->name, n, dims, value));
+    }
     if (item) {
         int ok = cJSON_IsArray(item) && cJSON_GetArraySize(item) == r->ndim;
         int32_t d = 0;
@@ -332,7 +347,7 @@ static tsl_status read_input_layer(layer *l, int32_t *value)
                         text);
         }
     }
-    return built(l, tsl_graph_input(r->graph, r->ndim, r->dims, value));
+    return built(l, tsl_graph_add_input(r->graph, l->name, r->ndim, r->dims, value));
 }
 
 static tsl_status read_conv(layer *l, int32_t *value)
@@ -562,10 +577,9 @@ static tsl_status read_layer(reader *r, const cJSON *json)
         json_op_list(known, sizeof known);
         return fail(r, &l, TSL_ERR_FORMAT, "unknown op '%s' (ops: %s)", op->valuestring, known);
     }
-    if ((l.index == 0) != (l.op == L_INPUT))
+    if (l.index == 0 && l.op != L_INPUT)
         return fail(r, &l, TSL_ERR_FORMAT,
-                    l.index == 0 ? "the first layer must be the input ({\"op\": \"input\"})"
-                                 : "a network has one input, the first layer");
+                    "the first layer must be the input ({\"op\": \"input\"})");
     char what[64];
     const char *text = json_op_text(l.op, l.act);
     snprintf(what, sizeof what, "a%s %s layer", strchr("aeiou", text[0]) ? "n" : "", text);

@@ -188,6 +188,14 @@ static int add_attributes(cJSON *j, const struct tsl_graph *g, const tsl_graph_o
     const tsl_conv_params *c = &o->conv;
     const tsl_pool_params *p = &o->pool;
     int32_t spatial = g->values[o->output].shape.ndim - 1;
+    if (op == L_INPUT && o->output != g->input) { /* a further input: its shape, an array */
+        const tsl_shape *s = &g->values[o->output].shape;
+        cJSON *array = cJSON_AddArrayToObject(j, json_key_names[K_SHAPE]);
+        int failed = !array;
+        for (int32_t d = 0; d < s->ndim && !failed; d++)
+            failed = !cJSON_AddItemToArray(array, cJSON_CreateNumber((double)s->dims[d]));
+        return failed;
+    }
     switch (op) {
     case L_CONV:
     case L_CONV_TRANSPOSE:

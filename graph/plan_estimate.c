@@ -442,7 +442,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 for (int32_t r = 0; r < nranks; r++) {
                     int64_t b = size[(int64_t)op->inputs[k] * nranks + r];
                     xcopy[(int64_t)o * nranks + r] += copies * b;
-                    if (weighted && op->inputs[k] != g->input)
+                    if (weighted && !tsl_graph_is_input(g, op->inputs[k]))
                         dxpart[(int64_t)o * nranks + r] += 2 * copies * b;
                 }
         if (!st && plan && !tsl_plan_takes_channel_tiles(op) && channel_cut(plan, g, op->output))
@@ -533,7 +533,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 }
             for (int32_t k = 0; k < nin && written[y] && op->kind != TSL_OP_INPUT; k++) {
                 int32_t v = ins[k];
-                if (v == g->input) {
+                if (tsl_graph_is_input(g, v)) {
                     if (op->kind == TSL_OP_CONCAT && !spare[v]) /* its part goes to a spare */
                         spare[v] = 1, live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
                 } else if (!written[v]) {
@@ -556,7 +556,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                     bytes[r] = live[r] > bytes[r] ? live[r] : bytes[r];
                 }
             }
-            int copies = (y != out && !gone[y]) + written[y] * (y != g->input) + spare[y];
+            int copies = (y != out && !gone[y]) + written[y] * !tsl_graph_is_input(g, y) + spare[y];
             for (int c = 0; c < copies; c++)
                 live_add(live, bytes, size, y, nranks, vlo, vhi, -1);
             live_add(live, bytes, isize, o, nranks, olo, ohi, -1);
@@ -631,7 +631,7 @@ tsl_status tsl_plan_received_for_stages(const tsl_plan *plan, tsl_graph_t g, int
             fwd[so] += in;
             if (tsl_graph_op_reads_input_backward(op))
                 bwd_inputs[so] += in;
-            if (v != g->input) {
+            if (!tsl_graph_is_input(g, v)) {
                 bwd[sv] += op->kind == TSL_OP_CONCAT ? in : out;
                 if (op->kind == TSL_OP_CONCAT) /* the part is cut on its owner, then sent */
                     bwd[so] += in;

@@ -37,7 +37,7 @@ int64_t tsl_plan_value_copies(const struct tsl_graph *g, int32_t v, const int32_
                 concat |=
                     g->ops[o].kind == TSL_OP_CONCAT && tsl_graph_folded_concat(g, o, op_stage) < 0;
             }
-    return v == g->input ? 1 + concat : 2 + (readers > 1);
+    return tsl_graph_is_input(g, v) ? 1 + concat : 2 + (readers > 1);
 }
 
 /* The stage cost of op o (see tsl_plan_stages()). */
@@ -246,19 +246,31 @@ static tsl_status layer_groups(const tsl_plan *plan, tsl_graph_t g, int32_t *op_
     return st;
 }
 
-/* domains=N: each slice op reading the input starts a domain (K in op order, K >= N); an op
- * takes the domain its inputs come from, none when they come from no domain, domain 0 when from
- * several; domain k runs on group k N / K, ops of no domain on group 0. */
+/* Whether a slice op reads value v. */
+static int sliced(const struct tsl_graph *g, int32_t v)
+{
+    for (int32_t o = 0; o < g->nops; o++)
+        if (g->ops[o].kind == TSL_OP_SLICE && g->ops[o].inputs[0] == v)
+            return 1;
+    return 0;
+}
+
+/* domains=N: each slice op reading the (first) input starts a domain, and in a graph of
+ * several inputs each input no slice reads (K in op order, K >= N); an op takes the domain its
+ * inputs come from, none when they come from no domain, domain 0 when from several; domain k
+ * runs on group k N / K, ops of no domain on group 0. */
 static tsl_status domain_groups(const tsl_plan *plan, tsl_graph_t g, int32_t *op_stage)
 {
     const int32_t n = g->nops, none = -1, several = -2;
     int32_t *dom = malloc(sizeof *dom * (size_t)(n > 0 ? n : 1)), k = 0;
+    const int several_inputs = tsl_graph_input_count(g) > 1;
     if (!dom)
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_stages: out of memory");
     for (int32_t o = 0; o < n; o++) {
         const tsl_graph_op *op = &g->ops[o];
         dom[o] = none;
-        if (op->kind == TSL_OP_SLICE && op->ninputs == 1 && op->inputs[0] == g->input) {
+        if ((op->kind == TSL_OP_SLICE && op->ninputs == 1 && op->inputs[0] == g->input) ||
+            (op->kind == TSL_OP_INPUT && several_inputs && !sliced(g, op->output))) {
             dom[o] = k++;
             continue;
         }
@@ -273,7 +285,8 @@ static tsl_status domain_groups(const tsl_plan *plan, tsl_graph_t g, int32_t *op
     if (k < plan->domains)
         st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
                        "tsl_plan_stages: domains=%d, but the network has %d domain%s (slices of "
-                       "its input: each starts one, as the zoo's dsn does per input channel)",
+                       "its input, or its inputs: each starts one, as the zoo's dsn does per "
+                       "input channel)",
                        (int)plan->domains, (int)k, k == 1 ? "" : "s");
     for (int32_t o = 0; o < n && !st; o++)
         op_stage[o] = dom[o] >= 0 ? (int32_t)((int64_t)dom[o] * plan->domains / k) : 0;
@@ -281,8 +294,32 @@ static tsl_status domain_groups(const tsl_plan *plan, tsl_graph_t g, int32_t *op
     return st;
 }
 
+static tsl_status stages_of(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
+                            int32_t optimizer_states, int32_t *op_stage);
+
 tsl_status tsl_plan_stages(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
                            int32_t optimizer_states, int32_t *op_stage)
+{
+    tsl_status st = stages_of(plan, g, batch, optimizer_states, op_stage);
+    if (st || (plan && plan->domains > 1 && plan->layers <= 1))
+        return st;
+    /* An input after the first sits on the earliest stage that reads it (its batch goes
+     * straight there), not on the stage of the op before it. */
+    for (int32_t o = 0; o < g->nops; o++) {
+        int32_t v = g->ops[o].output, at = -1;
+        if (g->ops[o].kind != TSL_OP_INPUT || v == g->input)
+            continue;
+        for (int32_t r = o + 1; r < g->nops; r++)
+            for (int32_t k = 0; k < g->ops[r].ninputs; k++)
+                if (g->ops[r].inputs[k] == v && (at < 0 || op_stage[r] < at))
+                    at = op_stage[r];
+        op_stage[o] = at >= 0 ? at : op_stage[o];
+    }
+    return TSL_OK;
+}
+
+static tsl_status stages_of(const tsl_plan *plan, tsl_graph_t g, int64_t batch,
+                            int32_t optimizer_states, int32_t *op_stage)
 {
     const char *fn = "tsl_plan_stages";
     if (!g || !op_stage || batch < 1 || optimizer_states < 0)

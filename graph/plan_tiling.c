@@ -190,7 +190,7 @@ int tsl_plan_input_channel_cut(const tsl_plan *plan, const struct tsl_graph *g, 
         return 0;
     int32_t v = op->inputs[0], producer = g->values[v].producer;
     const tsl_shape *in = &g->values[v].shape;
-    return v != g->input && v != g->output && (conv ? in->ndim >= 2 : in->ndim == 1) &&
+    return !tsl_graph_is_input(g, v) && v != g->output && (conv ? in->ndim >= 2 : in->ndim == 1) &&
            tsl_plan_cuts_channels(plan, in) &&
            !(producer >= 0 && g->ops[producer].kind == TSL_OP_CONCAT);
 }

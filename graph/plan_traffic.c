@@ -152,7 +152,7 @@ static void groupnorm_traffic(const struct tsl_graph *g, const tsl_graph_op *op,
                               const tiles *y, int32_t keeper, const int32_t *param_owner,
                               int32_t nranks, uint8_t *need, int64_t *sent)
 {
-    const int has_dx = op->inputs[0] != g->input;
+    const int has_dx = !tsl_graph_is_input(g, op->inputs[0]);
     const int64_t channels = g->values[op->inputs[0]].shape.dims[0];
     int64_t batch = 0;
     int32_t *first = malloc(sizeof *first * (size_t)x->samples);
@@ -739,7 +739,7 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
                               need, bn);
         if (tsl_plan_channel_groups(plan) > 1 && op->ninputs > 0 &&
             !tsl_plan_takes_channel_tiles(op))
-            channel_regrid(&vt[op->inputs[0]], y, op->inputs[0] != g->input, halo);
+            channel_regrid(&vt[op->inputs[0]], y, !tsl_graph_is_input(g, op->inputs[0]), halo);
         /* a linear layer moves what a convolution of kernel 1 over one position does */
         tsl_graph_op lin;
         if (op->kind == TSL_OP_LINEAR) {
@@ -750,7 +750,8 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
         }
         if (op->kind == TSL_OP_POOL && op->ninputs > 0 &&
             op_stage[g->values[op->inputs[0]].producer] == op_stage[o]) /* (else: a stage's) */
-            pool_windows(&op->pool, &vt[op->inputs[0]], y, op->inputs[0] != g->input, halo);
+            pool_windows(&op->pool, &vt[op->inputs[0]], y, !tsl_graph_is_input(g, op->inputs[0]),
+                         halo);
         if (tsl_plan_input_channel_cut(plan, g, o))
             conv_parts(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape, halo);
         else if ((op->kind == TSL_OP_CONV && !op->transposed && op->ninputs > 0) ||
@@ -758,7 +759,8 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
                  (op->kind == TSL_OP_CONV && op->transposed && op->conv.groups == 1 &&
                   tsl_plan_channel_groups(plan) > 1 && !spatially_cut(&vt[op->inputs[0]])))
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
-                       op->inputs[0] != g->input, tsl_plan_channel_groups(plan) > 1, halo);
+                       !tsl_graph_is_input(g, op->inputs[0]), tsl_plan_channel_groups(plan) > 1,
+                       halo);
         for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */
             int32_t v = op->inputs[k];
             if (op_stage[g->values[v].producer] == op_stage[o])
@@ -771,7 +773,8 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
                 int64_t moved = op->kind == TSL_OP_SLICE ? box_numel(x, i, op->start, op->stop)
                                                          : tile_numel(x, i);
                 stagex[x->rank[i]] += times * 4 * moved;
-                if (v != g->input) /* its gradient back, from the tile's peer on this stage */
+                if (!tsl_graph_is_input(
+                        g, v)) /* its gradient back, from the tile's peer on this stage */
                     stagex[y->rank[i % y->n]] += 4 * moved;
             }
         }

@@ -159,8 +159,12 @@ class TesselNet(nn.Module):
         for index, layer in enumerate(layers):
             where, attrs = _layer_attrs(layer, index)
             op = layer["op"]
-            if op == "input" and index:
-                raise ModelFileError(f"{where}: only the first layer is the input")
+            if op == "input" and index:  # a further input: its own shape, and a name
+                given = attrs["shape"]
+                if ("name" not in layer or not isinstance(given, list) or not given
+                        or not all(isinstance(d, int) and d >= 1 for d in given)):
+                    raise ModelFileError(f'{where}: an input after the first needs a "name" '
+                                         f'and "shape", its sample shape')
             default_inputs = [] if op == "input" else [index - 1]
             if "inputs" in layer:
                 inputs = []
@@ -178,7 +182,10 @@ class TesselNet(nn.Module):
                 if self._sharing not in self._owners:
                     raise ModelFileError(f"{where}: the shared layer '{self._sharing}' is no "
                                          f"earlier layer with parameters")
-            fn, shape = self._make(op, attrs, layer.get("name"), where, in_shapes, nsp)
+            if op == "input" and index:
+                fn, shape = (lambda v: v), tuple(attrs["shape"])
+            else:
+                fn, shape = self._make(op, attrs, layer.get("name"), where, in_shapes, nsp)
             self._nodes.append(_Node(op, inputs, fn, shape))
             name = layer.get("name", "input" if op == "input" else None)
             if name is not None:
@@ -395,18 +402,22 @@ class TesselNet(nn.Module):
             return m, (out_channels(),)
         raise ModelFileError(f"{where}: unknown op")  # not reached: _layer_attrs checked it
 
-    def values(self, x):
-        """Every layer's value for input x, by layer name (the named layers; "input" too)."""
-        values = []
+    def values(self, *xs):
+        """Every layer's value for the inputs xs (one per input layer, in order), by layer name
+        (the named layers; the inputs too)."""
+        inputs = sum(node.op == "input" for node in self._nodes)
+        if len(xs) != inputs:
+            raise TypeError(f"the model has {inputs} input(s), {len(xs)} given")
+        values, fed = [], iter(xs)
         for node in self._nodes:
             if node.op == "input":
-                values.append(x)
+                values.append(next(fed))
             else:
                 values.append(node.fn(*[values[i] for i in node.inputs]))
         return {name: values[i] for name, i in self._names.items()}, values[self._output]
 
-    def forward(self, x):
-        return self.values(x)[1]
+    def forward(self, *xs):
+        return self.values(*xs)[1]
 
     def loss_terms(self):
         """The model file's terms between layers, as PyTorch computes them: a list of

@@ -60,12 +60,32 @@ TSL_API tsl_status tsl_graph_create(tsl_graph_t *graph);
 /** @brief Free a graph (NULL is a no-op). */
 TSL_API void tsl_graph_destroy(tsl_graph_t graph);
 
+/** @brief Most inputs of one graph (tsl_graph_add_input()). */
+#define TSL_GRAPH_MAX_GRAPH_INPUTS 8
+
 /**
- * @brief The network's input, per-sample shape (C, spatial...) with 1 to 4 dimensions. A
- * graph has exactly one input. @p value receives its id.
+ * @brief An input of the network named @p name (NULL: "input" for the first, "input1",
+ * "input2", ... after it), per-sample shape (C, spatial...) with 1 to 4 dimensions; @p value
+ * receives its id. A graph has 1 to ::TSL_GRAPH_MAX_GRAPH_INPUTS inputs, numbered in the order
+ * they are added: input 0 is the one the batch arrays and datasets of tsl_model_train_step()
+ * and its kin feed, and every input is fed by tsl_model_train_step_inputs(),
+ * tsl_model_evaluate_inputs() and tsl_model_forward_values_inputs() (an image beside a
+ * second modality, a field beside its coordinates, one domain's view each). Inputs may have
+ * different shapes; the plan cuts each as it cuts any value of its shape.
  */
+TSL_API tsl_status tsl_graph_add_input(tsl_graph_t graph, const char *name, int32_t ndim,
+                                       const int64_t *sample_dims, int32_t *value);
+
+/** @brief tsl_graph_add_input() with the default name: the graph's first input ("input"),
+ *  or a further one. */
 TSL_API tsl_status tsl_graph_input(tsl_graph_t graph, int32_t ndim, const int64_t *sample_dims,
                                    int32_t *value);
+
+/** @brief The number of inputs of @p graph (0 for NULL). */
+TSL_API int32_t tsl_graph_input_count(tsl_graph_t graph);
+
+/** @brief The value of input @p index (in the order added), or a negative status. */
+TSL_API int32_t tsl_graph_input_value(tsl_graph_t graph, int32_t index);
 
 /**
  * @brief Convolution (or transposed convolution when @p transposed) named @p name: creates

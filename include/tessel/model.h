@@ -267,6 +267,32 @@ TSL_API tsl_status tsl_model_forward_values_tensors(tsl_model_t model, tsl_tenso
                                                     int32_t train, int32_t count,
                                                     const int32_t *values, tsl_tensor_t *outs);
 
+/**
+ * @brief tsl_model_train_step_tensors() for a model of several inputs (tsl_graph_add_input()):
+ * @p xs holds @p count tensors, one per input of the graph in its order (count =
+ * tsl_graph_input_count()), each (batch, that input's sample shape) f32 of any tiling, one
+ * batch size for all; @p labels as tsl_model_train_step_tensors() takes them. Works for a
+ * model of one input too. The other step, evaluation and forward calls refuse a model of
+ * several inputs (they feed one). Collective.
+ */
+TSL_API tsl_status tsl_model_train_step_inputs(tsl_model_t model, int32_t count,
+                                               const tsl_tensor_t *xs, tsl_tensor_t labels,
+                                               tsl_optimizer_t opt, double *loss, int64_t *correct);
+
+/** @brief tsl_model_evaluate_tensors() for a model of several inputs, @p xs as
+ *  tsl_model_train_step_inputs() takes them. */
+TSL_API tsl_status tsl_model_evaluate_inputs(tsl_model_t model, int32_t count,
+                                             const tsl_tensor_t *xs, tsl_tensor_t labels,
+                                             double *loss, int64_t *correct);
+
+/** @brief tsl_model_forward_values_tensors() for a model of several inputs: @p ninputs
+ *  tensors @p xs as tsl_model_train_step_inputs() takes them (the output is one of the
+ *  values it can ask for). */
+TSL_API tsl_status tsl_model_forward_values_inputs(tsl_model_t model, int32_t ninputs,
+                                                   const tsl_tensor_t *xs, int32_t train,
+                                                   int32_t count, const int32_t *values,
+                                                   tsl_tensor_t *outs);
+
 /** @brief Forward only (training mode when @p train, else inference) and the output gathered
  *  on rank 0 into @p out (batch x output shape floats; ignored elsewhere). */
 TSL_API tsl_status tsl_model_forward(tsl_model_t model, int64_t batch, const float *x,

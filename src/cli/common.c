@@ -618,6 +618,16 @@ int session_open(session *s, train_options *o, int need_train)
                          info->targets ? info->label_shape.dims[0] : info->classes, &g);
     if ((code = fail_collective(st, "building the model")))
         return code;
+    if (tsl_graph_input_count(g) > 1) { /* (the same on every rank: one file, one dataset) */
+        if (rank_of_process == 0)
+            fprintf(stderr,
+                    "tessel: model '%s' has %d inputs, and the data feeds one (x): train a "
+                    "network of several inputs through the library "
+                    "(tsl_model_train_step_inputs(), one tensor per input)\n",
+                    o->model, (int)tsl_graph_input_count(g));
+        tsl_graph_destroy(g);
+        return EXIT_USAGE;
+    }
     tsl_shape out;
     tsl_graph_value_shape(g, tsl_graph_output(g), &out);
     s->output_shape = out;

@@ -31,7 +31,7 @@ static tsl_status grad_target(struct tsl_model *m, instance *in, int32_t v, tsl_
 {
     *accumulate = 0;
     *t = NULL;
-    if (v == m->g->input)
+    if (tsl_graph_is_input(m->g, v))
         return TSL_OK;
     if (!in->written[v]) {
         in->written[v] = 1;

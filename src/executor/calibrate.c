@@ -59,8 +59,54 @@ typedef struct measured {
     double tasks;
 } measured;
 
+/* The batch as tensors for a model of several inputs: input 0 from rank 0's x, the others
+ * uniform in [-1, 1), the labels from rank 0's (uniform floats for float targets). */
+static tsl_status batch_tensors(struct tsl_context *ctx, tsl_model_t model, tsl_graph_t g,
+                                int64_t batch, const float *x, const int64_t *labels,
+                                tsl_tensor_t *xs, tsl_tensor_t *y)
+{
+    const int32_t n = tsl_graph_input_count(g);
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < n && !st; k++) {
+        tsl_shape s;
+        tsl_batch_shape(batch, &g->values[tsl_graph_input_value(g, k)].shape, &s);
+        st = tsl_tensor_create(&xs[k], ctx, TSL_F32, &s, NULL, NULL);
+        if (!st)
+            st = k ? tsl_tensor_fill_uniform(xs[k], 0x5eed + (uint64_t)k, -1.0, 1.0)
+                   : tsl_tensor_scatter(xs[k], 0, x);
+    }
+    const tsl_shape *out = &g->values[g->output].shape;
+    tsl_dtype dt = tsl_model_label_dtype(model);
+    tsl_shape ls;
+    memset(&ls, 0, sizeof ls);
+    ls.dims[0] = batch;
+    ls.ndim = dt == TSL_F32 ? out->ndim + 1 : out->ndim; /* targets: the output's shape */
+    for (int d = 1; d < ls.ndim; d++)
+        ls.dims[d] = out->dims[dt == TSL_F32 ? d - 1 : d];
+    if (!st)
+        st = tsl_tensor_create(y, ctx, dt, &ls, NULL, NULL);
+    if (!st && dt == TSL_F32)
+        return tsl_tensor_fill_uniform(*y, 0x5eed, -1.0, 1.0);
+    int64_t count = tsl_shape_numel(&ls);
+    void *buf = st || ctx->rank ? NULL : malloc((size_t)count * tsl_dtype_size(dt));
+    if (!st && ctx->rank == 0 && !buf)
+        st = TSL_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; buf && i < count; i++) {
+        if (dt == TSL_U8)
+            ((uint8_t *)buf)[i] = (uint8_t)labels[i];
+        else
+            ((int32_t *)buf)[i] = (int32_t)labels[i];
+    }
+    st = tsl_context_agree_all(ctx, st);
+    if (!st)
+        st = tsl_tensor_scatter(*y, 0, buf);
+    free(buf);
+    return st;
+}
+
 /* A model of g under `plan` (NULL: the default) trains one warm-up step and `steps` traced steps
- * on the batch (rank 0's x and labels); *m gets this rank's totals. */
+ * on the batch (rank 0's x and labels; every input's tensor for a graph of several); *m gets
+ * this rank's totals. */
 static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan *plan,
                           int64_t batch, int32_t steps, const float *x, const int64_t *labels,
                           const char **names, char (*bufs)[48], measured *m)
@@ -71,16 +117,22 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
     int32_t nops = g->nops;
     double busy = 0, t0 = 0;
     int64_t ntasks = 0;
+    const int32_t ninputs = tsl_graph_input_count(g);
+    tsl_tensor_t xs[TSL_GRAPH_MAX_GRAPH_INPUTS] = {NULL}, y = NULL;
     tsl_status st = tsl_model_create_plan(&model, ctx, g, 1, plan);
     if (!st)
         st = tsl_optimizer_create_sgd(&opt, ctx, &sgd);
-    if (!st) /* warm-up */
-        st = tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
-    if (!st)
-        st = tsl_context_trace_begin(ctx, (int64_t)1 << 24);
-    t0 = starpu_timing_now();
-    for (int32_t s = 0; s < steps && !st; s++)
-        st = tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
+    if (!st && ninputs > 1)
+        st = batch_tensors(ctx, model, g, batch, x, labels, xs, &y);
+    for (int32_t s = -1; s < steps && !st; s++) { /* a warm-up step, then the traced ones */
+        if (s == 0) {
+            st = tsl_context_trace_begin(ctx, (int64_t)1 << 24);
+            t0 = starpu_timing_now();
+        }
+        if (!st)
+            st = ninputs > 1 ? tsl_model_train_step_inputs(model, ninputs, xs, y, opt, NULL, NULL)
+                             : tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
+    }
     tsl_status w = tsl_context_wait(ctx);
     double wall = (starpu_timing_now() - t0) * 1e-6;
     st = st ? st : w;
@@ -93,6 +145,9 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
     if (!st)
         st = tsl_trace_totals(ctx, nops + 1, names, m->op, &busy, &ntasks);
     tsl_trace_destroy(ctx);
+    for (int32_t k = 0; k < ninputs && k < TSL_GRAPH_MAX_GRAPH_INPUTS; k++)
+        tsl_tensor_destroy(xs[k]);
+    tsl_tensor_destroy(y);
     tsl_optimizer_destroy(opt);
     tsl_status d = tsl_model_destroy(model);
     m->idle = wall * (double)starpu_worker_get_count() - busy;

@@ -158,7 +158,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
             continue; /* the fused ReLU's output holds it; a folded concatenation is not made */
         int32_t at = tsl_exec_value_stage(m, v);
         st = tsl_exec_batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->act[v]);
-        if (!st && v != g->input)
+        if (!st && !tsl_graph_is_input(g, v)) /* (a further input: fed by the caller) */
             st = tsl_exec_batch_tensor(m, batch, at, &g->values[v].shape, 1, TSL_F32, &in->grad[v]);
         if (!st && v == g->output) /* the losses read whole channels (filters= cuts the rest) */
             st = tsl_exec_channels_whole(m, &in->act[v]);

@@ -84,7 +84,7 @@ tsl_status tsl_mgrit_plan(struct tsl_model *m)
                            "steps on the coarsest level",
                            fn, (int)p->levels, (int)p->cf, (int)s->steps, (int)s->first_op,
                            first ? first : "unnamed", (long long)span);
-        else if (s->input == m->g->input)
+        else if (tsl_graph_is_input(m->g, s->input))
             st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
                            "%s: the ODE segment from op %d reads the model's input itself; MGRIT "
                            "needs a layer before it (a stem)",

@@ -174,7 +174,7 @@ int tsl_exec_loss_reads(const struct tsl_model *m, int32_t v)
 
 const char *tsl_exec_value_not_kept(const struct tsl_model *m, int32_t v)
 {
-    if (v == m->g->input)
+    if (tsl_graph_is_input(m->g, v))
         return NULL;
     int32_t p = m->g->values[v].producer;
     if (m->relu_of[p] >= 0)

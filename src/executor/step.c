@@ -18,6 +18,8 @@ typedef struct batch_source {
     tsl_dataset_t dataset;
     const int64_t *indices;
     tsl_tensor_t tx, tlabels; /* or tiled tensors the caller owns (tensors set) */
+    const tsl_tensor_t *txs;  /* every input's, in the graph's order (txs[0] is tx), or NULL */
+    int32_t ntx;
     int tensors;
     int read;              /* from the dataset */
     int take_ahead;        /* a batch the read-ahead holds is taken from it */
@@ -94,6 +96,8 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, b
 {
     if (src->tensors) { /* tile tasks from the caller's tiling into the model's */
         tsl_status st = tsl_tensor_redistribute(in->act[m->g->input], src->tx);
+        for (int32_t k = 1; k < src->ntx && !st; k++)
+            st = tsl_tensor_redistribute(in->act[tsl_graph_input_value(m->g, k)], src->txs[k]);
         if (!st && with_labels)
             st = tsl_tensor_redistribute(in->labels, src->tlabels);
         return st;
@@ -305,8 +309,23 @@ static tsl_status check_tensors(struct tsl_model *m, int64_t batch, const batch_
                                 int need_labels, const char *fn)
 {
     tsl_shape ls = label_shape(m);
-    tsl_status st =
-        check_tensor(m, src->tx, "x", batch, &m->g->values[m->g->input].shape, TSL_F32, fn);
+    tsl_status st = TSL_OK;
+    if (src->txs) {
+        int32_t n = tsl_graph_input_count(m->g);
+        if (src->ntx != n)
+            return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                             "%s: %d input tensors for a model of %d input%s", fn, (int)src->ntx,
+                             (int)n, n == 1 ? "" : "s");
+        for (int32_t k = 0; k < n && !st; k++) {
+            int32_t v = tsl_graph_input_value(m->g, k);
+            char what[TSL_GRAPH_NAME_MAX + 32];
+            snprintf(what, sizeof what, "xs[%d] (input '%s')", (int)k,
+                     m->g->ops[m->g->values[v].producer].name);
+            st = check_tensor(m, src->txs[k], what, batch, &m->g->values[v].shape, TSL_F32, fn);
+        }
+    } else {
+        st = check_tensor(m, src->tx, "x", batch, &m->g->values[m->g->input].shape, TSL_F32, fn);
+    }
     if (!st && need_labels)
         st = check_tensor(m, src->tlabels, "labels", batch, &ls, tsl_model_label_dtype(m), fn);
     return st;
@@ -317,6 +336,13 @@ static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_so
 {
     if (!m)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    int32_t inputs = tsl_graph_input_count(m->g);
+    if (inputs > 1 && !src->txs)
+        return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                         "%s: the model has %d inputs, and this call feeds one: pass them all to "
+                         "tsl_model_train_step_inputs(), tsl_model_evaluate_inputs() or "
+                         "tsl_model_forward_values_inputs()",
+                         fn, (int)inputs);
     if (src->tensors) /* (the batch is x's) */
         return check_tensors(m, batch, src, need_labels, fn);
     tsl_status st = TSL_OK;
@@ -572,15 +598,51 @@ tsl_status tsl_model_forward_tensors(tsl_model_t m, tsl_tensor_t x, int32_t trai
     return tsl_tensor_redistribute(out, in->act[m->g->output]);
 }
 
+/* The source of the *_inputs calls: count tensors, one per input of the model; *st set when
+ * they are missing. */
+static batch_source inputs_source(tsl_model_t m, int32_t count, const tsl_tensor_t *xs,
+                                  tsl_tensor_t labels, tsl_status *st, const char *fn)
+{
+    batch_source src = {.tlabels = labels, .tensors = 1, .txs = xs, .ntx = count};
+    *st = TSL_OK;
+    if (!m)
+        *st = tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    else if (count < 1 || !xs)
+        *st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
+                        "%s: %d input tensors%s (want one per input "
+                        "of the model: %d)",
+                        fn, (int)count, xs ? "" : " at NULL", (int)tsl_graph_input_count(m->g));
+    else
+        src.tx = xs[0];
+    return src;
+}
+
+tsl_status tsl_model_train_step_inputs(tsl_model_t m, int32_t count, const tsl_tensor_t *xs,
+                                       tsl_tensor_t labels, tsl_optimizer_t opt, double *loss,
+                                       int64_t *correct)
+{
+    const char *fn = "tsl_model_train_step_inputs";
+    tsl_status st;
+    batch_source src = inputs_source(m, count, xs, labels, &st, fn);
+    return st ? st : train_step(m, batch_of(src.tx), &src, opt, loss, correct, fn);
+}
+
+tsl_status tsl_model_evaluate_inputs(tsl_model_t m, int32_t count, const tsl_tensor_t *xs,
+                                     tsl_tensor_t labels, double *loss, int64_t *correct)
+{
+    const char *fn = "tsl_model_evaluate_inputs";
+    tsl_status st;
+    batch_source src = inputs_source(m, count, xs, labels, &st, fn);
+    return st ? st : evaluate(m, batch_of(src.tx), &src, loss, correct, fn);
+}
+
 #define MAX_FORWARD_VALUES 64
 
-tsl_status tsl_model_forward_values_tensors(tsl_model_t m, tsl_tensor_t x, int32_t train,
-                                            int32_t count, const int32_t *values,
-                                            tsl_tensor_t *outs)
+static tsl_status forward_values(tsl_model_t m, batch_source *in_src, int32_t train, int32_t count,
+                                 const int32_t *values, tsl_tensor_t *outs, const char *fn)
 {
-    const char *fn = "tsl_model_forward_values_tensors";
-    batch_source src = {.tx = x, .tensors = 1};
-    int64_t batch = batch_of(x);
+    batch_source src = *in_src;
+    int64_t batch = batch_of(src.tx);
     tsl_status st = check_batch(m, batch, &src, 0, fn);
     if (st)
         return st;
@@ -619,6 +681,24 @@ tsl_status tsl_model_forward_values_tensors(tsl_model_t m, tsl_tensor_t x, int32
     for (int32_t k = 0; k < count && !st; k++)
         st = tsl_tensor_redistribute(outs[k], in->act[values[k]]);
     return st;
+}
+
+tsl_status tsl_model_forward_values_tensors(tsl_model_t m, tsl_tensor_t x, int32_t train,
+                                            int32_t count, const int32_t *values,
+                                            tsl_tensor_t *outs)
+{
+    batch_source src = {.tx = x, .tensors = 1};
+    return forward_values(m, &src, train, count, values, outs, "tsl_model_forward_values_tensors");
+}
+
+tsl_status tsl_model_forward_values_inputs(tsl_model_t m, int32_t ninputs, const tsl_tensor_t *xs,
+                                           int32_t train, int32_t count, const int32_t *values,
+                                           tsl_tensor_t *outs)
+{
+    const char *fn = "tsl_model_forward_values_inputs";
+    tsl_status st;
+    batch_source src = inputs_source(m, ninputs, xs, NULL, &st, fn);
+    return st ? st : forward_values(m, &src, train, count, values, outs, fn);
 }
 
 tsl_status tsl_model_forward(tsl_model_t m, int64_t batch, const float *x, int32_t train,

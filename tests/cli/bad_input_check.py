@@ -160,3 +160,16 @@ os.mkfifo(os.path.join(params, victim))
 run("train", *common, "--max-steps", "1", "--load-params", params, expect=1,
     match="not a regular file")
 print("ok: named pipes for data, model and parameter files are refused at once")
+
+# ---- a model of several inputs: the data feeds one ----
+two_inputs = os.path.join(work, "two-inputs.json")
+with open(two_inputs, "w") as f:
+    f.write('{"format": "tessel-model", "version": 1, "layers": ['
+            '{"op": "input"}, {"name": "c", "op": "conv", "out": 4, "kernel": 3, "padding": 1}, '
+            '{"op": "flatten"}, {"name": "f", "op": "linear", "out": "classes"}, '
+            '{"name": "v", "op": "input", "shape": [5]}, '
+            '{"name": "g", "op": "linear", "out": "classes"}, '
+            '{"name": "s", "op": "add", "inputs": ["f", "g"]}]}')
+run("train", "--data", data, "--model", two_inputs, "--max-steps", "1", expect=2,
+    match="has 2 inputs, and the data feeds one (x)")
+print("ok: a model of several inputs is refused by tessel train, naming the library's call")

@@ -2172,3 +2172,195 @@ TEST(Model, RegressionLossesRefuseLabelsAndMixedFamilies)
     tsl_model_destroy(m);
     tsl_graph_destroy(g);
 }
+
+// The network of several inputs and its reference of one: image a (2 channels), image b (3
+// channels) and a feature vector v (3) of each sample; convolutions ca on a and cb on b, added,
+// ReLU, convolution c2, ReLU, global average pooling, plus the linear layer lv of v, ReLU,
+// linear fc to the classes. The reference (`several` false) reads one input x of 8 channels,
+// a's, b's, and v's features as constant planes: slices of x feed ca and cb, and a global
+// average pooling of the third slice gives v back (to float rounding) for lv. Both create the
+// parameters in the same order.
+tsl_graph_t inputs_graph(bool several, int64_t classes, int64_t h, int64_t w)
+{
+    const int64_t k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    tsl_pool_params gp;
+    tsl_pool_params_init(&gp, TSL_POOL_AVG, 2, 1);
+    gp.kernel[0] = gp.stride[0] = h;
+    gp.kernel[1] = gp.stride[1] = w;
+    tsl_graph_t g = nullptr;
+    int32_t a, b, v, x, y, f;
+    const int64_t ad[3] = {2, h, w}, bd[3] = {3, h, w}, vd[1] = {3}, xd[3] = {8, h, w};
+    bool ok = tsl_graph_create(&g) == TSL_OK;
+    if (several) {
+        ok = ok && tsl_graph_add_input(g, "a", 3, ad, &a) == TSL_OK &&
+             tsl_graph_add_input(g, "b", 3, bd, &b) == TSL_OK &&
+             tsl_graph_add_input(g, "v", 1, vd, &v) == TSL_OK;
+    } else {
+        const int64_t s0[3] = {0, 0, 0}, e0[3] = {2, h, w}, s1[3] = {2, 0, 0}, e1[3] = {5, h, w},
+                      s2[3] = {5, 0, 0}, e2[3] = {8, h, w};
+        ok = ok && tsl_graph_input(g, 3, xd, &x) == TSL_OK &&
+             tsl_graph_slice(g, x, s0, e0, &a) == TSL_OK &&
+             tsl_graph_slice(g, x, s1, e1, &b) == TSL_OK &&
+             tsl_graph_slice(g, x, s2, e2, &v) == TSL_OK &&
+             tsl_graph_pool(g, v, &gp, &v) == TSL_OK && tsl_graph_flatten(g, v, &v) == TSL_OK;
+    }
+    ok = ok && tsl_graph_conv(g, "ca", a, 4, k, &cp, 0, 1, &a) == TSL_OK &&
+         tsl_graph_conv(g, "cb", b, 4, k, &cp, 0, 0, &b) == TSL_OK &&
+         tsl_graph_add(g, a, b, &y) == TSL_OK &&
+         tsl_graph_activation(g, y, TSL_ACT_RELU, 0, &y) == TSL_OK &&
+         tsl_graph_conv(g, "c2", y, 6, k, &cp, 0, 1, &y) == TSL_OK &&
+         tsl_graph_activation(g, y, TSL_ACT_RELU, 0, &y) == TSL_OK &&
+         tsl_graph_pool(g, y, &gp, &y) == TSL_OK && tsl_graph_flatten(g, y, &y) == TSL_OK &&
+         tsl_graph_linear(g, "lv", v, 6, 1, &v) == TSL_OK && tsl_graph_add(g, y, v, &f) == TSL_OK &&
+         tsl_graph_activation(g, f, TSL_ACT_RELU, 0, &f) == TSL_OK &&
+         tsl_graph_linear(g, "fc", f, classes, 1, &f) == TSL_OK &&
+         tsl_graph_set_output(g, f) == TSL_OK;
+    return built(ok, g);
+}
+
+// A model of several inputs (tsl_model_train_step_inputs and friends) equals its reference of
+// one input whose slices play the inputs (same parameters): the losses, hits and parameters of
+// 3 momentum-SGD steps, the evaluation and the output and hidden values of a forward (into
+// poisoned tensors), on one tile and the sample, spatial, filter and domain plans at 1, 2 and
+// 4 ranks, from tensors the application cuts otherwise. Calls that feed one input, the wrong
+// number of tensors or a tensor of another shape are errors before any task.
+TEST(Model, SeveralInputsEqualSlicesOfOneInput)
+{
+    SamePlacementInEveryRun same_placement;
+    const int64_t n = 4, classes = 3, h = 8, w = 6, hw = h * w;
+    tsl_graph_t several = inputs_graph(true, classes, h, w),
+                one = inputs_graph(false, classes, h, w);
+    ASSERT_NE(several, nullptr);
+    ASSERT_NE(one, nullptr);
+    ASSERT_EQ(tsl_graph_input_count(several), 3);
+    ASSERT_EQ(tsl_graph_input_count(one), 1);
+    EXPECT_LT(tsl_graph_input_value(several, 3), 0);
+    // The batch: x (n, 8, h, w) for the reference; a, b and v cut out of it.
+    Batch bx = make_batch(n, 8 * hw, classes, seed + 1200);
+    std::vector<float> a, b, v;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < 8; c++) {
+            float *plane = &bx.x[(size_t)((i * 8 + c) * hw)];
+            if (c >= 5) { // v's feature: a constant plane
+                for (int64_t p = 1; p < hw; p++)
+                    plane[p] = plane[0];
+                v.push_back(plane[0]);
+            } else {
+                (c < 2 ? a : b).insert((c < 2 ? a : b).end(), plane, plane + hw);
+            }
+        }
+    std::vector<const char *> plans = aux_plans();
+    if (size > 1)
+        plans.push_back(size == 2 ? "domains=2" : "domains=2,data=2");
+    for (const char *text : plans) {
+        SCOPED_TRACE(std::string("plan '") + text + "'");
+        tsl_plan parsed;
+        ASSERT_EQ(tsl_plan_parse(*text ? text : "tiles=1", &parsed), TSL_OK);
+        const tsl_plan *plan = *text ? &parsed : nullptr;
+        tsl_model_t ref = nullptr, m = nullptr;
+        ASSERT_EQ(tsl_model_create_plan(&ref, ctx, one, seed + 1201, plan), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_EQ(tsl_model_create_plan(&m, ctx, several, seed + 1202, plan), TSL_OK)
+            << tsl_context_last_error(ctx);
+        ASSERT_NO_FATAL_FAILURE(copy_params(ref, m));
+        // The application's tensors: a by samples dealt round the ranks, b by rows on the
+        // last rank, v whole on rank 0; labels by samples.
+        tsl_tensor_t xs[3] = {}, y = nullptr;
+        tsl_shape as = dims_shape({n, 2, h, w}), bs = dims_shape({n, 3, h, w}),
+                  vs = dims_shape({n, 3}), ys = dims_shape({n});
+        tsl_tile_grid by_samples = tsl_tile_grid_single(), by_rows = tsl_tile_grid_single();
+        by_samples.splits[0] = (int32_t)n;
+        by_rows.splits[2] = 2;
+        int32_t cyc[TSL_MAX_DIMS] = {size, 1, 1, 1, 1}, block[TSL_MAX_DIMS] = {1, 1, 1, 1, 1};
+        tsl_owner_map dealt = tsl_owner_block_cyclic(cyc, block), last = tsl_owner_single(size - 1);
+        ASSERT_EQ(tsl_tensor_create(&xs[0], ctx, TSL_F32, &as, &by_samples, &dealt), TSL_OK);
+        ASSERT_EQ(tsl_tensor_create(&xs[1], ctx, TSL_F32, &bs, &by_rows, &last), TSL_OK);
+        ASSERT_EQ(tsl_tensor_create(&xs[2], ctx, TSL_F32, &vs, nullptr, nullptr), TSL_OK);
+        ASSERT_EQ(tsl_tensor_create(&y, ctx, tsl_model_label_dtype(m), &ys, &by_samples, nullptr),
+                  TSL_OK);
+        ASSERT_NO_FATAL_FAILURE(set_values(xs[0], a));
+        ASSERT_NO_FATAL_FAILURE(set_values(xs[1], b));
+        ASSERT_NO_FATAL_FAILURE(set_values(xs[2], v));
+        std::vector<uint8_t> y8(bx.y.begin(), bx.y.end());
+        ASSERT_EQ(tsl_tensor_scatter(y, 0, rank == 0 ? y8.data() : nullptr), TSL_OK);
+        tsl_optimizer_t opt[2] = {momentum_sgd(), momentum_sgd()};
+        for (int k = 0; k < 3; k++) {
+            double l[2] = {-1, -2};
+            int64_t hits[2] = {-1, -2};
+            ASSERT_EQ(
+                tsl_model_train_step(ref, n, bx.x.data(), bx.y.data(), opt[0], &l[0], &hits[0]),
+                TSL_OK)
+                << tsl_context_last_error(ctx);
+            ASSERT_EQ(tsl_model_train_step_inputs(m, 3, xs, y, opt[1], &l[1], &hits[1]), TSL_OK)
+                << tsl_context_last_error(ctx);
+            EXPECT_NEAR(l[1], l[0], 1e-5 * std::fabs(l[0])) << "step " << k;
+            EXPECT_EQ(hits[1], hits[0]) << "step " << k;
+        }
+        double el[2] = {-1, -2};
+        ASSERT_EQ(tsl_model_evaluate(ref, n, bx.x.data(), bx.y.data(), &el[0], nullptr), TSL_OK);
+        ASSERT_EQ(tsl_model_evaluate_inputs(m, 3, xs, y, &el[1], nullptr), TSL_OK)
+            << tsl_context_last_error(ctx);
+        EXPECT_NEAR(el[1], el[0], 1e-5 * std::fabs(el[0]));
+        std::vector<std::vector<float>> pr, pm;
+        push_params(ref, one, false, &pr);
+        push_params(m, several, false, &pm);
+        ASSERT_EQ(pr.size(), pm.size());
+        for (size_t i = 0; i < pr.size(); i++)
+            EXPECT_LT(max_rel_diff(pm[i], pr[i]), 1e-5) << "parameter " << i;
+        // The output and the input v through a forward into poisoned tensors.
+        int32_t want[2] = {tsl_graph_output(several), tsl_graph_input_value(several, 2)};
+        tsl_tensor_t outs[2] = {};
+        tsl_shape os = dims_shape({n, classes});
+        ASSERT_EQ(tsl_tensor_create(&outs[0], ctx, TSL_F32, &os, &by_samples, nullptr), TSL_OK);
+        ASSERT_EQ(tsl_tensor_create(&outs[1], ctx, TSL_F32, &vs, &by_samples, nullptr), TSL_OK);
+        for (tsl_tensor_t o : outs)
+            ASSERT_EQ(tsl_tensor_fill_constant(o, 1e30), TSL_OK);
+        ASSERT_EQ(tsl_model_forward_values_inputs(m, 3, xs, 0, 2, want, outs), TSL_OK)
+            << tsl_context_last_error(ctx);
+        std::vector<float> ro((size_t)(n * classes), -7.0f);
+        ASSERT_EQ(tsl_model_forward(ref, n, bx.x.data(), 0, ro.data()), TSL_OK);
+        MPI_Bcast(ro.data(), (int)ro.size(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+        EXPECT_LT(max_rel_diff(values(outs[0]), ro), 1e-5);
+        EXPECT_EQ(values(outs[1]), v);
+        // Feeding one input, two tensors of three, b where a goes: errors.
+        EXPECT_EQ(tsl_model_train_step(m, n, bx.x.data(), bx.y.data(), opt[1], nullptr, nullptr),
+                  TSL_ERR_INVALID_ARG);
+        EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("has 3 inputs"), std::string::npos)
+            << tsl_context_last_error(ctx);
+        EXPECT_EQ(tsl_model_evaluate_tensors(m, xs[0], y, nullptr, nullptr), TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_model_train_step_inputs(m, 2, xs, y, opt[1], nullptr, nullptr),
+                  TSL_ERR_INVALID_ARG);
+        EXPECT_EQ(tsl_model_evaluate_inputs(m, 3, nullptr, y, nullptr, nullptr),
+                  TSL_ERR_INVALID_ARG);
+        tsl_tensor_t swapped[3] = {xs[1], xs[0], xs[2]};
+        EXPECT_EQ(tsl_model_evaluate_inputs(m, 3, swapped, y, nullptr, nullptr), TSL_ERR_SHAPE);
+        EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("input 'a'"), std::string::npos)
+            << tsl_context_last_error(ctx);
+        for (tsl_tensor_t t : outs)
+            tsl_tensor_destroy(t);
+        for (tsl_tensor_t t : xs)
+            tsl_tensor_destroy(t);
+        tsl_tensor_destroy(y);
+        tsl_optimizer_destroy(opt[0]);
+        tsl_optimizer_destroy(opt[1]);
+        tsl_model_destroy(ref);
+        tsl_model_destroy(m);
+    }
+    // The performance model's calibration trains the model of several inputs too: every
+    // convolution and linear layer gets a time.
+    std::vector<double> op_seconds(3 * (size_t)tsl_graph_op_count(several), -1.0);
+    tsl_plan_costs costs;
+    ASSERT_EQ(tsl_model_calibrate(ctx, several, n, 1, op_seconds.data(), &costs), TSL_OK)
+        << tsl_context_last_error(ctx);
+    for (int32_t o = 0; o < tsl_graph_op_count(several); o++) {
+        tsl_op_kind kind;
+        ASSERT_EQ(tsl_graph_op_info(several, o, &kind, nullptr, nullptr), TSL_OK);
+        if (kind == TSL_OP_CONV || kind == TSL_OP_LINEAR)
+            EXPECT_GT(op_seconds[(size_t)o], 0.0) << "op " << o;
+    }
+    tsl_graph_destroy(several);
+    tsl_graph_destroy(one);
+}

@@ -132,6 +132,47 @@ TEST(Graph, ShapesOfConvPoolUpsampleConcatAddTransposed)
     tsl_graph_destroy(g);
 }
 
+// Inputs: named, numbered in the order added, of their own shapes, up to
+// TSL_GRAPH_MAX_GRAPH_INPUTS; the first is the graph's input the data feeds.
+TEST(Graph, SeveralInputs)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    EXPECT_EQ(tsl_graph_input_count(g), 0);
+    EXPECT_LT(tsl_graph_input_value(g, 0), 0);
+    const int64_t image[3] = {2, 6, 6}, feats[1] = {5};
+    int32_t x, f, y;
+    ASSERT_EQ(tsl_graph_input(g, 3, image, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_add_input(g, "feats", 1, feats, &f), TSL_OK);
+    ASSERT_EQ(tsl_graph_input(g, 1, feats, &y), TSL_OK); // unnamed: "input2"
+    EXPECT_EQ(tsl_graph_input_count(g), 3);
+    EXPECT_EQ(tsl_graph_input_value(g, 0), x);
+    EXPECT_EQ(tsl_graph_input_value(g, 1), f);
+    EXPECT_EQ(tsl_graph_input_value(g, 2), y);
+    EXPECT_LT(tsl_graph_input_value(g, 3), 0);
+    EXPECT_LT(tsl_graph_input_value(g, -1), 0);
+    const char *names[3] = {};
+    for (int32_t o = 0; o < 3; o++) {
+        tsl_op_kind kind;
+        ASSERT_EQ(tsl_graph_op_info(g, o, &kind, &names[o], nullptr), TSL_OK);
+        EXPECT_EQ(kind, TSL_OP_INPUT);
+    }
+    EXPECT_STREQ(names[0], "input");
+    EXPECT_STREQ(names[1], "feats");
+    EXPECT_STREQ(names[2], "input2");
+    EXPECT_EQ(dims_of(g, f), (std::vector<int64_t>{5}));
+    // a further input gets no gradient: a loss term may not read it as the value it trains
+    tsl_loss_term t[2] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0},
+                          {TSL_MODEL_LOSS_MSE, 1.0, f + 1, y + 1}};
+    EXPECT_EQ(tsl_graph_set_loss(g, 2, t), TSL_ERR_INVALID_ARG);
+    for (int k = 3; k < TSL_GRAPH_MAX_GRAPH_INPUTS; k++)
+        ASSERT_EQ(tsl_graph_input(g, 1, feats, &y), TSL_OK);
+    EXPECT_EQ(tsl_graph_input(g, 1, feats, &y), TSL_ERR_STATE);
+    EXPECT_NE(std::strstr(tsl_last_error(), "at most 8 inputs"), nullptr) << tsl_last_error();
+    EXPECT_EQ(tsl_graph_input_count(g), TSL_GRAPH_MAX_GRAPH_INPUTS);
+    tsl_graph_destroy(g);
+}
+
 TEST(Graph, BadCallsAreErrorsAndChangeNothing)
 {
     tsl_graph_t g = nullptr;
@@ -139,7 +180,6 @@ TEST(Graph, BadCallsAreErrorsAndChangeNothing)
     int64_t sample[3] = {2, 6, 6};
     int32_t x, y, v;
     ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
-    EXPECT_EQ(tsl_graph_input(g, 3, sample, &v), TSL_ERR_STATE); // one input only
     tsl_conv_params cp;
     tsl_conv_params_init(&cp, 2);
     int64_t k[2] = {3, 3}, big[2] = {9, 9};
@@ -170,6 +210,11 @@ TEST(Graph, BadCallsAreErrorsAndChangeNothing)
     int64_t zero[2] = {0, 1};
     EXPECT_EQ(tsl_graph_upsample(g, y, zero, 0, &v), TSL_ERR_INVALID_ARG);
     EXPECT_EQ(tsl_graph_set_output(g, 42), TSL_ERR_INVALID_ARG);
+    EXPECT_EQ(tsl_graph_add_input(g, "input", 3, sample, &v), TSL_ERR_INVALID_ARG); // name used
+    EXPECT_EQ(tsl_graph_add_input(g, "c", 3, sample, &v), TSL_ERR_INVALID_ARG);     // a layer's
+    const int64_t empty[2] = {3, 0};
+    EXPECT_EQ(tsl_graph_add_input(g, "z", 2, empty, &v), TSL_ERR_SHAPE);
+    EXPECT_EQ(tsl_graph_add_input(g, "z", 5, sample, &v), TSL_ERR_SHAPE);
     EXPECT_EQ(tsl_graph_value_count(g), values);
     EXPECT_EQ(tsl_graph_op_count(g), ops);
     EXPECT_EQ(tsl_graph_param_count(g), params);
@@ -1655,6 +1700,54 @@ TEST(Plan, PeakCountsTheGradientsOfBothValuesOfADifference)
 // of the input it comes from, domain k of K on group k N / K, the classifier (domain 0's code)
 // on group 0; the plan text round-trips; fewer domains than groups, domains= with stages=, and
 // a dsn of 1 or 11 channels are errors.
+// Inputs after the first: under domains= each input (no slice reading it) starts a domain; under
+// stages= an input sits on the first stage that reads it, not on the stage of the op before it.
+TEST(Plan, FurtherInputsSitWhereTheyAreRead)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    const int64_t image[3] = {2, 8, 8}, k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    int32_t a, b, b1, y;
+    ASSERT_EQ(tsl_graph_add_input(g, "a", 3, image, &a), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "a1", a, 4, k, &cp, 0, 1, &a), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "a2", a, 4, k, &cp, 0, 1, &a), TSL_OK);
+    ASSERT_EQ(tsl_graph_add_input(g, "b", 3, image, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "b1", b, 4, k, &cp, 0, 1, &b1), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "b2", b1, 4, k, &cp, 0, 1, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_add(g, a, b, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_flatten(g, y, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "fc", y, 3, 1, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+    const int32_t nops = tsl_graph_op_count(g);
+    ASSERT_EQ(nops, 9);
+    std::vector<int32_t> stage((size_t)nops, -1);
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("domains=2", &p), TSL_OK);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK) << tsl_last_error();
+    // a, a1, a2 | b, b1, b2 | add (reads both domains), flatten, fc: domain 0
+    EXPECT_EQ(stage, (std::vector<int32_t>{0, 0, 0, 1, 1, 1, 0, 0, 0}));
+    ASSERT_EQ(tsl_plan_parse("domains=3", &p), TSL_OK);
+    EXPECT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_ERR_INVALID_ARG);
+    EXPECT_NE(std::strstr(tsl_last_error(), "has 2 domains"), nullptr) << tsl_last_error();
+    // stages=3 by layers: the runs a1 a2 | b1 b2 add | flatten fc (and the inputs where read)
+    ASSERT_EQ(tsl_plan_parse("stages=3,balance=layers", &p), TSL_OK);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(stage[3], stage[4]) << "input b on the stage of b1";
+    EXPECT_EQ(stage[0], 0);
+    EXPECT_GT(stage[4], 0);
+    // by hand: input b sits with its reader b1, not with a2 before it
+    ASSERT_EQ(tsl_graph_set_stage(g, a, 1), TSL_OK);  // a2 on stage 1
+    ASSERT_EQ(tsl_graph_set_stage(g, b1, 0), TSL_OK); // b1 (and b2, add) on stage 0
+    ASSERT_EQ(tsl_graph_set_stage(g, y, 1), TSL_OK);  // fc on stage 1
+    ASSERT_EQ(tsl_plan_parse("stages=2", &p), TSL_OK);
+    ASSERT_EQ(tsl_plan_stages(&p, g, 4, 1, stage.data()), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(stage, (std::vector<int32_t>{0, 0, 1, 0, 0, 0, 0, 0, 1}));
+    tsl_graph_destroy(g);
+}
+
 TEST(Plan, DomainsPlaceEachDomainOnItsRankGroup)
 {
     const int64_t sample[3] = {4, 8, 8};

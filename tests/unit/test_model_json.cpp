@@ -1009,8 +1009,14 @@ TEST_F(ModelJson, BadFilesAreErrorsThatSayWhy)
         {"no input layer first", model(R"({"name": "c", "op": "conv", "out": 2, "kernel": 1})"),
          TSL_ERR_FORMAT,
          "layers[0] 'c' (conv): the first layer must be the input ({\"op\": \"input\"})"},
-        {"a second input", model(in + R"({"name": "x", "op": "input"})"), TSL_ERR_FORMAT,
-         "layers[1] 'x' (input): a network has one input, the first layer"},
+        {"a second input without its shape", model(in + R"({"name": "x", "op": "input"})"),
+         TSL_ERR_FORMAT,
+         "layers[1] 'x' (input): an input after the first needs \"shape\": its sample shape"},
+        {"a second input without a name", model(in + R"({"op": "input", "shape": [2]})"),
+         TSL_ERR_FORMAT, "layers[1] (input): an input after the first needs a \"name\""},
+        {"a second input of a bad shape",
+         model(in + R"({"name": "x", "op": "input", "shape": [2, 0]})"), TSL_ERR_FORMAT,
+         "layers[1] 'x' (input): an input after the first needs \"shape\""},
         {"misspelt key", model(in + R"({"name": "c", "op": "conv", "out": 2, "kernal": 3})"),
          TSL_ERR_FORMAT,
          "layers[1] 'c' (conv): unknown key 'kernal' (a conv layer takes: name, op, inputs, out, "
@@ -1318,4 +1324,50 @@ TEST_F(ModelJson, SliceWritesChannelsOrABox)
             << e.first << ": " << tsl_last_error();
         EXPECT_EQ(none, nullptr);
     }
+}
+
+// A network of several inputs: the first takes the data's shape, the others their own
+// ("shape", required, written back); one of another shape feeds a linear layer.
+TEST_F(ModelJson, SeveralInputsRoundTrip)
+{
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    const int64_t sample[3] = {2, 6, 5}, bd[3] = {3, 6, 5}, vd[1] = {4}, k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    int32_t x, b, v, y;
+    ASSERT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_add_input(g, "b", 3, bd, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_add_input(g, "v", 1, vd, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "cx", x, 4, k, &cp, 0, 1, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "cb", b, 4, k, &cp, 0, 1, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_add(g, x, b, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_flatten(g, y, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "fy", y, 3, 1, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "fv", v, 3, 1, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_add(g, y, v, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+    const std::string file = path("inputs.json");
+    ASSERT_EQ(tsl_graph_write_json(g, file.c_str()), TSL_OK) << tsl_last_error();
+    const std::string text = read_text(file);
+    EXPECT_NE(text.find(R"({"name": "b", "op": "input", "shape": [3, 6, 5]})"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find(R"({"name": "v", "op": "input", "shape": [4]})"), std::string::npos)
+        << text;
+    tsl_graph_t read = nullptr;
+    ASSERT_EQ(tsl_graph_read_json(file.c_str(), 3, sample, 3, &read), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(graph_difference(g, read), "");
+    ASSERT_EQ(tsl_graph_input_count(read), 3);
+    tsl_shape s;
+    ASSERT_EQ(tsl_graph_value_shape(read, tsl_graph_input_value(read, 2), &s), TSL_OK);
+    EXPECT_EQ(shape_text(s), "4");
+    // the first input follows the data, the others keep their shapes: b no longer fits x
+    const int64_t larger[3] = {2, 7, 5};
+    tsl_graph_t none = nullptr;
+    EXPECT_EQ(tsl_graph_read_json(file.c_str(), 3, larger, 3, &none), TSL_ERR_SHAPE);
+    EXPECT_NE(std::string(tsl_last_error()).find("differ in shape"), std::string::npos)
+        << tsl_last_error();
+    tsl_graph_destroy(read);
+    tsl_graph_destroy(g);
 }
