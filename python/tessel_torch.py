@@ -154,6 +154,7 @@ class TesselNet(nn.Module):
         if not 0 <= nsp <= 3:
             raise ModelFileError(f"sample shape {self.sample_shape}: C and 0 to 3 spatial sizes")
         self._nodes = []
+        self.further_inputs = []  # (name, sample shape) of the inputs after the first
         self._owners = {}  # name -> module of the layers with parameters
         names = {}
         for index, layer in enumerate(layers):
@@ -184,6 +185,7 @@ class TesselNet(nn.Module):
                                          f"earlier layer with parameters")
             if op == "input" and index:
                 fn, shape = (lambda v: v), tuple(attrs["shape"])
+                self.further_inputs.append((layer["name"], shape))
             else:
                 fn, shape = self._make(op, attrs, layer.get("name"), where, in_shapes, nsp)
             self._nodes.append(_Node(op, inputs, fn, shape))
@@ -500,11 +502,14 @@ def _shape(text):
 def _check(args):
     module = build(args.model, args.sample_shape, args.classes)
     load_params(module, args.params)
-    x = torch.from_numpy(np.load(os.path.join(args.data, "x_test.npy")))
+    # x, and each further input NAME from NAME_test.npy beside it
+    xs = [torch.from_numpy(np.load(os.path.join(args.data, f"{name}_test.npy")))
+          for name in ["x"] + [n for n, _ in module.further_inputs]]
     want = np.load(args.outputs)
     module.eval()
     with torch.no_grad():
-        got = torch.cat([module(x[i:i + args.batch]) for i in range(0, len(x), args.batch)])
+        got = torch.cat([module(*[a[i:i + args.batch] for a in xs])
+                         for i in range(0, len(xs[0]), args.batch)])
     got = got.numpy()
     if got.shape != want.shape:
         print(f"check: FAILED: module outputs {got.shape}, tessel's {want.shape}")
@@ -555,17 +560,21 @@ def _explicit_circular(conv):
 
 def export_onnx(module, sample_shape, path, opset=13):
     """Write ``module`` (in eval mode) as an ONNX file: input "x" of shape (batch, *sample_shape)
-    and output "logits", the batch size free. Batch norms fold into the convolutions before
-    them where torch's exporter can."""
+    (and one input per further input layer, named as the layer, of its shape) and output
+    "logits", the batch size free. Batch norms fold into the convolutions before them where
+    torch's exporter can."""
     module.eval()
-    x = torch.zeros((2,) + tuple(sample_shape))
+    names = ["x"] + [name for name, _ in module.further_inputs]
+    x = tuple(torch.zeros((2,) + tuple(shape))
+              for shape in [sample_shape] + [shape for _, shape in module.further_inputs])
     circular = [m for m in module.modules()
                 if isinstance(m, torch.nn.modules.conv._ConvNd) and m.padding_mode == "circular"]
     for m in circular:
         m.forward = _explicit_circular(m)
     try:
-        torch.onnx.export(module, x, path, input_names=["x"], output_names=["logits"],
-                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+        torch.onnx.export(module, x, path, input_names=names, output_names=["logits"],
+                          dynamic_axes=dict({n: {0: "batch"} for n in names},
+                                            logits={0: "batch"}),
                           opset_version=opset)
     finally:
         for m in circular:

@@ -257,6 +257,10 @@ void tsl_pending_done(void *ctx);
 /* tsl_tensors_read_samples() with the reads counted in `group` (io.c). */
 tsl_status tsl_read_samples_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
                                     const int64_t *indices, tsl_read_group *group);
+/* tsl_read_samples_grouped() of x's tiles from the dataset's further input `input`
+ * (tsl_dataset_read_input_box()). */
+tsl_status tsl_read_input_samples_grouped(tsl_tensor_t x, tsl_dataset_t dataset, const char *input,
+                                          const int64_t *indices, tsl_read_group *group);
 /* Waits for the group's reads on this rank (not collective). */
 void tsl_read_group_wait(struct tsl_context *ctx, tsl_read_group *group);
 /* Waits for the group's reads, takes its first failure (the group is clean after) and agrees

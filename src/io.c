@@ -85,6 +85,7 @@ typedef struct read_batch {
     int64_t *indices;
     tsl_read_group *group; /* where the reads are counted */
     int64_t tasks_left;    /* under ctx->pending_lock */
+    char input[96];        /* a further input's name (tiles of it, not of x), or "" */
 } read_batch;
 
 typedef struct read_args {
@@ -116,7 +117,7 @@ static tsl_status read_tile_sample(const read_args *a, const read_batch *b, int6
                                    void **scratch)
 {
     int64_t index = b->indices[a->start[0] + n];
-    int32_t sample_ndim = b->info.sample_shape.ndim;
+    int32_t sample_ndim = b->input[0] ? a->ndim - 1 : b->info.sample_shape.ndim;
     int64_t start[TSL_MAX_DIMS] = {0}, extent[TSL_MAX_DIMS], per_sample = 1;
     for (int32_t d = 1; d < a->ndim; d++)
         per_sample *= a->extent[d];
@@ -139,10 +140,11 @@ static tsl_status read_tile_sample(const read_args *a, const read_batch *b, int6
     if (!direct && !*scratch && !(*scratch = malloc((size_t)per_sample * 8)))
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "reading samples: out of memory");
     void *into = direct ? dst : *scratch;
-    tsl_status st = targets
-                        ? tsl_dataset_read_target_box(b->dataset, index, start, extent, into)
-                        : tsl_dataset_read_box(b->dataset, index, start, extent,
-                                               a->labels ? NULL : into, a->labels ? into : NULL);
+    tsl_status st =
+        b->input[0] ? tsl_dataset_read_input_box(b->dataset, b->input, index, start, extent, into)
+        : targets   ? tsl_dataset_read_target_box(b->dataset, index, start, extent, into)
+                  : tsl_dataset_read_box(b->dataset, index, start, extent, a->labels ? NULL : into,
+                                         a->labels ? into : NULL);
     if (st || direct)
         return st;
     tsl_box_copy_args c;
@@ -261,8 +263,24 @@ tsl_status tsl_tensors_read_samples(tsl_tensor_t x, tsl_tensor_t labels, tsl_dat
     return st ? st : tsl_read_samples_grouped(x, labels, dataset, indices, &first->ctx->reads);
 }
 
+static tsl_status read_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
+                               const char *input, const int64_t *indices, tsl_read_group *group);
+
 tsl_status tsl_read_samples_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
                                     const int64_t *indices, tsl_read_group *group)
+{
+    return read_grouped(x, labels, dataset, NULL, indices, group);
+}
+
+tsl_status tsl_read_input_samples_grouped(tsl_tensor_t x, tsl_dataset_t dataset, const char *input,
+                                          const int64_t *indices, tsl_read_group *group)
+{
+    return read_grouped(x, NULL, dataset, input, indices, group);
+}
+
+/* x's tiles from further input `input` of the dataset (NULL: from x, and labels' too). */
+static tsl_status read_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dataset_t dataset,
+                               const char *input, const int64_t *indices, tsl_read_group *group)
 {
     const char *fn = "tsl_tensors_read_samples";
     tsl_tensor_t first = x ? x : labels;
@@ -277,8 +295,16 @@ tsl_status tsl_read_samples_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dat
         st = st ? st : tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: x and labels in two contexts", fn);
     else if (!dataset || !indices)
         st = tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: the dataset or the indices are NULL", fn);
-    else if (!(st = tsl_dataset_get_info(dataset, &info)))
+    else if (!(st = tsl_dataset_get_info(dataset, &info)) && input) {
+        /* a further input: x checked against its own shape */
+        tsl_dataset_info as = info;
+        if ((st = tsl_dataset_input_shape(dataset, input, &as.sample_shape)))
+            st = tsl_error(ctx, st, "%s: %s", fn, tsl_last_error());
+        else
+            st = check_read(ctx, x, NULL, &as, indices, count);
+    } else if (!st) {
         st = check_read(ctx, x, labels, &info, indices, count);
+    }
     /* Every rank must read the same samples: rank 0's digest of the batch is the reference. */
     uint64_t digest = TSL_FNV1A_START, root_digest = 0;
     if (!st) {
@@ -315,6 +341,8 @@ tsl_status tsl_read_samples_grouped(tsl_tensor_t x, tsl_tensor_t labels, tsl_dat
             b->info = info;
             b->group = group;
             b->tasks_left = mine;
+            if (input)
+                snprintf(b->input, sizeof b->input, "%s", input);
             pthread_mutex_lock(&ctx->pending_lock);
             group->pending += mine;
             pthread_mutex_unlock(&ctx->pending_lock);

@@ -34,6 +34,10 @@
  *   (larger than memory is fine; several readers at once are serialised: HDF5's serial
  *   library). K defaults to the largest label + 1.
  *
+ * npy directories and HDF5 files also give a model's further inputs by name
+ * (tsl_dataset_input_shape()): DIR/NAME.npy (NAME_test.npy), or the file's dataset NAME
+ * (NAME_test).
+ *
  * Fashion-MNIST pixels p become (p / 255 - 0.2860) / 0.3530 (the training set's mean and
  * standard deviation). Unknown keys, bad values, missing or malformed files are refused
  * with a status and a message (tsl_last_error()); nothing aborts.
@@ -199,6 +203,23 @@ TSL_API tsl_status tsl_dataset_read_box(tsl_dataset_t dataset, int64_t index, co
 TSL_API tsl_status tsl_dataset_read_target_box(tsl_dataset_t dataset, int64_t index,
                                                const int64_t *start, const int64_t *extent,
                                                float *targets);
+
+/**
+ * @brief The per-sample shape of further input @p name of the dataset (a model of several
+ * inputs, tsl_graph_add_input(): input 0 is x, each other is read by its name): an `.npy`
+ * directory's NAME.npy (NAME_test.npy for the test split), f32, one row per sample, or an HDF5
+ * file's dataset NAME (NAME_test), any float type; opened on first use. ::TSL_ERR_IO when it is
+ * missing, ::TSL_ERR_DTYPE / ::TSL_ERR_SHAPE when it does
+ * not fit, ::TSL_ERR_UNSUPPORTED for the kinds that give x alone. Thread-safe.
+ */
+TSL_API tsl_status tsl_dataset_input_shape(tsl_dataset_t dataset, const char *name,
+                                           tsl_shape *shape);
+
+/** @brief One box of sample @p index of further input @p name (tsl_dataset_input_shape()) into
+ *  @p x, as tsl_dataset_read_box() reads x's. Thread-safe. */
+TSL_API tsl_status tsl_dataset_read_input_box(tsl_dataset_t dataset, const char *name,
+                                              int64_t index, const int64_t *start,
+                                              const int64_t *extent, float *x);
 
 /**
  * @brief The order in which an epoch visits the samples: order[i] = i without shuffling,

@@ -67,10 +67,11 @@ TSL_API void tsl_graph_destroy(tsl_graph_t graph);
  * @brief An input of the network named @p name (NULL: "input" for the first, "input1",
  * "input2", ... after it), per-sample shape (C, spatial...) with 1 to 4 dimensions; @p value
  * receives its id. A graph has 1 to ::TSL_GRAPH_MAX_GRAPH_INPUTS inputs, numbered in the order
- * they are added: input 0 is the one the batch arrays and datasets of tsl_model_train_step()
- * and its kin feed, and every input is fed by tsl_model_train_step_inputs(),
- * tsl_model_evaluate_inputs() and tsl_model_forward_values_inputs() (an image beside a
- * second modality, a field beside its coordinates, one domain's view each). Inputs may have
+ * they are added: input 0 is the x of batch arrays and datasets; a dataset step
+ * (tsl_model_train_step_read() and its kin) reads each further input by its name
+ * (tsl_dataset_input_shape()), and tsl_model_train_step_inputs(), tsl_model_evaluate_inputs()
+ * and tsl_model_forward_values_inputs() take one application tensor per input (an image beside
+ * a second modality, a field beside its coordinates, one domain's view each). Inputs may have
  * different shapes; the plan cuts each as it cuts any value of its shape.
  */
 TSL_API tsl_status tsl_graph_add_input(tsl_graph_t graph, const char *name, int32_t ndim,

@@ -272,8 +272,9 @@ TSL_API tsl_status tsl_model_forward_values_tensors(tsl_model_t model, tsl_tenso
  * @p xs holds @p count tensors, one per input of the graph in its order (count =
  * tsl_graph_input_count()), each (batch, that input's sample shape) f32 of any tiling, one
  * batch size for all; @p labels as tsl_model_train_step_tensors() takes them. Works for a
- * model of one input too. The other step, evaluation and forward calls refuse a model of
- * several inputs (they feed one). Collective.
+ * model of one input too. The dataset steps read every input (tsl_dataset_input_shape());
+ * the calls that take x as an array or one tensor refuse a model of several inputs.
+ * Collective.
  */
 TSL_API tsl_status tsl_model_train_step_inputs(tsl_model_t model, int32_t count,
                                                const tsl_tensor_t *xs, tsl_tensor_t labels,

@@ -244,6 +244,11 @@ typedef struct session {
     tsl_dataset_info train_info, test_info;
     tsl_model_t model;
     tsl_shape output_shape; /* one sample's output (logits: classes, or classes x spatial) */
+    int32_t output_value;   /* its value in the model's graph */
+    int32_t ninputs;        /* the graph's inputs: value, name and sample shape of each */
+    int32_t input_values[TSL_GRAPH_MAX_GRAPH_INPUTS];
+    char input_names[TSL_GRAPH_MAX_GRAPH_INPUTS][TSL_GRAPH_NAME_MAX];
+    tsl_shape input_shapes[TSL_GRAPH_MAX_GRAPH_INPUTS];
 } session;
 
 /* Start StarPU (and MPI) with the common options; sets rank_of_process. Returns an exit code

@@ -618,15 +618,44 @@ int session_open(session *s, train_options *o, int need_train)
                          info->targets ? info->label_shape.dims[0] : info->classes, &g);
     if ((code = fail_collective(st, "building the model")))
         return code;
-    if (tsl_graph_input_count(g) > 1) { /* (the same on every rank: one file, one dataset) */
-        if (rank_of_process == 0)
-            fprintf(stderr,
-                    "tessel: model '%s' has %d inputs, and the data feeds one (x): train a "
-                    "network of several inputs through the library "
-                    "(tsl_model_train_step_inputs(), one tensor per input)\n",
-                    o->model, (int)tsl_graph_input_count(g));
+    /* A model of several inputs: the data gives each further one by its name (NAME.npy). */
+    char mismatch[512] = "";
+    s->ninputs = tsl_graph_input_count(g);
+    s->output_value = tsl_graph_output(g);
+    for (int32_t k = 0; k < s->ninputs; k++) {
+        int32_t v = s->input_values[k] = tsl_graph_input_value(g, k);
+        tsl_graph_value_shape(g, v, &s->input_shapes[k]);
+        for (int32_t op = 0; op < tsl_graph_op_count(g); op++) {
+            int32_t out = -1;
+            const char *n = NULL;
+            tsl_graph_op_info(g, op, NULL, &n, &out);
+            if (out == v)
+                snprintf(s->input_names[k], sizeof s->input_names[k], "%s", n);
+        }
+    }
+    for (int32_t k = 1; k < s->ninputs && !st && !mismatch[0]; k++) {
+        const char *name = s->input_names[k];
+        tsl_shape want = s->input_shapes[k], got;
+        for (int d = 0; d < 2 && !st && !mismatch[0]; d++) {
+            tsl_dataset_t ds = d ? s->test : s->train;
+            if (!ds || (st = tsl_dataset_input_shape(ds, name, &got)))
+                continue;
+            int fits = got.ndim == want.ndim;
+            for (int32_t a = 0; fits && a < got.ndim; a++)
+                fits = got.dims[a] == want.dims[a];
+            if (!fits)
+                snprintf(mismatch, sizeof mismatch,
+                         "the data's input '%s' has %d-axis samples of %lld channels, and model "
+                         "'%s' takes %d axes of %lld",
+                         name, (int)got.ndim, (long long)got.dims[0], o->model, (int)want.ndim,
+                         (long long)want.dims[0]);
+        }
+    }
+    if ((code = fail_collective(st, "reading the model's further inputs")) || mismatch[0]) {
+        if (mismatch[0] && rank_of_process == 0) /* (alike on every rank) */
+            fprintf(stderr, "tessel: %s\n", mismatch);
         tsl_graph_destroy(g);
-        return EXIT_USAGE;
+        return code ? code : EXIT_USAGE;
     }
     tsl_shape out;
     tsl_graph_value_shape(g, tsl_graph_output(g), &out);

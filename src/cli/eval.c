@@ -60,6 +60,55 @@ static int parse_eval(int argc, char **argv, eval_options *o)
     return 0;
 }
 
+/* The model's outputs for test samples idx[0 .. count) into `out` on rank 0, for a model of
+ * several inputs: each input's batch read on rank 0 (x, then each further input by its name)
+ * into a tensor there, the forward into a tensor there (collective). */
+static tsl_status forward_inputs(const session *s, const int64_t *idx, int64_t count, float *out)
+{
+    tsl_tensor_t xs[TSL_GRAPH_MAX_GRAPH_INPUTS] = {NULL}, y = NULL;
+    tsl_owner_map root = tsl_owner_single(0);
+    float *buf = NULL;
+    tsl_status st = TSL_OK;
+    for (int32_t k = 0; k < s->ninputs && !st; k++) {
+        const tsl_shape *in = &s->input_shapes[k];
+        tsl_shape shape = {.ndim = in->ndim + 1};
+        shape.dims[0] = count;
+        for (int32_t d = 0; d < in->ndim; d++)
+            shape.dims[d + 1] = in->dims[d];
+        int64_t per = tsl_shape_numel(in);
+        if ((st = tsl_tensor_create(&xs[k], s->ctx, TSL_F32, &shape, NULL, &root)))
+            break;
+        if (rank_of_process == 0) {
+            int64_t start[TSL_MAX_DIMS] = {0};
+            st = (buf = malloc(sizeof *buf * (size_t)(count * per))) ? TSL_OK
+                                                                     : TSL_ERR_OUT_OF_MEMORY;
+            if (!st && k == 0)
+                st = tsl_dataset_read(s->test, idx, count, buf, NULL);
+            for (int64_t i = 0; !st && k > 0 && i < count; i++)
+                st = tsl_dataset_read_input_box(s->test, s->input_names[k], idx[i], start, in->dims,
+                                                buf + i * per);
+        }
+        if (!(st = agree(st)))
+            st = tsl_tensor_scatter(xs[k], 0, buf);
+        free(buf);
+        buf = NULL;
+    }
+    tsl_shape os = {.ndim = s->output_shape.ndim + 1};
+    os.dims[0] = count;
+    for (int32_t d = 0; d < s->output_shape.ndim; d++)
+        os.dims[d + 1] = s->output_shape.dims[d];
+    if (!st)
+        st = tsl_tensor_create(&y, s->ctx, TSL_F32, &os, NULL, &root);
+    if (!st)
+        st = tsl_model_forward_values_inputs(s->model, s->ninputs, xs, 0, 1, &s->output_value, &y);
+    if (!st)
+        st = tsl_tensor_gather(y, 0, out);
+    for (int32_t k = 0; k < s->ninputs; k++)
+        tsl_tensor_destroy(xs[k]);
+    tsl_tensor_destroy(y);
+    return st;
+}
+
 /* The outputs of every test sample into `path` on rank 0, a batch at a time (collective). */
 static tsl_status write_outputs(const session *s, int64_t batch, const char *path)
 {
@@ -88,13 +137,20 @@ static tsl_status write_outputs(const session *s, int64_t batch, const char *pat
     st = agree(st);
     for (int64_t first = 0; first < info->samples && !st; first += batch) {
         int64_t count = info->samples - first < batch ? info->samples - first : batch;
-        if (rank_of_process == 0) {
-            for (int64_t i = 0; i < count; i++)
+        if (s->ninputs > 1) { /* (idx is only rank 0's) */
+            for (int64_t i = 0; rank_of_process == 0 && i < count; i++)
                 idx[i] = first + i;
-            st = tsl_dataset_read(s->test, idx, count, x, NULL);
+            if ((st = forward_inputs(s, idx, count, out)))
+                break;
+        } else {
+            if (rank_of_process == 0) {
+                for (int64_t i = 0; i < count; i++)
+                    idx[i] = first + i;
+                st = tsl_dataset_read(s->test, idx, count, x, NULL);
+            }
+            if ((st = agree(st)) || (st = tsl_model_forward(s->model, count, x, 0, out)))
+                break;
         }
-        if ((st = agree(st)) || (st = tsl_model_forward(s->model, count, x, 0, out)))
-            break;
         if (rank_of_process == 0)
             st = tsl_npy_writer_append(w, out, count * out_numel);
         st = agree(st);

@@ -3,6 +3,7 @@
 #ifndef TESSEL_SRC_DATA_INTERNAL_H
 #define TESSEL_SRC_DATA_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -88,6 +89,12 @@ typedef struct synthetic_params {
     uint64_t split_key; /* the generator key of the split: (seed, split) mixed */
 } synthetic_params;
 
+/* An npy directory's path and split (the suffix of its file names). */
+typedef struct split_dir {
+    char *dir;
+    const char *suffix; /* "" or "_test" */
+} split_dir;
+
 /* A `.npy` file whose samples (rows along the first dimension) are read when asked. */
 typedef struct npy_array {
     int fd;
@@ -96,8 +103,23 @@ typedef struct npy_array {
     int64_t row_bytes;
 } npy_array;
 
+/* The most further inputs a dataset gives (tsl_dataset_input_shape(); as a graph's). */
+#define DATASET_MAX_INPUTS 8
+
+/* A further input of an npy directory (NAME.npy, NAME_test.npy) or of an HDF5 file (dataset
+ * NAME, NAME_test), opened on first use. */
+typedef struct dataset_input {
+    char name[96];
+    npy_array file;
+    tsl_shape shape; /* per sample */
+} dataset_input;
+
 struct tsl_dataset {
     dataset_kind kind;
+    split_dir where;             /* an npy directory and its split: where further inputs are */
+    pthread_mutex_t inputs_lock; /* guards ninputs; an entry never changes once counted */
+    int32_t ninputs;
+    dataset_input inputs[DATASET_MAX_INPUTS];
     tsl_dataset_info info;
     /* Fashion-MNIST: bytes in memory; pixel_value maps a byte to its normalised value. */
     uint8_t *pixels;
@@ -160,6 +182,12 @@ tsl_status tsl_data_npy_read_sample_box(const struct tsl_dataset *ds, int64_t in
                                         const int64_t *start, const int64_t *extent, float *x,
                                         int64_t *y);
 void tsl_data_npy_array_close(npy_array *a);
+/* Further input `name` of an npy dataset opened into slot k (NAME.npy, f32, one row per
+ * sample); its shape into ds->inputs[k]. */
+tsl_status tsl_data_npy_input(struct tsl_dataset *ds, const char *name, int32_t k);
+/* Box of sample `index` of further input slot k (checked by the caller). */
+tsl_status tsl_data_npy_read_input_box(const struct tsl_dataset *ds, int32_t k, int64_t index,
+                                       const int64_t *start, const int64_t *extent, float *x);
 
 /* HDF5 files read on demand (hdf5_dataset.c). */
 struct tsl_h5_file;
@@ -170,5 +198,10 @@ tsl_status tsl_data_hdf5_read_sample_box(const struct tsl_dataset *ds, int64_t i
                                          const int64_t *start, const int64_t *extent, float *x,
                                          int64_t *y);
 void tsl_data_hdf5_close(struct tsl_h5_file *f);
+/* Further input `name` of an HDF5 dataset into slot k (its shape into ds->inputs[k]): dataset
+ * NAME (NAME_test for the test split), floats, one row per sample. */
+tsl_status tsl_data_hdf5_input(struct tsl_dataset *ds, const char *name, int32_t k);
+tsl_status tsl_data_hdf5_read_input_box(const struct tsl_dataset *ds, int32_t k, int64_t index,
+                                        const int64_t *start, const int64_t *extent, float *x);
 
 #endif /* TESSEL_SRC_DATA_INTERNAL_H */

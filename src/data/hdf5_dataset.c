@@ -28,6 +28,8 @@ struct tsl_h5_file {
     char *path;
     hid_t file;
     h5_array x, y;
+    int test;                            /* the test split: further inputs are NAME_test */
+    h5_array inputs[DATASET_MAX_INPUTS]; /* the dataset's further inputs, by slot */
 };
 
 static void array_close(h5_array *a)
@@ -46,6 +48,8 @@ void tsl_data_hdf5_close(struct tsl_h5_file *f)
     pthread_mutex_lock(&h5_lock);
     array_close(&f->x);
     array_close(&f->y);
+    for (int k = 0; k < DATASET_MAX_INPUTS; k++)
+        array_close(&f->inputs[k]);
     if (f->file > 0)
         H5Fclose(f->file);
     pthread_mutex_unlock(&h5_lock);
@@ -172,6 +176,7 @@ tsl_status tsl_data_hdf5_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_sp
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "hdf5: out of memory");
     }
     ds->h5 = f;
+    f->test = test;
     pthread_mutex_lock(&h5_lock);
     if (!h5_quiet) {
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -272,5 +277,38 @@ tsl_status tsl_data_hdf5_read_sample_box(const struct tsl_dataset *ds, int64_t i
                            "hdf5: label %lld of sample %lld in '%s' is outside [0, %lld) (was "
                            "the file changed after the dataset was opened?)",
                            (long long)y[i], (long long)index, f->path, (long long)info->classes);
+    return st;
+}
+
+tsl_status tsl_data_hdf5_input(struct tsl_dataset *ds, const char *name, int32_t k)
+{
+    struct tsl_h5_file *f = ds->h5;
+    h5_array *a = &f->inputs[k];
+    char set[160];
+    if (snprintf(set, sizeof set, "%s%s", name, f->test ? "_test" : "") >= (int)sizeof set)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "hdf5: input name '%s' too long", name);
+    pthread_mutex_lock(&h5_lock);
+    tsl_status st = array_open(f, a, set, 1, NULL);
+    if (!st && (a->ndim < 2 || a->ndim > 5 || a->dims[0] != ds->info.samples))
+        st = tsl_error(NULL, TSL_ERR_SHAPE,
+                       "hdf5: dataset '%s' of '%s' has %d axes and %lld rows; an input must be N "
+                       "= %lld samples x C, then 0 to 3 spatial sizes",
+                       set, f->path, (int)a->ndim, (long long)a->dims[0],
+                       (long long)ds->info.samples);
+    if (st)
+        array_close(a);
+    pthread_mutex_unlock(&h5_lock);
+    if (!st)
+        tsl_shape_make(&ds->inputs[k].shape, a->ndim - 1, a->dims + 1);
+    return st;
+}
+
+tsl_status tsl_data_hdf5_read_input_box(const struct tsl_dataset *ds, int32_t k, int64_t index,
+                                        const int64_t *start, const int64_t *extent, float *x)
+{
+    pthread_mutex_lock(&h5_lock);
+    tsl_status st =
+        read_rows(ds->h5, &ds->h5->inputs[k], index, 1, start, extent, H5T_NATIVE_FLOAT, x);
+    pthread_mutex_unlock(&h5_lock);
     return st;
 }

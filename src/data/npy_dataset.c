@@ -186,6 +186,9 @@ tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_spl
         return tsl_error(NULL, TSL_ERR_INVALID_ARG,
                          "dataset spec '%s': npy needs a directory (npy:DIR)", spec->original);
     const char *suffix = split == TSL_SPLIT_TRAIN ? "" : "_test";
+    if (!(ds->where.dir = strdup(dir)))
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "npy: out of memory");
+    ds->where.suffix = suffix;
     char x_path[PATH_MAX], y_path[PATH_MAX];
     if (snprintf(x_path, sizeof x_path, "%s/x%s.npy", dir, suffix) >= (int)sizeof x_path)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "npy: directory name too long");
@@ -286,4 +289,39 @@ tsl_status tsl_data_npy_read_sample_box(const struct tsl_dataset *ds, int64_t in
                            (long long)y[i], (long long)index, ds->y_file.path,
                            (long long)info->classes);
     return st;
+}
+
+tsl_status tsl_data_npy_input(struct tsl_dataset *ds, const char *name, int32_t k)
+{
+    dataset_input *in = &ds->inputs[k];
+    memset(in, 0, sizeof *in);
+    in->file.fd = -1;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s%s.npy", ds->where.dir, name, ds->where.suffix) >=
+        (int)sizeof path)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "npy: directory name too long");
+    tsl_status st = npy_array_open(&in->file, path);
+    const tsl_shape *s = &in->file.header.shape;
+    char text[96];
+    if (!st && in->file.header.dtype != TSL_F32)
+        st = tsl_error(NULL, TSL_ERR_DTYPE, "npy: '%s' holds %s values; an input must be f32", path,
+                       tsl_dtype_name(in->file.header.dtype));
+    else if (!st && (s->ndim < 2 || s->ndim > 5 || s->dims[0] != ds->info.samples))
+        st = tsl_error(NULL, TSL_ERR_SHAPE,
+                       "npy: '%s' has shape %s; the input must be N = %lld samples x C, then 0 "
+                       "to 3 spatial sizes",
+                       path, shape_text(s, text, sizeof text), (long long)ds->info.samples);
+    if (st) {
+        tsl_data_npy_array_close(&in->file);
+        return st;
+    }
+    tsl_shape_make(&in->shape, s->ndim - 1, s->dims + 1);
+    return TSL_OK;
+}
+
+tsl_status tsl_data_npy_read_input_box(const struct tsl_dataset *ds, int32_t k, int64_t index,
+                                       const int64_t *start, const int64_t *extent, float *x)
+{
+    const dataset_input *in = &ds->inputs[k];
+    return npy_read_box(&in->file, index, in->shape.ndim, in->shape.dims, start, extent, x);
 }

@@ -190,6 +190,7 @@ tsl_status tsl_dataset_open(tsl_dataset_t *dataset, const char *spec_text, tsl_s
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_dataset_open: out of memory");
     ds->x_file.fd = -1;
     ds->y_file.fd = -1;
+    pthread_mutex_init(&ds->inputs_lock, NULL);
     dataset_spec spec;
     tsl_status st = spec_parse(&spec, spec_text);
     if (!st && strcmp(spec.name, "fashion-mnist") == 0) {
@@ -241,6 +242,7 @@ static tsl_status new_callback(tsl_dataset_t *dataset, tsl_read_box_fn read_box,
         return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     ds->x_file.fd = -1;
     ds->y_file.fd = -1;
+    pthread_mutex_init(&ds->inputs_lock, NULL);
     ds->kind = DATASET_CALLBACK;
     ds->callback = read_box;
     ds->callback_targets = read_targets;
@@ -303,8 +305,87 @@ tsl_status tsl_dataset_destroy(tsl_dataset_t ds)
     tsl_data_npy_array_close(&ds->x_file);
     tsl_data_npy_array_close(&ds->y_file);
     tsl_data_hdf5_close(ds->h5);
+    for (int32_t k = 0; k < ds->ninputs; k++)
+        tsl_data_npy_array_close(&ds->inputs[k].file);
+    free(ds->where.dir);
+    pthread_mutex_destroy(&ds->inputs_lock);
     free(ds);
     return TSL_OK;
+}
+
+/* Slot of further input `name`, opened on first use (npy directories only). */
+static tsl_status input_slot(tsl_dataset_t ds, const char *name, int32_t *k, const char *fn)
+{
+    if (!ds || !name)
+        return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (ds->kind != DATASET_NPY && ds->kind != DATASET_HDF5)
+        return tsl_error(NULL, TSL_ERR_UNSUPPORTED,
+                         "%s: input '%s': only npy directories (NAME.npy beside x.npy) and HDF5 "
+                         "files (dataset NAME beside x) give further inputs; this dataset gives x "
+                         "alone",
+                         fn, name);
+    tsl_status st = TSL_OK;
+    pthread_mutex_lock(&ds->inputs_lock);
+    *k = -1;
+    for (int32_t i = 0; i < ds->ninputs && *k < 0; i++)
+        if (strcmp(ds->inputs[i].name, name) == 0)
+            *k = i;
+    size_t len = strlen(name);
+    if (*k >= 0)
+        ; /* opened before */
+    else if (!len || len >= sizeof ds->inputs[0].name || strchr(name, '/') || name[0] == '.' ||
+             !strcmp(name, "x") || !strcmp(name, "y") ||
+             (len >= 5 && !strcmp(name + len - 5, "_test")))
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                       "%s: an input named '%s' cannot be read from the data (not x or y, no '/', "
+                       "no leading '.', no _test ending)",
+                       fn, name);
+    else if (ds->ninputs == DATASET_MAX_INPUTS)
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: more than %d further inputs", fn,
+                       DATASET_MAX_INPUTS);
+    else if (!(st = ds->kind == DATASET_NPY ? tsl_data_npy_input(ds, name, ds->ninputs)
+                                            : tsl_data_hdf5_input(ds, name, ds->ninputs))) {
+        snprintf(ds->inputs[ds->ninputs].name, sizeof ds->inputs[0].name, "%s", name);
+        *k = ds->ninputs++;
+    }
+    pthread_mutex_unlock(&ds->inputs_lock);
+    return st;
+}
+
+tsl_status tsl_dataset_input_shape(tsl_dataset_t ds, const char *name, tsl_shape *shape)
+{
+    int32_t k = 0;
+    tsl_status st = input_slot(ds, name, &k, "tsl_dataset_input_shape");
+    if (!st && !shape)
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_dataset_input_shape: NULL shape");
+    if (!st)
+        *shape = ds->inputs[k].shape;
+    return st;
+}
+
+tsl_status tsl_dataset_read_input_box(tsl_dataset_t ds, const char *name, int64_t index,
+                                      const int64_t *start, const int64_t *extent, float *x)
+{
+    const char *fn = "tsl_dataset_read_input_box";
+    int32_t k = 0;
+    tsl_status st = input_slot(ds, name, &k, fn);
+    if (!st && (!start || !extent || !x))
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (!st && (index < 0 || index >= ds->info.samples))
+        st = tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: sample index %lld is outside [0, %lld)", fn,
+                       (long long)index, (long long)ds->info.samples);
+    const tsl_shape *shape = st ? NULL : &ds->inputs[k].shape;
+    for (int32_t d = 0; shape && d < shape->ndim && !st; d++)
+        if (start[d] < 0 || extent[d] < 1 || start[d] + extent[d] > shape->dims[d])
+            st = tsl_error(NULL, TSL_ERR_INVALID_ARG,
+                           "%s: axis %d of the box is [%lld, %lld), outside input '%s''s [0, "
+                           "%lld)",
+                           fn, (int)d, (long long)start[d], (long long)(start[d] + extent[d]), name,
+                           (long long)shape->dims[d]);
+    if (st)
+        return st;
+    return ds->kind == DATASET_HDF5 ? tsl_data_hdf5_read_input_box(ds, k, index, start, extent, x)
+                                    : tsl_data_npy_read_input_box(ds, k, index, start, extent, x);
 }
 
 tsl_status tsl_dataset_get_info(tsl_dataset_t ds, tsl_dataset_info *info)

@@ -86,6 +86,7 @@ struct tsl_model {
      * swaps them with its instance's input and labels (the instance's become the spares) and
      * checks that group, while the next read-ahead counts in the other. */
     tsl_tensor_t ahead_x, ahead_labels;
+    tsl_tensor_t ahead_more[TSL_GRAPH_MAX_GRAPH_INPUTS]; /* further inputs' (k >= 1) */
     int64_t ahead_batch;
     tsl_dataset_t ahead_dataset;
     int64_t *ahead_indices;

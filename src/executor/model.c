@@ -242,6 +242,8 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     free(m->ahead_indices);
     tsl_tensor_destroy(m->ahead_x);
     tsl_tensor_destroy(m->ahead_labels);
+    for (int k = 0; k < TSL_GRAPH_MAX_GRAPH_INPUTS; k++)
+        tsl_tensor_destroy(m->ahead_more[k]);
     for (int32_t i = 0; i < m->ninst; i++)
         tsl_exec_instance_free(m, &m->inst[i]);
     for (int32_t b = 0; m->buckets && b < m->nbuckets; b++)

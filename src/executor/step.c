@@ -54,17 +54,45 @@ static tsl_status read_ahead_holds(struct tsl_model *m, int64_t batch, const bat
     return TSL_OK;
 }
 
+/* The name of input k of the model's graph (a dataset's further input of that name). */
+static const char *input_name(const struct tsl_model *m, int32_t k)
+{
+    return m->g->ops[m->g->values[tsl_graph_input_value(m->g, k)].producer].name;
+}
+
+/* A tensor for further input k of a batch, tiled and ordered as the instances make it. */
+static tsl_status further_input_tensor(struct tsl_model *m, int64_t batch, int32_t k,
+                                       tsl_tensor_t *t)
+{
+    int32_t v = tsl_graph_input_value(m->g, k);
+    tsl_status st = tsl_exec_batch_tensor(m, batch, tsl_exec_value_stage(m, v),
+                                          &m->g->values[v].shape, 1, TSL_F32, t);
+    if (!st && tsl_exec_pipelined(m))
+        tsl_tensor_order_by_samples(*t);
+    return st;
+}
+
 /* Starts reading `next` (batch samples of src->dataset) into the spare tiles. */
 static tsl_status read_ahead(struct tsl_model *m, int64_t batch, const batch_source *src)
 {
     drop_read_ahead(m);
     tsl_status st = TSL_OK;
+    const int32_t ninputs = tsl_graph_input_count(m->g);
     if (m->ahead_x && m->ahead_batch != batch) {
         tsl_tensor_destroy(m->ahead_x);
         tsl_tensor_destroy(m->ahead_labels);
         m->ahead_x = m->ahead_labels = NULL;
+        for (int32_t k = 1; k < ninputs; k++) {
+            tsl_tensor_destroy(m->ahead_more[k]);
+            m->ahead_more[k] = NULL;
+        }
     }
     if (!m->ahead_x && (st = tsl_exec_input_tensors(m, batch, &m->ahead_x, &m->ahead_labels)))
+        return st;
+    for (int32_t k = 1; k < ninputs && !st; k++) /* (made where the instance makes them) */
+        if (!m->ahead_more[k])
+            st = further_input_tensor(m, batch, k, &m->ahead_more[k]);
+    if (st)
         return st;
     m->ahead_batch = batch;
     m->ahead_indices = malloc((size_t)batch * sizeof *m->ahead_indices);
@@ -81,6 +109,9 @@ static tsl_status read_ahead(struct tsl_model *m, int64_t batch, const batch_sou
     tsl_trace_label(m->ctx, NULL, "data (read ahead)");
     st = tsl_read_samples_grouped(m->ahead_x, m->ahead_labels, src->dataset, src->next,
                                   &m->ahead_reads[m->ahead_group]);
+    for (int32_t k = 1; k < ninputs && !st; k++)
+        st = tsl_read_input_samples_grouped(m->ahead_more[k], src->dataset, input_name(m, k),
+                                            src->next, &m->ahead_reads[m->ahead_group]);
     if (st) { /* refused before any task (collective checks): nothing is pending */
         free(m->ahead_indices);
         m->ahead_indices = NULL;
@@ -119,6 +150,12 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, b
         in->labels = m->ahead_labels;
         m->ahead_x = x;
         m->ahead_labels = labels;
+        for (int32_t k = 1; k < tsl_graph_input_count(m->g); k++) {
+            int32_t v = tsl_graph_input_value(m->g, k);
+            tsl_tensor_t t = in->act[v];
+            in->act[v] = m->ahead_more[k];
+            m->ahead_more[k] = t;
+        }
         src->reads = &m->ahead_reads[m->ahead_group];
         m->ahead_group ^= 1;
         free(m->ahead_indices);
@@ -127,6 +164,10 @@ static tsl_status load_batch(struct tsl_model *m, instance *in, int64_t batch, b
         src->reads = &m->ctx->reads;
         st = tsl_tensors_read_samples(in->act[m->g->input], with_labels ? in->labels : NULL,
                                       src->dataset, src->indices);
+        for (int32_t k = 1; k < tsl_graph_input_count(m->g) && !st; k++)
+            st = tsl_read_input_samples_grouped(in->act[tsl_graph_input_value(m->g, k)],
+                                                src->dataset, input_name(m, k), src->indices,
+                                                &m->ctx->reads);
     }
     if (!st && src->next)
         st = read_ahead(m, batch, src);
@@ -331,17 +372,42 @@ static tsl_status check_tensors(struct tsl_model *m, int64_t batch, const batch_
     return st;
 }
 
+/* The dataset gives every further input of the model, of its shape (every rank agrees). */
+static tsl_status dataset_inputs_fit(struct tsl_model *m, tsl_dataset_t dataset, const char *fn)
+{
+    tsl_status st = TSL_OK;
+    for (int32_t k = 1; k < tsl_graph_input_count(m->g) && !st; k++) {
+        const tsl_shape *want = &m->g->values[tsl_graph_input_value(m->g, k)].shape;
+        tsl_shape got;
+        if ((st = tsl_dataset_input_shape(dataset, input_name(m, k), &got))) {
+            st = tsl_error(m->ctx, st, "%s: the model's input '%s': %s", fn, input_name(m, k),
+                           tsl_last_error());
+            break;
+        }
+        int fits = got.ndim == want->ndim;
+        for (int32_t d = 0; fits && d < got.ndim; d++)
+            fits = got.dims[d] == want->dims[d];
+        if (!fits)
+            st = tsl_error(m->ctx, TSL_ERR_SHAPE,
+                           "%s: the dataset's input '%s' has %d-axis samples (%lld first), the "
+                           "model's input of that name %d axes (%lld first)",
+                           fn, input_name(m, k), (int)got.ndim, (long long)got.dims[0],
+                           (int)want->ndim, (long long)want->dims[0]);
+    }
+    return tsl_context_agree_all(m->ctx, st);
+}
+
 static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_source *src,
                               int need_labels, const char *fn)
 {
     if (!m)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "%s: model is NULL", fn);
     int32_t inputs = tsl_graph_input_count(m->g);
-    if (inputs > 1 && !src->txs)
+    if (inputs > 1 && !src->txs && !src->read) /* (datasets give each input by its name) */
         return tsl_error(m->ctx, TSL_ERR_INVALID_ARG,
                          "%s: the model has %d inputs, and this call feeds one: pass them all to "
                          "tsl_model_train_step_inputs(), tsl_model_evaluate_inputs() or "
-                         "tsl_model_forward_values_inputs()",
+                         "tsl_model_forward_values_inputs(), or read them from a dataset",
                          fn, (int)inputs);
     if (src->tensors) /* (the batch is x's) */
         return check_tensors(m, batch, src, need_labels, fn);
@@ -349,8 +415,9 @@ static tsl_status check_batch(struct tsl_model *m, int64_t batch, const batch_so
     const char *family = m->targets ? "float targets" : "class labels";
     if (batch < 1)
         st = tsl_error(m->ctx, TSL_ERR_INVALID_ARG, "%s: batch %lld < 1", fn, (long long)batch);
-    else if (src->read)
-        return TSL_OK; /* checked by every rank in tsl_tensors_read_samples() */
+    else if (src->read) /* checked by every rank in tsl_tensors_read_samples(); the further
+                           inputs here, before any read is submitted */
+        return inputs > 1 ? dataset_inputs_fit(m, src->dataset, fn) : TSL_OK;
     else if (need_labels && (src->targets != NULL) != (m->targets != 0))
         st = tsl_error(
             m->ctx, TSL_ERR_INVALID_ARG, "%s: the model's loss (%s) takes %s: use %s", fn,

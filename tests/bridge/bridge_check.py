@@ -94,6 +94,7 @@ CASES = [
     ("ops.json", (3, 16, 16)),
     ("odetanh8.json", (2, 12, 12)),
     ("dsn.json", (2, 12, 12)),
+    ("inputs.json", (2, 12, 12)),
 ]
 
 # Training steps against PyTorch's (the backward and the update, not only the forward): an ODE
@@ -230,6 +231,30 @@ DSN_MODEL = {
 }
 STEP_CASES.append(("dsn-codes.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
                    "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
+# a network of three inputs: an image (the data's x), a second image b (b.npy) and a feature
+# vector v (v.npy), each through its own layers, then joined
+INPUTS_MODEL = {
+    "format": "tessel-model", "version": 1,
+    "layers": [
+        {"op": "input"},
+        {"name": "ca", "op": "conv", "out": 4, "kernel": 3, "padding": 1},
+        {"name": "b", "op": "input", "shape": [3, 12, 12]},
+        {"name": "cb", "op": "conv", "out": 4, "kernel": 3, "padding": 1, "bias": False},
+        {"name": "ab", "op": "add", "inputs": ["ca", "cb"]},
+        {"op": "relu"},
+        {"name": "c2", "op": "conv", "out": 6, "kernel": 3, "padding": 1},
+        {"op": "relu"},
+        {"op": "global_avgpool"},
+        {"name": "pooled", "op": "flatten"},
+        {"name": "v", "op": "input", "shape": [5]},
+        {"name": "lv", "op": "linear", "out": 6},
+        {"name": "joined", "op": "add", "inputs": ["pooled", "lv"]},
+        {"op": "relu"},
+        {"name": "fc", "op": "linear", "out": "classes"},
+    ],
+}
+STEP_CASES.append(("inputs.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
+                   "--momentum", "0.9"], "SGD", {"lr": 0.05, "momentum": 0.9}))
 # the zoo's multi-domain separation network of two domains (examples/models/dsn.json): slices of
 # the input, shared encoders, decoder and codes, reconstruction, difference and similarity terms
 STEP_CASES.append(("dsn.json", (2, 12, 12), 3, ["--optimizer", "sgd", "--lr", "0.05",
@@ -279,13 +304,17 @@ def run(cmd, env):
     return p.stdout
 
 
-def make_data(directory, sample_shape, segmentation, seed, targets=None):
-    """x and y (class labels, or f32 targets of shape `targets` per sample) of 12 and 7 samples."""
+def make_data(directory, sample_shape, segmentation, seed, targets=None, further=()):
+    """x and y (class labels, or f32 targets of shape `targets` per sample) of 12 and 7 samples;
+    NAME.npy for each (NAME, shape) of `further` (a model's inputs after the first)."""
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     for split, n in (("", 12), ("_test", 7)):
         np.save(os.path.join(directory, f"x{split}.npy"),
                 rng.standard_normal((n,) + sample_shape).astype(np.float32))
+        for name, shape in further:
+            np.save(os.path.join(directory, f"{name}{split}.npy"),
+                    rng.standard_normal((n,) + tuple(shape)).astype(np.float32))
         if targets:
             y = rng.standard_normal((n,) + tuple(targets)).astype(np.float32)
         else:
@@ -321,7 +350,7 @@ def step_check(cli, work, env, case_index, seed):
     name, shape, steps, options, optim, optim_args = STEP_CASES[case_index][:6]
     schedule = STEP_CASES[case_index][6:]
     here = name in ("ops.json", "fcn2d-losses.json", "ceil.json", "fcn2d-l1.json",
-                    "aux.json", "dsn-codes.json")  # (work dir)
+                    "aux.json", "dsn-codes.json", "inputs.json")  # (work dir)
     model = os.path.join(work if here else os.path.join(ROOT, "examples", "models"), name)
     case = os.path.join(work, f"step{case_index}-" + name[:-5])
     init, after, data = case + "-init", case + "-after", case + "-data"
@@ -330,7 +359,8 @@ def step_check(cli, work, env, case_index, seed):
          str(seed), "--out", init], env)
     module = tessel_torch.build(model, shape, CLASSES)
     make_data(data, shape, len(module.output_shape) > 1, seed=seed,
-              targets=module.output_shape if takes_targets(options, model) else None)
+              targets=module.output_shape if takes_targets(options, model) else None,
+              further=module.further_inputs)
     run([cli, "train", "--data", "npy:" + data, "--model", model, "--batch", "4", "--max-steps",
          str(steps), "--shuffle", "off", "--load-params", init, "--save-params", after] + options,
         env)
@@ -338,11 +368,13 @@ def step_check(cli, work, env, case_index, seed):
     module.train()
     xs = torch.from_numpy(np.load(os.path.join(data, "x.npy")))
     ys = torch.from_numpy(np.load(os.path.join(data, "y.npy")))
+    more = [torch.from_numpy(np.load(os.path.join(data, f"{name}.npy")))
+            for name, _ in module.further_inputs]
     opt = getattr(torch.optim, optim)(module.parameters(), **optim_args)
     sched = getattr(torch.optim.lr_scheduler, schedule[0])(opt, **schedule[1]) if schedule else None
     for step in range(steps):
         opt.zero_grad()
-        values, out = module.values(xs[4 * step:4 * step + 4])
+        values, out = module.values(*[a[4 * step:4 * step + 4] for a in [xs] + more])
         loss = torch_loss(options, out, ys[4 * step:4 * step + 4], model)
         for weight, term in module.loss_terms():  # the model file's terms between layers
             loss = loss + weight * term(values)
@@ -384,16 +416,19 @@ def main():
         json.dump(AUX_MODEL, f)
     with open(os.path.join(work, "dsn-codes.json"), "w") as f:
         json.dump(DSN_MODEL, f)
+    with open(os.path.join(work, "inputs.json"), "w") as f:
+        json.dump(INPUTS_MODEL, f)
     with open(os.path.join(work, "fcn2d-l1.json"), "w") as f:
         json.dump(dict(with_losses, losses=L1_SECTION), f)
     failures = []
     for i, (name, shape) in enumerate(CASES):
-        model = ops_path if name == "ops.json" else os.path.join(ROOT, "examples", "models", name)
+        model = (os.path.join(work, name) if name in ("ops.json", "inputs.json")
+                 else os.path.join(ROOT, "examples", "models", name))
         module = tessel_torch.build(model, shape, CLASSES)
         segmentation = len(module.output_shape) > 1
         case = os.path.join(work, name[:-5])
         data, params, outputs = case + "-data", case + "-params", case + "-out.npy"
-        make_data(data, shape, segmentation, seed=i)
+        make_data(data, shape, segmentation, seed=i, further=module.further_inputs)
         run([cli, "train", "--data", "npy:" + data, "--model", model, "--batch", "4",
              "--max-steps", "2", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
              "--seed", str(i + 1), "--save-params", params], env)

@@ -46,11 +46,12 @@ def export(model, shape, params, path, env):
                      env)
 
 
-def compare(path, data, outputs, what):
-    x = np.load(os.path.join(data, "x_test.npy"))
+def compare(path, data, outputs, what, further=()):
+    feeds = {name: np.load(os.path.join(data, f"{name}_test.npy"))
+             for name in ["x"] + [n for n, _ in further]}
     want = np.load(outputs)
     try:
-        got = onnx_eval.run(path, {"x": x})["logits"]
+        got = onnx_eval.run(path, feeds)["logits"]
     except onnx_eval.UnsupportedOp as e:
         print(f"{what}: FAILED: the evaluator lacks {e}")
         return False
@@ -71,7 +72,8 @@ def main():
     os.makedirs(work)
     env = dict(os.environ, STARPU_SILENT="1", STARPU_NCPU=os.environ.get("STARPU_NCPU", "1"))
     env.setdefault("STARPU_HOME", os.path.join(work, "starpu-home"))
-    written = {"ops.json": bridge_check.OPS_MODEL, "ceil.json": bridge_check.CEIL_MODEL}
+    written = {"ops.json": bridge_check.OPS_MODEL, "ceil.json": bridge_check.CEIL_MODEL,
+               "inputs.json": bridge_check.INPUTS_MODEL}
     for name, content in written.items():
         with open(os.path.join(work, name), "w") as f:
             json.dump(content, f)
@@ -82,7 +84,8 @@ def main():
         module = tessel_torch.build(model, shape, bridge_check.CLASSES)
         case = os.path.join(work, name[:-5])
         data, params, outputs = case + "-data", case + "-params", case + "-out.npy"
-        bridge_check.make_data(data, shape, len(module.output_shape) > 1, seed=40 + i)
+        bridge_check.make_data(data, shape, len(module.output_shape) > 1, seed=40 + i,
+                               further=module.further_inputs)
         bridge_check.run([cli, "train", "--data", "npy:" + data, "--model", model, "--batch", "4",
                           "--max-steps", "2", "--optimizer", "sgd", "--lr", "0.05",
                           "--momentum", "0.9", "--seed", str(i + 1), "--save-params", params],
@@ -91,7 +94,7 @@ def main():
                           "--load-params", params, "--batch", "3", "--outputs", outputs], env)
         path = case + ".onnx"
         export(model, shape, params, path, env)
-        if not compare(path, data, outputs, name):
+        if not compare(path, data, outputs, name, module.further_inputs):
             failures.append(name)
 
     # A mutation the check must catch: one weight changed after tessel's outputs were written.

@@ -170,6 +170,18 @@ with open(two_inputs, "w") as f:
             '{"name": "v", "op": "input", "shape": [5]}, '
             '{"name": "g", "op": "linear", "out": "classes"}, '
             '{"name": "s", "op": "add", "inputs": ["f", "g"]}]}')
-run("train", "--data", data, "--model", two_inputs, "--max-steps", "1", expect=2,
-    match="has 2 inputs, and the data feeds one (x)")
-print("ok: a model of several inputs is refused by tessel train, naming the library's call")
+run("train", "--data", data, "--model", two_inputs, "--max-steps", "1", expect=1,
+    match="input 'v': only npy directories (NAME.npy beside x.npy) and HDF5 files")
+two_data = os.path.join(work, "two-inputs-data")
+os.makedirs(two_data)
+for split, n in (("", 16), ("_test", 8)):
+    write_npy(os.path.join(two_data, f"x{split}.npy"), "<f4", (n, 1, 8, 8), bytes(4 * n * 64))
+    write_npy(os.path.join(two_data, f"y{split}.npy"), "<i8", (n,), bytes(8 * n))
+    write_npy(os.path.join(two_data, f"v{split}.npy"), "<f4", (n, 4 if split else 5),
+              bytes(4 * n * (4 if split else 5)))
+run("train", "--data", "npy:" + two_data, "--model", two_inputs, "--max-steps", "1", expect=2,
+    match="the data's input 'v' has 1-axis samples of 4 channels, and model")
+os.remove(os.path.join(two_data, "v_test.npy"))
+run("train", "--data", "npy:" + two_data, "--model", two_inputs, "--max-steps", "1", expect=1,
+    match="v_test.npy")
+print("ok: a model's further inputs the data lacks or shapes otherwise are refused at start")

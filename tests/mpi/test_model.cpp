@@ -3,6 +3,7 @@
 // parameter files round-trip, and bad ones change nothing. Runs at 1, 2 and 4 ranks (the
 // sample tiles, and so the task graph, differ with the rank count).
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <cmath>
@@ -2252,6 +2253,56 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
                 (c < 2 ? a : b).insert((c < 2 ? a : b).end(), plane, plane + hw);
             }
         }
+    // The same batch as an npy directory: x.npy (a), b.npy, v.npy and y.npy.
+    char dir[] = "/tmp/tessel-inputs-XXXXXX";
+    if (rank == 0) {
+        ASSERT_NE(mkdtemp(dir), nullptr);
+        const std::pair<const char *, std::vector<int64_t>> files[3] = {
+            {"x", {n, 2, h, w}}, {"b", {n, 3, h, w}}, {"v", {n, 3}}};
+        const std::vector<float> *data[3] = {&a, &b, &v};
+        for (int k = 0; k < 3; k++) {
+            tsl_shape fs = dims_shape(files[k].second);
+            ASSERT_EQ(tsl_npy_write((std::string(dir) + "/" + files[k].first + ".npy").c_str(),
+                                    TSL_F32, &fs, data[k]->data()),
+                      TSL_OK);
+        }
+        tsl_shape ys = dims_shape({n});
+        ASSERT_EQ(tsl_npy_write((std::string(dir) + "/y.npy").c_str(), TSL_I64, &ys, bx.y.data()),
+                  TSL_OK);
+        // and as an HDF5 file: datasets x, b, v (float64) and y
+        hid_t f = H5Fcreate((std::string(dir) + "/set.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT,
+                            H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        for (int k = 0; k < 4; k++) {
+            const std::vector<int64_t> &d = k < 3 ? files[k].second : std::vector<int64_t>{n};
+            std::vector<hsize_t> hd(d.begin(), d.end());
+            std::vector<double> wide;
+            if (k < 3)
+                wide.assign(data[k]->begin(), data[k]->end());
+            hid_t space = H5Screate_simple((int)hd.size(), hd.data(), nullptr);
+            hid_t set =
+                H5Dcreate2(f, k < 3 ? files[k].first : "y", k < 3 ? H5T_IEEE_F64LE : H5T_STD_I64LE,
+                           space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ASSERT_GE(H5Dwrite(set, k < 3 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL,
+                               H5P_DEFAULT,
+                               k < 3 ? (const void *)wide.data() : (const void *)bx.y.data()),
+                      0);
+            H5Dclose(set);
+            H5Sclose(space);
+        }
+        H5Fclose(f);
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    tsl_dataset_t ds = nullptr, h5 = nullptr;
+    ASSERT_EQ(tsl_dataset_open(&ds, (std::string("npy:") + dir).c_str(), TSL_SPLIT_TRAIN), TSL_OK)
+        << tsl_last_error();
+    ASSERT_EQ(
+        tsl_dataset_open(&h5, (std::string("hdf5:") + dir + "/set.h5").c_str(), TSL_SPLIT_TRAIN),
+        TSL_OK)
+        << tsl_last_error();
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; i++)
+        order[(size_t)i] = i;
     std::vector<const char *> plans = aux_plans();
     if (size > 1)
         plans.push_back(size == 2 ? "domains=2" : "domains=2,data=2");
@@ -2266,6 +2317,9 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
         ASSERT_EQ(tsl_model_create_plan(&m, ctx, several, seed + 1202, plan), TSL_OK)
             << tsl_context_last_error(ctx);
         ASSERT_NO_FATAL_FAILURE(copy_params(ref, m));
+        tsl_model_t md = nullptr; // the same model fed by the dataset (tile reads, read-ahead)
+        ASSERT_EQ(tsl_model_create_plan(&md, ctx, several, seed + 1203, plan), TSL_OK);
+        ASSERT_NO_FATAL_FAILURE(copy_params(ref, md));
         // The application's tensors: a by samples dealt round the ranks, b by rows on the
         // last rank, v whole on rank 0; labels by samples.
         tsl_tensor_t xs[3] = {}, y = nullptr;
@@ -2286,10 +2340,15 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
         ASSERT_NO_FATAL_FAILURE(set_values(xs[2], v));
         std::vector<uint8_t> y8(bx.y.begin(), bx.y.end());
         ASSERT_EQ(tsl_tensor_scatter(y, 0, rank == 0 ? y8.data() : nullptr), TSL_OK);
-        tsl_optimizer_t opt[2] = {momentum_sgd(), momentum_sgd()};
+        tsl_optimizer_t opt[3] = {momentum_sgd(), momentum_sgd(), momentum_sgd()};
         for (int k = 0; k < 3; k++) {
-            double l[2] = {-1, -2};
-            int64_t hits[2] = {-1, -2};
+            double l[3] = {-1, -2, -3};
+            int64_t hits[3] = {-1, -2, -3};
+            ASSERT_EQ(tsl_model_train_step_read_next(md, ds, n, order.data(),
+                                                     k < 2 ? order.data() : nullptr, opt[2], &l[2],
+                                                     &hits[2]),
+                      TSL_OK)
+                << tsl_context_last_error(ctx);
             ASSERT_EQ(
                 tsl_model_train_step(ref, n, bx.x.data(), bx.y.data(), opt[0], &l[0], &hits[0]),
                 TSL_OK)
@@ -2298,18 +2357,54 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
                 << tsl_context_last_error(ctx);
             EXPECT_NEAR(l[1], l[0], 1e-5 * std::fabs(l[0])) << "step " << k;
             EXPECT_EQ(hits[1], hits[0]) << "step " << k;
+            EXPECT_EQ(l[2], l[1]) << "step " << k << " from the dataset";
+            EXPECT_EQ(hits[2], hits[1]) << "step " << k << " from the dataset";
         }
+        double dl = -1;
+        ASSERT_EQ(tsl_model_evaluate_read(md, ds, n, order.data(), &dl, nullptr), TSL_OK)
+            << tsl_context_last_error(ctx);
+        // Batches in other orders, each step's read ahead during the step before, equal the
+        // same batches read by their own steps.
+        const std::vector<int64_t> perms[3] = {{2, 0, 3, 1}, {3, 2, 1, 0}, {1, 3, 0, 2}};
+        std::vector<std::vector<float>> ahead_params, direct_params, h5_params;
+        for (int mode = 0; mode < 3; mode++) { // read ahead, read by each step, from HDF5
+            tsl_model_t mp = nullptr;
+            tsl_optimizer_t o = momentum_sgd();
+            ASSERT_EQ(tsl_model_create_plan(&mp, ctx, several, seed + 1205, plan), TSL_OK);
+            ASSERT_NO_FATAL_FAILURE(copy_params(ref, mp));
+            for (int k = 0; k < 3; k++)
+                ASSERT_EQ(
+                    mode == 1
+                        ? tsl_model_train_step_read(mp, ds, n, perms[k].data(), o, nullptr, nullptr)
+                        : tsl_model_train_step_read_next(mp, mode ? h5 : ds, n, perms[k].data(),
+                                                         k < 2 ? perms[k + 1].data() : nullptr, o,
+                                                         nullptr, nullptr),
+                    TSL_OK)
+                    << tsl_context_last_error(ctx);
+            push_params(mp, several, false,
+                        mode == 0   ? &ahead_params
+                        : mode == 1 ? &direct_params
+                                    : &h5_params);
+            tsl_optimizer_destroy(o);
+            tsl_model_destroy(mp);
+        }
+        EXPECT_EQ(ahead_params, direct_params);
+        EXPECT_EQ(h5_params, direct_params);
         double el[2] = {-1, -2};
         ASSERT_EQ(tsl_model_evaluate(ref, n, bx.x.data(), bx.y.data(), &el[0], nullptr), TSL_OK);
         ASSERT_EQ(tsl_model_evaluate_inputs(m, 3, xs, y, &el[1], nullptr), TSL_OK)
             << tsl_context_last_error(ctx);
         EXPECT_NEAR(el[1], el[0], 1e-5 * std::fabs(el[0]));
-        std::vector<std::vector<float>> pr, pm;
+        EXPECT_EQ(dl, el[1]);
+        std::vector<std::vector<float>> pr, pm, pd;
         push_params(ref, one, false, &pr);
         push_params(m, several, false, &pm);
+        push_params(md, several, false, &pd);
         ASSERT_EQ(pr.size(), pm.size());
-        for (size_t i = 0; i < pr.size(); i++)
+        for (size_t i = 0; i < pr.size(); i++) {
             EXPECT_LT(max_rel_diff(pm[i], pr[i]), 1e-5) << "parameter " << i;
+            EXPECT_EQ(pd[i], pm[i]) << "parameter " << i << " from the dataset";
+        }
         // The output and the input v through a forward into poisoned tensors.
         int32_t want[2] = {tsl_graph_output(several), tsl_graph_input_value(several, 2)};
         tsl_tensor_t outs[2] = {};
@@ -2344,11 +2439,40 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
         for (tsl_tensor_t t : xs)
             tsl_tensor_destroy(t);
         tsl_tensor_destroy(y);
-        tsl_optimizer_destroy(opt[0]);
-        tsl_optimizer_destroy(opt[1]);
+        for (tsl_optimizer_t each : opt)
+            tsl_optimizer_destroy(each);
         tsl_model_destroy(ref);
         tsl_model_destroy(m);
+        tsl_model_destroy(md);
     }
+    // A dataset without one of the inputs: an error naming it, before any read.
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        ASSERT_EQ(std::rename((std::string(dir) + "/v.npy").c_str(),
+                              (std::string(dir) + "/w.npy").c_str()),
+                  0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    tsl_dataset_t without = nullptr;
+    ASSERT_EQ(tsl_dataset_open(&without, (std::string("npy:") + dir).c_str(), TSL_SPLIT_TRAIN),
+              TSL_OK);
+    {
+        tsl_model_t md = nullptr;
+        tsl_optimizer_t opt = momentum_sgd();
+        ASSERT_EQ(tsl_model_create(&md, ctx, several, seed + 1204), TSL_OK);
+        EXPECT_EQ(tsl_model_train_step_read(md, without, n, order.data(), opt, nullptr, nullptr),
+                  TSL_ERR_IO);
+        EXPECT_NE(std::string(tsl_context_last_error(ctx)).find("the model's input 'v'"),
+                  std::string::npos)
+            << tsl_context_last_error(ctx);
+        tsl_optimizer_destroy(opt);
+        tsl_model_destroy(md);
+    }
+    tsl_dataset_destroy(without);
+    tsl_dataset_destroy(ds);
+    tsl_dataset_destroy(h5);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        std::system((std::string("rm -rf ") + dir).c_str());
     // The performance model's calibration trains the model of several inputs too: every
     // convolution and linear layer gets a time.
     std::vector<double> op_seconds(3 * (size_t)tsl_graph_op_count(several), -1.0);
