@@ -88,20 +88,49 @@ static tsl_status forward_concat(struct tsl_model *m, instance *in, int32_t i, t
     return tsl_concat_channels(o->ninputs, xs, y);
 }
 
+/* a on the tile grid and layout of `like`: a itself where they match, else its copy moved there
+ * in slot `slot` of op i (made once per instance; its values moved again at every call). */
+static tsl_status input_like(struct tsl_model *m, instance *in, int32_t i, int32_t slot,
+                             tsl_tensor_t a, tsl_tensor_t like, tsl_tensor_t *out)
+{
+    *out = a;
+    if (!memcmp(a->grid.splits, like->grid.splits, sizeof a->grid.splits) &&
+        a->layout == like->layout)
+        return TSL_OK;
+    tsl_tensor_t *copy = &in->rin[(size_t)i * TSL_GRAPH_MAX_INPUTS + (size_t)slot];
+    tsl_status st = *copy ? TSL_OK
+                          : tsl_tensor_create_transient(copy, m->ctx, TSL_F32, &a->shape,
+                                                        &like->grid, &like->owners, like->layout);
+    if (!st)
+        st = tsl_tensor_redistribute(*copy, a);
+    *out = *copy;
+    return st;
+}
+
 static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                               tsl_tensor_t y, int train)
 {
     const tsl_graph_op *o = &m->g->ops[i];
-    tsl_status st = tsl_tensor_add_scaled(y, o->h, x, in->act[o->inputs[1]]);
+    tsl_tensor_t a, b;
+    tsl_status st = input_like(m, in, i, 0, x, y, &a);
+    if (!st)
+        st = input_like(m, in, i, 1, in->act[o->inputs[1]], y, &b);
+    if (!st)
+        st = tsl_tensor_add_scaled(y, o->h, a, b);
     for (int32_t k = 2; k < o->ninputs && !st; k++) /* in order: ((h x0 + x1) + x2) + ... */
-        st = tsl_tensor_axpy(y, 1.0, in->act[o->inputs[k]]);
+        if (!(st = input_like(m, in, i, k, in->act[o->inputs[k]], y, &b)))
+            st = tsl_tensor_axpy(y, 1.0, b);
     return st;
 }
 
 static tsl_status forward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                               tsl_tensor_t y, int train)
 {
-    return tsl_tensor_mul(y, x, in->act[m->g->ops[i].inputs[1]]);
+    tsl_tensor_t a, b;
+    tsl_status st = input_like(m, in, i, 0, x, y, &a);
+    if (!st)
+        st = input_like(m, in, i, 1, in->act[m->g->ops[i].inputs[1]], y, &b);
+    return st ? st : tsl_tensor_mul(y, a, b);
 }
 
 /* Training: the op's uniform draws for this step (from the model's seed, the op and the step
@@ -307,9 +336,11 @@ static tsl_status backward_mul(struct tsl_model *m, instance *in, int32_t i, tsl
 {
     const tsl_graph_op *o = &m->g->ops[i];
     tsl_status st = TSL_OK;
-    for (int32_t k = 0; k < 2 && !st; k++)
-        if (dx[k] && !(st = tsl_tensor_redistribute(dx[k], dy)))
-            st = tsl_tensor_mul(dx[k], dx[k], in->act[o->inputs[1 - k]]);
+    tsl_tensor_t other;
+    for (int32_t k = 0; k < 2 && !st; k++) /* (slots 2, 3: the other input on dx[k]'s grid) */
+        if (dx[k] && !(st = tsl_tensor_redistribute(dx[k], dy)) &&
+            !(st = input_like(m, in, i, 2 + k, in->act[o->inputs[1 - k]], dx[k], &other)))
+            st = tsl_tensor_mul(dx[k], dx[k], other);
     return st;
 }
 

@@ -37,6 +37,10 @@ typedef struct instance {
     tsl_tensor_t *rx, *ry;   /* [nops]: input and output on a common tile grid, when the op's
                                 input and output grids differ (see needs_regrid) */
     tsl_tensor_t *rdx, *rdy; /* [nops]: their gradients */
+    tsl_tensor_t *rin;       /* [nops * TSL_GRAPH_MAX_INPUTS]: an element-wise op's inputs on the
+                                tile grid of its output (or, in the backward, of the gradient it
+                                makes), where theirs differ: the model's output, whole channels,
+                                beside channel tiles of filters= */
     tsl_tensor_t *saved;     /* [nops]: batch-norm and group-norm statistics */
     tsl_tensor_t *pidx;      /* [nops]: a max pooling's indices, from forward to backward */
     tsl_tensor_t *mask;      /* [nops]: a dropout's uniform draws, from forward to backward */

@@ -43,6 +43,9 @@ void tsl_exec_instance_free(struct tsl_model *m, instance *in)
     for (int32_t o = 0; in->keep && o < m->g->nops * TSL_GRAPH_MAX_INPUTS; o++)
         tsl_halo_keep_release(m->ctx, &in->keep[o]);
     free(in->keep);
+    for (int32_t o = 0; in->rin && o < m->g->nops * TSL_GRAPH_MAX_INPUTS; o++)
+        tsl_tensor_destroy(in->rin[o]);
+    free(in->rin);
     free(in->rx);
     free(in->ry);
     free(in->rdx);
@@ -137,6 +140,7 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->mask = calloc((size_t)g->nops, sizeof *in->mask);
     in->flat = calloc((size_t)g->nvalues, sizeof *in->flat);
     in->keep = calloc((size_t)g->nops * TSL_GRAPH_MAX_INPUTS, sizeof *in->keep);
+    in->rin = calloc((size_t)g->nops * TSL_GRAPH_MAX_INPUTS, sizeof *in->rin);
     in->rx = calloc((size_t)g->nops, sizeof *in->rx);
     in->ry = calloc((size_t)g->nops, sizeof *in->ry);
     in->rdx = calloc((size_t)g->nops, sizeof *in->rdx);
@@ -144,8 +148,8 @@ static tsl_status instance_make(struct tsl_model *m, int64_t batch, instance *in
     in->written = calloc((size_t)g->nvalues, 1);
     in->dropped = calloc((size_t)g->nvalues, 1);
     if (!in->act || !in->grad || !in->scratch || !in->saved || !in->pidx || !in->mask ||
-        !in->flat || !in->rx || !in->ry || !in->rdx || !in->rdy || !in->keep || !in->written ||
-        !in->dropped) {
+        !in->flat || !in->rx || !in->ry || !in->rdx || !in->rdy || !in->keep || !in->rin ||
+        !in->written || !in->dropped) {
         tsl_exec_instance_free(m, in);
         return tsl_error(m->ctx, TSL_ERR_OUT_OF_MEMORY, "model: out of memory");
     }

@@ -2488,3 +2488,68 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
     tsl_graph_destroy(several);
     tsl_graph_destroy(one);
 }
+
+// Element-wise ops reading the model's output (whole channels) beside values cut into channel
+// tiles (filters=): x (4 channels) -> conv c1 (4) -> ReLU a -> conv logits (the output); the sum
+// logits + a and the product logits * a, read by loss terms (0.1 MSE of the sum against the
+// input, 0.1 L1 of the product against a). Losses and parameters of 3 momentum-SGD steps on
+// every plan equal the default plan's, the filter plans included (refused before: the add's
+// inputs on two tile grids).
+TEST(Model, ElementwiseOpsReadTheOutputOnEveryPlan)
+{
+    const std::vector<int64_t> sample = {4, 8, 8};
+    const int64_t n = 4, classes = 4, per = 4 * 8 * 8, k3[2] = {3, 3};
+    tsl_conv_params cp = same_3x3();
+    tsl_graph_t g = nullptr;
+    int32_t x, a, logits, sum, prod;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    ASSERT_TRUE(tsl_graph_input(g, 3, sample.data(), &x) == TSL_OK &&
+                tsl_graph_conv(g, "c1", x, 4, k3, &cp, 0, 1, &a) == TSL_OK &&
+                tsl_graph_activation(g, a, TSL_ACT_RELU, 0, &a) == TSL_OK &&
+                tsl_graph_conv(g, "logits", a, classes, k3, &cp, 0, 1, &logits) == TSL_OK &&
+                tsl_graph_add(g, logits, a, &sum) == TSL_OK &&
+                tsl_graph_mul(g, logits, a, &prod) == TSL_OK &&
+                tsl_graph_set_output(g, logits) == TSL_OK)
+        << tsl_last_error();
+    const tsl_loss_term t[3] = {{TSL_MODEL_LOSS_CROSS_ENTROPY, 1.0, 0, 0},
+                                {TSL_MODEL_LOSS_MSE, 0.1, sum + 1, x + 1},
+                                {TSL_MODEL_LOSS_L1, 0.1, prod + 1, a + 1}};
+    ASSERT_EQ(tsl_graph_set_loss(g, 3, t), TSL_OK) << tsl_last_error();
+    Batch b = make_batch(n, per, classes, seed + 1300);
+    b.y.resize((size_t)(n * 64));
+    for (size_t i = 0; i < b.y.size(); i++)
+        b.y[i] = (int64_t)((i * 7 + i / 5) % classes);
+    std::vector<double> ref_losses;
+    std::vector<std::vector<float>> ref_params;
+    for (const char *text : aux_plans()) {
+        SCOPED_TRACE(std::string("plan '") + text + "'");
+        tsl_plan parsed;
+        ASSERT_EQ(tsl_plan_parse(*text ? text : "tiles=1", &parsed), TSL_OK);
+        tsl_model_t m = nullptr;
+        ASSERT_EQ(tsl_model_create_plan(&m, ctx, g, seed + 1301, *text ? &parsed : nullptr), TSL_OK)
+            << tsl_context_last_error(ctx);
+        tsl_optimizer_t opt = momentum_sgd();
+        std::vector<double> losses;
+        for (int k = 0; k < 3; k++) {
+            double l = -1;
+            ASSERT_EQ(tsl_model_train_step(m, n, b.x.data(), b.y.data(), opt, &l, nullptr), TSL_OK)
+                << tsl_context_last_error(ctx);
+            losses.push_back(l);
+        }
+        std::vector<std::vector<float>> params;
+        push_params(m, g, false, &params);
+        if (ref_losses.empty()) {
+            ref_losses = losses;
+            ref_params = params;
+        } else {
+            for (int k = 0; k < 3; k++)
+                EXPECT_NEAR(losses[k], ref_losses[k], 1e-5 * std::fabs(ref_losses[k]))
+                    << "step " << k;
+            for (size_t i = 0; i < params.size(); i++)
+                EXPECT_LT(max_rel_diff(params[i], ref_params[i]), 1e-5) << "parameter " << i;
+        }
+        tsl_optimizer_destroy(opt);
+        tsl_model_destroy(m);
+    }
+    tsl_graph_destroy(g);
+}
