@@ -36,6 +36,33 @@ tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, 
         return st;
     tsl_shape whole;
     tsl_batch_shape(batch, sample, &whole);
+    return tsl_plan_tiling_counts(&grid, &owners, &whole, nranks, elem, bytes, tiles);
+}
+
+/* The counts of value v (tsl_plan_value_tiling()): the graph's input where a domains= plan
+ * cuts it by domains, else tsl_plan_tensor_counts(). */
+static tsl_status value_counts(const tsl_plan *plan, const struct tsl_graph *g, int32_t v,
+                               int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                               int64_t elem, int64_t *bytes)
+{
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    tsl_domain_owners own;
+    tsl_status st =
+        tsl_plan_value_tiling(plan, g, v, nranks, stage, workers, batch, &own, &grid, &owners);
+    tsl_shape whole;
+    tsl_batch_shape(batch, &g->values[v].shape, &whole);
+    return st ? st : tsl_plan_tiling_counts(&grid, &owners, &whole, nranks, elem, bytes, NULL);
+}
+
+tsl_status tsl_plan_tiling_counts(const tsl_tile_grid *in_grid, const tsl_owner_map *in_owners,
+                                  const tsl_shape *in_whole, int32_t nranks, int64_t elem,
+                                  int64_t *bytes, int64_t *tiles)
+{
+    tsl_tile_grid grid = *in_grid;
+    tsl_owner_map owners = *in_owners;
+    tsl_shape whole = *in_whole;
+    tsl_status st = TSL_OK;
     int64_t ntiles = 1;
     for (int d = 0; d < whole.ndim; d++)
         ntiles *= grid.splits[d];
@@ -251,11 +278,9 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
         tsl_graph_value_shape(g, g->input, &input);
-    for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++) {
-        tsl_graph_value_shape(g, v, &shape);
-        st = add_tensor(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
-                        &shape, 1, 4 * tsl_plan_value_copies(g, v, op_stage), bytes);
-    }
+    for (int32_t v = 0; v < tsl_graph_value_count(g) && !st; v++)
+        st = value_counts(plan, g, v, nranks, op_stage[g->values[v].producer], workers, batch,
+                          4 * tsl_plan_value_copies(g, v, op_stage), bytes);
     for (int32_t o = 0; o < g->nops && !st; o++) { /* max pooling's indices */
         int32_t ib = tsl_graph_pool_index_bytes(&g->ops[o]);
         tsl_graph_value_shape(g, g->ops[o].output, &shape);
@@ -406,9 +431,15 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         tsl_graph_value_shape(g, g->input, &input);
     if (memo && (memo->nranks != nranks || memo->nvalues != nv || memo->nops != n))
         memo = NULL;
+    const int32_t domain_cut = tsl_plan_domain_input_parts(plan, g) > 0;
     for (int32_t v = 0; v < nv && !st; v++) {
         int32_t s = op_stage[g->values[v].producer];
         tsl_graph_value_shape(g, v, &shape);
+        if (domain_cut && v == g->input) { /* (cut onto the domain groups) */
+            memset(size + (int64_t)v * nranks, 0, sizeof *size * (size_t)nranks);
+            st = value_counts(plan, g, v, nranks, s, workers, batch, 4, size + (int64_t)v * nranks);
+            continue;
+        }
         st = add_tensor_memo(plan, &input, nranks, s, workers, batch, &shape, 4,
                              memo && s < memo->stages ? &memo->values[(int64_t)v * memo->stages + s]
                                                       : NULL,

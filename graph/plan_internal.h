@@ -12,6 +12,36 @@
 /* The stages of a plan (1 for NULL) and the ranks of each (*group). */
 int32_t tsl_plan_stage_count(const tsl_plan *plan, int32_t nranks, int32_t *group);
 
+/* The data of the owner map of a domain-cut input (tsl_plan_value_tiling()): the plan's map of
+ * one group's tiles, and the groups. It must outlive every use of the map. */
+typedef struct tsl_domain_owners {
+    tsl_owner_map within; /* stage 0's map: a tile (channels not cut) to a rank of group 0 */
+    int32_t groups;       /* the plan's rank groups (domains=N) */
+    int32_t group_size;   /* ranks per group */
+} tsl_domain_owners;
+
+/* The channel parts of the graph's input that a domains=N plan places on the domain groups, or
+ * 0: a graph of one input read by K >= N slices (the domains, in op order) where slice k takes
+ * channels [k C / K, (k + 1) C / K) of it and its whole space, K dividing its C channels, no
+ * filters= or channels= (then channel tile k of the input lives on domain k's group, which
+ * reads it: nothing of the input on the other groups). */
+int32_t tsl_plan_domain_input_parts(const tsl_plan *plan, const struct tsl_graph *g);
+
+/* tsl_plan_tensor_tiling() of value v of g on `stage` (activations: first 1), except the
+ * graph's input under a plan that cuts it by domains (tsl_plan_domain_input_parts()): the plan's
+ * tiles of it, cut along channels into the domains' parts too, part k on group k N / K, the same
+ * place inside its group; its owner map calls back into *own (filled here). */
+tsl_status tsl_plan_value_tiling(const tsl_plan *plan, const struct tsl_graph *g, int32_t v,
+                                 int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                 tsl_domain_owners *own, tsl_tile_grid *grid,
+                                 tsl_owner_map *owners);
+
+/* Add `elem` times the elements of each tile of a tensor of `grid` and `owners` (batch shape
+ * `whole`) to its owner's count in bytes, and 1 to tiles (may be NULL). */
+tsl_status tsl_plan_tiling_counts(const tsl_tile_grid *grid, const tsl_owner_map *owners,
+                                  const tsl_shape *whole, int32_t nranks, int64_t elem,
+                                  int64_t *bytes, int64_t *tiles);
+
 /* Add `elem` times the elements of each tile of a (batch, sample...) tensor (tiled as
  * tsl_plan_tensor_tiling() says) to its owner's count in bytes, and 1 to tiles (may be NULL). */
 tsl_status tsl_plan_tensor_counts(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,

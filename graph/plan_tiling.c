@@ -345,3 +345,66 @@ tsl_status tsl_plan_buckets(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     free(fill);
     return TSL_OK;
 }
+
+int32_t tsl_plan_domain_input_parts(const tsl_plan *plan, const struct tsl_graph *g)
+{
+    if (!plan || plan->domains < 2 || plan->layers > 1 || tsl_plan_channel_groups(plan) > 1 ||
+        g->input < 0 || tsl_graph_input_count((tsl_graph_t)g) != 1)
+        return 0;
+    const tsl_shape *in = &g->values[g->input].shape;
+    int32_t k = 0;
+    for (int32_t o = 0; o < g->nops; o++)
+        k += g->ops[o].kind == TSL_OP_SLICE && g->ops[o].inputs[0] == g->input;
+    if (k < plan->domains || in->ndim < 1 || in->dims[0] % k != 0)
+        return 0;
+    int32_t part = 0;
+    for (int32_t o = 0; o < g->nops; o++) {
+        const tsl_graph_op *op = &g->ops[o];
+        if (op->kind != TSL_OP_SLICE || op->inputs[0] != g->input)
+            continue;
+        int fits = op->start[0] == part * (in->dims[0] / k) &&
+                   op->stop[0] == (part + 1) * (in->dims[0] / k);
+        for (int32_t d = 1; fits && d < in->ndim; d++)
+            fits = op->start[d] == 0 && op->stop[d] == in->dims[d];
+        if (!fits)
+            return 0;
+        part++;
+    }
+    return k;
+}
+
+/* Owner of a tile of the domain-cut input: channel tile c of C on group c N / C, at the rank
+ * inside it that the plan's map gives the tile with its channels whole. */
+static int32_t domain_rank_of(const int32_t tile[TSL_MAX_DIMS], int32_t ndim,
+                              const tsl_tile_grid *grid, int32_t nranks, void *user)
+{
+    const tsl_domain_owners *d = user;
+    int32_t t[TSL_MAX_DIMS], r = -1;
+    memcpy(t, tile, sizeof t);
+    tsl_tile_grid whole = *grid;
+    if (ndim > 1) {
+        t[1] = 0;
+        whole.splits[1] = 1;
+    }
+    if (tsl_owner_map_rank(&d->within, t, ndim, &whole, nranks, &r) != TSL_OK)
+        return -1;
+    int32_t group = ndim > 1 ? (int32_t)((int64_t)tile[1] * d->groups / grid->splits[1]) : 0;
+    return group * d->group_size + r;
+}
+
+tsl_status tsl_plan_value_tiling(const tsl_plan *plan, const struct tsl_graph *g, int32_t v,
+                                 int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                 tsl_domain_owners *own, tsl_tile_grid *grid, tsl_owner_map *owners)
+{
+    const tsl_shape *input = &g->values[g->input].shape;
+    tsl_status st = tsl_plan_tensor_tiling(plan, input, nranks, stage, workers, batch,
+                                           &g->values[v].shape, 1, grid, owners);
+    int32_t parts = v == g->input ? tsl_plan_domain_input_parts(plan, g) : 0;
+    if (st || !parts)
+        return st;
+    own->within = *owners;
+    own->groups = tsl_plan_stage_count(plan, nranks, &own->group_size);
+    grid->splits[1] = parts;
+    *owners = tsl_owner_callback(domain_rank_of, own);
+    return TSL_OK;
+}

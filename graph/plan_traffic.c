@@ -35,15 +35,17 @@ static void tiles_free(tiles *t)
     memset(t, 0, sizeof *t);
 }
 
-static tsl_status tiles_of(const tsl_plan *plan, const tsl_shape *input, int32_t nranks,
-                           int32_t stage, int32_t workers, int64_t batch, const tsl_shape *sample,
-                           tiles *t)
+/* The tiles of value v of g on `stage` (tsl_plan_value_tiling()). */
+static tsl_status tiles_of(const tsl_plan *plan, const struct tsl_graph *g, int32_t v,
+                           int32_t nranks, int32_t stage, int32_t workers, int64_t batch, tiles *t)
 {
     memset(t, 0, sizeof *t);
+    const tsl_shape *sample = &g->values[v].shape;
     tsl_tile_grid grid;
     tsl_owner_map owners;
-    tsl_status st = tsl_plan_tensor_tiling(plan, input, nranks, stage, workers, batch, sample, 1,
-                                           &grid, &owners);
+    tsl_domain_owners own;
+    tsl_status st =
+        tsl_plan_value_tiling(plan, g, v, nranks, stage, workers, batch, &own, &grid, &owners);
     if (st)
         return st;
     tsl_shape whole;
@@ -711,8 +713,7 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
     else if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
     for (int32_t v = 0; v < g->nvalues && !st; v++)
-        st = tiles_of(plan, &input, nranks, op_stage[g->values[v].producer], workers, batch,
-                      &g->values[v].shape, &vt[v]);
+        st = tiles_of(plan, g, v, nranks, op_stage[g->values[v].producer], workers, batch, &vt[v]);
     int64_t *params = sent + (int64_t)TSL_TRAFFIC_PARAMS * nranks;
     int64_t *bn = sent + (int64_t)TSL_TRAFFIC_BATCHNORM * nranks;
     int64_t *halo = sent + (int64_t)TSL_TRAFFIC_HALOS * nranks;
@@ -769,7 +770,10 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
             /* sent forward, and again for a backward that reads it (the forward's received
              * copy is dropped after the forward); a slice reads only its box of each tile */
             int64_t times = 1 + tsl_graph_op_reads_input_backward(op);
+            const int32_t group = nranks / tsl_plan_depth(plan), first = op_stage[o] * group;
             for (int64_t i = 0; i < x->n; i++) {
+                if (x->rank[i] >= first && x->rank[i] < first + group)
+                    continue; /* (a tile already on this stage's ranks: the input cut by domains) */
                 int64_t moved = op->kind == TSL_OP_SLICE ? box_numel(x, i, op->start, op->stop)
                                                          : tile_numel(x, i);
                 stagex[x->rank[i]] += times * 4 * moved;

@@ -39,7 +39,10 @@
  * depth: each slice op reading the network's input (in op order) starts a domain (K of them,
  * K >= N), an op belongs to the domain of the slices its inputs come from, and ops that read
  * none or several (the input, a head merging domains) belong to domain 0; domain k runs on
- * group k N / K (tsl_plan_stages()). Values and shared parameters (tsl_graph_share_params())
+ * group k N / K (tsl_plan_stages()). In a graph of several inputs each input that no slice
+ * reads starts a domain. Where the domains are equal channel ranges of one input (its whole
+ * space; no filters= or channels=), the input is cut by channels onto the groups, so each group
+ * holds and reads only its views. Values and shared parameters (tsl_graph_share_params())
  * cross groups by StarPU-MPI: the shared ops' gradients are summed into their source as on one
  * rank. It takes the place of stages= and combines with data=, space=, filters= and micro=
  * inside each group.

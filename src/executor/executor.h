@@ -4,6 +4,7 @@
 #define TESSEL_SRC_EXECUTOR_H
 
 #include "graph_internal.h"
+#include "plan_internal.h"
 #include "internal.h"
 #include "lower/halo.h"
 #include "tessel/io.h"
@@ -63,8 +64,10 @@ struct tsl_model {
     tsl_tensor_t *params; /* [nparams] */
     tsl_tensor_t *pgrads; /* [nparams]; NULL for buffers */
     tsl_plan plan;
-    int has_plan;      /* else sample tiles over all ranks and workers */
-    int32_t *op_stage; /* [nops]: each op's pipeline stage (tsl_plan_stages()) */
+    tsl_domain_owners domain_owners; /* the input's owner map's data where the plan cuts the
+                                        input by domains (tsl_plan_value_tiling()) */
+    int has_plan;                    /* else sample tiles over all ranks and workers */
+    int32_t *op_stage;               /* [nops]: each op's pipeline stage (tsl_plan_stages()) */
     /* Small trainable parameters with a whole copy per rank of their stage, refreshed in one
      * packed message per owner (tsl_plan_buckets()); buckets of their gradients. */
     int32_t *replicated; /* [nparams] */

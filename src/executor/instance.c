@@ -63,21 +63,27 @@ int32_t tsl_exec_value_stage(const struct tsl_model *m, int32_t v)
     return m->op_stage[m->g->values[v].producer];
 }
 
-tsl_status tsl_exec_batch_tensor(struct tsl_model *m, int64_t batch, int32_t stage,
-                                 const tsl_shape *sample, int first, tsl_dtype dtype,
-                                 tsl_tensor_t *out)
+/* The workers the tiles are for: the CUDA workers where there are any (a GPU takes a whole
+ * sample tile; spatial tiles would send their windowed tasks to the CPU workers,
+ * codelets/conv.c), else the CPU workers. */
+static int32_t tile_workers(struct tsl_model *m)
 {
-    tsl_shape s;
-    tsl_batch_shape(batch, sample, &s);
-    /* The workers the tiles are for: the CUDA workers where there are any (a GPU takes a
-     * whole sample tile; spatial tiles would send their windowed tasks to the CPU workers,
-     * codelets/conv.c), else the CPU workers. */
     int32_t workers = 1, ncuda = 0;
     tsl_context_worker_count(m->ctx, TSL_WORKER_CUDA, &ncuda);
     if (ncuda > 0)
         workers = ncuda;
     else
         tsl_context_worker_count(m->ctx, TSL_WORKER_CPU, &workers);
+    return workers;
+}
+
+tsl_status tsl_exec_batch_tensor(struct tsl_model *m, int64_t batch, int32_t stage,
+                                 const tsl_shape *sample, int first, tsl_dtype dtype,
+                                 tsl_tensor_t *out)
+{
+    tsl_shape s;
+    tsl_batch_shape(batch, sample, &s);
+    int32_t workers = tile_workers(m);
     tsl_tile_grid grid;
     tsl_owner_map owners;
     tsl_status st =
@@ -200,8 +206,24 @@ tsl_status tsl_exec_input_tensors(struct tsl_model *m, int64_t batch, tsl_tensor
 {
     const struct tsl_graph *g = m->g;
     *x = *labels = NULL;
-    tsl_status st = tsl_exec_batch_tensor(m, batch, tsl_exec_value_stage(m, g->input),
-                                          &g->values[g->input].shape, 1, TSL_F32, x);
+    tsl_status st = TSL_OK;
+    const tsl_plan *plan = m->has_plan ? &m->plan : NULL;
+    if (tsl_plan_domain_input_parts(plan, g)) { /* cut by channels onto the domain groups */
+        tsl_tile_grid grid;
+        tsl_owner_map owners;
+        tsl_shape s;
+        tsl_batch_shape(batch, &g->values[g->input].shape, &s);
+        st = tsl_plan_value_tiling(plan, g, g->input, m->ctx->size,
+                                   tsl_exec_value_stage(m, g->input), tile_workers(m), batch,
+                                   &m->domain_owners, &grid, &owners);
+        if (!st)
+            st = tsl_tensor_create_transient(x, m->ctx, TSL_F32, &s, &grid, &owners,
+                                             s.ndim >= 3 ? TSL_LAYOUT_CHANNELS_LAST
+                                                         : TSL_LAYOUT_PLAIN);
+    } else {
+        st = tsl_exec_batch_tensor(m, batch, tsl_exec_value_stage(m, g->input),
+                                   &g->values[g->input].shape, 1, TSL_F32, x);
+    }
     if (!st && tsl_exec_pipelined(m))
         tsl_tensor_order_by_samples(*x);
     if (!st && m->targets) {

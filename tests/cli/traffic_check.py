@@ -130,8 +130,8 @@ for i, (model, data, batch, plan) in enumerate(CASES[nranks]):
         assert abs(got - want) <= max(0.05 * want, 8 / 1024.0), (
             f"{model} {plan or 'default plan'} on {nranks} ranks, rank {r}: estimated "
             f"{got:.3f} MiB a step, StarPU-MPI sent {want:.3f}")
-    if nranks > 1:
-        assert max(measured.values()) > 0.05, measured  # the check compares real traffic
+    if nranks > 1:  # the check compares real traffic (a domain plan's: codes, shared weights)
+        assert max(measured.values()) > (0.004 if "domains" in (plan or "") else 0.05), measured
     print(f"{model} {plan or 'default plan'}: estimated "
           f"{', '.join(f'{predicted[r]:.3f}' for r in range(nranks))} MiB, sent "
           f"{', '.join(f'{measured[r]:.3f}' for r in range(nranks))} MiB per step")
