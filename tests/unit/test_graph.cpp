@@ -1697,10 +1697,6 @@ TEST(Plan, PeakCountsTheGradientsOfBothValuesOfADifference)
     EXPECT_GE(peak_with(TSL_MODEL_LOSS_SIMILARITY), mse + branch);
 }
 
-// domains=N (the zoo's dsn: one domain per input channel): each op on the group of the slice
-// of the input it comes from, domain k of K on group k N / K, the classifier (domain 0's code)
-// on group 0; the plan text round-trips; fewer domains than groups, domains= with stages=, and
-// a dsn of 1 or 11 channels are errors.
 // Inputs after the first: under domains= each input (no slice reading it) starts a domain; under
 // stages= an input sits on the first stage that reads it, not on the stage of the op before it.
 TEST(Plan, FurtherInputsSitWhereTheyAreRead)
@@ -1807,6 +1803,10 @@ TEST(Plan, DomainsCutTheInputWhereTheSlicesAreEqualChannelParts)
     }
 }
 
+// domains=N (the zoo's dsn: one domain per input channel): each op on the group of the slice
+// of the input it comes from, domain k of K on group k N / K, the classifier (domain 0's code)
+// on group 0; the plan text round-trips; fewer domains than groups, domains= with stages=, and
+// a dsn of 1 or 11 channels are errors.
 TEST(Plan, DomainsPlaceEachDomainOnItsRankGroup)
 {
     const int64_t sample[3] = {4, 8, 8};
