@@ -7,13 +7,20 @@
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define NX(i) ((int64_t)STARPU_VECTOR_GET_NX(buffers[i]))
 #define ACC_OK(i, a)                                                                               \
-    (NX(i) * (int64_t)sizeof(int64_t) == 2 * (a).channels * (int64_t)sizeof(tsl_acc))
+    (NX(i) * (int64_t)sizeof(int64_t) == 2 * (a).acc_count * (int64_t)sizeof(tsl_acc) &&           \
+     (a).acc_first >= 0 && (a).acc_first + (a).acc_count <= (a).channels)
+/* The whole tensor's sums (finalize, running statistics, backward coefficients). */
+#define ACC_ALL(i, a) (ACC_OK(i, a) && (a).acc_first == 0 && (a).acc_count == (a).channels)
+/* A tile's channels inside its accumulators (stats tasks). */
+#define TILE_IN_ACC(a)                                                                             \
+    ((a).c0 >= (a).acc_first && (a).c0 + (a).cext <= (a).acc_first + (a).acc_count)
 
 static void bn_stats_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(NX(0) == a.samples * a.cext * a.inner && ACC_OK(1, a), "bn stats: sizes");
+    TSL_CODELET_CHECK(NX(0) == a.samples * a.cext * a.inner && ACC_OK(1, a) && TILE_IN_ACC(a),
+                      "bn stats: sizes");
     tsl_bn_stats_tile(&a, BUF(0), BUF(1));
 }
 
@@ -21,7 +28,7 @@ static void bn_finalize_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == 2 * a.channels, "bn finalize: sizes");
+    TSL_CODELET_CHECK(ACC_ALL(0, a) && NX(1) == 2 * a.channels, "bn finalize: sizes");
     tsl_bn_finalize(&a, BUF(0), BUF(1));
 }
 
@@ -29,7 +36,7 @@ static void bn_running_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == a.channels, "bn running statistics: sizes");
+    TSL_CODELET_CHECK(ACC_ALL(0, a) && NX(1) == a.channels, "bn running statistics: sizes");
     tsl_bn_running(&a, BUF(0), BUF(1));
 }
 
@@ -55,7 +62,7 @@ static void bn_bwd_stats_cpu(void *buffers[], void *cl_arg)
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     TSL_CODELET_CHECK(
-        ACC_OK(2, a) && NX(0) == a.samples * a.cext * a.inner && NX(1) == NX(0) &&
+        ACC_OK(2, a) && TILE_IN_ACC(a) && NX(0) == a.samples * a.cext * a.inner && NX(1) == NX(0) &&
             (!a.relu || (NX(3) == 2 * a.channels && NX(4) == a.channels && NX(5) == a.channels)),
         "bn backward stats: sizes");
     tsl_bn_backward_stats_tile(&a, BUF(0), BUF(1), a.relu ? BUF(3) : NULL, a.relu ? BUF(4) : NULL,
@@ -66,7 +73,7 @@ static void bn_bwd_coef_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == 2 * a.channels && NX(2) == 2 * a.channels,
+    TSL_CODELET_CHECK(ACC_ALL(0, a) && NX(1) == 2 * a.channels && NX(2) == 2 * a.channels,
                       "bn backward coef: sizes");
     tsl_bn_backward_coef(&a, BUF(0), BUF(1), BUF(2));
 }
@@ -75,7 +82,7 @@ static void bn_param_grad_cpu(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
-    TSL_CODELET_CHECK(ACC_OK(0, a) && NX(1) == 2 * a.channels && NX(2) == a.channels,
+    TSL_CODELET_CHECK(ACC_ALL(0, a) && NX(1) == 2 * a.channels && NX(2) == a.channels,
                       "bn parameter gradient: sizes");
     tsl_bn_param_grad(&a, BUF(0), BUF(1), BUF(2));
 }

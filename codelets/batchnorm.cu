@@ -101,9 +101,9 @@ __global__ void stats_kernel(tsl_bn_walk w, int64_t c0, const T *x, tsl_acc *acc
 
 /* acc (zeroed) += per tile channel: sum g, sum g x, g being dy (masked by the fused ReLU). */
 template <typename T>
-__global__ void bwd_stats_kernel(tsl_bn_walk w, int64_t c0, int64_t channels, int relu, int dtype,
-                                 const T *x, const T *dy, const double *saved, const T *gamma,
-                                 const T *beta, tsl_acc *acc)
+__global__ void bwd_stats_kernel(tsl_bn_walk w, int64_t c0, int64_t acc_first, int64_t channels,
+                                 int relu, int dtype, const T *x, const T *dy, const double *saved,
+                                 const T *gamma, const T *beta, tsl_acc *acc)
 {
     __shared__ shared_acc shared[2 * group_max];
     __shared__ double mask_lo[group_max], mask_hi[group_max];
@@ -134,7 +134,7 @@ __global__ void bwd_stats_kernel(tsl_bn_walk w, int64_t c0, int64_t channels, in
         products.flush(&s[1]);
     }
     __syncthreads();
-    shared_merge_out(shared, acc + 2 * first, 2 * n);
+    shared_merge_out(shared, acc + 2 * (first - acc_first), 2 * n);
 }
 
 __device__ inline float affine(float x, const tsl_bn_affine &f)
@@ -287,9 +287,23 @@ int64_t nx(void *buffers[], int i)
     return (int64_t)STARPU_VECTOR_GET_NX(buffers[i]);
 }
 
+/* Accumulators of a.acc_count channels from a.acc_first (a stats task's: they hold its tile's). */
 bool acc_ok(void *buffers[], int i, const tsl_bn_args &a)
 {
-    return nx(buffers, i) * (int64_t)sizeof(int64_t) == 2 * a.channels * (int64_t)sizeof(tsl_acc);
+    return nx(buffers, i) * (int64_t)sizeof(int64_t) ==
+               2 * a.acc_count * (int64_t)sizeof(tsl_acc) &&
+           a.acc_first >= 0 && a.acc_first + a.acc_count <= a.channels;
+}
+
+bool tile_in_acc(const tsl_bn_args &a)
+{
+    return a.c0 >= a.acc_first && a.c0 + a.cext <= a.acc_first + a.acc_count;
+}
+
+/* The whole tensor's sums (finalize, running statistics, backward coefficients). */
+bool acc_all(void *buffers[], int i, const tsl_bn_args &a)
+{
+    return acc_ok(buffers, i, a) && a.acc_first == 0 && a.acc_count == a.channels;
 }
 
 tsl_bn_args unpack(void *cl_arg, const char *what)
@@ -314,27 +328,28 @@ bool tile_work(const tsl_bn_args &a)
 extern "C" void tsl_bn_stats_cuda(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a = unpack(cl_arg, "bn stats (CUDA): arguments");
-    TSL_CODELET_CHECK(nx(buffers, 0) == a.samples * a.cext * a.inner && acc_ok(buffers, 1, a),
+    TSL_CODELET_CHECK(nx(buffers, 0) == a.samples * a.cext * a.inner && acc_ok(buffers, 1, a) &&
+                          tile_in_acc(a),
                       "bn stats (CUDA): sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();
     tsl_acc *acc = (tsl_acc *)buf(buffers, 1);
-    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(2 * a.channels) * sizeof(tsl_acc), stream));
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(2 * a.acc_count) * sizeof(tsl_acc), stream));
     if (tile_work(a)) {
         if (a.dtype == TSL_F32)
             stats_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
-                walk_of(a), a.c0, (const float *)buf(buffers, 0), acc);
+                walk_of(a), a.c0 - a.acc_first, (const float *)buf(buffers, 0), acc);
         else
             stats_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
-                walk_of(a), a.c0, (const double *)buf(buffers, 0), acc);
+                walk_of(a), a.c0 - a.acc_first, (const double *)buf(buffers, 0), acc);
         TSL_CUDA_CHECK_LAUNCH();
     }
-    normalize(acc, 2 * a.channels, stream);
+    normalize(acc, 2 * a.acc_count, stream);
 }
 
 extern "C" void tsl_bn_finalize_cuda(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a = unpack(cl_arg, "bn finalize (CUDA): arguments");
-    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels,
+    TSL_CODELET_CHECK(acc_all(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels,
                       "bn finalize (CUDA): sizes");
     moments_kernel<double><<<channel_blocks(a.channels), 64, 0, starpu_cuda_get_local_stream()>>>(
         a.channels, (double)a.per_channel, a.eps, 0, 0.0, (const tsl_acc *)buf(buffers, 0),
@@ -345,7 +360,7 @@ extern "C" void tsl_bn_finalize_cuda(void *buffers[], void *cl_arg)
 extern "C" void tsl_bn_running_cuda(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a = unpack(cl_arg, "bn running statistics (CUDA): arguments");
-    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == a.channels,
+    TSL_CODELET_CHECK(acc_all(buffers, 0, a) && nx(buffers, 1) == a.channels,
                       "bn running statistics (CUDA): sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();
     const tsl_acc *acc = (const tsl_acc *)buf(buffers, 0);
@@ -411,36 +426,36 @@ extern "C" void tsl_bn_bwd_stats_cuda(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a = unpack(cl_arg, "bn backward stats (CUDA): arguments");
     TSL_CODELET_CHECK(
-        acc_ok(buffers, 2, a) && nx(buffers, 0) == a.samples * a.cext * a.inner &&
+        acc_ok(buffers, 2, a) && tile_in_acc(a) && nx(buffers, 0) == a.samples * a.cext * a.inner &&
             nx(buffers, 1) == nx(buffers, 0) &&
             (!a.relu || (nx(buffers, 3) == 2 * a.channels && nx(buffers, 4) == a.channels &&
                          nx(buffers, 5) == a.channels)),
         "bn backward stats (CUDA): sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();
     tsl_acc *acc = (tsl_acc *)buf(buffers, 2);
-    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(2 * a.channels) * sizeof(tsl_acc), stream));
+    TSL_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(2 * a.acc_count) * sizeof(tsl_acc), stream));
     const double *saved = a.relu ? (const double *)buf(buffers, 3) : nullptr;
     void *gamma = a.relu ? buf(buffers, 4) : nullptr, *beta = a.relu ? buf(buffers, 5) : nullptr;
     if (tile_work(a)) {
         if (a.dtype == TSL_F32)
             bwd_stats_kernel<float><<<tile_grid(a), block_threads, 0, stream>>>(
-                walk_of(a), a.c0, a.channels, a.relu, a.dtype, (const float *)buf(buffers, 0),
-                (const float *)buf(buffers, 1), saved, (const float *)gamma, (const float *)beta,
-                acc);
+                walk_of(a), a.c0, a.acc_first, a.channels, a.relu, a.dtype,
+                (const float *)buf(buffers, 0), (const float *)buf(buffers, 1), saved,
+                (const float *)gamma, (const float *)beta, acc);
         else
             bwd_stats_kernel<double><<<tile_grid(a), block_threads, 0, stream>>>(
-                walk_of(a), a.c0, a.channels, a.relu, a.dtype, (const double *)buf(buffers, 0),
-                (const double *)buf(buffers, 1), saved, (const double *)gamma, (const double *)beta,
-                acc);
+                walk_of(a), a.c0, a.acc_first, a.channels, a.relu, a.dtype,
+                (const double *)buf(buffers, 0), (const double *)buf(buffers, 1), saved,
+                (const double *)gamma, (const double *)beta, acc);
         TSL_CUDA_CHECK_LAUNCH();
     }
-    normalize(acc, 2 * a.channels, stream);
+    normalize(acc, 2 * a.acc_count, stream);
 }
 
 extern "C" void tsl_bn_bwd_coef_cuda(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a = unpack(cl_arg, "bn backward coef (CUDA): arguments");
-    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels &&
+    TSL_CODELET_CHECK(acc_all(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels &&
                           nx(buffers, 2) == 2 * a.channels,
                       "bn backward coef (CUDA): sizes");
     coef_kernel<<<channel_blocks(a.channels), 64, 0, starpu_cuda_get_local_stream()>>>(
@@ -452,7 +467,7 @@ extern "C" void tsl_bn_bwd_coef_cuda(void *buffers[], void *cl_arg)
 extern "C" void tsl_bn_param_grad_cuda(void *buffers[], void *cl_arg)
 {
     tsl_bn_args a = unpack(cl_arg, "bn parameter gradient (CUDA): arguments");
-    TSL_CODELET_CHECK(acc_ok(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels &&
+    TSL_CODELET_CHECK(acc_all(buffers, 0, a) && nx(buffers, 1) == 2 * a.channels &&
                           nx(buffers, 2) == a.channels,
                       "bn parameter gradient (CUDA): sizes");
     cudaStream_t stream = starpu_cuda_get_local_stream();

@@ -35,14 +35,17 @@ typedef struct tsl_bn_args {
     int64_t per_channel; /* N x spatial positions of the whole tensor: the statistics' count */
     double eps;
     double momentum;
-    int32_t which;         /* running statistic (0 mean, 1 variance) or parameter gradient (0 beta,
-                              1 gamma) a task updates */
-    int32_t relu;          /* 1: ReLU fused after the normalization (normalize, backward tasks) */
+    int64_t acc_first; /* the accumulators hold channels acc_first .. acc_first + acc_count - 1 */
+    int64_t acc_count; /* (2 acc_count sums): all C, or a channel tile range's (stats tasks) */
+    int32_t which;     /* running statistic (0 mean, 1 variance) or parameter gradient (0 beta,
+                          1 gamma) a task updates */
+    int32_t relu;      /* 1: ReLU fused after the normalization (normalize, backward tasks) */
     int32_t channels_last; /* tiles stored N D H W C (positions, then channels) */
     int32_t unused;        /* no padding bytes */
 } tsl_bn_args;
 
-/* Per tile: accumulate sum x and sum x^2 per channel into acc[2C] (zeroed first). */
+/* Per tile: accumulate sum x and sum x^2 per channel into acc[2 acc_count] (zeroed first;
+ * channel c at acc[2 (c - acc_first)]). */
 void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc);
 /* Totals -> saved (2C doubles: mean, then 1 / sqrt(var + eps)). */
 void tsl_bn_finalize(const tsl_bn_args *a, const tsl_acc *acc, double *saved);
@@ -55,7 +58,8 @@ void tsl_bn_normalize_tile(const tsl_bn_args *a, const void *x, const double *sa
 /* Inference: y = (x - running_mean) * (gamma / sqrt(running_var + eps)) + beta. */
 void tsl_bn_infer_tile(const tsl_bn_args *a, const void *x, const void *running_mean,
                        const void *running_var, const void *gamma, const void *beta, void *y);
-/* Backward partials: acc[2c] = sum dy, acc[2c + 1] = sum dy * x. When a->relu, dy is masked
+/* Backward partials: acc[2c] = sum dy, acc[2c + 1] = sum dy * x (c counted from acc_first, 2
+ * acc_count sums). When a->relu, dy is masked
  * by y > 0, y recomputed from x, saved, gamma and beta (NULL otherwise). */
 void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void *dy,
                                 const double *saved, const void *gamma, const void *beta,

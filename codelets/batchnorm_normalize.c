@@ -221,7 +221,7 @@ static void cl_backward_stats_f32(const tsl_bn_args *a, const void *x, const voi
 {
     const int64_t C = a->cext, rows = a->samples * a->inner;
     const float *xs = x, *gs = dy;
-    tsl_acc *sum = &acc[2 * a->c0], *products = &acc[2 * a->c0 + 1];
+    tsl_acc *sum = &acc[2 * (a->c0 - a->acc_first)], *products = sum + 1;
     if (!a->relu) {
         tsl_acc_add_columns_f32(sum, 2, products, 2, gs, xs, rows, C);
         return;
@@ -271,7 +271,7 @@ static void cl_backward_stats(const tsl_bn_args *a, const void *x, const void *d
                 for (int64_t done = 0; done < n; done += CHUNK) {
                     int64_t len = n - done < CHUNK ? n - done : CHUNK;
                     add_chunk_sums(a, xr, done, len, gradient_chunk(a, xr, gr, done, len, m[c]),
-                                   &acc[2 * (a->c0 + c)]);
+                                   &acc[2 * (a->c0 - a->acc_first + c)]);
                 }
             }
         }
@@ -283,16 +283,16 @@ void tsl_bn_backward_stats_tile(const tsl_bn_args *a, const void *x, const void 
                                 const double *saved, const void *gamma, const void *beta,
                                 tsl_acc *acc)
 {
-    for (int64_t k = 0; k < 2 * a->channels; k++)
+    for (int64_t k = 0; k < 2 * a->acc_count; k++)
         tsl_acc_init(&acc[k]);
     if (a->channels_last)
         cl_backward_stats(a, x, dy, saved, gamma, beta, acc);
     for (int64_t c = 0; c < a->cext && !a->channels_last; c++) {
         int64_t ch = a->c0 + c;
         for_each_chunk(a, x, dy, c, channel_mask(a, saved, gamma, beta, ch), add_chunk_sums,
-                       &acc[2 * ch]);
+                       &acc[2 * (ch - a->acc_first)]);
     }
-    for (int64_t k = 0; k < 2 * a->channels; k++)
+    for (int64_t k = 0; k < 2 * a->acc_count; k++)
         tsl_acc_normalize(&acc[k]);
 }
 

@@ -68,7 +68,8 @@ void tsl_bn_cl_transpose(const tsl_bn_args *a, const void *src, void *dst, int64
 static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
 {
     if (a->dtype == TSL_F32) { /* the channels are the columns of a (positions x cext) block */
-        tsl_acc_add_columns_f32(&acc[2 * a->c0], 2, &acc[2 * a->c0 + 1], 2, x, NULL,
+        tsl_acc_add_columns_f32(&acc[2 * (a->c0 - a->acc_first)], 2,
+                                &acc[2 * (a->c0 - a->acc_first) + 1], 2, x, NULL,
                                 a->samples * a->inner, a->cext);
         return;
     }
@@ -79,7 +80,7 @@ static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
             int64_t n = a->inner - p0 < P ? a->inner - p0 : P;
             tsl_bn_cl_transpose(a, x, stage, s, p0, n, S);
             for (int64_t c = 0; c < a->cext; c++) {
-                tsl_acc *sum = &acc[2 * (a->c0 + c)];
+                tsl_acc *sum = &acc[2 * (a->c0 - a->acc_first + c)];
                 const double *row = cl_row(a, stage, c, S);
                 tsl_bn_add_sum_products_f64(sum, sum + 1, row, row, n);
             }
@@ -89,14 +90,14 @@ static void cl_stats(const tsl_bn_args *a, const void *x, tsl_acc *acc)
 
 void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
 {
-    for (int64_t k = 0; k < 2 * a->channels; k++)
+    for (int64_t k = 0; k < 2 * a->acc_count; k++)
         tsl_acc_init(&acc[k]);
     if (a->channels_last)
         cl_stats(a, x, acc);
     for (int64_t s = 0; s < a->samples && !a->channels_last; s++)
         for (int64_t c = 0; c < a->cext; c++) {
             int64_t base = row_base(a, s, c);
-            tsl_acc *sum = &acc[2 * (a->c0 + c)];
+            tsl_acc *sum = &acc[2 * (a->c0 - a->acc_first + c)];
             if (a->dtype == TSL_F32) {
                 tsl_acc_add_moments_f32(sum, sum + 1, (const float *)x + base, a->inner);
             } else {
@@ -104,7 +105,7 @@ void tsl_bn_stats_tile(const tsl_bn_args *a, const void *x, tsl_acc *acc)
                 tsl_bn_add_sum_products_f64(sum, sum + 1, row, row, a->inner);
             }
         }
-    for (int64_t k = 0; k < 2 * a->channels; k++)
+    for (int64_t k = 0; k < 2 * a->acc_count; k++)
         tsl_acc_normalize(&acc[k]);
 }
 

@@ -131,6 +131,42 @@ static void acc_allreduce(const tiles *t, int32_t nranks, const uint8_t *need, i
     free(has);
 }
 
+/* Batch norm's sums (src/lower/batchnorm.c, layer_sums): 2 C accumulators among all of x's
+ * tiles, or where x is cut along its channels (up to 31 ranges, the pack's limit) each
+ * range's 2 C_k among its own tiles. */
+static void batchnorm_sums(const tiles *x, int32_t nranks, const uint8_t *need, int64_t channels,
+                           int64_t *sent)
+{
+    int32_t ranges = 0; /* the channel ranges: each step finds the next range's first */
+    for (int64_t first = 0; x->ndim > 1 && first < channels; ranges++) {
+        int64_t next = channels;
+        for (int64_t i = 0; i < x->n; i++)
+            if (x->lo[i][1] > first && x->lo[i][1] < next)
+                next = x->lo[i][1];
+        first = next;
+    }
+    if (ranges <= 1 || ranges > 31) {
+        acc_allreduce(x, nranks, need, 2 * channels * TSL_PLAN_ACC_BYTES, sent);
+        return;
+    }
+    tiles part = *x;
+    part.rank = malloc(sizeof *part.rank * (size_t)(x->n + 1));
+    if (!part.rank)
+        return;
+    for (int64_t first = 0; first < channels;) {
+        int64_t count = 0;
+        part.n = 0;
+        for (int64_t i = 0; i < x->n; i++)
+            if (x->lo[i][1] == first) {
+                part.rank[part.n++] = x->rank[i];
+                count = x->ext[i][1];
+            }
+        acc_allreduce(&part, nranks, need, 2 * count * TSL_PLAN_ACC_BYTES, sent);
+        first += count > 0 ? count : channels;
+    }
+    free(part.rank);
+}
+
 /* Sample slab s of t (its tiles are in row-major order, the sample tile first). */
 static tiles slab_of(const tiles *t, int32_t s)
 {
@@ -726,13 +762,13 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
         const tiles *y = &vt[op->output];
         if (op->kind == TSL_OP_BATCHNORM) { /* sums forward and backward, 2 C accumulators */
             const tiles *x = &vt[op->inputs[0]];
-            int64_t bytes = 2 * g->values[op->inputs[0]].shape.dims[0] * TSL_PLAN_ACC_BYTES;
+            int64_t channels = g->values[op->inputs[0]].shape.dims[0];
             ranks_of(y, nranks, need); /* and the owners of its parameters and statistics */
             for (int32_t k = 0; k < op->nparams; k++)
                 if (op->params[k] >= 0)
                     need[param_owner[op->params[k]]] = 1;
-            acc_allreduce(x, nranks, need, bytes, bn);
-            acc_allreduce(x, nranks, need, bytes, bn);
+            batchnorm_sums(x, nranks, need, channels, bn);
+            batchnorm_sums(x, nranks, need, channels, bn);
         }
         if (op->kind == TSL_OP_GROUPNORM)
             groupnorm_traffic(g, op, &vt[op->inputs[0]], y,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codelets/batchnorm.h"
+#include "codelets/copy.h"
 #include "internal.h"
 
 /* A (C) vector, one tile, of x's dtype; or (2, C) f64 for the saved statistics. */
@@ -46,6 +47,8 @@ static tsl_bn_args args_for(tsl_tensor_t x, int64_t tile, double eps, double mom
     a.per_channel = tsl_shape_numel(&x->shape) / x->shape.dims[1];
     a.eps = eps;
     a.momentum = momentum;
+    a.acc_first = 0;
+    a.acc_count = a.channels;
     if (tile >= 0) {
         int64_t start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
         tsl_tensor_tile_box(x, tile, start, extent);
@@ -107,12 +110,19 @@ static void release_all(struct tsl_context *ctx, starpu_data_handle_t *h)
 typedef struct stats_job {
     tsl_tensor_t x, dy;              /* backward: dy */
     tsl_tensor_t saved, gamma, beta; /* backward with ReLU fused: to recompute its mask */
+    const int64_t *tiles;            /* the tiles of one channel range (NULL: all of x's) */
+    int64_t acc_first, acc_count;    /* the channels the accumulators hold (0 and C: all) */
 } stats_job;
 
-static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
+static tsl_status stats_tile(int64_t k, starpu_data_handle_t acc, void *user)
 {
     stats_job *job = user;
+    int64_t tile = job->tiles ? job->tiles[k] : k;
     tsl_bn_args a = args_for(job->x, tile, 0, 0);
+    if (job->tiles) {
+        a.acc_first = job->acc_first;
+        a.acc_count = job->acc_count;
+    }
     double flops = 3.0 * (double)tsl_tensor_tile_numel(job->x, tile);
     if (!job->dy) {
         starpu_data_handle_t h[2] = {job->x->handles[tile], acc};
@@ -130,6 +140,80 @@ static tsl_status stats_tile(int64_t tile, starpu_data_handle_t acc, void *user)
         h[5] = tsl_whole_handle(job->beta, rank);
     }
     return submit(job->x->ctx, &tsl_cl_bn_bwd_stats, &a, a.relu ? 6 : 3, h, m, flops);
+}
+
+/* The layer's sums (2 C accumulators) on every rank `need` names, into totals[rank]
+ * (tsl_acc_allreduce_submit). Where x is cut along its channels, each channel range's tiles
+ * are summed among themselves into accumulators of that range only, and every rank that needs
+ * the sums packs the ranges' totals into its 2 C (tsl_cl_pack): the ranks exchange each range's
+ * 2 C / K accumulators instead of 2 C, K times fewer bytes under filters= and channels= plans,
+ * whose ranges' tiles live on different ranks. The same exact sums either way. */
+static tsl_status layer_sums(tsl_tensor_t x, const int32_t *owner_of, stats_job *job,
+                             const uint8_t *need, starpu_data_handle_t *total)
+{
+    struct tsl_context *ctx = x->ctx;
+    const int64_t C = x->shape.dims[1];
+    const int32_t K = x->grid.splits[1];
+    if (K <= 1 || K > TSL_PACK_MAX)
+        return tsl_acc_allreduce_submit(ctx, x->ntiles, owner_of, 2 * C, stats_tile, job, need,
+                                        total);
+    for (int32_t r = 0; r < ctx->size; r++)
+        total[r] = NULL;
+    int64_t *tiles = malloc(sizeof *tiles * (size_t)x->ntiles);
+    int32_t *owners = malloc(sizeof *owners * (size_t)x->ntiles);
+    starpu_data_handle_t *part = calloc((size_t)K * (size_t)ctx->size, sizeof *part);
+    tsl_pack_args pack;
+    memset(&pack, 0, sizeof pack);
+    pack.n = K;
+    tsl_status st = tiles && owners && part
+                        ? TSL_OK
+                        : tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "batch norm: out of memory");
+    int64_t first = 0;
+    for (int32_t k = 0; k < K && !st; k++) { /* range k: the tiles whose channels start at first */
+        int64_t n = 0, count = 0, start[TSL_MAX_DIMS], extent[TSL_MAX_DIMS];
+        for (int64_t i = 0; i < x->ntiles; i++) {
+            tsl_tensor_tile_box(x, i, start, extent);
+            if (start[1] == first) {
+                tiles[n] = i;
+                owners[n++] = owner_of[i];
+                count = extent[1];
+            }
+        }
+        stats_job range = *job;
+        range.tiles = tiles;
+        range.acc_first = first;
+        range.acc_count = count;
+        pack.offset[k] = 2 * first * (int64_t)sizeof(tsl_acc);
+        st = tsl_acc_allreduce_submit(ctx, n, owners, 2 * count, stats_tile, &range, need,
+                                      part + (int64_t)k * ctx->size);
+        first += count;
+    }
+    for (int32_t r = 0; r < ctx->size && !st; r++) {
+        if (!need[r])
+            continue;
+        st = tsl_temp_handle_register(ctx, 2 * C * (int64_t)(sizeof(tsl_acc) / sizeof(int64_t)),
+                                      sizeof(int64_t), r, &total[r]);
+        tsl_task_desc desc = {.codelet = &tsl_cl_pack,
+                              .args = &pack,
+                              .args_size = sizeof pack,
+                              .nhandles = K + 1,
+                              .name = "bn sums packed"};
+        for (int32_t k = 0; k < K; k++) {
+            desc.handles[k] = part[(int64_t)k * ctx->size + r];
+            desc.modes[k] = STARPU_R;
+        }
+        desc.handles[K] = total[r];
+        desc.modes[K] = STARPU_W;
+        if (!st)
+            st = tsl_task_submit(ctx, &desc);
+    }
+    for (int64_t i = 0; part && i < (int64_t)K * ctx->size; i++)
+        if (part[i])
+            tsl_temp_handle_release(ctx, part[i]);
+    free(tiles);
+    free(owners);
+    free(part);
+    return st;
 }
 
 /* Training forward, with ReLU fused into the normalize tasks when `relu`. */
@@ -208,8 +292,7 @@ static tsl_status forward_train(const char *fn, int relu, tsl_tensor_t x, tsl_te
     need_ranks(need, ctx->size, y, saved, running_mean, running_var, NULL);
     st = saved_copies(saved, need);
     if (!st)
-        st = tsl_acc_allreduce_submit(ctx, x->ntiles, x->tile_owner, 2 * x->shape.dims[1],
-                                      stats_tile, &job, need, total);
+        st = layer_sums(x, x->tile_owner, &job, need, total);
     tsl_bn_args a = args_for(x, -1, eps, momentum);
     enum starpu_data_access_mode rw[2] = {STARPU_R, STARPU_W};
     for (int32_t r = 0; r < ctx->size && !st; r++) {
@@ -347,8 +430,7 @@ static tsl_status backward(const char *fn, tsl_tensor_t x, tsl_tensor_t dy, tsl_
         return tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     need_ranks(need, ctx->size, dx, dgamma, dbeta, NULL, NULL);
-    st = tsl_acc_allreduce_submit(ctx, x->ntiles, dy->tile_owner, 2 * x->shape.dims[1], stats_tile,
-                                  &job, need, total);
+    st = layer_sums(x, dy->tile_owner, &job, need, total);
     tsl_bn_args a = args_for(x, -1, 0, 0);
     enum starpu_data_access_mode rrw[3] = {STARPU_R, STARPU_R, STARPU_W};
     for (int which = 0; which < 2 && !st; which++) {

@@ -21,6 +21,7 @@ tsl_bn_args tile_args(int dtype, int64_t samples, int64_t inner, int channels_la
     tsl_bn_args a{};
     a.dtype = dtype;
     a.channels = c0 + cext + 1;
+    a.acc_count = a.channels;
     a.c0 = c0;
     a.cext = cext;
     a.samples = samples;
@@ -72,6 +73,33 @@ void check_family(int64_t samples, int64_t inner, int channels_last, int relu, i
         std::vector<tsl_acc> got = garbage_accs(2 * C);
         run_on_cuda(tsl_cl_bn_stats, a, {cuda_buf(xin, STARPU_R), cuda_buf(got, STARPU_W)});
         EXPECT_TRUE(same_bits(got, acc)) << "stats, " << where;
+    }
+    // Into accumulators of the tile's channels only (a channel range's: acc_first = c0), forward
+    // and backward: the CPU's bits, nothing written past them.
+    for (int pass = 0; pass < 2; pass++) {
+        tsl_bn_args w = a;
+        w.acc_first = a.c0;
+        w.acc_count = a.cext;
+        std::vector<tsl_acc> want(2 * a.cext), got = garbage_accs(2 * a.cext);
+        std::vector<double> s(2 * C, 0.5);
+        if (pass == 0)
+            tsl_bn_stats_tile(&w, x.data(), want.data());
+        else
+            tsl_bn_backward_stats_tile(&w, x.data(), dy.data(), relu ? s.data() : nullptr,
+                                       relu ? gamma.data() : nullptr, relu ? beta.data() : nullptr,
+                                       want.data());
+        std::vector<T> xin = x, din = dy, g = gamma, b = beta;
+        if (pass == 0)
+            run_on_cuda(tsl_cl_bn_stats, w, {cuda_buf(xin, STARPU_R), cuda_buf(got, STARPU_W)});
+        else if (relu)
+            run_on_cuda(tsl_cl_bn_bwd_stats, w,
+                        {cuda_buf(xin, STARPU_R), cuda_buf(din, STARPU_R), cuda_buf(got, STARPU_W),
+                         cuda_buf(s, STARPU_R), cuda_buf(g, STARPU_R), cuda_buf(b, STARPU_R)});
+        else
+            run_on_cuda(
+                tsl_cl_bn_bwd_stats, w,
+                {cuda_buf(xin, STARPU_R), cuda_buf(din, STARPU_R), cuda_buf(got, STARPU_W)});
+        EXPECT_TRUE(same_bits(got, want)) << "range accumulators, pass " << pass << ", " << where;
     }
     // Statistics of values of every kind (NaN, infinity, subnormal, the largest).
     {

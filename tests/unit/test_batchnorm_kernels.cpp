@@ -35,6 +35,7 @@ template <typename T> tsl_bn_args tile_args(int64_t n, int64_t c, int64_t s, int
     tsl_bn_args a{};
     a.dtype = std::is_same<T, float>::value ? TSL_F32 : TSL_F64;
     a.channels = c;
+    a.acc_count = c;
     a.samples = n;
     a.cext = c;
     a.inner = s;
@@ -397,6 +398,24 @@ TEST(BatchNormReluKernel, SumsDoNotDependOnTheTiling)
                                                        g.data(), b.data(), part.data());
                         for (int64_t q = 0; q < 2 * c; q++)
                             tsl_acc_merge(&total[k * 2 * c + q], &part[q]);
+                        // the same tile into accumulators of its channels only (a channel
+                        // range's, acc_first = c0): the same bits at their place
+                        tsl_bn_args win = a;
+                        win.acc_first = c0;
+                        win.acc_count = ce;
+                        std::vector<tsl_acc> mine(2 * ce + 1);
+                        tsl_acc_init(&mine[2 * ce]);
+                        const tsl_acc guard = mine[2 * ce];
+                        if (k == 0)
+                            tsl_bn_stats_tile(&win, tx.data(), mine.data());
+                        else
+                            tsl_bn_backward_stats_tile(&win, tx.data(), tdy.data(), saved.data(),
+                                                       g.data(), b.data(), mine.data());
+                        for (int64_t q = 0; q < 2 * ce; q++)
+                            EXPECT_EQ(std::memcmp(&mine[q], &part[2 * c0 + q], sizeof(tsl_acc)), 0)
+                                << "channel range from " << c0 << ", sum " << q << ", pass " << k;
+                        EXPECT_EQ(std::memcmp(&mine[2 * ce], &guard, sizeof(tsl_acc)), 0)
+                            << "written past the range's accumulators";
                     }
                 }
         std::vector<double> out;
