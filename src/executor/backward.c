@@ -90,10 +90,10 @@ tsl_status tsl_exec_op_backward(struct tsl_model *m, instance *in, int32_t i)
     tsl_tensor_t dx0 = dx[0], cdx = NULL;
     if (tsl_exec_needs_regrid(o, x, y)) {
         tsl_tensor_t cdy = NULL, cx = NULL, cy = NULL;
-        if ((st = tsl_exec_on_common_grid(m, x, x, y, &in->rx[i], &cx)) ||
-            (st = tsl_exec_on_common_grid(m, y, x, y, &in->ry[i], &cy)) ||
-            (st = tsl_exec_on_common_grid(m, x, x, y, &in->rdx[i], &cdx)) ||
-            (st = tsl_exec_on_common_grid(m, y, x, y, &in->rdy[i], &cdy)) ||
+        if ((st = tsl_exec_on_common_grid(m, o, x, x, y, &in->rx[i], &cx)) ||
+            (st = tsl_exec_on_common_grid(m, o, y, x, y, &in->ry[i], &cy)) ||
+            (st = tsl_exec_on_common_grid(m, o, x, x, y, &in->rdx[i], &cdx)) ||
+            (st = tsl_exec_on_common_grid(m, o, y, x, y, &in->rdy[i], &cdy)) ||
             (cdy && (st = tsl_tensor_redistribute(cdy, dy))))
             return st;
         x = cx ? cx : x; /* the forward left the copies there */

@@ -145,10 +145,13 @@ tsl_status tsl_exec_input_tensors(struct tsl_model *m, int64_t batch, tsl_tensor
  * by each tensor's size, so the grids differ where a size falls below the wanted tiles. */
 int tsl_exec_needs_regrid(const tsl_graph_op *o, tsl_tensor_t x, tsl_tensor_t y);
 
-/* `like`'s shape on the common grid of x and y (the fewer tiles per spatial dimension), in
- * *slot (made on first use); NULL in *out when `like` already has that grid. */
-tsl_status tsl_exec_on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_tensor_t x,
-                                   tsl_tensor_t y, tsl_tensor_t *slot, tsl_tensor_t *out);
+/* `like`'s shape on the common grid of op o's x and y (the fewer tiles per spatial dimension;
+ * whole channels, except for a pooling whose x and y have the same channel tiles, which keeps
+ * them: its planes are independent, so each channel group gathers only its own), in *slot
+ * (made on first use); NULL in *out when `like` already has that grid. */
+tsl_status tsl_exec_on_common_grid(struct tsl_model *m, const tsl_graph_op *o, tsl_tensor_t like,
+                                   tsl_tensor_t x, tsl_tensor_t y, tsl_tensor_t *slot,
+                                   tsl_tensor_t *out);
 
 /* The op's parameter slot k (weight 0, bias 1, running mean 2, running var 3), or NULL. */
 tsl_tensor_t tsl_exec_op_param(struct tsl_model *m, const tsl_graph_op *o, int k, int grad);

@@ -61,12 +61,15 @@ int tsl_exec_needs_regrid(const tsl_graph_op *o, tsl_tensor_t x, tsl_tensor_t y)
     return 0;
 }
 
-tsl_status tsl_exec_on_common_grid(struct tsl_model *m, tsl_tensor_t like, tsl_tensor_t x,
-                                   tsl_tensor_t y, tsl_tensor_t *slot, tsl_tensor_t *out)
+tsl_status tsl_exec_on_common_grid(struct tsl_model *m, const tsl_graph_op *o, tsl_tensor_t like,
+                                   tsl_tensor_t x, tsl_tensor_t y, tsl_tensor_t *slot,
+                                   tsl_tensor_t *out)
 {
     tsl_tile_grid grid = y->grid;
-    grid.splits[1] = 1;
-    int same = like->shape.ndim < 2 || like->grid.splits[1] == 1;
+    const int keep = o->kind == TSL_OP_POOL && x->shape.ndim > 1 && y->shape.ndim > 1 &&
+                     x->grid.splits[1] == y->grid.splits[1];
+    grid.splits[1] = keep ? y->grid.splits[1] : 1;
+    int same = like->shape.ndim < 2 || like->grid.splits[1] == grid.splits[1];
     for (int d = 2; d < x->shape.ndim; d++) {
         grid.splits[d] =
             x->grid.splits[d] < y->grid.splits[d] ? x->grid.splits[d] : y->grid.splits[d];
@@ -129,8 +132,8 @@ tsl_status tsl_exec_op_forward(struct tsl_model *m, instance *in, int32_t i, int
     tsl_tensor_t y_final = y, cx = NULL, cy = NULL;
     tsl_status st = TSL_OK;
     if (x && tsl_exec_needs_regrid(o, x, y)) {
-        if ((st = tsl_exec_on_common_grid(m, x, x, y, &in->rx[i], &cx)) ||
-            (st = tsl_exec_on_common_grid(m, y, x, y, &in->ry[i], &cy)) ||
+        if ((st = tsl_exec_on_common_grid(m, o, x, x, y, &in->rx[i], &cx)) ||
+            (st = tsl_exec_on_common_grid(m, o, y, x, y, &in->ry[i], &cy)) ||
             (cx && (st = tsl_tensor_redistribute(cx, x))))
             return st;
         x = cx ? cx : x;
