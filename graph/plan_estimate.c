@@ -313,6 +313,21 @@ static void live_add(int64_t *live, int64_t *peak, const int64_t *size, int32_t 
     }
 }
 
+/* Op o's entries of what a forward receives (a batch norm's sums, a filter plan's input copies
+ * unless xcopy is NULL, a channel plan's partial outputs, halo slabs) added (sign 1) or taken
+ * away. */
+static void forward_receives(int64_t *live, int64_t *peak, const int64_t *sums,
+                             const int64_t *xcopy, const int64_t *partials, const int64_t *hfwd,
+                             int32_t o, int32_t nranks, const int32_t *lo, const int32_t *hi,
+                             int sign)
+{
+    live_add(live, peak, sums, o, nranks, lo, hi, sign);
+    if (xcopy)
+        live_add(live, peak, xcopy, o, nranks, lo, hi, sign);
+    live_add(live, peak, partials, o, nranks, lo, hi, sign);
+    live_add(live, peak, hfwd, o, nranks, lo, hi, sign);
+}
+
 tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                   int32_t workers, int64_t batch, int32_t optimizer_states,
                                   int64_t *bytes)
@@ -413,16 +428,33 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
      * reads the input's other F - 1 channel tiles of the same samples there: received copies,
      * kept for its weight gradient until its backward. An op that takes no channel tiles (a
      * transposed convolution) reads a channel-cut input as a channel-whole copy on filter
-     * group 0 (F times a rank's tiles of it), kept likewise. */
+     * group 0 (F times a rank's tiles of it), kept likewise. StarPU-MPI allocates what a rank
+     * receives when the step's tasks are submitted, well ahead of their run: received copies
+     * (these, the backward's received gradient parts in `early`, a batch norm's sums) are held
+     * from the step's start. */
     int64_t *xcopy = calloc((size_t)n * (size_t)nranks + 1, sizeof *xcopy);
     /* Its data gradient is made in parts where the output gradient's tiles live: F - 1 parts
      * of a rank's input-gradient tiles made for other ranks, and F - 1 received from them,
      * alive while the op's backward adds them. */
     int64_t *dxpart = calloc((size_t)n * (size_t)nranks + 1, sizeof *dxpart);
+    int64_t *early = calloc((size_t)n * (size_t)nranks + 1, sizeof *early);
+    /* A channels= convolution's partial outputs a rank receives in the forward's trees (F - 1
+     * of its output tiles' size), likewise held from the step's start until that forward. */
+    int64_t *partials = calloc((size_t)n * (size_t)nranks + 1, sizeof *partials);
+    /* A batch norm's exact sums received from the other ranks (tsl_plan_sums_received), in each
+     * of its forward and backward: StarPU-MPI allocates a receive when the step's tasks are
+     * submitted, well ahead of their run, so both are held from the step's start until the
+     * forward, and the backward, merges them. */
+    int64_t *sums = calloc((size_t)n * (size_t)nranks + 1, sizeof *sums);
+    /* A convolution's halo slabs (tsl_plan_halos_received), received for its forward and its
+     * backward: held likewise, from the step's start until that pass. */
+    int64_t *hfwd = calloc((size_t)n * (size_t)nranks + 1, sizeof *hfwd);
+    int64_t *hbwd = calloc((size_t)n * (size_t)nranks + 1, sizeof *hbwd);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
     shard_reduce *reduce = calloc((size_t)g->nparams + 1, sizeof *reduce);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
-                            size && isize && xcopy && dxpart && live && reduce
+                            size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
+                            hbwd && live && reduce
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, reduce, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -454,15 +486,24 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 memo && s < memo->stages ? &memo->indices[(int64_t)o * memo->stages + s] : NULL,
                 isize + (int64_t)o * nranks);
         const tsl_graph_op *op = &g->ops[o];
+        if (!st && op->kind == TSL_OP_BATCHNORM)
+            st = tsl_plan_sums_received(plan, g, o, nranks, s, workers, batch,
+                                        sums + (int64_t)o * nranks);
+        if (!st && op->kind == TSL_OP_CONV)
+            st = tsl_plan_halos_received(plan, g, o, nranks, s, workers, batch,
+                                         hfwd + (int64_t)o * nranks, hbwd + (int64_t)o * nranks);
         int32_t f = tsl_plan_channel_groups(plan);
         if (tsl_plan_input_channel_cut(plan, g, o)) {
             /* channels=: nothing kept from the forward; its backward receives the output
-             * gradient's F - 1 other channel tiles and makes F - 1 parts of each input
-             * gradient tile where it lives, alive while the parts are added */
-            for (int32_t r = 0; r < nranks; r++)
+             * gradient's F - 1 other channel tiles (held from the step's start) and makes F - 1
+             * parts of each input gradient tile where it lives, alive while they are added */
+            for (int32_t r = 0; r < nranks; r++) {
+                partials[(int64_t)o * nranks + r] +=
+                    (f - 1) * size[(int64_t)op->output * nranks + r];
+                early[(int64_t)o * nranks + r] += (f - 1) * size[(int64_t)op->output * nranks + r];
                 dxpart[(int64_t)o * nranks + r] +=
-                    (f - 1) * (size[(int64_t)op->output * nranks + r] +
-                               size[(int64_t)op->inputs[0] * nranks + r]);
+                    (f - 1) * size[(int64_t)op->inputs[0] * nranks + r];
+            }
             continue;
         }
         int weighted = (op->kind == TSL_OP_CONV || op->kind == TSL_OP_LINEAR) &&
@@ -473,8 +514,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 for (int32_t r = 0; r < nranks; r++) {
                     int64_t b = size[(int64_t)op->inputs[k] * nranks + r];
                     xcopy[(int64_t)o * nranks + r] += copies * b;
-                    if (weighted && !tsl_graph_is_input(g, op->inputs[k]))
-                        dxpart[(int64_t)o * nranks + r] += 2 * copies * b;
+                    if (weighted && !tsl_graph_is_input(g, op->inputs[k])) {
+                        early[(int64_t)o * nranks + r] += copies * b;  /* received parts */
+                        dxpart[(int64_t)o * nranks + r] += copies * b; /* made for others */
+                    }
                 }
         if (!st && plan && !tsl_plan_takes_channel_tiles(op) && channel_cut(plan, g, op->output))
             for (int32_t r = 0; r < nranks; r++) /* and its output made channel-whole first */
@@ -504,6 +547,11 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         }
     }
     if (!st) {
+        /* What the forward receives, posted when it is submitted. (The backward is submitted
+         * once the loss is known, and the next step's forward right after it: from then on
+         * both of their receives are held, below.) */
+        for (int32_t o = 0; o < n; o++)
+            forward_receives(live, bytes, sums, xcopy, partials, hfwd, o, nranks, olo, ohi, 1);
         memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
         for (int32_t o = 0; o < n; o++) {
             relu_of[o] = tsl_graph_fused_relu(g, o, op_stage);
@@ -518,7 +566,9 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             if (relu_of[o] < 0 && fold[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, vlo, vhi, 1);
             live_add(live, bytes, isize, o, nranks, olo, ohi, 1); /* a max pooling's indices */
-            live_add(live, bytes, xcopy, o, nranks, olo, ohi, 1);
+            live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the forward's, merged */
+            live_add(live, bytes, partials, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, hfwd, o, nranks, olo, ohi, -1);
             int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
             for (int32_t k = 0; k < nin; k++) {
                 int32_t v = ins[k];
@@ -537,6 +587,14 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
          * value's second contribution); then the op's output, its gradient and spare are
          * released, since no later op in the backward reads them (the model's output stays,
          * the accuracy reads it). */
+        for (int32_t o = 0; o < n; o++) {
+            live_add(live, bytes, sums, o, nranks, olo, ohi, 1); /* the backward's receives */
+            live_add(live, bytes, early, o, nranks, olo, ohi, 1);
+            live_add(live, bytes, hbwd, o, nranks, olo, ohi, 1);
+            /* the next step's forward's into new temporaries, held to the end (its input
+             * copies land in the buffers this step's copies hold) */
+            forward_receives(live, bytes, sums, NULL, partials, hfwd, o, nranks, olo, ohi, 1);
+        }
         int32_t out = tsl_graph_output(g);
         written[out] = 1;
         live_add(live, bytes, size, out, nranks, vlo, vhi, 1);
@@ -577,6 +635,9 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             }
             live_add(live, bytes, dxpart, o, nranks, olo, ohi, 1);
             live_add(live, bytes, dxpart, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, early, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, hbwd, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the backward's, merged */
             /* A sharded weight's gradient reduction: held until the step's reductions end
              * (the backward submits them all and waits at the end). */
             for (int32_t q = 0; q < op->nparams; q++) {
@@ -606,6 +667,11 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(isize);
     free(xcopy);
     free(dxpart);
+    free(early);
+    free(partials);
+    free(hfwd);
+    free(hbwd);
+    free(sums);
     free(live);
     free(reduce);
     free(vlo);

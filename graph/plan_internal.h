@@ -106,6 +106,20 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
                                     int32_t workers, int64_t batch, int32_t optimizer_states,
                                     const int32_t *given, int64_t *bytes);
 /* tsl_plan_estimate_traffic() for the op stages `given` (NULL: tsl_plan_stages()). */
+/* The bytes each rank receives in one of batch norm op o's exchanges of exact sums (its forward
+ * or its backward; tsl_acc_allreduce_submit, per channel range under channel tiles): the
+ * partials it merges. 0 for other ops. received: nranks entries. */
+tsl_status tsl_plan_sums_received(const tsl_plan *plan, const struct tsl_graph *g, int32_t o,
+                                  int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                  int64_t *received);
+
+/* The halo slabs each rank receives for convolution op o on spatial tiles (no channel groups):
+ * the forward's window slabs (forward) and the backward's window gradients returned
+ * (backward). 0 for other ops. nranks entries each. */
+tsl_status tsl_plan_halos_received(const tsl_plan *plan, const struct tsl_graph *g, int32_t o,
+                                   int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                   int64_t *forward, int64_t *backward);
+
 tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                        int32_t workers, int64_t batch, int32_t optimizer_states,
                                        const int32_t *given, int64_t *sent);

@@ -106,9 +106,10 @@ static void ranks_of(const tiles *t, int32_t nranks, uint8_t *has)
         has[t->rank[i]] = 1;
 }
 
-/* The exact accumulators' exchange (tsl_acc_allreduce_submit): `bytes` per rank's partial. */
-static void acc_allreduce(const tiles *t, int32_t nranks, const uint8_t *need, int64_t bytes,
-                          int64_t *sent)
+/* The exact accumulators' exchange (tsl_acc_allreduce_submit): `bytes` per rank's partial,
+ * counted where they are sent (or, with `received`, where they arrive). */
+static void acc_exchange(const tiles *t, int32_t nranks, const uint8_t *need, int64_t bytes,
+                         int received, int64_t *sent)
 {
     uint8_t *has = calloc((size_t)nranks, 1);
     if (!has)
@@ -120,22 +121,29 @@ static void acc_allreduce(const tiles *t, int32_t nranks, const uint8_t *need, i
     if (holders <= TRAFFIC_DIRECT_RANKS) {
         for (int32_t q = 0; q < nranks; q++)
             for (int32_t r = 0; r < nranks && has[q]; r++)
-                sent[q] += (r != q && need[r]) ? bytes : 0;
+                sent[received ? r : q] += (r != q && need[r]) ? bytes : 0;
     } else { /* a pairwise tree over the tiles, then a copy to each rank that needs it */
         for (int64_t step = 1; step < t->n; step *= 2)
             for (int64_t i = 0; i + step < t->n; i += 2 * step)
-                sent[t->rank[i + step]] += t->rank[i + step] != t->rank[i] ? bytes : 0;
+                sent[t->rank[received ? i : i + step]] +=
+                    t->rank[i + step] != t->rank[i] ? bytes : 0;
         for (int32_t r = 0; r < nranks; r++)
-            sent[t->rank[0]] += (need[r] && r != t->rank[0]) ? bytes : 0;
+            sent[received ? r : t->rank[0]] += (need[r] && r != t->rank[0]) ? bytes : 0;
     }
     free(has);
+}
+
+static void acc_allreduce(const tiles *t, int32_t nranks, const uint8_t *need, int64_t bytes,
+                          int64_t *sent)
+{
+    acc_exchange(t, nranks, need, bytes, 0, sent);
 }
 
 /* Batch norm's sums (src/lower/batchnorm.c, layer_sums): 2 C accumulators among all of x's
  * tiles, or where x is cut along its channels (up to 31 ranges, the pack's limit) each
  * range's 2 C_k among its own tiles. */
 static void batchnorm_sums(const tiles *x, int32_t nranks, const uint8_t *need, int64_t channels,
-                           int64_t *sent)
+                           int received, int64_t *sent)
 {
     int32_t ranges = 0; /* the channel ranges: each step finds the next range's first */
     for (int64_t first = 0; x->ndim > 1 && first < channels; ranges++) {
@@ -146,7 +154,7 @@ static void batchnorm_sums(const tiles *x, int32_t nranks, const uint8_t *need, 
         first = next;
     }
     if (ranges <= 1 || ranges > 31) {
-        acc_allreduce(x, nranks, need, 2 * channels * TSL_PLAN_ACC_BYTES, sent);
+        acc_exchange(x, nranks, need, 2 * channels * TSL_PLAN_ACC_BYTES, received, sent);
         return;
     }
     tiles part = *x;
@@ -161,7 +169,7 @@ static void batchnorm_sums(const tiles *x, int32_t nranks, const uint8_t *need, 
                 part.rank[part.n++] = x->rank[i];
                 count = x->ext[i][1];
             }
-        acc_allreduce(&part, nranks, need, 2 * count * TSL_PLAN_ACC_BYTES, sent);
+        acc_exchange(&part, nranks, need, 2 * count * TSL_PLAN_ACC_BYTES, received, sent);
         first += count > 0 ? count : channels;
     }
     free(part.rank);
@@ -324,7 +332,8 @@ static int64_t window_overlap(const tiles *x, int64_t j, int sp, const int64_t *
  * channel tiles read across filter groups: every output tile reads the whole of each input tile
  * of its samples, and sends back its partial of the input gradient. */
 static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, const tsl_shape *w,
-                       int backward, int channels, int64_t *sent)
+                       int backward, int channels, int64_t *sent, int64_t *got_fwd,
+                       int64_t *got_bwd)
 {
     const tsl_conv_params *c = &op->conv;
     const int sp = c->spatial;
@@ -352,6 +361,11 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
                     x->lo[j][0] != y->lo[i][0])
                     continue; /* (tile i itself: a value from another stage, counted there) */
                 int64_t vol = window_overlap(x, j, sp, wlo, whi, move);
+                if (got_fwd) { /* counted where they arrive: the slab, its gradient back */
+                    got_fwd[y->rank[i]] += 4 * vol;
+                    got_bwd[x->rank[j]] += backward ? 4 * vol : 0;
+                    continue;
+                }
                 sent[x->rank[j]] += 4 * vol;
                 if (backward)
                     sent[y->rank[i]] += 4 * vol;
@@ -767,8 +781,8 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
             for (int32_t k = 0; k < op->nparams; k++)
                 if (op->params[k] >= 0)
                     need[param_owner[op->params[k]]] = 1;
-            batchnorm_sums(x, nranks, need, channels, bn);
-            batchnorm_sums(x, nranks, need, channels, bn);
+            batchnorm_sums(x, nranks, need, channels, 0, bn);
+            batchnorm_sums(x, nranks, need, channels, 0, bn);
         }
         if (op->kind == TSL_OP_GROUPNORM)
             groupnorm_traffic(g, op, &vt[op->inputs[0]], y,
@@ -797,7 +811,7 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
                   tsl_plan_channel_groups(plan) > 1 && !spatially_cut(&vt[op->inputs[0]])))
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
                        !tsl_graph_is_input(g, op->inputs[0]), tsl_plan_channel_groups(plan) > 1,
-                       halo);
+                       halo, NULL, NULL);
         for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */
             int32_t v = op->inputs[k];
             if (op_stage[g->values[v].producer] == op_stage[o])
@@ -846,5 +860,58 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
     free(op_stage);
     free(need);
     free(param_owner);
+    return st;
+}
+
+tsl_status tsl_plan_sums_received(const tsl_plan *plan, const struct tsl_graph *g, int32_t o,
+                                  int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                  int64_t *received)
+{
+    memset(received, 0, sizeof *received * (size_t)nranks);
+    const tsl_graph_op *op = &g->ops[o];
+    if (nranks < 2 || op->kind != TSL_OP_BATCHNORM || op->ninputs < 1)
+        return TSL_OK;
+    tiles x, y;
+    tsl_status st = tiles_of(plan, g, op->inputs[0], nranks, stage, workers, batch, &x);
+    if (st)
+        return st;
+    if ((st = tiles_of(plan, g, op->output, nranks, stage, workers, batch, &y))) {
+        tiles_free(&x);
+        return st;
+    }
+    uint8_t *need = calloc((size_t)nranks, 1);
+    if (need) {
+        ranks_of(&y, nranks, need); /* (the parameters' owners hold a tile of y or get little) */
+        batchnorm_sums(&x, nranks, need, g->values[op->inputs[0]].shape.dims[0], 1, received);
+    } else {
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_peak: out of memory");
+    }
+    free(need);
+    tiles_free(&x);
+    tiles_free(&y);
+    return st;
+}
+
+tsl_status tsl_plan_halos_received(const tsl_plan *plan, const struct tsl_graph *g, int32_t o,
+                                   int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                   int64_t *forward, int64_t *backward)
+{
+    memset(forward, 0, sizeof *forward * (size_t)nranks);
+    memset(backward, 0, sizeof *backward * (size_t)nranks);
+    const tsl_graph_op *op = &g->ops[o];
+    if (nranks < 2 || op->kind != TSL_OP_CONV || op->transposed || op->ninputs < 1 ||
+        tsl_plan_channel_groups(plan) > 1)
+        return TSL_OK;
+    tiles x, y;
+    tsl_status st = tiles_of(plan, g, op->inputs[0], nranks, stage, workers, batch, &x);
+    if (st)
+        return st;
+    if (!(st = tiles_of(plan, g, op->output, nranks, stage, workers, batch, &y))) {
+        if (spatially_cut(&x))
+            conv_halos(op, &x, &y, &g->params[op->params[0]].shape,
+                       !tsl_graph_is_input(g, op->inputs[0]), 0, NULL, forward, backward);
+        tiles_free(&y);
+    }
+    tiles_free(&x);
     return st;
 }

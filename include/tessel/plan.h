@@ -297,8 +297,14 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * for a value's second contribution), then releases what the op's backward was the last to
  * read. Each weight sharded over its stage's ranks adds, from its op's backward to the end of
  * the step (the reductions end with it), on every rank of its stage the partial gradient of the
- * whole weight that rank makes and the pieces of its own shard the others send it. Counted and
- * not counted otherwise as in tsl_plan_estimate().
+ * whole weight that rank makes and the pieces of its own shard the others send it. What a rank
+ * receives is allocated when the reading task is submitted: the forward's receives (batch
+ * norm's exact sums, a filter plan's input channel tiles, a channel plan's partial outputs,
+ * halo slabs) are held from the step's start until their op's forward (the input tiles until
+ * its backward), the backward's (the sums again, gradient parts, returned halo gradients) from
+ * the end of the forward until their op's backward, and the next step's forward's receives
+ * into new temporaries from the end of the forward on. Counted and not counted otherwise as in
+ * tsl_plan_estimate().
  * @param[out] bytes @p nranks entries
  */
 TSL_API tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
