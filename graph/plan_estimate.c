@@ -164,6 +164,12 @@ static tsl_status add_tensor(const tsl_plan *plan, const tsl_shape *input, int32
 typedef struct shard_reduce {
     int32_t first, count;
     int64_t bytes;
+    /* A weight cut by filters (or channels): the most bytes of its tiles one rank owns (one
+     * copy), and how many of them (ranks) own tiles. The other ranks of a filter group that
+     * hold its samples or spatial tiles each make a partial gradient of the group's tile, which
+     * the owner receives. */
+    int64_t cut_tile;
+    int32_t cut_owners;
 } shard_reduce;
 
 static int64_t reduce_bytes(const shard_reduce *rd, const tsl_graph_op *op)
@@ -175,7 +181,7 @@ static int64_t reduce_bytes(const shard_reduce *rd, const tsl_graph_op *op)
 static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                  int32_t workers, int64_t batch, int32_t optimizer_states,
                                  const int32_t *given, int32_t *op_stage, int64_t *bytes,
-                                 shard_reduce *reduce, const char *fn)
+                                 shard_reduce *reduce, uint8_t *owns, const char *fn)
 {
     int32_t out = tsl_graph_output(g);
     if (out < 0 || g->input < 0)
@@ -235,6 +241,11 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         if (sharded[i] >= 2) { /* cut by channels: each tile on its owner, no whole copies */
             int32_t s1 = sharded[i] == 3 ? grids[i].splits[1] : 1;
             int64_t per = numel / shape.dims[0] / (sharded[i] == 3 ? shape.dims[1] : 1);
+            int64_t *own = calloc((size_t)nranks, sizeof *own);
+            if (!own) {
+                st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+                break;
+            }
             for (int32_t k = 0; k < grids[i].splits[0] && !st; k++)
                 for (int32_t q = 0; q < s1 && !st; q++) {
                     int64_t start, extent, s, e = 1;
@@ -243,15 +254,25 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
                     if (sharded[i] == 3)
                         tsl_tile_extent(shape.dims[1], s1, q, &s, &e);
                     if (!(st = tsl_owner_map_rank(&owners[i], coords, shape.ndim, &grids[i], nranks,
-                                                  &rank)))
+                                                  &rank))) {
                         bytes[rank] += 4 * per * extent * e * copies;
+                        own[rank] += 4 * per * extent * e;
+                    }
                 }
+            for (int32_t r = 0; r < nranks && reduce && trainable; r++)
+                if (own[r] > 0) {
+                    if (owns) /* ([param * nranks + rank]: the rank owns a tile of it) */
+                        owns[(int64_t)i * nranks + r] = 1;
+                    reduce[i].cut_owners++;
+                    reduce[i].cut_tile = own[r] > reduce[i].cut_tile ? own[r] : reduce[i].cut_tile;
+                }
+            free(own);
             continue;
         }
         int32_t first = owners[i].first_rank,
                 size = owners[i].group_size > 0 ? owners[i].group_size : nranks;
         if (reduce && trainable)
-            reduce[i] = (shard_reduce){first, size, 4 * numel};
+            reduce[i] = (shard_reduce){first, size, 4 * numel, 0, 0};
         tsl_plan_add_shards(&shape, grids[i].splits[0], size, 4 * copies, bytes + first);
         for (int32_t r = first; r < first + size; r++) /* each rank's whole copy */
             bytes[r] += 4 * numel;
@@ -273,7 +294,7 @@ tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t g, int32_t nranks
     int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
     tsl_status st =
         op_stage ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, NULL, op_stage,
-                                  bytes, NULL, "tsl_plan_estimate")
+                                  bytes, NULL, NULL, "tsl_plan_estimate")
                  : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate: out of memory");
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
@@ -452,11 +473,12 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     int64_t *hbwd = calloc((size_t)n * (size_t)nranks + 1, sizeof *hbwd);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
     shard_reduce *reduce = calloc((size_t)g->nparams + 1, sizeof *reduce);
+    uint8_t *owns = calloc((size_t)g->nparams * (size_t)nranks + 1, 1);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
                             size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
-                            hbwd && live && reduce
+                            hbwd && live && reduce && owns
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
-                                         op_stage, live, reduce, fn)
+                                         op_stage, live, reduce, owns, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     tsl_shape input, shape;
     if (!st) /* else no input: the error stays the setup's */
@@ -493,6 +515,20 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             st = tsl_plan_halos_received(plan, g, o, nranks, s, workers, batch,
                                          hfwd + (int64_t)o * nranks, hbwd + (int64_t)o * nranks);
         int32_t f = tsl_plan_channel_groups(plan);
+        /* A weight cut by filters whose group holds m ranks (samples or spatial tiles within
+         * it): each non-owner makes a partial gradient of its group's tile during the op's
+         * backward, and the owner receives the m - 1 others, posted with the backward. */
+        const shard_reduce *cut =
+            op->nparams > 0 && op->params[0] >= 0 ? &reduce[op->params[0]] : NULL;
+        int32_t cut_group;
+        tsl_plan_stage_count(plan, nranks, &cut_group);
+        int32_t m = cut && cut->cut_owners > 0 ? cut_group / cut->cut_owners : 1;
+        for (int32_t r = 0; r < nranks && m > 1; r++) {
+            if (owns[(int64_t)op->params[0] * nranks + r])
+                early[(int64_t)o * nranks + r] += (m - 1) * cut->cut_tile;
+            else if (op_stage[o] == r / cut_group)
+                dxpart[(int64_t)o * nranks + r] += cut->cut_tile;
+        }
         if (tsl_plan_input_channel_cut(plan, g, o)) {
             /* channels=: nothing kept from the forward; its backward receives the output
              * gradient's F - 1 other channel tiles (held from the step's start) and makes F - 1
@@ -674,6 +710,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(sums);
     free(live);
     free(reduce);
+    free(owns);
     free(vlo);
     free(vhi);
     free(olo);

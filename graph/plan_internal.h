@@ -113,9 +113,11 @@ tsl_status tsl_plan_sums_received(const tsl_plan *plan, const struct tsl_graph *
                                   int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
                                   int64_t *received);
 
-/* The halo slabs each rank receives for convolution op o on spatial tiles (no channel groups):
- * the forward's window slabs (forward) and the backward's window gradients returned
- * (backward). 0 for other ops. nranks entries each. */
+/* The halo slabs each rank receives for convolution op o on spatial tiles: the forward's window
+ * slabs (forward) and the backward's window gradients returned (backward); under channel tiles
+ * those of the neighbouring spatial tiles of every channel group (the input tiles under the
+ * windows are the peak estimate's copies), none for a channels= convolution's input-channel
+ * parts. 0 for other ops. nranks entries each. */
 tsl_status tsl_plan_halos_received(const tsl_plan *plan, const struct tsl_graph *g, int32_t o,
                                    int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
                                    int64_t *forward, int64_t *backward);

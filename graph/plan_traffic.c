@@ -361,6 +361,14 @@ static void conv_halos(const tsl_graph_op *op, const tiles *x, const tiles *y, c
                     x->lo[j][0] != y->lo[i][0])
                     continue; /* (tile i itself: a value from another stage, counted there) */
                 int64_t vol = window_overlap(x, j, sp, wlo, whi, move);
+                int whole = channels && m == 0; /* (the input tile under the window's centre:
+                                                   under channel tiles, a copy counted apart) */
+                for (int d = 0; d < sp && whole; d++) {
+                    int64_t mid = (wlo[d] + whi[d]) / 2;
+                    whole = x->lo[j][2 + d] <= mid && mid < x->lo[j][2 + d] + x->ext[j][2 + d];
+                }
+                if (got_fwd && whole)
+                    continue;
                 if (got_fwd) { /* counted where they arrive: the slab, its gradient back */
                     got_fwd[y->rank[i]] += 4 * vol;
                     got_bwd[x->rank[j]] += backward ? 4 * vol : 0;
@@ -899,8 +907,9 @@ tsl_status tsl_plan_halos_received(const tsl_plan *plan, const struct tsl_graph 
     memset(forward, 0, sizeof *forward * (size_t)nranks);
     memset(backward, 0, sizeof *backward * (size_t)nranks);
     const tsl_graph_op *op = &g->ops[o];
+    const int channels = tsl_plan_channel_groups(plan) > 1;
     if (nranks < 2 || op->kind != TSL_OP_CONV || op->transposed || op->ninputs < 1 ||
-        tsl_plan_channel_groups(plan) > 1)
+        (channels && tsl_plan_input_channel_cut(plan, g, o)))
         return TSL_OK;
     tiles x, y;
     tsl_status st = tiles_of(plan, g, op->inputs[0], nranks, stage, workers, batch, &x);
@@ -909,7 +918,7 @@ tsl_status tsl_plan_halos_received(const tsl_plan *plan, const struct tsl_graph 
     if (!(st = tiles_of(plan, g, op->output, nranks, stage, workers, batch, &y))) {
         if (spatially_cut(&x))
             conv_halos(op, &x, &y, &g->params[op->params[0]].shape,
-                       !tsl_graph_is_input(g, op->inputs[0]), 0, NULL, forward, backward);
+                       !tsl_graph_is_input(g, op->inputs[0]), channels, NULL, forward, backward);
         tiles_free(&y);
     }
     tiles_free(&x);

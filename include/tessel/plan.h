@@ -303,8 +303,10 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * halo slabs) are held from the step's start until their op's forward (the input tiles until
  * its backward), the backward's (the sums again, gradient parts, returned halo gradients) from
  * the end of the forward until their op's backward, and the next step's forward's receives
- * into new temporaries from the end of the forward on. Counted and not counted otherwise as in
- * tsl_plan_estimate().
+ * into new temporaries from the end of the forward on; a weight cut by filters whose filter
+ * group holds several ranks adds, on its tile's owner, the other ranks' partial gradients of
+ * the tile (from the end of the forward to the op's backward), and on those ranks their partial
+ * during the op's backward. Counted and not counted otherwise as in tsl_plan_estimate().
  * @param[out] bytes @p nranks entries
  */
 TSL_API tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,

@@ -1938,20 +1938,28 @@ TEST(Plan, TrafficCountsTheValuesATwoValueLossGathers)
 // tiles, and where the channels are cut, only each range's 2 C / F from that range's ranks.
 namespace
 {
+// A graph with an input of (channels, 8, 8) in *x, and padded 3 x 3 convolution settings.
+tsl_graph_t on_8x8(int64_t channels, int32_t *x, tsl_conv_params *cp)
+{
+    tsl_graph_t g = nullptr;
+    EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
+    const int64_t sample[3] = {channels, 8, 8};
+    tsl_conv_params_init(cp, 2);
+    cp->padding[0] = cp->padding[1] = 1;
+    EXPECT_EQ(tsl_graph_input(g, 3, sample, x), TSL_OK);
+    return g;
+}
+
 // input (1, 8, 8) -> conv 3x3 to 64 channels -> batch norm [-> average pool of the whole map]
 // -> flatten -> linear to 2; *conv and *bn the convolution's and batch norm's op indices.
 tsl_graph_t conv_bn_graph(bool pooled, int32_t *conv, int32_t *bn)
 {
-    tsl_graph_t g = nullptr;
-    EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
-    int64_t sample[3] = {1, 8, 8}, k[2] = {3, 3};
+    int64_t k[2] = {3, 3};
     int32_t x, c, b, p, f, y;
     tsl_conv_params cp;
-    tsl_conv_params_init(&cp, 2);
-    cp.padding[0] = cp.padding[1] = 1;
+    tsl_graph_t g = on_8x8(1, &x, &cp);
     tsl_pool_params pp;
     tsl_pool_params_init(&pp, TSL_POOL_AVG, 2, 8);
-    EXPECT_EQ(tsl_graph_input(g, 3, sample, &x), TSL_OK);
     EXPECT_EQ(tsl_graph_conv(g, "c", x, 64, k, &cp, 0, 0, &c), TSL_OK);
     EXPECT_EQ(tsl_graph_batchnorm(g, "bn", c, 1e-5, 0.1, &b), TSL_OK) << tsl_last_error();
     p = b;
@@ -2019,5 +2027,35 @@ TEST(Plan, PeakHoldsTheSumsAStepReceives)
         EXPECT_GE(two[r] - one, 2 * got[r] - 8192) << "rank " << r;
         EXPECT_LE(two[r] - one, 2 * got[r] + 8192) << "rank " << r;
     }
+    tsl_graph_destroy(g);
+}
+
+// A weight cut by filters whose filter group holds two ranks (data=2 inside it): the owner of
+// a group's tile receives the other rank's partial gradient of it, posted with the backward (the
+// other rank makes that partial): a tile more per cut weight on the busiest rank than the same
+// tiles on groups of one rank (filters=2 alone, half the batch).
+TEST(Plan, PeakHoldsTheFilterGroupsPartialGradients)
+{
+    int64_t k[2] = {3, 3};
+    int32_t x, c1, r1, c2, y;
+    tsl_conv_params cp;
+    tsl_graph_t g = on_8x8(64, &x, &cp);
+    ASSERT_EQ(tsl_graph_conv(g, "c1", x, 64, k, &cp, 0, 0, &c1), TSL_OK);
+    ASSERT_EQ(tsl_graph_activation(g, c1, TSL_ACT_RELU, 0, &r1), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_graph_conv(g, "c2", r1, 64, k, &cp, 0, 0, &c2), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "head", c2, 2, k, &cp, 0, 0, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+    tsl_plan one_group, two_ranks;
+    ASSERT_EQ(tsl_plan_parse("filters=2", &one_group), TSL_OK);
+    ASSERT_EQ(tsl_plan_parse("data=2,filters=2", &two_ranks), TSL_OK);
+    int64_t a[2], b[4];
+    ASSERT_EQ(tsl_plan_estimate_peak(&one_group, g, 2, 1, 2, 2, a), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_plan_estimate_peak(&two_ranks, g, 4, 1, 4, 2, b), TSL_OK) << tsl_last_error();
+    // c1's and c2's weights are cut (the head's output, the model's, keeps whole channels):
+    // the busiest rank, a tile owner, receives one partial of each
+    const int64_t tile = 4 * 32 * 64 * 9; // 32 filters over 64 channels, 3 x 3
+    const int64_t most_a = std::max(a[0], a[1]), most_b = *std::max_element(b, b + 4);
+    EXPECT_GE(most_b - most_a, 2 * tile - 8192);
+    EXPECT_LE(most_b - most_a, 2 * tile + 8192);
     tsl_graph_destroy(g);
 }
