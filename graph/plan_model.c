@@ -149,10 +149,17 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                     comm[t] =
                         bytes > 0 ? bytes / costs->bandwidth + per_term[t] * costs->latency : 0;
                 }
-                double overlapped = comm[TSL_TRAFFIC_PARAMS] + comm[TSL_TRAFFIC_HALOS] +
+                /* Spatial halos overlap the interior work that does not need them; under
+                 * channel groups the "halos" are mostly the input's other channel tiles, which
+                 * every output tile's pass needs before it starts: layer after layer on the
+                 * critical path, as batch norm's sums are. */
+                const int waited = tsl_plan_channel_groups(plan) > 1;
+                double overlapped = comm[TSL_TRAFFIC_PARAMS] +
+                                    (waited ? 0 : comm[TSL_TRAFFIC_HALOS]) +
                                     comm[TSL_TRAFFIC_STAGES] + comm[TSL_TRAFFIC_LOSSES];
                 double work = compute[r] + tasks[r];
-                double t = (work > overlapped ? work : overlapped) + comm[TSL_TRAFFIC_BATCHNORM];
+                double t = (work > overlapped ? work : overlapped) + comm[TSL_TRAFFIC_BATCHNORM] +
+                           (waited ? comm[TSL_TRAFFIC_HALOS] : 0);
                 stage_time = t > stage_time ? t : stage_time;
                 if (t > slowest) {
                     slowest = t;

@@ -3,6 +3,8 @@
 // model's terms on plans whose answer is known, and bad arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -236,6 +238,25 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     EXPECT_GT(space.terms[TSL_TERM_COMPUTE], 2.0 * serial / 2); // all but the head on windows
     EXPECT_LE(space.terms[TSL_TERM_COMPUTE], 3.0 * serial / 2 * (1 + 1e-9));
     costs.op_seconds_windowed = nullptr;
+    // spatial halos overlap the work; under channel groups the input's other channel tiles
+    // (the "halos" term there) come before each pass, on the critical path like the sums
+    costs.bandwidth = 1e8;
+    auto work = [](const tsl_plan_prediction &p) {
+        return p.terms[TSL_TERM_COMPUTE] + p.terms[TSL_TERM_TASKS];
+    };
+    tsl_plan_prediction filt = predict("filters=2", 2, 1), sp = predict("space=2", 2, 1);
+    ASSERT_GT(filt.terms[TSL_TERM_HALOS], 0.0);
+    ASSERT_GT(sp.terms[TSL_TERM_HALOS], 0.0);
+    double filt_overlapped = filt.terms[TSL_TERM_PARAMS] + filt.terms[TSL_TERM_STAGES];
+    EXPECT_NEAR(filt.seconds,
+                std::max(work(filt), filt_overlapped) + filt.terms[TSL_TERM_BATCHNORM] +
+                    filt.terms[TSL_TERM_HALOS],
+                1e-9 * filt.seconds);
+    double sp_overlapped =
+        sp.terms[TSL_TERM_PARAMS] + sp.terms[TSL_TERM_HALOS] + sp.terms[TSL_TERM_STAGES];
+    EXPECT_NEAR(sp.seconds, std::max(work(sp), sp_overlapped) + sp.terms[TSL_TERM_BATCHNORM],
+                1e-9 * sp.seconds);
+    costs.bandwidth = 1e10;
     // a slow network binds a data-parallel step
     costs.bandwidth = 1e3;
     EXPECT_EQ(predict("data=2", 2, 1).binding, TSL_TERM_PARAMS);
