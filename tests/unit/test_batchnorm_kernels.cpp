@@ -389,13 +389,17 @@ TEST(BatchNormReluKernel, SumsDoNotDependOnTheTiling)
                     a.c0 = c0;
                     a.cext = ce;
                     a.per_channel = n * h * w;
+                    // pass k: 0 forward, 1 backward, 2 backward with the ReLU mask
+                    auto pass = [&](int k, const tsl_bn_args &args, tsl_acc *into) {
+                        if (k == 0)
+                            tsl_bn_stats_tile(&args, tx.data(), into);
+                        else
+                            tsl_bn_backward_stats_tile(&args, tx.data(), tdy.data(), saved.data(),
+                                                       g.data(), b.data(), into);
+                    };
                     for (int k = 0; k < 3; k++) {
                         a.relu = k == 2;
-                        if (k == 0)
-                            tsl_bn_stats_tile(&a, tx.data(), part.data());
-                        else
-                            tsl_bn_backward_stats_tile(&a, tx.data(), tdy.data(), saved.data(),
-                                                       g.data(), b.data(), part.data());
+                        pass(k, a, part.data());
                         for (int64_t q = 0; q < 2 * c; q++)
                             tsl_acc_merge(&total[k * 2 * c + q], &part[q]);
                         // the same tile into accumulators of its channels only (a channel
@@ -406,11 +410,7 @@ TEST(BatchNormReluKernel, SumsDoNotDependOnTheTiling)
                         std::vector<tsl_acc> mine(2 * ce + 1);
                         tsl_acc_init(&mine[2 * ce]);
                         const tsl_acc guard = mine[2 * ce];
-                        if (k == 0)
-                            tsl_bn_stats_tile(&win, tx.data(), mine.data());
-                        else
-                            tsl_bn_backward_stats_tile(&win, tx.data(), tdy.data(), saved.data(),
-                                                       g.data(), b.data(), mine.data());
+                        pass(k, win, mine.data());
                         for (int64_t q = 0; q < 2 * ce; q++)
                             EXPECT_EQ(std::memcmp(&mine[q], &part[2 * c0 + q], sizeof(tsl_acc)), 0)
                                 << "channel range from " << c0 << ", sum " << q << ", pass " << k;
