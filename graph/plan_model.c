@@ -65,6 +65,94 @@ static void exchanges(const tsl_plan *plan, const struct tsl_graph *g, int32_t g
     per_term[TSL_TRAFFIC_STAGES] = 2.0 * 2 * plan->micro;
 }
 
+/* The share of an op's measured time (forward and backward together) its forward takes: a
+ * layer with weights computes its output, then its input's and its weights' gradients in the
+ * backward (about a third forward); the others one pass each way. */
+static double forward_share(const tsl_graph_op *op)
+{
+    return op->nparams > 0 ? 1.0 / 3.0 : 0.5;
+}
+
+/* A pipeline's step: S stages of M micro-batches, each stage's ops in order with their times
+ * (opw: an op's time on its stage's slowest rank, scaled so a stage's ops add up to its time
+ * stage_t, which holds its exchanges too). A stage takes its micro-batches through its forward
+ * then its backward one at a time (its tasks in priority order); micro-batch k of a stage's
+ * first op waits for micro-batch k of the previous stage's last (forward) or of the next
+ * stage's first (backward), and the last stage's backward for its whole forward (the loss).
+ * Batch norm's statistics are exact over the whole batch, so a batch norm waits for every
+ * micro-batch of its input (forward) and of its output gradient (backward): each starts a new
+ * segment there, which begins only when the segment before it ends for every micro-batch.
+ * Without batch norm this is GPipe's (M + S - 1) / M of the slowest stage for equal stages. */
+static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stage,
+                               const double *opw, const double *stage_t, int32_t stages,
+                               int32_t micro, double *scratch)
+{
+    const int32_t n = g->nops, m = micro > 0 ? micro : 1;
+    double *done = scratch;        /* [m]: micro-batch k's end at the previous stage's edge */
+    double *seg_end = done + m;    /* [m]: this segment's ends */
+    double *free_at = seg_end + m; /* [stages]: when each stage's worker is free */
+    for (int32_t s = 0; s < stages; s++)
+        free_at[s] = 0;
+    for (int pass = 0; pass < 2; pass++) { /* forward, then backward */
+        for (int32_t k = 0; k < m; k++)
+            done[k] = 0;
+        for (int32_t i = 0; i < stages; i++) {
+            int32_t s = pass ? stages - 1 - i : i;
+            double total = 0;
+            for (int32_t o = 0; o < n; o++)
+                if (op_stage[o] == s && g->ops[o].kind != TSL_OP_INPUT)
+                    total += opw[o];
+            double scale = total > 0 ? stage_t[s] / total : 0;
+            /* the segments in the pass's op order; `first`: this stage's first segment, whose
+             * micro-batches wait for the neighbour stage's (all of them when it starts with a
+             * batch norm) */
+            double seg = 0, all_done = 0;
+            for (int32_t k = 0; k < m; k++)
+                all_done = done[k] > all_done ? done[k] : all_done;
+            int first = 1, any = 0, starts_bn = 0;
+            for (int32_t q = 0; q <= n; q++) {
+                int32_t o = q < n ? (pass ? n - 1 - q : q) : -1;
+                int in_stage = o >= 0 && op_stage[o] == s && g->ops[o].kind != TSL_OP_INPUT;
+                int barrier = in_stage && any && g->ops[o].kind == TSL_OP_BATCHNORM;
+                if (barrier || (o < 0 && any)) { /* close the segment so far */
+                    double t = free_at[s];
+                    for (int32_t k = 0; k < m; k++) {
+                        double ready = !first ? 0 : starts_bn ? all_done : done[k];
+                        t = (t > ready ? t : ready) + seg / m;
+                        seg_end[k] = t;
+                    }
+                    free_at[s] = t;
+                    first = 0;
+                    seg = 0;
+                    any = 0;
+                }
+                if (in_stage) {
+                    double share = forward_share(&g->ops[o]);
+                    if (!any)
+                        starts_bn = g->ops[o].kind == TSL_OP_BATCHNORM;
+                    seg += opw[o] * scale * (pass ? 1 - share : share);
+                    any = 1;
+                }
+            }
+            if (total <= 0) { /* a stage without ops: its time, passed through */
+                double t = free_at[s];
+                for (int32_t k = 0; k < m; k++) {
+                    t = (t > done[k] ? t : done[k]) + stage_t[s] / (2.0 * m);
+                    seg_end[k] = t;
+                }
+                free_at[s] = t;
+            }
+            for (int32_t k = 0; k < m; k++)
+                done[k] = seg_end[k];
+        }
+        /* (the backward's first stage, the last, starts from free_at: its whole forward) */
+    }
+    double end = 0;
+    for (int32_t s = 0; s < stages; s++)
+        end = free_at[s] > end ? free_at[s] : end;
+    return end;
+}
+
 tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
                             int64_t batch, int32_t optimizer_states, const tsl_plan_costs *costs,
                             tsl_plan_prediction *out)
@@ -92,14 +180,18 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     int32_t *op_stage = malloc(sizeof *op_stage * ((size_t)g->nops + 1));
     double *compute = calloc((size_t)nranks, sizeof *compute),
            *tasks = calloc((size_t)nranks, sizeof *tasks),
-           *shares = calloc((size_t)nranks, sizeof *shares);
+           *shares = calloc((size_t)nranks, sizeof *shares),
+           *opw = calloc((size_t)g->nops + 1, sizeof *opw),
+           *stage_t = calloc((size_t)stages + 1, sizeof *stage_t),
+           *scratch = calloc(2 * (size_t)(plan->micro > 0 ? plan->micro : 1) + (size_t)stages + 1,
+                             sizeof *scratch);
     int64_t *tiles = calloc((size_t)nranks, sizeof *tiles),
             *elements = calloc((size_t)nranks, sizeof *elements),
             *sent = calloc((size_t)nranks * TSL_TRAFFIC_TERMS, sizeof *sent),
             *peak = calloc((size_t)nranks, sizeof *peak),
             *received = calloc((size_t)nranks, sizeof *received);
-    if (!op_stage || !compute || !tasks || !shares || !tiles || !elements || !sent || !peak ||
-        !received)
+    if (!op_stage || !compute || !tasks || !shares || !opw || !stage_t || !scratch || !tiles ||
+        !elements || !sent || !peak || !received)
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
@@ -122,8 +214,11 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
             if (!tiles[r])
                 continue;
             double par = (double)(tiles[r] < workers ? tiles[r] : workers);
-            compute[r] += per_sample * (double)batch * shares[r] / par;
-            tasks[r] += per_tile * (double)tiles[r] * costs->task_seconds / par;
+            double c = per_sample * (double)batch * shares[r] / par,
+                   k = per_tile * (double)tiles[r] * costs->task_seconds / par;
+            compute[r] += c;
+            tasks[r] += k;
+            opw[o] = c + k > opw[o] ? c + k : opw[o];
         }
     }
     if (!st)
@@ -138,7 +233,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     if (!st) {
         memset(out, 0, sizeof *out);
         out->plan = *plan;
-        double per_term[TSL_TRAFFIC_TERMS] = {0}, slowest = -1, sum = 0, longest = 0;
+        double per_term[TSL_TRAFFIC_TERMS] = {0}, slowest = -1, longest = 0;
         exchanges(plan, g, group, per_term);
         for (int32_t s = 0; s < stages; s++) {
             double stage_time = 0; /* its slowest rank's */
@@ -176,13 +271,14 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                 int64_t total = sent[(int64_t)TSL_TRAFFIC_TOTAL * nranks + r];
                 out->sent_bytes = total > out->sent_bytes ? total : out->sent_bytes;
             }
-            sum += stage_time;
+            stage_t[s] = stage_time;
             longest = stage_time > longest ? stage_time : longest;
         }
-        /* M micro-batches through S stages: each stage's share of a micro-batch once in turn
-         * (the fill and drain), then M - 1 more at the pace of the slowest stage */
-        double m = (double)plan->micro;
-        out->seconds = (sum + (m - 1) * longest) / m;
+        /* M micro-batches through S stages, batch norms waiting for all of them */
+        out->seconds =
+            stages > 1 || plan->micro > 1
+                ? pipeline_seconds(g, op_stage, opw, stage_t, stages, plan->micro, scratch)
+                : stage_t[0];
         out->terms[TSL_TERM_BUBBLE] = out->seconds > longest ? out->seconds - longest : 0;
         out->binding = 0;
         for (int32_t t = 1; t < TSL_TERM_COUNT; t++)
@@ -193,6 +289,9 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     free(compute);
     free(tasks);
     free(shares);
+    free(opw);
+    free(stage_t);
+    free(scratch);
     free(tiles);
     free(elements);
     free(sent);

@@ -372,9 +372,17 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * (tsl_plan_estimate_traffic(), term by term) cost bytes / bandwidth plus one latency per exchange.
  * Computation and the parameter, halo and stage traffic overlap (the rank's time is the larger of
  * the two); batch norm's exact sums are a synchronisation in the forward and the backward and add
- * their time. A pipeline of S stages (a stage's time: its slowest rank's) and M micro-batches takes
- * (the sum of the stage times + (M - 1) x the slowest) / M, the time beyond the slowest stage being
- * the bubble. Peak memory is tsl_plan_estimate_peak() plus tsl_plan_estimate_received().
+ * their time. A pipeline of S stages (a stage's time: its slowest rank's, spread over its ops by
+ * their compute, a third of it the forward for ops with parameters and half for the others) and M
+ * micro-batches is played out: each stage takes its micro-batches through its forward and then its
+ * backward one at a time, micro-batch k waiting for micro-batch k of the stage before (forward)
+ * or after (backward), the last stage's backward for its whole forward (the loss); a batch norm,
+ * whose statistics are exact over the whole batch, waits for every micro-batch of its input
+ * (forward) and of its output gradient (backward). Without batch norm that is GPipe's (the sum of
+ * the stage times + (M - 1) x the slowest) / M for equal stages; with a batch norm in every
+ * block the stages overlap only between the batch norms at their edges. The time beyond the
+ * slowest stage is the bubble. Peak memory is tsl_plan_estimate_peak() plus
+ * tsl_plan_estimate_received().
  * @{
  */
 

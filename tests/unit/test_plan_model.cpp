@@ -191,6 +191,80 @@ TEST(PlanModel, SearchEqualsBruteForceOnASyntheticTable)
     tsl_graph_destroy(g);
 }
 
+// input (1, 8, 8) -> 6 x (conv 3x3 to 8 channels [-> batch norm] -> ReLU) -> flatten ->
+// linear to 2; stage 1 (of a hand split) from the batch norm of block `cut` (-1: computed).
+tsl_graph_t chain(bool batchnorm, int cut = -1)
+{
+    tsl_graph_t g = nullptr;
+    EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
+    const int64_t sample[3] = {1, 8, 8}, k[2] = {3, 3};
+    tsl_conv_params cp;
+    tsl_conv_params_init(&cp, 2);
+    cp.padding[0] = cp.padding[1] = 1;
+    int32_t v = -1;
+    EXPECT_EQ(tsl_graph_input(g, 3, sample, &v), TSL_OK);
+    for (int i = 0; i < 6; i++) {
+        std::string name = "c" + std::to_string(i), bn = "bn" + std::to_string(i);
+        EXPECT_EQ(tsl_graph_conv(g, name.c_str(), v, 8, k, &cp, 0, 0, &v), TSL_OK);
+        if (batchnorm)
+            EXPECT_EQ(tsl_graph_batchnorm(g, bn.c_str(), v, 1e-5, 0.1, &v), TSL_OK);
+        if (batchnorm && i == cut)
+            EXPECT_EQ(tsl_graph_set_stage(g, v, 1), TSL_OK);
+        EXPECT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v), TSL_OK);
+    }
+    EXPECT_EQ(tsl_graph_flatten(g, v, &v), TSL_OK);
+    EXPECT_EQ(tsl_graph_linear(g, "fc", v, 2, 1, &v), TSL_OK);
+    EXPECT_EQ(tsl_graph_set_output(g, v), TSL_OK);
+    return g;
+}
+
+// Micro-batches overlap a pipeline's stages; batch norm's statistics are exact over the whole
+// batch, so a batch norm waits for every micro-batch, and a network with one after every
+// convolution overlaps its stages only between the batch norms at their edge.
+TEST(PlanModel, PipelinesOverlapOnlyBetweenBatchNorms)
+{
+    for (int c = 0; c < 3; c++) {
+        bool bn = c > 0;
+        SCOPED_TRACE(!bn      ? "no batch norm"
+                     : c == 1 ? "a batch norm after every convolution"
+                              : "and the second stage starting at one");
+        tsl_graph_t g = chain(bn, c == 2 ? 3 : -1);
+        int32_t nops = tsl_graph_op_count(g);
+        std::vector<double> op(nops, 1e-4);
+        tsl_plan_costs costs{};
+        costs.nops = nops;
+        costs.op_seconds = op.data();
+        costs.bandwidth = 1e15; // (the stage boundaries' bytes cost nothing)
+        auto predict = [&](const char *p) {
+            tsl_plan plan;
+            EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
+            tsl_plan_prediction out;
+            EXPECT_EQ(tsl_plan_predict(&plan, g, 2, 1, 16, 1, &costs, &out), TSL_OK)
+                << p << ": " << tsl_last_error();
+            return out.seconds;
+        };
+        double serial = 1e-4 * 16 * (nops - 1), one = predict("stages=2"),
+               four = predict("stages=2,micro=4"), eight = predict("stages=2,micro=8");
+        EXPECT_NEAR(one, serial, 1e-6 * serial); // one micro-batch: the stages in turn
+        EXPECT_LE(eight, four * (1 + 1e-9));
+        EXPECT_LE(four, one * (1 + 1e-9));
+        if (!bn) // the stages overlap for all but the fill and drain
+            EXPECT_LT(four, 0.75 * one) << four << " s against " << one << " s";
+        else
+            EXPECT_GT(four, 0.9 * one) << four << " s against " << one << " s";
+        if (c == 2) {
+            // Stage 1 = bn3 ... fc waits for all of stage 0's forward (it starts with a batch
+            // norm); its backward ends in a segment of bn3 alone (a third of an op's time is its
+            // forward for ops with parameters, so 2/3 u, u = one op's time for the batch), and
+            // stage 0's backward starts on micro-batch 0 once bn3 is done with it: the only
+            // overlap is 3/4 of bn3's backward.
+            const double u = 1e-4 * 16;
+            EXPECT_NEAR(four, one - 0.75 * (2.0 / 3.0) * u, 1e-9);
+        }
+        tsl_graph_destroy(g);
+    }
+}
+
 TEST(PlanModel, PredictionsFollowTheGeometry)
 {
     tsl_graph_t g = cnn(28);
