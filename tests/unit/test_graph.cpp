@@ -23,6 +23,8 @@ extern "C" {
 }
 }
 
+#include "graph_helpers.h"
+
 namespace
 {
 
@@ -1938,18 +1940,6 @@ TEST(Plan, TrafficCountsTheValuesATwoValueLossGathers)
 // tiles, and where the channels are cut, only each range's 2 C / F from that range's ranks.
 namespace
 {
-// A graph with an input of (channels, 8, 8) in *x, and padded 3 x 3 convolution settings.
-tsl_graph_t on_8x8(int64_t channels, int32_t *x, tsl_conv_params *cp)
-{
-    tsl_graph_t g = nullptr;
-    EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
-    const int64_t sample[3] = {channels, 8, 8};
-    tsl_conv_params_init(cp, 2);
-    cp->padding[0] = cp->padding[1] = 1;
-    EXPECT_EQ(tsl_graph_input(g, 3, sample, x), TSL_OK);
-    return g;
-}
-
 // input (1, 8, 8) -> conv 3x3 to 64 channels -> batch norm [-> average pool of the whole map]
 // -> flatten -> linear to 2; *conv and *bn the convolution's and batch norm's op indices.
 tsl_graph_t conv_bn_graph(bool pooled, int32_t *conv, int32_t *bn)
@@ -1957,7 +1947,7 @@ tsl_graph_t conv_bn_graph(bool pooled, int32_t *conv, int32_t *bn)
     int64_t k[2] = {3, 3};
     int32_t x, c, b, p, f, y;
     tsl_conv_params cp;
-    tsl_graph_t g = on_8x8(1, &x, &cp);
+    tsl_graph_t g = graph_on_8x8(1, &x, &cp);
     tsl_pool_params pp;
     tsl_pool_params_init(&pp, TSL_POOL_AVG, 2, 8);
     EXPECT_EQ(tsl_graph_conv(g, "c", x, 64, k, &cp, 0, 0, &c), TSL_OK);
@@ -2039,7 +2029,7 @@ TEST(Plan, PeakHoldsTheFilterGroupsPartialGradients)
     int64_t k[2] = {3, 3};
     int32_t x, c1, r1, c2, y;
     tsl_conv_params cp;
-    tsl_graph_t g = on_8x8(64, &x, &cp);
+    tsl_graph_t g = graph_on_8x8(64, &x, &cp);
     ASSERT_EQ(tsl_graph_conv(g, "c1", x, 64, k, &cp, 0, 0, &c1), TSL_OK);
     ASSERT_EQ(tsl_graph_activation(g, c1, TSL_ACT_RELU, 0, &r1), TSL_OK) << tsl_last_error();
     ASSERT_EQ(tsl_graph_conv(g, "c2", r1, 64, k, &cp, 0, 0, &c2), TSL_OK);

@@ -16,6 +16,8 @@ extern "C" {
 #include "tessel/plan.h"
 }
 
+#include "graph_helpers.h"
+
 namespace
 {
 
@@ -195,14 +197,10 @@ TEST(PlanModel, SearchEqualsBruteForceOnASyntheticTable)
 // linear to 2; stage 1 (of a hand split) from the batch norm of block `cut` (-1: computed).
 tsl_graph_t chain(bool batchnorm, int cut = -1)
 {
-    tsl_graph_t g = nullptr;
-    EXPECT_EQ(tsl_graph_create(&g), TSL_OK);
-    const int64_t sample[3] = {1, 8, 8}, k[2] = {3, 3};
+    const int64_t k[2] = {3, 3};
     tsl_conv_params cp;
-    tsl_conv_params_init(&cp, 2);
-    cp.padding[0] = cp.padding[1] = 1;
     int32_t v = -1;
-    EXPECT_EQ(tsl_graph_input(g, 3, sample, &v), TSL_OK);
+    tsl_graph_t g = graph_on_8x8(1, &v, &cp);
     for (int i = 0; i < 6; i++) {
         std::string name = "c" + std::to_string(i), bn = "bn" + std::to_string(i);
         EXPECT_EQ(tsl_graph_conv(g, name.c_str(), v, 8, k, &cp, 0, 0, &v), TSL_OK);
