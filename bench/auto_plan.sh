@@ -2,8 +2,9 @@
 # The performance model against measurement: for each CASE (model, data, batch), calibrate on
 # RANKS ranks of WORKERS CPU workers (`tessel train --plan auto`, one step: the ops' costs and
 # the network, kept in the StarPU home), rank every candidate plan (`tessel plan --plan auto
-# --json`), then measure every candidate with `tessel bench` (lws, WARMUP untimed steps, REPEATS
-# repetitions of STEPS timed steps; median s/step), the candidates taken in turn and the whole
+# --json`, from that calibration and network), then measure every candidate with `tessel
+# bench` (lws, WARMUP untimed steps, REPEATS repetitions of STEPS timed steps; median s/step),
+# the candidates taken in turn and the whole
 # sweep done twice in opposite orders (alternating runs), and compare (bench/auto_plan.py):
 # Kendall tau of predicted against measured, the chosen plan's measured time against the best
 # measured, one table row per candidate.

@@ -116,8 +116,8 @@ int auto_cached_link(double *latency, double *bandwidth)
     return ok ? 0 : -1;
 }
 
-tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *op_seconds,
-                      tsl_plan_costs *costs, int *cached)
+tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t for_ranks,
+                      double *op_seconds, tsl_plan_costs *costs, int *cached)
 {
     int32_t ranks = 1, workers = 1, rank = 0, nops = tsl_graph_op_count(g);
     tsl_context_size(ctx, &ranks);
@@ -126,7 +126,12 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *o
     char path[4096] = "";
     double task = 0;
     int have = 0, flags[2] = {0, 0};
-    if (rank == 0)
+    if (rank == 0 && ranks == 1 && for_ranks > 1) /* a run on several ranks' first */
+        have = cache_path(g, batch, for_ranks, workers, path, sizeof path) == 0 &&
+                       cache_read(path, nops, op_seconds, &task, &flags[0], &flags[1]) == 0
+                   ? 2
+                   : 0;
+    if (rank == 0 && !have)
         have = cache_path(g, batch, ranks, workers, path, sizeof path) == 0 &&
                cache_read(path, nops, op_seconds, &task, &flags[0], &flags[1]) == 0;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -379,10 +379,12 @@ int64_t auto_budget_bytes(long mem_mib, long overhead_mib, long ranks_here);
 /* The performance model's costs for g at this batch on ctx (collective; op_seconds: 3 x the ops):
  * the cached calibration of this model, batch and worker count, or a new one
  * (tsl_model_calibrate(), kept in the StarPU home's .starpu/tessel/), and the network measured now
- * (tsl_context_measure_link(), kept there too with several ranks). *cached: whether the ops' costs
- * came from the cache. */
-tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, double *op_seconds,
-                      tsl_plan_costs *costs, int *cached);
+ * (tsl_context_measure_link(), kept there too with several ranks). On one process predicting
+ * for several ranks (for_ranks > 1), a calibration a run on several ranks kept comes first: it
+ * holds the ops' costs on channel tiles and the waits between ranks one rank cannot measure.
+ * *cached: 0 measured now, 1 from the cache, 2 from a run on several ranks. */
+tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t for_ranks,
+                      double *op_seconds, tsl_plan_costs *costs, int *cached);
 
 /* The network the last run on several ranks measured (0), or -1 when none is kept. */
 int auto_cached_link(double *latency, double *bandwidth);

@@ -573,7 +573,7 @@ static int choose_plan(session *s, train_options *o, tsl_graph_t g)
     tsl_plan_costs costs;
     tsl_status st = op_seconds ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     if (!st)
-        st = auto_costs(s->ctx, g, o->batch, op_seconds, &costs, &cached);
+        st = auto_costs(s->ctx, g, o->batch, ranks, op_seconds, &costs, &cached);
     if (!st)
         st = tsl_plan_candidates(g, ranks, workers, o->batch, NULL, 0, &total);
     if (!st)

@@ -34,7 +34,8 @@ static void usage_plan(FILE *out)
         "                     space, stages (micro-batches, tiles) predicted by the\n"
         "                     performance model from a calibration of the model on this\n"
         "                     machine (measured once with W workers, kept in the StarPU\n"
-        "                     home); prints the five best that fit the memory (--mem-per-rank,\n"
+        "                     home; for N > 1 one a run on several ranks kept comes\n"
+        "                     first); prints the five best that fit the memory (--mem-per-rank,\n"
         "                     default this node's memory / N), then the chosen plan's detail\n"
         "  --objective time|memory  what --plan auto minimises (default time: predicted\n"
         "                     s/step; memory: the largest rank's peak, for the largest sample)\n"
@@ -543,7 +544,7 @@ static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t stat
     int cached = 0, code = 0;
     tsl_status st = op_seconds ? tsl_context_create(&ctx, &config) : TSL_ERR_OUT_OF_MEMORY;
     if (!st)
-        st = auto_costs(ctx, g, o->batch, op_seconds, &costs, &cached);
+        st = auto_costs(ctx, g, o->batch, (int32_t)ranks, op_seconds, &costs, &cached);
     tsl_context_destroy(ctx);
     costs.bandwidth = bandwidth;
     costs.latency = latency;
@@ -564,8 +565,11 @@ static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t stat
         printf("plan auto: chose %s (predicted %.4g s/step, binding term %s; calibration %s, %ld "
                "workers; network %.3g GB/s, %.3g us%s)\n",
                text, ranked[0].seconds, tsl_plan_term_name(ranked[0].binding),
-               cached ? "from the cache" : "measured now", o->workers, bandwidth / 1e9,
-               latency * 1e6, kept ? ", as the last run on several ranks measured it" : "");
+               cached == 2   ? "from a run on several ranks"
+               : cached == 1 ? "from the cache"
+                             : "measured now",
+               o->workers, bandwidth / 1e9, latency * 1e6,
+               kept ? ", as the last run on several ranks measured it" : "");
         *plan = ranked[0].plan;
         ranked_json r = {o, ranks, &costs, ranked, count, total};
         if (o->json && write_file_atomic(o->json, write_ranked, &r) != 0) {

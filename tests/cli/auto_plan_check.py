@@ -2,8 +2,9 @@
 """--plan auto: tessel plan ranks the candidates from a calibration it measures once and keeps
 in the StarPU home (the second run takes it from there), with clear errors for a missing
 network description and a budget nothing fits; tessel train --plan auto on 2 ranks chooses a
-plan on every rank alike (the run equals a run with that plan given, step for step), and the
-metrics file holds the predicted and the measured s/step.
+plan on every rank alike (the run equals a run with that plan given, step for step), the
+metrics file holds the predicted and the measured s/step, and tessel plan on one process then
+predicts for 2 ranks from that run's calibration and network.
 
 usage: auto_plan_check.py TESSEL WORKDIR MPIEXEC [MPIEXEC ARGS...]   (run with -np 2 appended)"""
 import json
@@ -82,9 +83,14 @@ with open(auto_json) as f:
 pa = auto["plan_auto"]
 assert pa["plan"] == chosen.group(1), pa
 assert pa["predicted_seconds_per_step"] > 0 and pa["measured_seconds_per_step"] > 0, pa
-# the network the 2-rank run measured serves tessel plan on one process
+# the network and the calibration the 2-rank run measured serve tessel plan on one process
+# predicting for several ranks (the ops on channel tiles, the waits between ranks); for one
+# rank the one-rank calibration stays
 out = run(plan)
 assert "as the last run on several ranks measured it" in out, out
+assert "calibration from a run on several ranks" in out, out
+out = run(plan[:-1] + ["1"])
+assert "calibration from the cache" in out, out
 given_json = os.path.join(work, "given.json")
 run(train + ["--plan", chosen.group(1), "--metrics-json", given_json])
 with open(given_json) as f:
