@@ -66,8 +66,10 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * seeded with 1, plain SGD) each train one warm-up step and then @p steps steps on batches of
  * @p batch random samples and labels with a task trace on (a trace already on is dropped; none
  * is on afterwards): with the default plan, with data=R,micro=4 (the same work in 4 times the
- * tiles) and, for samples with spatial dimensions, with data=R,tiles=2 (every sample cut in two:
- * convolutions and pooling on windows) and on R > 1 ranks with filters=R where R divides some
+ * tiles) and, for samples with spatial dimensions, with space=R on R > 1 ranks (every sample
+ * cut across the ranks along its first spatial dimension: convolutions and pooling on windows,
+ * halos exchanged between ranks) or, on one rank or where space=R does not fit, with
+ * data=R,tiles=2 (every sample cut in two), and on R > 1 ranks with filters=R where R divides some
  * convolution's channels (channel tiles). op_seconds[o] is the run time of op o's tasks, forward
  * and backward (the loss's with the output's producer), summed over every rank and worker, per
  * sample, under the default plan; op_seconds[nops + o] the same on windows (costs->

@@ -50,8 +50,8 @@ static int home_file(const char *name, char *path, size_t size)
 }
 
 /* The cache file of a calibration: calibration-<key>.txt in the StarPU home's tessel folder,
- * the key a hash of the model (its JSON), the batch, one rank or several (only several measure
- * channel tiles) and the workers per rank. */
+ * the key a hash of the model (its JSON), its inputs' sample shapes, the batch, one rank or
+ * several (only several measure channel tiles) and the workers per rank. */
 static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t workers, char *path,
                       size_t size)
 {
@@ -65,6 +65,15 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t worke
     long long parts[3] = {(long long)batch, ranks > 1, workers};
     for (int k = 0; k < 3; k++)
         h = (h ^ (uint64_t)parts[k]) * 1099511628211ull;
+    /* and every input's sample shape (the model text does not hold a zoo network's) */
+    for (int32_t i = 0; i < tsl_graph_input_count(g); i++) {
+        tsl_shape s;
+        if (tsl_graph_value_shape(g, tsl_graph_input_value(g, i), &s) != TSL_OK)
+            return -1;
+        for (int d = 0; d < s.ndim; d++)
+            h = (h ^ (uint64_t)s.dims[d]) * 1099511628211ull;
+        h = (h ^ (uint64_t)s.ndim) * 1099511628211ull;
+    }
     char name[64];
     snprintf(name, sizeof name, "calibration-%016llx.txt", (unsigned long long)h);
     return home_file(name, path, size);

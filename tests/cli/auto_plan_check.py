@@ -51,6 +51,11 @@ assert ranked["plans"][0]["plan"] == table[0][0], ranked
 secs = [p["seconds"] for p in ranked["plans"]]
 assert secs == sorted(secs), secs
 assert ranked["costs"]["bandwidth"] == 10e9, ranked["costs"]
+# another sample size is another calibration (the op costs per sample differ)
+other = [a.replace("size=24", "size=16") for a in plan]
+assert other != plan
+out = run(other + ["--link", "10,5"])
+assert "calibration measured now" in out, out
 out = run(plan + ["--link", "10,5", "--objective", "memory"])
 peaks = [float(t[2]) for t in re.findall(
     r"^  (\S+=\S*)\s+([0-9.e+-]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\w+)$", out, re.M)]

@@ -2482,16 +2482,21 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
     if (rank == 0)
         std::system((std::string("rm -rf ") + dir).c_str());
     // The performance model's calibration trains the model of several inputs too: every
-    // convolution and linear layer gets a time.
-    std::vector<double> op_seconds(3 * (size_t)tsl_graph_op_count(several), -1.0);
+    // convolution and linear layer gets a time, and every convolution one on windows (space=R
+    // across the ranks on several, two halves of each sample on one).
+    const int32_t nops = tsl_graph_op_count(several);
+    std::vector<double> op_seconds(3 * (size_t)nops, -1.0);
     tsl_plan_costs costs;
     ASSERT_EQ(tsl_model_calibrate(ctx, several, n, 1, op_seconds.data(), &costs), TSL_OK)
         << tsl_context_last_error(ctx);
-    for (int32_t o = 0; o < tsl_graph_op_count(several); o++) {
+    ASSERT_EQ(costs.op_seconds_windowed, op_seconds.data() + nops);
+    for (int32_t o = 0; o < nops; o++) {
         tsl_op_kind kind;
         ASSERT_EQ(tsl_graph_op_info(several, o, &kind, nullptr, nullptr), TSL_OK);
         if (kind == TSL_OP_CONV || kind == TSL_OP_LINEAR)
             EXPECT_GT(op_seconds[(size_t)o], 0.0) << "op " << o;
+        if (kind == TSL_OP_CONV)
+            EXPECT_GT(op_seconds[(size_t)(nops + o)], 0.0) << "op " << o << " on windows";
     }
     tsl_graph_destroy(several);
     tsl_graph_destroy(one);
