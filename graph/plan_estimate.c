@@ -334,6 +334,18 @@ static void live_add(int64_t *live, int64_t *peak, const int64_t *size, int32_t 
     }
 }
 
+/* Slice j of m of entry v of `size` (a micro-batch's tiles of it) added or taken away, as
+ * live_add(); the m slices add up to the whole entry. */
+static void live_slice(int64_t *live, int64_t *peak, const int64_t *size, int32_t v, int32_t nranks,
+                       const int32_t *lo, const int32_t *hi, int sign, int32_t j, int32_t m)
+{
+    for (int32_t r = lo[v]; r < hi[v]; r++) {
+        int64_t whole = size[(int64_t)v * nranks + r];
+        live[r] += sign * (whole * (j + 1) / m - whole * j / m);
+        peak[r] = live[r] > peak[r] ? live[r] : peak[r];
+    }
+}
+
 /* Op o's entries of what a forward receives (a batch norm's sums, a filter plan's input copies
  * unless xcopy is NULL, a channel plan's partial outputs, halo slabs) added (sign 1) or taken
  * away. */
@@ -632,6 +644,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             forward_receives(live, bytes, sums, NULL, partials, hfwd, o, nranks, olo, ohi, 1);
         }
         int32_t out = tsl_graph_output(g);
+        const int32_t micro = plan && plan->micro > 1 ? plan->micro : 1;
         written[out] = 1;
         live_add(live, bytes, size, out, nranks, vlo, vhi, 1);
         for (int32_t t = 0; t < g->nloss; t++) { /* the gradients loss terms write */
@@ -656,21 +669,38 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                     dropped[ins[k]] = gone[ins[k]] = 0;
                     live_add(live, bytes, size, ins[k], nranks, vlo, vhi, 1);
                 }
+            int32_t made[TSL_GRAPH_MAX_INPUTS], nmade = 0; /* gradients (spares) it makes */
             for (int32_t k = 0; k < nin && written[y] && op->kind != TSL_OP_INPUT; k++) {
                 int32_t v = ins[k];
                 if (tsl_graph_is_input(g, v)) {
                     if (op->kind == TSL_OP_CONCAT && !spare[v]) /* its part goes to a spare */
-                        spare[v] = 1, live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
+                        spare[v] = 1, made[nmade++] = v;
                 } else if (!written[v]) {
                     written[v] = 1;
-                    live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
+                    made[nmade++] = v;
                 } else if (!spare[v]) {
                     spare[v] = 1;
-                    live_add(live, bytes, size, v, nranks, vlo, vhi, 1);
+                    made[nmade++] = v;
                 }
             }
-            live_add(live, bytes, dxpart, o, nranks, olo, ohi, 1);
-            live_add(live, bytes, dxpart, o, nranks, olo, ohi, -1);
+            int copies = (y != out && !gone[y]) + written[y] * !tsl_graph_is_input(g, y) + spare[y];
+            /* In a pipeline a rank takes its micro-batches through the backward one after the
+             * other (priorities), each tile's memory allocated when its task first writes it
+             * and freed after its last reader: micro-batch j's input gradients are made and its
+             * output, output gradient (and their copies) go before micro-batch j + 1's are made.
+             * Otherwise the op's input gradients are made while all of its output lives. */
+            for (int32_t j = 0; j < micro; j++) {
+                for (int32_t k = 0; k < nmade; k++)
+                    live_slice(live, bytes, size, made[k], nranks, vlo, vhi, 1, j, micro);
+                live_slice(live, bytes, dxpart, o, nranks, olo, ohi, 1, j, micro);
+                live_slice(live, bytes, dxpart, o, nranks, olo, ohi, -1, j, micro);
+                for (int c = 0; c < copies && micro > 1; c++)
+                    live_slice(live, bytes, size, y, nranks, vlo, vhi, -1, j, micro);
+                if (micro > 1) {
+                    live_slice(live, bytes, isize, o, nranks, olo, ohi, -1, j, micro);
+                    live_slice(live, bytes, xcopy, o, nranks, olo, ohi, -1, j, micro);
+                }
+            }
             live_add(live, bytes, early, o, nranks, olo, ohi, -1);
             live_add(live, bytes, hbwd, o, nranks, olo, ohi, -1);
             live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the backward's, merged */
@@ -684,11 +714,12 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                     bytes[r] = live[r] > bytes[r] ? live[r] : bytes[r];
                 }
             }
-            int copies = (y != out && !gone[y]) + written[y] * !tsl_graph_is_input(g, y) + spare[y];
-            for (int c = 0; c < copies; c++)
+            for (int c = 0; c < copies && micro == 1; c++)
                 live_add(live, bytes, size, y, nranks, vlo, vhi, -1);
-            live_add(live, bytes, isize, o, nranks, olo, ohi, -1);
-            live_add(live, bytes, xcopy, o, nranks, olo, ohi, -1);
+            if (micro == 1) {
+                live_add(live, bytes, isize, o, nranks, olo, ohi, -1);
+                live_add(live, bytes, xcopy, o, nranks, olo, ohi, -1);
+            }
         }
     }
     free(op_stage);

@@ -295,7 +295,9 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * whole step. The estimate follows that order on every rank: the forward makes every op's
  * output; the backward, op by op from the last, makes the op's input gradients (a spare one
  * for a value's second contribution), then releases what the op's backward was the last to
- * read. Each weight sharded over its stage's ranks adds, from its op's backward to the end of
+ * read; with M > 1 micro-batches it does so micro-batch by micro-batch (a rank takes them
+ * through the backward in turn), so an op's input gradients for micro-batch j are made after
+ * its output and output gradient for micro-batch j - 1 are gone. Each weight sharded over its stage's ranks adds, from its op's backward to the end of
  * the step (the reductions end with it), on every rank of its stage the partial gradient of the
  * whole weight that rank makes and the pieces of its own shard the others send it. What a rank
  * receives is allocated when the reading task is submitted: the forward's receives (batch

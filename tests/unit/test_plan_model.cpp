@@ -263,6 +263,30 @@ TEST(PlanModel, PipelinesOverlapOnlyBetweenBatchNorms)
     }
 }
 
+// The peak estimate of a pipeline: a rank takes its micro-batches through the backward one
+// after the other, so micro-batch j's input gradients are made after micro-batch j - 1's output
+// and output gradient are gone; the peak at the backward's start shrinks with more of them (the
+// forward's end, every activation alive, is the same).
+TEST(PlanModel, PipelinePeaksMakeTheMicroBatchesGradientsInTurn)
+{
+    tsl_graph_t g = chain(false);
+    auto peak = [&](const char *p) {
+        tsl_plan plan;
+        EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
+        int64_t bytes[2] = {0, 0};
+        EXPECT_EQ(tsl_plan_estimate_peak(&plan, g, 2, 1, 16, 1, bytes), TSL_OK)
+            << p << ": " << tsl_last_error();
+        return std::max(bytes[0], bytes[1]);
+    };
+    int64_t one = peak("stages=2"), two = peak("stages=2,micro=2"), four = peak("stages=2,micro=4");
+    EXPECT_LT(two, one);
+    EXPECT_LT(four, two);
+    // what goes is at most the largest op's input gradients and output for the batch: 8
+    // channels of 8 x 8 floats for 16 samples, three such values
+    EXPECT_GE(four, one - 3 * 16 * 8 * 8 * 8 * 4);
+    tsl_graph_destroy(g);
+}
+
 TEST(PlanModel, PredictionsFollowTheGeometry)
 {
     tsl_graph_t g = cnn(28);
