@@ -280,6 +280,10 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                 ? pipeline_seconds(g, op_stage, opw, stage_t, stages, plan->micro, scratch)
                 : stage_t[0];
         out->terms[TSL_TERM_BUBBLE] = out->seconds > longest ? out->seconds - longest : 0;
+        /* the step's waits that do not grow with its tasks, once */
+        double wait = costs->wait_seconds > 0 ? costs->wait_seconds : 0;
+        out->seconds += wait;
+        out->terms[TSL_TERM_TASKS] += wait;
         out->binding = 0;
         for (int32_t t = 1; t < TSL_TERM_COUNT; t++)
             if (out->terms[t] > out->terms[out->binding])

@@ -75,9 +75,10 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * sample, under the default plan; op_seconds[nops + o] the same on windows (costs->
  * op_seconds_windowed points there; NULL without spatial dimensions); op_seconds[2 nops + o]
  * on channel tiles (costs->op_seconds_channels; NULL when not measured). costs->task_seconds is
- * the busy time the finer tiles added per task they added, plus the default run's worker time
- * outside tasks per task; costs->latency and costs->bandwidth from tsl_context_measure_link().
- * Every rank gets rank 0's numbers.
+ * the busy time and the workers' time outside tasks that the finer tiles added per task they
+ * added; costs->wait_seconds the rest of the default run's time outside tasks, per worker and
+ * step (waits that do not grow with the tasks: between ranks, at dependencies); costs->latency and
+ * costs->bandwidth from tsl_context_measure_link(). Every rank gets rank 0's numbers.
  * @param[out] op_seconds 3 x tsl_graph_op_count() entries (costs->op_seconds points at it)
  */
 TSL_API tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t graph, int64_t batch,

@@ -297,18 +297,19 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * for a value's second contribution), then releases what the op's backward was the last to
  * read; with M > 1 micro-batches it does so micro-batch by micro-batch (a rank takes them
  * through the backward in turn), so an op's input gradients for micro-batch j are made after
- * its output and output gradient for micro-batch j - 1 are gone. Each weight sharded over its stage's ranks adds, from its op's backward to the end of
- * the step (the reductions end with it), on every rank of its stage the partial gradient of the
- * whole weight that rank makes and the pieces of its own shard the others send it. What a rank
- * receives is allocated when the reading task is submitted: the forward's receives (batch
- * norm's exact sums, a filter plan's input channel tiles, a channel plan's partial outputs,
- * halo slabs) are held from the step's start until their op's forward (the input tiles until
- * its backward), the backward's (the sums again, gradient parts, returned halo gradients) from
- * the end of the forward until their op's backward, and the next step's forward's receives
- * into new temporaries from the end of the forward on; a weight cut by filters whose filter
- * group holds several ranks adds, on its tile's owner, the other ranks' partial gradients of
- * the tile (from the end of the forward to the op's backward), and on those ranks their partial
- * during the op's backward. Counted and not counted otherwise as in tsl_plan_estimate().
+ * its output and output gradient for micro-batch j - 1 are gone. Each weight sharded over its
+ * stage's ranks adds, from its op's backward to the end of the step (the reductions end with it),
+ * on every rank of its stage the partial gradient of the whole weight that rank makes and the
+ * pieces of its own shard the others send it. What a rank receives is allocated when the reading
+ * task is submitted: the forward's receives (batch norm's exact sums, a filter plan's input channel
+ * tiles, a channel plan's partial outputs, halo slabs) are held from the step's start until their
+ * op's forward (the input tiles until its backward), the backward's (the sums again, gradient
+ * parts, returned halo gradients) from the end of the forward until their op's backward, and the
+ * next step's forward's receives into new temporaries from the end of the forward on; a weight cut
+ * by filters whose filter group holds several ranks adds, on its tile's owner, the other ranks'
+ * partial gradients of the tile (from the end of the forward to the op's backward), and on those
+ * ranks their partial during the op's backward. Counted and not counted otherwise as in
+ * tsl_plan_estimate().
  * @param[out] bytes @p nranks entries
  */
 TSL_API tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,
@@ -370,7 +371,8 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space,
  * op_seconds_channels[o] where along channels, the larger where both) x batch x (the
  * share of o's output tiles that r owns) / min(workers, r's tiles of it) of compute, and (2, or 3
- * with parameters) tasks per tile x task_seconds / the same parallelism; the bytes r sends
+ * with parameters) tasks per tile x task_seconds / the same parallelism (plus wait_seconds once
+ * per step, in the tasks term); the bytes r sends
  * (tsl_plan_estimate_traffic(), term by term) cost bytes / bandwidth plus one latency per exchange.
  * Computation and the parameter, halo and stage traffic overlap (the rank's time is the larger of
  * the two); batch norm's exact sums are a synchronisation in the forward and the backward and add
@@ -402,12 +404,14 @@ typedef struct tsl_plan_costs {
     double task_seconds; /**< each task's cost beyond its run time (scheduling, waiting) */
     double latency;      /**< one message between two ranks, seconds */
     double bandwidth;    /**< bytes per second between two ranks (> 0 with several ranks) */
+    double wait_seconds; /**< a step's waits that do not grow with its tasks (a worker's idle
+                              time per step that more tasks did not add to), seconds; 0: none */
 } tsl_plan_costs;
 
 /** The terms of a predicted step (tsl_plan_prediction). */
 typedef enum tsl_plan_term {
     TSL_TERM_COMPUTE = 0,   /**< the tasks' run time */
-    TSL_TERM_TASKS = 1,     /**< the tasks' fixed costs */
+    TSL_TERM_TASKS = 1,     /**< the tasks' fixed costs and the step's waits */
     TSL_TERM_PARAMS = 2,    /**< gradient reduction and parameter gathering */
     TSL_TERM_BATCHNORM = 3, /**< batch norm's exact sums (a synchronisation) */
     TSL_TERM_HALOS = 4,     /**< halo slabs */

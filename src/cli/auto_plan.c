@@ -82,14 +82,15 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t worke
 /* Read a cached calibration of nops ops (3 x nops costs: sample tiles, windows, channel tiles)
  * and whether it has windowed and channel costs; 0 when it was there and whole. */
 static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task,
-                      int *windowed, int *channels)
+                      double *wait, int *windowed, int *channels)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
-    int n = 0, ok = fscanf(f, "tessel calibration 4 ops %d windowed %d channels %d task %lg", &n,
-                           windowed, channels, task) == 4 &&
-                    n == nops;
+    int n = 0,
+        ok = fscanf(f, "tessel calibration 5 ops %d windowed %d channels %d task %lg wait %lg", &n,
+                    windowed, channels, task, wait) == 5 &&
+             n == nops;
     for (int32_t o = 0; ok && o < 3 * nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
     fclose(f);
@@ -99,8 +100,9 @@ static int cache_read(const char *path, int32_t nops, double *op_seconds, double
 static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
-    fprintf(f, "tessel calibration 4 ops %d windowed %d channels %d task %.17g\n", (int)c->nops,
-            c->op_seconds_windowed != NULL, c->op_seconds_channels != NULL, c->task_seconds);
+    fprintf(f, "tessel calibration 5 ops %d windowed %d channels %d task %.17g wait %.17g\n",
+            (int)c->nops, c->op_seconds_windowed != NULL, c->op_seconds_channels != NULL,
+            c->task_seconds, c->wait_seconds);
     for (int32_t o = 0; o < 3 * c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
@@ -133,28 +135,30 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
     tsl_context_rank(ctx, &rank);
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
-    double task = 0;
+    double task[2] = {0, 0}; /* task_seconds, wait_seconds */
     int have = 0, flags[2] = {0, 0};
     if (rank == 0 && ranks == 1 && for_ranks > 1) /* a run on several ranks' first */
         have = cache_path(g, batch, for_ranks, workers, path, sizeof path) == 0 &&
-                       cache_read(path, nops, op_seconds, &task, &flags[0], &flags[1]) == 0
+                       cache_read(path, nops, op_seconds, &task[0], &task[1], &flags[0],
+                                  &flags[1]) == 0
                    ? 2
                    : 0;
     if (rank == 0 && !have)
         have = cache_path(g, batch, ranks, workers, path, sizeof path) == 0 &&
-               cache_read(path, nops, op_seconds, &task, &flags[0], &flags[1]) == 0;
+               cache_read(path, nops, op_seconds, &task[0], &task[1], &flags[0], &flags[1]) == 0;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
     *cached = have;
     tsl_status st = TSL_OK;
     if (have) { /* the ops' costs from the cache, the network measured now */
-        MPI_Bcast(&task, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(task, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         MPI_Bcast(flags, 2, MPI_INT, 0, MPI_COMM_WORLD);
         MPI_Bcast(op_seconds, 3 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
         costs->op_seconds = op_seconds;
         costs->op_seconds_windowed = flags[0] ? op_seconds + nops : NULL;
         costs->op_seconds_channels = flags[1] ? op_seconds + 2 * nops : NULL;
-        costs->task_seconds = task;
+        costs->task_seconds = task[0];
+        costs->wait_seconds = task[1];
         st = tsl_context_measure_link(ctx, &costs->latency, &costs->bandwidth);
     } else {
         st = tsl_model_calibrate(ctx, g, batch, 3, op_seconds, costs);

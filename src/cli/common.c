@@ -570,7 +570,7 @@ static int choose_plan(session *s, train_options *o, tsl_graph_t g)
     tsl_context_worker_count(s->ctx, TSL_WORKER_CPU, &workers);
     double *op_seconds = calloc(3 * (size_t)nops + 1, sizeof *op_seconds);
     tsl_plan_prediction ranked[5];
-    tsl_plan_costs costs;
+    tsl_plan_costs costs = {0};
     tsl_status st = op_seconds ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     if (!st)
         st = auto_costs(s->ctx, g, o->batch, ranks, op_seconds, &costs, &cached);

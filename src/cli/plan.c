@@ -402,11 +402,12 @@ static int write_ranked(FILE *f, const void *arg)
     json_string(f, r->o->data);
     fprintf(f,
             ",\n  \"ranks\": %ld, \"workers\": %ld, \"batch\": %ld, \"objective\": \"%s\",\n"
-            "  \"costs\": {\"task_seconds\": %.6g, \"latency\": %.6g, \"bandwidth\": %.6g},\n"
+            "  \"costs\": {\"task_seconds\": %.6g, \"wait_seconds\": %.6g, \"latency\": %.6g, "
+            "\"bandwidth\": %.6g},\n"
             "  \"candidates\": %d,\n  \"plans\": [\n",
             r->ranks, r->o->workers, r->o->batch,
             r->o->objective == TSL_OBJECTIVE_MEMORY ? "memory" : "time", r->costs->task_seconds,
-            r->costs->latency, r->costs->bandwidth, (int)r->total);
+            r->costs->wait_seconds, r->costs->latency, r->costs->bandwidth, (int)r->total);
     for (int32_t i = 0; i < r->count; i++) {
         const tsl_plan_prediction *p = &r->ranked[i];
         char text[256];
@@ -539,7 +540,7 @@ static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t stat
     tsl_context_t ctx = NULL;
     int32_t nops = tsl_graph_op_count(g), count = 0, total = 0;
     double *op_seconds = calloc(3 * (size_t)nops + 1, sizeof *op_seconds);
-    tsl_plan_costs costs;
+    tsl_plan_costs costs = {0};
     tsl_plan_prediction *ranked = NULL;
     int cached = 0, code = 0;
     tsl_status st = op_seconds ? tsl_context_create(&ctx, &config) : TSL_ERR_OUT_OF_MEMORY;

@@ -250,6 +250,11 @@ TEST(PlanModel, PipelinesOverlapOnlyBetweenBatchNorms)
             EXPECT_LT(four, 0.75 * one) << four << " s against " << one << " s";
         else
             EXPECT_GT(four, 0.9 * one) << four << " s against " << one << " s";
+        // the step's waits that do not grow with the tasks count once, whatever the plan
+        costs.wait_seconds = 1e-3;
+        EXPECT_NEAR(predict("stages=2,micro=8"), eight + 1e-3, 1e-12);
+        EXPECT_NEAR(predict("stages=2"), one + 1e-3, 1e-12);
+        costs.wait_seconds = 0;
         if (c == 2) {
             // Stage 1 = bn3 ... fc waits for all of stage 0's forward (it starts with a batch
             // norm); its backward ends in a segment of bn3 alone (a third of an op's time is its
