@@ -219,12 +219,14 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     halves.data = ctx->size;
     halves.tiles = 2;
     windows = halves;
+    int across_ranks = 0; /* windows is space=R */
     if (spatial && ctx->size > 1) {
         tsl_plan across;
         tsl_plan_init(&across);
         across.space_ndim = 1;
         across.space[0] = ctx->size;
-        if (tsl_plan_check(&across, in, ctx->size) == TSL_OK)
+        across_ranks = tsl_plan_check(&across, in, ctx->size) == TSL_OK;
+        if (across_ranks)
             windows = across;
     }
     tsl_plan_init(&filters);
@@ -236,7 +238,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
             continue;
         measured m = {local + (size_t)k * n, 0, 0};
         st = measure(ctx, g, plans[k], batch, steps, x, labels, names, bufs, &m);
-        if (st && k == 2 && plans[k] != &halves) { /* (the model refused space=R) */
+        if (st && k == 2 && across_ranks) { /* (the model refused space=R) */
             memset(local + (size_t)k * n, 0, sizeof *local * (size_t)n);
             m.idle = m.tasks = 0;
             st = measure(ctx, g, &halves, batch, steps, x, labels, names, bufs, &m);
