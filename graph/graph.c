@@ -1087,6 +1087,35 @@ int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t
     return b;
 }
 
+int32_t tsl_graph_remade_norms(const struct tsl_graph *g, const int32_t *op_stage, uint8_t *remade)
+{
+    const int32_t n = g->nops;
+    uint8_t *fused = calloc((size_t)n + 1, 1);
+    int32_t *fold = malloc(sizeof *fold * ((size_t)n + 1)), count = 0;
+    memset(remade, 0, (size_t)n);
+    if (!fused || !fold) {
+        free(fused);
+        free(fold);
+        return -1;
+    }
+    for (int32_t o = 0; o < n; o++) {
+        int32_t r = tsl_graph_fused_relu(g, o, op_stage);
+        if (r >= 0)
+            fused[r] = 1;
+        fold[o] = tsl_graph_folded_concat(g, o, op_stage);
+    }
+    for (int32_t v = 0; v < g->nvalues; v++) {
+        int32_t b = tsl_graph_recomputed(g, v, op_stage);
+        if (b >= 0 && !remade[b] && tsl_graph_value_read_backward(g, v, fused, fold)) {
+            remade[b] = 1;
+            count++;
+        }
+    }
+    free(fused);
+    free(fold);
+    return count;
+}
+
 int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
 {
     if (o < 0 || o >= g->nops ||

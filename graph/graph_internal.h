@@ -128,6 +128,12 @@ int32_t tsl_graph_fused_relu(const struct tsl_graph *g, int32_t o, const int32_t
  * again. */
 int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t *op_stage);
 
+/* Marks remade[o] = 1 (nops entries, zeroed here) for each norm op o whose fused ReLU output a
+ * recompute=1 plan drops after the forward and makes again in the backward: a value that
+ * tsl_graph_recomputed() allows, that some backward reads (tsl_graph_value_read_backward()) and
+ * that no loss reads. op_stage as there. Returns how many (-1: out of memory). */
+int32_t tsl_graph_remade_norms(const struct tsl_graph *g, const int32_t *op_stage, uint8_t *remade);
+
 /* Type of the labels of a `classes`-class output as the executor stores them: the narrowest
  * holding every class id and one invalid label, u8 up to 254 classes, else i32 (a per-pixel
  * label is then 1 byte instead of the 8 of the i64 labels callers pass). */

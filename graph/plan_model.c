@@ -195,6 +195,10 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
+    /* under recompute=1, the norms whose ReLU output the backward makes again */
+    uint8_t *remade = !st && plan->recompute ? calloc((size_t)g->nops + 1, 1) : NULL;
+    if (!st && plan->recompute && (!remade || tsl_graph_remade_norms(g, op_stage, remade) < 0))
+        st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     for (int32_t o = 0; o < g->nops && !st; o++) {
         if (g->ops[o].kind == TSL_OP_INPUT)
             continue;
@@ -210,6 +214,13 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
         if (chan && costs->op_seconds_channels && costs->op_seconds_channels[o] > per_sample)
             per_sample = costs->op_seconds_channels[o];
         double per_tile = g->ops[o].nparams > 0 ? 3 : 2;
+        if (remade && remade[o]) { /* the remaking pass, on the op's tiles (scaled as they are) */
+            double base = costs->op_seconds[o];
+            double again =
+                costs->op_seconds_recompute ? costs->op_seconds_recompute[o] : 0.25 * base;
+            per_sample += base > 0 ? again * per_sample / base : again;
+            per_tile += 1;
+        }
         for (int32_t r = 0; r < nranks; r++) {
             if (!tiles[r])
                 continue;
@@ -290,6 +301,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                 out->binding = t;
     }
     free(op_stage);
+    free(remade);
     free(compute);
     free(tasks);
     free(shares);
@@ -304,18 +316,23 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     return st;
 }
 
-/* Append a plan to the list (counting it past cap). */
-static void emit(const tsl_plan *p, tsl_plan *plans, int32_t cap, int32_t *count)
+/* Append a plan to the list (counting it past cap), and with `twins` the same with
+ * recompute=1 after it. */
+static void emit(const tsl_plan *p, int twins, tsl_plan *plans, int32_t cap, int32_t *count)
 {
-    if (*count < cap && plans)
-        plans[*count] = *p;
-    (*count)++;
+    for (int k = 0; k <= (twins != 0); k++) {
+        if (*count < cap && plans) {
+            plans[*count] = *p;
+            plans[*count].recompute = k;
+        }
+        (*count)++;
+    }
 }
 
 /* Every ordered split of `rest` ranks over spatial dimensions d.. (each part at most that
  * dimension's size), then the stages' micro-batches and the tiles, for each. */
 static void spatial_splits(tsl_plan *p, const tsl_shape *input, int32_t d, int32_t rest,
-                           int32_t workers, int64_t batch, tsl_plan *plans, int32_t cap,
+                           int32_t workers, int64_t batch, int twins, tsl_plan *plans, int32_t cap,
                            int32_t *count)
 {
     int32_t nsp = input->ndim - 1;
@@ -324,7 +341,7 @@ static void spatial_splits(tsl_plan *p, const tsl_shape *input, int32_t d, int32
             if (rest % a || a > input->dims[1 + d])
                 continue;
             p->space[d] = a;
-            spatial_splits(p, input, d + 1, rest / a, workers, batch, plans, cap, count);
+            spatial_splits(p, input, d + 1, rest / a, workers, batch, twins, plans, cap, count);
         }
         p->space[d] = 1;
         return;
@@ -343,10 +360,10 @@ static void spatial_splits(tsl_plan *p, const tsl_shape *input, int32_t d, int32
         if (p->micro > 1 && (p->stages == 1 || p->micro > per_rank))
             break;
         p->tiles = 1;
-        emit(p, plans, cap, count);
+        emit(p, twins, plans, cap, count);
         if (workers > 1 && nsp > 0 && (split > 1 || per_rank < workers)) {
             p->tiles = workers;
-            emit(p, plans, cap, count);
+            emit(p, twins, plans, cap, count);
         }
     }
     p->micro = 1;
@@ -361,6 +378,13 @@ tsl_status tsl_plan_candidates(tsl_graph_t g, int32_t nranks, int32_t workers, i
     if (g->input < 0)
         return tsl_error(NULL, TSL_ERR_STATE, "tsl_plan_candidates: the graph has no input");
     const tsl_shape *input = &g->values[g->input].shape;
+    /* recompute=1 twins where the backward would make some value again (on one stage; a
+     * pipeline's cuts can only take that away) */
+    uint8_t *remade = calloc((size_t)g->nops + 1, 1);
+    int32_t twins = remade ? tsl_graph_remade_norms(g, NULL, remade) : -1;
+    free(remade);
+    if (twins < 0)
+        return tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_candidates: out of memory");
     *count = 0;
     for (int32_t s = 1; s <= nranks; s++) {
         if (nranks % s || s > g->nops)
@@ -378,7 +402,8 @@ tsl_status tsl_plan_candidates(tsl_graph_t g, int32_t nranks, int32_t workers, i
                     p.stages = s;
                     p.data = d;
                     *(by_inputs ? &p.channels : &p.filters) = f;
-                    spatial_splits(&p, input, 0, group / d / f, workers, batch, plans, cap, count);
+                    spatial_splits(&p, input, 0, group / d / f, workers, batch, twins > 0, plans,
+                                   cap, count);
                 }
             }
         }
@@ -437,7 +462,12 @@ tsl_status tsl_plan_search(tsl_graph_t g, int32_t nranks, int32_t workers, int64
     int64_t smallest = -1;
     tsl_status last = TSL_OK;
     char why[256] = "";
+    int twin_fits = 0; /* whether the candidate before (a recompute=1 one's twin) fits */
     for (int32_t i = 0; i < n && !st; i++) {
+        int fits_before = twin_fits;
+        twin_fits = 0;
+        if (objective == TSL_OBJECTIVE_TIME && plans[i].recompute && fits_before)
+            continue; /* remaking values only adds time: the twin is the better plan */
         tsl_plan_prediction pr;
         tsl_status ps = predict ? predict(&plans[i], user, &pr)
                                 : tsl_plan_predict(&plans[i], g, nranks, workers, batch,
@@ -453,6 +483,7 @@ tsl_status tsl_plan_search(tsl_graph_t g, int32_t nranks, int32_t workers, int64
             smallest = pr.peak_bytes;
         if (budget_bytes > 0 && pr.peak_bytes > budget_bytes)
             continue;
+        twin_fits = 1;
         fit[nfit].pred = pr;
         fit[nfit].index = i;
         fit[nfit].objective = objective;

@@ -181,6 +181,22 @@ void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pas
         sample_sent(ctx, t);
 }
 
+void tsl_trace_label_save(struct tsl_context *ctx, int32_t saved[2])
+{
+    struct tsl_trace *t = ctx->trace;
+    saved[0] = t ? t->layer : -1;
+    saved[1] = t ? t->pass : -1;
+}
+
+void tsl_trace_label_restore(struct tsl_context *ctx, const int32_t saved[2])
+{
+    struct tsl_trace *t = ctx->trace;
+    if (!t)
+        return;
+    t->layer = saved[0];
+    t->pass = saved[1];
+}
+
 tsl_status tsl_trace_totals(struct tsl_context *ctx, int32_t n, const char *const *layers,
                             double *seconds, double *busy, int64_t *ntasks)
 {

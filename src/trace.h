@@ -24,6 +24,10 @@ void tsl_trace_task(struct tsl_context *ctx, struct starpu_task *task, const cha
  * ("forward", "backward", "loss", "update", ...); NULL for none. Nothing while no trace is on. */
 void tsl_trace_label(struct tsl_context *ctx, const char *layer, const char *pass);
 
+/* The current labels (layer, pass) as tsl_trace_label_restore() takes them back. */
+void tsl_trace_label_save(struct tsl_context *ctx, int32_t saved[2]);
+void tsl_trace_label_restore(struct tsl_context *ctx, const int32_t saved[2]);
+
 /* While a trace is on, after the traced tasks have ended: this rank's tasks' run time per
  * layer label (seconds[i] for layers[i]; a task of a layer not listed counts in *busy only),
  * the run time of all its tasks (*busy, seconds) and their count (*ntasks). */

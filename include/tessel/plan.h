@@ -372,7 +372,9 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * op_seconds_channels[o] where along channels, the larger where both) x batch x (the
  * share of o's output tiles that r owns) / min(workers, r's tiles of it) of compute, and (2, or 3
  * with parameters) tasks per tile x task_seconds / the same parallelism (plus wait_seconds once
- * per step, in the tasks term); the bytes r sends
+ * per step, in the tasks term); under recompute=1 a norm op whose fused ReLU output the backward
+ * makes again (tsl_graph_recomputed()) adds op_seconds_recompute[o] (scaled as its op_seconds
+ * was for windows or channel tiles) and one task per tile the same way; the bytes r sends
  * (tsl_plan_estimate_traffic(), term by term) cost bytes / bandwidth plus one latency per exchange.
  * Computation and the parameter, halo and stage traffic overlap (the rank's time is the larger of
  * the two); batch norm's exact sums are a synchronisation in the forward and the backward and add
@@ -406,6 +408,10 @@ typedef struct tsl_plan_costs {
     double bandwidth;    /**< bytes per second between two ranks (> 0 with several ranks) */
     double wait_seconds; /**< a step's waits that do not grow with its tasks (a worker's idle
                               time per step that more tasks did not add to), seconds; 0: none */
+    const double *op_seconds_recompute; /**< per norm op: the backward's remaking of its fused
+                                             ReLU output (recompute=1) per sample on one worker,
+                                             on sample tiles; NULL: a quarter of the op's
+                                             op_seconds (about one of its four passes) */
 } tsl_plan_costs;
 
 /** The terms of a predicted step (tsl_plan_prediction). */
@@ -447,7 +453,9 @@ TSL_API tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t graph, int
  * factorisation nranks = D x F x A x B x C x S with D <= batch (F: filters=), a spatial grid over
  * at most the samples' spatial dimensions (each part at most that dimension's size), S at most the
  * ops; with S > 1, micro= 1, 2, 4 and 8 (at most batch / D); tiles= 1, and with a spatial split or
- * fewer samples per rank than workers also tiles=workers; every other part its default. In a
+ * fewer samples per rank than workers also tiles=workers; where the backward would make some
+ * norm's fused ReLU output again (tsl_graph_recomputed(): a batch or group norm followed by a
+ * ReLU), each of those also with recompute=1, right after it; every other part its default. In a
  * fixed order (the same on every rank); @p count is how many there are, of which the first @p cap
  * are written to @p plans (may be NULL with cap 0).
  */
@@ -468,8 +476,10 @@ typedef tsl_status (*tsl_plan_predict_fn)(const tsl_plan *plan, void *user,
  * @brief Rank every candidate of tsl_plan_candidates() that fits: predict it (with @p predict
  * where given, else tsl_plan_predict() with @p costs), drop those whose peak_bytes exceed
  * @p budget_bytes (<= 0: no budget), and sort the rest by @p objective (remaining ties in
- * candidate order). The first @p cap go to @p ranked; @p count is how many fit. None fitting is
- * a ::TSL_ERR_RESOURCE error naming the smallest peak. Deterministic: every rank given the same
+ * candidate order). For time, a recompute=1 candidate is dropped where the same plan without
+ * recompute fits: remaking values only adds work, it is there for plans that fit only with it.
+ * The first @p cap go to @p ranked; @p count is how many are ranked. None fitting is a
+ * ::TSL_ERR_RESOURCE error naming the smallest peak. Deterministic: every rank given the same
  * arguments chooses the same plan.
  */
 TSL_API tsl_status tsl_plan_search(tsl_graph_t graph, int32_t nranks, int32_t workers,

@@ -79,19 +79,21 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t worke
     return home_file(name, path, size);
 }
 
-/* Read a cached calibration of nops ops (3 x nops costs: sample tiles, windows, channel tiles)
- * and whether it has windowed and channel costs; 0 when it was there and whole. */
+/* Read a cached calibration of nops ops (4 x nops costs: sample tiles, windows, channel tiles,
+ * remaking) and whether it has windowed, channel and remaking costs (flags); 0 when it was there
+ * and whole. */
 static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task,
-                      double *wait, int *windowed, int *channels)
+                      double *wait, int *flags)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
-    int n = 0,
-        ok = fscanf(f, "tessel calibration 5 ops %d windowed %d channels %d task %lg wait %lg", &n,
-                    windowed, channels, task, wait) == 5 &&
-             n == nops;
-    for (int32_t o = 0; ok && o < 3 * nops; o++)
+    int n = 0, ok = fscanf(f,
+                           "tessel calibration 6 ops %d windowed %d channels %d recompute %d task "
+                           "%lg wait %lg",
+                           &n, &flags[0], &flags[1], &flags[2], task, wait) == 6 &&
+                    n == nops;
+    for (int32_t o = 0; ok && o < 4 * nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
     fclose(f);
     return ok ? 0 : -1;
@@ -100,10 +102,12 @@ static int cache_read(const char *path, int32_t nops, double *op_seconds, double
 static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
-    fprintf(f, "tessel calibration 5 ops %d windowed %d channels %d task %.17g wait %.17g\n",
+    fprintf(f,
+            "tessel calibration 6 ops %d windowed %d channels %d recompute %d task %.17g wait "
+            "%.17g\n",
             (int)c->nops, c->op_seconds_windowed != NULL, c->op_seconds_channels != NULL,
-            c->task_seconds, c->wait_seconds);
-    for (int32_t o = 0; o < 3 * c->nops; o++)
+            c->op_seconds_recompute != NULL, c->task_seconds, c->wait_seconds);
+    for (int32_t o = 0; o < 4 * c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
 }
@@ -136,27 +140,27 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
     double task[2] = {0, 0}; /* task_seconds, wait_seconds */
-    int have = 0, flags[2] = {0, 0};
+    int have = 0, flags[3] = {0, 0, 0};
     if (rank == 0 && ranks == 1 && for_ranks > 1) /* a run on several ranks' first */
         have = cache_path(g, batch, for_ranks, workers, path, sizeof path) == 0 &&
-                       cache_read(path, nops, op_seconds, &task[0], &task[1], &flags[0],
-                                  &flags[1]) == 0
+                       cache_read(path, nops, op_seconds, &task[0], &task[1], flags) == 0
                    ? 2
                    : 0;
     if (rank == 0 && !have)
         have = cache_path(g, batch, ranks, workers, path, sizeof path) == 0 &&
-               cache_read(path, nops, op_seconds, &task[0], &task[1], &flags[0], &flags[1]) == 0;
+               cache_read(path, nops, op_seconds, &task[0], &task[1], flags) == 0;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
     *cached = have;
     tsl_status st = TSL_OK;
     if (have) { /* the ops' costs from the cache, the network measured now */
         MPI_Bcast(task, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        MPI_Bcast(flags, 2, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Bcast(op_seconds, 3 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(flags, 3, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(op_seconds, 4 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
         costs->op_seconds = op_seconds;
         costs->op_seconds_windowed = flags[0] ? op_seconds + nops : NULL;
         costs->op_seconds_channels = flags[1] ? op_seconds + 2 * nops : NULL;
+        costs->op_seconds_recompute = flags[2] ? op_seconds + 3 * nops : NULL;
         costs->task_seconds = task[0];
         costs->wait_seconds = task[1];
         st = tsl_context_measure_link(ctx, &costs->latency, &costs->bandwidth);
@@ -176,8 +180,9 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
 
 void print_ranked(const tsl_plan_prediction *ranked, int32_t shown, int32_t fit, int32_t total)
 {
-    printf("plan auto: %d of %d candidate plans fit; the fastest predicted:\n", (int)fit,
-           (int)total);
+    printf("plan auto: %d of %d candidate plans ranked (those in the memory budget, recompute=1 "
+           "only where the plan without it is not); the best predicted:\n",
+           (int)fit, (int)total);
     printf("  %-36s %12s %12s %12s  %s\n", "plan", "s/step", "peak MiB", "MB/step", "binding");
     for (int32_t i = 0; i < shown; i++) {
         char text[256];

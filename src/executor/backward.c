@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "executor/executor.h"
+#include "trace.h"
 
 tsl_status tsl_exec_scratch_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t)
 {
@@ -43,7 +44,8 @@ static tsl_status grad_target(struct tsl_model *m, instance *in, int32_t v, tsl_
 }
 
 /* Value v, dropped after the forward, from its norm's input and saved statistics, once
- * `after` (the gradient the backward reading v starts from) is written. */
+ * `after` (the gradient the backward reading v starts from) is written. Its tasks carry the
+ * norm's remaking label in traces (the calibration times them apart). */
 static tsl_status remake(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t after)
 {
     int32_t b = tsl_graph_recomputed(m->g, v, m->op_stage);
@@ -51,11 +53,17 @@ static tsl_status remake(struct tsl_model *m, instance *in, int32_t v, tsl_tenso
     in->dropped[v] = 0;
     tsl_tensor_t x = in->act[o->inputs[0]], gamma = tsl_exec_op_param(m, o, 0, 0),
                  beta = tsl_exec_op_param(m, o, 1, 0);
-    return o->kind == TSL_OP_GROUPNORM
-               ? tsl_groupnorm_relu_recompute(x, gamma, beta, o->norm_groups, in->saved[b],
-                                              in->act[v], o->eps, after)
-               : tsl_batchnorm_relu_recompute(x, gamma, beta, in->saved[b], in->act[v], o->eps,
-                                              after);
+    char label[TSL_GRAPH_NAME_MAX + 16];
+    int32_t saved[2];
+    tsl_trace_label_save(m->ctx, saved);
+    tsl_trace_label(m->ctx, tsl_exec_remake_label(m, b, label, sizeof label), "backward");
+    tsl_status st =
+        o->kind == TSL_OP_GROUPNORM
+            ? tsl_groupnorm_relu_recompute(x, gamma, beta, o->norm_groups, in->saved[b], in->act[v],
+                                           o->eps, after)
+            : tsl_batchnorm_relu_recompute(x, gamma, beta, in->saved[b], in->act[v], o->eps, after);
+    tsl_trace_label_restore(m->ctx, saved);
+    return st;
 }
 
 tsl_status tsl_exec_op_backward(struct tsl_model *m, instance *in, int32_t i)

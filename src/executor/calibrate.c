@@ -10,6 +10,9 @@
 #include "executor/executor.h"
 #include "trace.h"
 
+/* a trace label's room: an op's name and " (recompute)" */
+#define LABEL (TSL_GRAPH_NAME_MAX + 16)
+
 /* Half the round trip of `bytes`-byte messages between ranks 0 and 1 (others wait), seconds. */
 static double ping_pong(struct tsl_context *ctx, char *buf, int bytes, int reps)
 {
@@ -51,10 +54,11 @@ tsl_status tsl_context_measure_link(tsl_context_t ctx, double *latency, double *
     return TSL_OK;
 }
 
-/* What one traced run measured: per op (and the loss, at nops) the tasks' run time on this
- * rank, the workers' time outside tasks, the tasks. */
+/* What one traced run measured: per op (and the loss, at nops, and each norm's remaking of its
+ * ReLU output, at nops + 1 + o) the tasks' run time on this rank, the workers' time outside
+ * tasks, the tasks. */
 typedef struct measured {
-    double *op;  /* nops + 1 */
+    double *op;  /* 2 nops + 1 */
     double idle; /* workers x wall - busy */
     double tasks;
 } measured;
@@ -106,10 +110,11 @@ static tsl_status batch_tensors(struct tsl_context *ctx, tsl_model_t model, tsl_
 
 /* A model of g under `plan` (NULL: the default) trains one warm-up step and `steps` traced steps
  * on the batch (rank 0's x and labels; every input's tensor for a graph of several); *m gets
- * this rank's totals. */
+ * this rank's totals (the remaking of the norms marked in `remade` apart). */
 static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan *plan,
                           int64_t batch, int32_t steps, const float *x, const int64_t *labels,
-                          const char **names, char (*bufs)[48], measured *m)
+                          const uint8_t *remade, const char **names, char (*bufs)[LABEL],
+                          measured *m)
 {
     tsl_model_t model = NULL;
     tsl_optimizer_t opt = NULL;
@@ -136,14 +141,17 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
     tsl_status w = tsl_context_wait(ctx);
     double wall = (starpu_timing_now() - t0) * 1e-6;
     st = st ? st : w;
-    for (int32_t o = 0; !st && o < nops; o++)
+    for (int32_t o = 0; !st && o < nops; o++) {
         names[o] = tsl_exec_op_label(model, o, bufs[o], sizeof bufs[o]);
+        names[nops + 1 + o] =
+            remade[o] ? tsl_exec_remake_label(model, o, bufs[nops + 1 + o], sizeof bufs[0]) : NULL;
+    }
     /* the loss's tasks, labelled by the loss, count with the output's producer */
     names[nops] = model && model->nloss == 1 && model->loss[0].kind == TSL_MODEL_LOSS_CROSS_ENTROPY
                       ? "cross_entropy"
                       : "loss";
     if (!st)
-        st = tsl_trace_totals(ctx, nops + 1, names, m->op, &busy, &ntasks);
+        st = tsl_trace_totals(ctx, 2 * nops + 1, names, m->op, &busy, &ntasks);
     tsl_trace_destroy(ctx);
     for (int32_t k = 0; k < ninputs && k < TSL_GRAPH_MAX_GRAPH_INPUTS; k++)
         tsl_tensor_destroy(xs[k]);
@@ -176,7 +184,8 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         return tsl_error(ctx, TSL_ERR_INVALID_ARG, "%s: bad argument", fn);
     if (g->input < 0 || g->output < 0)
         return tsl_error(ctx, TSL_ERR_STATE, "%s: the graph needs an input and an output", fn);
-    int32_t nops = g->nops, n = nops + 3;
+    /* per run: op, loss, remaking per norm, idle, tasks */
+    int32_t nops = g->nops, n = 2 * nops + 3, idle_at = 2 * nops + 1, tasks_at = 2 * nops + 2;
     const tsl_shape *in = &g->values[g->input].shape, *out = &g->values[g->output].shape;
     int64_t per_sample = tsl_shape_numel(in), positions = 1;
     for (int d = 1; d < out->ndim; d++)
@@ -184,13 +193,17 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     int spatial = in->ndim > 1;
     float *x = NULL;
     int64_t *labels = NULL;
-    const char **names = calloc((size_t)nops + 1, sizeof *names);
-    char(*bufs)[48] = calloc((size_t)nops + 1, sizeof *bufs);
+    const char **names = calloc(2 * (size_t)nops + 1, sizeof *names);
+    char(*bufs)[LABEL] = calloc(2 * (size_t)nops + 1, sizeof *bufs);
+    uint8_t *remade = calloc((size_t)nops + 1, 1);
     /* four runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, channel
      * tiles */
     double *local = calloc(4 * (size_t)n, sizeof *local),
            *sums = calloc(4 * (size_t)n, sizeof *sums);
-    tsl_status st = names && bufs && local && sums ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
+    tsl_status st = names && bufs && remade && local && sums ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
+    int32_t remaking = st ? -1 : tsl_graph_remade_norms(g, NULL, remade);
+    if (remaking < 0)
+        st = TSL_ERR_OUT_OF_MEMORY;
     if (!st && ctx->rank == 0) {
         x = malloc(sizeof *x * (size_t)(batch * per_sample));
         labels = malloc(sizeof *labels * (size_t)(batch * positions));
@@ -206,14 +219,18 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     if (st) /* (nothing runs then; the frees at the end) */
         st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     /* 1: the default plan; 2: the same tiles cut 4 times finer (micro=4: the tasks' fixed
-     * cost); 3: windows: on several ranks space=R (the samples cut across the ranks along their
-     * first spatial dimension, halos exchanged between ranks as a spatial plan runs them: its
-     * tasks run some 10 % longer than the same windows on one rank), else, or where that plan
-     * does not fit, the samples cut in two along their longest dimension (tiles=2); 4: on
-     * several ranks, filters=R where R divides some convolution's channels (channel tiles) */
-    tsl_plan finer, windows, halves, filters;
-    tsl_plan_init(&finer);
-    finer.data = ctx->size;
+     * cost), both with recompute=1 where some norm's ReLU output can be made again (those tasks
+     * timed apart: the remaking's cost); 3: windows: on several ranks space=R (the samples cut
+     * across the ranks along their first spatial dimension, halos exchanged between ranks as a
+     * spatial plan runs them: its tasks run some 10 % longer than the same windows on one rank),
+     * else, or where that plan does not fit, the samples cut in two along their longest dimension
+     * (tiles=2); 4: on several ranks, filters=R where R divides some convolution's channels
+     * (channel tiles) */
+    tsl_plan base, finer, windows, halves, filters;
+    tsl_plan_init(&base);
+    base.data = ctx->size;
+    base.recompute = remaking > 0;
+    finer = base;
     finer.micro = 4;
     tsl_plan_init(&halves);
     halves.data = ctx->size;
@@ -232,20 +249,20 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     tsl_plan_init(&filters);
     filters.filters = ctx->size;
     int channels = spatial && ctx->size > 1 && filter_plan_fits(&filters, g, ctx->size);
-    const tsl_plan *plans[4] = {NULL, &finer, &windows, &filters};
+    const tsl_plan *plans[4] = {remaking > 0 ? &base : NULL, &finer, &windows, &filters};
     for (int k = 0; k < 4 && !st; k++) {
         if ((k == 2 && !spatial) || (k == 3 && !channels))
             continue;
         measured m = {local + (size_t)k * n, 0, 0};
-        st = measure(ctx, g, plans[k], batch, steps, x, labels, names, bufs, &m);
+        st = measure(ctx, g, plans[k], batch, steps, x, labels, remade, names, bufs, &m);
         if (st && k == 2 && across_ranks) { /* (the model refused space=R) */
             memset(local + (size_t)k * n, 0, sizeof *local * (size_t)n);
             m.idle = m.tasks = 0;
-            st = measure(ctx, g, &halves, batch, steps, x, labels, names, bufs, &m);
+            st = measure(ctx, g, &halves, batch, steps, x, labels, remade, names, bufs, &m);
         }
         if (!st) {
-            local[(size_t)k * n + nops + 1] = m.idle;
-            local[(size_t)k * n + nops + 2] = m.tasks;
+            local[(size_t)k * n + idle_at] = m.idle;
+            local[(size_t)k * n + tasks_at] = m.tasks;
         }
     }
     if (!st) { /* the same on every rank: its own outcome decides nothing alone */
@@ -256,17 +273,17 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
             double *r = sums + (size_t)k * n;
             r[g->ops[producer].kind == TSL_OP_INPUT ? 0 : producer] += r[nops];
             for (int32_t o = 0; k < 2 && o < nops; o++)
-                busy[k] += r[o];
+                busy[k] += r[o] + r[nops + 1 + o];
         }
         /* a task's fixed cost: the busy time and the workers' time outside tasks that the
          * finer tiles added per task they added; the default run's time outside tasks beyond
          * that per task is the step's waits, per worker and step (those do not grow with the
          * tasks: a pipeline of 8 micro-batches does not wait 8 times as often) */
-        double *r0 = sums, *r1 = sums + n, extra = r1[nops + 2] - r0[nops + 2];
+        double *r0 = sums, *r1 = sums + n, extra = r1[tasks_at] - r0[tasks_at];
         double fixed = extra > 0 && busy[1] > busy[0] ? (busy[1] - busy[0]) / extra : 0;
         double idle =
-            extra > 0 && r1[nops + 1] > r0[nops + 1] ? (r1[nops + 1] - r0[nops + 1]) / extra : 0;
-        double waits = r0[nops + 1] - idle * r0[nops + 2];
+            extra > 0 && r1[idle_at] > r0[idle_at] ? (r1[idle_at] - r0[idle_at]) / extra : 0;
+        double waits = r0[idle_at] - idle * r0[tasks_at];
         double head[4] = {
             fixed + idle, 0, 0,
             waits > 0 ? waits / ((double)steps * ctx->size * (double)starpu_worker_get_count())
@@ -278,11 +295,13 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
             op_seconds[o] = sums[o] / per;
             op_seconds[nops + o] = spatial ? sums[2 * (size_t)n + o] / per : op_seconds[o];
             op_seconds[2 * nops + o] = channels ? sums[3 * (size_t)n + o] / per : op_seconds[o];
+            op_seconds[3 * nops + o] = sums[nops + 1 + o] / per;
         }
         costs->nops = nops;
         costs->op_seconds = op_seconds;
         costs->op_seconds_windowed = spatial ? op_seconds + nops : NULL;
         costs->op_seconds_channels = channels ? op_seconds + 2 * nops : NULL;
+        costs->op_seconds_recompute = remaking > 0 ? op_seconds + 3 * nops : NULL;
         costs->task_seconds = head[0];
         costs->wait_seconds = head[3];
         costs->latency = head[1];
@@ -290,6 +309,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     }
     free(names);
     free(bufs);
+    free(remade);
     free(local);
     free(sums);
     free(x);

@@ -177,6 +177,10 @@ int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y);
 /* Op i's layer label in traces: its name, or "<kind>#<i>" for an unnamed op (in buf). */
 const char *tsl_exec_op_label(const struct tsl_model *m, int32_t i, char *buf, size_t size);
 
+/* The layer label in traces of norm op i's remaking of its ReLU output in the backward
+ * (recompute=1): "<op i's label> (recompute)", in buf (TSL_GRAPH_NAME_MAX + 16 bytes hold it). */
+const char *tsl_exec_remake_label(const struct tsl_model *m, int32_t i, char *buf, size_t size);
+
 /* Value v cut along N only (flatten's way between tilings that do not match): made on first
  * use. */
 tsl_status tsl_exec_flat_of(struct tsl_model *m, instance *in, int32_t v, tsl_tensor_t *t);

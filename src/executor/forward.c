@@ -26,6 +26,13 @@ const char *tsl_exec_op_label(const struct tsl_model *m, int32_t i, char *buf, s
     return buf;
 }
 
+const char *tsl_exec_remake_label(const struct tsl_model *m, int32_t i, char *buf, size_t size)
+{
+    char op[48];
+    snprintf(buf, size, "%s (recompute)", tsl_exec_op_label(m, i, op, sizeof op));
+    return buf;
+}
+
 int tsl_exec_flat_needed(tsl_tensor_t x, tsl_tensor_t y)
 {
     return tsl_exec_spatially_cut(x) || tsl_exec_spatially_cut(y) ||

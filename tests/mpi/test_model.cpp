@@ -1451,6 +1451,50 @@ TEST(Model, RecomputedReluOutputsChangeNoBit)
     }
 }
 
+// The calibration of the performance model times the remaking of norm + ReLU outputs apart:
+// x (2, 8, 8) -> conv c0 (4) -> batch norm bn0 (no ReLU: kept) -> conv c1 (4) -> batch norm bn1
+// -> ReLU -> conv c2 (4) -> group norm gn2 (2 groups) -> ReLU -> conv head (3, per position).
+// bn1's and gn2's ReLU outputs, which c2's and head's backward read, are made again: those two
+// get a remaking time, every other op exactly none; their own times stay measured.
+TEST(Model, CalibrationTimesTheRemakingOfNormOutputsApart)
+{
+    const int64_t k3[2] = {3, 3}, sample[3] = {2, 8, 8};
+    tsl_conv_params cp = same_3x3();
+    tsl_graph_t g = nullptr;
+    int32_t v, bn0 = -1, bn1 = -1, gn2 = -1;
+    auto last_op = [&]() { return tsl_graph_op_count(g) - 1; };
+    bool ok = tsl_graph_create(&g) == TSL_OK && tsl_graph_input(g, 3, sample, &v) == TSL_OK &&
+              tsl_graph_conv(g, "c0", v, 4, k3, &cp, 0, 1, &v) == TSL_OK &&
+              tsl_graph_batchnorm(g, "bn0", v, 1e-5, 0.1, &v) == TSL_OK && (bn0 = last_op()) &&
+              tsl_graph_conv(g, "c1", v, 4, k3, &cp, 0, 0, &v) == TSL_OK &&
+              tsl_graph_batchnorm(g, "bn1", v, 1e-5, 0.1, &v) == TSL_OK && (bn1 = last_op()) &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_conv(g, "c2", v, 4, k3, &cp, 0, 0, &v) == TSL_OK &&
+              tsl_graph_groupnorm(g, "gn2", v, 2, 1e-5, &v) == TSL_OK && (gn2 = last_op()) &&
+              tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v) == TSL_OK &&
+              tsl_graph_conv(g, "head", v, 3, k3, &cp, 0, 1, &v) == TSL_OK &&
+              tsl_graph_set_output(g, v) == TSL_OK;
+    g = built(ok, g);
+    ASSERT_NE(g, nullptr);
+    const int32_t nops = tsl_graph_op_count(g);
+    std::vector<double> op_seconds(4 * (size_t)nops, -1.0);
+    tsl_plan_costs costs;
+    ASSERT_EQ(tsl_model_calibrate(ctx, g, 4, 1, op_seconds.data(), &costs), TSL_OK)
+        << tsl_context_last_error(ctx);
+    ASSERT_EQ(costs.op_seconds_recompute, op_seconds.data() + 3 * nops);
+    for (int32_t o = 0; o < nops; o++) {
+        double again = op_seconds[(size_t)(3 * nops + o)];
+        if (o == bn1 || o == gn2) {
+            EXPECT_GT(again, 0.0) << "op " << o;
+            EXPECT_GT(op_seconds[(size_t)o], 0.0) << "op " << o;
+        } else {
+            EXPECT_EQ(again, 0.0) << "op " << o;
+        }
+    }
+    EXPECT_GT(op_seconds[(size_t)bn0], 0.0);
+    tsl_graph_destroy(g);
+}
+
 // Plans that do not fit the run or the model are clear errors.
 TEST(Model, PlansThatDoNotFitAreErrors)
 {
@@ -2485,11 +2529,12 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
     // convolution and linear layer gets a time, and every convolution one on windows (space=R
     // across the ranks on several, two halves of each sample on one).
     const int32_t nops = tsl_graph_op_count(several);
-    std::vector<double> op_seconds(3 * (size_t)nops, -1.0);
+    std::vector<double> op_seconds(4 * (size_t)nops, -1.0);
     tsl_plan_costs costs;
     ASSERT_EQ(tsl_model_calibrate(ctx, several, n, 1, op_seconds.data(), &costs), TSL_OK)
         << tsl_context_last_error(ctx);
     ASSERT_EQ(costs.op_seconds_windowed, op_seconds.data() + nops);
+    EXPECT_EQ(costs.op_seconds_recompute, nullptr); // (no norm: nothing to make again)
     for (int32_t o = 0; o < nops; o++) {
         tsl_op_kind kind;
         ASSERT_EQ(tsl_graph_op_info(several, o, &kind, nullptr, nullptr), TSL_OK);

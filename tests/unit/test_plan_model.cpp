@@ -49,9 +49,10 @@ std::vector<tsl_plan> candidates(tsl_graph_t g, int32_t ranks, int32_t workers, 
 
 // The plans the search must consider, enumerated independently of plan_model.c: every
 // D x F x A x B x S = ranks (F as filters= or as channels=) (2-D samples of side `side`), micro
-// 1/2/4/8 with stages, tiles 1 and W.
+// 1/2/4/8 with stages, tiles 1 and W; with `remakes` (a norm's ReLU output the backward can
+// make again) each also with recompute=1.
 std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, int64_t side,
-                               int32_t nops)
+                               int32_t nops, bool remakes = false)
 {
     std::set<std::string> out;
     for (int s = 1; s <= ranks; s++)
@@ -87,10 +88,38 @@ std::set<std::string> expected(int32_t ranks, int32_t workers, int64_t batch, in
                                     tsl_plan parsed;
                                     EXPECT_EQ(tsl_plan_parse(p.c_str(), &parsed), TSL_OK) << p;
                                     out.insert(text(parsed));
+                                    if (!remakes)
+                                        continue;
+                                    p += ",recompute=1";
+                                    EXPECT_EQ(tsl_plan_parse(p.c_str(), &parsed), TSL_OK) << p;
+                                    out.insert(text(parsed));
                                 }
                         }
                     }
     return out;
+}
+
+// input (1, 8, 8) -> 6 x (conv 3x3 to 8 channels [-> batch norm] -> ReLU) -> flatten ->
+// linear to 2; stage 1 (of a hand split) from the batch norm of block `cut` (-1: computed).
+tsl_graph_t chain(bool batchnorm, int cut = -1)
+{
+    const int64_t k[2] = {3, 3};
+    tsl_conv_params cp;
+    int32_t v = -1;
+    tsl_graph_t g = graph_on_8x8(1, &v, &cp);
+    for (int i = 0; i < 6; i++) {
+        std::string name = "c" + std::to_string(i), bn = "bn" + std::to_string(i);
+        EXPECT_EQ(tsl_graph_conv(g, name.c_str(), v, 8, k, &cp, 0, 0, &v), TSL_OK);
+        if (batchnorm)
+            EXPECT_EQ(tsl_graph_batchnorm(g, bn.c_str(), v, 1e-5, 0.1, &v), TSL_OK);
+        if (batchnorm && i == cut)
+            EXPECT_EQ(tsl_graph_set_stage(g, v, 1), TSL_OK);
+        EXPECT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v), TSL_OK);
+    }
+    EXPECT_EQ(tsl_graph_flatten(g, v, &v), TSL_OK);
+    EXPECT_EQ(tsl_graph_linear(g, "fc", v, 2, 1, &v), TSL_OK);
+    EXPECT_EQ(tsl_graph_set_output(g, v), TSL_OK);
+    return g;
 }
 
 } // namespace
@@ -116,6 +145,28 @@ TEST(PlanModel, CandidatesAreEveryFactorisation)
         EXPECT_LE(p.micro, 2 / p.data) << text(p);
     }
     tsl_graph_destroy(g);
+    // batch norms with ReLUs that convolutions read: each plan also remaking those outputs,
+    // right after it; without the batch norms none
+    for (bool bn : {true, false}) {
+        g = chain(bn);
+        for (int32_t ranks : {1, 2, 4}) {
+            std::vector<tsl_plan> got = candidates(g, ranks, 2, 16);
+            std::set<std::string> names;
+            for (size_t i = 0; i < got.size(); i++) {
+                names.insert(text(got[i]));
+                if (got[i].recompute) { // its twin before it
+                    ASSERT_GT(i, 0u);
+                    tsl_plan twin = got[i];
+                    twin.recompute = 0;
+                    EXPECT_EQ(text(got[i - 1]), text(twin));
+                }
+            }
+            EXPECT_EQ(names.size(), got.size()) << "a candidate twice";
+            EXPECT_EQ(names, expected(ranks, 2, 16, 8, tsl_graph_op_count(g), bn))
+                << ranks << " ranks, batch norm " << bn;
+        }
+        tsl_graph_destroy(g);
+    }
 }
 
 namespace
@@ -136,84 +187,90 @@ tsl_status synthetic(const tsl_plan *plan, void *, tsl_plan_prediction *out)
     return TSL_OK;
 }
 
+// Synthetic costs that grow with recompute=1 (remaking adds work), so the rule is seen.
+tsl_status synthetic_remaking(const tsl_plan *plan, void *user, tsl_plan_prediction *out)
+{
+    tsl_plan kept = *plan;
+    kept.recompute = 0;
+    tsl_status st = synthetic(&kept, user, out);
+    if (plan->recompute) {
+        out->seconds *= 1.1;
+        out->peak_bytes = out->peak_bytes * 3 / 4;
+    }
+    return st;
+}
+
+// tsl_plan_search() against brute force over the candidates' synthetic costs: the best by
+// (time, bytes sent, peak) or (peak, time), then candidate order, within the budget; for time a
+// recompute=1 plan only where the same plan without it does not fit.
+void search_equals_brute_force(tsl_graph_t g, int32_t ranks)
+{
+    std::vector<tsl_plan> all = candidates(g, ranks, 2, 32);
+    for (int objective : {TSL_OBJECTIVE_TIME, TSL_OBJECTIVE_MEMORY})
+        for (int64_t budget : {(int64_t)0, (int64_t)250 * 1024}) {
+            int best = -1, fit = 0;
+            tsl_plan_prediction pb{}, pi;
+            auto key = [objective](const tsl_plan_prediction &p) {
+                return objective ? std::vector<double>{(double)p.peak_bytes, p.seconds}
+                                 : std::vector<double>{p.seconds, (double)p.sent_bytes,
+                                                       (double)p.peak_bytes};
+            };
+            auto fits = [budget](const tsl_plan &p) {
+                tsl_plan_prediction q;
+                synthetic_remaking(&p, nullptr, &q);
+                return budget <= 0 || q.peak_bytes <= budget;
+            };
+            for (size_t i = 0; i < all.size(); i++) {
+                synthetic_remaking(&all[i], nullptr, &pi);
+                if (!fits(all[i]))
+                    continue;
+                tsl_plan twin = all[i];
+                twin.recompute = 0;
+                if (objective == TSL_OBJECTIVE_TIME && all[i].recompute && fits(twin))
+                    continue;
+                fit++;
+                if (best < 0 || key(pi) < key(pb)) {
+                    best = (int)i;
+                    pb = pi;
+                }
+            }
+            ASSERT_GE(best, 0);
+            std::vector<tsl_plan_prediction> ranked(5);
+            int32_t count = 0;
+            ASSERT_EQ(tsl_plan_search(g, ranks, 2, 32, 2, nullptr, budget, objective,
+                                      synthetic_remaking, nullptr, ranked.data(), 5, &count),
+                      TSL_OK)
+                << tsl_last_error();
+            EXPECT_EQ(count, fit);
+            EXPECT_EQ(text(ranked[0].plan), text(all[(size_t)best]))
+                << ranks << " ranks, objective " << objective << ", budget " << budget;
+            for (int32_t i = 1; i < 5 && i < count; i++) { // sorted
+                double a = objective ? (double)ranked[i - 1].peak_bytes : ranked[i - 1].seconds;
+                double b = objective ? (double)ranked[i].peak_bytes : ranked[i].seconds;
+                EXPECT_LE(a, b);
+                if (budget > 0)
+                    EXPECT_LE(ranked[i].peak_bytes, budget);
+            }
+        }
+    // nothing fits: a clear error naming the smallest need
+    int32_t count = 0;
+    tsl_plan_prediction one;
+    EXPECT_EQ(tsl_plan_search(g, ranks, 2, 32, 2, nullptr, 1, TSL_OBJECTIVE_TIME,
+                              synthetic_remaking, nullptr, &one, 1, &count),
+              TSL_ERR_RESOURCE);
+    EXPECT_NE(std::string(tsl_last_error()).find("fits in"), std::string::npos);
+}
+
 } // namespace
 
 TEST(PlanModel, SearchEqualsBruteForceOnASyntheticTable)
 {
-    tsl_graph_t g = cnn(28);
-    for (int32_t ranks : {2, 4, 8}) {
-        std::vector<tsl_plan> all = candidates(g, ranks, 2, 32);
-        for (int objective : {TSL_OBJECTIVE_TIME, TSL_OBJECTIVE_MEMORY})
-            for (int64_t budget : {(int64_t)0, (int64_t)250 * 1024}) {
-                // brute force: the best by (time, bytes sent, peak) or (peak, time), then
-                // candidate order, within budget
-                int best = -1, fit = 0;
-                tsl_plan_prediction pb{}, pi;
-                auto key = [objective](const tsl_plan_prediction &p) {
-                    return objective ? std::vector<double>{(double)p.peak_bytes, p.seconds}
-                                     : std::vector<double>{p.seconds, (double)p.sent_bytes,
-                                                           (double)p.peak_bytes};
-                };
-                for (size_t i = 0; i < all.size(); i++) {
-                    synthetic(&all[i], nullptr, &pi);
-                    if (budget > 0 && pi.peak_bytes > budget)
-                        continue;
-                    fit++;
-                    if (best < 0 || key(pi) < key(pb)) {
-                        best = (int)i;
-                        pb = pi;
-                    }
-                }
-                ASSERT_GE(best, 0);
-                std::vector<tsl_plan_prediction> ranked(5);
-                int32_t count = 0;
-                ASSERT_EQ(tsl_plan_search(g, ranks, 2, 32, 2, nullptr, budget, objective, synthetic,
-                                          nullptr, ranked.data(), 5, &count),
-                          TSL_OK)
-                    << tsl_last_error();
-                EXPECT_EQ(count, fit);
-                EXPECT_EQ(text(ranked[0].plan), text(all[(size_t)best]))
-                    << ranks << " ranks, objective " << objective << ", budget " << budget;
-                for (int32_t i = 1; i < 5 && i < count; i++) { // sorted
-                    double a = objective ? (double)ranked[i - 1].peak_bytes : ranked[i - 1].seconds;
-                    double b = objective ? (double)ranked[i].peak_bytes : ranked[i].seconds;
-                    EXPECT_LE(a, b);
-                    if (budget > 0)
-                        EXPECT_LE(ranked[i].peak_bytes, budget);
-                }
-            }
-        // nothing fits: a clear error naming the smallest need
-        int32_t count = 0;
-        tsl_plan_prediction one;
-        EXPECT_EQ(tsl_plan_search(g, ranks, 2, 32, 2, nullptr, 1, TSL_OBJECTIVE_TIME, synthetic,
-                                  nullptr, &one, 1, &count),
-                  TSL_ERR_RESOURCE);
-        EXPECT_NE(std::string(tsl_last_error()).find("fits in"), std::string::npos);
-    }
-    tsl_graph_destroy(g);
-}
-
-// input (1, 8, 8) -> 6 x (conv 3x3 to 8 channels [-> batch norm] -> ReLU) -> flatten ->
-// linear to 2; stage 1 (of a hand split) from the batch norm of block `cut` (-1: computed).
-tsl_graph_t chain(bool batchnorm, int cut = -1)
-{
-    const int64_t k[2] = {3, 3};
-    tsl_conv_params cp;
-    int32_t v = -1;
-    tsl_graph_t g = graph_on_8x8(1, &v, &cp);
-    for (int i = 0; i < 6; i++) {
-        std::string name = "c" + std::to_string(i), bn = "bn" + std::to_string(i);
-        EXPECT_EQ(tsl_graph_conv(g, name.c_str(), v, 8, k, &cp, 0, 0, &v), TSL_OK);
-        if (batchnorm)
-            EXPECT_EQ(tsl_graph_batchnorm(g, bn.c_str(), v, 1e-5, 0.1, &v), TSL_OK);
-        if (batchnorm && i == cut)
-            EXPECT_EQ(tsl_graph_set_stage(g, v, 1), TSL_OK);
-        EXPECT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &v), TSL_OK);
-    }
-    EXPECT_EQ(tsl_graph_flatten(g, v, &v), TSL_OK);
-    EXPECT_EQ(tsl_graph_linear(g, "fc", v, 2, 1, &v), TSL_OK);
-    EXPECT_EQ(tsl_graph_set_output(g, v), TSL_OK);
-    return g;
+    for (int net = 0; net < 2; net++) // (the second with recompute=1 twins)
+        for (int32_t ranks : {2, 4, 8}) {
+            tsl_graph_t g = net ? chain(true) : cnn(28);
+            search_equals_brute_force(g, ranks);
+            tsl_graph_destroy(g);
+        }
 }
 
 // Micro-batches overlap a pipeline's stages; batch norm's statistics are exact over the whole
@@ -372,5 +429,61 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     EXPECT_EQ(tsl_plan_predict(&plan, g, 2, 1, 64, 2, &costs, &out), TSL_ERR_INVALID_ARG);
     costs.nops = nops;
     EXPECT_EQ(tsl_plan_predict(&plan, g, 4, 1, 64, 2, &costs, &out), TSL_ERR_INVALID_ARG);
+    tsl_graph_destroy(g);
+}
+
+// recompute=1: the batch norms whose ReLU outputs a convolution's backward reads (five of the
+// chain's six; the last one's reader, flatten, reads none) remake them in the backward: each
+// adds its measured remaking time for the batch and one task per tile; without a measurement a
+// quarter of the op's time. It saves memory, and the search takes it for time only where the
+// plan without it does not fit the budget, for memory first.
+TEST(PlanModel, RecomputeCostsItsRemakingAndSavesMemory)
+{
+    tsl_graph_t g = chain(true);
+    int32_t nops = tsl_graph_op_count(g), nbn = 0;
+    std::vector<double> op(nops, 1e-4), again(nops, 0.0);
+    for (int32_t o = 0; o < nops; o++) {
+        tsl_op_kind kind;
+        ASSERT_EQ(tsl_graph_op_info(g, o, &kind, nullptr, nullptr), TSL_OK);
+        if (kind == TSL_OP_BATCHNORM && ++nbn < 6)
+            again[(size_t)o] = 3e-5;
+    }
+    ASSERT_EQ(nbn, 6);
+    tsl_plan_costs costs{};
+    costs.nops = nops;
+    costs.op_seconds = op.data();
+    costs.op_seconds_recompute = again.data();
+    costs.task_seconds = 1e-6;
+    costs.bandwidth = 1e10;
+    auto predict = [&](const char *p) {
+        tsl_plan plan;
+        EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
+        tsl_plan_prediction out;
+        EXPECT_EQ(tsl_plan_predict(&plan, g, 1, 1, 16, 1, &costs, &out), TSL_OK)
+            << p << ": " << tsl_last_error();
+        return out;
+    };
+    tsl_plan_prediction kept = predict("data=1"), remade = predict("data=1,recompute=1");
+    EXPECT_NEAR(remade.terms[TSL_TERM_COMPUTE] - kept.terms[TSL_TERM_COMPUTE], 5 * 3e-5 * 16,
+                1e-12);
+    EXPECT_NEAR(remade.terms[TSL_TERM_TASKS] - kept.terms[TSL_TERM_TASKS], 5 * 1e-6, 1e-12);
+    EXPECT_NEAR(remade.seconds - kept.seconds, 5 * (3e-5 * 16 + 1e-6), 1e-12);
+    EXPECT_LT(remade.peak_bytes, kept.peak_bytes);
+    costs.op_seconds_recompute = nullptr; // not measured: a quarter of the op's time
+    EXPECT_NEAR(predict("data=1,recompute=1").seconds - kept.seconds, 5 * (0.25 * 1e-4 * 16 + 1e-6),
+                1e-12);
+    costs.op_seconds_recompute = again.data();
+    auto search = [&](int objective, int64_t budget) {
+        tsl_plan_prediction best;
+        int32_t count = 0;
+        EXPECT_EQ(tsl_plan_search(g, 1, 1, 16, 1, &costs, budget, objective, nullptr, nullptr,
+                                  &best, 1, &count),
+                  TSL_OK)
+            << tsl_last_error();
+        return text(best.plan);
+    };
+    EXPECT_EQ(search(TSL_OBJECTIVE_TIME, 0), text(kept.plan));
+    EXPECT_EQ(search(TSL_OBJECTIVE_TIME, remade.peak_bytes), text(remade.plan));
+    EXPECT_EQ(search(TSL_OBJECTIVE_MEMORY, 0), text(remade.plan));
     tsl_graph_destroy(g);
 }
