@@ -292,7 +292,13 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                 : stage_t[0];
         out->terms[TSL_TERM_BUBBLE] = out->seconds > longest ? out->seconds - longest : 0;
         /* the step's waits that do not grow with its tasks, once */
-        double wait = costs->wait_seconds > 0 ? costs->wait_seconds : 0;
+        /* (a spatial plan's: what the windows' run waited, halos beyond the halo term) */
+        int spatial = 0;
+        for (int d = 0; d < 3; d++)
+            spatial |= plan->space[d] > 1;
+        double wait = spatial && costs->wait_seconds_windowed > 0 ? costs->wait_seconds_windowed
+                                                                  : costs->wait_seconds;
+        wait = wait > 0 ? wait : 0;
         out->seconds += wait;
         out->terms[TSL_TERM_TASKS] += wait;
         out->binding = 0;

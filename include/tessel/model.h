@@ -81,7 +81,9 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * all 0, where nothing is remade). costs->task_seconds is
  * the busy time and the workers' time outside tasks that the finer tiles added per task they
  * added; costs->wait_seconds the rest of the default run's time outside tasks, per worker and
- * step (waits that do not grow with the tasks: between ranks, at dependencies); costs->latency and
+ * step (waits that do not grow with the tasks: between ranks, at dependencies), and
+ * costs->wait_seconds_windowed the same of the windows' run (0 without spatial dimensions);
+ * costs->latency and
  * costs->bandwidth from tsl_context_measure_link(). Every rank gets rank 0's numbers.
  * @param[out] op_seconds 4 x tsl_graph_op_count() entries (costs->op_seconds points at it)
  */

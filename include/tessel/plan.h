@@ -371,24 +371,24 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space,
  * op_seconds_channels[o] where along channels, the larger where both) x batch x (the
  * share of o's output tiles that r owns) / min(workers, r's tiles of it) of compute, and (2, or 3
- * with parameters) tasks per tile x task_seconds / the same parallelism (plus wait_seconds once
- * per step, in the tasks term); under recompute=1 a norm op whose fused ReLU output the backward
- * makes again (tsl_graph_recomputed()) adds op_seconds_recompute[o] (scaled as its op_seconds
- * was for windows or channel tiles) and one task per tile the same way; the bytes r sends
+ * with parameters) tasks per tile x task_seconds / the same parallelism (plus the step's waits
+ * once, in the tasks term: wait_seconds, or wait_seconds_windowed for a plan cutting samples in
+ * space); under recompute=1 a norm op whose fused ReLU output the backward makes again
+ * (tsl_graph_recomputed()) adds op_seconds_recompute[o] (scaled as its op_seconds was for windows
+ * or channel tiles) and one task per tile the same way; the bytes r sends
  * (tsl_plan_estimate_traffic(), term by term) cost bytes / bandwidth plus one latency per exchange.
  * Computation and the parameter, halo and stage traffic overlap (the rank's time is the larger of
  * the two); batch norm's exact sums are a synchronisation in the forward and the backward and add
  * their time. A pipeline of S stages (a stage's time: its slowest rank's, spread over its ops by
  * their compute, a third of it the forward for ops with parameters and half for the others) and M
  * micro-batches is played out: each stage takes its micro-batches through its forward and then its
- * backward one at a time, micro-batch k waiting for micro-batch k of the stage before (forward)
- * or after (backward), the last stage's backward for its whole forward (the loss); a batch norm,
- * whose statistics are exact over the whole batch, waits for every micro-batch of its input
- * (forward) and of its output gradient (backward). Without batch norm that is GPipe's (the sum of
- * the stage times + (M - 1) x the slowest) / M for equal stages; with a batch norm in every
- * block the stages overlap only between the batch norms at their edges. The time beyond the
- * slowest stage is the bubble. Peak memory is tsl_plan_estimate_peak() plus
- * tsl_plan_estimate_received().
+ * backward one at a time, micro-batch k waiting for micro-batch k of the stage before (forward) or
+ * after (backward), the last stage's backward for its whole forward (the loss); a batch norm, whose
+ * statistics are exact over the whole batch, waits for every micro-batch of its input (forward) and
+ * of its output gradient (backward). Without batch norm that is GPipe's (the sum of the stage times
+ * + (M - 1) x the slowest) / M for equal stages; with a batch norm in every block the stages
+ * overlap only between the batch norms at their edges. The time beyond the slowest stage is the
+ * bubble. Peak memory is tsl_plan_estimate_peak() plus tsl_plan_estimate_received().
  * @{
  */
 
@@ -412,6 +412,8 @@ typedef struct tsl_plan_costs {
                                              ReLU output (recompute=1) per sample on one worker,
                                              on sample tiles; NULL: a quarter of the op's
                                              op_seconds (about one of its four passes) */
+    double wait_seconds_windowed;       /**< wait_seconds of plans that cut samples in space (halos
+                                             waited for beyond the halo term); 0: wait_seconds */
 } tsl_plan_costs;
 
 /** The terms of a predicted step (tsl_plan_prediction). */

@@ -80,8 +80,8 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t worke
 }
 
 /* Read a cached calibration of nops ops (4 x nops costs: sample tiles, windows, channel tiles,
- * remaking) and whether it has windowed, channel and remaking costs (flags); 0 when it was there
- * and whole. */
+ * remaking), a task's cost, the two waits (wait_seconds, windowed) and whether it
+ * has windowed, channel and remaking costs (flags); 0 when it was there and whole. */
 static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task,
                       double *wait, int *flags)
 {
@@ -89,9 +89,9 @@ static int cache_read(const char *path, int32_t nops, double *op_seconds, double
     if (!f)
         return -1;
     int n = 0, ok = fscanf(f,
-                           "tessel calibration 6 ops %d windowed %d channels %d recompute %d task "
-                           "%lg wait %lg",
-                           &n, &flags[0], &flags[1], &flags[2], task, wait) == 6 &&
+                           "tessel calibration 7 ops %d windowed %d channels %d recompute %d task "
+                           "%lg wait %lg %lg",
+                           &n, &flags[0], &flags[1], &flags[2], task, &wait[0], &wait[1]) == 7 &&
                     n == nops;
     for (int32_t o = 0; ok && o < 4 * nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
@@ -103,10 +103,11 @@ static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
     fprintf(f,
-            "tessel calibration 6 ops %d windowed %d channels %d recompute %d task %.17g wait "
-            "%.17g\n",
+            "tessel calibration 7 ops %d windowed %d channels %d recompute %d task %.17g wait "
+            "%.17g %.17g\n",
             (int)c->nops, c->op_seconds_windowed != NULL, c->op_seconds_channels != NULL,
-            c->op_seconds_recompute != NULL, c->task_seconds, c->wait_seconds);
+            c->op_seconds_recompute != NULL, c->task_seconds, c->wait_seconds,
+            c->wait_seconds_windowed);
     for (int32_t o = 0; o < 4 * c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
@@ -139,7 +140,7 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
     tsl_context_rank(ctx, &rank);
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
-    double task[2] = {0, 0}; /* task_seconds, wait_seconds */
+    double task[3] = {0, 0, 0}; /* task_seconds, wait_seconds, wait_seconds_windowed */
     int have = 0, flags[3] = {0, 0, 0};
     if (rank == 0 && ranks == 1 && for_ranks > 1) /* a run on several ranks' first */
         have = cache_path(g, batch, for_ranks, workers, path, sizeof path) == 0 &&
@@ -153,7 +154,7 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
     *cached = have;
     tsl_status st = TSL_OK;
     if (have) { /* the ops' costs from the cache, the network measured now */
-        MPI_Bcast(task, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(task, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         MPI_Bcast(flags, 3, MPI_INT, 0, MPI_COMM_WORLD);
         MPI_Bcast(op_seconds, 4 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
@@ -163,6 +164,7 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
         costs->op_seconds_recompute = flags[2] ? op_seconds + 3 * nops : NULL;
         costs->task_seconds = task[0];
         costs->wait_seconds = task[1];
+        costs->wait_seconds_windowed = task[2];
         st = tsl_context_measure_link(ctx, &costs->latency, &costs->bandwidth);
     } else {
         st = tsl_model_calibrate(ctx, g, batch, 3, op_seconds, costs);

@@ -402,12 +402,14 @@ static int write_ranked(FILE *f, const void *arg)
     json_string(f, r->o->data);
     fprintf(f,
             ",\n  \"ranks\": %ld, \"workers\": %ld, \"batch\": %ld, \"objective\": \"%s\",\n"
-            "  \"costs\": {\"task_seconds\": %.6g, \"wait_seconds\": %.6g, \"latency\": %.6g, "
-            "\"bandwidth\": %.6g},\n"
+            "  \"costs\": {\"task_seconds\": %.6g, \"wait_seconds\": %.6g, "
+            "\"wait_seconds_windowed\": %.6g, "
+            "\"latency\": %.6g, \"bandwidth\": %.6g},\n"
             "  \"candidates\": %d,\n  \"plans\": [\n",
             r->ranks, r->o->workers, r->o->batch,
             r->o->objective == TSL_OBJECTIVE_MEMORY ? "memory" : "time", r->costs->task_seconds,
-            r->costs->wait_seconds, r->costs->latency, r->costs->bandwidth, (int)r->total);
+            r->costs->wait_seconds, r->costs->wait_seconds_windowed, r->costs->latency,
+            r->costs->bandwidth, (int)r->total);
     for (int32_t i = 0; i < r->count; i++) {
         const tsl_plan_prediction *p = &r->ranked[i];
         char text[256];

@@ -283,13 +283,20 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         double fixed = extra > 0 && busy[1] > busy[0] ? (busy[1] - busy[0]) / extra : 0;
         double idle =
             extra > 0 && r1[idle_at] > r0[idle_at] ? (r1[idle_at] - r0[idle_at]) / extra : 0;
-        double waits = r0[idle_at] - idle * r0[tasks_at];
-        double head[4] = {
-            fixed + idle, 0, 0,
-            waits > 0 ? waits / ((double)steps * ctx->size * (double)starpu_worker_get_count())
-                      : 0};
+        /* and the same waits of the windows' run: a spatial plan waits for halos beyond what
+         * its tasks explain (a channel plan's waits for the input's other channel tiles are a
+         * term of the model's own, on the critical path) */
+        double head[5] = {fixed + idle, 0, 0, 0, 0};
+        for (int k = 0; k < 2; k++) {
+            const double *r = sums + (size_t)(2 * k) * n;
+            double waits = r[idle_at] - idle * r[tasks_at];
+            head[3 + k] =
+                (k == 0 || spatial) && waits > 0
+                    ? waits / ((double)steps * ctx->size * (double)starpu_worker_get_count())
+                    : 0;
+        }
         st = tsl_context_measure_link(ctx, &head[1], &head[2]);
-        MPI_Bcast(head, 4, MPI_DOUBLE, 0, ctx->ctl_comm);
+        MPI_Bcast(head, 5, MPI_DOUBLE, 0, ctx->ctl_comm);
         MPI_Bcast(sums, 4 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
         for (int32_t o = 0; o < nops; o++) {
             op_seconds[o] = sums[o] / per;
@@ -304,6 +311,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         costs->op_seconds_recompute = remaking > 0 ? op_seconds + 3 * nops : NULL;
         costs->task_seconds = head[0];
         costs->wait_seconds = head[3];
+        costs->wait_seconds_windowed = head[4];
         costs->latency = head[1];
         costs->bandwidth = head[2];
     }

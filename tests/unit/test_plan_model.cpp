@@ -415,6 +415,19 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     EXPECT_NEAR(sp.seconds, std::max(work(sp), sp_overlapped) + sp.terms[TSL_TERM_BATCHNORM],
                 1e-9 * sp.seconds);
     costs.bandwidth = 1e10;
+    // the step's waits, once: a spatial plan's those of the calibration's windows (halos)
+    {
+        tsl_plan_prediction d0 = predict("data=2", 2, 1), s0 = predict("space=2", 2, 1);
+        costs.wait_seconds = 1e-3;
+        costs.wait_seconds_windowed = 3e-3;
+        EXPECT_NEAR(predict("data=2", 2, 1).seconds, d0.seconds + 1e-3, 1e-12);
+        EXPECT_NEAR(predict("space=2", 2, 1).seconds, s0.seconds + 3e-3, 1e-12);
+        EXPECT_NEAR(predict("space=2", 2, 1).terms[TSL_TERM_TASKS], s0.terms[TSL_TERM_TASKS] + 3e-3,
+                    1e-12);
+        costs.wait_seconds_windowed = 0; // not measured: the default run's
+        EXPECT_NEAR(predict("space=2", 2, 1).seconds, s0.seconds + 1e-3, 1e-12);
+        costs.wait_seconds = 0;
+    }
     // a slow network binds a data-parallel step
     costs.bandwidth = 1e3;
     EXPECT_EQ(predict("data=2", 2, 1).binding, TSL_TERM_PARAMS);
