@@ -73,29 +73,80 @@ static double forward_share(const tsl_graph_op *op)
     return op->nparams > 0 ? 1.0 / 3.0 : 0.5;
 }
 
+/* The ops of other stages each op depends on, in CSR form (at[o] .. at[o + 1] in ops): in the
+ * forward (pass 0) the producers of its inputs, in the backward (pass 1) the ops reading its
+ * output. at: nops + 1 entries; ops: nops x TSL_GRAPH_MAX_INPUTS. */
+static void cross_stage_deps(const struct tsl_graph *g, const int32_t *op_stage, int pass,
+                             int32_t *at, int32_t *ops)
+{
+    int32_t count = 0;
+    for (int32_t o = 0; o < g->nops; o++) {
+        at[o] = count;
+        for (int32_t j = 0; j < g->nops; j++) {
+            int dep = 0;
+            if (op_stage[j] == op_stage[o] || g->ops[j].kind == TSL_OP_INPUT)
+                continue;
+            if (!pass) /* j produces an input of o */
+                for (int32_t i = 0; i < g->ops[o].ninputs && !dep; i++)
+                    dep = g->values[g->ops[o].inputs[i]].producer == j;
+            else /* j reads o's output */
+                for (int32_t i = 0; i < g->ops[j].ninputs && !dep; i++)
+                    dep = g->ops[j].inputs[i] == g->ops[o].output;
+            if (dep && count < g->nops * TSL_GRAPH_MAX_INPUTS)
+                ops[count++] = j;
+        }
+    }
+    at[g->nops] = count;
+}
+
+/* When op o's micro-batch k can start, from the ops of other stages it depends on (deps, as
+ * cross_stage_deps() gives them for the pass) and in the backward the loss, `loss`, where a loss
+ * term reads o's output or it is the output. A batch norm waits for every micro-batch (its
+ * statistics are exact over the batch). end: [nops x m] the end times of the stages done so
+ * far. */
+static double ready_at(const struct tsl_graph *g, const int32_t *at, const int32_t *deps,
+                       const double *end, int32_t m, int pass, int32_t o, int32_t k, double loss)
+{
+    const int all = g->ops[o].kind == TSL_OP_BATCHNORM;
+    double t = 0;
+    for (int32_t d = at[o]; d < at[o + 1]; d++)
+        for (int32_t q = all ? 0 : k; q < (all ? m : k + 1); q++) {
+            double e = end[(size_t)deps[d] * m + q];
+            t = e > t ? e : t;
+        }
+    if (pass && (g->ops[o].output == g->output || tsl_graph_loss_reads(g, g->ops[o].output)))
+        t = loss > t ? loss : t;
+    return t;
+}
+
 /* A pipeline's step: S stages of M micro-batches, each stage's ops in order with their times
  * (opw: an op's time on its stage's slowest rank, scaled so a stage's ops add up to its time
  * stage_t, which holds its exchanges too). A stage takes its micro-batches through its forward
- * then its backward one at a time (its tasks in priority order); micro-batch k of a stage's
- * first op waits for micro-batch k of the previous stage's last (forward) or of the next
- * stage's first (backward), and the last stage's backward for its whole forward (the loss).
- * Batch norm's statistics are exact over the whole batch, so a batch norm waits for every
- * micro-batch of its input (forward) and of its output gradient (backward): each starts a new
- * segment there, which begins only when the segment before it ends for every micro-batch.
- * Without batch norm this is GPipe's (M + S - 1) / M of the slowest stage for equal stages. */
+ * then its backward one at a time (its tasks in priority order): micro-batch k of an op waits for
+ * micro-batch k of the ops of other stages it depends on (ready_at(): in the forward its inputs'
+ * producers, in the backward its output's readers and the loss, which waits for the whole
+ * forward), so stages on parallel branches of the graph run at once. Batch norm's statistics are
+ * exact over the whole batch, so a batch norm waits for every micro-batch of its input (forward)
+ * and of its output gradient (backward): each starts a new segment there, which begins only when
+ * the segment before it ends for every micro-batch. Without batch norm a chain of stages gives
+ * GPipe's (M + S - 1) / M of the slowest stage for equal stages. scratch: 2 nops M + S;
+ * iscratch: nops (1 + TSL_GRAPH_MAX_INPUTS) + 1. */
 static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stage,
                                const double *opw, const double *stage_t, int32_t stages,
-                               int32_t micro, double *scratch)
+                               int32_t micro, double *scratch, int32_t *iscratch)
 {
     const int32_t n = g->nops, m = micro > 0 ? micro : 1;
-    double *done = scratch;        /* [m]: micro-batch k's end at the previous stage's edge */
-    double *seg_end = done + m;    /* [m]: this segment's ends */
-    double *free_at = seg_end + m; /* [stages]: when each stage's worker is free */
+    double *end = scratch;                 /* [n x m]: this pass's end of op o, batch k */
+    double *fwd = end + (size_t)n * m;     /* [n x m]: the forward's, for the backward */
+    double *free_at = fwd + (size_t)n * m; /* [stages]: when each stage's worker is free */
+    double loss = 0;
     for (int32_t s = 0; s < stages; s++)
         free_at[s] = 0;
+    int32_t *at = iscratch, *deps = at + n + 1;
     for (int pass = 0; pass < 2; pass++) { /* forward, then backward */
-        for (int32_t k = 0; k < m; k++)
-            done[k] = 0;
+        cross_stage_deps(g, op_stage, pass, at, deps);
+        for (size_t i = 0; i < (size_t)n * m; i++)
+            end[i] = 0;
         for (int32_t i = 0; i < stages; i++) {
             int32_t s = pass ? stages - 1 - i : i;
             double total = 0;
@@ -103,54 +154,49 @@ static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stag
                 if (op_stage[o] == s && g->ops[o].kind != TSL_OP_INPUT)
                     total += opw[o];
             double scale = total > 0 ? stage_t[s] / total : 0;
-            /* the segments in the pass's op order; `first`: this stage's first segment, whose
-             * micro-batches wait for the neighbour stage's (all of them when it starts with a
-             * batch norm) */
-            double seg = 0, all_done = 0;
-            for (int32_t k = 0; k < m; k++)
-                all_done = done[k] > all_done ? done[k] : all_done;
-            int first = 1, any = 0, starts_bn = 0;
+            if (total <= 0) { /* a stage without ops: its time */
+                free_at[s] += stage_t[s] / 2.0;
+                continue;
+            }
+            /* the segments in the pass's op order, each closed at a batch norm; a segment takes
+             * micro-batch 0 through its ops, then 1, ... */
+            int32_t first = 0; /* q of the segment's first op */
             for (int32_t q = 0; q <= n; q++) {
                 int32_t o = q < n ? (pass ? n - 1 - q : q) : -1;
                 int in_stage = o >= 0 && op_stage[o] == s && g->ops[o].kind != TSL_OP_INPUT;
-                int barrier = in_stage && any && g->ops[o].kind == TSL_OP_BATCHNORM;
-                if (barrier || (o < 0 && any)) { /* close the segment so far */
-                    double t = free_at[s];
-                    for (int32_t k = 0; k < m; k++) {
-                        double ready = !first ? 0 : starts_bn ? all_done : done[k];
-                        t = (t > ready ? t : ready) + seg / m;
-                        seg_end[k] = t;
+                int any = 0;
+                for (int32_t r = first; r < q && !any; r++) {
+                    int32_t p = pass ? n - 1 - r : r;
+                    any = op_stage[p] == s && g->ops[p].kind != TSL_OP_INPUT;
+                }
+                if (!((in_stage && any && g->ops[o].kind == TSL_OP_BATCHNORM) || (o < 0 && any)))
+                    continue;
+                double t = free_at[s]; /* close the segment [first, q) */
+                for (int32_t k = 0; k < m; k++)
+                    for (int32_t r = first; r < q; r++) {
+                        int32_t p = pass ? n - 1 - r : r;
+                        if (op_stage[p] != s || g->ops[p].kind == TSL_OP_INPUT)
+                            continue;
+                        double ready = ready_at(g, at, deps, end, m, pass, p, k, loss);
+                        double share = forward_share(&g->ops[p]);
+                        t = (t > ready ? t : ready) +
+                            opw[p] * scale * (pass ? 1 - share : share) / m;
+                        end[(size_t)p * m + k] = t;
                     }
-                    free_at[s] = t;
-                    first = 0;
-                    seg = 0;
-                    any = 0;
-                }
-                if (in_stage) {
-                    double share = forward_share(&g->ops[o]);
-                    if (!any)
-                        starts_bn = g->ops[o].kind == TSL_OP_BATCHNORM;
-                    seg += opw[o] * scale * (pass ? 1 - share : share);
-                    any = 1;
-                }
-            }
-            if (total <= 0) { /* a stage without ops: its time, passed through */
-                double t = free_at[s];
-                for (int32_t k = 0; k < m; k++) {
-                    t = (t > done[k] ? t : done[k]) + stage_t[s] / (2.0 * m);
-                    seg_end[k] = t;
-                }
                 free_at[s] = t;
+                first = q;
             }
-            for (int32_t k = 0; k < m; k++)
-                done[k] = seg_end[k];
         }
-        /* (the backward's first stage, the last, starts from free_at: its whole forward) */
+        if (!pass) { /* the loss waits for the whole forward */
+            for (int32_t s = 0; s < stages; s++)
+                loss = free_at[s] > loss ? free_at[s] : loss;
+            memcpy(fwd, end, sizeof *end * (size_t)n * m);
+        }
     }
-    double end = 0;
+    double finish = 0;
     for (int32_t s = 0; s < stages; s++)
-        end = free_at[s] > end ? free_at[s] : end;
-    return end;
+        finish = free_at[s] > finish ? free_at[s] : finish;
+    return finish;
 }
 
 tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
@@ -183,15 +229,18 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
            *shares = calloc((size_t)nranks, sizeof *shares),
            *opw = calloc((size_t)g->nops + 1, sizeof *opw),
            *stage_t = calloc((size_t)stages + 1, sizeof *stage_t),
-           *scratch = calloc(2 * (size_t)(plan->micro > 0 ? plan->micro : 1) + (size_t)stages + 1,
+           *scratch = calloc(2 * (size_t)g->nops * (size_t)(plan->micro > 0 ? plan->micro : 1) +
+                                 (size_t)stages + 1,
                              sizeof *scratch);
+    int32_t *iscratch =
+        malloc(sizeof *iscratch * ((size_t)g->nops * (1 + TSL_GRAPH_MAX_INPUTS) + 1));
     int64_t *tiles = calloc((size_t)nranks, sizeof *tiles),
             *elements = calloc((size_t)nranks, sizeof *elements),
             *sent = calloc((size_t)nranks * TSL_TRAFFIC_TERMS, sizeof *sent),
             *peak = calloc((size_t)nranks, sizeof *peak),
             *received = calloc((size_t)nranks, sizeof *received);
-    if (!op_stage || !compute || !tasks || !shares || !opw || !stage_t || !scratch || !tiles ||
-        !elements || !sent || !peak || !received)
+    if (!op_stage || !compute || !tasks || !shares || !opw || !stage_t || !scratch || !iscratch ||
+        !tiles || !elements || !sent || !peak || !received)
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
@@ -286,10 +335,10 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
             longest = stage_time > longest ? stage_time : longest;
         }
         /* M micro-batches through S stages, batch norms waiting for all of them */
-        out->seconds =
-            stages > 1 || plan->micro > 1
-                ? pipeline_seconds(g, op_stage, opw, stage_t, stages, plan->micro, scratch)
-                : stage_t[0];
+        out->seconds = stages > 1 || plan->micro > 1
+                           ? pipeline_seconds(g, op_stage, opw, stage_t, stages, plan->micro,
+                                              scratch, iscratch)
+                           : stage_t[0];
         out->terms[TSL_TERM_BUBBLE] = out->seconds > longest ? out->seconds - longest : 0;
         /* the step's waits that do not grow with its tasks, once */
         /* (a spatial plan's: what the windows' run waited, halos beyond the halo term) */
@@ -314,6 +363,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     free(opw);
     free(stage_t);
     free(scratch);
+    free(iscratch);
     free(tiles);
     free(elements);
     free(sent);

@@ -382,8 +382,10 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * their time. A pipeline of S stages (a stage's time: its slowest rank's, spread over its ops by
  * their compute, a third of it the forward for ops with parameters and half for the others) and M
  * micro-batches is played out: each stage takes its micro-batches through its forward and then its
- * backward one at a time, micro-batch k waiting for micro-batch k of the stage before (forward) or
- * after (backward), the last stage's backward for its whole forward (the loss); a batch norm, whose
+ * backward one at a time, an op's micro-batch k waiting for micro-batch k of the ops of other
+ * stages it depends on (forward: its inputs' producers; backward: its output's readers, and the
+ * loss, which waits for the whole forward), so stages on parallel branches of the graph run at
+ * once; a batch norm, whose
  * statistics are exact over the whole batch, waits for every micro-batch of its input (forward) and
  * of its output gradient (backward). Without batch norm that is GPipe's (the sum of the stage times
  * + (M - 1) x the slowest) / M for equal stages; with a batch norm in every block the stages

@@ -325,6 +325,52 @@ TEST(PlanModel, PipelinesOverlapOnlyBetweenBatchNorms)
     }
 }
 
+// Stages on parallel branches of the graph run at once: input (2, 8, 8) -> channel 0 -> three
+// 3x3 convolutions (branch A, stage 0); channel 1 -> three more (branch B, stage 1, from the
+// input on stage 0) -> A + B -> flatten -> linear (stage 1). B's forward needs nothing of stage
+// 0, so it runs beside A; the add waits for A. One micro-batch: stage 1's forward ends at
+// max(A, B) + the head, not A + B + the head (a chain of the same ops does).
+TEST(PlanModel, PipelineStagesOnParallelBranchesRunAtOnce)
+{
+    const int64_t k[2] = {3, 3}, lo0[3] = {0, 0, 0}, hi0[3] = {1, 8, 8}, lo1[3] = {1, 0, 0},
+                  hi1[3] = {2, 8, 8};
+    tsl_conv_params cp;
+    int32_t x = -1, a, b, v;
+    tsl_graph_t g = graph_on_8x8(2, &x, &cp);
+    ASSERT_EQ(tsl_graph_slice(g, x, lo0, hi0, &a), TSL_OK);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(tsl_graph_conv(g, ("a" + std::to_string(i)).c_str(), a, 4, k, &cp, 0, 0, &a),
+                  TSL_OK);
+    ASSERT_EQ(tsl_graph_slice(g, x, lo1, hi1, &b), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_stage(g, b, 1), TSL_OK);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(tsl_graph_conv(g, ("b" + std::to_string(i)).c_str(), b, 4, k, &cp, 0, 0, &b),
+                  TSL_OK);
+    ASSERT_EQ(tsl_graph_add(g, a, b, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_flatten(g, v, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "fc", v, 2, 1, &v), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, v), TSL_OK);
+    int32_t nops = tsl_graph_op_count(g);
+    ASSERT_EQ(nops, 12); // input, slice, 3 convs, slice, 3 convs, add, flatten, fc
+    std::vector<double> op(nops, 1e-4);
+    tsl_plan_costs costs{};
+    costs.nops = nops;
+    costs.op_seconds = op.data();
+    costs.bandwidth = 1e15;
+    tsl_plan plan;
+    ASSERT_EQ(tsl_plan_parse("stages=2", &plan), TSL_OK);
+    tsl_plan_prediction out;
+    ASSERT_EQ(tsl_plan_predict(&plan, g, 2, 1, 16, 1, &costs, &out), TSL_OK) << tsl_last_error();
+    // u: one op for the batch; the forwards take a third of an op with parameters (convs, fc),
+    // half of the others. Forward: A (slice + 3 convs) and B alike at once, then add, flatten,
+    // fc; backward: fc, flatten, add, then B and A at once again.
+    const double u = 1e-4 * 16, branch_f = u / 2 + 3 * u / 3, head_f = u / 2 + u / 2 + u / 3;
+    const double branch_b = u / 2 + 3 * 2 * u / 3, head_b = u / 2 + u / 2 + 2 * u / 3;
+    EXPECT_NEAR(out.seconds, branch_f + head_f + head_b + branch_b, 1e-9);
+    EXPECT_LT(out.seconds, 0.7 * u * (nops - 1)); // the ops one after the other
+    tsl_graph_destroy(g);
+}
+
 // The peak estimate of a pipeline: a rank takes its micro-batches through the backward one
 // after the other, so micro-batch j's input gradients are made after micro-batch j - 1's output
 // and output gradient are gone; the peak at the backward's start shrinks with more of them (the
