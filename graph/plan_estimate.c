@@ -720,6 +720,25 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 live_add(live, bytes, isize, o, nranks, olo, ohi, -1);
                 live_add(live, bytes, xcopy, o, nranks, olo, ohi, -1);
             }
+            /* A norm's fused ReLU output is read in the backward only by the ops it feeds (the
+             * fused backward masks by its input): its memory goes once the last of them is done,
+             * before the norm's backward makes its input gradient (the executor releases it
+             * after submitting that backward, which runs ahead of the tasks). */
+            for (int32_t k = 0; k < nin && micro == 1; k++) {
+                int32_t v = ins[k], r = g->values[v].producer, later = 0;
+                if (v == out || gone[v] || r < 0 || !fused[r])
+                    continue;
+                for (int32_t j = 0; j < o && !later; j++) {
+                    int32_t jin[TSL_GRAPH_MAX_INPUTS], nj = tsl_graph_exec_inputs(g, j, fold, jin);
+                    for (int32_t q = 0; q < nj && !later; q++)
+                        later = jin[q] == v && !fused[j] && fold[j] < 0 && j != r &&
+                                tsl_graph_op_reads_input_backward(&g->ops[j]);
+                }
+                if (!later) {
+                    gone[v] = 1;
+                    live_add(live, bytes, size, v, nranks, vlo, vhi, -1);
+                }
+            }
         }
     }
     free(op_stage);

@@ -962,7 +962,11 @@ TEST(Plan, StagesCutConsecutiveOpsAsTheBalanceSays)
                     unfolded += 2 * 4 * tsl_shape_numel(&g->values[g->ops[o].output].shape);
             EXPECT_EQ(sum, one + unfolded) << b;
         }
-        EXPECT_LT(largest_peak_of[TSL_BALANCE_MEMORY], largest_peak_of[TSL_BALANCE_LAYERS]);
+        // (at 4 stages both end with the same last stage, up1 -> classifier, the largest rank
+        // whatever the other cuts: no worse then)
+        if (stages == 2)
+            EXPECT_LT(largest_peak_of[TSL_BALANCE_MEMORY], largest_peak_of[TSL_BALANCE_LAYERS]);
+        EXPECT_LE(largest_peak_of[TSL_BALANCE_MEMORY], largest_peak_of[TSL_BALANCE_LAYERS]);
         EXPECT_LE(largest_peak_of[TSL_BALANCE_MEMORY], largest_peak_of[TSL_BALANCE_TIME]);
         bool ordered;
         double naive_ops = largest_stage(split[TSL_BALANCE_LAYERS], ones, stages, &ordered);
@@ -1318,7 +1322,9 @@ TEST(Plan, ConcatenationsFoldIntoTheirConvolution)
 // after b's conv), r2, c (r2 dropped): 13 P. Backward: c's gradient (15), r2 made again (19)
 // and its gradient (23), c's gradient gone (21), b's gradient (25), r2 and its gradient gone
 // (17), r1 made again and its gradient (25), and so on: 25 P. Keeping r1 and r2 instead, the
-// forward ends at 21 P and the backward peaks at 29 P.
+// forward ends at 21 P and the backward peaks at 27 P: c's gradient (23) and r2's (27), then c's
+// gradient and r2 go (no backward reads r2 after c's: the fused backward masks by b), before
+// bn2's backward makes b's gradient (25).
 TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
 {
     int32_t a, r1, b, r2, c, v;
@@ -1338,7 +1344,7 @@ TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
     tsl_plan plan;
     ASSERT_EQ(tsl_plan_parse("recompute=1", &plan), TSL_OK);
     expect_peak_planes(g, 39, 25, &plan);
-    expect_peak_planes(g, 39, 29); // kept
+    expect_peak_planes(g, 39, 27); // kept
     // A reader on another stage than the batch norm: kept.
     std::vector<int32_t> stage((size_t)g->nops, 0);
     stage[(size_t)g->values[c].producer] = 1;
@@ -1366,7 +1372,7 @@ TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
     EXPECT_EQ(tsl_graph_recomputed(g, r1, nullptr), g->values[a].producer + 1);
     EXPECT_EQ(tsl_graph_recomputed(g, r2, nullptr), g->values[b].producer + 1);
     expect_peak_planes(g, 39, 25, &plan);
-    expect_peak_planes(g, 39, 29);
+    expect_peak_planes(g, 39, 27);
     tsl_graph_destroy(g);
 }
 
