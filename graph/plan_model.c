@@ -260,8 +260,11 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
         double per_sample = costs->op_seconds[o];
         if (cut && costs->op_seconds_windowed)
             per_sample = costs->op_seconds_windowed[o];
-        if (chan && costs->op_seconds_channels && costs->op_seconds_channels[o] > per_sample)
-            per_sample = costs->op_seconds_channels[o];
+        const double *on_channels = plan->channels > 1 && costs->op_seconds_input_channels
+                                        ? costs->op_seconds_input_channels
+                                        : costs->op_seconds_channels;
+        if (chan && on_channels && on_channels[o] > per_sample)
+            per_sample = on_channels[o];
         double per_tile = g->ops[o].nparams > 0 ? 3 : 2;
         if (remade && remade[o]) { /* the remaking pass, on the op's tiles (scaled as they are) */
             double base = costs->op_seconds[o];

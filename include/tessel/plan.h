@@ -369,7 +369,8 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * calibration run and a ping-pong between ranks give, see tsl_model_calibrate()) and the
  * plan's geometry. Per rank r of stage s, each op o of the stage costs
  * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space,
- * op_seconds_channels[o] where along channels, the larger where both) x batch x (the
+ * op_seconds_channels[o] where along channels (op_seconds_input_channels[o] under channels=),
+ * the larger where both) x batch x (the
  * share of o's output tiles that r owns) / min(workers, r's tiles of it) of compute, and (2, or 3
  * with parameters) tasks per tile x task_seconds / the same parallelism (plus the step's waits
  * once, in the tasks term: wait_seconds, or wait_seconds_windowed for a plan cutting samples in
@@ -416,6 +417,9 @@ typedef struct tsl_plan_costs {
                                              op_seconds (about one of its four passes) */
     double wait_seconds_windowed;       /**< wait_seconds of plans that cut samples in space (halos
                                              waited for beyond the halo term); 0: wait_seconds */
+    const double *op_seconds_input_channels; /**< op_seconds_channels for plans cutting the
+                                                  layers' input channels (channels=); NULL: as
+                                                  op_seconds_channels */
 } tsl_plan_costs;
 
 /** The terms of a predicted step (tsl_plan_prediction). */

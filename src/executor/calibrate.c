@@ -196,10 +196,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     const char **names = calloc(2 * (size_t)nops + 1, sizeof *names);
     char(*bufs)[LABEL] = calloc(2 * (size_t)nops + 1, sizeof *bufs);
     uint8_t *remade = calloc((size_t)nops + 1, 1);
-    /* four runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, channel
-     * tiles */
-    double *local = calloc(4 * (size_t)n, sizeof *local),
-           *sums = calloc(4 * (size_t)n, sizeof *sums);
+    /* five runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, output-
+     * and input-channel tiles */
+    double *local = calloc(5 * (size_t)n, sizeof *local),
+           *sums = calloc(5 * (size_t)n, sizeof *sums);
     tsl_status st = names && bufs && remade && local && sums ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     int32_t remaking = st ? -1 : tsl_graph_remade_norms(g, NULL, remade);
     if (remaking < 0)
@@ -225,7 +225,8 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
      * spatial plan runs them: its tasks run some 10 % longer than the same windows on one rank),
      * else, or where that plan does not fit, the samples cut in two along their longest dimension
      * (tiles=2); 4: on several ranks, filters=R where R divides some convolution's channels
-     * (channel tiles) */
+     * (output-channel tiles); 5: there, channels=R too (input-channel tiles: a layer's partial
+     * outputs and their sum; a plan that cannot take it leaves these costs as filters=R's) */
     tsl_plan base, finer, windows, halves, filters;
     tsl_plan_init(&base);
     base.data = ctx->size;
@@ -249,9 +250,14 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     tsl_plan_init(&filters);
     filters.filters = ctx->size;
     int channels = spatial && ctx->size > 1 && filter_plan_fits(&filters, g, ctx->size);
-    const tsl_plan *plans[4] = {remaking > 0 ? &base : NULL, &finer, &windows, &filters};
-    for (int k = 0; k < 4 && !st; k++) {
-        if ((k == 2 && !spatial) || (k == 3 && !channels))
+    tsl_plan inputs; /* 5: channels=R, the convolutions' input channels cut (their own costs:
+                        partial outputs, then their sum) */
+    tsl_plan_init(&inputs);
+    inputs.channels = ctx->size;
+    int by_inputs = channels && filter_plan_fits(&inputs, g, ctx->size);
+    const tsl_plan *plans[5] = {remaking > 0 ? &base : NULL, &finer, &windows, &filters, &inputs};
+    for (int k = 0; k < 5 && !st; k++) {
+        if ((k == 2 && !spatial) || (k == 3 && !channels) || (k == 4 && !by_inputs))
             continue;
         measured m = {local + (size_t)k * n, 0, 0};
         st = measure(ctx, g, plans[k], batch, steps, x, labels, remade, names, bufs, &m);
@@ -260,16 +266,22 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
             m.idle = m.tasks = 0;
             st = measure(ctx, g, &halves, batch, steps, x, labels, remade, names, bufs, &m);
         }
+        if (st && k == 4) { /* (the model refused channels=R: filters=R's costs serve) */
+            memset(local + (size_t)k * n, 0, sizeof *local * (size_t)n);
+            by_inputs = 0;
+            st = TSL_OK;
+            continue;
+        }
         if (!st) {
             local[(size_t)k * n + idle_at] = m.idle;
             local[(size_t)k * n + tasks_at] = m.tasks;
         }
     }
     if (!st) { /* the same on every rank: its own outcome decides nothing alone */
-        MPI_Allreduce(local, sums, 4 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        MPI_Allreduce(local, sums, 5 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
         int32_t producer = g->values[g->output].producer;
         double busy[2] = {0, 0}, per = (double)steps * (double)batch;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             double *r = sums + (size_t)k * n;
             r[g->ops[producer].kind == TSL_OP_INPUT ? 0 : producer] += r[nops];
             for (int32_t o = 0; k < 2 && o < nops; o++)
@@ -297,18 +309,21 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         }
         st = tsl_context_measure_link(ctx, &head[1], &head[2]);
         MPI_Bcast(head, 5, MPI_DOUBLE, 0, ctx->ctl_comm);
-        MPI_Bcast(sums, 4 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
+        MPI_Bcast(sums, 5 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
         for (int32_t o = 0; o < nops; o++) {
             op_seconds[o] = sums[o] / per;
             op_seconds[nops + o] = spatial ? sums[2 * (size_t)n + o] / per : op_seconds[o];
             op_seconds[2 * nops + o] = channels ? sums[3 * (size_t)n + o] / per : op_seconds[o];
             op_seconds[3 * nops + o] = sums[nops + 1 + o] / per;
+            op_seconds[4 * nops + o] =
+                by_inputs ? sums[4 * (size_t)n + o] / per : op_seconds[2 * nops + o];
         }
         costs->nops = nops;
         costs->op_seconds = op_seconds;
         costs->op_seconds_windowed = spatial ? op_seconds + nops : NULL;
         costs->op_seconds_channels = channels ? op_seconds + 2 * nops : NULL;
         costs->op_seconds_recompute = remaking > 0 ? op_seconds + 3 * nops : NULL;
+        costs->op_seconds_input_channels = by_inputs ? op_seconds + 4 * nops : NULL;
         costs->task_seconds = head[0];
         costs->wait_seconds = head[3];
         costs->wait_seconds_windowed = head[4];

@@ -1477,7 +1477,7 @@ TEST(Model, CalibrationTimesTheRemakingOfNormOutputsApart)
     g = built(ok, g);
     ASSERT_NE(g, nullptr);
     const int32_t nops = tsl_graph_op_count(g);
-    std::vector<double> op_seconds(4 * (size_t)nops, -1.0);
+    std::vector<double> op_seconds(5 * (size_t)nops, -1.0);
     tsl_plan_costs costs;
     ASSERT_EQ(tsl_model_calibrate(ctx, g, 4, 1, op_seconds.data(), &costs), TSL_OK)
         << tsl_context_last_error(ctx);
@@ -1492,6 +1492,25 @@ TEST(Model, CalibrationTimesTheRemakingOfNormOutputsApart)
         }
     }
     EXPECT_GT(op_seconds[(size_t)bn0], 0.0);
+    // on several ranks, the ops on output-channel tiles (filters=R) and on input-channel tiles
+    // (channels=R), each measured
+    if (size > 1) {
+        ASSERT_EQ(costs.op_seconds_channels, op_seconds.data() + 2 * nops);
+        if (size == 2)
+            ASSERT_EQ(costs.op_seconds_input_channels, op_seconds.data() + 4 * nops);
+        for (int32_t o = 0; o < nops; o++) {
+            tsl_op_kind kind;
+            ASSERT_EQ(tsl_graph_op_info(g, o, &kind, nullptr, nullptr), TSL_OK);
+            if (kind != TSL_OP_CONV)
+                continue;
+            EXPECT_GT(op_seconds[(size_t)(2 * nops + o)], 0.0) << "op " << o;
+            if (costs.op_seconds_input_channels)
+                EXPECT_GT(op_seconds[(size_t)(4 * nops + o)], 0.0) << "op " << o;
+        }
+    } else {
+        EXPECT_EQ(costs.op_seconds_channels, nullptr);
+        EXPECT_EQ(costs.op_seconds_input_channels, nullptr);
+    }
     tsl_graph_destroy(g);
 }
 
@@ -2529,7 +2548,7 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
     // convolution and linear layer gets a time, and every convolution one on windows (space=R
     // across the ranks on several, two halves of each sample on one).
     const int32_t nops = tsl_graph_op_count(several);
-    std::vector<double> op_seconds(4 * (size_t)nops, -1.0);
+    std::vector<double> op_seconds(5 * (size_t)nops, -1.0);
     tsl_plan_costs costs;
     ASSERT_EQ(tsl_model_calibrate(ctx, several, n, 1, op_seconds.data(), &costs), TSL_OK)
         << tsl_context_last_error(ctx);

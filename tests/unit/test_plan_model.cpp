@@ -461,6 +461,19 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     EXPECT_NEAR(sp.seconds, std::max(work(sp), sp_overlapped) + sp.terms[TSL_TERM_BATCHNORM],
                 1e-9 * sp.seconds);
     costs.bandwidth = 1e10;
+    // ops on channel tiles take the channel tiles' costs: output channels' (filters=) and, where
+    // measured apart, input channels' (channels=)
+    {
+        std::vector<double> out_ch(nops, 2e-4), in_ch(nops, 6e-4);
+        costs.op_seconds_channels = out_ch.data();
+        double f0 = predict("filters=2", 2, 1).terms[TSL_TERM_COMPUTE],
+               c0 = predict("channels=2", 2, 1).terms[TSL_TERM_COMPUTE];
+        costs.op_seconds_input_channels = in_ch.data();
+        EXPECT_EQ(predict("filters=2", 2, 1).terms[TSL_TERM_COMPUTE], f0);
+        EXPECT_GT(predict("channels=2", 2, 1).terms[TSL_TERM_COMPUTE], 1.5 * c0);
+        costs.op_seconds_channels = costs.op_seconds_input_channels = nullptr;
+        EXPECT_LT(predict("channels=2", 2, 1).terms[TSL_TERM_COMPUTE], c0);
+    }
     // the step's waits, once: a spatial plan's those of the calibration's windows (halos)
     {
         tsl_plan_prediction d0 = predict("data=2", 2, 1), s0 = predict("space=2", 2, 1);
