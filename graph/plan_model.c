@@ -23,7 +23,7 @@ const char *tsl_plan_term_name(int32_t term)
 static tsl_status op_shares(const tsl_plan *plan, const struct tsl_graph *g, const tsl_shape *input,
                             int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
                             int32_t o, int64_t *elements, double *shares, int64_t *tiles, int *cut,
-                            int *chan)
+                            int *chan, int *last)
 {
     const tsl_shape *sample = &g->values[g->ops[o].output].shape;
     tsl_tile_grid grid;
@@ -34,6 +34,7 @@ static tsl_status op_shares(const tsl_plan *plan, const struct tsl_graph *g, con
     for (int d = 2; !st && d <= sample->ndim; d++)
         *cut |= grid.splits[d] > 1;
     *chan = !st && sample->ndim >= 1 && grid.splits[1] > 1;
+    *last = !st && sample->ndim >= 3 && grid.splits[sample->ndim] > 1;
     memset(elements, 0, sizeof *elements * (size_t)nranks);
     memset(tiles, 0, sizeof *tiles * (size_t)nranks);
     if (!st)
@@ -251,15 +252,18 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     for (int32_t o = 0; o < g->nops && !st; o++) {
         if (g->ops[o].kind == TSL_OP_INPUT)
             continue;
-        int cut = 0, chan = 0;
+        int cut = 0, chan = 0, last = 0;
         if ((st = op_shares(plan, g, &input, nranks, op_stage[o], workers, batch, o, elements,
-                            shares, tiles, &cut, &chan)))
+                            shares, tiles, &cut, &chan, &last)))
             break;
         /* an op on spatial tiles runs on windows, one on channel tiles passes over them: its
          * cost measured so where there is one (the larger for both) */
         double per_sample = costs->op_seconds[o];
         if (cut && costs->op_seconds_windowed)
             per_sample = costs->op_seconds_windowed[o];
+        if (last && costs->op_seconds_windowed_last &&
+            costs->op_seconds_windowed_last[o] > per_sample)
+            per_sample = costs->op_seconds_windowed_last[o];
         const double *on_channels = plan->channels > 1 && costs->op_seconds_input_channels
                                         ? costs->op_seconds_input_channels
                                         : costs->op_seconds_channels;

@@ -71,16 +71,18 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * halos exchanged between ranks) or, on one rank or where space=R does not fit, with
  * data=R,tiles=2 (every sample cut in two), and on R > 1 ranks with filters=R where R divides some
  * convolution's channels (output-channel tiles) and then with channels=R (input-channel tiles)
- * where that plan fits too; where the backward can make a norm's fused ReLU output
- * again (tsl_graph_recomputed()), the first two with recompute=1, those remaking tasks timed
- * apart. op_seconds[o] is the run time of op o's tasks, forward
- * and backward (the loss's with the output's producer), summed over every rank and worker, per
- * sample, under the default plan; op_seconds[nops + o] the same on windows (costs->
- * op_seconds_windowed points there; NULL without spatial dimensions); op_seconds[2 nops + o]
- * on channel tiles (costs->op_seconds_channels; NULL when not measured); op_seconds[3 nops + o]
- * the remaking of norm o's ReLU output in the default run (costs->op_seconds_recompute; NULL,
- * all 0, where nothing is remade); op_seconds[4 nops + o] on input-channel tiles
- * (costs->op_seconds_input_channels; NULL, the output-channel costs, when not measured).
+ * where that plan fits too, and for samples of 2 or 3 spatial dimensions on R > 1 ranks with the
+ * samples cut across the ranks along their last spatial dimension; where the backward can make a
+ * norm's fused ReLU output again (tsl_graph_recomputed()), the first two with recompute=1, those
+ * remaking tasks timed apart. op_seconds[o] is the run time of op o's tasks, forward and backward
+ * (the loss's with the output's producer), summed over every rank and worker, per sample, under the
+ * default plan; op_seconds[nops + o] the same on windows (costs-> op_seconds_windowed points there;
+ * NULL without spatial dimensions); op_seconds[2 nops + o] on channel tiles
+ * (costs->op_seconds_channels; NULL when not measured); op_seconds[3 nops + o] the remaking of norm
+ * o's ReLU output in the default run (costs->op_seconds_recompute; NULL, all 0, where nothing is
+ * remade); op_seconds[4 nops + o] on input-channel tiles (costs->op_seconds_input_channels; NULL,
+ * the output-channel costs, when not measured); op_seconds[5 nops + o] on windows cut along the
+ * last spatial dimension (costs->op_seconds_windowed_last; NULL, the windows', when not measured).
  * costs->task_seconds is
  * the busy time and the workers' time outside tasks that the finer tiles added per task they
  * added; costs->wait_seconds the rest of the default run's time outside tasks, per worker and
@@ -88,7 +90,7 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * costs->wait_seconds_windowed the same of the windows' run (0 without spatial dimensions);
  * costs->latency and
  * costs->bandwidth from tsl_context_measure_link(). Every rank gets rank 0's numbers.
- * @param[out] op_seconds 5 x tsl_graph_op_count() entries (costs->op_seconds points at it)
+ * @param[out] op_seconds 6 x tsl_graph_op_count() entries (costs->op_seconds points at it)
  */
 TSL_API tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t graph, int64_t batch,
                                        int32_t steps, double *op_seconds, tsl_plan_costs *costs);

@@ -368,7 +368,8 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * A plan's training step is predicted from measured costs (tsl_plan_costs: what one rank's
  * calibration run and a ping-pong between ranks give, see tsl_model_calibrate()) and the
  * plan's geometry. Per rank r of stage s, each op o of the stage costs
- * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space,
+ * op_seconds[o] (op_seconds_windowed[o] where the plan cuts its output in space, the larger of it
+ * and op_seconds_windowed_last[o] where along its last spatial dimension,
  * op_seconds_channels[o] where along channels (op_seconds_input_channels[o] under channels=),
  * the larger where both) x batch x (the
  * share of o's output tiles that r owns) / min(workers, r's tiles of it) of compute, and (2, or 3
@@ -420,6 +421,10 @@ typedef struct tsl_plan_costs {
     const double *op_seconds_input_channels; /**< op_seconds_channels for plans cutting the
                                                   layers' input channels (channels=); NULL: as
                                                   op_seconds_channels */
+    const double *op_seconds_windowed_last;  /**< op_seconds_windowed for outputs cut along
+                                                  their last spatial dimension (short rows),
+                                                  samples of 2 or 3; NULL: as
+                                                  op_seconds_windowed */
 } tsl_plan_costs;
 
 /** The terms of a predicted step (tsl_plan_prediction). */

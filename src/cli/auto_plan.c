@@ -79,10 +79,10 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t worke
     return home_file(name, path, size);
 }
 
-/* Read a cached calibration of nops ops (5 x nops costs: sample tiles, windows, output-channel
- * tiles, remaking, input-channel tiles), a task's cost, the two waits (wait_seconds, windowed)
- * and whether it has windowed, channel, remaking and input-channel costs (flags); 0 when it
- * was there and whole. */
+/* Read a cached calibration of nops ops (6 x nops costs: sample tiles, windows, output-channel
+ * tiles, remaking, input-channel tiles, windows cut along the last dimension), a task's cost,
+ * the two waits (wait_seconds, windowed) and whether it has each kind of cost but the first
+ * (flags); 0 when it was there and whole. */
 static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task,
                       double *wait, int *flags)
 {
@@ -90,13 +90,13 @@ static int cache_read(const char *path, int32_t nops, double *op_seconds, double
     if (!f)
         return -1;
     int n = 0,
-        ok =
-            fscanf(f,
-                   "tessel calibration 8 ops %d windowed %d channels %d recompute %d inputs "
-                   "%d task %lg wait %lg %lg",
-                   &n, &flags[0], &flags[1], &flags[2], &flags[3], task, &wait[0], &wait[1]) == 8 &&
-            n == nops;
-    for (int32_t o = 0; ok && o < 5 * nops; o++)
+        ok = fscanf(f,
+                    "tessel calibration 9 ops %d windowed %d channels %d recompute %d inputs "
+                    "%d last %d task %lg wait %lg %lg",
+                    &n, &flags[0], &flags[1], &flags[2], &flags[3], &flags[4], task, &wait[0],
+                    &wait[1]) == 9 &&
+             n == nops;
+    for (int32_t o = 0; ok && o < 6 * nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
     fclose(f);
     return ok ? 0 : -1;
@@ -106,12 +106,13 @@ static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
     fprintf(f,
-            "tessel calibration 8 ops %d windowed %d channels %d recompute %d inputs %d task "
-            "%.17g wait %.17g %.17g\n",
+            "tessel calibration 9 ops %d windowed %d channels %d recompute %d inputs %d last %d "
+            "task %.17g wait %.17g %.17g\n",
             (int)c->nops, c->op_seconds_windowed != NULL, c->op_seconds_channels != NULL,
-            c->op_seconds_recompute != NULL, c->op_seconds_input_channels != NULL, c->task_seconds,
-            c->wait_seconds, c->wait_seconds_windowed);
-    for (int32_t o = 0; o < 5 * c->nops; o++)
+            c->op_seconds_recompute != NULL, c->op_seconds_input_channels != NULL,
+            c->op_seconds_windowed_last != NULL, c->task_seconds, c->wait_seconds,
+            c->wait_seconds_windowed);
+    for (int32_t o = 0; o < 6 * c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
 }
@@ -144,7 +145,7 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
     double task[3] = {0, 0, 0}; /* task_seconds, wait_seconds, wait_seconds_windowed */
-    int have = 0, flags[4] = {0, 0, 0, 0};
+    int have = 0, flags[5] = {0, 0, 0, 0, 0};
     if (rank == 0 && ranks == 1 && for_ranks > 1) /* a run on several ranks' first */
         have = cache_path(g, batch, for_ranks, workers, path, sizeof path) == 0 &&
                        cache_read(path, nops, op_seconds, &task[0], &task[1], flags) == 0
@@ -158,14 +159,15 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
     tsl_status st = TSL_OK;
     if (have) { /* the ops' costs from the cache, the network measured now */
         MPI_Bcast(task, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        MPI_Bcast(flags, 4, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Bcast(op_seconds, 5 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(flags, 5, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(op_seconds, 6 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
         costs->op_seconds = op_seconds;
         costs->op_seconds_windowed = flags[0] ? op_seconds + nops : NULL;
         costs->op_seconds_channels = flags[1] ? op_seconds + 2 * nops : NULL;
         costs->op_seconds_recompute = flags[2] ? op_seconds + 3 * nops : NULL;
         costs->op_seconds_input_channels = flags[3] ? op_seconds + 4 * nops : NULL;
+        costs->op_seconds_windowed_last = flags[4] ? op_seconds + 5 * nops : NULL;
         costs->task_seconds = task[0];
         costs->wait_seconds = task[1];
         costs->wait_seconds_windowed = task[2];

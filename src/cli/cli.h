@@ -376,7 +376,7 @@ int command_bench(int argc, char **argv);
  * overhead. */
 int64_t auto_budget_bytes(long mem_mib, long overhead_mib, long ranks_here);
 
-/* The performance model's costs for g at this batch on ctx (collective; op_seconds: 5 x the ops):
+/* The performance model's costs for g at this batch on ctx (collective; op_seconds: 6 x the ops):
  * the cached calibration of this model, batch and worker count, or a new one
  * (tsl_model_calibrate(), kept in the StarPU home's .starpu/tessel/), and the network measured now
  * (tsl_context_measure_link(), kept there too with several ranks). On one process predicting

@@ -568,7 +568,7 @@ static int choose_plan(session *s, train_options *o, tsl_graph_t g)
     int32_t ranks = 1, workers = 1, nops = tsl_graph_op_count(g), count = 0, total = 0, cached = 0;
     tsl_context_size(s->ctx, &ranks);
     tsl_context_worker_count(s->ctx, TSL_WORKER_CPU, &workers);
-    double *op_seconds = calloc(5 * (size_t)nops + 1, sizeof *op_seconds);
+    double *op_seconds = calloc(6 * (size_t)nops + 1, sizeof *op_seconds);
     tsl_plan_prediction ranked[5];
     tsl_plan_costs costs = {0};
     tsl_status st = op_seconds ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;

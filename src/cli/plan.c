@@ -541,7 +541,7 @@ static int choose(const plan_options *o, tsl_graph_t g, long ranks, int32_t stat
     config.ncuda = 0;
     tsl_context_t ctx = NULL;
     int32_t nops = tsl_graph_op_count(g), count = 0, total = 0;
-    double *op_seconds = calloc(5 * (size_t)nops + 1, sizeof *op_seconds);
+    double *op_seconds = calloc(6 * (size_t)nops + 1, sizeof *op_seconds);
     tsl_plan_costs costs = {0};
     tsl_plan_prediction *ranked = NULL;
     int cached = 0, code = 0;

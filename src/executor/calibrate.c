@@ -196,10 +196,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     const char **names = calloc(2 * (size_t)nops + 1, sizeof *names);
     char(*bufs)[LABEL] = calloc(2 * (size_t)nops + 1, sizeof *bufs);
     uint8_t *remade = calloc((size_t)nops + 1, 1);
-    /* five runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, output-
-     * and input-channel tiles */
-    double *local = calloc(5 * (size_t)n, sizeof *local),
-           *sums = calloc(5 * (size_t)n, sizeof *sums);
+    /* six runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, output-
+     * and input-channel tiles, windows cut along the last spatial dimension */
+    double *local = calloc(6 * (size_t)n, sizeof *local),
+           *sums = calloc(6 * (size_t)n, sizeof *sums);
     tsl_status st = names && bufs && remade && local && sums ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     int32_t remaking = st ? -1 : tsl_graph_remade_norms(g, NULL, remade);
     if (remaking < 0)
@@ -238,6 +238,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     halves.tiles = 2;
     windows = halves;
     int across_ranks = 0; /* windows is space=R */
+    tsl_plan last; /* 6: samples of 2 or 3 spatial dimensions cut across the ranks along the last
+                      (windows of short rows: some 5-15 % slower than along the first) */
+    tsl_plan_init(&last);
+    int along_last = 0;
     if (spatial && ctx->size > 1) {
         tsl_plan across;
         tsl_plan_init(&across);
@@ -246,6 +250,12 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         across_ranks = tsl_plan_check(&across, in, ctx->size) == TSL_OK;
         if (across_ranks)
             windows = across;
+        int32_t nsp = in->ndim - 1;
+        if (nsp >= 2 && nsp <= 3) {
+            last.space_ndim = nsp;
+            last.space[nsp - 1] = ctx->size;
+            along_last = across_ranks && tsl_plan_check(&last, in, ctx->size) == TSL_OK;
+        }
     }
     tsl_plan_init(&filters);
     filters.filters = ctx->size;
@@ -255,9 +265,11 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     tsl_plan_init(&inputs);
     inputs.channels = ctx->size;
     int by_inputs = channels && filter_plan_fits(&inputs, g, ctx->size);
-    const tsl_plan *plans[5] = {remaking > 0 ? &base : NULL, &finer, &windows, &filters, &inputs};
-    for (int k = 0; k < 5 && !st; k++) {
-        if ((k == 2 && !spatial) || (k == 3 && !channels) || (k == 4 && !by_inputs))
+    const tsl_plan *plans[6] = {
+        remaking > 0 ? &base : NULL, &finer, &windows, &filters, &inputs, &last};
+    for (int k = 0; k < 6 && !st; k++) {
+        if ((k == 2 && !spatial) || (k == 3 && !channels) || (k == 4 && !by_inputs) ||
+            (k == 5 && !along_last))
             continue;
         measured m = {local + (size_t)k * n, 0, 0};
         st = measure(ctx, g, plans[k], batch, steps, x, labels, remade, names, bufs, &m);
@@ -266,9 +278,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
             m.idle = m.tasks = 0;
             st = measure(ctx, g, &halves, batch, steps, x, labels, remade, names, bufs, &m);
         }
-        if (st && k == 4) { /* (the model refused channels=R: filters=R's costs serve) */
+        if (st && k >= 4) { /* (the model refused channels=R: filters=R's costs serve; or the
+                               cut along the last dimension: the first's) */
             memset(local + (size_t)k * n, 0, sizeof *local * (size_t)n);
-            by_inputs = 0;
+            *(k == 4 ? &by_inputs : &along_last) = 0;
             st = TSL_OK;
             continue;
         }
@@ -278,10 +291,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         }
     }
     if (!st) { /* the same on every rank: its own outcome decides nothing alone */
-        MPI_Allreduce(local, sums, 5 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        MPI_Allreduce(local, sums, 6 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
         int32_t producer = g->values[g->output].producer;
         double busy[2] = {0, 0}, per = (double)steps * (double)batch;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 6; k++) {
             double *r = sums + (size_t)k * n;
             r[g->ops[producer].kind == TSL_OP_INPUT ? 0 : producer] += r[nops];
             for (int32_t o = 0; k < 2 && o < nops; o++)
@@ -309,7 +322,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         }
         st = tsl_context_measure_link(ctx, &head[1], &head[2]);
         MPI_Bcast(head, 5, MPI_DOUBLE, 0, ctx->ctl_comm);
-        MPI_Bcast(sums, 5 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
+        MPI_Bcast(sums, 6 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
         for (int32_t o = 0; o < nops; o++) {
             op_seconds[o] = sums[o] / per;
             op_seconds[nops + o] = spatial ? sums[2 * (size_t)n + o] / per : op_seconds[o];
@@ -317,6 +330,8 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
             op_seconds[3 * nops + o] = sums[nops + 1 + o] / per;
             op_seconds[4 * nops + o] =
                 by_inputs ? sums[4 * (size_t)n + o] / per : op_seconds[2 * nops + o];
+            op_seconds[5 * nops + o] =
+                along_last ? sums[5 * (size_t)n + o] / per : op_seconds[nops + o];
         }
         costs->nops = nops;
         costs->op_seconds = op_seconds;
@@ -324,6 +339,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         costs->op_seconds_channels = channels ? op_seconds + 2 * nops : NULL;
         costs->op_seconds_recompute = remaking > 0 ? op_seconds + 3 * nops : NULL;
         costs->op_seconds_input_channels = by_inputs ? op_seconds + 4 * nops : NULL;
+        costs->op_seconds_windowed_last = along_last ? op_seconds + 5 * nops : NULL;
         costs->task_seconds = head[0];
         costs->wait_seconds = head[3];
         costs->wait_seconds_windowed = head[4];

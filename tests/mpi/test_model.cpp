@@ -1477,7 +1477,7 @@ TEST(Model, CalibrationTimesTheRemakingOfNormOutputsApart)
     g = built(ok, g);
     ASSERT_NE(g, nullptr);
     const int32_t nops = tsl_graph_op_count(g);
-    std::vector<double> op_seconds(5 * (size_t)nops, -1.0);
+    std::vector<double> op_seconds(6 * (size_t)nops, -1.0);
     tsl_plan_costs costs;
     ASSERT_EQ(tsl_model_calibrate(ctx, g, 4, 1, op_seconds.data(), &costs), TSL_OK)
         << tsl_context_last_error(ctx);
@@ -1510,6 +1510,18 @@ TEST(Model, CalibrationTimesTheRemakingOfNormOutputsApart)
     } else {
         EXPECT_EQ(costs.op_seconds_channels, nullptr);
         EXPECT_EQ(costs.op_seconds_input_channels, nullptr);
+    }
+    // and on several ranks the windows cut along the last spatial dimension (short rows)
+    if (size > 1) {
+        ASSERT_EQ(costs.op_seconds_windowed_last, op_seconds.data() + 5 * nops);
+        for (int32_t o = 0; o < nops; o++) {
+            tsl_op_kind kind;
+            ASSERT_EQ(tsl_graph_op_info(g, o, &kind, nullptr, nullptr), TSL_OK);
+            if (kind == TSL_OP_CONV)
+                EXPECT_GT(op_seconds[(size_t)(5 * nops + o)], 0.0) << "op " << o;
+        }
+    } else {
+        EXPECT_EQ(costs.op_seconds_windowed_last, nullptr);
     }
     tsl_graph_destroy(g);
 }
@@ -2548,7 +2560,7 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
     // convolution and linear layer gets a time, and every convolution one on windows (space=R
     // across the ranks on several, two halves of each sample on one).
     const int32_t nops = tsl_graph_op_count(several);
-    std::vector<double> op_seconds(5 * (size_t)nops, -1.0);
+    std::vector<double> op_seconds(6 * (size_t)nops, -1.0);
     tsl_plan_costs costs;
     ASSERT_EQ(tsl_model_calibrate(ctx, several, n, 1, op_seconds.data(), &costs), TSL_OK)
         << tsl_context_last_error(ctx);

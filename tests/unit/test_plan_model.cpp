@@ -441,6 +441,16 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     tsl_plan_prediction space = predict("space=2", 2, 1);
     EXPECT_GT(space.terms[TSL_TERM_COMPUTE], 2.0 * serial / 2); // all but the head on windows
     EXPECT_LE(space.terms[TSL_TERM_COMPUTE], 3.0 * serial / 2 * (1 + 1e-9));
+    // cut along the last spatial dimension (space=1x2), the costs measured so where there are
+    // (5x here), else the windows'
+    std::vector<double> rows(nops, 5e-4);
+    costs.op_seconds_windowed_last = rows.data();
+    EXPECT_EQ(predict("space=2", 2, 1).terms[TSL_TERM_COMPUTE], space.terms[TSL_TERM_COMPUTE]);
+    tsl_plan_prediction along_rows = predict("space=1x2", 2, 1);
+    EXPECT_GT(along_rows.terms[TSL_TERM_COMPUTE], 3.0 * serial / 2); // (windows: at most 3x)
+    EXPECT_LE(along_rows.terms[TSL_TERM_COMPUTE], 5.0 * serial / 2 * (1 + 1e-9));
+    costs.op_seconds_windowed_last = nullptr;
+    EXPECT_EQ(predict("space=1x2", 2, 1).terms[TSL_TERM_COMPUTE], space.terms[TSL_TERM_COMPUTE]);
     costs.op_seconds_windowed = nullptr;
     // spatial halos overlap the work; under channel groups the input's other channel tiles
     // (the "halos" term there) come before each pass, on the critical path like the sums
