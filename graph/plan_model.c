@@ -130,7 +130,7 @@ static double ready_at(const struct tsl_graph *g, const int32_t *at, const int32
  * exact over the whole batch, so a batch norm waits for every micro-batch of its input (forward)
  * and of its output gradient (backward): each starts a new segment there, which begins only when
  * the segment before it ends for every micro-batch. Without batch norm a chain of stages gives
- * GPipe's (M + S - 1) / M of the slowest stage for equal stages. scratch: 2 nops M + S;
+ * GPipe's (M + S - 1) / M of the slowest stage for equal stages. scratch: nops M + S;
  * iscratch: nops (1 + TSL_GRAPH_MAX_INPUTS) + 1. */
 static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stage,
                                const double *opw, const double *stage_t, int32_t stages,
@@ -138,8 +138,7 @@ static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stag
 {
     const int32_t n = g->nops, m = micro > 0 ? micro : 1;
     double *end = scratch;                 /* [n x m]: this pass's end of op o, batch k */
-    double *fwd = end + (size_t)n * m;     /* [n x m]: the forward's, for the backward */
-    double *free_at = fwd + (size_t)n * m; /* [stages]: when each stage's worker is free */
+    double *free_at = end + (size_t)n * m; /* [stages]: when each stage's worker is free */
     double loss = 0;
     for (int32_t s = 0; s < stages; s++)
         free_at[s] = 0;
@@ -162,15 +161,13 @@ static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stag
             /* the segments in the pass's op order, each closed at a batch norm; a segment takes
              * micro-batch 0 through its ops, then 1, ... */
             int32_t first = 0; /* q of the segment's first op */
+            int any = 0;       /* whether [first, q) holds an op of the stage */
             for (int32_t q = 0; q <= n; q++) {
                 int32_t o = q < n ? (pass ? n - 1 - q : q) : -1;
                 int in_stage = o >= 0 && op_stage[o] == s && g->ops[o].kind != TSL_OP_INPUT;
-                int any = 0;
-                for (int32_t r = first; r < q && !any; r++) {
-                    int32_t p = pass ? n - 1 - r : r;
-                    any = op_stage[p] == s && g->ops[p].kind != TSL_OP_INPUT;
-                }
-                if (!((in_stage && any && g->ops[o].kind == TSL_OP_BATCHNORM) || (o < 0 && any)))
+                int close = any && (o < 0 || (in_stage && g->ops[o].kind == TSL_OP_BATCHNORM));
+                any |= in_stage;
+                if (!close)
                     continue;
                 double t = free_at[s]; /* close the segment [first, q) */
                 for (int32_t k = 0; k < m; k++)
@@ -186,13 +183,11 @@ static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stag
                     }
                 free_at[s] = t;
                 first = q;
+                any = in_stage;
             }
         }
-        if (!pass) { /* the loss waits for the whole forward */
-            for (int32_t s = 0; s < stages; s++)
-                loss = free_at[s] > loss ? free_at[s] : loss;
-            memcpy(fwd, end, sizeof *end * (size_t)n * m);
-        }
+        for (int32_t s = 0; s < stages && !pass; s++) /* the loss waits for the whole forward */
+            loss = free_at[s] > loss ? free_at[s] : loss;
     }
     double finish = 0;
     for (int32_t s = 0; s < stages; s++)
@@ -230,7 +225,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
            *shares = calloc((size_t)nranks, sizeof *shares),
            *opw = calloc((size_t)g->nops + 1, sizeof *opw),
            *stage_t = calloc((size_t)stages + 1, sizeof *stage_t),
-           *scratch = calloc(2 * (size_t)g->nops * (size_t)(plan->micro > 0 ? plan->micro : 1) +
+           *scratch = calloc((size_t)g->nops * (size_t)(plan->micro > 0 ? plan->micro : 1) +
                                  (size_t)stages + 1,
                              sizeof *scratch);
     int32_t *iscratch =
