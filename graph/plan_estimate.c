@@ -483,12 +483,17 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
      * backward: held likewise, from the step's start until that pass. */
     int64_t *hfwd = calloc((size_t)n * (size_t)nranks + 1, sizeof *hfwd);
     int64_t *hbwd = calloc((size_t)n * (size_t)nranks + 1, sizeof *hbwd);
+    /* An op moved onto a common tile grid (tsl_plan_regrid_bytes): its input there (made in
+     * its forward; kept for a backward that reads it), its output there, and in its backward
+     * their gradients alike. What the moves receive goes with the halos' and copies' entries. */
+    int64_t *rcx = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcx);
+    int64_t *rcy = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcy);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
     shard_reduce *reduce = calloc((size_t)g->nparams + 1, sizeof *reduce);
     uint8_t *owns = calloc((size_t)g->nparams * (size_t)nranks + 1, 1);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
                             size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
-                            hbwd && live && reduce && owns
+                            hbwd && rcx && rcy && live && reduce && owns
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, reduce, owns, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -526,6 +531,19 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         if (!st && op->kind == TSL_OP_CONV)
             st = tsl_plan_halos_received(plan, g, o, nranks, s, workers, batch,
                                          hfwd + (int64_t)o * nranks, hbwd + (int64_t)o * nranks);
+        if (!st && nranks > 1) {
+            int64_t *got = calloc(2 * (size_t)nranks, sizeof *got);
+            st = got ? tsl_plan_regrid_bytes(plan, g, o, nranks, s, workers, batch,
+                                             rcx + (int64_t)o * nranks, rcy + (int64_t)o * nranks,
+                                             got, got + nranks)
+                     : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+            /* received input parts: posted with the step, dropped once copied */
+            for (int32_t r = 0; got && r < nranks; r++) {
+                hfwd[(int64_t)o * nranks + r] += got[r];
+                hbwd[(int64_t)o * nranks + r] += got[nranks + r];
+            }
+            free(got);
+        }
         int32_t f = tsl_plan_channel_groups(plan);
         /* A weight cut by filters whose group holds m ranks (samples or spatial tiles within
          * it): each non-owner makes a partial gradient of its group's tile during the op's
@@ -611,8 +629,12 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
          * folded concatenation's none); a value no backward reads, or one the backward makes
          * again (tsl_graph_recomputed()), goes after its last forward reader. */
         for (int32_t o = 0; o < n; o++) {
+            live_add(live, bytes, rcx, o, nranks, olo, ohi, 1);
+            live_add(live, bytes, rcy, o, nranks, olo, ohi, 1);
             if (relu_of[o] < 0 && fold[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, vlo, vhi, 1);
+            if (!tsl_graph_op_reads_input_backward(&g->ops[o]))
+                live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
             live_add(live, bytes, isize, o, nranks, olo, ohi, 1); /* a max pooling's indices */
             live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the forward's, merged */
             live_add(live, bytes, partials, o, nranks, olo, ohi, -1);
@@ -684,6 +706,14 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 }
             }
             int copies = (y != out && !gone[y]) + written[y] * !tsl_graph_is_input(g, y) + spare[y];
+            /* moved onto the common grid: the output gradient, and the input gradient made there
+             * (then moved back) */
+            const int moved = written[y] && op->ninputs > 0;
+            const int dx_moved = moved && !tsl_graph_is_input(g, op->inputs[0]);
+            if (moved)
+                live_add(live, bytes, rcy, o, nranks, olo, ohi, 1);
+            if (dx_moved)
+                live_add(live, bytes, rcx, o, nranks, olo, ohi, 1);
             /* In a pipeline a rank takes its micro-batches through the backward one after the
              * other (priorities), each tile's memory allocated when its task first writes it
              * and freed after its last reader: micro-batch j's input gradients are made and its
@@ -704,6 +734,13 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             live_add(live, bytes, early, o, nranks, olo, ohi, -1);
             live_add(live, bytes, hbwd, o, nranks, olo, ohi, -1);
             live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the backward's, merged */
+            if (moved) /* the common grid's copies and their gradients released */
+                live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
+            if (dx_moved)
+                live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
+            if (tsl_graph_op_reads_input_backward(op))
+                live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
             /* A sharded weight's gradient reduction: held until the step's reductions end
              * (the backward submits them all and waits at the end). */
             for (int32_t q = 0; q < op->nparams; q++) {
@@ -757,6 +794,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(partials);
     free(hfwd);
     free(hbwd);
+    free(rcx);
+    free(rcy);
     free(sums);
     free(live);
     free(reduce);

@@ -122,6 +122,16 @@ tsl_status tsl_plan_halos_received(const tsl_plan *plan, const struct tsl_graph 
                                    int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
                                    int64_t *forward, int64_t *backward);
 
+/* Op o's move onto a common tile grid (the executor's tsl_exec_needs_regrid(), for spatial
+ * grids that differ: a pooling or convolution whose output has fewer tiles than its input),
+ * per rank: the bytes of its input on that grid (cx; its gradient's alike), of its output there
+ * where the output's own grid differs (cy), the input tiles received to make cx (got_fwd), and
+ * what the backward receives: the input gradient's common tiles and the output gradient's tiles
+ * (got_bwd). All 0 for an op that does not move. nranks entries each. */
+tsl_status tsl_plan_regrid_bytes(const tsl_plan *plan, const struct tsl_graph *g, int32_t o,
+                                 int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                 int64_t *cx, int64_t *cy, int64_t *got_fwd, int64_t *got_bwd);
+
 tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                                        int32_t workers, int64_t batch, int32_t optimizer_states,
                                        const int32_t *given, int64_t *sent);

@@ -36,18 +36,13 @@ static void tiles_free(tiles *t)
 }
 
 /* The tiles of value v of g on `stage` (tsl_plan_value_tiling()). */
-static tsl_status tiles_of(const tsl_plan *plan, const struct tsl_graph *g, int32_t v,
-                           int32_t nranks, int32_t stage, int32_t workers, int64_t batch, tiles *t)
+/* The tiles of a (batch, sample...) tensor cut by `grid` and dealt by `owners`. */
+static tsl_status tiles_of_grid(const tsl_tile_grid *grid_in, const tsl_owner_map *owners,
+                                const tsl_shape *sample, int32_t nranks, int64_t batch, tiles *t)
 {
     memset(t, 0, sizeof *t);
-    const tsl_shape *sample = &g->values[v].shape;
-    tsl_tile_grid grid;
-    tsl_owner_map owners;
-    tsl_domain_owners own;
-    tsl_status st =
-        tsl_plan_value_tiling(plan, g, v, nranks, stage, workers, batch, &own, &grid, &owners);
-    if (st)
-        return st;
+    const tsl_tile_grid grid = *grid_in;
+    tsl_status st = TSL_OK;
     tsl_shape whole;
     tsl_batch_shape(batch, sample, &whole);
     t->ndim = whole.ndim;
@@ -70,11 +65,23 @@ static tsl_status tiles_of(const tsl_plan *plan, const struct tsl_graph *g, int3
             rest /= grid.splits[d];
             tsl_tile_extent(whole.dims[d], grid.splits[d], coords[d], &t->lo[i][d], &t->ext[i][d]);
         }
-        st = tsl_owner_map_rank(&owners, coords, whole.ndim, &grid, nranks, &t->rank[i]);
+        st = tsl_owner_map_rank(owners, coords, whole.ndim, &grid, nranks, &t->rank[i]);
     }
     if (st)
         tiles_free(t);
     return st;
+}
+
+static tsl_status tiles_of(const tsl_plan *plan, const struct tsl_graph *g, int32_t v,
+                           int32_t nranks, int32_t stage, int32_t workers, int64_t batch, tiles *t)
+{
+    memset(t, 0, sizeof *t);
+    tsl_tile_grid grid;
+    tsl_owner_map owners;
+    tsl_domain_owners own;
+    tsl_status st =
+        tsl_plan_value_tiling(plan, g, v, nranks, stage, workers, batch, &own, &grid, &owners);
+    return st ? st : tiles_of_grid(&grid, &owners, &g->values[v].shape, nranks, batch, t);
 }
 
 static int64_t tile_numel(const tiles *t, int64_t i)
@@ -922,5 +929,100 @@ tsl_status tsl_plan_halos_received(const tsl_plan *plan, const struct tsl_graph 
         tiles_free(&y);
     }
     tiles_free(&x);
+    return st;
+}
+
+/* Bytes of tile i of t. */
+static int64_t tile_bytes(const tiles *t, int64_t i)
+{
+    return 4 * tile_numel(t, i);
+}
+
+/* The elements tiles i of a and j of b share. */
+static int64_t tiles_shared(const tiles *a, int64_t i, const tiles *b, int64_t j)
+{
+    int64_t vol = 1;
+    for (int d = 0; d < a->ndim && vol; d++)
+        vol *= span_overlap(a->lo[i][d], a->ext[i][d], b->lo[j][d], b->ext[j][d]);
+    return vol;
+}
+
+/* Add to got[r] what moving `from` onto `to`'s tiles receives on rank r (tsl_copy_region): the
+ * part of each tile of `from` another rank owns that a tile of `to` rank r owns covers, cut out
+ * on its owner; a tile covered whole crosses whole, once per rank. */
+static void regrid_received(const tiles *to, const tiles *from, int32_t nranks, int64_t *got)
+{
+    uint8_t *whole = calloc((size_t)nranks, 1);
+    for (int64_t j = 0; whole && j < from->n; j++) {
+        memset(whole, 0, (size_t)nranks);
+        for (int64_t i = 0; i < to->n; i++) {
+            int32_t r = to->rank[i];
+            int64_t part = r != from->rank[j] ? tiles_shared(to, i, from, j) : 0;
+            if (part > 0 && part < tile_numel(from, j))
+                got[r] += 4 * part;
+            else if (part > 0 && !whole[r]) {
+                whole[r] = 1;
+                got[r] += tile_bytes(from, j);
+            }
+        }
+    }
+    free(whole);
+}
+
+tsl_status tsl_plan_regrid_bytes(const tsl_plan *plan, const struct tsl_graph *g, int32_t o,
+                                 int32_t nranks, int32_t stage, int32_t workers, int64_t batch,
+                                 int64_t *cx, int64_t *cy, int64_t *got_fwd, int64_t *got_bwd)
+{
+    int64_t *rows[4] = {cx, cy, got_fwd, got_bwd};
+    for (int k = 0; k < 4; k++)
+        memset(rows[k], 0, sizeof *rows[k] * (size_t)nranks);
+    const tsl_graph_op *op = &g->ops[o];
+    if ((op->kind != TSL_OP_CONV && op->kind != TSL_OP_POOL && op->kind != TSL_OP_UPSAMPLE) ||
+        op->ninputs < 1)
+        return TSL_OK;
+    const int32_t v = op->inputs[0];
+    tsl_tile_grid xg, yg;
+    tsl_owner_map xo, yo;
+    tsl_domain_owners xd, yd;
+    tsl_status st = tsl_plan_value_tiling(plan, g, v, nranks, stage, workers, batch, &xd, &xg, &xo);
+    if (!st)
+        st = tsl_plan_value_tiling(plan, g, op->output, nranks, stage, workers, batch, &yd, &yg,
+                                   &yo);
+    const tsl_shape *xs = &g->values[v].shape, *ys = &g->values[op->output].shape;
+    /* (channel tiles: the channel regrid's copies, counted apart) */
+    if (st || xs->ndim != ys->ndim || xg.splits[1] != 1 || yg.splits[1] != 1)
+        return st;
+    tsl_tile_grid common = yg;
+    int differs = 0, y_moves = 0;
+    for (int d = 2; d <= xs->ndim; d++) {
+        common.splits[d] = xg.splits[d] < yg.splits[d] ? xg.splits[d] : yg.splits[d];
+        differs |= xg.splits[d] != yg.splits[d];
+        y_moves |= common.splits[d] != yg.splits[d];
+    }
+    if (!differs)
+        return TSL_OK;
+    tiles x, y, cxt, cyt;
+    memset(&y, 0, sizeof y);
+    memset(&cyt, 0, sizeof cyt);
+    if ((st = tiles_of_grid(&xg, &xo, xs, nranks, batch, &x)))
+        return st;
+    if (!(st = tiles_of_grid(&common, &yo, xs, nranks, batch, &cxt)) && y_moves &&
+        !(st = tiles_of_grid(&yg, &yo, ys, nranks, batch, &y)))
+        st = tiles_of_grid(&common, &yo, ys, nranks, batch, &cyt);
+    if (!st) {
+        for (int64_t i = 0; i < cxt.n; i++)
+            cx[cxt.rank[i]] += tile_bytes(&cxt, i);
+        for (int64_t i = 0; i < cyt.n; i++)
+            cy[cyt.rank[i]] += tile_bytes(&cyt, i);
+        regrid_received(&cxt, &x, nranks, got_fwd); /* x onto the common grid */
+        if (!tsl_graph_is_input(g, v))
+            regrid_received(&x, &cxt, nranks, got_bwd); /* its gradient back */
+        if (y_moves)
+            regrid_received(&cyt, &y, nranks, got_bwd); /* the output gradient onto it */
+    }
+    tiles_free(&x);
+    tiles_free(&cxt);
+    tiles_free(&y);
+    tiles_free(&cyt);
     return st;
 }

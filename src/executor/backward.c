@@ -125,6 +125,11 @@ tsl_status tsl_exec_op_backward(struct tsl_model *m, instance *in, int32_t i)
         st = tsl_tensor_redistribute(dx0, cdx);
         dx[0] = dx0;
     }
+    /* The common grid's copies are done with (made again by the next step). */
+    tsl_tensor_release(in->rx[i]);
+    tsl_tensor_release(in->ry[i]);
+    tsl_tensor_release(in->rdx[i]);
+    tsl_tensor_release(in->rdy[i]);
     for (int32_t k = 0; k < nin && !st; k++)
         if (acc[k])
             st = tsl_tensor_axpy(in->grad[ins[k]], 1.0, dx[k]);

@@ -86,8 +86,10 @@ tsl_status tsl_exec_on_common_grid(struct tsl_model *m, const tsl_graph_op *o, t
     if (same)
         return TSL_OK;
     tsl_status st = *slot ? TSL_OK
-                          : tsl_tensor_create_layout(slot, m->ctx, TSL_F32, &like->shape, &grid,
-                                                     &y->owners, like->layout);
+                          : tsl_tensor_create_transient(slot, m->ctx, TSL_F32, &like->shape, &grid,
+                                                        &y->owners, like->layout);
+    if (!st && tsl_exec_pipelined(m))
+        tsl_tensor_order_by_samples(*slot);
     *out = *slot;
     return st;
 }
@@ -152,6 +154,11 @@ tsl_status tsl_exec_op_forward(struct tsl_model *m, instance *in, int32_t i, int
     st = tsl_exec_table[o->kind].forward(m, in, i, x, y, train);
     if (!st && y != y_final)
         st = tsl_tensor_redistribute(y_final, y);
+    /* The copies on the common grid live until the backward that reads them, else no longer. */
+    if (!train || !tsl_graph_op_reads_input_backward(o))
+        tsl_tensor_release(cx);
+    if (!train)
+        tsl_tensor_release(cy);
     return st;
 }
 

@@ -1154,6 +1154,61 @@ TEST(Plan, PeakFollowsTheExecutorsOrder)
     tsl_graph_destroy(g);
 }
 
+// A 1-D CNN's global average pooling under space=R (R = 2, 4): its input (64 channels, 8
+// positions, 2 samples: 4096 bytes) is cut in R, its output (one position) is not, so the
+// executor moves the input onto the output's one tile on rank 0, whole (cx), receiving the
+// other ranks' tiles whole; the backward sends each of them its part of the input gradient
+// (cut out on rank 0). The max poolings before it keep their tiles: nothing moves.
+TEST(Plan, RegridsMoveTheInputOntoTheOutputsTiles)
+{
+    const int64_t sample[2] = {1, 64};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("cnn1d", 2, sample, 3, &g), TSL_OK) << tsl_last_error();
+    for (int32_t ranks : {2, 4}) {
+        SCOPED_TRACE(ranks);
+        tsl_plan plan;
+        ASSERT_EQ(tsl_plan_parse(ranks == 2 ? "space=2" : "space=4", &plan), TSL_OK);
+        std::vector<int64_t> cx(ranks), cy(ranks), fwd(ranks), bwd(ranks), none(ranks, 0);
+        int moved = 0, pools = 0;
+        for (int32_t o = 0; o < g->nops; o++) {
+            ASSERT_EQ(tsl_plan_regrid_bytes(&plan, g, o, ranks, 0, 1, 2, cx.data(), cy.data(),
+                                            fwd.data(), bwd.data()),
+                      TSL_OK);
+            const tsl_graph_op &op = g->ops[o];
+            const bool global = op.kind == TSL_OP_POOL && g->values[op.output].shape.dims[1] == 1;
+            pools += op.kind == TSL_OP_POOL;
+            EXPECT_EQ(cy, none) << o;
+            if (!global) {
+                EXPECT_EQ(cx, none) << o;
+                EXPECT_EQ(fwd, none) << o;
+                EXPECT_EQ(bwd, none) << o;
+                continue;
+            }
+            moved++;
+            const int64_t whole = 2 * 64 * 8 * 4, tile = whole / ranks;
+            std::vector<int64_t> want_cx(ranks, 0), want_fwd(ranks, 0), want_bwd(ranks, tile);
+            want_cx[0] = whole;
+            want_fwd[0] = whole - tile;
+            want_bwd[0] = 0;
+            EXPECT_EQ(cx, want_cx);
+            EXPECT_EQ(fwd, want_fwd);
+            EXPECT_EQ(bwd, want_bwd);
+        }
+        EXPECT_EQ(moved, 1);
+        EXPECT_EQ(pools, 4);
+        // Without the space cut nothing moves.
+        ASSERT_EQ(tsl_plan_parse(ranks == 2 ? "data=2" : "data=4", &plan), TSL_OK);
+        for (int32_t o = 0; o < g->nops; o++) {
+            ASSERT_EQ(tsl_plan_regrid_bytes(&plan, g, o, ranks, 0, 1, 2, cx.data(), cy.data(),
+                                            fwd.data(), bwd.data()),
+                      TSL_OK);
+            EXPECT_EQ(cx, none) << o;
+            EXPECT_EQ(fwd, none) << o;
+        }
+    }
+    tsl_graph_destroy(g);
+}
+
 // The values a training step reads after the forward pass. Those it does not read: a U-Net's
 // up-convolution outputs (transposed convolutions), which only a concatenation reads; the
 // global average pooling before a classifier, which only the flattening reads; in ResNet the
