@@ -214,6 +214,9 @@ tsl_status tsl_data_npy_open(struct tsl_dataset *ds, dataset_spec *spec, tsl_spl
     }
     if ((st = scan_labels(&ds->y_file, classes ? classes : MAX_CLASSES, &largest)))
         return st;
+    if (!classes && largest < 1) /* (one class would train nothing; as the HDF5 reader) */
+        return tsl_error(NULL, TSL_ERR_FORMAT,
+                         "npy: every label of '%s' is 0; give classes= (at least 2)", y_path);
     tsl_data_set_info(&ds->info, xs->dims[0], classes ? classes : largest + 1, xs->ndim - 1,
                       xs->dims + 1, ds->y_file.header.shape.ndim > 1);
     return TSL_OK;

@@ -176,7 +176,8 @@ two_data = os.path.join(work, "two-inputs-data")
 os.makedirs(two_data)
 for split, n in (("", 16), ("_test", 8)):
     write_npy(os.path.join(two_data, f"x{split}.npy"), "<f4", (n, 1, 8, 8), bytes(4 * n * 64))
-    write_npy(os.path.join(two_data, f"y{split}.npy"), "<i8", (n,), bytes(8 * n))
+    write_npy(os.path.join(two_data, f"y{split}.npy"), "<i8", (n,),
+              struct.pack(f"<{n}q", *[i % 2 for i in range(n)]))
     write_npy(os.path.join(two_data, f"v{split}.npy"), "<f4", (n, 4 if split else 5),
               bytes(4 * n * (4 if split else 5)))
 run("train", "--data", "npy:" + two_data, "--model", two_inputs, "--max-steps", "1", expect=2,

@@ -952,6 +952,16 @@ TEST_F(DatasetNpy, FilesThatDoNotFit)
                       "classes= is for class labels");
     write("y.npy", TSL_I64, {5}, std::vector<int64_t>{0, 1, -2, 1, 0});
     expect_error(TSL_ERR_FORMAT, "label -2 (element 2");
+    // Labels all 0 say nothing of the classes (as in HDF5 files): classes= must.
+    write("y.npy", TSL_I64, {5}, std::vector<int64_t>(5, 0));
+    expect_error(TSL_ERR_FORMAT, "every label of");
+    tsl_dataset_t zeros = nullptr;
+    ASSERT_EQ(open_dataset(&zeros, "npy:dir=" + dir + ",classes=2", TSL_SPLIT_TRAIN), TSL_OK)
+        << tsl_last_error();
+    tsl_dataset_info info;
+    ASSERT_EQ(tsl_dataset_get_info(zeros, &info), TSL_OK);
+    EXPECT_EQ(info.classes, 2);
+    tsl_dataset_destroy(zeros);
 
     write("y.npy", TSL_I64, {5}, std::vector<int64_t>{0, 1, 2, 1, 0});
     write("x.npy", TSL_F64, {5, 2, 3, 4}, std::vector<double>(120, 0.5));
