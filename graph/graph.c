@@ -1,5 +1,6 @@
 /* Model graphs: building with shape inference, queries and estimates. Pure C. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ void tsl_graph_destroy(tsl_graph_t g)
     free(g->values);
     free(g->ops);
     free(g->params);
+    free(g->rd_start);
+    free(g->rd_ops);
     free(g);
 }
 
@@ -52,6 +55,8 @@ struct tsl_graph *tsl_graph_copy(const struct tsl_graph *g)
     if (!c)
         return NULL;
     *c = *g;
+    c->rd_start = c->rd_ops = NULL; /* (its own, made on first use) */
+    c->rd_nops = 0;
     c->values = malloc(sizeof *c->values * (size_t)(g->nvalues ? g->nvalues : 1));
     c->ops = malloc(sizeof *c->ops * (size_t)(g->nops ? g->nops : 1));
     c->params = malloc(sizeof *c->params * (size_t)(g->nparams ? g->nparams : 1));
@@ -979,12 +984,83 @@ tsl_status tsl_graph_estimate(tsl_graph_t g, int64_t batch, double *flops,
     return TSL_OK;
 }
 
+/* The readers index (struct tsl_graph): made while holding this lock, so that threads querying
+ * one graph at once make it once. */
+static pthread_mutex_t readers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const int32_t *tsl_graph_readers(const struct tsl_graph *cg, int32_t v, int32_t *count)
+{
+    struct tsl_graph *g = (struct tsl_graph *)cg; /* (the index is a cache) */
+    *count = 0;
+    if (v < 0 || v >= g->nvalues)
+        return NULL;
+    pthread_mutex_lock(&readers_lock);
+    if (!g->rd_start || g->rd_nops != g->nops || g->rd_nvalues != g->nvalues) {
+        free(g->rd_start);
+        free(g->rd_ops);
+        g->rd_nops = g->rd_nvalues = 0;
+        int64_t reads = 0;
+        for (int32_t o = 0; o < g->nops; o++)
+            reads += g->ops[o].ninputs;
+        g->rd_start = calloc((size_t)g->nvalues + 1, sizeof *g->rd_start);
+        g->rd_ops = malloc(sizeof *g->rd_ops * ((size_t)reads + 1));
+        int32_t *at = malloc(sizeof *at * ((size_t)g->nvalues + 1));
+        if (g->rd_start && g->rd_ops && at) {
+            for (int32_t o = 0; o < g->nops; o++)
+                for (int32_t k = 0; k < g->ops[o].ninputs; k++)
+                    g->rd_start[g->ops[o].inputs[k] + 1]++;
+            for (int32_t u = 0; u < g->nvalues; u++)
+                g->rd_start[u + 1] += g->rd_start[u];
+            memcpy(at, g->rd_start, sizeof *at * (size_t)g->nvalues);
+            for (int32_t o = 0; o < g->nops; o++) /* (ascending: ops in order) */
+                for (int32_t k = 0; k < g->ops[o].ninputs; k++)
+                    g->rd_ops[at[g->ops[o].inputs[k]]++] = o;
+            g->rd_nops = g->nops;
+            g->rd_nvalues = g->nvalues;
+        } else {
+            free(g->rd_start);
+            free(g->rd_ops);
+            g->rd_start = g->rd_ops = NULL;
+        }
+        free(at);
+    }
+    const int32_t *out = NULL;
+    if (g->rd_start) {
+        *count = g->rd_start[v + 1] - g->rd_start[v];
+        out = g->rd_ops + g->rd_start[v];
+    } else {
+        *count = -1;
+    }
+    pthread_mutex_unlock(&readers_lock);
+    return out;
+}
+
+/* The readers of v one after the other (tsl_graph_readers()' list, or without it a look through
+ * the ops): *cursor starts at 0; the next reading op, or -1. */
+static int32_t next_reader(const struct tsl_graph *g, int32_t v, const int32_t *readers, int32_t n,
+                           int64_t *cursor)
+{
+    if (n >= 0)
+        return *cursor < n ? readers[(*cursor)++] : -1;
+    const int64_t end = (int64_t)g->nops * TSL_GRAPH_MAX_INPUTS;
+    for (int64_t c = *cursor; c < end; c++) {
+        int32_t o = (int32_t)(c / TSL_GRAPH_MAX_INPUTS), k = (int32_t)(c % TSL_GRAPH_MAX_INPUTS);
+        if (k < g->ops[o].ninputs && g->ops[o].inputs[k] == v) {
+            *cursor = c + 1;
+            return o;
+        }
+    }
+    *cursor = end;
+    return -1;
+}
+
 int tsl_graph_last_reader(const struct tsl_graph *g, int32_t v, int32_t o, const int32_t *fold)
 {
-    for (int32_t j = 0; j < g->nops; j++)
-        for (int32_t k = 0; k < g->ops[j].ninputs; k++)
-            if (g->ops[j].inputs[k] == v && (fold && fold[j] >= 0 ? fold[j] : j) > o)
-                return 0;
+    int32_t n, j;
+    const int32_t *readers = tsl_graph_readers(g, v, &n);
+    for (int64_t at = 0; (j = next_reader(g, v, readers, n, &at)) >= 0;)
+        if ((fold && fold[j] >= 0 ? fold[j] : j) > o)
+            return 0;
     return 1;
 }
 
@@ -1018,16 +1094,13 @@ static int32_t sole_reader(const struct tsl_graph *g, int32_t o, tsl_op_kind kin
 {
     if (o < 0 || o >= g->nops || g->ops[o].kind != kind)
         return -1;
-    int32_t v = g->ops[o].output, reader = -1, reads = 0;
+    int32_t v = g->ops[o].output, reads;
     if (v == g->output || tsl_graph_loss_reads(g, v))
         return -1;
-    for (int32_t r = 0; r < g->nops; r++)
-        for (int32_t k = 0; k < g->ops[r].ninputs; k++)
-            if (g->ops[r].inputs[k] == v) {
-                reader = r;
-                reads++;
-            }
-    return reads == 1 ? reader : -1;
+    const int32_t *readers = tsl_graph_readers(g, v, &reads);
+    int64_t at = 0;
+    int32_t reader = next_reader(g, v, readers, reads, &at);
+    return reader >= 0 && next_reader(g, v, readers, reads, &at) < 0 ? reader : -1;
 }
 
 int32_t tsl_graph_folded_concat(const struct tsl_graph *g, int32_t o, const int32_t *op_stage)
@@ -1060,11 +1133,11 @@ int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const ui
     int32_t p = g->values[v].producer;
     if (tsl_op_info_of(g->ops[p].kind)->keeps_output && !(fused && fused[p]))
         return 1;
-    for (int32_t r = 0; r < g->nops; r++)
-        for (int32_t k = 0; k < g->ops[r].ninputs; k++)
-            if (g->ops[r].inputs[k] == v &&
-                tsl_graph_op_reads_input_backward(&g->ops[fold && fold[r] >= 0 ? fold[r] : r]))
-                return 1;
+    int32_t n, r;
+    const int32_t *readers = tsl_graph_readers(g, v, &n);
+    for (int64_t at = 0; (r = next_reader(g, v, readers, n, &at)) >= 0;)
+        if (tsl_graph_op_reads_input_backward(&g->ops[fold && fold[r] >= 0 ? fold[r] : r]))
+            return 1;
     return 0;
 }
 
@@ -1080,10 +1153,11 @@ int32_t tsl_graph_recomputed(const struct tsl_graph *g, int32_t v, const int32_t
     if ((g->ops[b].kind != TSL_OP_BATCHNORM && g->ops[b].kind != TSL_OP_GROUPNORM) ||
         tsl_graph_fused_relu(g, b, op_stage) != r)
         return -1;
-    for (int32_t j = 0; op_stage && j < g->nops; j++)
-        for (int32_t k = 0; k < g->ops[j].ninputs; k++)
-            if (g->ops[j].inputs[k] == v && op_stage[j] != op_stage[b])
-                return -1;
+    int32_t n, j;
+    const int32_t *readers = tsl_graph_readers(g, v, &n);
+    for (int64_t at = 0; op_stage && (j = next_reader(g, v, readers, n, &at)) >= 0;)
+        if (op_stage[j] != op_stage[b])
+            return -1;
     return b;
 }
 

@@ -64,7 +64,16 @@ struct tsl_graph {
     int32_t input, output;
     tsl_loss_term loss[TSL_MAX_LOSS_TERMS]; /* tsl_graph_set_loss(); nloss 0: the default */
     int32_t nloss;
+    /* Each value's readers (tsl_graph_readers()): ops rd_ops[rd_start[v] .. rd_start[v + 1]),
+     * made on first use for the rd_nops ops then present (ops are only appended, their inputs
+     * never change), again once there are more. */
+    int32_t *rd_start, *rd_ops, rd_nops, rd_nvalues;
 };
+
+/* The ops reading value v, in ascending order (an op reading it twice twice): *count of them
+ * (0: none). *count is -1 when the index cannot be made (out of memory): the caller then looks
+ * through the ops itself. */
+const int32_t *tsl_graph_readers(const struct tsl_graph *g, int32_t v, int32_t *count);
 
 /* Whether value v is one of the graph's inputs (tsl_graph_add_input()). */
 static inline int tsl_graph_is_input(const struct tsl_graph *g, int32_t v)

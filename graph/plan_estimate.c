@@ -765,7 +765,15 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 int32_t v = ins[k], r = g->values[v].producer, later = 0;
                 if (v == out || gone[v] || r < 0 || !fused[r])
                     continue;
-                for (int32_t j = 0; j < o && !later; j++) {
+                /* (a folded concatenation's reads are its convolution's) */
+                int32_t nr;
+                const int32_t *readers = tsl_graph_readers(g, v, &nr);
+                for (int32_t q = 0; q < nr && !later; q++) {
+                    int32_t j = fold[readers[q]] >= 0 ? fold[readers[q]] : readers[q];
+                    later = j < o && !fused[j] && j != r &&
+                            tsl_graph_op_reads_input_backward(&g->ops[j]);
+                }
+                for (int32_t j = 0; nr < 0 && j < o && !later; j++) { /* (no index) */
                     int32_t jin[TSL_GRAPH_MAX_INPUTS], nj = tsl_graph_exec_inputs(g, j, fold, jin);
                     for (int32_t q = 0; q < nj && !later; q++)
                         later = jin[q] == v && !fused[j] && fold[j] < 0 && j != r &&

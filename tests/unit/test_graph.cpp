@@ -1154,6 +1154,48 @@ TEST(Plan, PeakFollowsTheExecutorsOrder)
     tsl_graph_destroy(g);
 }
 
+// The readers index (tsl_graph_readers) against a look through every op's inputs: on a U-Net
+// (values read by two ops, a concatenation), after the graph grows past a first query, and
+// on a copy, which makes its own.
+TEST(Graph, ReadersIndexListsEveryReadInOrder)
+{
+    const int64_t sample[3] = {1, 16, 16};
+    tsl_graph_t g = nullptr;
+    ASSERT_EQ(tsl_zoo_graph("unet2d", 3, sample, 3, &g), TSL_OK) << tsl_last_error();
+    auto expect_index = [](const struct tsl_graph *h) {
+        int multi = 0;
+        for (int32_t v = 0; v < h->nvalues; v++) {
+            std::vector<int32_t> want;
+            for (int32_t o = 0; o < h->nops; o++)
+                for (int32_t k = 0; k < h->ops[o].ninputs; k++)
+                    if (h->ops[o].inputs[k] == v)
+                        want.push_back(o);
+            int32_t n = -2;
+            const int32_t *got = tsl_graph_readers(h, v, &n);
+            ASSERT_EQ(n, (int32_t)want.size()) << v;
+            EXPECT_EQ(std::vector<int32_t>(got, got + n), want) << v;
+            multi += n > 1;
+        }
+        EXPECT_GT(multi, 0); // (the skips)
+    };
+    expect_index(g);
+    int32_t n = -2, grown = tsl_graph_output(g), relu;
+    ASSERT_EQ(tsl_graph_activation(g, grown, TSL_ACT_RELU, 0, &relu), TSL_OK);
+    expect_index(g); // the new op reads the old output
+    EXPECT_EQ(tsl_graph_readers(g, relu, &n), g->rd_ops + g->rd_start[relu]);
+    EXPECT_EQ(n, 0);
+    EXPECT_EQ(tsl_graph_readers(g, g->nvalues, &n), nullptr); // no such value
+    EXPECT_EQ(n, 0);
+    struct tsl_graph *c = tsl_graph_copy(g);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->rd_start, nullptr);
+    expect_index(c);
+    EXPECT_NE(c->rd_start, g->rd_start);
+    tsl_graph_destroy(c);
+    expect_index(g);
+    tsl_graph_destroy(g);
+}
+
 // A 1-D CNN's global average pooling under space=R (R = 2, 4): its input (64 channels, 8
 // positions, 2 samples: 4096 bytes) is cut in R, its output (one position) is not, so the
 // executor moves the input onto the output's one tile on rank 0, whole (cx), receiving the
