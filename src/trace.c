@@ -229,6 +229,26 @@ tsl_status tsl_trace_totals(struct tsl_context *ctx, int32_t n, const char *cons
     return TSL_OK;
 }
 
+tsl_status tsl_trace_busy_between(struct tsl_context *ctx, double from, double to, double *busy,
+                                  int64_t *ntasks)
+{
+    struct tsl_trace *t = ctx->trace;
+    if (!t)
+        return tsl_error(ctx, TSL_ERR_STATE, "trace totals: no trace is on");
+    *busy = 0;
+    *ntasks = 0;
+    pthread_mutex_lock(&t->lock);
+    for (int64_t k = 0; k < t->n; k++) {
+        const trace_event *e = &t->events[k];
+        if (e->start >= from - t->t0 && e->start < to - t->t0) {
+            *busy += (e->end - e->start) * 1e-6;
+            ++*ntasks;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    return TSL_OK;
+}
+
 static void traced_task_done(void *arg)
 {
     trace_record *r = arg;

@@ -34,6 +34,12 @@ void tsl_trace_label_restore(struct tsl_context *ctx, const int32_t saved[2]);
 tsl_status tsl_trace_totals(struct tsl_context *ctx, int32_t n, const char *const *layers,
                             double *seconds, double *busy, int64_t *ntasks);
 
+/* While a trace is on, after the traced tasks have ended: the run time (*busy, seconds) and
+ * number (*ntasks) of this rank's tasks that started at or after `from` and before `to`
+ * (starpu_timing_now() microseconds). */
+tsl_status tsl_trace_busy_between(struct tsl_context *ctx, double from, double to, double *busy,
+                                  int64_t *ntasks);
+
 /* Frees the context's trace, if any (tsl_context_destroy()). */
 void tsl_trace_destroy(struct tsl_context *ctx);
 

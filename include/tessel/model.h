@@ -86,7 +86,8 @@ TSL_API tsl_status tsl_model_create_plan(tsl_model_t *model, tsl_context_t ctx, 
  * costs->task_seconds is
  * the busy time and the workers' time outside tasks that the finer tiles added per task they
  * added; costs->wait_seconds the rest of the default run's time outside tasks, per worker and
- * step (waits that do not grow with the tasks: between ranks, at dependencies), and
+ * step (waits that do not grow with the tasks: between ranks, at dependencies; every traced step
+ * is waited for, and each rank's median step counts, averaged over the ranks), and
  * costs->wait_seconds_windowed the same of the windows' run (0 without spatial dimensions);
  * costs->latency and
  * costs->bandwidth from tsl_context_measure_link(). Every rank gets rank 0's numbers.

@@ -61,6 +61,7 @@ typedef struct measured {
     double *op;  /* 2 nops + 1 */
     double idle; /* workers x wall - busy */
     double tasks;
+    double *step_idle, *step_tasks; /* per traced step: the same (NULL: not wanted) */
 } measured;
 
 /* The batch as tensors for a model of several inputs: input 0 from rank 0's x, the others
@@ -108,6 +109,20 @@ static tsl_status batch_tensors(struct tsl_context *ctx, tsl_model_t model, tsl_
     return st;
 }
 
+double tsl_calibration_step_waits(const double *step_idle, const double *step_tasks, int32_t steps,
+                                  double per_task)
+{
+    double w[64];
+    int32_t n = steps < 64 ? steps : 64;
+    for (int32_t s = 0; s < n; s++) {
+        double v = step_idle[s] - per_task * step_tasks[s], *at = w + s;
+        for (; at > w && at[-1] > v; at--) /* (insertion sort) */
+            at[0] = at[-1];
+        *at = v;
+    }
+    return n < 1 ? 0 : n % 2 ? w[n / 2] : 0.5 * (w[n / 2 - 1] + w[n / 2]);
+}
+
 /* A model of g under `plan` (NULL: the default) trains one warm-up step and `steps` traced steps
  * on the batch (rank 0's x and labels; every input's tensor for a graph of several); *m gets
  * this rank's totals (the remaking of the norms marked in `remade` apart). */
@@ -129,18 +144,33 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
         st = tsl_optimizer_create_sgd(&opt, ctx, &sgd);
     if (!st && ninputs > 1)
         st = batch_tensors(ctx, model, g, batch, x, labels, xs, &y);
-    for (int32_t s = -1; s < steps && !st; s++) { /* a warm-up step, then the traced ones */
+    /* a warm-up step, then the traced ones, each waited for (their times apart: a step's waits
+     * vary, and one slow step should not decide) */
+    double *ends = calloc((size_t)steps + 1, sizeof *ends);
+    if (!st && !ends)
+        st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_calibrate: out of memory");
+    for (int32_t s = -1; s < steps && !st; s++) {
         if (s == 0) {
             st = tsl_context_trace_begin(ctx, (int64_t)1 << 24);
-            t0 = starpu_timing_now();
+            t0 = ends[0] = starpu_timing_now();
         }
         if (!st)
             st = ninputs > 1 ? tsl_model_train_step_inputs(model, ninputs, xs, y, opt, NULL, NULL)
                              : tsl_model_train_step(model, batch, x, labels, opt, NULL, NULL);
+        if (!st && s >= 0 && !(st = tsl_context_wait(ctx)))
+            ends[s + 1] = starpu_timing_now();
     }
     tsl_status w = tsl_context_wait(ctx);
     double wall = (starpu_timing_now() - t0) * 1e-6;
     st = st ? st : w;
+    for (int32_t s = 0; !st && m->step_idle && s < steps; s++) {
+        double step_busy;
+        int64_t n;
+        st = tsl_trace_busy_between(ctx, ends[s], ends[s + 1], &step_busy, &n);
+        m->step_idle[s] = (ends[s + 1] - ends[s]) * 1e-6 * starpu_worker_get_count() - step_busy;
+        m->step_tasks[s] = (double)n;
+    }
+    free(ends);
     for (int32_t o = 0; !st && o < nops; o++) {
         names[o] = tsl_exec_op_label(model, o, bufs[o], sizeof bufs[o]);
         names[nops + 1 + o] =
@@ -200,7 +230,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
      * and input-channel tiles, windows cut along the last spatial dimension */
     double *local = calloc(6 * (size_t)n, sizeof *local),
            *sums = calloc(6 * (size_t)n, sizeof *sums);
-    tsl_status st = names && bufs && remade && local && sums ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
+    /* the default and the windows' runs per traced step: idle time, tasks (4 x steps) */
+    double *per_step = calloc(4 * (size_t)steps, sizeof *per_step);
+    tsl_status st =
+        names && bufs && remade && local && sums && per_step ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     int32_t remaking = st ? -1 : tsl_graph_remade_norms(g, NULL, remade);
     if (remaking < 0)
         st = TSL_ERR_OUT_OF_MEMORY;
@@ -271,7 +304,9 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         if ((k == 2 && !spatial) || (k == 3 && !channels) || (k == 4 && !by_inputs) ||
             (k == 5 && !along_last))
             continue;
-        measured m = {local + (size_t)k * n, 0, 0};
+        measured m = {local + (size_t)k * n, 0, 0,
+                      k == 0 || k == 2 ? per_step + (size_t)k * steps : NULL,
+                      k == 0 || k == 2 ? per_step + (size_t)(k + 1) * steps : NULL};
         st = measure(ctx, g, plans[k], batch, steps, x, labels, remade, names, bufs, &m);
         if (st && k == 2 && across_ranks) { /* (the model refused space=R) */
             memset(local + (size_t)k * n, 0, sizeof *local * (size_t)n);
@@ -311,15 +346,16 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         /* and the same waits of the windows' run: a spatial plan waits for halos beyond what
          * its tasks explain (a channel plan's waits for the input's other channel tiles are a
          * term of the model's own, on the critical path) */
-        double head[5] = {fixed + idle, 0, 0, 0, 0};
-        for (int k = 0; k < 2; k++) {
-            const double *r = sums + (size_t)(2 * k) * n;
-            double waits = r[idle_at] - idle * r[tasks_at];
-            head[3 + k] =
-                (k == 0 || spatial) && waits > 0
-                    ? waits / ((double)steps * ctx->size * (double)starpu_worker_get_count())
-                    : 0;
-        }
+        double head[5] = {fixed + idle, 0, 0, 0, 0}, waits[2];
+        for (int k = 0; k < 2; k++) /* each rank's median step, then their mean */
+            waits[k] =
+                tsl_calibration_step_waits(per_step + (size_t)(2 * k) * steps,
+                                           per_step + (size_t)(2 * k + 1) * steps, steps, idle);
+        MPI_Allreduce(MPI_IN_PLACE, waits, 2, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        for (int k = 0; k < 2; k++)
+            head[3 + k] = (k == 0 || spatial) && waits[k] > 0
+                              ? waits[k] / ((double)ctx->size * starpu_worker_get_count())
+                              : 0;
         st = tsl_context_measure_link(ctx, &head[1], &head[2]);
         MPI_Bcast(head, 5, MPI_DOUBLE, 0, ctx->ctl_comm);
         MPI_Bcast(sums, 6 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
@@ -351,6 +387,7 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     free(remade);
     free(local);
     free(sums);
+    free(per_step);
     free(x);
     free(labels);
     return st;

@@ -153,6 +153,11 @@ tsl_status tsl_exec_on_common_grid(struct tsl_model *m, const tsl_graph_op *o, t
                                    tsl_tensor_t x, tsl_tensor_t y, tsl_tensor_t *slot,
                                    tsl_tensor_t *out);
 
+/* A calibration run's waits (tsl_model_calibrate()): the median over its first 64 traced steps
+ * of a step's idle worker time beyond `per_task` for each of its tasks. */
+double tsl_calibration_step_waits(const double *step_idle, const double *step_tasks, int32_t steps,
+                                  double per_task);
+
 /* The op's parameter slot k (weight 0, bias 1, running mean 2, running var 3), or NULL. */
 tsl_tensor_t tsl_exec_op_param(struct tsl_model *m, const tsl_graph_op *o, int k, int grad);
 

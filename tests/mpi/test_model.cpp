@@ -1526,6 +1526,22 @@ TEST(Model, CalibrationTimesTheRemakingOfNormOutputsApart)
     tsl_graph_destroy(g);
 }
 
+extern "C" double tsl_calibration_step_waits(const double *step_idle, const double *step_tasks,
+                                             int32_t steps, double per_task); // (executor.h)
+
+// A calibration run's waits: the median step's idle time beyond its tasks' (one slow step of
+// three, or of four, does not decide).
+TEST(Model, CalibrationWaitsAreTheMedianSteps)
+{
+    const double idle[4] = {2.0e-3, 9.0e-3, 1.5e-3, 1.8e-3}, tasks[4] = {100, 100, 100, 80};
+    // beyond 1e-5 per task: 1.0e-3, 8.0e-3, 0.5e-3, 1.0e-3
+    EXPECT_DOUBLE_EQ(tsl_calibration_step_waits(idle, tasks, 3, 1e-5), 1.0e-3);
+    EXPECT_DOUBLE_EQ(tsl_calibration_step_waits(idle, tasks, 4, 1e-5), 1.0e-3);
+    EXPECT_DOUBLE_EQ(tsl_calibration_step_waits(idle, tasks, 2, 1e-5), 4.5e-3);
+    EXPECT_DOUBLE_EQ(tsl_calibration_step_waits(idle + 2, tasks + 2, 2, 0), 1.65e-3);
+    EXPECT_DOUBLE_EQ(tsl_calibration_step_waits(idle, tasks, 0, 1e-5), 0.0);
+}
+
 // Plans that do not fit the run or the model are clear errors.
 TEST(Model, PlansThatDoNotFitAreErrors)
 {
