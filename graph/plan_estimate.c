@@ -488,12 +488,13 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
      * their gradients alike. What the moves receive goes with the halos' and copies' entries. */
     int64_t *rcx = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcx);
     int64_t *rcy = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcy);
+    int64_t *got = calloc(2 * (size_t)nranks, sizeof *got); /* (one op's received parts) */
     int64_t *live = calloc((size_t)nranks, sizeof *live);
     shard_reduce *reduce = calloc((size_t)g->nparams + 1, sizeof *reduce);
     uint8_t *owns = calloc((size_t)g->nparams * (size_t)nranks + 1, 1);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
                             size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
-                            hbwd && rcx && rcy && live && reduce && owns
+                            hbwd && rcx && rcy && got && live && reduce && owns
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, reduce, owns, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -531,19 +532,15 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         if (!st && op->kind == TSL_OP_CONV)
             st = tsl_plan_halos_received(plan, g, o, nranks, s, workers, batch,
                                          hfwd + (int64_t)o * nranks, hbwd + (int64_t)o * nranks);
-        if (!st && nranks > 1) {
-            int64_t *got = calloc(2 * (size_t)nranks, sizeof *got);
-            st = got ? tsl_plan_regrid_bytes(plan, g, o, nranks, s, workers, batch,
-                                             rcx + (int64_t)o * nranks, rcy + (int64_t)o * nranks,
-                                             got, got + nranks)
-                     : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-            /* received input parts: posted with the step, dropped once copied */
-            for (int32_t r = 0; got && r < nranks; r++) {
+        if (!st && nranks > 1 &&
+            !(st = tsl_plan_regrid_bytes(plan, g, o, nranks, s, workers, batch,
+                                         rcx + (int64_t)o * nranks, rcy + (int64_t)o * nranks, got,
+                                         got + nranks)))
+            for (int32_t r = 0; r < nranks; r++) { /* received parts: posted with the step,
+                                                       dropped once copied */
                 hfwd[(int64_t)o * nranks + r] += got[r];
                 hbwd[(int64_t)o * nranks + r] += got[nranks + r];
             }
-            free(got);
-        }
         int32_t f = tsl_plan_channel_groups(plan);
         /* A weight cut by filters whose group holds m ranks (samples or spatial tiles within
          * it): each non-owner makes a partial gradient of its group's tile during the op's
@@ -804,6 +801,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(hbwd);
     free(rcx);
     free(rcy);
+    free(got);
     free(sums);
     free(live);
     free(reduce);
