@@ -2552,8 +2552,10 @@ TEST(Model, SeveralInputsEqualSlicesOfOneInput)
                   0);
     MPI_Barrier(MPI_COMM_WORLD);
     tsl_dataset_t without = nullptr;
-    ASSERT_EQ(tsl_dataset_open(&without, (std::string("npy:") + dir).c_str(), TSL_SPLIT_TRAIN),
-              TSL_OK);
+    ASSERT_EQ(tsl_dataset_open(&without, (std::string("npy:") + dir + classes_part).c_str(),
+                               TSL_SPLIT_TRAIN),
+              TSL_OK)
+        << tsl_last_error();
     {
         tsl_model_t md = nullptr;
         tsl_optimizer_t opt = momentum_sgd();
