@@ -89,7 +89,8 @@ static tsl_status forward_concat(struct tsl_model *m, instance *in, int32_t i, t
 }
 
 /* a on the tile grid and layout of `like`: a itself where they match, else its copy moved there
- * in slot `slot` of op i (made once per instance; its values moved again at every call). */
+ * in slot `slot` of op i (transient: its values moved again at every call, and its buffers
+ * released by release_inputs_like once the op's tasks that read it are submitted). */
 static tsl_status input_like(struct tsl_model *m, instance *in, int32_t i, int32_t slot,
                              tsl_tensor_t a, tsl_tensor_t like, tsl_tensor_t *out)
 {
@@ -107,6 +108,14 @@ static tsl_status input_like(struct tsl_model *m, instance *in, int32_t i, int32
     return st;
 }
 
+/* Op i's copies made by input_like: their readers are submitted, so StarPU frees their buffers
+ * once those have run; the next call fills them again. */
+static void release_inputs_like(instance *in, int32_t i)
+{
+    for (int32_t k = 0; k < TSL_GRAPH_MAX_INPUTS; k++)
+        tsl_tensor_release(in->rin[(size_t)i * TSL_GRAPH_MAX_INPUTS + (size_t)k]);
+}
+
 static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                               tsl_tensor_t y, int train)
 {
@@ -120,6 +129,7 @@ static tsl_status forward_add(struct tsl_model *m, instance *in, int32_t i, tsl_
     for (int32_t k = 2; k < o->ninputs && !st; k++) /* in order: ((h x0 + x1) + x2) + ... */
         if (!(st = input_like(m, in, i, k, in->act[o->inputs[k]], y, &b)))
             st = tsl_tensor_axpy(y, 1.0, b);
+    release_inputs_like(in, i);
     return st;
 }
 
@@ -130,7 +140,10 @@ static tsl_status forward_mul(struct tsl_model *m, instance *in, int32_t i, tsl_
     tsl_status st = input_like(m, in, i, 0, x, y, &a);
     if (!st)
         st = input_like(m, in, i, 1, in->act[m->g->ops[i].inputs[1]], y, &b);
-    return st ? st : tsl_tensor_mul(y, a, b);
+    if (!st)
+        st = tsl_tensor_mul(y, a, b);
+    release_inputs_like(in, i);
+    return st;
 }
 
 /* Training: the op's uniform draws for this step (from the model's seed, the op and the step
@@ -176,21 +189,30 @@ static tsl_status forward_slice(struct tsl_model *m, instance *in, int32_t i, ts
     return tsl_copy_region(y, x, lo, zero, extent);
 }
 
+/* Flatten's sample-cut copies of its input and output (tsl_exec_flat_of): transient, their
+ * readers submitted; the next pass fills them again. */
+static void release_flat(struct tsl_model *m, instance *in, int32_t i)
+{
+    tsl_tensor_release(in->flat[m->g->ops[i].inputs[0]]);
+    tsl_tensor_release(in->flat[m->g->ops[i].output]);
+}
+
 static tsl_status forward_flatten(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
                                   tsl_tensor_t y, int train)
 {
     if (!tsl_exec_flat_needed(x, y)) /* (channel tiles to feature tiles too) */
         return tsl_reshape_samples(x, y);
-    tsl_tensor_t fx, fy;
+    tsl_tensor_t fx, fy = NULL;
     tsl_status st = tsl_exec_flat_of(m, in, m->g->ops[i].inputs[0], &fx);
-    if (st || (st = tsl_tensor_redistribute(fx, x)))
-        return st;
-    if (!tsl_exec_flat_needed(fx, y))
-        return tsl_reshape_samples(fx, y);
-    if ((st = tsl_exec_flat_of(m, in, m->g->ops[i].output, &fy)) ||
-        (st = tsl_reshape_samples(fx, fy)))
-        return st;
-    return tsl_tensor_redistribute(y, fy);
+    if (!st)
+        st = tsl_tensor_redistribute(fx, x);
+    if (!st && !tsl_exec_flat_needed(fx, y))
+        st = tsl_reshape_samples(fx, y);
+    else if (!st && !(st = tsl_exec_flat_of(m, in, m->g->ops[i].output, &fy)) &&
+             !(st = tsl_reshape_samples(fx, fy)))
+        st = tsl_tensor_redistribute(y, fy);
+    release_flat(m, in, i);
+    return st;
 }
 
 static tsl_status forward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
@@ -341,6 +363,7 @@ static tsl_status backward_mul(struct tsl_model *m, instance *in, int32_t i, tsl
         if (dx[k] && !(st = tsl_tensor_redistribute(dx[k], dy)) &&
             !(st = input_like(m, in, i, 2 + k, in->act[o->inputs[1 - k]], dx[k], &other)))
             st = tsl_tensor_mul(dx[k], dx[k], other);
+    release_inputs_like(in, i);
     return st;
 }
 
@@ -356,7 +379,10 @@ static tsl_status backward_flatten(struct tsl_model *m, instance *in, int32_t i,
     else if (!st && !(st = tsl_exec_flat_of(m, in, m->g->ops[i].output, &fy)) &&
              !(st = tsl_tensor_redistribute(fy, dy)))
         st = tsl_reshape_samples(fy, fx);
-    return st ? st : tsl_tensor_redistribute(dx[0], fx);
+    if (!st)
+        st = tsl_tensor_redistribute(dx[0], fx);
+    release_flat(m, in, i);
+    return st;
 }
 
 static tsl_status backward_linear(struct tsl_model *m, instance *in, int32_t i, tsl_tensor_t x,
