@@ -437,13 +437,13 @@ tsl_status tsl_plan_peak_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t
                                     int32_t workers, int64_t batch, int32_t optimizer_states,
                                     const int32_t *given, int64_t *bytes)
 {
-    return tsl_plan_peak_memo(plan, g, nranks, workers, batch, optimizer_states, given, NULL,
+    return tsl_plan_peak_memo(plan, g, nranks, workers, batch, optimizer_states, given, NULL, 0,
                               bytes);
 }
 
 tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
                               int64_t batch, int32_t optimizer_states, const int32_t *given,
-                              tsl_peak_memo *memo, int64_t *bytes)
+                              tsl_peak_memo *memo, int stage_copies, int64_t *bytes)
 {
     const char *fn = "tsl_plan_estimate_peak";
     memset(bytes, 0, sizeof *bytes * (size_t)nranks);
@@ -489,12 +489,18 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     int64_t *rcx = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcx);
     int64_t *rcy = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcy);
     int64_t *got = calloc(2 * (size_t)nranks, sizeof *got); /* (one op's received parts) */
+    /* With stage_copies, what a pipeline stage receives from another (tsl_plan_estimate_received):
+     * sin, op o's inputs made on other stages, received on o's stage; sout, in o's backward,
+     * its output gradient received on the stage of each such input (a concatenation: the
+     * input's part, cut on o's stage first). */
+    int64_t *sin = calloc((size_t)n * (size_t)nranks + 1, sizeof *sin);
+    int64_t *sout = calloc((size_t)n * (size_t)nranks + 1, sizeof *sout);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
     shard_reduce *reduce = calloc((size_t)g->nparams + 1, sizeof *reduce);
     uint8_t *owns = calloc((size_t)g->nparams * (size_t)nranks + 1, 1);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
                             size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
-                            hbwd && rcx && rcy && got && live && reduce && owns
+                            hbwd && rcx && rcy && got && sin && sout && live && reduce && owns
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, reduce, owns, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -593,8 +599,35 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             *vhi = malloc(sizeof *vhi * ((size_t)nv + 1));
     int32_t *olo = malloc(sizeof *olo * ((size_t)n + 1)),
             *ohi = malloc(sizeof *ohi * ((size_t)n + 1));
-    if (!st && (!vlo || !vhi || !olo || !ohi))
+    int32_t *all_lo = calloc((size_t)n + 1, sizeof *all_lo), /* (every rank, for sin, sout) */
+        *all_hi = malloc(sizeof *all_hi * ((size_t)n + 1));
+    if (!st && (!vlo || !vhi || !olo || !ohi || !all_lo || !all_hi))
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (int32_t o = 0; !st && o < n; o++)
+        all_hi[o] = nranks;
+    for (int32_t o = 0; !st && stage_copies && stages > 1 && o < n; o++) {
+        const tsl_graph_op *op = &g->ops[o];
+        int32_t so = op_stage[o];
+        int64_t out = 4 * batch * tsl_shape_numel(&g->values[op->output].shape) / group;
+        /* (and a convolution's or linear layer's weight, read by those tasks) */
+        if ((op->kind == TSL_OP_CONV || op->kind == TSL_OP_LINEAR) && op->nparams > 0 &&
+            op->params[0] >= 0)
+            out += 4 * tsl_shape_numel(&g->params[op->params[0]].shape);
+        for (int32_t k = 0; k < op->ninputs; k++) {
+            int32_t v = op->inputs[k], sv = op_stage[g->values[v].producer];
+            if (sv == so)
+                continue;
+            int64_t in = 4 * batch * tsl_shape_numel(&g->values[v].shape) / group;
+            for (int32_t r = so * group; r < (so + 1) * group; r++)
+                sin[(int64_t)o * nranks + r] += in;
+            if (tsl_graph_is_input(g, v))
+                continue;
+            for (int32_t r = sv * group; r < (sv + 1) * group; r++)
+                sout[(int64_t)o * nranks + r] += op->kind == TSL_OP_CONCAT ? in : out;
+            for (int32_t r = so * group; r < (so + 1) * group && op->kind == TSL_OP_CONCAT; r++)
+                sout[(int64_t)o * nranks + r] += in;
+        }
+    }
     for (int32_t v = 0; v < nv && !st; v++) {
         vlo[v] = stages > 1 ? op_stage[g->values[v].producer] * group : 0;
         vhi[v] = stages > 1 ? vlo[v] + group : nranks;
@@ -615,6 +648,11 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
          * both of their receives are held, below.) */
         for (int32_t o = 0; o < n; o++)
             forward_receives(live, bytes, sums, xcopy, partials, hfwd, o, nranks, olo, ohi, 1);
+        /* The copies of values from other stages are StarPU-MPI's cached copies, one per tile
+         * handle: flushed when the executor releases the value, and received again at once for
+         * the next step's forward, posted by then. They are held for the whole step. */
+        for (int32_t o = 0; o < n; o++)
+            live_add(live, bytes, sin, o, nranks, all_lo, all_hi, 1);
         memcpy(bytes, live, sizeof *bytes * (size_t)nranks);
         for (int32_t o = 0; o < n; o++) {
             relu_of[o] = tsl_graph_fused_relu(g, o, op_stage);
@@ -705,6 +743,9 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             int copies = (y != out && !gone[y]) + written[y] * !tsl_graph_is_input(g, y) + spare[y];
             /* moved onto the common grid: the output gradient, and the input gradient made there
              * (then moved back) */
+            /* the output gradient received for its input gradients: the tasks making them run
+             * on the inputs' stages, and it goes once they have read it */
+            live_add(live, bytes, sout, o, nranks, all_lo, all_hi, 1);
             const int moved = written[y] && op->ninputs > 0;
             const int dx_moved = moved && !tsl_graph_is_input(g, op->inputs[0]);
             if (moved)
@@ -730,6 +771,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             }
             live_add(live, bytes, early, o, nranks, olo, ohi, -1);
             live_add(live, bytes, hbwd, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, sout, o, nranks, all_lo, all_hi, -1);
             live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the backward's, merged */
             if (moved) /* the common grid's copies and their gradients released */
                 live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
@@ -802,6 +844,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(rcx);
     free(rcy);
     free(got);
+    free(sin);
+    free(sout);
+    free(all_lo);
+    free(all_hi);
     free(sums);
     free(live);
     free(reduce);
@@ -814,74 +860,35 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
 }
 
 tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
-                                      int64_t batch, int32_t optimizer_states, int64_t *bytes)
+                                      int32_t workers, int64_t batch, int32_t optimizer_states,
+                                      int64_t *bytes)
 {
-    if (!g || !bytes || nranks < 1 || batch < 1 || optimizer_states < 0)
+    if (!g || !bytes || nranks < 1 || workers < 1 || batch < 1 || optimizer_states < 0)
         return tsl_error(NULL, TSL_ERR_INVALID_ARG, "tsl_plan_estimate_received: bad argument");
-    return tsl_plan_received_for_stages(plan, g, nranks, batch, optimizer_states, NULL, bytes);
+    return tsl_plan_received_for_stages(plan, g, nranks, workers, batch, optimizer_states, NULL,
+                                        bytes);
 }
 
-/* tsl_plan_estimate_received() for the op stages `given` (NULL: tsl_plan_stages()). */
+/* tsl_plan_estimate_received() for the op stages `given` (NULL: tsl_plan_stages()): the peak
+ * with the copies from other stages less the peak without them. */
 tsl_status tsl_plan_received_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
-                                        int64_t batch, int32_t optimizer_states,
+                                        int32_t workers, int64_t batch, int32_t optimizer_states,
                                         const int32_t *given, int64_t *bytes)
 {
     memset(bytes, 0, sizeof *bytes * (size_t)nranks);
-    int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
-    if (stages == 1)
+    int32_t group;
+    if (tsl_plan_stage_count(plan, nranks, &group) == 1)
         return TSL_OK;
-    int32_t *op_stage = calloc((size_t)g->nops + 1, sizeof *op_stage);
-    /* Per stage: the most one op receives forward; the inputs its ops read again backward,
-     * all received when the backward is submitted; one op's backward copies (received output
-     * gradients, and a concatenation's part packed to be sent). */
-    int64_t *fwd = calloc((size_t)stages, sizeof *fwd), *bwd = calloc((size_t)stages, sizeof *bwd);
-    int64_t *fwd_most = calloc((size_t)stages, sizeof *fwd_most),
-            *bwd_most = calloc((size_t)stages, sizeof *bwd_most),
-            *bwd_inputs = calloc((size_t)stages, sizeof *bwd_inputs);
-    tsl_status st =
-        op_stage && fwd && bwd && fwd_most && bwd_most && bwd_inputs
-            ? TSL_OK
-            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "tsl_plan_estimate_received: out of memory");
-    if (!st && given)
-        memcpy(op_stage, given, sizeof *op_stage * (size_t)g->nops);
-    else if (!st)
-        st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
-    for (int32_t o = 0; o < g->nops && !st; o++) {
-        const tsl_graph_op *op = &g->ops[o];
-        int32_t so = op_stage[o];
-        memset(fwd, 0, sizeof *fwd * (size_t)stages);
-        memset(bwd, 0, sizeof *bwd * (size_t)stages);
-        for (int32_t k = 0; k < op->ninputs; k++) {
-            int32_t v = op->inputs[k], sv = op_stage[g->values[v].producer];
-            if (sv == so)
-                continue;
-            int64_t in = 4 * batch * tsl_shape_numel(&g->values[v].shape);
-            int64_t out = 4 * batch * tsl_shape_numel(&g->values[op->output].shape);
-            fwd[so] += in;
-            if (tsl_graph_op_reads_input_backward(op))
-                bwd_inputs[so] += in;
-            if (!tsl_graph_is_input(g, v)) {
-                bwd[sv] += op->kind == TSL_OP_CONCAT ? in : out;
-                if (op->kind == TSL_OP_CONCAT) /* the part is cut on its owner, then sent */
-                    bwd[so] += in;
-            }
-        }
-        for (int32_t s = 0; s < stages; s++) {
-            fwd_most[s] = fwd[s] > fwd_most[s] ? fwd[s] : fwd_most[s];
-            bwd_most[s] = bwd[s] > bwd_most[s] ? bwd[s] : bwd_most[s];
-        }
-    }
-    for (int32_t s = 0; s < stages && !st; s++) {
-        int64_t back = bwd_inputs[s] + bwd_most[s];
-        int64_t most = (fwd_most[s] > back ? fwd_most[s] : back) / group;
-        for (int32_t r = s * group; r < (s + 1) * group; r++)
-            bytes[r] = most;
-    }
-    free(op_stage);
-    free(fwd);
-    free(bwd);
-    free(fwd_most);
-    free(bwd_most);
-    free(bwd_inputs);
+    int64_t *without = calloc((size_t)nranks, sizeof *without);
+    tsl_status st = without ? tsl_plan_peak_memo(plan, g, nranks, workers, batch, optimizer_states,
+                                                 given, NULL, 1, bytes)
+                            : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY,
+                                        "tsl_plan_estimate_received: out of memory");
+    if (!st)
+        st = tsl_plan_peak_memo(plan, g, nranks, workers, batch, optimizer_states, given, NULL, 0,
+                                without);
+    for (int32_t r = 0; r < nranks; r++)
+        bytes[r] = st ? 0 : bytes[r] - without[r];
+    free(without);
     return st;
 }

@@ -142,12 +142,13 @@ typedef struct tsl_peak_memo tsl_peak_memo;
 tsl_peak_memo *tsl_peak_memo_create(const struct tsl_graph *g, int32_t stages, int32_t nranks);
 void tsl_peak_memo_destroy(tsl_peak_memo *memo);
 /* tsl_plan_peak_for_stages() with `memo` (NULL: none), made for this plan, graph, rank count,
- * workers and batch. */
+ * workers and batch; with stage_copies, the copies ranks receive from other pipeline stages
+ * counted where they live (tsl_plan_estimate_received()), as the peak a rank reaches. */
 tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int32_t workers,
                               int64_t batch, int32_t optimizer_states, const int32_t *given,
-                              tsl_peak_memo *memo, int64_t *bytes);
+                              tsl_peak_memo *memo, int stage_copies, int64_t *bytes);
 tsl_status tsl_plan_received_for_stages(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
-                                        int64_t batch, int32_t optimizer_states,
+                                        int32_t workers, int64_t batch, int32_t optimizer_states,
                                         const int32_t *given, int64_t *bytes);
 
 #endif /* TESSEL_GRAPH_PLAN_INTERNAL_H */

@@ -233,10 +233,9 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     int64_t *tiles = calloc((size_t)nranks, sizeof *tiles),
             *elements = calloc((size_t)nranks, sizeof *elements),
             *sent = calloc((size_t)nranks * TSL_TRAFFIC_TERMS, sizeof *sent),
-            *peak = calloc((size_t)nranks, sizeof *peak),
-            *received = calloc((size_t)nranks, sizeof *received);
+            *peak = calloc((size_t)nranks, sizeof *peak);
     if (!op_stage || !compute || !tasks || !shares || !opw || !stage_t || !scratch || !iscratch ||
-        !tiles || !elements || !sent || !peak || !received)
+        !tiles || !elements || !sent || !peak)
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
@@ -286,12 +285,9 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     if (!st)
         st = tsl_plan_traffic_for_stages(plan, g, nranks, workers, batch, optimizer_states,
                                          op_stage, sent);
-    if (!st)
-        st = tsl_plan_peak_for_stages(plan, g, nranks, workers, batch, optimizer_states, op_stage,
-                                      peak);
-    if (!st)
-        st = tsl_plan_received_for_stages(plan, g, nranks, batch, optimizer_states, op_stage,
-                                          received);
+    if (!st) /* (with the copies received from other stages) */
+        st = tsl_plan_peak_memo(plan, g, nranks, workers, batch, optimizer_states, op_stage, NULL,
+                                1, peak);
     if (!st) {
         memset(out, 0, sizeof *out);
         out->plan = *plan;
@@ -328,8 +324,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
                     out->terms[TSL_TERM_HALOS] = comm[TSL_TRAFFIC_HALOS];
                     out->terms[TSL_TERM_STAGES] = comm[TSL_TRAFFIC_STAGES];
                 }
-                int64_t live = peak[r] + received[r];
-                out->peak_bytes = live > out->peak_bytes ? live : out->peak_bytes;
+                out->peak_bytes = peak[r] > out->peak_bytes ? peak[r] : out->peak_bytes;
                 int64_t total = sent[(int64_t)TSL_TRAFFIC_TOTAL * nranks + r];
                 out->sent_bytes = total > out->sent_bytes ? total : out->sent_bytes;
             }
@@ -370,7 +365,6 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     free(elements);
     free(sent);
     free(peak);
-    free(received);
     return st;
 }
 

@@ -122,7 +122,8 @@ static void assign_runs(const struct tsl_graph *g, const int32_t *item, int32_t 
 }
 
 /* How good a split is for balance=memory: the largest rank's estimated peak (live tiles,
- * tsl_plan_estimate_peak(), plus received copies, tsl_plan_estimate_received()), then, for
+ * tsl_plan_estimate_peak(), with the copies received from other stages where they live,
+ * tsl_plan_estimate_received()), then, for
  * splits alike in that, the sum of every rank's squared. */
 typedef struct split_score {
     int64_t most;
@@ -131,15 +132,13 @@ typedef struct split_score {
 
 static tsl_status score_split(const tsl_plan *plan, tsl_graph_t g, int32_t nranks, int64_t batch,
                               int32_t states, const int32_t *op_stage, tsl_peak_memo *memo,
-                              int64_t *peak, int64_t *received, split_score *out)
+                              int64_t *peak, split_score *out)
 {
-    tsl_status st = tsl_plan_peak_memo(plan, g, nranks, 1, batch, states, op_stage, memo, peak);
-    if (!st)
-        st = tsl_plan_received_for_stages(plan, g, nranks, batch, states, op_stage, received);
+    tsl_status st = tsl_plan_peak_memo(plan, g, nranks, 1, batch, states, op_stage, memo, 1, peak);
     out->most = 0;
     out->squares = 0;
     for (int32_t r = 0; r < nranks && !st; r++) {
-        int64_t b = peak[r] + received[r];
+        int64_t b = peak[r];
         out->most = b > out->most ? b : out->most;
         out->squares += (double)b * (double)b;
     }
@@ -162,14 +161,12 @@ static void refine_runs(const tsl_plan *plan, tsl_graph_t g, int64_t batch, int3
 {
     int32_t nranks = (int32_t)tsl_plan_ranks(plan);
     int64_t *peak = calloc((size_t)nranks, sizeof *peak);
-    int64_t *received = calloc((size_t)nranks, sizeof *received);
     int32_t *start = malloc(sizeof *start * (size_t)stages);
     /* (NULL when out of memory: every estimate then works its tile bytes out again) */
     tsl_peak_memo *memo = tsl_peak_memo_create(g, stages, nranks);
     split_score best, score;
     assign_runs(g, item, m, first, stages, op_stage);
-    if (!peak || !received || !start ||
-        score_split(plan, g, nranks, batch, states, op_stage, memo, peak, received, &best))
+    if (!peak || !start || score_split(plan, g, nranks, batch, states, op_stage, memo, peak, &best))
         goto done;
     memcpy(start, first, sizeof *first * (size_t)stages);
     for (int pass = 0, moved = 1; moved && pass < 64; pass++) {
@@ -188,8 +185,7 @@ static void refine_runs(const tsl_plan *plan, tsl_graph_t g, int64_t batch, int3
                 first[k] = j;
                 assign_runs(g, item, m, first, stages, op_stage);
                 first[k] = keep;
-                if (score_split(plan, g, nranks, batch, states, op_stage, memo, peak, received,
-                                &score)) {
+                if (score_split(plan, g, nranks, batch, states, op_stage, memo, peak, &score)) {
                     memcpy(first, start, sizeof *first * (size_t)stages);
                     goto done;
                 }
@@ -206,7 +202,6 @@ done:
     assign_runs(g, item, m, first, stages, op_stage);
     tsl_peak_memo_destroy(memo);
     free(peak);
-    free(received);
     free(start);
 }
 

@@ -827,6 +827,11 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
             conv_halos(op, &vt[op->inputs[0]], y, &g->params[op->params[0]].shape,
                        !tsl_graph_is_input(g, op->inputs[0]), tsl_plan_channel_groups(plan) > 1,
                        halo, NULL, NULL);
+        /* a convolution's or linear layer's weight, read by its input gradient's tasks */
+        const int32_t weight =
+            (op->kind == TSL_OP_CONV || op->kind == TSL_OP_LINEAR) && op->nparams > 0
+                ? op->params[0]
+                : -1;
         for (int32_t k = 0; k < op->ninputs; k++) { /* values from another stage */
             int32_t v = op->inputs[k];
             if (op_stage[g->values[v].producer] == op_stage[o])
@@ -836,16 +841,29 @@ tsl_status tsl_plan_traffic_for_stages(const tsl_plan *plan, tsl_graph_t g, int3
              * copy is dropped after the forward); a slice reads only its box of each tile */
             int64_t times = 1 + tsl_graph_op_reads_input_backward(op);
             const int32_t group = nranks / tsl_plan_depth(plan), first = op_stage[o] * group;
+            const int64_t nx = tsl_shape_numel(&g->values[v].shape),
+                          ny = tsl_shape_numel(&g->values[op->output].shape);
+            memset(need, 0, (size_t)nranks);
             for (int64_t i = 0; i < x->n; i++) {
                 if (x->rank[i] >= first && x->rank[i] < first + group)
                     continue; /* (a tile already on this stage's ranks: the input cut by domains) */
                 int64_t moved = op->kind == TSL_OP_SLICE ? box_numel(x, i, op->start, op->stop)
                                                          : tile_numel(x, i);
                 stagex[x->rank[i]] += times * 4 * moved;
-                if (!tsl_graph_is_input(
-                        g, v)) /* its gradient back, from the tile's peer on this stage */
-                    stagex[y->rank[i % y->n]] += 4 * moved;
+                if (tsl_graph_is_input(g, v))
+                    continue;
+                /* Its gradient's tasks run where its tiles are and read the output gradient's
+                 * tile from its peer on this stage: of the output's size (a concatenation's
+                 * part and a slice's box: the input's). */
+                int64_t back = op->kind == TSL_OP_CONCAT || op->kind == TSL_OP_SLICE
+                                   ? moved
+                                   : (nx > 0 ? moved * ny / nx : 0);
+                stagex[y->rank[i % y->n]] += 4 * back;
+                need[x->rank[i]] = 1;
             }
+            for (int32_t r = 0; r < nranks && weight >= 0; r++)
+                if (need[r])
+                    stagex[param_owner[weight]] += 4 * tsl_shape_numel(&g->params[weight].shape);
         }
     }
     if (!st && nranks > 1) { /* the loss and the accuracy, one accumulator per tile each */

@@ -318,19 +318,22 @@ TSL_API tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t grap
 
 /**
  * @brief Estimated received copies per rank, for the same arguments as tsl_plan_estimate():
- * the most bytes one op's tasks on a rank read from another pipeline stage, which StarPU-MPI
- * holds in received copies on top of the rank's tiles. Forward: the most one op reads from
- * other stages. Backward: the inputs from other stages that the stage's ops read again
- * (convolution, linear, batch norm, pooling, ReLU), all received as soon as the backward is
- * submitted since they were made in the forward, plus the most one op's backward moves: the
- * tasks writing an input's gradient read the op's output gradient (a concatenation only the
- * input's channels, cut into a part on the concatenation's stage first). The larger of the
- * two, each stage's share split evenly over its ranks. Zero without stages (halo slabs are not
- * counted).
+ * what the copies of tiles a pipeline stage reads from another stage add to the rank's peak
+ * (tsl_plan_estimate_peak()). StarPU-MPI holds them in received copies on top of the rank's
+ * tiles, one per tile handle. An op's inputs made on another stage are received on the op's
+ * stage and held for the whole step: the copy is flushed when the executor releases the value
+ * and received again at once for the next step's forward, whose receives are posted by then.
+ * In an op's backward, the tasks writing such an input's gradient run on the input's stage and
+ * read the op's output gradient there (a concatenation: only the input's channels, cut into a
+ * part on the concatenation's stage first): held during that backward. Each stage's share is
+ * split evenly over its ranks, and the peak with these copies placed where they live, less the
+ * peak without them, is the entry: a copy received while the rank holds less than its peak may
+ * add nothing. Zero without stages (halo slabs, batch-norm sums and the other receives are in
+ * tsl_plan_estimate_peak()).
  * @param[out] bytes @p nranks entries
  */
 TSL_API tsl_status tsl_plan_estimate_received(const tsl_plan *plan, tsl_graph_t graph,
-                                              int32_t nranks, int64_t batch,
+                                              int32_t nranks, int32_t workers, int64_t batch,
                                               int32_t optimizer_states, int64_t *bytes);
 
 /** @brief The terms of tsl_plan_estimate_traffic(), each an array of one count per rank. */
@@ -338,7 +341,8 @@ typedef enum tsl_traffic_term {
     TSL_TRAFFIC_PARAMS = 0,    /**< gradients to the owners, parameters back to every copy */
     TSL_TRAFFIC_BATCHNORM = 1, /**< batch and group norm's exact sums, forward and backward */
     TSL_TRAFFIC_HALOS = 2,     /**< convolutions' halo slabs, forward and backward */
-    TSL_TRAFFIC_STAGES = 3,    /**< values crossing pipeline stages and their gradients */
+    TSL_TRAFFIC_STAGES = 3,    /**< values crossing pipeline stages, and what their
+                                    gradients' tasks read back */
     TSL_TRAFFIC_LOSSES = 4,    /**< the loss terms' and the accuracy's sums, and the values loss
                                     terms between values move (and their gradients) */
     TSL_TRAFFIC_TOTAL = 5,     /**< the sum of the terms above */
@@ -354,8 +358,10 @@ typedef enum tsl_traffic_term {
  * batch norm's exact accumulators (2 per channel) sent from every rank with tiles to every other
  * rank that needs the sums, forward and backward (a tree and copies beyond 8 such ranks); the
  * halo slabs of spatially tiled convolutions forward and the window gradients' slabs backward;
- * values read by an op of another pipeline stage, and their gradients back; the loss's and the
- * accuracy's accumulators. Not counted: copies between different tile grids of one value,
+ * values read by an op of another pipeline stage (again for a backward that reads them), and
+ * back what the tasks making their gradients read there: the op's output gradient (a
+ * concatenation's part, a slice's box) and a convolution's or linear layer's weight; the loss's
+ * and the accuracy's accumulators. Not counted: copies between different tile grids of one value,
  * evaluation passes, StarPU-MPI's message headers.
  * @param[out] sent ::TSL_TRAFFIC_TERMS x @p nranks entries: term t of rank r at [t * nranks + r]
  */

@@ -642,7 +642,8 @@ int command_plan(int argc, char **argv)
                                      bytes)) ||
              (st = tsl_plan_estimate_peak(pp, g, (int32_t)ranks, (int32_t)workers, batch, states,
                                           peak)) ||
-             (st = tsl_plan_estimate_received(pp, g, (int32_t)ranks, batch, states, received)) ||
+             (st = tsl_plan_estimate_received(pp, g, (int32_t)ranks, (int32_t)workers, batch,
+                                              states, received)) ||
              (st = tsl_plan_estimate(&solo, g, 1, 1, batch, states, &one)) ||
              (st = tsl_plan_estimate_peak(&solo, g, 1, 1, batch, states, &one_peak)) ||
              (st = tsl_plan_stages(pp, g, batch, states, op_stage)) ||
@@ -668,8 +669,8 @@ int command_plan(int argc, char **argv)
             (!pp || (pp->filters == 1 && pp->channels == 1))) /* (filters= and
                                                                * channels=: the input on group 0) */
             warn_idle_ranks(&grid, &owners, info.sample_shape.ndim + 1, ranks, batch);
-        printf("rank  tiles (all)   tiles (most live at once)  received copies (largest at "
-               "once)  sends per step\n");
+        printf("rank  tiles (all)   tiles (most live at once)  received copies (at its peak)"
+               "      sends per step\n");
         int64_t largest = 0, largest_peak = 0, with_received = 0;
         for (long r = 0; r < ranks; r++) {
             char tiles[32], live[32];

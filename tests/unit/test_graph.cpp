@@ -908,7 +908,7 @@ static int64_t largest_peak(const tsl_plan &p, tsl_graph_t g, int32_t ranks)
 {
     std::vector<int64_t> live((size_t)ranks), received((size_t)ranks);
     EXPECT_EQ(tsl_plan_estimate_peak(&p, g, ranks, 1, 1, 2, live.data()), TSL_OK);
-    EXPECT_EQ(tsl_plan_estimate_received(&p, g, ranks, 1, 2, received.data()), TSL_OK);
+    EXPECT_EQ(tsl_plan_estimate_received(&p, g, ranks, 1, 1, 2, received.data()), TSL_OK);
     int64_t most = 0;
     for (int32_t r = 0; r < ranks; r++)
         most = std::max(most, live[(size_t)r] + received[(size_t)r]);
@@ -1042,7 +1042,8 @@ static tsl_graph_t input_and_conv(int64_t out_channels, int32_t *a)
 // Stages given by hand win over the balance; an op without one is on its predecessor's; a
 // stage the plan does not have is an error.
 // Received copies: a conv on stage 1 reads its input from stage 0 (forward), and the task on
-// stage 0 writing that input's gradient reads the conv's output gradient (backward).
+// stage 0 writing that input's gradient reads the conv's output gradient and weight
+// (backward), at stage 0's peak (x, a and a's gradient with them).
 TEST(Plan, ReceivedCopiesAreTheValuesCrossingStages)
 {
     int32_t a, b;
@@ -1056,20 +1057,33 @@ TEST(Plan, ReceivedCopiesAreTheValuesCrossingStages)
     ASSERT_EQ(tsl_plan_parse("stages=2", &p), TSL_OK);
     const int64_t batch = 3;
     int64_t got[2] = {-1, -1};
-    ASSERT_EQ(tsl_plan_estimate_received(&p, g, 2, batch, 0, got), TSL_OK) << tsl_last_error();
-    EXPECT_EQ(got[1], batch * 4 * 8 * 8 * 4); // a's output, read by b
-    EXPECT_EQ(got[0], batch * 2 * 8 * 8 * 4); // b's output gradient, read for a's
+    ASSERT_EQ(tsl_plan_estimate_received(&p, g, 2, 1, batch, 0, got), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(got[1], batch * 4 * 8 * 8 * 4);                     // a's output, read by b
+    EXPECT_EQ(got[0], batch * 2 * 8 * 8 * 4 + 2 * 4 * 3 * 3 * 4); // b's output gradient and
+                                                                  // weight, read for a's
+    // What moves between the stages each step: a forward, and again for b's weight gradient
+    // (the forward's copy is dropped); back, the tasks making a's gradient on stage 0 read
+    // b's output gradient and weight.
+    int64_t sent[2 * TSL_TRAFFIC_TERMS];
+    ASSERT_EQ(tsl_plan_estimate_traffic(&p, g, 2, 1, batch, 0, sent), TSL_OK) << tsl_last_error();
+    EXPECT_EQ(sent[TSL_TRAFFIC_STAGES * 2], 2 * batch * 4 * 8 * 8 * 4);
+    EXPECT_EQ(sent[TSL_TRAFFIC_STAGES * 2 + 1], batch * 2 * 8 * 8 * 4 + 2 * 4 * 3 * 3 * 4);
     int64_t none[1] = {-1};
-    ASSERT_EQ(tsl_plan_estimate_received(nullptr, g, 1, batch, 0, none), TSL_OK);
+    ASSERT_EQ(tsl_plan_estimate_received(nullptr, g, 1, 1, batch, 0, none), TSL_OK);
     EXPECT_EQ(none[0], 0);
     tsl_graph_destroy(g);
 }
 
-// Backward, the inputs a stage's ops read again (here two convolutions' inputs from stage 0)
-// were all made in the forward, so they are received together as the backward is submitted:
-// stage 1 holds their sum, more than its largest forward receive. A concatenation reading two
-// values from stage 0 needs no input backward; its gradient's parts are cut on stage 1 and
-// received on stage 0 together.
+// Received copies are what they add to a rank's peak, placed where they live (P: one channel's
+// plane). Two convolutions on stage 1 read a (4 P) and b (6 P) from stage 0: both copies are
+// held the whole step, 10 P on stage 1's peak. Stage 0 holds x, a and b (11 P); in the
+// backward d's output gradient (2 P, received) comes with b's gradient (19 P), c's (2 P) with
+// a's (23 P), each gone once read, and the peak is b's backward making a's spare (25 P), when
+// no copy is held: 0. A concatenation on stage 1 holds its inputs' copies (10 P) beside its
+// output and the conv's gradients (24 P without, 34 P with them), then cuts its gradient into
+// the two parts to send (10 P more: 42 P, 18 P over 24 P); stage 0 receives the parts (10 P)
+// while it makes a's and b's gradients (21 P without them: 31 P; its peak without, 25 P, comes
+// later): 6 P.
 TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
 {
     const int64_t batch = 2, plane = 8 * 8 * 4 * batch; // bytes of one channel
@@ -1095,13 +1109,14 @@ TEST(Plan, BackwardReadsOfEarlierStagesAddUp)
         tsl_plan p;
         ASSERT_EQ(tsl_plan_parse("stages=2", &p), TSL_OK);
         int64_t got[2] = {-1, -1};
-        ASSERT_EQ(tsl_plan_estimate_received(&p, g, 2, batch, 0, got), TSL_OK) << tsl_last_error();
+        ASSERT_EQ(tsl_plan_estimate_received(&p, g, 2, 1, batch, 0, got), TSL_OK)
+            << tsl_last_error();
         if (concat) {
-            EXPECT_EQ(got[1], (4 + 6) * plane); // forward: a and b; backward: their parts
-            EXPECT_EQ(got[0], (4 + 6) * plane); // the concatenation's gradient parts
+            EXPECT_EQ(got[1], 18 * plane); // a and b, and the parts cut for stage 0
+            EXPECT_EQ(got[0], 6 * plane);  // the parts received, as a's and b's gradients come
         } else {
-            EXPECT_EQ(got[1], (4 + 6) * plane); // a and b, read again for c's and d's dw
-            EXPECT_EQ(got[0], 2 * plane);       // c's (or d's) output gradient
+            EXPECT_EQ(got[1], (4 + 6) * plane); // a and b, for c's and d's forward and dw
+            EXPECT_EQ(got[0], 0);               // c's and d's output gradients, off the peak
         }
         tsl_graph_destroy(g);
     }
