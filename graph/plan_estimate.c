@@ -780,14 +780,18 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
             if (tsl_graph_op_reads_input_backward(op))
                 live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
-            /* A sharded weight's gradient reduction: held until the step's reductions end
-             * (the backward submits them all and waits at the end). */
+            /* A sharded weight's gradient reduction: its partial and the pieces received for
+             * the rank's shard, made with the op's backward and freed once the reduction's
+             * tasks have added them, which they do as soon as the other ranks' same backward
+             * has sent theirs, long before the step's end (cnn 28^2 data=2: estimated 15.1
+             * MiB when held to the step's end, measured 13.5). */
             for (int32_t q = 0; q < op->nparams; q++) {
                 const shard_reduce *rd = &reduce[op->params[q]];
                 int64_t add = rd->bytes > 0 ? reduce_bytes(rd, op) : 0;
                 for (int32_t r = rd->first; r < rd->first + rd->count && add > 0; r++) {
                     live[r] += add;
                     bytes[r] = live[r] > bytes[r] ? live[r] : bytes[r];
+                    live[r] -= add;
                 }
             }
             for (int c = 0; c < copies && micro == 1; c++)
