@@ -741,11 +741,11 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 }
             }
             int copies = (y != out && !gone[y]) + written[y] * !tsl_graph_is_input(g, y) + spare[y];
-            /* moved onto the common grid: the output gradient, and the input gradient made there
-             * (then moved back) */
             /* the output gradient received for its input gradients: the tasks making them run
              * on the inputs' stages, and it goes once they have read it */
             live_add(live, bytes, sout, o, nranks, all_lo, all_hi, 1);
+            /* moved onto the common grid: the output gradient, and the input gradient made there
+             * (then moved back) */
             const int moved = written[y] && op->ninputs > 0;
             const int dx_moved = moved && !tsl_graph_is_input(g, op->inputs[0]);
             if (moved)

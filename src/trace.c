@@ -234,7 +234,7 @@ tsl_status tsl_trace_busy_between(struct tsl_context *ctx, double from, double t
 {
     struct tsl_trace *t = ctx->trace;
     if (!t)
-        return tsl_error(ctx, TSL_ERR_STATE, "trace totals: no trace is on");
+        return tsl_error(ctx, TSL_ERR_STATE, "trace busy time: no trace is on");
     *busy = 0;
     *ntasks = 0;
     pthread_mutex_lock(&t->lock);
