@@ -2167,3 +2167,35 @@ TEST(Plan, PeakHoldsTheFilterGroupsPartialGradients)
     EXPECT_LE(most_b - most_a, 2 * tile + 8192);
     tsl_graph_destroy(g);
 }
+
+// filters=2: a convolution whose output keeps whole channels (the model's output) runs where
+// its output tiles live (rank 0 here), reading the other rank's channel tile of its input
+// there, a received copy held from the forward to the backward; each input gradient tile is
+// made where it lives, the other rank reading the received output gradient.
+TEST(Plan, AWholeOutputsConvolutionRunsWhereItsTilesLive)
+{
+    int64_t k[2] = {3, 3};
+    int32_t x, c1, y;
+    tsl_conv_params cp;
+    tsl_graph_t g = graph_on_8x8(1, &x, &cp);
+    ASSERT_EQ(tsl_graph_conv(g, "c1", x, 64, k, &cp, 0, 0, &c1), TSL_OK);
+    ASSERT_EQ(tsl_graph_conv(g, "head", c1, 2, k, &cp, 0, 0, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+    tsl_plan filters;
+    ASSERT_EQ(tsl_plan_parse("filters=2", &filters), TSL_OK);
+    int64_t a[2];
+    ASSERT_EQ(tsl_plan_estimate_peak(&filters, g, 2, 1, 4, 2, a), TSL_OK) << tsl_last_error();
+    // The head's output (2 channels, 2 KiB) is whole, on rank 0. At the head's backward rank 0
+    // holds c1's tile (kept for the head's weight gradient), the copy of rank 1's and its
+    // gradient tile, rank 1 its tile, its gradient tile and the received output gradient. The
+    // rest (input, weights with gradients and states, the head's whole on rank 0, the loss's)
+    // is about a tile on rank 0 and a third of one on rank 1. Parts of the input gradient made
+    // on rank 0 for rank 1 and received there (or a copy on rank 1) would add a tile each.
+    const int64_t tile = 4 * 4 * 32 * 8 * 8; // a rank's channel tile of c1: 4 samples, 32 of 64
+    EXPECT_GE(a[0], 3 * tile);
+    EXPECT_LT(a[0], 5 * tile);
+    EXPECT_GE(a[1], 2 * tile);
+    EXPECT_LT(a[1], 3 * tile);
+    EXPECT_GE(a[0] - a[1], tile) << "rank 0 holds the copy of rank 1's tile, rank 1 none";
+    tsl_graph_destroy(g);
+}
