@@ -7,6 +7,7 @@
 #include "codelet.h"
 #include "conv.h"
 #include "pool.h"
+#include "tessel/ops.h"
 
 #define BUF(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
@@ -22,6 +23,15 @@ static void pool_backward_cpu(void *buffers[], void *cl_arg)
     tsl_pool_args a;
     starpu_codelet_unpack_args(cl_arg, &a);
     tsl_pool_backward_kernel(&a, BUF(0), BUF(1), BUF(2));
+}
+
+/* Average pooling: dy -> dx (the windows' sizes alone; x is not read). */
+static void pool_backward_avg_cpu(void *buffers[], void *cl_arg)
+{
+    tsl_pool_args a;
+    starpu_codelet_unpack_args(cl_arg, &a);
+    TSL_CODELET_CHECK(a.kind != TSL_POOL_MAX, "pooling: max pooling's backward reads x");
+    tsl_pool_backward_kernel(&a, NULL, BUF(0), BUF(1));
 }
 
 static void pool_forward_index_cpu(void *buffers[], void *cl_arg)
@@ -163,19 +173,26 @@ static void pool_window_backward_cpu(void *buffers[], void *cl_arg)
     free(dwin);
 }
 
-/* [indices,] dy -> dx tile and gradient slabs: upsampling, or max pooling from its indices
- * (`index`). */
-static void window_backward_dy_cpu(void *buffers[], void *cl_arg, int index)
+enum dy_kind { DY_UPSAMPLE, DY_POOL_INDEX, DY_POOL_AVG };
+
+/* [indices,] dy -> dx tile and gradient slabs: upsampling, max pooling from its indices, or
+ * average pooling (x is not read). */
+static void window_backward_dy_cpu(void *buffers[], void *cl_arg, enum dy_kind kind)
 {
     tsl_pool_task_args t;
     void *dslabs[TSL_CONV_MAX_SLABS];
+    const int index = kind == DY_POOL_INDEX;
     unpack_window(cl_arg, buffers, 2 + index, &t, dslabs); /* dx slabs follow dy and dx */
+    TSL_CODELET_CHECK(kind != DY_POOL_AVG || t.pool.kind != TSL_POOL_MAX,
+                      "pooling: max pooling's backward reads x");
     tsl_conv_args c = window_view(&t);
     tsl_conv_window_check(&c, &t.window);
     int direct = tsl_pool_window_is_tile(&t);
     float *dwin = direct ? BUF(1 + index) : window_alloc(&t);
-    if (index)
+    if (kind == DY_POOL_INDEX)
         tsl_pool_backward_index_kernel(&t.pool, BUF(0), BUF(1), dwin);
+    else if (kind == DY_POOL_AVG)
+        tsl_pool_backward_kernel(&t.pool, NULL, BUF(0), dwin);
     else
         tsl_upsample_backward_kernel(&t.pool, BUF(0), dwin);
     if (direct)
@@ -186,12 +203,17 @@ static void window_backward_dy_cpu(void *buffers[], void *cl_arg, int index)
 
 static void upsample_window_backward_cpu(void *buffers[], void *cl_arg)
 {
-    window_backward_dy_cpu(buffers, cl_arg, 0);
+    window_backward_dy_cpu(buffers, cl_arg, DY_UPSAMPLE);
 }
 
 static void pool_window_backward_index_cpu(void *buffers[], void *cl_arg)
 {
-    window_backward_dy_cpu(buffers, cl_arg, 1);
+    window_backward_dy_cpu(buffers, cl_arg, DY_POOL_INDEX);
+}
+
+static void pool_window_backward_avg_cpu(void *buffers[], void *cl_arg)
+{
+    window_backward_dy_cpu(buffers, cl_arg, DY_POOL_AVG);
 }
 
 /* The footprint of a pooling or upsampling: the tile sizes, the dtype, the kind (max, average,
@@ -255,6 +277,9 @@ TSL_CODELET(tsl_cl_pool_window_forward_index, "tsl_pool_window_fwd_index",
 TSL_CODELET(tsl_cl_pool_window_backward_index, "tsl_pool_window_bwd_index",
             pool_window_backward_index_cpu, tsl_pool_window_backward_index_cuda,
             pool_window_variant, .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
+TSL_CODELET(tsl_cl_pool_window_backward_avg, "tsl_pool_window_bwd_avg",
+            pool_window_backward_avg_cpu, tsl_pool_window_backward_avg_cuda, pool_window_variant,
+            .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
 TSL_CODELET(tsl_cl_upsample_window_forward, "tsl_upsample_window_fwd", upsample_window_forward_cpu,
             tsl_upsample_window_forward_cuda, pool_window_variant,
             .nbuffers = STARPU_VARIABLE_NBUFFERS, WINDOW_CAN_EXECUTE);
@@ -266,6 +291,8 @@ TSL_CODELET(tsl_cl_pool_forward, "tsl_pool_fwd", pool_forward_cpu, tsl_pool_forw
             pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_pool_backward, "tsl_pool_bwd", pool_backward_cpu, tsl_pool_backward_cuda,
             pool_variant, .nbuffers = 3, .modes = {STARPU_R, STARPU_R, STARPU_W});
+TSL_CODELET(tsl_cl_pool_backward_avg, "tsl_pool_bwd_avg", pool_backward_avg_cpu,
+            tsl_pool_backward_avg_cuda, pool_variant, .nbuffers = 2, .modes = {STARPU_R, STARPU_W});
 TSL_CODELET(tsl_cl_pool_forward_index, "tsl_pool_fwd_index", pool_forward_index_cpu,
             tsl_pool_forward_index_cuda, pool_variant, .nbuffers = 3,
             .modes = {STARPU_R, STARPU_W, STARPU_W});

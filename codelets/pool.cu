@@ -185,6 +185,7 @@ enum pool_op {
     POOL_FORWARD_INDEX,
     POOL_BACKWARD,
     POOL_BACKWARD_INDEX,
+    POOL_BACKWARD_AVG,
     UPSAMPLE_FORWARD,
     UPSAMPLE_BACKWARD
 };
@@ -207,15 +208,19 @@ void launch(const tsl_pool_args &a, pool_op op, const void *in0, const void *in1
     if (op == POOL_BACKWARD_INDEX)
         TSL_CODELET_CHECK(a.index_dtype == TSL_U8 || a.index_dtype == TSL_I32,
                           "pooling (CUDA): index dtype");
+    if (op == POOL_BACKWARD_AVG)
+        TSL_CODELET_CHECK(a.kind != TSL_POOL_MAX, "pooling (CUDA): max pooling's backward reads x");
     cudaStream_t stream = starpu_cuda_get_local_stream();
     unsigned blocks = tsl_cuda_blocks(n);
     switch (op) {
     case POOL_FORWARD:
         pool_forward_kernel<<<blocks, TSL_CUDA_THREADS, 0, stream>>>(a, g, in0, out0, out1);
         break;
-    case POOL_BACKWARD:         /* x, dy */
-    case POOL_BACKWARD_INDEX: { /* indices, dy */
-        const void *x = op == POOL_BACKWARD ? in0 : NULL, *ix = op == POOL_BACKWARD ? NULL : in0;
+    case POOL_BACKWARD:       /* x, dy */
+    case POOL_BACKWARD_INDEX: /* indices, dy */
+    case POOL_BACKWARD_AVG: { /* -, dy (average pooling reads no x) */
+        const void *x = op == POOL_BACKWARD ? in0 : NULL;
+        const void *ix = op == POOL_BACKWARD_INDEX ? in0 : NULL;
         if (tsl_pool_windows_disjoint(&g)) {
             size_t bytes = (size_t)n * (a.dtype == TSL_F32 ? sizeof(float) : sizeof(double));
             TSL_CUDA_CHECK(cudaMemsetAsync(out0, 0, bytes, stream));
@@ -256,7 +261,8 @@ tsl_pool_args task_args(void *cl_arg, bool window)
 }
 
 /* One codelet's CUDA function: forwards read buffer 0 and write buffer 1 (and the indices,
- * buffer 2); backwards read buffers 0 and 1 and write buffer 2 (upsampling: read 0, write 1). */
+ * buffer 2); backwards read buffers 0 and 1 and write buffer 2 (upsampling and average
+ * pooling's dy-only backward: read 0, write 1). */
 void run(void *buffers[], void *cl_arg, bool window, pool_op op)
 {
     tsl_pool_args a = task_args(cl_arg, window);
@@ -274,6 +280,9 @@ void run(void *buffers[], void *cl_arg, bool window, pool_op op)
     case POOL_BACKWARD_INDEX:
         launch(a, op, b0, b1, buf(buffers, 2), NULL);
         return;
+    case POOL_BACKWARD_AVG: /* dy, dx */
+        launch(a, op, NULL, b0, b1, NULL);
+        return;
     }
 }
 
@@ -289,6 +298,11 @@ extern "C" void tsl_pool_forward_cuda(void *buffers[], void *cl_arg)
 extern "C" void tsl_pool_backward_cuda(void *buffers[], void *cl_arg)
 {
     run(buffers, cl_arg, false, POOL_BACKWARD);
+}
+
+extern "C" void tsl_pool_backward_avg_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, false, POOL_BACKWARD_AVG);
 }
 
 extern "C" void tsl_pool_forward_index_cuda(void *buffers[], void *cl_arg)
@@ -331,6 +345,11 @@ extern "C" void tsl_pool_window_forward_index_cuda(void *buffers[], void *cl_arg
 extern "C" void tsl_pool_window_backward_index_cuda(void *buffers[], void *cl_arg)
 {
     run(buffers, cl_arg, true, POOL_BACKWARD_INDEX);
+}
+
+extern "C" void tsl_pool_window_backward_avg_cuda(void *buffers[], void *cl_arg)
+{
+    run(buffers, cl_arg, true, POOL_BACKWARD_AVG);
 }
 
 extern "C" void tsl_upsample_window_forward_cuda(void *buffers[], void *cl_arg)

@@ -44,7 +44,8 @@ typedef enum tsl_upsample_mode {
 } tsl_upsample_mode;
 
 void tsl_pool_forward_kernel(const tsl_pool_args *a, const void *x, void *y);
-/* dx from dy (and x, for max pooling); overwrites dx. */
+/* dx from dy (and x, for max pooling; NULL for average pooling, which reads only dy);
+ * overwrites dx. */
 void tsl_pool_backward_kernel(const tsl_pool_args *a, const void *x, const void *dy, void *dx);
 /* Max pooling: y as tsl_pool_forward_kernel(), and in `ix` (laid out as y, a->index_dtype) the
  * kernel position, (k0 * kernel[1] + k1) * kernel[2] + k2, of the element each output's
@@ -79,12 +80,15 @@ extern struct starpu_codelet
     tsl_cl_pool_window_backward; /* R x, [R slabs], R dy, W dx, [W dslabs] */
 extern struct starpu_codelet tsl_cl_pool_window_forward_index; /* R x, [R slabs], W y, W indices */
 extern struct starpu_codelet
-    tsl_cl_pool_window_backward_index;                       /* R indices, R dy, W dx, [W dslabs] */
-extern struct starpu_codelet tsl_cl_upsample_window_forward; /* R x, [R slabs], W y */
+    tsl_cl_pool_window_backward_index; /* R indices, R dy, W dx, [W dslabs] */
+extern struct starpu_codelet
+    tsl_cl_pool_window_backward_avg; /* average pooling: R dy, W dx, [W dslabs] (no x) */
+extern struct starpu_codelet tsl_cl_upsample_window_forward;  /* R x, [R slabs], W y */
 extern struct starpu_codelet tsl_cl_upsample_window_backward; /* R dy, W dx, [W dslabs] */
 
 extern struct starpu_codelet tsl_cl_pool_forward;             /* R x, W y */
 extern struct starpu_codelet tsl_cl_pool_backward;            /* R x, R dy, W dx */
+extern struct starpu_codelet tsl_cl_pool_backward_avg;        /* average pooling: R dy, W dx */
 extern struct starpu_codelet tsl_cl_pool_forward_index;       /* R x, W y, W indices */
 extern struct starpu_codelet tsl_cl_pool_backward_index;      /* R indices, R dy, W dx */
 extern struct starpu_codelet tsl_cl_upsample_forward;         /* R x, W y */
@@ -99,12 +103,14 @@ void tsl_pool_forward_cuda(void *buffers[], void *cl_arg);
 void tsl_pool_backward_cuda(void *buffers[], void *cl_arg);
 void tsl_pool_forward_index_cuda(void *buffers[], void *cl_arg);
 void tsl_pool_backward_index_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_backward_avg_cuda(void *buffers[], void *cl_arg);
 void tsl_upsample_forward_cuda(void *buffers[], void *cl_arg);
 void tsl_upsample_backward_cuda(void *buffers[], void *cl_arg);
 void tsl_pool_window_forward_cuda(void *buffers[], void *cl_arg);
 void tsl_pool_window_backward_cuda(void *buffers[], void *cl_arg);
 void tsl_pool_window_forward_index_cuda(void *buffers[], void *cl_arg);
 void tsl_pool_window_backward_index_cuda(void *buffers[], void *cl_arg);
+void tsl_pool_window_backward_avg_cuda(void *buffers[], void *cl_arg);
 void tsl_upsample_window_forward_cuda(void *buffers[], void *cl_arg);
 void tsl_upsample_window_backward_cuda(void *buffers[], void *cl_arg);
 #endif

@@ -1131,7 +1131,7 @@ int tsl_graph_value_read_backward(const struct tsl_graph *g, int32_t v, const ui
     if (v == g->output || tsl_graph_is_input(g, v))
         return 1;
     int32_t p = g->values[v].producer;
-    if (tsl_op_info_of(g->ops[p].kind)->keeps_output && !(fused && fused[p]))
+    if (tsl_op_info_of(g->ops[p].kind)->keeps_output(&g->ops[p]) && !(fused && fused[p]))
         return 1;
     int32_t n, r;
     const int32_t *readers = tsl_graph_readers(g, v, &n);

@@ -233,10 +233,11 @@ static int reads_always(const tsl_graph_op *op)
     return 1;
 }
 
-/* Max pooling's training keeps its indices instead (tsl_graph_pool_index_bytes()). */
+/* Average pooling's backward spreads dy over the windows (their sizes alone); max pooling's
+ * training keeps its indices instead (tsl_graph_pool_index_bytes()). */
 static int reads_pool(const tsl_graph_op *op)
 {
-    return tsl_graph_pool_index_bytes(op) == 0;
+    return op->pool.kind == TSL_POOL_MAX && tsl_graph_pool_index_bytes(op) == 0;
 }
 
 static int reads_activation(const tsl_graph_op *op)
@@ -244,26 +245,33 @@ static int reads_activation(const tsl_graph_op *op)
     return !tsl_activation_info_of(op->act)->backward_reads_output;
 }
 
+/* (sigmoid and tanh: their backward reads y; ReLU's and the others' read x) */
+static int keeps_activation(const tsl_graph_op *op)
+{
+    return tsl_activation_info_of(op->act)->backward_reads_output;
+}
+
 /* ---- the table ---- */
 
 static const tsl_op_info ops[] = {
-    [TSL_OP_INPUT] = {"input", infer_given, flops_none, reads_never, 0},
-    [TSL_OP_CONV] = {"conv", infer_conv, flops_conv, reads_always, 0},
-    [TSL_OP_BATCHNORM] = {"batchnorm", infer_same, flops_batchnorm, reads_always, 0},
-    /* The executor hands every activation's backward its output (sigmoid and tanh read it). */
-    [TSL_OP_ACTIVATION] = {"activation", infer_same, flops_activation, reads_activation, 1},
-    [TSL_OP_POOL] = {"pool", infer_pool, flops_pool, reads_pool, 0},
-    [TSL_OP_UPSAMPLE] = {"upsample", infer_upsample, flops_upsample, reads_never, 0},
-    [TSL_OP_CONCAT] = {"concat", infer_concat, flops_none, reads_never, 0},
-    [TSL_OP_ADD] = {"add", infer_add, flops_per_output, reads_never, 0},
-    [TSL_OP_FLATTEN] = {"flatten", infer_flatten, flops_none, reads_never, 0},
-    [TSL_OP_LINEAR] = {"linear", infer_linear, flops_linear, reads_always, 0},
+    [TSL_OP_INPUT] = {"input", infer_given, flops_none, reads_never, reads_never},
+    [TSL_OP_CONV] = {"conv", infer_conv, flops_conv, reads_always, reads_never},
+    [TSL_OP_BATCHNORM] = {"batchnorm", infer_same, flops_batchnorm, reads_always, reads_never},
+    /* The executor hands every activation's backward its output; sigmoid and tanh read it. */
+    [TSL_OP_ACTIVATION] = {"activation", infer_same, flops_activation, reads_activation,
+                           keeps_activation},
+    [TSL_OP_POOL] = {"pool", infer_pool, flops_pool, reads_pool, reads_never},
+    [TSL_OP_UPSAMPLE] = {"upsample", infer_upsample, flops_upsample, reads_never, reads_never},
+    [TSL_OP_CONCAT] = {"concat", infer_concat, flops_none, reads_never, reads_never},
+    [TSL_OP_ADD] = {"add", infer_add, flops_per_output, reads_never, reads_never},
+    [TSL_OP_FLATTEN] = {"flatten", infer_flatten, flops_none, reads_never, reads_never},
+    [TSL_OP_LINEAR] = {"linear", infer_linear, flops_linear, reads_always, reads_never},
     /* (its backward reads both inputs: d(a b)/da = b, d(a b)/db = a) */
-    [TSL_OP_MUL] = {"mul", infer_add, flops_per_output, reads_always, 0},
-    [TSL_OP_SLICE] = {"slice", infer_slice, flops_none, reads_never, 0},
+    [TSL_OP_MUL] = {"mul", infer_add, flops_per_output, reads_always, reads_never},
+    [TSL_OP_SLICE] = {"slice", infer_slice, flops_none, reads_never, reads_never},
     /* (its backward reads the mask its forward kept, not x) */
-    [TSL_OP_DROPOUT] = {"dropout", infer_same, flops_per_output, reads_never, 0},
-    [TSL_OP_GROUPNORM] = {"groupnorm", infer_same, flops_batchnorm, reads_always, 0},
+    [TSL_OP_DROPOUT] = {"dropout", infer_same, flops_per_output, reads_never, reads_never},
+    [TSL_OP_GROUPNORM] = {"groupnorm", infer_same, flops_batchnorm, reads_always, reads_never},
 };
 _Static_assert(sizeof ops / sizeof ops[0] == TSL_OP_KIND_COUNT, "one row per op kind");
 

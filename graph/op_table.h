@@ -36,8 +36,8 @@ typedef struct tsl_op_info {
     double (*flops)(const struct tsl_graph *g, const tsl_graph_op *op);
     /* Whether its backward reads its input x (the value, not a gradient). */
     int (*reads_input_backward)(const tsl_graph_op *op);
-    /* Whether the executor keeps its (unfused) output for its backward. */
-    int32_t keeps_output;
+    /* Whether its backward reads its own (unfused) output y: the executor then keeps y. */
+    int (*keeps_output)(const tsl_graph_op *op);
 } tsl_op_info;
 
 /* The row of kind `kind`, or NULL for a kind outside [0, TSL_OP_KIND_COUNT). */

@@ -508,6 +508,15 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
      * their gradients alike. What the moves receive goes with the halos' and copies' entries. */
     int64_t *rcx = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcx);
     int64_t *rcy = calloc((size_t)n * (size_t)nranks + 1, sizeof *rcy);
+    /* The pieces a move onto the common grid receives for the forward (posted with the step)
+     * and whether it receives any. The copy's own pieces are copied in as soon as they exist;
+     * the copy and the received pieces wait for the other ranks' pieces and the op's task:
+     * with the ranks out of step, until the forward's end (dsn space=2 on 2 ranks: an
+     * allocation trace showed rank 0's peak holding the four global poolings' copies and
+     * received pieces at once; 12.1 MiB estimated when each goes with its op, 13.9 held to the
+     * forward's end, 14.0 measured). */
+    int64_t *gotf = calloc((size_t)n * (size_t)nranks + 1, sizeof *gotf);
+    uint8_t *pieces = calloc((size_t)n + 1, 1);
     int64_t *got = calloc(2 * (size_t)nranks, sizeof *got); /* (one op's received parts) */
     /* With stage_copies, what a pipeline stage receives from another (tsl_plan_estimate_received):
      * sin, op o's inputs made on other stages, received on o's stage; sout, in o's backward,
@@ -520,7 +529,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     uint8_t *owns = calloc((size_t)g->nparams * (size_t)nranks + 1, 1);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
                             size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
-                            hbwd && rcx && rcy && got && sin && sout && live && reduce && owns
+                            hbwd && rcx && rcy && gotf && pieces && got && sin && sout && live &&
+                            reduce && owns
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, reduce, owns, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -566,7 +576,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                                          got + nranks)))
             for (int32_t r = 0; r < nranks; r++) { /* received parts: posted with the step,
                                                        dropped once copied */
-                hfwd[(int64_t)o * nranks + r] += got[r];
+                pieces[o] |= got[r] > 0;
+                gotf[(int64_t)o * nranks + r] += got[r];
                 hbwd[(int64_t)o * nranks + r] += got[nranks + r];
             }
         int32_t f = tsl_plan_channel_groups(plan);
@@ -697,8 +708,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         /* What the forward receives, posted when it is submitted. (The backward is submitted
          * once the loss is known, and the next step's forward right after it: from then on
          * both of their receives are held, below.) */
-        for (int32_t o = 0; o < n; o++)
+        for (int32_t o = 0; o < n; o++) {
             forward_receives(live, bytes, sums, xcopy, partials, hfwd, o, nranks, olo, ohi, 1);
+            live_add(live, bytes, gotf, o, nranks, olo, ohi, 1);
+        }
         /* The copies of values from other stages are StarPU-MPI's cached copies, one per tile
          * handle: flushed when the executor releases the value, and received again at once for
          * the next step's forward, posted by then. They are held for the whole step. */
@@ -719,8 +732,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             live_add(live, bytes, rcy, o, nranks, olo, ohi, 1);
             if (relu_of[o] < 0 && fold[o] < 0)
                 live_add(live, bytes, size, g->ops[o].output, nranks, vlo, vhi, 1);
-            if (!tsl_graph_op_reads_input_backward(&g->ops[o]))
+            if (!tsl_graph_op_reads_input_backward(&g->ops[o]) && !pieces[o])
                 live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
+            if (!pieces[o])
+                live_add(live, bytes, gotf, o, nranks, olo, ohi, -1);
             live_add(live, bytes, isize, o, nranks, olo, ohi, 1); /* a max pooling's indices */
             live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the forward's, merged */
             live_add(live, bytes, partials, o, nranks, olo, ohi, -1);
@@ -739,6 +754,12 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 }
             }
         }
+        for (int32_t o = 0; o < n; o++) { /* (the moves that waited for other ranks) */
+            if (!tsl_graph_op_reads_input_backward(&g->ops[o]) && pieces[o])
+                live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
+            if (pieces[o])
+                live_add(live, bytes, gotf, o, nranks, olo, ohi, -1);
+        }
         /* Backward, as the executor runs it: an op's input gradients are made (a spare for a
          * value's second contribution); then the op's output, its gradient and spare are
          * released, since no later op in the backward reads them (the model's output stays,
@@ -750,6 +771,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             /* the next step's forward's into new temporaries, held to the end (its input
              * copies land in the buffers this step's copies hold) */
             forward_receives(live, bytes, sums, NULL, partials, hfwd, o, nranks, olo, ohi, 1);
+            live_add(live, bytes, gotf, o, nranks, olo, ohi, 1);
         }
         int32_t out = tsl_graph_output(g);
         const int32_t micro = plan && plan->micro > 1 ? plan->micro : 1;
@@ -898,6 +920,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(hbwd);
     free(rcx);
     free(rcy);
+    free(pieces);
+    free(gotf);
     free(got);
     free(sin);
     free(sout);

@@ -335,7 +335,9 @@ TSL_API tsl_status tsl_conv_concat_backward(const tsl_conv_params *params, int32
 TSL_API tsl_status tsl_pool_forward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t y);
 
 /** @brief dx from dy; max pooling also reads x (the first maximum of each window gets the
- *  gradient, as PyTorch). dx is overwritten. */
+ *  gradient, as PyTorch). Average pooling reads only dy (each window's share): its tasks do
+ *  not touch x, which may be NULL, dx then giving the input's shape and tiles (a caller may
+ *  free x's memory after the forward). dx is overwritten. */
 TSL_API tsl_status tsl_pool_backward(const tsl_pool_params *params, tsl_tensor_t x, tsl_tensor_t dy,
                                      tsl_tensor_t dx);
 

@@ -108,8 +108,9 @@ static tsl_status window_args(const tsl_pool_args *a, int pooling, tsl_tensor_t 
 
 /* Spatial tiles. Forward (pooling and upsampling): per output tile, pack the halo of `small`
  * and run one task on the window (max pooling with `ix` also writes its indices tile).
- * Backward: pooling reads the x window and dy, upsampling and max pooling from indices `ix` dy
- * only; each writes its dx tile's part and gradient slabs that go back to the neighbours. */
+ * Backward: max pooling reads the x window and dy; upsampling, average pooling and max pooling
+ * from indices `ix` dy only; each writes its dx tile's part and gradient slabs that go back to
+ * the neighbours. */
 static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, tsl_tensor_t small,
                            tsl_tensor_t big, tsl_tensor_t x, tsl_tensor_t dx, tsl_tensor_t ix)
 {
@@ -122,15 +123,18 @@ static tsl_status windowed(const tsl_pool_args *a, int pooling, int backward, ts
     tsl_halo_returns r;
     if (st || (backward && (st = tsl_halo_returns_init(&r, ctx, big->ntiles))))
         return st;
+    /* (an average pooling's backward spreads dy over the windows: no x) */
+    const int avg_backward = backward && pooling && !ix && a->kind != TSL_POOL_MAX;
     struct starpu_codelet *cl =
         ix ? (backward ? &tsl_cl_pool_window_backward_index : &tsl_cl_pool_window_forward_index)
-        : pooling ? (backward ? &tsl_cl_pool_window_backward : &tsl_cl_pool_window_forward)
+        : avg_backward ? &tsl_cl_pool_window_backward_avg
+        : pooling      ? (backward ? &tsl_cl_pool_window_backward : &tsl_cl_pool_window_forward)
                   : (backward ? &tsl_cl_upsample_window_backward : &tsl_cl_upsample_window_forward);
     for (int64_t i = 0; i < big->ntiles && !st; i++) {
         starpu_data_handle_t slabs[TSL_CONV_MAX_SLABS] = {0};
         window_args(a, pooling, small, big, i, &t, src);
         int32_t ns = t.window.nslabs, n = 0;
-        int read_x = !backward || (pooling && !ix);
+        int read_x = !backward || (pooling && !ix && !avg_backward);
         if (read_x && (st = tsl_halo_pack_window(x, a->spatial, &t.window, src, slabs)))
             break;
         if (backward &&
@@ -258,20 +262,30 @@ tsl_status tsl_pool_backward(const tsl_pool_params *p, tsl_tensor_t x, tsl_tenso
                              tsl_tensor_t dx)
 {
     const char *fn = "tsl_pool_backward";
-    tsl_status st = tsl_tensor_check(x, fn);
+    /* Average pooling reads no x: dx gives the input's shape and tiles where x is NULL. */
+    const int avg = p && p->kind != TSL_POOL_MAX;
+    tsl_tensor_t in = avg && !x ? dx : x;
+    tsl_status st = tsl_tensor_check(in, fn);
     if (st || (st = tsl_tensor_check(dx, fn)))
         return st;
+    if (!p)
+        return tsl_error(in->ctx, TSL_ERR_INVALID_ARG, "%s: no pooling parameters", fn);
     tsl_shape want;
-    if ((st = tsl_pool_output_shape(&x->shape, p, &want)))
-        return tsl_error(x->ctx, st, "%s", tsl_last_error());
-    if ((st = check_planes(x, dy, &want, fn)) || (st = tsl_tensor_check_same_layout(dx, x, fn)))
+    if ((st = tsl_pool_output_shape(&in->shape, p, &want)))
+        return tsl_error(in->ctx, st, "%s", tsl_last_error());
+    if ((st = check_planes(in, dy, &want, fn)) || (st = tsl_tensor_check_same_layout(dx, in, fn)))
         return st;
-    if (dx == x || dx == dy)
-        return tsl_error(x->ctx, TSL_ERR_INVALID_ARG, "%s: dx may not overwrite an input", fn);
-    tsl_pool_args a = args_of(x, dy, p->spatial);
+    if ((x && dx == x) || dx == dy)
+        return tsl_error(in->ctx, TSL_ERR_INVALID_ARG, "%s: dx may not overwrite an input", fn);
+    tsl_pool_args a = args_of(in, dy, p->spatial);
     fill_pool(&a, p);
-    if (spatially_tiled(x))
-        return windowed(&a, 1, 1, x, dy, x, dx, NULL);
+    if (spatially_tiled(in))
+        return windowed(&a, 1, 1, in, dy, avg ? NULL : x, dx, NULL);
+    if (avg) {
+        tsl_tensor_t t[2] = {dy, dx};
+        enum starpu_data_access_mode m[2] = {STARPU_R, STARPU_W};
+        return per_tile(&tsl_cl_pool_backward_avg, a, dx, 2, t, m);
+    }
     tsl_tensor_t t[3] = {x, dy, dx};
     enum starpu_data_access_mode m[3] = {STARPU_R, STARPU_R, STARPU_W};
     return per_tile(&tsl_cl_pool_backward, a, x, 3, t, m);

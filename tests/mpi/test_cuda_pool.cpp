@@ -82,8 +82,13 @@ template <typename T> void check_pool(const tsl_pool_args &a, const char *what)
     run_on_cuda(tsl_cl_pool_backward, a,
                 {cuda_buf(xg, STARPU_R), cuda_buf(dyg, STARPU_R), cuda_buf(dxg, STARPU_W)});
     EXPECT_EQ(worst_error(dxg, dx), 0.0) << what << ": backward";
-    if (!max)
+    if (!max) { /* average pooling's backward without x: the same bits */
+        std::vector<T> dxa = poisoned<T>(nx);
+        run_on_cuda(tsl_cl_pool_backward_avg, a,
+                    {cuda_buf(dyg, STARPU_R), cuda_buf(dxa, STARPU_W)});
+        EXPECT_EQ(worst_error(dxa, dx), 0.0) << what << ": backward without x";
         return;
+    }
 
     for (int32_t index_dtype : {(int32_t)TSL_U8, (int32_t)TSL_I32}) {
         tsl_pool_args b = a;
@@ -290,6 +295,13 @@ TEST(Cuda, PoolWindowsThatAreTheTileMatchCpu)
     run_on_cuda(tsl_cl_pool_window_backward, t,
                 {cuda_buf(x, STARPU_R), cuda_buf(dy, STARPU_R), cuda_buf(dxg, STARPU_W)});
     EXPECT_EQ(worst_error(dxg, dx), 0.0) << "window backward";
+    // average pooling's window backward reads dy alone
+    t.pool.kind = TSL_POOL_AVG;
+    tsl_pool_backward_kernel(&t.pool, nullptr, dy.data(), dx.data());
+    dxg = poisoned<float>(nx);
+    run_on_cuda(tsl_cl_pool_window_backward_avg, t,
+                {cuda_buf(dy, STARPU_R), cuda_buf(dxg, STARPU_W)});
+    EXPECT_EQ(worst_error(dxg, dx), 0.0) << "average pooling window backward";
     // nearest upsampling by 2 on a tile's window
     t.pool = upsample_args(TSL_F32, TSL_UPSAMPLE_NEAREST, false, {12, 10}, {2, 2});
     std::vector<float> uy(a.planes * 24 * 20), uyg = poisoned<float>(uy.size());

@@ -2411,3 +2411,59 @@ TEST(Losses, SoftDiceIsBitIdenticalOnEveryLayout)
             tsl_tensor_destroy(t);
     }
 }
+
+// Average pooling's backward reads dy alone: x is destroyed after the forward and the backward
+// takes NULL for it (dx gives the input's tiles), on whole, sample and spatial tiles; dx (poisoned
+// first) equals a direct sum of each window's share. Max pooling without x is an error that
+// leaves dx as it was.
+TEST(Pooling, AverageBackwardReadsNoInput)
+{
+    tsl_owner_map block = tsl_owner_block(nullptr);
+    tsl_pool_params p, mp;
+    ASSERT_EQ(tsl_pool_params_init(&p, TSL_POOL_AVG, 2, 3), TSL_OK);
+    ASSERT_EQ(tsl_pool_params_init(&mp, TSL_POOL_MAX, 2, 3), TSL_OK);
+    p.count_include_pad = 0;
+    for (int d = 0; d < 2; d++) {
+        p.stride[d] = mp.stride[d] = 2;
+        p.padding[d] = mp.padding[d] = 1;
+    }
+    const int64_t n = 2, c = 3, h = 9, w = 10, oh = 5, ow = 5; // (9 + 2 - 3) / 2 + 1, likewise
+    for (std::vector<int32_t> g : {std::vector<int32_t>{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 1, 2, 2}}) {
+        tsl_tensor_t x = make_tensor(TSL_F32, {n, c, h, w}, g, block);
+        tsl_tensor_t y = make_tensor(TSL_F32, {n, c, oh, ow}, g, block);
+        tsl_tensor_t dy = make_tensor(TSL_F32, {n, c, oh, ow}, g, block);
+        tsl_tensor_t dx = make_tensor(TSL_F32, {n, c, h, w}, g, block);
+        ASSERT_EQ(tsl_tensor_fill_uniform(x, seed + 130, -1, 1), TSL_OK);
+        ASSERT_EQ(tsl_tensor_fill_uniform(dy, seed + 131, -1, 1), TSL_OK);
+        ASSERT_EQ(tsl_tensor_fill_constant(dx, 1e6), TSL_OK);
+        ASSERT_EQ(tsl_pool_forward(&p, x, y), TSL_OK) << tsl_context_last_error(ctx);
+        tsl_tensor_destroy(x);
+        EXPECT_EQ(tsl_pool_backward(&mp, nullptr, dy, dx), TSL_ERR_INVALID_ARG);
+        std::vector<float> poisoned = gather_as<float>(dx);
+        ASSERT_EQ(tsl_pool_backward(&p, nullptr, dy, dx), TSL_OK) << tsl_context_last_error(ctx);
+        std::vector<float> got = gather_as<float>(dx), grad = gather_as<float>(dy);
+        if (rank == 0) {
+            for (float v : poisoned)
+                ASSERT_EQ(v, 1e6f) << "max pooling without x changed dx";
+            std::vector<double> want((size_t)(n * c * h * w), 0.0);
+            for (int64_t pl = 0; pl < n * c; pl++)
+                for (int64_t i = 0; i < oh; i++)
+                    for (int64_t j = 0; j < ow; j++) {
+                        int64_t r0 = std::max<int64_t>(2 * i - 1, 0),
+                                r1 = std::min<int64_t>(2 * i + 2, h),
+                                c0 = std::max<int64_t>(2 * j - 1, 0),
+                                c1 = std::min<int64_t>(2 * j + 2, w);
+                        double share = grad[(size_t)((pl * oh + i) * ow + j)] /
+                                       (double)((r1 - r0) * (c1 - c0));
+                        for (int64_t r = r0; r < r1; r++)
+                            for (int64_t q = c0; q < c1; q++)
+                                want[(size_t)((pl * h + r) * w + q)] += share;
+                    }
+            for (size_t i = 0; i < want.size(); i++)
+                ASSERT_NEAR(got[i], want[i], 1e-6)
+                    << "element " << i << ", grid " << g[2] << "x" << g[3];
+        }
+        for (tsl_tensor_t t : {y, dy, dx})
+            tsl_tensor_destroy(t);
+    }
+}
