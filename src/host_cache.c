@@ -72,6 +72,8 @@ static struct {
     int32_t nbins;
     int32_t bins_cap;
     tsl_host_cache_stats stats;
+    void (*observe)(void *arg, size_t in_use); /* (tsl_host_cache_observe) */
+    void *observe_arg;
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void release_block(void *raw)
@@ -167,6 +169,8 @@ int tsl_host_cache_malloc(unsigned node, void **out, size_t dim, int flags)
         evicted = evict_over_high_water(dim);
     }
     cache.in_use += dim;
+    if (cache.observe)
+        cache.observe(cache.observe_arg, cache.in_use);
     pthread_mutex_unlock(&cache.lock);
     release_chain(evicted);
     if (!raw) {
@@ -202,6 +206,8 @@ int tsl_host_cache_free(unsigned node, void *ptr, size_t dim, int flags)
     size_t size = h->dim;
     pthread_mutex_lock(&cache.lock);
     cache.in_use -= size < cache.in_use ? size : cache.in_use;
+    if (cache.observe)
+        cache.observe(cache.observe_arg, cache.in_use);
     if (cache.limit > 0 && size <= cache.max_block && cache.cached + size <= cache.limit) {
         struct bin *b = find_bin(size, h->pinned, 1);
         if (b && b->count == b->cap) {
@@ -283,4 +289,22 @@ void tsl_host_cache_uninstall(tsl_host_cache_stats *stats)
     }
     pthread_mutex_unlock(&cache.lock);
     starpu_malloc_set_hooks(NULL, NULL);
+}
+
+void tsl_host_cache_observe(void (*fn)(void *arg, size_t in_use), void *arg)
+{
+    pthread_mutex_lock(&cache.lock);
+    cache.observe = fn;
+    cache.observe_arg = arg;
+    pthread_mutex_unlock(&cache.lock);
+}
+
+void tsl_host_cache_unobserve(void *arg)
+{
+    pthread_mutex_lock(&cache.lock);
+    if (cache.observe_arg == arg) {
+        cache.observe = NULL;
+        cache.observe_arg = NULL;
+    }
+    pthread_mutex_unlock(&cache.lock);
 }

@@ -29,6 +29,14 @@ int tsl_host_cache_free(unsigned node, void *ptr, size_t dim, int flags);
 /* Counters so far and the bytes kept now; returns 0 (zeros everywhere) if not installed. */
 int tsl_host_cache_query(tsl_host_cache_stats *stats, size_t *kept);
 
+/* Call @p fn with the bytes in use after every block handed out or freed (under the cache's
+ * lock: it must be short and allocate nothing through StarPU), until replaced; NULL stops it.
+ * Only while installed are blocks counted. */
+void tsl_host_cache_observe(void (*fn)(void *arg, size_t in_use), void *arg);
+
+/* Stop the observer if it is the one given @p arg (else leave the other in place). */
+void tsl_host_cache_unobserve(void *arg);
+
 /* Free every cached block and give StarPU its own allocator back; call after StarPU has
  * shut down. @p stats (may be NULL) receives the counters. Does nothing if not installed. */
 void tsl_host_cache_uninstall(tsl_host_cache_stats *stats);

@@ -22,6 +22,7 @@
 
 #include "internal.h"
 #include "critical_path.h"
+#include "host_cache.h"
 #include "trace.h"
 
 typedef struct trace_event {
@@ -45,6 +46,11 @@ struct tsl_trace {
     size_t *base, *sent;
     double *times;
     int64_t nsamples, cap_samples;
+    /* The bytes of StarPU buffers in use (the host cache's count) after every change: times
+     * in mem_t, bytes in mem_bytes; a "buffers" counter track. */
+    double *mem_t;
+    size_t *mem_bytes;
+    int64_t nmem, cap_mem;
     char **labels; /* interned */
     int32_t nlabels, cap_labels;
     int32_t layer, pass; /* the current labels (the submitting thread's) */
@@ -71,6 +77,9 @@ static void trace_free(struct tsl_trace *t)
 {
     if (!t)
         return;
+    tsl_host_cache_unobserve(t);
+    free(t->mem_t);
+    free(t->mem_bytes);
     for (int32_t i = 0; i < t->nlabels; i++)
         free(t->labels[i]);
     free(t->labels);
@@ -90,6 +99,33 @@ void tsl_trace_destroy(struct tsl_context *ctx)
 {
     trace_free(ctx->trace);
     ctx->trace = NULL;
+}
+
+/* The host cache's observer: a sample of the bytes in use now (under the cache's lock; past
+ * max_events samples, or without memory, counted as dropped). */
+static void memory_sample(void *arg, size_t in_use)
+{
+    struct tsl_trace *t = arg;
+    pthread_mutex_lock(&t->lock);
+    if (t->nmem == t->cap_mem && t->nmem < t->max_events) {
+        int64_t cap = t->cap_mem ? 2 * t->cap_mem : 1024;
+        cap = cap < t->max_events ? cap : t->max_events;
+        double *times = realloc(t->mem_t, sizeof *times * (size_t)cap);
+        if (times)
+            t->mem_t = times;
+        size_t *bytes = times ? realloc(t->mem_bytes, sizeof *bytes * (size_t)cap) : NULL;
+        if (bytes) {
+            t->mem_bytes = bytes;
+            t->cap_mem = cap;
+        }
+    }
+    if (t->nmem < t->cap_mem) {
+        t->mem_t[t->nmem] = starpu_timing_now() - t->t0;
+        t->mem_bytes[t->nmem++] = in_use;
+    } else {
+        t->dropped++;
+    }
+    pthread_mutex_unlock(&t->lock);
 }
 
 tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events)
@@ -122,6 +158,12 @@ tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events)
     if (t->comm)
         starpu_mpi_comm_amounts_retrieve(t->base);
     ctx->trace = t;
+    tsl_host_cache_stats now;
+    size_t kept;
+    if (tsl_host_cache_query(&now, &kept)) { /* (counted only while installed) */
+        memory_sample(t, now.in_use);
+        tsl_host_cache_observe(memory_sample, t);
+    }
     return TSL_OK;
 }
 
@@ -431,6 +473,12 @@ static void format_rank(struct tsl_context *ctx, struct tsl_trace *t, text *b)
             append(b, "%s\"to rank %d\":%zu", r ? "," : "", r, t->sent[k * ctx->size + r]);
         append(b, "}},\n");
     }
+    /* the bytes of StarPU buffers in use, a counter track per rank */
+    for (int64_t k = 0; k < t->nmem; k++)
+        append(
+            b,
+            "{\"name\":\"buffers\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"args\":{\"MiB\":%.4f}},\n",
+            t->mem_t[k], ctx->rank, (double)t->mem_bytes[k] / 1048576.0);
     for (int64_t i = 0; i < t->n; i++) {
         const trace_event *e = &t->events[i];
         append(b, "{\"name\":\"");

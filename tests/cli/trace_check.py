@@ -6,7 +6,9 @@ layer has exactly STEPS forward tasks and STEPS weight-gradient tasks on every r
 from the model file, independently of tessel), every layer but the first STEPS data-gradient
 tasks; events have a start, a non-negative duration, a rank and a named worker. With
 --comm-stats on several ranks the bytes each rank sent are counter tracks, a sample per step.
-A path that cannot be written is refused before training starts.
+Every rank has a "buffers" counter track, the MiB of StarPU buffers in use after each change,
+whose highest sample is the buffer peak --rank-report gives that rank. A path that cannot be
+written is refused before training starts.
 
 usage: trace_check.py TESSEL WORKDIR NRANKS [MPIEXEC ARGS...]   (MPIEXEC prefix optional)"""
 import collections
@@ -35,7 +37,8 @@ def run(*args):
     return p.returncode, p.stdout
 
 
-code, out = run("--trace", trace)
+metrics = os.path.join(work, "metrics.json")
+code, out = run("--trace", trace, "--rank-report", "--metrics-json", metrics)
 if code != 0:
     sys.exit(f"tessel train --trace: exit {code}\n{out}")
 with open(trace) as f:
@@ -82,6 +85,20 @@ for r in range(nranks):
     # the losses of the steps (and no update outside the steps)
     if sum(n for (p, name, cat, _), n in count.items() if p == r and cat == "loss") < STEPS:
         problems.append(f"rank {r}: fewer than {STEPS} loss tasks")
+# The buffers track: samples in time order, none negative, the highest the rank's buffer peak.
+with open(metrics) as f:
+    peaks = [r["buffer_peak_mib"] for r in json.load(f)["epochs"][-1]["ranks"]]  # rank order
+for r in range(nranks):
+    series = [(e["ts"], e["args"]["MiB"]) for e in events
+              if e.get("ph") == "C" and e["name"] == "buffers" and e["pid"] == r]
+    if len(series) < 2 * STEPS:
+        problems.append(f"rank {r}: {len(series)} buffers samples")
+        continue
+    if [t for t, _ in series] != sorted(t for t, _ in series) or min(v for _, v in series) < 0:
+        problems.append(f"rank {r}: buffers samples out of order or negative")
+    if abs(max(v for _, v in series) - peaks[r]) > 0.002:
+        problems.append(f"rank {r}: buffers track peaks at {max(v for _, v in series)} MiB, "
+                        f"the rank report at {peaks[r]}")
 if problems:
     sys.exit("trace problems:\n  " + "\n  ".join(problems[:20]))
 
@@ -94,7 +111,8 @@ if nranks > 1:
     if code != 0:
         sys.exit(f"tessel train --trace --comm-stats: exit {code}\n{out}")
     with open(trace2) as f:
-        counters = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "C"]
+        counters = [e for e in json.load(f)["traceEvents"]
+                    if e.get("ph") == "C" and e["name"] == "bytes sent"]
     for r in range(nranks):
         series = sorted((e["ts"], e["args"]) for e in counters if e["pid"] == r)
         if len(series) != STEPS + 1:
@@ -109,4 +127,5 @@ code, out = run("--trace", os.path.join(work, "no-such-dir", "t.json"))
 if code == 0 or "--trace" not in out or "epoch" in out:
     sys.exit(f"an unwritable --trace path: exit {code}, output:\n{out}")
 print(f"trace: {len(tasks)} tasks of {nranks} rank(s), every convolution's tasks of "
-      f"{STEPS} steps present under its layer; unwritable path refused")
+      f"{STEPS} steps present under its layer; buffers tracks peak at the rank reports' "
+      f"peaks; unwritable path refused")
