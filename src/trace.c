@@ -509,6 +509,7 @@ tsl_status tsl_context_trace_write(tsl_context_t ctx, const char *path)
     if (t->comm)
         sample_sent(ctx, t);
     ctx->trace = NULL;
+    tsl_host_cache_unobserve(t); /* (no sample lands while its samples are formatted) */
     starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
     text b = {0};
     format_rank(ctx, t, &b);
