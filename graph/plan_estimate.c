@@ -734,8 +734,6 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 live_add(live, bytes, size, g->ops[o].output, nranks, vlo, vhi, 1);
             if (!tsl_graph_op_reads_input_backward(&g->ops[o]) && !pieces[o])
                 live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
-            if (!pieces[o])
-                live_add(live, bytes, gotf, o, nranks, olo, ohi, -1);
             live_add(live, bytes, isize, o, nranks, olo, ohi, 1); /* a max pooling's indices */
             live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the forward's, merged */
             live_add(live, bytes, partials, o, nranks, olo, ohi, -1);
@@ -757,8 +755,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         for (int32_t o = 0; o < n; o++) { /* (the moves that waited for other ranks) */
             if (!tsl_graph_op_reads_input_backward(&g->ops[o]) && pieces[o])
                 live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
-            if (pieces[o])
-                live_add(live, bytes, gotf, o, nranks, olo, ohi, -1);
+            live_add(live, bytes, gotf, o, nranks, olo, ohi, -1); /* (zero without pieces) */
         }
         /* Backward, as the executor runs it: an op's input gradients are made (a spare for a
          * value's second contribution); then the op's output, its gradient and spare are
