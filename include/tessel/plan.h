@@ -298,10 +298,12 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * read; with M > 1 micro-batches it does so micro-batch by micro-batch (a rank takes them
  * through the backward in turn), so an op's input gradients for micro-batch j are made after
  * its output and output gradient for micro-batch j - 1 are gone. Each weight sharded over its
- * stage's ranks adds, at its op's backward, on every rank of its stage the partial gradient of the
- * whole weight that rank makes and the pieces of its own shard the others send it: the
- * reduction's tasks add them into the shard, and they go, as soon as the other ranks' same
- * backward has sent theirs. What a rank receives is allocated when the reading
+ * stage's ranks of G adds, at its op's backward, on every rank of its stage the partial gradient
+ * of the whole weight that rank makes and the (G - 1) pieces of it that the rank sends (a linear
+ * layer's partial is those pieces alone); and from the end of the forward, the (G - 1) / G of a
+ * shard the reduction's trees bring the rank, until the reduction's tasks have added them, as
+ * soon as the other ranks' same backward has sent theirs. What a rank receives is allocated when
+ * the reading
  * task is submitted: the forward's receives (batch norm's exact sums, a filter plan's input channel
  * tiles, a channel plan's partial outputs, halo slabs) are held from the step's start until their
  * op's forward (the input tiles until its backward), the backward's (the sums again, gradient
