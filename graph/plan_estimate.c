@@ -274,6 +274,20 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
                     reduce[i].cut_owners++;
                     reduce[i].cut_tile = own[r] > reduce[i].cut_tile ? own[r] : reduce[i].cut_tile;
                 }
+            /* The other ranks of a filter group (its samples or spatial tiles) read the group's
+             * tile in the forward: StarPU-MPI's cached copy, received and kept through the
+             * backward (wide cnn 16^2 data=2,filters=2: ranks 2 and 3 held the four 1.1 MiB
+             * tiles of their group at their peak; 9.3 MiB estimated without, 13.3 measured). */
+            int64_t tile = 0;
+            int32_t at = -1;
+            for (int32_t r = 0; r < nranks; r++)
+                if (own[r] > 0) {
+                    tile = own[r] > tile ? own[r] : tile;
+                    at = r / group;
+                }
+            for (int32_t r = at * group; at >= 0 && r < (at + 1) * group && r < nranks; r++)
+                if (own[r] == 0)
+                    bytes[r] += tile;
             free(own);
             continue;
         }

@@ -311,7 +311,8 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * next step's forward's receives into new temporaries from the end of the forward on; a weight cut
  * by filters whose filter group holds several ranks adds, on its tile's owner, the other ranks'
  * partial gradients of the tile (from the end of the forward to the op's backward), and on those
- * ranks their partial during the op's backward. Counted and not counted otherwise as in
+ * ranks their partial during the op's backward and, for the whole step, the copy of the tile
+ * they read in the forward. Counted and not counted otherwise as in
  * tsl_plan_estimate().
  * @param[out] bytes @p nranks entries
  */

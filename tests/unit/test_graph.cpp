@@ -1757,6 +1757,34 @@ TEST(Graph, AddOfSeveralValues)
     tsl_graph_destroy(g);
 }
 
+// data=2,filters=2 on 4 ranks: a convolution's weight tile f lives on filter group f's first
+// rank (f); the group's other rank (2 + f) reads it in the forward and keeps StarPU-MPI's copy
+// through the backward. A convolution of 64 channels to 64 (3x3, no bias) pooled into the output
+// (64 classes, whole along channels on group 0: ranks 0 and 2), no other parameter: ranks r and
+// 2 + r hold the same activations, and the owner the tile's value and gradient against the
+// other's one copy.
+TEST(Plan, AFilterGroupsOtherRanksHoldItsWeightTile)
+{
+    int64_t k[2] = {3, 3};
+    int32_t x, c, pl, f;
+    tsl_conv_params cp;
+    tsl_graph_t g = graph_on_8x8(64, &x, &cp);
+    tsl_pool_params pp;
+    tsl_pool_params_init(&pp, TSL_POOL_AVG, 2, 8);
+    ASSERT_EQ(tsl_graph_conv(g, "c", x, 64, k, &cp, 0, 0, &c), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_graph_pool(g, c, &pp, &pl), TSL_OK) << tsl_last_error();
+    ASSERT_EQ(tsl_graph_flatten(g, pl, &f), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, f), TSL_OK);
+    tsl_plan p;
+    ASSERT_EQ(tsl_plan_parse("data=2,filters=2", &p), TSL_OK);
+    int64_t all[4];
+    ASSERT_EQ(tsl_plan_estimate(&p, g, 4, 1, 4, 0, all), TSL_OK) << tsl_last_error();
+    const int64_t tile = 4 * 32 * 64 * 9;
+    EXPECT_EQ(all[0] - all[2], tile);
+    EXPECT_EQ(all[1] - all[3], tile);
+    tsl_graph_destroy(g);
+}
+
 // A weight sharded over the ranks (data=4, 4,096 elements and more) adds to every rank's peak,
 // in its backward, its partial gradient of the whole weight and the three quarters of it the rank
 // copies out to send; and from the backward's start on, for every sharded weight, the three
