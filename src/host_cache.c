@@ -48,7 +48,8 @@ struct header {
     uint64_t magic;
     size_t dim;
     int pinned;
-    void *next; /* chains blocks released together */
+    int received; /* handed out for data StarPU acquires outside tasks (received_now()) */
+    void *next;   /* chains blocks released together */
 };
 
 struct bin {
@@ -67,12 +68,13 @@ static struct {
     size_t max_block;
     size_t cached;
     size_t in_use;     /* bytes handed out and not freed */
+    size_t received;   /* of which for data acquired outside tasks (received_now()) */
     size_t high_water; /* most bytes in use at once */
     struct bin *bins;
     int32_t nbins;
     int32_t bins_cap;
     tsl_host_cache_stats stats;
-    void (*observe)(void *arg, size_t in_use); /* (tsl_host_cache_observe) */
+    void (*observe)(void *arg, size_t in_use, size_t received); /* (tsl_host_cache_observe) */
     void *observe_arg;
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -151,10 +153,23 @@ static void release_chain(void *chain)
     }
 }
 
+/* Whether the block StarPU asks for now holds data it acquires outside tasks: StarPU-MPI posts
+ * a receive by acquiring the handle it receives into (starpu_data_acquire_on_node_cb), and
+ * StarPU allocates the buffer in the acquisition's internal task, named
+ * "_starpu_data_acquire_cb_pre" (StarPU 1.3), on the submitting thread or a worker, as soon as
+ * the handle is free: long before the data arrives. A task's own buffers are allocated while no
+ * task or that task is current. */
+static int received_now(void)
+{
+    struct starpu_task *t = starpu_task_get_current();
+    const char *name = t ? (t->name ? t->name : t->cl ? t->cl->name : NULL) : NULL;
+    return name && strcmp(name, "_starpu_data_acquire_cb_pre") == 0;
+}
+
 int tsl_host_cache_malloc(unsigned node, void **out, size_t dim, int flags)
 {
     (void)node;
-    int pinned = wants_pinning(flags);
+    int pinned = wants_pinning(flags), received = received_now();
     void *raw = NULL, *evicted = NULL;
     pthread_mutex_lock(&cache.lock);
     if (cache.in_use + dim > cache.high_water)
@@ -169,8 +184,11 @@ int tsl_host_cache_malloc(unsigned node, void **out, size_t dim, int flags)
         evicted = evict_over_high_water(dim);
     }
     cache.in_use += dim;
+    cache.received += received ? dim : 0;
+    if (raw)
+        ((struct header *)raw)->received = received;
     if (cache.observe)
-        cache.observe(cache.observe_arg, cache.in_use);
+        cache.observe(cache.observe_arg, cache.in_use, cache.received);
     pthread_mutex_unlock(&cache.lock);
     release_chain(evicted);
     if (!raw) {
@@ -178,12 +196,14 @@ int tsl_host_cache_malloc(unsigned node, void **out, size_t dim, int flags)
             posix_memalign(&raw, HEADER_BYTES, dim + HEADER_BYTES)) {
             pthread_mutex_lock(&cache.lock);
             cache.in_use -= dim;
+            cache.received -= received ? dim : 0;
             pthread_mutex_unlock(&cache.lock);
             return -ENOMEM;
         }
         struct header *h = raw;
         h->magic = HEADER_MAGIC;
         h->dim = dim;
+        h->received = received;
         h->pinned = pinned && starpu_memory_pin((char *)raw + HEADER_BYTES, dim) == 0;
     }
     if (cache.poison)
@@ -206,8 +226,11 @@ int tsl_host_cache_free(unsigned node, void *ptr, size_t dim, int flags)
     size_t size = h->dim;
     pthread_mutex_lock(&cache.lock);
     cache.in_use -= size < cache.in_use ? size : cache.in_use;
+    if (h->received)
+        cache.received -= size < cache.received ? size : cache.received;
+    h->received = 0;
     if (cache.observe)
-        cache.observe(cache.observe_arg, cache.in_use);
+        cache.observe(cache.observe_arg, cache.in_use, cache.received);
     if (cache.limit > 0 && size <= cache.max_block && cache.cached + size <= cache.limit) {
         struct bin *b = find_bin(size, h->pinned, 1);
         if (b && b->count == b->cap) {
@@ -242,6 +265,7 @@ void tsl_host_cache_install(size_t limit)
     cache.max_block = limit / 4;
     cache.cached = 0;
     cache.in_use = 0;
+    cache.received = 0;
     cache.high_water = 0;
     memset(&cache.stats, 0, sizeof cache.stats);
     pthread_mutex_unlock(&cache.lock);
@@ -255,6 +279,7 @@ int tsl_host_cache_query(tsl_host_cache_stats *stats, size_t *kept)
     if (installed) {
         *stats = cache.stats;
         stats->in_use = cache.in_use;
+        stats->received = cache.received;
         stats->high_water = cache.high_water;
         *kept = cache.cached;
     } else {
@@ -285,13 +310,14 @@ void tsl_host_cache_uninstall(tsl_host_cache_stats *stats)
     if (stats) {
         *stats = cache.stats;
         stats->in_use = cache.in_use;
+        stats->received = cache.received;
         stats->high_water = cache.high_water;
     }
     pthread_mutex_unlock(&cache.lock);
     starpu_malloc_set_hooks(NULL, NULL);
 }
 
-void tsl_host_cache_observe(void (*fn)(void *arg, size_t in_use), void *arg)
+void tsl_host_cache_observe(void (*fn)(void *arg, size_t in_use, size_t received), void *arg)
 {
     pthread_mutex_lock(&cache.lock);
     cache.observe = fn;

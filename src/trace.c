@@ -47,9 +47,10 @@ struct tsl_trace {
     double *times;
     int64_t nsamples, cap_samples;
     /* The bytes of StarPU buffers in use (the host cache's count) after every change: times
-     * in mem_t, bytes in mem_bytes; a "buffers" counter track. */
+     * in mem_t, bytes in mem_bytes, of which received (StarPU-MPI's receive buffers) in
+     * mem_recv; a "buffers" counter track of two series. */
     double *mem_t;
-    size_t *mem_bytes;
+    size_t *mem_bytes, *mem_recv;
     int64_t nmem, cap_mem;
     char **labels; /* interned */
     int32_t nlabels, cap_labels;
@@ -80,6 +81,7 @@ static void trace_free(struct tsl_trace *t)
     tsl_host_cache_unobserve(t);
     free(t->mem_t);
     free(t->mem_bytes);
+    free(t->mem_recv);
     for (int32_t i = 0; i < t->nlabels; i++)
         free(t->labels[i]);
     free(t->labels);
@@ -103,7 +105,7 @@ void tsl_trace_destroy(struct tsl_context *ctx)
 
 /* The host cache's observer: a sample of the bytes in use now (under the cache's lock; past
  * max_events samples, or without memory, counted as dropped). */
-static void memory_sample(void *arg, size_t in_use)
+static void memory_sample(void *arg, size_t in_use, size_t received)
 {
     struct tsl_trace *t = arg;
     pthread_mutex_lock(&t->lock);
@@ -114,13 +116,17 @@ static void memory_sample(void *arg, size_t in_use)
         if (times)
             t->mem_t = times;
         size_t *bytes = times ? realloc(t->mem_bytes, sizeof *bytes * (size_t)cap) : NULL;
-        if (bytes) {
+        if (bytes)
             t->mem_bytes = bytes;
+        size_t *recv = bytes ? realloc(t->mem_recv, sizeof *recv * (size_t)cap) : NULL;
+        if (recv) {
+            t->mem_recv = recv;
             t->cap_mem = cap;
         }
     }
     if (t->nmem < t->cap_mem) {
         t->mem_t[t->nmem] = starpu_timing_now() - t->t0;
+        t->mem_recv[t->nmem] = received;
         t->mem_bytes[t->nmem++] = in_use;
     } else {
         t->dropped++;
@@ -161,7 +167,7 @@ tsl_status tsl_context_trace_begin(tsl_context_t ctx, int64_t max_events)
     tsl_host_cache_stats now;
     size_t kept;
     if (tsl_host_cache_query(&now, &kept)) { /* (counted only while installed) */
-        memory_sample(t, now.in_use);
+        memory_sample(t, now.in_use, now.received);
         tsl_host_cache_observe(memory_sample, t);
     }
     return TSL_OK;
@@ -473,12 +479,14 @@ static void format_rank(struct tsl_context *ctx, struct tsl_trace *t, text *b)
             append(b, "%s\"to rank %d\":%zu", r ? "," : "", r, t->sent[k * ctx->size + r]);
         append(b, "}},\n");
     }
-    /* the bytes of StarPU buffers in use, a counter track per rank */
+    /* the bytes of StarPU buffers in use, a counter track per rank: all of them, and those
+     * StarPU-MPI received into (allocated as the receive was posted) */
     for (int64_t k = 0; k < t->nmem; k++)
-        append(
-            b,
-            "{\"name\":\"buffers\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"args\":{\"MiB\":%.4f}},\n",
-            t->mem_t[k], ctx->rank, (double)t->mem_bytes[k] / 1048576.0);
+        append(b,
+               "{\"name\":\"buffers\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"args\":{\"MiB\":%.4f,"
+               "\"received MiB\":%.4f}},\n",
+               t->mem_t[k], ctx->rank, (double)t->mem_bytes[k] / 1048576.0,
+               (double)t->mem_recv[k] / 1048576.0);
     for (int64_t i = 0; i < t->n; i++) {
         const trace_event *e = &t->events[i];
         append(b, "{\"name\":\"");

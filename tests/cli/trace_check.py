@@ -7,8 +7,10 @@ from the model file, independently of tessel), every layer but the first STEPS d
 tasks; events have a start, a non-negative duration, a rank and a named worker. With
 --comm-stats on several ranks the bytes each rank sent are counter tracks, a sample per step.
 Every rank has a "buffers" counter track, the MiB of StarPU buffers in use after each change,
-whose highest sample is the buffer peak --rank-report gives that rank. A path that cannot be
-written is refused before training starts.
+whose highest sample is the buffer peak --rank-report gives that rank, and of those the MiB
+StarPU-MPI received into ("received MiB": never more than all, none on one rank, some on
+several, where batch norm's sums come from the other ranks). A path that cannot be written is
+refused before training starts.
 
 usage: trace_check.py TESSEL WORKDIR NRANKS [MPIEXEC ARGS...]   (MPIEXEC prefix optional)"""
 import collections
@@ -99,6 +101,13 @@ for r in range(nranks):
     if abs(max(v for _, v in series) - peaks[r]) > 0.002:
         problems.append(f"rank {r}: buffers track peaks at {max(v for _, v in series)} MiB, "
                         f"the rank report at {peaks[r]}")
+    received = [(e["args"]["received MiB"], e["args"]["MiB"]) for e in events
+                if e.get("ph") == "C" and e["name"] == "buffers" and e["pid"] == r]
+    if any(not 0 <= got <= all_ + 1e-4 for got, all_ in received):
+        problems.append(f"rank {r}: received MiB outside 0 .. MiB")
+    most = max(got for got, _ in received)
+    if (nranks == 1) != (most == 0):
+        problems.append(f"rank {r} of {nranks}: received at most {most} MiB")
 if problems:
     sys.exit("trace problems:\n  " + "\n  ".join(problems[:20]))
 
