@@ -912,8 +912,11 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
             /* A norm's fused ReLU output is read in the backward only by the ops it feeds (the
              * fused backward masks by its input): its memory goes once the last of them is done,
              * before the norm's backward makes its input gradient (the executor releases it
-             * after submitting that backward, which runs ahead of the tasks). */
-            for (int32_t k = 0; k < nin && micro == 1; k++) {
+             * after submitting that backward, which runs ahead of the tasks). With micro-batches
+             * too, once the op has taken all of them: fcn2d stages=2,micro=2's second stage freed
+             * bn3's ReLU output micro-batch by micro-batch as the classifier's weight gradients
+             * ran, before bn3's backward (22.5 MiB estimated when held to it, 18.6 measured). */
+            for (int32_t k = 0; k < nin; k++) {
                 int32_t v = ins[k], r = g->values[v].producer, later = 0;
                 if (v == out || gone[v] || r < 0 || !fused[r])
                     continue;

@@ -1461,6 +1461,13 @@ TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
     ASSERT_EQ(tsl_plan_parse("recompute=1", &plan), TSL_OK);
     expect_peak_planes(g, 39, 25, &plan);
     expect_peak_planes(g, 39, 27); // kept
+    // Two micro-batches, kept: c's backward takes them in turn, making r2's gradient half by
+    // half as c's gradient goes (23 -> 25 -> 24 -> 26 -> 25); r2 goes after it (21), before
+    // bn2's backward makes b's gradient half by half (23, r2's gradient half gone: 21, 23, 21):
+    // 26 P. Held to bn2's backward, r2 would make it 27.
+    tsl_plan two;
+    ASSERT_EQ(tsl_plan_parse("micro=2", &two), TSL_OK);
+    expect_peak_planes(g, 39, 26, &two);
     // A reader on another stage than the batch norm: kept.
     std::vector<int32_t> stage((size_t)g->nops, 0);
     stage[(size_t)g->values[c].producer] = 1;
