@@ -520,6 +520,13 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
      * during its op's backward only, 35.2 measured). */
     int64_t *shrecv = calloc((size_t)n * (size_t)nranks + 1, sizeof *shrecv);
     uint8_t *seen = calloc((size_t)g->nparams + 1, 1); /* (a weight's first op found) */
+    /* The backward's per op (found in its first pass): the gradients it makes, the copies of
+     * its output it frees, the fused ReLU outputs it frees. */
+    int32_t *made_at = calloc((size_t)n * TSL_GRAPH_MAX_INPUTS + 1, sizeof *made_at);
+    int32_t *freed_at = calloc((size_t)n * TSL_GRAPH_MAX_INPUTS + 1, sizeof *freed_at);
+    int32_t *nmade_at = calloc((size_t)n + 1, sizeof *nmade_at);
+    int32_t *nfreed_at = calloc((size_t)n + 1, sizeof *nfreed_at);
+    int32_t *copies_at = calloc((size_t)n + 1, sizeof *copies_at);
     /* A channels= convolution's partial outputs a rank receives in the forward's trees (F - 1
      * of its output tiles' size), likewise held from the step's start until that forward. */
     int64_t *partials = calloc((size_t)n * (size_t)nranks + 1, sizeof *partials);
@@ -559,7 +566,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
                             size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
                             hbwd && rcx && rcy && gotf && pieces && got && sin && sout && live &&
-                            reduce && owns && shrecv && seen
+                            reduce && owns && shrecv && seen && made_at && freed_at && nmade_at &&
+                            nfreed_at && copies_at
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, reduce, owns, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -823,122 +831,170 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                     live_add(live, bytes, size, into[k], nranks, vlo, vhi, 1);
                 }
         }
-        for (int32_t o = n - 1; o >= 0; o--) {
-            const tsl_graph_op *op = &g->ops[o];
-            if (fused[o] || fold[o] >= 0)
-                continue;
-            int32_t y = relu_of[o] >= 0 ? g->ops[relu_of[o]].output : op->output;
-            int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
-            for (int32_t k = 0; k < nin && written[y] && tsl_graph_op_reads_input_backward(op); k++)
-                if (dropped[ins[k]]) { /* made again */
-                    dropped[ins[k]] = gone[ins[k]] = 0;
-                    live_add(live, bytes, size, ins[k], nranks, vlo, vhi, 1);
+        /* With micro-batches a rank takes micro-batch 0 through a stretch of the backward before
+         * micro-batch 1 (their tasks' priorities) where no op waits for all of them: between
+         * batch norms, whose exact statistics need every micro-batch. (dsn stages=2,micro=2's
+         * second stage, no batch norm: its peak was the forward's end, 8.1 MiB, as it freed
+         * micro-batch 0's tiles through the whole branch before micro-batch 1's gradients came;
+         * walked op by op, each op's micro-batches in turn, 11.3 MiB.) Such a stretch is walked
+         * once per micro-batch, each pass making and freeing that micro-batch's slices; what
+         * an op holds for all of them goes in the last pass. An op's gradients to make and
+         * copies to free are found in the first pass (made_at, nmade_at, copies_at), and the
+         * fused ReLU outputs it frees (freed_at, nfreed_at). */
+        for (int32_t hi = n - 1, lo = n - 1; hi >= 0 && !st; hi = lo - 1) {
+            lo = hi;
+            if (micro > 1 && g->ops[hi].kind != TSL_OP_BATCHNORM)
+                while (lo > 0 && g->ops[lo - 1].kind != TSL_OP_BATCHNORM)
+                    lo--;
+            const int32_t passes = lo < hi ? micro : 1;
+            for (int32_t pass = 0; pass < passes; pass++)
+                for (int32_t o = hi; o >= lo; o--) {
+                    const tsl_graph_op *op = &g->ops[o];
+                    if (fused[o] || fold[o] >= 0)
+                        continue;
+                    const int first = pass == 0, last = pass == passes - 1;
+                    const int32_t jlo = passes > 1 ? pass : 0, jhi = passes > 1 ? pass + 1 : micro;
+                    int32_t y = relu_of[o] >= 0 ? g->ops[relu_of[o]].output : op->output;
+                    int32_t ins[TSL_GRAPH_MAX_INPUTS], nin = tsl_graph_exec_inputs(g, o, fold, ins);
+                    for (int32_t k = 0;
+                         k < nin && first && written[y] && tsl_graph_op_reads_input_backward(op);
+                         k++)
+                        if (dropped[ins[k]]) { /* made again */
+                            dropped[ins[k]] = gone[ins[k]] = 0;
+                            live_add(live, bytes, size, ins[k], nranks, vlo, vhi, 1);
+                        }
+                    /* gradients (spares) it makes */
+                    int32_t *made = made_at + (int64_t)o * TSL_GRAPH_MAX_INPUTS,
+                            nmade = nmade_at[o];
+                    for (int32_t k = 0; k < nin && first && written[y] && op->kind != TSL_OP_INPUT;
+                         k++) {
+                        int32_t v = ins[k];
+                        if (tsl_graph_is_input(g, v)) {
+                            if (op->kind == TSL_OP_CONCAT &&
+                                !spare[v]) /* its part goes to a spare */
+                                spare[v] = 1, made[nmade++] = v;
+                        } else if (!written[v]) {
+                            written[v] = 1;
+                            made[nmade++] = v;
+                        } else if (!spare[v]) {
+                            spare[v] = 1;
+                            made[nmade++] = v;
+                        }
+                    }
+                    if (first) {
+                        nmade_at[o] = nmade;
+                        copies_at[o] = (y != out && !gone[y]) +
+                                       written[y] * !tsl_graph_is_input(g, y) + spare[y];
+                    }
+                    const int copies = copies_at[o];
+                    /* the output gradient received for its input gradients: the tasks making them
+                     * run on the inputs' stages, and it goes once they have read it */
+                    live_add(live, bytes, sout, o, nranks, all_lo, all_hi, 1);
+                    /* moved onto the common grid: the output gradient, and the input gradient made
+                     * there (then moved back) */
+                    const int moved = written[y] && op->ninputs > 0;
+                    const int dx_moved = moved && !tsl_graph_is_input(g, op->inputs[0]);
+                    if (moved)
+                        live_add(live, bytes, rcy, o, nranks, olo, ohi, 1);
+                    if (dx_moved)
+                        live_add(live, bytes, rcx, o, nranks, olo, ohi, 1);
+                    /* In a pipeline a rank takes its micro-batches through the backward one after
+                     * the other (priorities), each tile's memory allocated when its task first
+                     * writes it and freed after its last reader: micro-batch j's input gradients
+                     * are made and its output, output gradient (and their copies) go before
+                     * micro-batch j + 1's are made. Otherwise the op's input gradients are made
+                     * while all of its output lives. */
+                    for (int32_t j = jlo; j < jhi; j++) {
+                        for (int32_t k = 0; k < nmade; k++)
+                            live_slice(live, bytes, size, made[k], nranks, vlo, vhi, 1, j, micro);
+                        live_slice(live, bytes, dxpart, o, nranks, olo, ohi, 1, j, micro);
+                        live_slice(live, bytes, dxpart, o, nranks, olo, ohi, -1, j, micro);
+                        for (int c = 0; c < copies && micro > 1; c++)
+                            live_slice(live, bytes, size, y, nranks, vlo, vhi, -1, j, micro);
+                        if (micro > 1) {
+                            live_slice(live, bytes, isize, o, nranks, olo, ohi, -1, j, micro);
+                            live_slice(live, bytes, xcopy, o, nranks, olo, ohi, -1, j, micro);
+                        }
+                    }
+                    live_add(live, bytes, sout, o, nranks, all_lo, all_hi, -1);
+                    if (moved) /* the common grid's copies and their gradients released */
+                        live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
+                    if (dx_moved)
+                        live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
+                    if (last) { /* what the op holds for all micro-batches */
+                        live_add(live, bytes, early, o, nranks, olo, ohi, -1);
+                        live_add(live, bytes, hbwd, o, nranks, olo, ohi, -1);
+                        live_add(live, bytes, sums, o, nranks, olo, ohi,
+                                 -1); /* the backward's, merged */
+                        live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
+                        if (tsl_graph_op_reads_input_backward(op))
+                            live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
+                        /* A sharded weight's gradient reduction: its partial and the pieces sent,
+                         * made with the op's backward and freed once sent; the pieces received,
+                         * freed once the reduction's tasks have added them, which they do as soon
+                         * as the other ranks' same backward has sent theirs, long before the step's
+                         * end (cnn 28^2 data=2: estimated 15.1 MiB when held to the step's end,
+                         * measured 13.5). */
+                        for (int32_t q = 0; q < op->nparams; q++) {
+                            const shard_reduce *rd = &reduce[op->params[q]];
+                            int64_t add = rd->bytes > 0 ? reduce_bytes(rd, op) : 0;
+                            for (int32_t r = rd->first; r < rd->first + rd->count && add > 0; r++) {
+                                live[r] += add;
+                                bytes[r] = live[r] > bytes[r] ? live[r] : bytes[r];
+                                live[r] -= add;
+                            }
+                        }
+                        live_add(live, bytes, shrecv, o, nranks, olo, ohi, -1);
+                        for (int c = 0; c < copies && micro == 1; c++)
+                            live_add(live, bytes, size, y, nranks, vlo, vhi, -1);
+                        if (micro == 1) {
+                            live_add(live, bytes, isize, o, nranks, olo, ohi, -1);
+                            live_add(live, bytes, xcopy, o, nranks, olo, ohi, -1);
+                        }
+                    }
+                    /* A norm's fused ReLU output is read in the backward only by the ops it feeds
+                     * (the fused backward masks by its input): its memory goes once the last of
+                     * them is done, before the norm's backward makes its input gradient (the
+                     * executor releases it after submitting that backward, which runs ahead of the
+                     * tasks). With micro-batches too, once the op has taken all of them: fcn2d
+                     * stages=2,micro=2's second stage freed bn3's ReLU output micro-batch by
+                     * micro-batch as the classifier's weight gradients ran, before bn3's backward
+                     * (22.5 MiB estimated when held to it, 18.6 measured). */
+                    for (int32_t k = 0; k < nfreed_at[o] && passes > 1;
+                         k++) /* (found in the first) */
+                        live_slice(live, bytes, size,
+                                   freed_at[(int64_t)o * TSL_GRAPH_MAX_INPUTS + k], nranks, vlo,
+                                   vhi, -1, pass, micro);
+                    for (int32_t k = 0; k < nin && first; k++) {
+                        int32_t v = ins[k], r = g->values[v].producer, later = 0;
+                        if (v == out || gone[v] || r < 0 || !fused[r])
+                            continue;
+                        /* (a folded concatenation's reads are its convolution's) */
+                        int32_t nr;
+                        const int32_t *readers = tsl_graph_readers(g, v, &nr);
+                        for (int32_t q = 0; q < nr && !later; q++) {
+                            int32_t j = fold[readers[q]] >= 0 ? fold[readers[q]] : readers[q];
+                            later = j < o && !fused[j] && j != r &&
+                                    tsl_graph_op_reads_input_backward(&g->ops[j]);
+                        }
+                        for (int32_t j = 0; nr < 0 && j < o && !later; j++) { /* (no index) */
+                            int32_t jin[TSL_GRAPH_MAX_INPUTS],
+                                nj = tsl_graph_exec_inputs(g, j, fold, jin);
+                            for (int32_t q = 0; q < nj && !later; q++)
+                                later = jin[q] == v && !fused[j] && fold[j] < 0 && j != r &&
+                                        tsl_graph_op_reads_input_backward(&g->ops[j]);
+                        }
+                        if (!later) {
+                            gone[v] = 1;
+                            if (passes > 1) { /* (a slice a pass, from this one) */
+                                freed_at[(int64_t)o * TSL_GRAPH_MAX_INPUTS + nfreed_at[o]++] = v;
+                                live_slice(live, bytes, size, v, nranks, vlo, vhi, -1, pass, micro);
+                            } else {
+                                live_add(live, bytes, size, v, nranks, vlo, vhi, -1);
+                            }
+                        }
+                    }
                 }
-            int32_t made[TSL_GRAPH_MAX_INPUTS], nmade = 0; /* gradients (spares) it makes */
-            for (int32_t k = 0; k < nin && written[y] && op->kind != TSL_OP_INPUT; k++) {
-                int32_t v = ins[k];
-                if (tsl_graph_is_input(g, v)) {
-                    if (op->kind == TSL_OP_CONCAT && !spare[v]) /* its part goes to a spare */
-                        spare[v] = 1, made[nmade++] = v;
-                } else if (!written[v]) {
-                    written[v] = 1;
-                    made[nmade++] = v;
-                } else if (!spare[v]) {
-                    spare[v] = 1;
-                    made[nmade++] = v;
-                }
-            }
-            int copies = (y != out && !gone[y]) + written[y] * !tsl_graph_is_input(g, y) + spare[y];
-            /* the output gradient received for its input gradients: the tasks making them run
-             * on the inputs' stages, and it goes once they have read it */
-            live_add(live, bytes, sout, o, nranks, all_lo, all_hi, 1);
-            /* moved onto the common grid: the output gradient, and the input gradient made there
-             * (then moved back) */
-            const int moved = written[y] && op->ninputs > 0;
-            const int dx_moved = moved && !tsl_graph_is_input(g, op->inputs[0]);
-            if (moved)
-                live_add(live, bytes, rcy, o, nranks, olo, ohi, 1);
-            if (dx_moved)
-                live_add(live, bytes, rcx, o, nranks, olo, ohi, 1);
-            /* In a pipeline a rank takes its micro-batches through the backward one after the
-             * other (priorities), each tile's memory allocated when its task first writes it
-             * and freed after its last reader: micro-batch j's input gradients are made and its
-             * output, output gradient (and their copies) go before micro-batch j + 1's are made.
-             * Otherwise the op's input gradients are made while all of its output lives. */
-            for (int32_t j = 0; j < micro; j++) {
-                for (int32_t k = 0; k < nmade; k++)
-                    live_slice(live, bytes, size, made[k], nranks, vlo, vhi, 1, j, micro);
-                live_slice(live, bytes, dxpart, o, nranks, olo, ohi, 1, j, micro);
-                live_slice(live, bytes, dxpart, o, nranks, olo, ohi, -1, j, micro);
-                for (int c = 0; c < copies && micro > 1; c++)
-                    live_slice(live, bytes, size, y, nranks, vlo, vhi, -1, j, micro);
-                if (micro > 1) {
-                    live_slice(live, bytes, isize, o, nranks, olo, ohi, -1, j, micro);
-                    live_slice(live, bytes, xcopy, o, nranks, olo, ohi, -1, j, micro);
-                }
-            }
-            live_add(live, bytes, early, o, nranks, olo, ohi, -1);
-            live_add(live, bytes, hbwd, o, nranks, olo, ohi, -1);
-            live_add(live, bytes, sout, o, nranks, all_lo, all_hi, -1);
-            live_add(live, bytes, sums, o, nranks, olo, ohi, -1); /* the backward's, merged */
-            if (moved) /* the common grid's copies and their gradients released */
-                live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
-            if (dx_moved)
-                live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
-            live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
-            if (tsl_graph_op_reads_input_backward(op))
-                live_add(live, bytes, rcx, o, nranks, olo, ohi, -1);
-            /* A sharded weight's gradient reduction: its partial and the pieces sent, made
-             * with the op's backward and freed once sent; the pieces received, freed once the
-             * reduction's tasks have added them, which they do as soon as the other ranks' same
-             * backward has sent theirs, long before the step's end (cnn 28^2 data=2: estimated
-             * 15.1 MiB when held to the step's end, measured 13.5). */
-            for (int32_t q = 0; q < op->nparams; q++) {
-                const shard_reduce *rd = &reduce[op->params[q]];
-                int64_t add = rd->bytes > 0 ? reduce_bytes(rd, op) : 0;
-                for (int32_t r = rd->first; r < rd->first + rd->count && add > 0; r++) {
-                    live[r] += add;
-                    bytes[r] = live[r] > bytes[r] ? live[r] : bytes[r];
-                    live[r] -= add;
-                }
-            }
-            live_add(live, bytes, shrecv, o, nranks, olo, ohi, -1);
-            for (int c = 0; c < copies && micro == 1; c++)
-                live_add(live, bytes, size, y, nranks, vlo, vhi, -1);
-            if (micro == 1) {
-                live_add(live, bytes, isize, o, nranks, olo, ohi, -1);
-                live_add(live, bytes, xcopy, o, nranks, olo, ohi, -1);
-            }
-            /* A norm's fused ReLU output is read in the backward only by the ops it feeds (the
-             * fused backward masks by its input): its memory goes once the last of them is done,
-             * before the norm's backward makes its input gradient (the executor releases it
-             * after submitting that backward, which runs ahead of the tasks). With micro-batches
-             * too, once the op has taken all of them: fcn2d stages=2,micro=2's second stage freed
-             * bn3's ReLU output micro-batch by micro-batch as the classifier's weight gradients
-             * ran, before bn3's backward (22.5 MiB estimated when held to it, 18.6 measured). */
-            for (int32_t k = 0; k < nin; k++) {
-                int32_t v = ins[k], r = g->values[v].producer, later = 0;
-                if (v == out || gone[v] || r < 0 || !fused[r])
-                    continue;
-                /* (a folded concatenation's reads are its convolution's) */
-                int32_t nr;
-                const int32_t *readers = tsl_graph_readers(g, v, &nr);
-                for (int32_t q = 0; q < nr && !later; q++) {
-                    int32_t j = fold[readers[q]] >= 0 ? fold[readers[q]] : readers[q];
-                    later = j < o && !fused[j] && j != r &&
-                            tsl_graph_op_reads_input_backward(&g->ops[j]);
-                }
-                for (int32_t j = 0; nr < 0 && j < o && !later; j++) { /* (no index) */
-                    int32_t jin[TSL_GRAPH_MAX_INPUTS], nj = tsl_graph_exec_inputs(g, j, fold, jin);
-                    for (int32_t q = 0; q < nj && !later; q++)
-                        later = jin[q] == v && !fused[j] && fold[j] < 0 && j != r &&
-                                tsl_graph_op_reads_input_backward(&g->ops[j]);
-                }
-                if (!later) {
-                    gone[v] = 1;
-                    live_add(live, bytes, size, v, nranks, vlo, vhi, -1);
-                }
-            }
         }
     }
     free(op_stage);
@@ -956,6 +1012,11 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(early);
     free(shrecv);
     free(seen);
+    free(made_at);
+    free(freed_at);
+    free(nmade_at);
+    free(nfreed_at);
+    free(copies_at);
     free(partials);
     free(hfwd);
     free(hbwd);
