@@ -46,11 +46,13 @@ struct tsl_trace {
     size_t *base, *sent;
     double *times;
     int64_t nsamples, cap_samples;
-    /* The bytes of StarPU buffers in use (the host cache's count) after every change: times
-     * in mem_t, bytes in mem_bytes, of which received (StarPU-MPI's receive buffers) in
-     * mem_recv; a "buffers" counter track of two series. */
-    double *mem_t;
-    size_t *mem_bytes, *mem_recv;
+    /* After every change of StarPU's buffers in use (the host cache's count): its time, the
+     * bytes in use and of those the bytes StarPU-MPI receives into; a "buffers" counter track
+     * of two series. */
+    struct mem_sample {
+        double t;
+        size_t in_use, received;
+    } * mem;
     int64_t nmem, cap_mem;
     char **labels; /* interned */
     int32_t nlabels, cap_labels;
@@ -79,9 +81,7 @@ static void trace_free(struct tsl_trace *t)
     if (!t)
         return;
     tsl_host_cache_unobserve(t);
-    free(t->mem_t);
-    free(t->mem_bytes);
-    free(t->mem_recv);
+    free(t->mem);
     for (int32_t i = 0; i < t->nlabels; i++)
         free(t->labels[i]);
     free(t->labels);
@@ -112,22 +112,14 @@ static void memory_sample(void *arg, size_t in_use, size_t received)
     if (t->nmem == t->cap_mem && t->nmem < t->max_events) {
         int64_t cap = t->cap_mem ? 2 * t->cap_mem : 1024;
         cap = cap < t->max_events ? cap : t->max_events;
-        double *times = realloc(t->mem_t, sizeof *times * (size_t)cap);
-        if (times)
-            t->mem_t = times;
-        size_t *bytes = times ? realloc(t->mem_bytes, sizeof *bytes * (size_t)cap) : NULL;
-        if (bytes)
-            t->mem_bytes = bytes;
-        size_t *recv = bytes ? realloc(t->mem_recv, sizeof *recv * (size_t)cap) : NULL;
-        if (recv) {
-            t->mem_recv = recv;
+        struct mem_sample *mem = realloc(t->mem, sizeof *mem * (size_t)cap);
+        if (mem) {
+            t->mem = mem;
             t->cap_mem = cap;
         }
     }
     if (t->nmem < t->cap_mem) {
-        t->mem_t[t->nmem] = starpu_timing_now() - t->t0;
-        t->mem_recv[t->nmem] = received;
-        t->mem_bytes[t->nmem++] = in_use;
+        t->mem[t->nmem++] = (struct mem_sample){starpu_timing_now() - t->t0, in_use, received};
     } else {
         t->dropped++;
     }
@@ -485,8 +477,8 @@ static void format_rank(struct tsl_context *ctx, struct tsl_trace *t, text *b)
         append(b,
                "{\"name\":\"buffers\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"args\":{\"MiB\":%.4f,"
                "\"received MiB\":%.4f}},\n",
-               t->mem_t[k], ctx->rank, (double)t->mem_bytes[k] / 1048576.0,
-               (double)t->mem_recv[k] / 1048576.0);
+               t->mem[k].t, ctx->rank, (double)t->mem[k].in_use / 1048576.0,
+               (double)t->mem[k].received / 1048576.0);
     for (int64_t i = 0; i < t->n; i++) {
         const trace_event *e = &t->events[i];
         append(b, "{\"name\":\"");
