@@ -13,7 +13,7 @@
 const char *tsl_plan_term_name(int32_t term)
 {
     static const char *const names[TSL_TERM_COUNT] = {"compute", "tasks",  "params", "batchnorm",
-                                                      "halos",   "stages", "bubble"};
+                                                      "halos",   "stages", "bubble", "cores"};
     return term >= 0 && term < TSL_TERM_COUNT ? names[term] : "?";
 }
 
@@ -64,6 +64,46 @@ static void exchanges(const tsl_plan *plan, const struct tsl_graph *g, int32_t g
     per_term[TSL_TRAFFIC_BATCHNORM] = 2.0 * nbn * ceil(log2(group > 1 ? group : 2));
     per_term[TSL_TRAFFIC_HALOS] = 2.0 * nconv * 2 * cut;
     per_term[TSL_TRAFFIC_STAGES] = 2.0 * 2 * plan->micro;
+}
+
+/* Ranks sharing cores (tsl_plan_costs::node_ranks): local rank l of a node of node_ranks on core
+ * l mod node_cores. A core runs its ranks' tasks one at a time, so the step takes at least the
+ * busiest core's sum of its ranks' work; and where its ranks are busy at once (every rank of a
+ * plan without stages is; a pipeline's stages, one after the other, are not) their tasks run
+ * slower than that sharing explains (shared_slowdown over the ranks of a core, where above 1)
+ * and wait for each other (wait_seconds). The share of the time a core's ranks are busy at
+ * once: 1 where the step
+ * (out->seconds, without stages the longest rank's work) is the core's work over its ranks,
+ * 0 where it is the core's work whole. Raises out->seconds by the turns, into the "cores" term;
+ * returns that share (for the waits). scratch: room for a double per core. */
+static double core_turns(const tsl_plan_costs *costs, int32_t nranks, int32_t stages,
+                         const double *compute, const double *tasks, double alone, double *scratch,
+                         tsl_plan_prediction *out)
+{
+    const int32_t per_node = costs->node_ranks < nranks ? costs->node_ranks : nranks,
+                  cores = costs->node_cores;
+    const int32_t ncores = (nranks + costs->node_ranks - 1) / costs->node_ranks * cores;
+    double busiest = 0, longest = 0;
+    memset(scratch, 0, sizeof *scratch * (size_t)ncores);
+    for (int32_t r = 0; r < nranks; r++) {
+        double work = compute[r] + tasks[r];
+        int32_t core = r / costs->node_ranks * cores + r % costs->node_ranks % cores;
+        scratch[core] += work;
+        busiest = scratch[core] > busiest ? scratch[core] : busiest;
+        longest = work > longest ? work : longest;
+    }
+    /* the most ranks a core has, and the step with them all busy at once */
+    const double most = (double)((per_node + cores - 1) / cores);
+    double step = stages > 1 ? out->seconds : longest;
+    if (most < 2 || !(busiest > 0))
+        return 1;
+    step = step < busiest / most ? busiest / most : step > busiest ? busiest : step;
+    double together = (busiest - step) / (busiest - busiest / most),
+           beyond = alone > most ? alone / most : 1;
+    double t = (busiest > out->seconds ? busiest : out->seconds) * (1 + (beyond - 1) * together);
+    out->terms[TSL_TERM_CORES] = t > out->seconds ? t - out->seconds : 0;
+    out->seconds = t > out->seconds ? t : out->seconds;
+    return together;
 }
 
 /* The share of an op's measured time (forward and backward together) its forward takes: a
@@ -219,6 +259,15 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     if (st)
         return st;
     int32_t group, stages = tsl_plan_stage_count(plan, nranks, &group);
+    /* Ranks outnumbering a node's cores take turns on them: the ops' tasks below at the speed
+     * of one busy rank per core (the costs measured with all busy), the cores' turns after
+     * the pipeline (core_turns()). */
+    const int sharing =
+        nranks > 1 && costs->node_cores > 0 && costs->node_ranks > costs->node_cores;
+    const double alone = sharing && costs->shared_slowdown > 1 ? costs->shared_slowdown : 1;
+    const size_t ncores = sharing ? (size_t)((nranks + costs->node_ranks - 1) / costs->node_ranks) *
+                                        (size_t)costs->node_cores
+                                  : 0;
     int32_t *op_stage = malloc(sizeof *op_stage * ((size_t)g->nops + 1));
     double *compute = calloc((size_t)nranks, sizeof *compute),
            *tasks = calloc((size_t)nranks, sizeof *tasks),
@@ -226,7 +275,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
            *opw = calloc((size_t)g->nops + 1, sizeof *opw),
            *stage_t = calloc((size_t)stages + 1, sizeof *stage_t),
            *scratch = calloc((size_t)g->nops * (size_t)(plan->micro > 0 ? plan->micro : 1) +
-                                 (size_t)stages + 1,
+                                 (size_t)stages + ncores + 1,
                              sizeof *scratch);
     int32_t *iscratch =
         malloc(sizeof *iscratch * ((size_t)g->nops * (1 + TSL_GRAPH_MAX_INPUTS) + 1));
@@ -275,7 +324,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
             if (!tiles[r])
                 continue;
             double par = (double)(tiles[r] < workers ? tiles[r] : workers);
-            double c = per_sample * (double)batch * shares[r] / par,
+            double c = per_sample * (double)batch * shares[r] / par / alone,
                    k = per_tile * (double)tiles[r] * costs->task_seconds / par;
             compute[r] += c;
             tasks[r] += k;
@@ -345,6 +394,12 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
         double wait = spatial && costs->wait_seconds_windowed > 0 ? costs->wait_seconds_windowed
                                                                   : costs->wait_seconds;
         wait = wait > 0 ? wait : 0;
+        if (sharing) { /* the waits of ranks busy at once, and of ranks in turn */
+            double together =
+                core_turns(costs, nranks, stages, compute, tasks, alone, scratch, out);
+            wait = together * wait +
+                   (1 - together) * (costs->wait_seconds_turns > 0 ? costs->wait_seconds_turns : 0);
+        }
         out->seconds += wait;
         out->terms[TSL_TERM_TASKS] += wait;
         out->binding = 0;

@@ -52,6 +52,16 @@ tsl_status tsl_context_worker_count(tsl_context_t ctx, tsl_worker_kind kind, int
                      (int)kind);
 }
 
+tsl_status tsl_context_core_sharing(tsl_context_t ctx, int32_t *node_ranks, int32_t *node_cores)
+{
+    CHECK_CTX(ctx, node_ranks, "tsl_context_core_sharing");
+    if (!node_cores)
+        return tsl_error(ctx, TSL_ERR_INVALID_ARG, "tsl_context_core_sharing: bad argument");
+    *node_ranks = ctx->node_ranks;
+    *node_cores = ctx->node_cores;
+    return TSL_OK;
+}
+
 tsl_status tsl_context_owns_runtime(tsl_context_t ctx, int32_t *owns)
 {
     CHECK_CTX(ctx, owns, "tsl_context_owns_runtime");

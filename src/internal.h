@@ -32,8 +32,10 @@ struct tsl_context {
     int own_comm_stats;   /* turned StarPU-MPI's byte counts on itself (not the user's variable) */
     int idle_hook;        /* StarPU idle hook that yields the core (tsl_context_create), or -1 */
     int yield_after_task; /* workers yield after each task (task.c: task_done) */
-    MPI_Comm comm;        /* StarPU-MPI transfers (WORLD when owning, the host's otherwise) */
-    MPI_Comm ctl_comm;    /* duplicate for tessel's own control messages (bcast, barrier) */
+    int node_ranks, node_cores; /* ranks outnumbering cores on the node: both, else 0
+                                   (tsl_context_core_sharing) */
+    MPI_Comm comm;              /* StarPU-MPI transfers (WORLD when owning, the host's otherwise) */
+    MPI_Comm ctl_comm;          /* duplicate for tessel's own control messages (bcast, barrier) */
     int rank;
     int size;
     char *scheduler;

@@ -123,6 +123,13 @@ TSL_API tsl_status tsl_context_size(tsl_context_t ctx, int32_t *size);
 TSL_API tsl_status tsl_context_worker_count(tsl_context_t ctx, tsl_worker_kind kind,
                                             int32_t *count);
 
+/** @brief The node's sharing of cores: where its ranks outnumber its cores, tessel binds local
+ *  rank l's workers and StarPU-MPI thread to core l mod cores, and the ranks of a core take
+ *  turns on it; then *node_ranks is the node's rank count and *node_cores its cores, else both
+ *  0 (a core or more per rank, or binding left to StarPU). Not collective. */
+TSL_API tsl_status tsl_context_core_sharing(tsl_context_t ctx, int32_t *node_ranks,
+                                            int32_t *node_cores);
+
 /** @brief Whether the context owns StarPU (1) or is attached to a host's StarPU (0). */
 TSL_API tsl_status tsl_context_owns_runtime(tsl_context_t ctx, int32_t *owns);
 

@@ -435,6 +435,18 @@ typedef struct tsl_plan_costs {
                                                   their last spatial dimension (short rows),
                                                   samples of 2 or 3; NULL: as
                                                   op_seconds_windowed */
+    int32_t node_ranks;        /**< ranks per node (consecutive ranks on one node) where more ranks
+                                    than cores share a node: local rank l's workers and StarPU-MPI
+                                    thread on core l mod node_cores, as tessel binds them, taking turns
+                                    with the node's other ranks on that core; 0: a core or more per
+                                    rank, nothing shared */
+    int32_t node_cores;        /**< the cores of such a node */
+    double shared_slowdown;    /**< with node_ranks: how much longer the ops' tasks ran with every
+                                    rank of a core busy (as op_seconds were measured) than with one
+                                    busy at a time (>= 1; 0: 1); wait_seconds is then the waits
+                                    beyond the core's other ranks' tasks, with every rank busy */
+    double wait_seconds_turns; /**< with node_ranks: a step's waits where a core's ranks work in
+                                    turn (a pipeline's stages), beyond the model's time of it */
 } tsl_plan_costs;
 
 /** The terms of a predicted step (tsl_plan_prediction). */
@@ -446,7 +458,8 @@ typedef enum tsl_plan_term {
     TSL_TERM_HALOS = 4,     /**< halo slabs */
     TSL_TERM_STAGES = 5,    /**< values and gradients crossing pipeline stages */
     TSL_TERM_BUBBLE = 6,    /**< the pipeline's fill and drain */
-    TSL_TERM_COUNT = 7
+    TSL_TERM_CORES = 7,     /**< ranks sharing a core waiting for its other ranks' tasks */
+    TSL_TERM_COUNT = 8
 } tsl_plan_term;
 
 /** @brief The name of a ::tsl_plan_term ("compute", "tasks", ...; "?" for another value). */

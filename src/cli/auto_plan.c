@@ -1,7 +1,9 @@
 /* --plan auto: the measured costs of the performance model (calibrated once per model, batch and
  * workers, cached in the StarPU home), the memory budget, the search and its report. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +53,10 @@ static int home_file(const char *name, char *path, size_t size)
 
 /* The cache file of a calibration: calibration-<key>.txt in the StarPU home's tessel folder,
  * the key a hash of the model (its JSON), its inputs' sample shapes, the batch, one rank or
- * several (only several measure channel tiles) and the workers per rank. */
-static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t workers, char *path,
-                      size_t size)
+ * several (only several measure channel tiles), the workers per rank and the most ranks
+ * sharing a core (1: none; the ops' times and waits differ with it). */
+static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t workers, int32_t sharers,
+                      char *path, size_t size)
 {
     char *json = NULL;
     if (tsl_graph_print_json(g, &json) != TSL_OK)
@@ -62,8 +65,8 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t worke
     for (const char *c = json; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211ull;
     free(json);
-    long long parts[3] = {(long long)batch, ranks > 1, workers};
-    for (int k = 0; k < 3; k++)
+    long long parts[4] = {(long long)batch, ranks > 1, workers, sharers > 1 ? sharers : 1};
+    for (int k = 0; k < 4; k++)
         h = (h ^ (uint64_t)parts[k]) * 1099511628211ull;
     /* and every input's sample shape (the model text does not hold a zoo network's) */
     for (int32_t i = 0; i < tsl_graph_input_count(g); i++) {
@@ -81,21 +84,22 @@ static int cache_path(tsl_graph_t g, int64_t batch, int32_t ranks, int32_t worke
 
 /* Read a cached calibration of nops ops (6 x nops costs: sample tiles, windows, output-channel
  * tiles, remaking, input-channel tiles, windows cut along the last dimension), a task's cost,
- * the two waits (wait_seconds, windowed) and whether it has each kind of cost but the first
- * (flags); 0 when it was there and whole. */
+ * the two waits (wait_seconds, windowed), whether it has each kind of cost but the first
+ * (flags) and the node's sharing of cores (node: ranks, cores; shared: the tasks' slowdown,
+ * the waits of ranks in turn); 0 when it was there and whole. */
 static int cache_read(const char *path, int32_t nops, double *op_seconds, double *task,
-                      double *wait, int *flags)
+                      double *wait, int *flags, int *node, double *shared)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
     int n = 0,
         ok = fscanf(f,
-                    "tessel calibration 9 ops %d windowed %d channels %d recompute %d inputs "
-                    "%d last %d task %lg wait %lg %lg",
+                    "tessel calibration 10 ops %d windowed %d channels %d recompute %d inputs "
+                    "%d last %d task %lg wait %lg %lg share %d %d %lg %lg",
                     &n, &flags[0], &flags[1], &flags[2], &flags[3], &flags[4], task, &wait[0],
-                    &wait[1]) == 9 &&
-             n == nops;
+                    &wait[1], &node[0], &node[1], &shared[0], &shared[1]) == 13 &&
+             n == nops && node[0] >= 0 && node[1] >= 0 && shared[0] >= 0 && shared[1] >= 0;
     for (int32_t o = 0; ok && o < 6 * nops; o++)
         ok = fscanf(f, "%lg", &op_seconds[o]) == 1;
     fclose(f);
@@ -106,12 +110,13 @@ static int cache_write(FILE *f, const void *arg)
 {
     const tsl_plan_costs *c = arg;
     fprintf(f,
-            "tessel calibration 9 ops %d windowed %d channels %d recompute %d inputs %d last %d "
-            "task %.17g wait %.17g %.17g\n",
+            "tessel calibration 10 ops %d windowed %d channels %d recompute %d inputs %d last %d "
+            "task %.17g wait %.17g %.17g share %d %d %.17g %.17g\n",
             (int)c->nops, c->op_seconds_windowed != NULL, c->op_seconds_channels != NULL,
             c->op_seconds_recompute != NULL, c->op_seconds_input_channels != NULL,
             c->op_seconds_windowed_last != NULL, c->task_seconds, c->wait_seconds,
-            c->wait_seconds_windowed);
+            c->wait_seconds_windowed, (int)c->node_ranks, (int)c->node_cores, c->shared_slowdown,
+            c->wait_seconds_turns);
     for (int32_t o = 0; o < 6 * c->nops; o++)
         fprintf(f, "%.17g\n", c->op_seconds[o]);
     return 0;
@@ -144,22 +149,36 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
     tsl_context_rank(ctx, &rank);
     tsl_context_worker_count(ctx, TSL_WORKER_CPU, &workers);
     char path[4096] = "";
-    double task[3] = {0, 0, 0}; /* task_seconds, wait_seconds, wait_seconds_windowed */
-    int have = 0, flags[5] = {0, 0, 0, 0, 0};
-    if (rank == 0 && ranks == 1 && for_ranks > 1) /* a run on several ranks' first */
-        have = cache_path(g, batch, for_ranks, workers, path, sizeof path) == 0 &&
-                       cache_read(path, nops, op_seconds, &task[0], &task[1], flags) == 0
+    /* task_seconds, wait_seconds, _windowed, shared_slowdown, wait_seconds_turns */
+    double task[5] = {0, 0, 0, 0, 0};
+    int have = 0, flags[7] = {0, 0, 0, 0, 0, 0, 0}; /* kinds of costs; node ranks, cores */
+    /* the most ranks sharing a core: this run's, or for for_ranks of a run of one rank, those
+     * ranks' on this node (as tessel binds them: more ranks than cores, one core each) */
+    int32_t node_ranks = 0, node_cores = 0, sharers = 1;
+    tsl_context_core_sharing(ctx, &node_ranks, &node_cores);
+    if (node_cores > 0 && node_ranks > node_cores)
+        sharers = ((node_ranks < ranks ? node_ranks : ranks) + node_cores - 1) / node_cores;
+    MPI_Allreduce(MPI_IN_PLACE, &sharers, 1, MPI_INT32_T, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0 && ranks == 1 && for_ranks > 1) { /* a run on several ranks' first */
+        cpu_set_t mine;
+        int cores = sched_getaffinity(0, sizeof mine, &mine) == 0 ? CPU_COUNT(&mine) : 0;
+        int32_t theirs = cores > 0 && for_ranks > cores ? (for_ranks + cores - 1) / cores : 1;
+        have = cache_path(g, batch, for_ranks, workers, theirs, path, sizeof path) == 0 &&
+                       cache_read(path, nops, op_seconds, &task[0], &task[1], flags, flags + 5,
+                                  &task[3]) == 0
                    ? 2
                    : 0;
+    }
     if (rank == 0 && !have)
-        have = cache_path(g, batch, ranks, workers, path, sizeof path) == 0 &&
-               cache_read(path, nops, op_seconds, &task[0], &task[1], flags) == 0;
+        have =
+            cache_path(g, batch, ranks, workers, sharers, path, sizeof path) == 0 &&
+            cache_read(path, nops, op_seconds, &task[0], &task[1], flags, flags + 5, &task[3]) == 0;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
     *cached = have;
     tsl_status st = TSL_OK;
     if (have) { /* the ops' costs from the cache, the network measured now */
-        MPI_Bcast(task, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        MPI_Bcast(flags, 5, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(task, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(flags, 7, MPI_INT, 0, MPI_COMM_WORLD);
         MPI_Bcast(op_seconds, 6 * nops, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         costs->nops = nops;
         costs->op_seconds = op_seconds;
@@ -171,6 +190,10 @@ tsl_status auto_costs(tsl_context_t ctx, tsl_graph_t g, int64_t batch, int32_t f
         costs->task_seconds = task[0];
         costs->wait_seconds = task[1];
         costs->wait_seconds_windowed = task[2];
+        costs->node_ranks = flags[5];
+        costs->node_cores = flags[6];
+        costs->shared_slowdown = task[3];
+        costs->wait_seconds_turns = task[4];
         st = tsl_context_measure_link(ctx, &costs->latency, &costs->bandwidth);
     } else {
         st = tsl_model_calibrate(ctx, g, batch, 3, op_seconds, costs);

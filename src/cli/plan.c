@@ -404,12 +404,14 @@ static int write_ranked(FILE *f, const void *arg)
             ",\n  \"ranks\": %ld, \"workers\": %ld, \"batch\": %ld, \"objective\": \"%s\",\n"
             "  \"costs\": {\"task_seconds\": %.6g, \"wait_seconds\": %.6g, "
             "\"wait_seconds_windowed\": %.6g, "
-            "\"latency\": %.6g, \"bandwidth\": %.6g},\n"
+            "\"latency\": %.6g, \"bandwidth\": %.6g, \"node_ranks\": %d, \"node_cores\": %d, "
+            "\"shared_slowdown\": %.6g, \"wait_seconds_turns\": %.6g},\n"
             "  \"candidates\": %d,\n  \"plans\": [\n",
             r->ranks, r->o->workers, r->o->batch,
             r->o->objective == TSL_OBJECTIVE_MEMORY ? "memory" : "time", r->costs->task_seconds,
             r->costs->wait_seconds, r->costs->wait_seconds_windowed, r->costs->latency,
-            r->costs->bandwidth, (int)r->total);
+            r->costs->bandwidth, (int)r->costs->node_ranks, (int)r->costs->node_cores,
+            r->costs->shared_slowdown, r->costs->wait_seconds_turns, (int)r->total);
     for (int32_t i = 0; i < r->count; i++) {
         const tsl_plan_prediction *p = &r->ranked[i];
         char text[256];

@@ -62,6 +62,7 @@ typedef struct measured {
     double idle; /* workers x wall - busy */
     double tasks;
     double *step_idle, *step_tasks; /* per traced step: the same (NULL: not wanted) */
+    double *step_wall;              /* per traced step: its wall time (NULL: not wanted) */
 } measured;
 
 /* The batch as tensors for a model of several inputs: input 0 from rank 0's x, the others
@@ -170,6 +171,8 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
         m->step_idle[s] = (ends[s + 1] - ends[s]) * 1e-6 * starpu_worker_get_count() - step_busy;
         m->step_tasks[s] = (double)n;
     }
+    for (int32_t s = 0; !st && m->step_wall && s < steps; s++)
+        m->step_wall[s] = (ends[s + 1] - ends[s]) * 1e-6;
     free(ends);
     for (int32_t o = 0; !st && o < nops; o++) {
         names[o] = tsl_exec_op_label(model, o, bufs[o], sizeof bufs[o]);
@@ -191,6 +194,60 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
     m->idle = wall * (double)starpu_worker_get_count() - busy;
     m->tasks = (double)ntasks;
     return st ? st : d;
+}
+
+static int compare_seconds(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* the calibration's runs (tsl_model_calibrate) */
+#define RUNS 7
+
+/* Ranks outnumbering their node's cores (tsl_context_core_sharing), the most that share one
+ * core on any node; 1 where none do. Collective. */
+static int32_t core_sharers(struct tsl_context *ctx)
+{
+    int32_t most = 1;
+    if (ctx->size > 1 && ctx->node_ranks > ctx->node_cores && ctx->node_cores > 0) {
+        int32_t here = ctx->node_ranks < ctx->size ? ctx->node_ranks : ctx->size;
+        most = (here + ctx->node_cores - 1) / ctx->node_cores;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT32_T, MPI_MAX, ctx->ctl_comm);
+    return most;
+}
+
+/* Whether stages=k puts the ranks sharing each core (consecutive ranks node_ranks to a node,
+ * local rank l on core l mod node_cores) in different stages: every core's ranks then work
+ * in turn, one busy at a time. */
+static int turns_apart(int32_t size, int32_t node_ranks, int32_t node_cores, int32_t k)
+{
+    if (k < 2 || size % k || node_ranks < 1 || node_cores < 1)
+        return 0;
+    int32_t group = size / k;
+    for (int32_t r = 0; r < size; r++)
+        for (int32_t q = r + 1; q < size && q / node_ranks == r / node_ranks; q++)
+            if (q % node_ranks % node_cores == r % node_ranks % node_cores &&
+                q / group == r / group)
+                return 0;
+    return 1;
+}
+
+/* costs->wait_seconds_turns: the median of the steps (wall, every rank's slowest) of the run
+ * whose cores' ranks worked in turn (`turns`, SGD without momentum), beyond what the model
+ * predicts of it without those waits. Collective. */
+static tsl_status turns_waits(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan *turns,
+                              int64_t batch, double *wall, int32_t steps, tsl_plan_costs *costs)
+{
+    MPI_Allreduce(MPI_IN_PLACE, wall, steps, MPI_DOUBLE, MPI_MAX, ctx->ctl_comm);
+    qsort(wall, (size_t)steps, sizeof *wall, compare_seconds);
+    double median = steps % 2 ? wall[steps / 2] : 0.5 * (wall[steps / 2 - 1] + wall[steps / 2]);
+    tsl_plan_prediction p;
+    tsl_status st = tsl_plan_predict(turns, g, ctx->size, (int32_t)starpu_worker_get_count(), batch,
+                                     0, costs, &p);
+    costs->wait_seconds_turns = !st && median > p.seconds ? median - p.seconds : 0;
+    return st;
 }
 
 /* Whether `plan` (filters=R) cuts some convolution's filters of g: its placement succeeds. */
@@ -226,12 +283,14 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     const char **names = calloc(2 * (size_t)nops + 1, sizeof *names);
     char(*bufs)[LABEL] = calloc(2 * (size_t)nops + 1, sizeof *bufs);
     uint8_t *remade = calloc((size_t)nops + 1, 1);
-    /* six runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, output-
-     * and input-channel tiles, windows cut along the last spatial dimension */
-    double *local = calloc(6 * (size_t)n, sizeof *local),
-           *sums = calloc(6 * (size_t)n, sizeof *sums);
-    /* the default and the windows' runs per traced step: idle time, tasks (4 x steps) */
-    double *per_step = calloc(4 * (size_t)steps, sizeof *per_step);
+    /* seven runs' sums (per op and loss, idle, tasks): default, 4x the tiles, windows, output-
+     * and input-channel tiles, windows cut along the last spatial dimension, a core's ranks in
+     * turn */
+    double *local = calloc(RUNS * (size_t)n, sizeof *local),
+           *sums = calloc(RUNS * (size_t)n, sizeof *sums);
+    /* the default and the windows' runs per traced step: idle time, tasks (4 x steps); the
+     * turns' run's step times */
+    double *per_step = calloc(5 * (size_t)steps, sizeof *per_step);
     tsl_status st =
         names && bufs && remade && local && sums && per_step ? TSL_OK : TSL_ERR_OUT_OF_MEMORY;
     int32_t remaking = st ? -1 : tsl_graph_remade_norms(g, NULL, remade);
@@ -298,15 +357,30 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
     tsl_plan_init(&inputs);
     inputs.channels = ctx->size;
     int by_inputs = channels && filter_plan_fits(&inputs, g, ctx->size);
-    const tsl_plan *plans[6] = {
-        remaking > 0 ? &base : NULL, &finer, &windows, &filters, &inputs, &last};
-    for (int k = 0; k < 6 && !st; k++) {
+    /* 7: where S ranks share a core (more ranks than cores on a node), stages=S with the
+     * samples over each stage's ranks, a core's ranks in different stages: the tasks' time
+     * with one rank of a core busy at a time, against the default run's with all busy (the
+     * shared slowdown); a plan the model refuses leaves it 1 */
+    const int32_t sharers = core_sharers(ctx);
+    int in_turns =
+        sharers > 1 && turns_apart(ctx->size, ctx->node_ranks > 0 ? ctx->node_ranks : ctx->size,
+                                   ctx->node_cores > 0 ? ctx->node_cores : 1, sharers);
+    MPI_Allreduce(MPI_IN_PLACE, &in_turns, 1, MPI_INT, MPI_MIN, ctx->ctl_comm);
+    tsl_plan turns = base;
+    turns.data = ctx->size / sharers;
+    turns.stages = sharers;
+    const tsl_plan *plans[RUNS] = {
+        remaking > 0 ? &base : NULL, &finer, &windows, &filters, &inputs, &last, &turns};
+    for (int k = 0; k < RUNS && !st; k++) {
         if ((k == 2 && !spatial) || (k == 3 && !channels) || (k == 4 && !by_inputs) ||
-            (k == 5 && !along_last))
+            (k == 5 && !along_last) || (k == 6 && !in_turns))
             continue;
-        measured m = {local + (size_t)k * n, 0, 0,
+        measured m = {local + (size_t)k * n,
+                      0,
+                      0,
                       k == 0 || k == 2 ? per_step + (size_t)k * steps : NULL,
-                      k == 0 || k == 2 ? per_step + (size_t)(k + 1) * steps : NULL};
+                      k == 0 || k == 2 ? per_step + (size_t)(k + 1) * steps : NULL,
+                      k == 6 ? per_step + 4 * (size_t)steps : NULL};
         st = measure(ctx, g, plans[k], batch, steps, x, labels, remade, names, bufs, &m);
         if (st && k == 2 && across_ranks) { /* (the model refused space=R) */
             memset(local + (size_t)k * n, 0, sizeof *local * (size_t)n);
@@ -314,9 +388,10 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
             st = measure(ctx, g, &halves, batch, steps, x, labels, remade, names, bufs, &m);
         }
         if (st && k >= 4) { /* (the model refused channels=R: filters=R's costs serve; or the
-                               cut along the last dimension: the first's) */
+                               cut along the last dimension: the first's; or the stages: no
+                               slowdown measured) */
             memset(local + (size_t)k * n, 0, sizeof *local * (size_t)n);
-            *(k == 4 ? &by_inputs : &along_last) = 0;
+            *(k == 4 ? &by_inputs : k == 5 ? &along_last : &in_turns) = 0;
             st = TSL_OK;
             continue;
         }
@@ -326,13 +401,16 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         }
     }
     if (!st) { /* the same on every rank: its own outcome decides nothing alone */
-        MPI_Allreduce(local, sums, 6 * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        MPI_Allreduce(local, sums, RUNS * n, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
+        MPI_Allreduce(MPI_IN_PLACE, &in_turns, 1, MPI_INT, MPI_MIN, ctx->ctl_comm);
         int32_t producer = g->values[g->output].producer;
-        double busy[2] = {0, 0}, per = (double)steps * (double)batch;
-        for (int k = 0; k < 6; k++) {
+        /* per run: its tasks' run time on all ranks (the default's, the finer tiles', the
+         * windows' and the turns' count) */
+        double busy[RUNS] = {0}, per = (double)steps * (double)batch;
+        for (int k = 0; k < RUNS; k++) {
             double *r = sums + (size_t)k * n;
             r[g->ops[producer].kind == TSL_OP_INPUT ? 0 : producer] += r[nops];
-            for (int32_t o = 0; k < 2 && o < nops; o++)
+            for (int32_t o = 0; o < nops; o++)
                 busy[k] += r[o] + r[nops + 1 + o];
         }
         /* a task's fixed cost: the busy time and the workers' time outside tasks that the
@@ -352,13 +430,24 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
                 tsl_calibration_step_waits(per_step + (size_t)(2 * k) * steps,
                                            per_step + (size_t)(2 * k + 1) * steps, steps, idle);
         MPI_Allreduce(MPI_IN_PLACE, waits, 2, MPI_DOUBLE, MPI_SUM, ctx->ctl_comm);
-        for (int k = 0; k < 2; k++)
-            head[3 + k] = (k == 0 || spatial) && waits[k] > 0
-                              ? waits[k] / ((double)ctx->size * starpu_worker_get_count())
+        const double workers = (double)ctx->size * starpu_worker_get_count();
+        const double slowdown =
+            in_turns && busy[6] > 0 && busy[0] > busy[6] ? busy[0] / busy[6] : 1;
+        for (int k = 0; k < 2; k++) {
+            /* Where a core's S ranks share it, the model counts the core's turns itself
+             * (core_turns(): S times one rank's tasks alone). What the tasks' own slowdown
+             * (all busy against one) does not explain of them, the workers waited for. */
+            double others = (sharers > slowdown ? sharers / slowdown - 1 : 0) * busy[2 * k] /
+                            (workers * (double)steps);
+            head[3 + k] = (k == 0 || spatial) && waits[k] / workers > others
+                              ? waits[k] / workers - others
                               : 0;
+        }
         st = tsl_context_measure_link(ctx, &head[1], &head[2]);
         MPI_Bcast(head, 5, MPI_DOUBLE, 0, ctx->ctl_comm);
-        MPI_Bcast(sums, 6 * n, MPI_DOUBLE, 0, ctx->ctl_comm);
+        MPI_Bcast(sums, RUNS * n, MPI_DOUBLE, 0, ctx->ctl_comm);
+        int32_t node[2] = {sharers > 1 ? ctx->node_ranks : 0, sharers > 1 ? ctx->node_cores : 0};
+        MPI_Bcast(node, 2, MPI_INT32_T, 0, ctx->ctl_comm); /* (rank 0's node describes them) */
         for (int32_t o = 0; o < nops; o++) {
             op_seconds[o] = sums[o] / per;
             op_seconds[nops + o] = spatial ? sums[2 * (size_t)n + o] / per : op_seconds[o];
@@ -381,6 +470,15 @@ tsl_status tsl_model_calibrate(tsl_context_t ctx, tsl_graph_t g, int64_t batch, 
         costs->wait_seconds_windowed = head[4];
         costs->latency = head[1];
         costs->bandwidth = head[2];
+        costs->node_ranks = node[0];
+        costs->node_cores = node[1];
+        costs->shared_slowdown = slowdown;
+        costs->wait_seconds_turns = 0;
+        if (in_turns) { /* the turns' run's median step beyond the model's time of it */
+            tsl_status t =
+                turns_waits(ctx, g, &turns, batch, per_step + 4 * (size_t)steps, steps, costs);
+            st = st ? st : t;
+        }
     }
     free(names);
     free(bufs);

@@ -1523,6 +1523,23 @@ TEST(Model, CalibrationTimesTheRemakingOfNormOutputsApart)
     } else {
         EXPECT_EQ(costs.op_seconds_windowed_last, nullptr);
     }
+    // ranks outnumbering their node's cores (4 ranks on 2 or 3 cores, as tessel binds them):
+    // the node's sharing; the tasks' slowdown with a core's ranks all busy against a run whose
+    // core's ranks work in turn (stages=2); the waits of that run beyond the model's time
+    int32_t node_ranks = -1, node_cores = -1;
+    ASSERT_EQ(tsl_context_core_sharing(ctx, &node_ranks, &node_cores), TSL_OK);
+    if (node_ranks > node_cores && node_cores > 0) {
+        EXPECT_EQ(costs.node_ranks, node_ranks);
+        EXPECT_EQ(costs.node_cores, node_cores);
+        EXPECT_GE(costs.shared_slowdown, 1.0);
+        EXPECT_LT(costs.shared_slowdown, 100.0);
+        EXPECT_GE(costs.wait_seconds_turns, 0.0);
+    } else {
+        EXPECT_EQ(node_ranks, 0);
+        EXPECT_EQ(costs.node_ranks, 0);
+        EXPECT_EQ(costs.shared_slowdown, 1.0);
+        EXPECT_EQ(costs.wait_seconds_turns, 0.0);
+    }
     tsl_graph_destroy(g);
 }
 

@@ -514,6 +514,64 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     tsl_graph_destroy(g);
 }
 
+// Four ranks on a node of two cores (tessel binds local rank l to core l mod 2): a core runs
+// its two ranks' tasks one at a time. A plan that keeps every rank busy at once (data=4) takes
+// the core's sum of its ranks' work, with the tasks' slowdown beyond that sharing and the waits
+// of ranks busy together; a pipeline whose stages share the cores (ranks 0 and 2 on core 0)
+// works in turn, at the tasks' speed alone, with the waits of ranks in turn.
+TEST(PlanModel, RanksSharingCoresTakeTurns)
+{
+    tsl_graph_t g = cnn(28);
+    int32_t nops = tsl_graph_op_count(g);
+    std::vector<double> op(nops, 1e-4);
+    tsl_plan_costs costs{};
+    costs.nops = nops;
+    costs.op_seconds = op.data();
+    costs.latency = 0;
+    costs.bandwidth = 1e15; // (nothing to wait for between ranks)
+    auto predict = [&](const char *p) {
+        tsl_plan plan;
+        EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
+        tsl_plan_prediction out;
+        EXPECT_EQ(tsl_plan_predict(&plan, g, 4, 1, 64, 0, &costs, &out), TSL_OK)
+            << p << ": " << tsl_last_error();
+        return out;
+    };
+    const double serial = 1e-4 * 64 * (nops - 1);
+    tsl_plan_prediction data = predict("data=4"), pipe = predict("data=2,stages=2");
+    EXPECT_NEAR(data.seconds, serial / 4, 1e-6 * serial); // a core per rank
+    EXPECT_EQ(data.terms[TSL_TERM_CORES], 0.0);
+    costs.node_ranks = 4;
+    costs.node_cores = 2;
+    tsl_plan_prediction shared = predict("data=4"), turns = predict("data=2,stages=2");
+    EXPECT_NEAR(shared.seconds, serial / 2, 1e-6 * serial); // two ranks' work on each core
+    EXPECT_NEAR(shared.terms[TSL_TERM_CORES], serial / 4, 1e-6 * serial);
+    EXPECT_NEAR(turns.seconds, pipe.seconds, 0.02 * pipe.seconds); // already one at a time
+    EXPECT_LT(turns.terms[TSL_TERM_CORES], 0.02 * pipe.seconds);
+    // the costs measured with both ranks of a core busy, their tasks 3x slower than alone: 2x
+    // is the sharing, 1.5x beyond it for ranks busy at once; in turn, the tasks' speed alone
+    costs.shared_slowdown = 3;
+    shared = predict("data=4");
+    turns = predict("data=2,stages=2");
+    EXPECT_NEAR(shared.terms[TSL_TERM_COMPUTE], serial / 12, 1e-6 * serial);
+    EXPECT_NEAR(shared.seconds, 2 * serial / 12 * 1.5, 1e-6 * serial);
+    EXPECT_NEAR(turns.seconds, pipe.seconds / 3, 0.02 * pipe.seconds);
+    // the waits: of ranks busy at once for data=4, of ranks in turn for the pipeline
+    costs.wait_seconds = 0.5 * serial;
+    costs.wait_seconds_turns = 0.25 * serial;
+    EXPECT_NEAR(predict("data=4").seconds, shared.seconds + 0.5 * serial, 1e-6 * serial);
+    EXPECT_NEAR(predict("data=2,stages=2").seconds, turns.seconds + 0.25 * serial,
+                0.02 * turns.seconds + 0.02 * 0.25 * serial);
+    // two ranks on the node's two cores share nothing
+    costs.node_ranks = 2;
+    costs.wait_seconds = costs.wait_seconds_turns = 0;
+    costs.shared_slowdown = 0;
+    data = predict("data=4");
+    EXPECT_NEAR(data.seconds, serial / 4, 1e-6 * serial);
+    EXPECT_EQ(data.terms[TSL_TERM_CORES], 0.0);
+    tsl_graph_destroy(g);
+}
+
 // recompute=1: the batch norms whose ReLU outputs a convolution's backward reads (five of the
 // chain's six; the last one's reader, flatten, reads none) remake them in the backward: each
 // adds its measured remaking time for the batch and one task per tile; without a measurement a
