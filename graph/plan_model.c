@@ -72,10 +72,10 @@ static void exchanges(const tsl_plan *plan, const struct tsl_graph *g, int32_t g
  * plan without stages is; a pipeline's stages, one after the other, are not) their tasks run
  * slower than that sharing explains (shared_slowdown over the ranks of a core, where above 1)
  * and wait for each other (wait_seconds). The share of the time a core's ranks are busy at
- * once: 1 where the step
- * (out->seconds, without stages the longest rank's work) is the core's work over its ranks,
- * 0 where it is the core's work whole. Raises out->seconds by the turns, into the "cores" term;
- * returns that share (for the waits). scratch: room for a double per core. */
+ * once: 1 where the step (out->seconds, without stages the longest rank's work) is the core's
+ * work over its ranks, 0 where it is the core's work whole. Raises out->seconds by the turns,
+ * into the "cores" term; returns that share (for the waits). scratch: room for a double per
+ * core. */
 static double core_turns(const tsl_plan_costs *costs, int32_t nranks, int32_t stages,
                          const double *compute, const double *tasks, double alone, double *scratch,
                          tsl_plan_prediction *out)

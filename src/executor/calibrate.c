@@ -110,18 +110,24 @@ static tsl_status batch_tensors(struct tsl_context *ctx, tsl_model_t model, tsl_
     return st;
 }
 
-double tsl_calibration_step_waits(const double *step_idle, const double *step_tasks, int32_t steps,
-                                  double per_task)
+/* The median of v[s] - per * by[s] over the first min(steps, 64) steps (by NULL: of v). */
+static double median_step(const double *v, const double *by, double per, int32_t steps)
 {
     double w[64];
     int32_t n = steps < 64 ? steps : 64;
     for (int32_t s = 0; s < n; s++) {
-        double v = step_idle[s] - per_task * step_tasks[s], *at = w + s;
-        for (; at > w && at[-1] > v; at--) /* (insertion sort) */
+        double x = v[s] - (by ? per * by[s] : 0), *at = w + s;
+        for (; at > w && at[-1] > x; at--) /* (insertion sort) */
             at[0] = at[-1];
-        *at = v;
+        *at = x;
     }
     return n < 1 ? 0 : n % 2 ? w[n / 2] : 0.5 * (w[n / 2 - 1] + w[n / 2]);
+}
+
+double tsl_calibration_step_waits(const double *step_idle, const double *step_tasks, int32_t steps,
+                                  double per_task)
+{
+    return median_step(step_idle, step_tasks, per_task, steps);
 }
 
 /* A model of g under `plan` (NULL: the default) trains one warm-up step and `steps` traced steps
@@ -196,12 +202,6 @@ static tsl_status measure(struct tsl_context *ctx, tsl_graph_t g, const tsl_plan
     return st ? st : d;
 }
 
-static int compare_seconds(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* the calibration's runs (tsl_model_calibrate) */
 #define RUNS 7
 
@@ -241,8 +241,7 @@ static tsl_status turns_waits(struct tsl_context *ctx, tsl_graph_t g, const tsl_
                               int64_t batch, double *wall, int32_t steps, tsl_plan_costs *costs)
 {
     MPI_Allreduce(MPI_IN_PLACE, wall, steps, MPI_DOUBLE, MPI_MAX, ctx->ctl_comm);
-    qsort(wall, (size_t)steps, sizeof *wall, compare_seconds);
-    double median = steps % 2 ? wall[steps / 2] : 0.5 * (wall[steps / 2 - 1] + wall[steps / 2]);
+    double median = median_step(wall, NULL, 0, steps);
     tsl_plan_prediction p;
     tsl_status st = tsl_plan_predict(turns, g, ctx->size, (int32_t)starpu_worker_get_count(), batch,
                                      0, costs, &p);
