@@ -483,6 +483,14 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
         EXPECT_GT(predict("channels=2", 2, 1).terms[TSL_TERM_COMPUTE], 1.5 * c0);
         costs.op_seconds_channels = costs.op_seconds_input_channels = nullptr;
         EXPECT_LT(predict("channels=2", 2, 1).terms[TSL_TERM_COMPUTE], c0);
+        // cheaper on channel tiles than on samples (wide layers cut by filters): that cost too
+        std::vector<double> cheap(nops, 0.5e-4);
+        costs.op_seconds_channels = cheap.data();
+        double f1 = predict("filters=2", 2, 1).terms[TSL_TERM_COMPUTE],
+               d1 = predict("data=2", 2, 1).terms[TSL_TERM_COMPUTE];
+        EXPECT_LT(f1, 0.9 * d1);
+        EXPECT_GT(f1, 0.5 * d1 * (1 - 1e-9)); // (ops without channel tiles at 1e-4)
+        costs.op_seconds_channels = nullptr;
     }
     // the step's waits, once: a spatial plan's those of the calibration's windows (halos)
     {
