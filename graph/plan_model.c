@@ -74,17 +74,16 @@ static void exchanges(const tsl_plan *plan, const struct tsl_graph *g, int32_t g
  * and wait for each other (wait_seconds). The share of the time a core's ranks are busy at
  * once: 1 where the step (out->seconds, without stages the longest rank's work) is the core's
  * work over its ranks, 0 where it is the core's work whole. Raises out->seconds by the turns,
- * into the "cores" term; returns that share (for the waits). scratch: room for a double per
- * core. */
+ * into the "cores" term; returns that share (for the waits). scratch: room for the ncores
+ * cores' sums. */
 static double core_turns(const tsl_plan_costs *costs, int32_t nranks, int32_t stages,
                          const double *compute, const double *tasks, double alone, double *scratch,
-                         tsl_plan_prediction *out)
+                         size_t ncores, tsl_plan_prediction *out)
 {
     const int32_t per_node = costs->node_ranks < nranks ? costs->node_ranks : nranks,
                   cores = costs->node_cores;
-    const int32_t ncores = (nranks + costs->node_ranks - 1) / costs->node_ranks * cores;
     double busiest = 0, longest = 0;
-    memset(scratch, 0, sizeof *scratch * (size_t)ncores);
+    memset(scratch, 0, sizeof *scratch * ncores);
     for (int32_t r = 0; r < nranks; r++) {
         double work = compute[r] + tasks[r];
         int32_t core = r / costs->node_ranks * cores + r % costs->node_ranks % cores;
@@ -399,7 +398,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
         wait = wait > 0 ? wait : 0;
         if (sharing) { /* the waits of ranks busy at once, and of ranks in turn */
             double together =
-                core_turns(costs, nranks, stages, compute, tasks, alone, scratch, out);
+                core_turns(costs, nranks, stages, compute, tasks, alone, scratch, ncores, out);
             wait = together * wait +
                    (1 - together) * (costs->wait_seconds_turns > 0 ? costs->wait_seconds_turns : 0);
         }

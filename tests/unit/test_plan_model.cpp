@@ -21,6 +21,18 @@ extern "C" {
 namespace
 {
 
+// The model's prediction of the plan `text` for g (a parse or prediction error fails the test).
+tsl_plan_prediction predicted(tsl_graph_t g, const tsl_plan_costs &costs, const char *text,
+                              int32_t ranks, int32_t workers, int64_t batch, int32_t states)
+{
+    tsl_plan plan;
+    EXPECT_EQ(tsl_plan_parse(text, &plan), TSL_OK) << text;
+    tsl_plan_prediction out{};
+    EXPECT_EQ(tsl_plan_predict(&plan, g, ranks, workers, batch, states, &costs, &out), TSL_OK)
+        << text << ": " << tsl_last_error();
+    return out;
+}
+
 tsl_graph_t cnn(int64_t side)
 {
     const int64_t sample[3] = {1, side, side};
@@ -290,14 +302,7 @@ TEST(PlanModel, PipelinesOverlapOnlyBetweenBatchNorms)
         costs.nops = nops;
         costs.op_seconds = op.data();
         costs.bandwidth = 1e15; // (the stage boundaries' bytes cost nothing)
-        auto predict = [&](const char *p) {
-            tsl_plan plan;
-            EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
-            tsl_plan_prediction out;
-            EXPECT_EQ(tsl_plan_predict(&plan, g, 2, 1, 16, 1, &costs, &out), TSL_OK)
-                << p << ": " << tsl_last_error();
-            return out.seconds;
-        };
+        auto predict = [&](const char *p) { return predicted(g, costs, p, 2, 1, 16, 1).seconds; };
         double serial = 1e-4 * 16 * (nops - 1), one = predict("stages=2"),
                four = predict("stages=2,micro=4"), eight = predict("stages=2,micro=8");
         EXPECT_NEAR(one, serial, 1e-6 * serial); // one micro-batch: the stages in turn
@@ -407,12 +412,7 @@ TEST(PlanModel, PredictionsFollowTheGeometry)
     costs.latency = 1e-6;
     costs.bandwidth = 1e10;
     auto predict = [&](const char *p, int32_t ranks, int32_t workers) {
-        tsl_plan plan;
-        EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
-        tsl_plan_prediction out;
-        EXPECT_EQ(tsl_plan_predict(&plan, g, ranks, workers, 64, 2, &costs, &out), TSL_OK)
-            << p << ": " << tsl_last_error();
-        return out;
+        return predicted(g, costs, p, ranks, workers, 64, 2);
     };
     tsl_plan_prediction one = predict("data=1", 1, 1), two = predict("data=2", 2, 1),
                         four = predict("data=4", 4, 1), w2 = predict("data=1", 1, 2);
@@ -537,14 +537,7 @@ TEST(PlanModel, RanksSharingCoresTakeTurns)
     costs.op_seconds = op.data();
     costs.latency = 0;
     costs.bandwidth = 1e15; // (nothing to wait for between ranks)
-    auto predict = [&](const char *p) {
-        tsl_plan plan;
-        EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
-        tsl_plan_prediction out;
-        EXPECT_EQ(tsl_plan_predict(&plan, g, 4, 1, 64, 0, &costs, &out), TSL_OK)
-            << p << ": " << tsl_last_error();
-        return out;
-    };
+    auto predict = [&](const char *p) { return predicted(g, costs, p, 4, 1, 64, 0); };
     const double serial = 1e-4 * 64 * (nops - 1);
     tsl_plan_prediction data = predict("data=4"), pipe = predict("data=2,stages=2");
     EXPECT_NEAR(data.seconds, serial / 4, 1e-6 * serial); // a core per rank
@@ -603,14 +596,7 @@ TEST(PlanModel, RecomputeCostsItsRemakingAndSavesMemory)
     costs.op_seconds_recompute = again.data();
     costs.task_seconds = 1e-6;
     costs.bandwidth = 1e10;
-    auto predict = [&](const char *p) {
-        tsl_plan plan;
-        EXPECT_EQ(tsl_plan_parse(p, &plan), TSL_OK);
-        tsl_plan_prediction out;
-        EXPECT_EQ(tsl_plan_predict(&plan, g, 1, 1, 16, 1, &costs, &out), TSL_OK)
-            << p << ": " << tsl_last_error();
-        return out;
-    };
+    auto predict = [&](const char *p) { return predicted(g, costs, p, 1, 1, 16, 1); };
     tsl_plan_prediction kept = predict("data=1"), remade = predict("data=1,recompute=1");
     EXPECT_NEAR(remade.terms[TSL_TERM_COMPUTE] - kept.terms[TSL_TERM_COMPUTE], 5 * 3e-5 * 16,
                 1e-12);
