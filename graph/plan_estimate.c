@@ -171,6 +171,11 @@ typedef struct shard_reduce {
      * the owner receives. */
     int64_t cut_tile;
     int32_t cut_owners;
+    /* A whole weight of a stage of one rank (a convolution's or linear layer's, trainable): its
+     * bytes. Each sample tile's task makes a partial gradient of it, the first in the gradient
+     * itself, the others in temporaries that a tree adds up (tsl_tree_sum_into: 0 + 1, 2 + 3,
+     * then 0 + 2, ...) as they come. */
+    int64_t tree;
 } shard_reduce;
 
 /* What a rank makes for the reduction in the op's backward (its partial and the pieces it
@@ -238,6 +243,8 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         int64_t copies = trainable ? 2 + optimizer_states : 1, numel = tsl_shape_numel(&shape);
         if (!sharded[i]) {
             const int32_t zero[TSL_MAX_DIMS] = {0};
+            if (reduce && trainable && group == 1)
+                reduce[i].tree = 4 * numel;
             int32_t rank;
             if (!(st = tsl_owner_map_rank(&owners[i], zero, shape.ndim, &grids[i], nranks, &rank)))
                 bytes[rank] += 4 * numel * copies;
@@ -294,7 +301,7 @@ static tsl_status estimate_setup(const tsl_plan *plan, tsl_graph_t g, int32_t nr
         int32_t first = owners[i].first_rank,
                 size = owners[i].group_size > 0 ? owners[i].group_size : nranks;
         if (reduce && trainable)
-            reduce[i] = (shard_reduce){first, size, 4 * numel, 0, 0};
+            reduce[i] = (shard_reduce){first, size, 4 * numel, 0, 0, 0};
         tsl_plan_add_shards(&shape, grids[i].splits[0], size, 4 * copies, bytes + first);
         for (int32_t r = first; r < first + size; r++) /* each rank's whole copy */
             bytes[r] += 4 * numel;
@@ -366,6 +373,35 @@ static void live_slice(int64_t *live, int64_t *peak, const int64_t *size, int32_
         live[r] += sign * (whole * (j + 1) / m - whole * j / m);
         peak[r] = live[r] > peak[r] ? live[r] : peak[r];
     }
+}
+
+/* The temporaries of op o's partial weight gradients (shard_reduce::tree) on rank r, as its
+ * backward takes micro-batch j of m, each of t sample tiles: its tiles' partials are made (the
+ * very first in the gradient itself), then the tree adds what it can. held[o]: those kept
+ * between micro-batches, which the tree's pairs leave waiting for a later tile, one per set bit
+ * of the tiles made so far beyond the first (leaves 0..k-1 hold popcount(k) - 1), none after
+ * the last micro-batch. (cnn 28^2 stages=2 on 2 ranks, the second stage's fc1 weight of
+ * 1.6 MiB: measured 14.0, 15.2 and 17.0 MiB with 2, 4 and 8 micro-batches, as 1, 2 and 3 of
+ * its temporaries at once; 14.0, 13.4 and 13.4 estimated without them.) */
+static void partial_gradients(const struct tsl_graph *g, int32_t o, const shard_reduce *reduce,
+                              int32_t j, int32_t m, int64_t t, int64_t *held, int64_t *live,
+                              int64_t *peak, int32_t r)
+{
+    const tsl_graph_op *op = &g->ops[o];
+    int64_t w = 0;
+    for (int32_t q = 0; q < op->nparams && (op->kind == TSL_OP_CONV || op->kind == TSL_OP_LINEAR);
+         q++)
+        w += op->params[q] >= 0 ? reduce[op->params[q]].tree : 0;
+    if (!(w > 0) || t < 1)
+        return;
+    int64_t made = (int64_t)(j + 1) * t, at_once = held[o] + t - (j == 0), after = 0;
+    for (int64_t k = made; j < m - 1 && k; k &= k - 1) /* popcount(made) - 1 */
+        after++;
+    after = after > 0 ? after - 1 : 0;
+    live[r] += (at_once - held[o]) * w;
+    peak[r] = live[r] > peak[r] ? live[r] : peak[r];
+    live[r] += (after - at_once) * w;
+    held[o] = after;
 }
 
 /* Op o's entries of what a forward receives (a batch norm's sums, a filter plan's input copies
@@ -561,13 +597,14 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     int64_t *sin = calloc((size_t)n * (size_t)nranks + 1, sizeof *sin);
     int64_t *sout = calloc((size_t)n * (size_t)nranks + 1, sizeof *sout);
     int64_t *live = calloc((size_t)nranks, sizeof *live);
+    int64_t *kept = calloc((size_t)n + 1, sizeof *kept); /* (an op's partials kept, in passes) */
     shard_reduce *reduce = calloc((size_t)g->nparams + 1, sizeof *reduce);
     uint8_t *owns = calloc((size_t)g->nparams * (size_t)nranks + 1, 1);
     tsl_status st = op_stage && relu_of && fused && fold && written && spare && gone && dropped &&
                             size && isize && xcopy && dxpart && early && partials && sums && hfwd &&
                             hbwd && rcx && rcy && gotf && pieces && got && sin && sout && live &&
-                            reduce && owns && shrecv && seen && made_at && freed_at && nmade_at &&
-                            nfreed_at && copies_at
+                            kept && reduce && owns && shrecv && seen && made_at && freed_at &&
+                            nmade_at && nfreed_at && copies_at
                         ? estimate_setup(plan, g, nranks, workers, batch, optimizer_states, given,
                                          op_stage, live, reduce, owns, fn)
                         : tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -818,6 +855,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
         }
         int32_t out = tsl_graph_output(g);
         const int32_t micro = plan && plan->micro > 1 ? plan->micro : 1;
+        /* a micro-batch's sample tiles on a rank (of a stage of one rank) */
+        const int64_t per_batch = workers < batch / micro ? workers : batch / micro;
         written[out] = 1;
         live_add(live, bytes, size, out, nranks, vlo, vhi, 1);
         for (int32_t t = 0; t < g->nloss; t++) { /* the gradients loss terms write */
@@ -832,18 +871,23 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                 }
         }
         /* With micro-batches a rank takes micro-batch 0 through a stretch of the backward before
-         * micro-batch 1 (their tasks' priorities) where no op waits for all of them: between
-         * batch norms, whose exact statistics need every micro-batch. (dsn stages=2,micro=2's
-         * second stage, no batch norm: its peak was the forward's end, 8.1 MiB, as it freed
-         * micro-batch 0's tiles through the whole branch before micro-batch 1's gradients came;
-         * walked op by op, each op's micro-batches in turn, 11.3 MiB.) Such a stretch is walked
-         * once per micro-batch, each pass making and freeing that micro-batch's slices; what
-         * an op holds for all of them goes in the last pass. An op's gradients to make and
-         * copies to free are found in the first pass (made_at, nmade_at, copies_at), and the
+         * micro-batch 1 (their tasks' priorities) where no op waits for all of them: from a
+         * batch norm down to the next. A batch norm's exact statistics need every micro-batch;
+         * once they are summed, its input gradient is made micro-batch by micro-batch, each
+         * going on through the ops below it (fcn2d stages=2,micro=8's first stage: the trace
+         * showed bn2's backward data task, then conv2's two backward tasks, micro-batch after
+         * micro-batch, its peak 16.9 MiB at bn2's statistics; 20.2 estimated when the batch
+         * norm made every micro-batch's input gradient before conv2's backward took any). (dsn
+         * stages=2,micro=2's second stage, no batch norm: its peak was the forward's end, 8.1 MiB,
+         * as it freed micro-batch 0's tiles through the whole branch before micro-batch 1's
+         * gradients came; walked op by op, each op's micro-batches in turn, 11.3 MiB.) Such a
+         * stretch is walked once per micro-batch, each pass making and freeing that micro-batch's
+         * slices; what an op holds for all of them goes in the last pass. An op's gradients to make
+         * and copies to free are found in the first pass (made_at, nmade_at, copies_at), and the
          * fused ReLU outputs it frees (freed_at, nfreed_at). */
         for (int32_t hi = n - 1, lo = n - 1; hi >= 0 && !st; hi = lo - 1) {
             lo = hi;
-            if (micro > 1 && g->ops[hi].kind != TSL_OP_BATCHNORM)
+            if (micro > 1)
                 while (lo > 0 && g->ops[lo - 1].kind != TSL_OP_BATCHNORM)
                     lo--;
             const int32_t passes = lo < hi ? micro : 1;
@@ -888,8 +932,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                     }
                     const int copies = copies_at[o];
                     /* the output gradient received for its input gradients: the tasks making them
-                     * run on the inputs' stages, and it goes once they have read it */
-                    live_add(live, bytes, sout, o, nranks, all_lo, all_hi, 1);
+                     * run on the inputs' stages, and it goes once they have read it (with the
+                     * stretch's passes, micro-batch by micro-batch) */
+                    if (first)
+                        live_add(live, bytes, sout, o, nranks, all_lo, all_hi, 1);
                     /* moved onto the common grid: the output gradient, and the input gradient made
                      * there (then moved back) */
                     const int moved = written[y] && op->ninputs > 0;
@@ -909,6 +955,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                             live_slice(live, bytes, size, made[k], nranks, vlo, vhi, 1, j, micro);
                         live_slice(live, bytes, dxpart, o, nranks, olo, ohi, 1, j, micro);
                         live_slice(live, bytes, dxpart, o, nranks, olo, ohi, -1, j, micro);
+                        partial_gradients(g, o, reduce, j, micro, per_batch, kept, live, bytes,
+                                          vlo[op->output]);
                         for (int c = 0; c < copies && micro > 1; c++)
                             live_slice(live, bytes, size, y, nranks, vlo, vhi, -1, j, micro);
                         if (micro > 1) {
@@ -916,7 +964,10 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                             live_slice(live, bytes, xcopy, o, nranks, olo, ohi, -1, j, micro);
                         }
                     }
-                    live_add(live, bytes, sout, o, nranks, all_lo, all_hi, -1);
+                    if (passes > 1) /* (this pass's micro-batch of it) */
+                        live_slice(live, bytes, sout, o, nranks, all_lo, all_hi, -1, pass, micro);
+                    else
+                        live_add(live, bytes, sout, o, nranks, all_lo, all_hi, -1);
                     if (moved) /* the common grid's copies and their gradients released */
                         live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
                     if (dx_moved)
@@ -1011,6 +1062,7 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
     free(dxpart);
     free(early);
     free(shrecv);
+    free(kept);
     free(seen);
     free(made_at);
     free(freed_at);

@@ -297,23 +297,28 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * for a value's second contribution), then releases what the op's backward was the last to
  * read; with M > 1 micro-batches it does so micro-batch by micro-batch (a rank takes them
  * through the backward in turn), so an op's input gradients for micro-batch j are made after
- * its output and output gradient for micro-batch j - 1 are gone. Each weight sharded over its
- * stage's ranks of G adds, at its op's backward, on every rank of its stage the partial gradient
- * of the whole weight that rank makes and the (G - 1) pieces of it that the rank sends (a linear
- * layer's partial is those pieces alone); and from the end of the forward, the (G - 1) / G of a
- * shard the reduction's trees bring the rank, until the reduction's tasks have added them, as
- * soon as the other ranks' same backward has sent theirs. What a rank receives is allocated when
- * the reading
- * task is submitted: the forward's receives (batch norm's exact sums, a filter plan's input channel
- * tiles, a channel plan's partial outputs, halo slabs) are held from the step's start until their
- * op's forward (the input tiles until its backward), the backward's (the sums again, gradient
- * parts, returned halo gradients) from the end of the forward until their op's backward, and the
- * next step's forward's receives into new temporaries from the end of the forward on; a weight cut
- * by filters whose filter group holds several ranks adds, on its tile's owner, the other ranks'
- * partial gradients of the tile (from the end of the forward to the op's backward), and on those
- * ranks their partial during the op's backward and, for the whole step, the copy of the tile
- * they read in the forward. Counted and not counted otherwise as in
- * tsl_plan_estimate().
+ * its output and output gradient for micro-batch j - 1 are gone: each stretch of the backward
+ * from a batch norm (whose statistics wait for every micro-batch; then its input gradient is
+ * made micro-batch by micro-batch) down to the next batch norm is walked once per micro-batch,
+ * and an output gradient received from another stage goes micro-batch by micro-batch too. On
+ * a stage of one rank, a convolution's or linear layer's weight gradient is made in partials,
+ * one per sample tile, the first in the gradient and the others in temporaries a tree adds up
+ * as they come (0 + 1, 2 + 3, then 0 + 2, ...): those waiting for their pair are held (up to
+ * log2(M) with M micro-batches in turn). Each weight sharded over its stage's ranks of G adds, at
+ * its op's backward, on every rank of its stage the partial gradient of the whole weight that rank
+ * makes and the (G - 1) pieces of it that the rank sends (a linear layer's partial is those pieces
+ * alone); and from the end of the forward, the (G - 1) / G of a shard the reduction's trees bring
+ * the rank, until the reduction's tasks have added them, as soon as the other ranks' same backward
+ * has sent theirs. What a rank receives is allocated when the reading task is submitted: the
+ * forward's receives (batch norm's exact sums, a filter plan's input channel tiles, a channel
+ * plan's partial outputs, halo slabs) are held from the step's start until their op's forward (the
+ * input tiles until its backward), the backward's (the sums again, gradient parts, returned halo
+ * gradients) from the end of the forward until their op's backward, and the next step's forward's
+ * receives into new temporaries from the end of the forward on; a weight cut by filters whose
+ * filter group holds several ranks adds, on its tile's owner, the other ranks' partial gradients of
+ * the tile (from the end of the forward to the op's backward), and on those ranks their partial
+ * during the op's backward and, for the whole step, the copy of the tile they read in the forward.
+ * Counted and not counted otherwise as in tsl_plan_estimate().
  * @param[out] bytes @p nranks entries
  */
 TSL_API tsl_status tsl_plan_estimate_peak(const tsl_plan *plan, tsl_graph_t graph, int32_t nranks,

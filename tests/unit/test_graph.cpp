@@ -1429,6 +1429,26 @@ TEST(Plan, ConcatenationsFoldIntoTheirConvolution)
     }
 }
 
+// x -> a = conv(x) (4 channels) -> r1 = relu(bn1(a)) -> b = conv(r1) (4) -> r2 = relu(bn2(b))
+// (v: bn2's output) -> c = conv(r2) (2, the output); bn2 and what follows on stage bn2_stage
+// (-1: none given).
+static tsl_graph_t two_norms(int32_t bn2_stage, int32_t *a, int32_t *r1, int32_t *b, int32_t *r2,
+                             int32_t *c, int32_t *v)
+{
+    tsl_graph_t g = input_and_conv(4, a);
+    if (g && (tsl_graph_batchnorm(g, "bn1", *a, 1e-5, 0.1, v) != TSL_OK ||
+              tsl_graph_activation(g, *v, TSL_ACT_RELU, 0, r1) != TSL_OK ||
+              conv3(g, "b", *r1, 4, b) != TSL_OK ||
+              tsl_graph_batchnorm(g, "bn2", *b, 1e-5, 0.1, v) != TSL_OK ||
+              (bn2_stage >= 0 && tsl_graph_set_stage(g, *v, bn2_stage) != TSL_OK) ||
+              tsl_graph_activation(g, *v, TSL_ACT_RELU, 0, r2) != TSL_OK ||
+              conv3(g, "c", *r2, 2, c) != TSL_OK || tsl_graph_set_output(g, *c) != TSL_OK)) {
+        tsl_graph_destroy(g);
+        return nullptr;
+    }
+    return g;
+}
+
 // Batch norms with a fused ReLU: with recompute=1 the executor drops the ReLU's output after
 // its last forward reader and makes it again before the first backward reading it
 // (tsl_graph_recomputed()).
@@ -1444,15 +1464,8 @@ TEST(Plan, ConcatenationsFoldIntoTheirConvolution)
 TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
 {
     int32_t a, r1, b, r2, c, v;
-    tsl_graph_t g = input_and_conv(4, &a);
+    tsl_graph_t g = two_norms(-1, &a, &r1, &b, &r2, &c, &v);
     ASSERT_NE(g, nullptr);
-    ASSERT_EQ(tsl_graph_batchnorm(g, "bn1", a, 1e-5, 0.1, &v), TSL_OK);
-    ASSERT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &r1), TSL_OK);
-    ASSERT_EQ(conv3(g, "b", r1, 4, &b), TSL_OK);
-    ASSERT_EQ(tsl_graph_batchnorm(g, "bn2", b, 1e-5, 0.1, &v), TSL_OK);
-    ASSERT_EQ(tsl_graph_activation(g, v, TSL_ACT_RELU, 0, &r2), TSL_OK);
-    ASSERT_EQ(conv3(g, "c", r2, 2, &c), TSL_OK);
-    ASSERT_EQ(tsl_graph_set_output(g, c), TSL_OK);
     EXPECT_EQ(tsl_graph_recomputed(g, r1, nullptr), g->values[a].producer + 1);
     EXPECT_EQ(tsl_graph_recomputed(g, r2, nullptr), g->values[b].producer + 1);
     for (int32_t w : {g->input, a, b, c, v}) // not a fused ReLU's output (v: the batch norm's)
@@ -1499,6 +1512,69 @@ TEST(Plan, FusedReluOutputsAreMadeAgainForTheBackward)
     EXPECT_EQ(tsl_graph_recomputed(g, r2, nullptr), g->values[b].producer + 1);
     expect_peak_planes(g, 39, 25, &plan);
     expect_peak_planes(g, 39, 27);
+    tsl_graph_destroy(g);
+}
+
+// A batch norm's backward sums its statistics over every micro-batch, then makes its input
+// gradient micro-batch by micro-batch, each going on through the ops below it. x -> a = conv(x)
+// -> r1 = relu(bn1(a)) -> b = conv(r1) | stage 1: r2 = relu(bn2(b)) -> c = conv(r2), planes of
+// 8x8 floats per channel (P; x 1 P, a, r1, b 4 P each). Rank 0 holds x, a, r1 and b at the
+// backward's start (13 P; r2's gradient received from rank 1 is among the received copies,
+// tsl_plan_estimate_received()). One micro-batch: bn2's backward makes b's gradient (17 P),
+// conv b's r1's (21 P). Two: b's gradient half (15 P), r1's gradient half (17 P), then the
+// halves of b, its gradient and r1 go (11 P), and the other micro-batch likewise: 17 P, 4 P
+// less. Walked with bn2's backward making both halves of b's gradient (17 P) before conv b's
+// takes one (19 P), 2 P less.
+TEST(Plan, BatchNormBackwardTakesItsMicroBatchesOnThroughTheOpsBelow)
+{
+    int32_t a, r1, b, r2, c, v;
+    tsl_graph_t g = two_norms(1, &a, &r1, &b, &r2, &c, &v);
+    ASSERT_NE(g, nullptr);
+    tsl_plan one, two;
+    ASSERT_EQ(tsl_plan_parse("stages=2", &one), TSL_OK);
+    ASSERT_EQ(tsl_plan_parse("stages=2,micro=2", &two), TSL_OK);
+    for (int64_t batch : {8, 16}) {
+        const double plane = 8 * 8 * 4 * (double)batch;
+        int64_t peak1[2], peak2[2];
+        ASSERT_EQ(tsl_plan_estimate_peak(&one, g, 2, 1, batch, 2, peak1), TSL_OK)
+            << tsl_last_error();
+        ASSERT_EQ(tsl_plan_estimate_peak(&two, g, 2, 1, batch, 2, peak2), TSL_OK)
+            << tsl_last_error();
+        EXPECT_EQ((double)(peak1[0] - peak2[0]), 4 * plane) << batch;
+    }
+    tsl_graph_destroy(g);
+}
+
+// Each sample tile's task makes a partial gradient of a layer's weight: the first tile's in the
+// gradient itself, the others' in temporaries that a tree adds up as they come (0 + 1, 2 + 3,
+// then 0 + 2, ...). Micro-batches in turn on one rank: with 2 the second's partial (1 weight
+// more at once), with 4 the third's waiting for the fourth's (2), with 8 the fifth's (holding
+// 4 + 5), the seventh's and the eighth's (3). x (1024 features) -> fc (256, no bias): a weight
+// of 1 MiB beside 96 KiB of values and gradients in all, whose micro-batches' slices go as the
+// passes go.
+TEST(Plan, PartialWeightGradientsOfMicroBatchesWaitInATree)
+{
+    tsl_graph_t g = nullptr;
+    const int64_t features = 1024;
+    int32_t x, y;
+    ASSERT_EQ(tsl_graph_create(&g), TSL_OK);
+    ASSERT_EQ(tsl_graph_input(g, 1, &features, &x), TSL_OK);
+    ASSERT_EQ(tsl_graph_linear(g, "fc", x, 256, 0, &y), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, y), TSL_OK);
+    const double weight = 1024.0 * 256 * 4;
+    int64_t base = 0;
+    ASSERT_EQ(tsl_plan_estimate_peak(nullptr, g, 1, 1, 16, 0, &base), TSL_OK) << tsl_last_error();
+    const struct {
+        const char *plan;
+        double weights;
+    } cases[] = {{"micro=2", 1}, {"micro=4", 2}, {"micro=8", 3}};
+    for (const auto &c : cases) {
+        tsl_plan p;
+        ASSERT_EQ(tsl_plan_parse(c.plan, &p), TSL_OK);
+        int64_t peak = 0;
+        ASSERT_EQ(tsl_plan_estimate_peak(&p, g, 1, 1, 16, 0, &peak), TSL_OK) << tsl_last_error();
+        EXPECT_NEAR((double)(peak - base) / weight, c.weights, 0.1) << c.plan;
+    }
     tsl_graph_destroy(g);
 }
 
