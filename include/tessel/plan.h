@@ -293,7 +293,9 @@ TSL_API tsl_status tsl_plan_estimate(const tsl_plan *plan, tsl_graph_t graph, in
  * output, its gradient and spare gradient once the op's backward is submitted (the model's
  * output stays); parameters, their gradients and optimizer states and the labels live for the
  * whole step. The estimate follows that order on every rank: the forward makes every op's
- * output; the backward, op by op from the last, makes the op's input gradients (a spare one
+ * output (with M > 1 micro-batches, each stretch from a batch norm up to the next micro-batch
+ * by micro-batch, a value that no backward reads going after its last reader's slice); the
+ * backward, op by op from the last, makes the op's input gradients (a spare one
  * for a value's second contribution), then releases what the op's backward was the last to
  * read; with M > 1 micro-batches it does so micro-batch by micro-batch (a rank takes them
  * through the backward in turn), so an op's input gradients for micro-batch j are made after

@@ -1025,7 +1025,7 @@ static tsl_status conv3(tsl_graph_t g, const char *name, int32_t x, int64_t out_
     return tsl_graph_conv(g, name, x, out_channels, k, &cp, 0, 1, y);
 }
 
-// A graph of one 3-channel 8x8 input and a padded 3x3 convolution of it (`a`, out_channels).
+// A graph of one 1-channel 8x8 input and a padded 3x3 convolution of it (`a`, out_channels).
 static tsl_graph_t input_and_conv(int64_t out_channels, int32_t *a)
 {
     tsl_graph_t g = nullptr;
@@ -1575,6 +1575,39 @@ TEST(Plan, PartialWeightGradientsOfMicroBatchesWaitInATree)
         ASSERT_EQ(tsl_plan_estimate_peak(&p, g, 1, 1, 16, 0, &peak), TSL_OK) << tsl_last_error();
         EXPECT_NEAR((double)(peak - base) / weight, c.weights, 0.1) << c.plan;
     }
+    tsl_graph_destroy(g);
+}
+
+// The forward with micro-batches, as the backward: micro-batch 0 through a stretch (here the
+// whole network, no batch norm) before micro-batch 1. x (1 channel) -> a = conv(x) (8) ->
+// p = maxpool(a) (8 channels of 4x4) -> c = conv(p) (2 of 4x4, the output), planes of 8x8 floats
+// (P): x 1, a 8, p 2, its indices 0.5, c 0.5. a goes after the pooling (whose backward reads the
+// indices, not a). One micro-batch: the forward peaks at x, a, p and the indices (11.5 P); the
+// backward at a's gradient (8 P) beside x, p, the indices, c and p's gradient (2 P; c's went
+// with conv c's backward): 14 P. Two: the forward holds one half of a at a time (7.75 P); the
+// backward c's gradient half (the loss wrote it whole), p's gradient half and a's (4 P): 9.25 P.
+// Four: 6.875 P. With the forward's outputs made whole, both would peak at the forward's 11.5 P.
+TEST(Plan, ForwardTakesMicroBatchesInTurn)
+{
+    int32_t a, p, c;
+    tsl_graph_t g = input_and_conv(8, &a);
+    ASSERT_NE(g, nullptr);
+    tsl_pool_params pp;
+    ASSERT_EQ(tsl_pool_params_init(&pp, TSL_POOL_MAX, 2, 2), TSL_OK);
+    ASSERT_EQ(tsl_graph_pool(g, a, &pp, &p), TSL_OK);
+    ASSERT_EQ(conv3(g, "c", p, 2, &c), TSL_OK);
+    ASSERT_EQ(tsl_graph_set_output(g, c), TSL_OK);
+    const double plane = 8 * 8 * 4 * 8; // (batch 8)
+    auto peak = [&](const char *text) {
+        tsl_plan plan;
+        int64_t bytes = -1;
+        EXPECT_EQ(tsl_plan_parse(text, &plan), TSL_OK);
+        EXPECT_EQ(tsl_plan_estimate_peak(&plan, g, 1, 1, 8, 0, &bytes), TSL_OK) << tsl_last_error();
+        return (double)bytes;
+    };
+    const double one = peak("micro=1");
+    EXPECT_DOUBLE_EQ((one - peak("micro=2")) / plane, 14 - 9.25);
+    EXPECT_DOUBLE_EQ((one - peak("micro=4")) / plane, 14 - 6.875);
     tsl_graph_destroy(g);
 }
 
