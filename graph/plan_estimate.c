@@ -1004,10 +1004,8 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                             live_slice(live, bytes, xcopy, o, nranks, olo, ohi, -1, j, micro);
                         }
                     }
-                    if (passes > 1) /* (this pass's micro-batch of it) */
-                        live_slice(live, bytes, sout, o, nranks, all_lo, all_hi, -1, pass, micro);
-                    else
-                        live_add(live, bytes, sout, o, nranks, all_lo, all_hi, -1);
+                    /* (with passes, this pass's micro-batch of it) */
+                    live_part(live, bytes, sout, o, nranks, all_lo, all_hi, -1, pass, passes);
                     if (moved) /* the common grid's copies and their gradients released */
                         live_add(live, bytes, rcy, o, nranks, olo, ohi, -1);
                     if (dx_moved)
@@ -1077,12 +1075,9 @@ tsl_status tsl_plan_peak_memo(const tsl_plan *plan, tsl_graph_t g, int32_t nrank
                         }
                         if (!later) {
                             gone[v] = 1;
-                            if (passes > 1) { /* (a slice a pass, from this one) */
+                            if (passes > 1) /* (a slice a pass, from this one) */
                                 freed_at[(int64_t)o * TSL_GRAPH_MAX_INPUTS + nfreed_at[o]++] = v;
-                                live_slice(live, bytes, size, v, nranks, vlo, vhi, -1, pass, micro);
-                            } else {
-                                live_add(live, bytes, size, v, nranks, vlo, vhi, -1);
-                            }
+                            live_part(live, bytes, size, v, nranks, vlo, vhi, -1, pass, passes);
                         }
                     }
                 }
