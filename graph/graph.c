@@ -1081,6 +1081,34 @@ int32_t tsl_graph_exec_inputs(const struct tsl_graph *g, int32_t o, const int32_
     return op->ninputs;
 }
 
+/* Whether an op of op_stage[o] before o, on a path to o, has weights of its own (a convolution's
+ * or linear layer's); seen: nops bytes, zero at the start. */
+static int weighted_before(const struct tsl_graph *g, const int32_t *op_stage, int32_t o,
+                           uint8_t *seen)
+{
+    for (int32_t i = 0; i < g->ops[o].ninputs; i++) {
+        int32_t p = g->values[g->ops[o].inputs[i]].producer;
+        if (p < 0 || seen[p] || op_stage[p] != op_stage[o])
+            continue;
+        seen[p] = 1;
+        if (g->ops[p].kind == TSL_OP_CONV || g->ops[p].kind == TSL_OP_LINEAR ||
+            weighted_before(g, op_stage, p, seen))
+            return 1;
+    }
+    return 0;
+}
+
+int tsl_graph_defers_weights(const struct tsl_graph *g, const int32_t *op_stage, int32_t o)
+{
+    const tsl_graph_op *op = &g->ops[o];
+    if (!op_stage || op_stage[o] == 0 || (op->kind != TSL_OP_CONV && op->kind != TSL_OP_LINEAR))
+        return 0;
+    uint8_t *seen = calloc((size_t)g->nops, 1);
+    int entry = seen && !weighted_before(g, op_stage, o, seen);
+    free(seen);
+    return entry;
+}
+
 /* The only op reading op o's output (not the graph's output), when o is a `kind` op; else -1. */
 int tsl_graph_loss_reads(const struct tsl_graph *g, int32_t v)
 {

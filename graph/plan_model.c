@@ -113,6 +113,15 @@ static double forward_share(const tsl_graph_op *op)
     return op->nparams > 0 ? 1.0 / 3.0 : 0.5;
 }
 
+/* The share of op o's backward that its stage runs after the rest of its backward: a later
+ * stage's first layer with weights (tsl_graph_defers_weights()) makes its weights' gradients, a
+ * second pass over its output gradient about as long as its input gradient's, after the input
+ * gradient the stage before waits for (the executor's TSL_DEFERRED_PRIORITY). */
+static double deferred_share(const struct tsl_graph *g, const int32_t *op_stage, int32_t o)
+{
+    return tsl_graph_defers_weights(g, op_stage, o) ? 0.5 : 0;
+}
+
 /* The ops of other stages each op depends on, in CSR form (at[o] .. at[o + 1] in ops): in the
  * forward (pass 0) the producers of its inputs, in the backward (pass 1) the ops reading its
  * output. at: nops + 1 entries; ops: nops x TSL_GRAPH_MAX_INPUTS. */
@@ -198,7 +207,11 @@ static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stag
                 continue;
             }
             /* the segments in the pass's op order, each closed at a batch norm; a segment takes
-             * micro-batch 0 through its ops, then 1, ... */
+             * micro-batch 0 through its ops, then 1, ... A later stage's backward defers its
+             * first layer's weights' gradients: they fill its worker's waits, the rest after its
+             * last op. */
+            const int defer = pass && s > 0;
+            double pending = 0;
             int32_t first = 0; /* q of the segment's first op */
             int any = 0;       /* whether [first, q) holds an op of the stage */
             for (int32_t q = 0; q <= n; q++) {
@@ -216,14 +229,25 @@ static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stag
                             continue;
                         double ready = ready_at(g, at, deps, end, m, pass, p, k, loss);
                         double share = forward_share(&g->ops[p]);
-                        t = (t > ready ? t : ready) +
-                            opw[p] * scale * (pass ? 1 - share : share) / m;
+                        double w = opw[p] * scale * (pass ? 1 - share : share) / m;
+                        if (ready > t) { /* the wait, filled with deferred work */
+                            double fill = ready - t < pending ? ready - t : pending;
+                            pending -= fill;
+                            t = ready;
+                        }
+                        if (defer) {
+                            double later = w * deferred_share(g, op_stage, p);
+                            pending += later;
+                            w -= later;
+                        }
+                        t += w;
                         end[(size_t)p * m + k] = t;
                     }
                 free_at[s] = t;
                 first = q;
                 any = in_stage;
             }
+            free_at[s] += pending;
         }
         for (int32_t s = 0; s < stages && !pass; s++) /* the loss waits for the whole forward */
             loss = free_at[s] > loss ? free_at[s] : loss;

@@ -70,6 +70,9 @@ struct tsl_context {
      * tsl_task_submit() on the submitting thread. */
     tsl_task_where task_where;
     int task_priority; /* what tasks without a priority of their own get (MGRIT's coarse levels) */
+    /* What the tasks making partial parameter gradients get while it is set (0: as the others):
+     * TSL_DEFERRED_PRIORITY in a later pipeline stage's backward (tsl_param_grads_begin()). */
+    int param_grad_priority;
     /* The task trace being recorded (src/trace.c), or NULL. */
     struct tsl_trace *trace;
 
@@ -234,6 +237,29 @@ tsl_status tsl_context_agree(struct tsl_context *ctx, int root, tsl_status statu
 /* Gradient reduction tasks run ahead of the rest of backward where the scheduler has
  * priorities (DESIGN rule 3). */
 #define TSL_REDUCE_PRIORITY 1
+
+/* Below every sample-ordered priority (tsl_tensor_order_by_samples): tasks nothing waits for
+ * before the step's end, run where a worker has nothing else ready. A later pipeline stage's
+ * backward gives it to its first layer's weights' gradients (tsl_graph_defers_weights()), so
+ * the input gradient the stage before waits for leaves first and that work overlaps the stage
+ * before's backward. */
+#define TSL_DEFERRED_PRIORITY (-(1 << 20))
+
+/* Around the submission of partial parameter-gradient tasks: from here they get
+ * ctx->param_grad_priority where it is set; returns what tsl_param_grads_end() restores. (The
+ * trees adding the partials keep TSL_REDUCE_PRIORITY: they free the temporaries.) */
+static inline int tsl_param_grads_begin(struct tsl_context *ctx)
+{
+    int saved = ctx->task_priority;
+    if (ctx->param_grad_priority)
+        ctx->task_priority = ctx->param_grad_priority;
+    return saved;
+}
+
+static inline void tsl_param_grads_end(struct tsl_context *ctx, int saved)
+{
+    ctx->task_priority = saved;
+}
 
 #define TSL_TASK_MAX_HANDLES 32 /* a windowed convolution: tile, 26 halo slabs, w, b, y */
 

@@ -404,7 +404,9 @@ TSL_API tsl_status tsl_plan_estimate_traffic(const tsl_plan *plan, tsl_graph_t g
  * backward one at a time, an op's micro-batch k waiting for micro-batch k of the ops of other
  * stages it depends on (forward: its inputs' producers; backward: its output's readers, and the
  * loss, which waits for the whole forward), so stages on parallel branches of the graph run at
- * once; a batch norm, whose
+ * once; a later stage's first convolution or linear layer makes its weights' gradients (half its
+ * backward) after the rest of its stage's backward, filling the stage's waits or overlapping the
+ * stages before it, as the executor orders them; a batch norm, whose
  * statistics are exact over the whole batch, waits for every micro-batch of its input (forward) and
  * of its output gradient (backward). Without batch norm that is GPipe's (the sum of the stage times
  * + (M - 1) x the slowest) / M for equal stages; with a batch norm in every block the stages

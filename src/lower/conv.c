@@ -976,6 +976,7 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
     }
     if (!st && whole_b)
         broot = tsl_grad_root(db, ob, n);
+    const int saved = tsl_param_grads_begin(ctx);
     for (int64_t i = 0; i < n && !st; i++) {
         int32_t c[TSL_MAX_DIMS], g = gof[i];
         coords_of(dy, i, c);
@@ -1029,6 +1030,7 @@ static tsl_status weight_grads_parts(const tsl_conv_args *a, tsl_tensor_t x, tsl
             tsl_halo_release(ctx, slabs, ns);
         }
     }
+    tsl_param_grads_end(ctx, saved);
     for (int64_t q = 0; q < nw && !st; q++) { /* each tile's partials, in dy tile order */
         int64_t m = 0, g = a->transposed ? q % ky : q / kx, k = a->transposed ? q / ky : q % kx;
         for (int64_t i = 0, s = k; i < n; i++, s += kx)

@@ -103,6 +103,7 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
     int64_t wroot = sharded || rows ? -1 : tsl_grad_root(dw, dy->tile_owner, n);
     int64_t broot = db && !rows ? tsl_grad_root(db, dy->tile_owner, n) : -1;
     int64_t wcount = tsl_shape_numel(&dw->shape), bcount = db ? tsl_shape_numel(&db->shape) : 0;
+    const int saved = tsl_param_grads_begin(ctx);
     for (int64_t i = 0; i < n && !st; i++) {
         int32_t owner = dy->tile_owner[i], g = chan[i];
         if (rows) {
@@ -122,6 +123,7 @@ tsl_status tsl_param_gradients(tsl_tensor_t x, tsl_tensor_t dy, tsl_tensor_t dw,
         if (!st && x->ntiles == n && x->tile_owner[i] != owner)
             tsl_cache_flush(ctx, x->handles[i]);
     }
+    tsl_param_grads_end(ctx, saved);
     if (!st && rows) {
         st = sum_rows(ctx, dw, ky, n, chan, pw, dy->tile_owner);
         if (!st && db)
