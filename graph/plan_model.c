@@ -113,15 +113,6 @@ static double forward_share(const tsl_graph_op *op)
     return op->nparams > 0 ? 1.0 / 3.0 : 0.5;
 }
 
-/* The share of op o's backward that its stage runs after the rest of its backward: a later
- * stage's first layer with weights (tsl_graph_defers_weights()) makes its weights' gradients, a
- * second pass over its output gradient about as long as its input gradient's, after the input
- * gradient the stage before waits for (the executor's TSL_DEFERRED_PRIORITY). */
-static double deferred_share(const struct tsl_graph *g, const int32_t *op_stage, int32_t o)
-{
-    return tsl_graph_defers_weights(g, op_stage, o) ? 0.5 : 0;
-}
-
 /* The ops of other stages each op depends on, in CSR form (at[o] .. at[o + 1] in ops): in the
  * forward (pass 0) the producers of its inputs, in the backward (pass 1) the ops reading its
  * output. at: nops + 1 entries; ops: nops x TSL_GRAPH_MAX_INPUTS. */
@@ -178,11 +169,12 @@ static double ready_at(const struct tsl_graph *g, const int32_t *at, const int32
  * exact over the whole batch, so a batch norm waits for every micro-batch of its input (forward)
  * and of its output gradient (backward): each starts a new segment there, which begins only when
  * the segment before it ends for every micro-batch. Without batch norm a chain of stages gives
- * GPipe's (M + S - 1) / M of the slowest stage for equal stages. scratch: nops M + S;
+ * GPipe's (M + S - 1) / M of the slowest stage for equal stages. later: per op, the share of
+ * its backward its stage runs after the rest of its backward. scratch: nops M + S;
  * iscratch: nops (1 + TSL_GRAPH_MAX_INPUTS) + 1. */
 static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stage,
-                               const double *opw, const double *stage_t, int32_t stages,
-                               int32_t micro, double *scratch, int32_t *iscratch)
+                               const double *opw, const double *later, const double *stage_t,
+                               int32_t stages, int32_t micro, double *scratch, int32_t *iscratch)
 {
     const int32_t n = g->nops, m = micro > 0 ? micro : 1;
     double *end = scratch;                 /* [n x m]: this pass's end of op o, batch k */
@@ -236,9 +228,8 @@ static double pipeline_seconds(const struct tsl_graph *g, const int32_t *op_stag
                             t = ready;
                         }
                         if (defer) {
-                            double later = w * deferred_share(g, op_stage, p);
-                            pending += later;
-                            w -= later;
+                            pending += w * later[p];
+                            w -= w * later[p];
                         }
                         t += w;
                         end[(size_t)p * m + k] = t;
@@ -296,6 +287,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
            *tasks = calloc((size_t)nranks, sizeof *tasks),
            *shares = calloc((size_t)nranks, sizeof *shares),
            *opw = calloc((size_t)g->nops + 1, sizeof *opw),
+           *later = calloc((size_t)g->nops + 1, sizeof *later),
            *stage_t = calloc((size_t)stages + 1, sizeof *stage_t),
            *scratch = calloc((size_t)g->nops * (size_t)(plan->micro > 0 ? plan->micro : 1) +
                                  (size_t)stages + ncores + 1,
@@ -306,8 +298,8 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
             *elements = calloc((size_t)nranks, sizeof *elements),
             *sent = calloc((size_t)nranks * TSL_TRAFFIC_TERMS, sizeof *sent),
             *peak = calloc((size_t)nranks, sizeof *peak);
-    if (!op_stage || !compute || !tasks || !shares || !opw || !stage_t || !scratch || !iscratch ||
-        !tiles || !elements || !sent || !peak)
+    if (!op_stage || !compute || !tasks || !shares || !opw || !later || !stage_t || !scratch ||
+        !iscratch || !tiles || !elements || !sent || !peak)
         st = tsl_error(NULL, TSL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st)
         st = tsl_plan_stages(plan, g, batch, optimizer_states, op_stage);
@@ -318,6 +310,10 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     for (int32_t o = 0; o < g->nops && !st; o++) {
         if (g->ops[o].kind == TSL_OP_INPUT)
             continue;
+        /* a later stage's first layer with weights makes its weights' gradients, a second pass
+         * over its output gradient about as long as its input gradient's, after the input
+         * gradient the stage before waits for (the executor's TSL_DEFERRED_PRIORITY) */
+        later[o] = stages > 1 && tsl_graph_defers_weights(g, op_stage, o) ? 0.5 : 0;
         int cut = 0, chan = 0, last = 0;
         if ((st = op_shares(plan, g, &input, nranks, op_stage[o], workers, batch, o, elements,
                             shares, tiles, &cut, &chan, &last)))
@@ -408,7 +404,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
         }
         /* M micro-batches through S stages, batch norms waiting for all of them */
         out->seconds = stages > 1 || plan->micro > 1
-                           ? pipeline_seconds(g, op_stage, opw, stage_t, stages, plan->micro,
+                           ? pipeline_seconds(g, op_stage, opw, later, stage_t, stages, plan->micro,
                                               scratch, iscratch)
                            : stage_t[0];
         out->terms[TSL_TERM_BUBBLE] = out->seconds > longest ? out->seconds - longest : 0;
@@ -439,6 +435,7 @@ tsl_status tsl_plan_predict(const tsl_plan *plan, tsl_graph_t g, int32_t nranks,
     free(tasks);
     free(shares);
     free(opw);
+    free(later);
     free(stage_t);
     free(scratch);
     free(iscratch);

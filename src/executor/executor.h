@@ -76,6 +76,8 @@ struct tsl_model {
     int32_t *relu_of;  /* [nops]: the ReLU fused into batch-norm op o (tsl_graph_fused_relu()),
                           or -1 */
     uint8_t *fused;    /* [nops]: a ReLU that its batch norm computes */
+    uint8_t *defers;   /* [nops]: a later stage's layer making its weights' gradients last
+                          (tsl_graph_defers_weights(), with stages) */
     int32_t *fold;     /* [nops]: the convolution that reads concatenation o's parts in place
                           (tsl_graph_folded_concat()), or -1 */
     int32_t recompute; /* the plan's recompute= */

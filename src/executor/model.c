@@ -113,8 +113,9 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
     m->relu_of = calloc((size_t)graph->nops + 1, sizeof *m->relu_of);
     m->fused = calloc((size_t)graph->nops + 1, sizeof *m->fused);
     m->fold = calloc((size_t)graph->nops + 1, sizeof *m->fold);
+    m->defers = calloc((size_t)graph->nops + 1, sizeof *m->defers);
     if (!grids || !owners || !sharded || !bucket_of || !m->replicated || !m->op_stage ||
-        !m->relu_of || !m->fused || !m->fold)
+        !m->relu_of || !m->fused || !m->fold || !m->defers)
         st = tsl_error(ctx, TSL_ERR_OUT_OF_MEMORY, "tsl_model_create: out of memory");
     /* Without stages of the graph's own, the split for one sample per batch and Adam. */
     else if ((st = tsl_plan_stages(pl, graph, 1, 2, m->op_stage)) ||
@@ -128,6 +129,7 @@ tsl_status tsl_model_create_plan(tsl_model_t *out, tsl_context_t ctx, tsl_graph_
         if (m->relu_of[op] >= 0)
             m->fused[m->relu_of[op]] = 1;
         m->fold[op] = tsl_graph_folded_concat(m->g, op, m->op_stage);
+        m->defers[op] = pl && pl->stages > 1 && tsl_graph_defers_weights(m->g, m->op_stage, op);
     }
     if (!st)
         st = tsl_mgrit_plan(m);
@@ -263,6 +265,7 @@ tsl_status tsl_model_destroy(tsl_model_t m)
     free(m->op_stage);
     free(m->relu_of);
     free(m->fused);
+    free(m->defers);
     free(m->fold);
     tsl_graph_destroy(m->g);
     free(m);

@@ -461,10 +461,7 @@ static tsl_status gradients(struct tsl_model *m, int64_t batch, batch_source *sr
         char label[48];
         tsl_trace_label(m->ctx, tsl_exec_op_label(m, i, label, sizeof label), "backward");
         /* a later pipeline stage's first layer with weights: its input gradient first */
-        m->ctx->param_grad_priority =
-            m->has_plan && m->plan.stages > 1 && tsl_graph_defers_weights(m->g, m->op_stage, i)
-                ? TSL_DEFERRED_PRIORITY
-                : 0;
+        m->ctx->param_grad_priority = m->defers[i] ? TSL_DEFERRED_PRIORITY : 0;
         st = tsl_exec_op_backward(m, in, i); /* a bucket reduces once all its members are in */
         m->ctx->param_grad_priority = 0;
         tsl_tensor_release(in->pidx[i]);
